@@ -1,0 +1,322 @@
+"""Decoding actions and batched, per-row logit transforms.
+
+A *decoding action* is one sampling configuration (temperature, top-k, top-p, min-p or greedy).
+The adapters pick an action index per prompt or per token; the decode loop turns a batch of action
+indices into per-row parameter tensors and applies each transform to the whole ``[batch, vocab]``
+logits tensor in one op, rows with different actions side by side (after vLLM v1's sampler).
+
+Processor order (the same as HF ``generate``): temperature -> top-k -> top-p -> min-p, then sample.
+(vLLM applies min-p before top-k/top-p; we follow HF so that our outputs can be checked against
+``TemperatureLogitsWarper`` / ``TopKLogitsWarper`` / ``TopPLogitsWarper`` / ``MinPLogitsWarper``.)
+
+Edge cases, decided and tested:
+- greedy (``do_sample=False`` or ``temperature == 0``) is the exact argmax of the *raw* logits;
+  we never divide by a tiny temperature.
+- top-k keeps every token tied with the k-th largest logit (HF behaviour), so a row may keep > k.
+- top-p keeps the smallest set whose mass is >= p, and always the most likely token (HF).
+- sampling is an exponential race, ``argmax(p / q)`` with ``q ~ Exp(1)``: the same distribution as
+  ``multinomial`` but the noise for a row can come from that row's own ``torch.Generator``, so a
+  row's tokens do not depend on which other rows share its batch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+__all__ = [
+    "DecodingAction",
+    "ActionSet",
+    "SamplingParams",
+    "PRESETS",
+    "candidate_pool",
+    "load_action_set",
+    "apply_temperature",
+    "apply_top_k",
+    "apply_top_p",
+    "apply_min_p",
+    "transform_logits",
+    "sample",
+    "token_logprobs",
+]
+
+
+@dataclass(frozen=True)
+class DecodingAction:
+    """One decoding configuration. ``None`` switches a truncation off."""
+
+    do_sample: bool = True
+    """False means greedy (exact argmax); the other fields are then ignored."""
+    temperature: float = 1.0
+    """Softmax temperature, >= 0; 0 means greedy."""
+    top_k: int | None = None
+    """Keep the k most likely tokens (and ties with the k-th); None = off."""
+    top_p: float | None = None
+    """Nucleus mass in (0, 1]; None or 1.0 = off."""
+    min_p: float | None = None
+    """Drop tokens with probability < min_p * max probability, in [0, 1); None or 0 = off."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.do_sample, bool):
+            raise ValueError(f"do_sample must be a bool, got {self.do_sample!r}")
+        if not self.temperature >= 0:  # also rejects NaN
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k is not None and (int(self.top_k) != self.top_k or self.top_k < 1):
+            raise ValueError(f"top_k must be an integer >= 1 or None, got {self.top_k}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] or None, got {self.top_p} (top_p=0 would keep no token)")
+        if self.min_p is not None and not 0 <= self.min_p < 1:
+            raise ValueError(f"min_p must be in [0, 1) or None, got {self.min_p}")
+
+    @property
+    def is_greedy(self) -> bool:
+        return not self.do_sample or self.temperature == 0
+
+    @property
+    def name(self) -> str:
+        """Short human-readable label, e.g. ``T=0.75,top_p=0.9,min_p=0.1`` or ``greedy``."""
+        if self.is_greedy:
+            return "greedy"
+        parts = [f"T={self.temperature:g}"]
+        if self.top_k is not None:
+            parts.append(f"top_k={self.top_k}")
+        if self.top_p is not None and self.top_p < 1:
+            parts.append(f"top_p={self.top_p:g}")
+        if self.min_p:
+            parts.append(f"min_p={self.min_p:g}")
+        return ",".join(parts)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DecodingAction":
+        unknown = set(d) - {"do_sample", "temperature", "top_k", "top_p", "min_p"}
+        if unknown:
+            raise ValueError(f"unknown decoding-action fields {sorted(unknown)}")
+        return cls(**d)
+
+
+GREEDY = DecodingAction(do_sample=False, temperature=0.0)
+
+
+def _a(t: float, k: int | None = None, p: float | None = None, m: float | None = None) -> DecodingAction:
+    return DecodingAction(True, t, k, p, m)
+
+
+# The paper's selected action tables (appendix "Action Space Selection").
+PRESETS: dict[str, tuple[DecodingAction, ...]] = {
+    "math": (_a(0.75, None, 0.9, 0.1), _a(1.0, None, 0.9), _a(1.25, 10, 0.9), _a(1.0, 5, 0.9), _a(1.25, 50, 0.9), _a(1.25)),
+    "coding": (
+        _a(1.25, None, 0.95, 0.1), _a(1.25, None, 0.95, 0.2), _a(1.0, None, 0.95, 0.2),
+        _a(1.25, 50, 0.9, 0.1), _a(1.25, 5, 0.9), _a(0.75, 5, None, 0.1),
+    ),
+    "mix": (_a(0.5), _a(1.0), _a(1.25), _a(0.75, 10), _a(0.75, 10, 0.95, 0.1), GREEDY),
+    "math-token": (GREEDY, _a(0.5), _a(1.0), _a(1.25)),
+}
+
+# Sweep ranges of the candidate pool (paper table "Sweep ranges"): 5 x 4 x 3 x 3 = 180 configurations.
+POOL_TEMPERATURES = (0.3, 0.5, 0.75, 1.0, 1.25)
+POOL_TOP_KS = (5, 10, 50, None)
+POOL_TOP_PS = (0.9, 0.95, None)
+POOL_MIN_PS = (0.1, 0.2, None)
+
+
+def candidate_pool() -> list[DecodingAction]:
+    """The paper's 180-configuration candidate pool (temperature x top-k x top-p x min-p)."""
+    grid = itertools.product(POOL_TEMPERATURES, POOL_TOP_KS, POOL_TOP_PS, POOL_MIN_PS)
+    return [_a(t, k, p, m) for t, k, p, m in grid]
+
+
+def load_action_set(spec: str | Path | Sequence[DecodingAction]) -> list[DecodingAction]:
+    """Actions from a preset name (``math``, ``coding``, ``mix``, ``math-token``, ``pool``), a JSON
+    file (a list of action dicts, or ``{"actions": [...]}`` as written by ``select-actions``) or a list."""
+    if not isinstance(spec, (str, Path)):
+        return list(spec)
+    if str(spec) == "pool":
+        return candidate_pool()
+    if str(spec) in PRESETS:
+        return list(PRESETS[str(spec)])
+    path = Path(spec)
+    if not path.is_file():
+        raise ValueError(
+            f"action set {str(spec)!r} is neither a preset ({', '.join([*PRESETS, 'pool'])}) nor an existing JSON file"
+        )
+    data = json.loads(path.read_text())
+    items = data["actions"] if isinstance(data, dict) else data
+    if not items:
+        raise ValueError(f"{path}: the action set is empty")
+    return [DecodingAction.from_dict(d) for d in items]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-row sampling parameters, each a tensor of shape ``[batch]`` (off = neutral value)."""
+
+    temperature: torch.Tensor  # float; 1.0 on greedy rows (never divided by 0)
+    top_k: torch.Tensor  # long; 0 = off
+    top_p: torch.Tensor  # float; 1.0 = off
+    min_p: torch.Tensor  # float; 0.0 = off
+    greedy: torch.Tensor  # bool
+
+
+class ActionSet:
+    """A fixed list of actions plus their parameters as ``[K]`` tensors, for per-row gathering."""
+
+    def __init__(self, actions: Sequence[DecodingAction], device: torch.device | str = "cpu"):
+        if not actions:
+            raise ValueError("an action set needs at least one action")
+        self.actions = list(actions)
+        greedy = [a.is_greedy for a in self.actions]
+        self._params = SamplingParams(
+            temperature=torch.tensor([1.0 if g else a.temperature for a, g in zip(self.actions, greedy)], device=device),
+            top_k=torch.tensor([a.top_k or 0 for a in self.actions], dtype=torch.long, device=device),
+            top_p=torch.tensor([a.top_p or 1.0 for a in self.actions], device=device),
+            min_p=torch.tensor([a.min_p or 0.0 for a in self.actions], device=device),
+            greedy=torch.tensor(greedy, device=device),
+        )
+        # Fast-path flags for the whole set: a transform no action uses is skipped without a sync.
+        self.uses_top_k = any(a.top_k for a in self.actions if not a.is_greedy)
+        self.uses_top_p = any(a.top_p and a.top_p < 1 for a in self.actions if not a.is_greedy)
+        self.uses_min_p = any(a.min_p for a in self.actions if not a.is_greedy)
+        self.all_greedy = all(greedy)
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    @property
+    def names(self) -> list[str]:
+        return [a.name for a in self.actions]
+
+    def params(self, action_index: torch.Tensor) -> SamplingParams:
+        """Gather ``[batch]`` parameters for ``action_index`` (long ``[batch]``)."""
+        p = self._params
+        return SamplingParams(*(t[action_index] for t in (p.temperature, p.top_k, p.top_p, p.min_p, p.greedy)))
+
+    def to_json(self) -> list[dict]:
+        return [a.to_dict() for a in self.actions]
+
+
+# ---- transforms: pure functions over [batch, vocab] logits; none modifies its input in place ----
+
+
+def apply_temperature(logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+    """``logits / T`` row-wise; ``temperature`` is ``[batch]`` and must be > 0."""
+    return logits / temperature.unsqueeze(-1).to(logits.dtype)
+
+
+def _top_k_mask(sorted_asc: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    """Mask (True = remove) in ascending-sorted order for per-row top-k; k = 0 keeps everything."""
+    vocab = sorted_asc.shape[-1]
+    k = torch.where(top_k > 0, top_k.clamp(max=vocab), torch.full_like(top_k, vocab))
+    kth_largest = sorted_asc.gather(-1, (vocab - k).unsqueeze(-1))  # [batch, 1]
+    return sorted_asc < kth_largest  # ties with the k-th are kept, as in HF
+
+
+def _top_p_mask(sorted_asc: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Mask in ascending-sorted order for per-row nucleus sampling (HF's formula, row-wise p)."""
+    cumulative = sorted_asc.softmax(dim=-1).cumsum(dim=-1)
+    mask = cumulative <= (1 - top_p).unsqueeze(-1).to(cumulative.dtype)
+    mask[..., -1] = False  # always keep the most likely token
+    return mask & (top_p < 1).unsqueeze(-1)  # p = 1 means off: remove nothing, not even 0-mass tokens
+
+
+def apply_top_k(logits: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    """Per-row top-k (``top_k`` long ``[batch]``, 0 = off); removed tokens get ``-inf``."""
+    sorted_asc, order = logits.sort(dim=-1)
+    remove = _top_k_mask(sorted_asc, top_k)
+    return logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
+
+
+def apply_top_p(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Per-row top-p (``top_p`` float ``[batch]`` in (0, 1]; 1 = off)."""
+    sorted_asc, order = logits.sort(dim=-1)
+    remove = _top_p_mask(sorted_asc, top_p)
+    return logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
+
+
+def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """Per-row min-p (``min_p`` float ``[batch]``; 0 = off): drop p < min_p * max p (HF's formula)."""
+    probs = logits.softmax(dim=-1)
+    threshold = min_p.unsqueeze(-1).to(probs.dtype) * probs.amax(dim=-1, keepdim=True)
+    return logits.masked_fill(probs < threshold, float("-inf"))
+
+
+def _apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None) -> torch.Tensor:
+    """top-k then top-p with a single sort: after top-k the removed tokens are the smallest, so the
+    ascending order is unchanged and top-p can reuse it."""
+    sorted_asc, order = logits.sort(dim=-1)
+    remove = torch.zeros_like(sorted_asc, dtype=torch.bool)
+    if top_k is not None:
+        remove = _top_k_mask(sorted_asc, top_k)
+        sorted_asc = sorted_asc.masked_fill(remove, float("-inf"))
+    if top_p is not None:
+        remove = remove | _top_p_mask(sorted_asc, top_p)
+    return logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
+
+
+def transform_logits(
+    logits: torch.Tensor,
+    params: SamplingParams,
+    *,
+    use_top_k: bool = True,
+    use_top_p: bool = True,
+    use_min_p: bool = True,
+) -> torch.Tensor:
+    """Temperature -> top-k -> top-p -> min-p over ``[batch, vocab]`` float logits.
+
+    The ``use_*`` flags are fast paths: pass False when no row needs that transform (rows with the
+    neutral value are unaffected either way). Greedy rows are transformed with T = 1 and should be
+    decided by ``sample`` from the raw logits.
+    """
+    logits = apply_temperature(logits.float(), params.temperature)
+    if use_top_k or use_top_p:
+        logits = _apply_top_k_top_p(logits, params.top_k if use_top_k else None, params.top_p if use_top_p else None)
+    if use_min_p:
+        logits = apply_min_p(logits, params.min_p)
+    return logits
+
+
+def _exponential_noise(shape: torch.Size, device, generator) -> torch.Tensor:
+    """``Exp(1)`` noise of ``shape``; ``generator`` is one ``torch.Generator`` for the whole batch
+    or a list with one per row (row ``i`` drawn only from ``generator[i]``)."""
+    if isinstance(generator, (list, tuple)):
+        if len(generator) != shape[0]:
+            raise ValueError(f"got {len(generator)} generators for {shape[0]} rows")
+        rows = [torch.empty(shape[1:], device=device).exponential_(generator=g) for g in generator]
+        return torch.stack(rows)
+    return torch.empty(shape, device=device).exponential_(generator=generator)
+
+
+def sample(
+    raw_logits: torch.Tensor,
+    transformed_logits: torch.Tensor,
+    greedy: torch.Tensor,
+    generator: torch.Generator | Sequence[torch.Generator] | None,
+    *,
+    all_greedy: bool = False,
+) -> torch.Tensor:
+    """Next token per row, long ``[batch]``.
+
+    Greedy rows take ``argmax(raw_logits)``; the others are drawn from ``softmax(transformed_logits)``
+    by an exponential race with noise from ``generator`` (see module docstring). With
+    ``all_greedy`` no noise is drawn at all.
+    """
+    greedy_tokens = raw_logits.argmax(dim=-1)
+    if all_greedy:
+        return greedy_tokens
+    probs = transformed_logits.softmax(dim=-1)
+    noise = _exponential_noise(probs.shape, probs.device, generator)
+    sampled = (probs / noise).argmax(dim=-1)
+    return torch.where(greedy, greedy_tokens, sampled)
+
+
+def token_logprobs(transformed_logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """log-probability ``[batch]`` of ``tokens`` under the transformed distribution they were sampled
+    from (for analysis; REINFORCE uses the policy's action log-probs, not these)."""
+    return transformed_logits.log_softmax(dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)

