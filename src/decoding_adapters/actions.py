@@ -282,15 +282,18 @@ def transform_logits(
     return logits
 
 
-def _exponential_noise(shape: torch.Size, device, generator) -> torch.Tensor:
-    """``Exp(1)`` noise of ``shape``; ``generator`` is one ``torch.Generator`` for the whole batch
-    or a list with one per row (row ``i`` drawn only from ``generator[i]``)."""
-    if isinstance(generator, (list, tuple)):
-        if len(generator) != shape[0]:
-            raise ValueError(f"got {len(generator)} generators for {shape[0]} rows")
-        rows = [torch.empty(shape[1:], device=device).exponential_(generator=g) for g in generator]
-        return torch.stack(rows)
-    return torch.empty(shape, device=device).exponential_(generator=generator)
+def _exponential_noise(probs: torch.Tensor, greedy: torch.Tensor, generator) -> torch.Tensor:
+    """``Exp(1)`` noise shaped like ``probs``. ``generator`` is one ``torch.Generator`` for the whole
+    batch, or a list with one per row: then row ``i`` draws from ``generator[i]`` only, and only when
+    it samples (greedy rows draw nothing), so its stream never depends on the other rows."""
+    if not isinstance(generator, (list, tuple)):
+        return torch.empty_like(probs).exponential_(generator=generator)
+    if len(generator) != probs.shape[0]:
+        raise ValueError(f"got {len(generator)} generators for {probs.shape[0]} rows")
+    noise = torch.ones_like(probs)
+    for row in (~greedy).nonzero().squeeze(-1).tolist():
+        noise[row].exponential_(generator=generator[row])
+    return noise
 
 
 def sample(
@@ -304,15 +307,14 @@ def sample(
     """Next token per row, long ``[batch]``.
 
     Greedy rows take ``argmax(raw_logits)``; the others are drawn from ``softmax(transformed_logits)``
-    by an exponential race with noise from ``generator`` (see module docstring). With
+    by an exponential race with noise from ``generator`` (see ``_exponential_noise``). With
     ``all_greedy`` no noise is drawn at all.
     """
     greedy_tokens = raw_logits.argmax(dim=-1)
     if all_greedy:
         return greedy_tokens
     probs = transformed_logits.softmax(dim=-1)
-    noise = _exponential_noise(probs.shape, probs.device, generator)
-    sampled = (probs / noise).argmax(dim=-1)
+    sampled = (probs / _exponential_noise(probs, greedy, generator)).argmax(dim=-1)
     return torch.where(greedy, greedy_tokens, sampled)
 
 

@@ -1,0 +1,65 @@
+"""Shared fixtures: a tiny random-weight Llama with a character-level tokenizer (no downloads)."""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import pytest
+import torch
+
+from decoding_adapters.models import FrozenLM
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def make_char_tokenizer():
+    """A character-level fast tokenizer with ChatML specials; ids 0..2 are pad / eos / bos."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<|im_end|>", "<|im_start|>"]
+    chars = list(string.digits + string.ascii_letters + string.punctuation + " \n")
+    vocab = {tok: i for i, tok in enumerate(specials + chars)}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="?"))
+    backend.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<|im_end|>", bos_token="<|im_start|>")
+    tok.add_special_tokens({"additional_special_tokens": specials})
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def make_tiny_lm(seed: int = 0, hidden_size: int = 32) -> FrozenLM:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = make_char_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    # Larger logits than the default init so that sampled text varies and EOS sometimes appears.
+    with torch.no_grad():
+        model.lm_head.weight.mul_(40)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    return FrozenLM(model, tok)
+
+
+@pytest.fixture(scope="session")
+def tiny_lm() -> FrozenLM:
+    return make_tiny_lm()
+
+
+@pytest.fixture(scope="session")
+def tiny_prompts(tiny_lm):
+    chats = [[{"role": "user", "content": q}] for q in ("What is 2+3?", "Hi", "Compute 17*23 now, please.", "x")]
+    return tiny_lm.encode_chat(chats)
