@@ -1,0 +1,276 @@
+"""The decoding adapters: small policies over a frozen LM's features.
+
+- ``SequencePolicy`` (contextual bandit, paper Alg. "Sequence-Level Decoding Adapter"):
+  x = [e ; g(B)] with e the prompt embedding and g a 2-layer MLP on the parallel-sampling budget B
+  ("w/ budget"), or x = e ("w/o budget"); an MLP maps x to logits over K actions.
+- ``TokenPolicy`` (POMDP, Alg. "Token-Level Decoding Adapter"): x_t = [h_t ; phi(b_t)] with h_t the
+  LM's last hidden state and phi a small encoding of the remaining token budget; a 3-layer SiLU MLP
+  with dropout 0.1. Variants: w/o budget (x_t = h_t) and the entropy-only ablation
+  (x_t = [entropy of the base distribution (; phi(b_t))]).
+
+Both return ``softmax(logits / T)`` with a policy temperature T, and ``select`` returns the argmax
+(deterministic) or a sample plus the probabilities. Adapters are saved as safetensors + JSON
+(``save_adapter`` / ``load_adapter``) with everything needed to use them again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+from torch import nn
+
+from .actions import DecodingAction
+from .decoding import StepFeatures
+
+__all__ = [
+    "SequencePolicyConfig",
+    "SequencePolicy",
+    "TokenPolicyConfig",
+    "TokenPolicy",
+    "TokenPolicyChooser",
+    "AdapterConfig",
+    "save_adapter",
+    "load_adapter",
+    "categorical_from_uniform",
+]
+
+
+def _mlp(sizes: list[int], dropout: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(a, b))
+        if i < len(sizes) - 2:
+            layers += [nn.SiLU(), nn.Dropout(dropout)]
+    return nn.Sequential(*layers)
+
+
+def categorical_from_uniform(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draw: one category per row of ``probs [B, K]`` from ``uniform [B]``."""
+    cdf = probs.cumsum(-1)
+    return torch.searchsorted(cdf, uniform.unsqueeze(-1).to(cdf.dtype) * cdf[:, -1:]).squeeze(-1).clamp(max=probs.shape[-1] - 1)
+
+
+class _PolicyBase(nn.Module):
+    temperature: float
+
+    def probs(self, *args) -> torch.Tensor:
+        return (self(*args) / self.temperature).softmax(-1)
+
+    def select(self, *args, deterministic: bool = False, generator: torch.Generator | None = None):
+        """(action ``[N]``, probabilities ``[N, K]``): argmax if deterministic, else a sample."""
+        p = self.probs(*args)
+        if deterministic:
+            return p.argmax(-1), p
+        return torch.multinomial(p, 1, generator=generator).squeeze(-1), p
+
+
+@dataclass(frozen=True)
+class SequencePolicyConfig:
+    """Shape of the sequence-level adapter."""
+
+    embed_dim: int
+    """Size of the prompt embedding e (the LM's hidden size)."""
+    num_actions: int
+    use_budget: bool = True
+    """x = [e ; g(B)] when True ("w/ budget"), x = e otherwise."""
+    budget_dim: int = 32
+    """Width of g, the 2-layer MLP that encodes B."""
+    hidden: int = 256
+    layers: int = 2
+    """Linear layers of the head MLP."""
+    dropout: float = 0.0
+    temperature: float = 1.0
+    """Policy softmax temperature."""
+    max_budget: int = 64
+    """Budgets are encoded as log2(B) / log2(max_budget)."""
+
+    def __post_init__(self) -> None:
+        if self.embed_dim < 1 or self.num_actions < 1 or self.layers < 1:
+            raise ValueError("embed_dim, num_actions and layers must be >= 1")
+        if self.temperature <= 0:
+            raise ValueError("policy temperature must be > 0")
+
+
+class SequencePolicy(_PolicyBase):
+    """pi(a | e, B): logits over K actions from a prompt embedding and a parallel budget."""
+
+    def __init__(self, config: SequencePolicyConfig):
+        super().__init__()
+        self.config = config
+        self.temperature = config.temperature
+        self.embed_norm = nn.LayerNorm(config.embed_dim, elementwise_affine=False)  # LM states have large, uneven scales
+        extra = 0
+        if config.use_budget:
+            self.budget_encoder = _mlp([1, config.budget_dim, config.budget_dim], 0.0)
+            extra = config.budget_dim
+        self.head = _mlp([config.embed_dim + extra] + [config.hidden] * (config.layers - 1) + [config.num_actions], config.dropout)
+
+    def encode_budget(self, budget: torch.Tensor) -> torch.Tensor:
+        """``[N]`` budgets -> ``[N, 1]`` scalar in [0, 1] (log scale: 1, 2, 4, 8 are evenly spaced)."""
+        return (budget.float().clamp(min=1).log2() / math.log2(max(self.config.max_budget, 2))).unsqueeze(-1)
+
+    def forward(self, embedding: torch.Tensor, budget: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits ``[N, K]`` for embeddings ``[N, embed_dim]`` and budgets ``[N]``."""
+        x = self.embed_norm(embedding.float())
+        if self.config.use_budget:
+            if budget is None:
+                raise ValueError("this adapter was trained with the budget as input: pass parallel budgets")
+            x = torch.cat([x, self.budget_encoder(self.encode_budget(budget.to(x.device)))], dim=-1)
+        return self.head(x)
+
+
+@dataclass(frozen=True)
+class TokenPolicyConfig:
+    """Shape of the token-level adapter (paper hyper-parameter table: 3-layer MLP, SiLU, dropout 0.1)."""
+
+    hidden_size: int
+    """The LM's hidden size (input size when features='hidden')."""
+    num_actions: int
+    features: Literal["hidden", "entropy"] = "hidden"
+    """'hidden': x_t = h_t; 'entropy': the ablation that sees only the base distribution's entropy."""
+    use_budget: bool = True
+    """Append phi(b_t), the remaining-budget encoding."""
+    token_budget: int = 128
+    """b, used to scale phi(b_t)."""
+    width: int = 256
+    layers: int = 3
+    dropout: float = 0.1
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.features not in ("hidden", "entropy"):
+            raise ValueError(f"features must be 'hidden' or 'entropy', got {self.features!r}")
+        if self.layers < 1 or self.num_actions < 1 or self.token_budget < 1:
+            raise ValueError("layers, num_actions and token_budget must be >= 1")
+        if self.temperature <= 0:
+            raise ValueError("policy temperature must be > 0")
+
+    @property
+    def input_dim(self) -> int:
+        base = self.hidden_size if self.features == "hidden" else 1
+        return base + (2 if self.use_budget else 0)
+
+
+class TokenPolicy(_PolicyBase):
+    """pi(a_t | x_t) over the action set, one forward per decode step for the whole batch."""
+
+    def __init__(self, config: TokenPolicyConfig):
+        super().__init__()
+        self.config = config
+        self.temperature = config.temperature
+        base = config.hidden_size if config.features == "hidden" else 1
+        self.norm = nn.LayerNorm(base, elementwise_affine=False) if config.features == "hidden" else nn.Identity()
+        self.mlp = _mlp([config.input_dim] + [config.width] * (config.layers - 1) + [config.num_actions], config.dropout)
+
+    def observation(self, hidden: torch.Tensor, entropy: torch.Tensor, remaining: torch.Tensor) -> torch.Tensor:
+        """x_t ``[..., input_dim]`` from hidden ``[..., H]``, entropy ``[...]``, remaining budget ``[...]``."""
+        parts = [self.norm(hidden.float())] if self.config.features == "hidden" else [entropy.float().unsqueeze(-1)]
+        if self.config.use_budget:
+            frac = remaining.float() / self.config.token_budget
+            # phi(b_t): linear and log fractions of the budget left, so both ends are resolved.
+            parts += [frac.unsqueeze(-1), (torch.log1p(remaining.float()) / math.log1p(self.config.token_budget)).unsqueeze(-1)]
+        return torch.cat(parts, dim=-1)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return self.mlp(observation)
+
+
+class TokenPolicyChooser:
+    """Wraps a ``TokenPolicy`` as the decode loop's per-step chooser (eval mode, no grad).
+
+    The action draw uses the loop's per-row uniforms, so it is reproducible and independent of the
+    batch. ``deterministic`` takes the argmax instead."""
+
+    def __init__(self, policy: TokenPolicy, deterministic: bool = False):
+        self.policy, self.deterministic = policy, deterministic
+
+    def __call__(self, f: StepFeatures) -> torch.Tensor:
+        device = next(self.policy.parameters()).device
+        obs = self.policy.observation(f.hidden.to(device), f.entropy.to(device), f.remaining_budget.to(device))
+        with torch.no_grad():
+            probs = self.policy.probs(obs)
+        if self.deterministic:
+            return probs.argmax(-1)
+        return categorical_from_uniform(probs, f.uniform.to(device))
+
+
+# ---- save / load ---------------------------------------------------------------------------------
+
+
+@dataclass
+class AdapterConfig:
+    """Everything needed to use a trained adapter again (saved as ``adapter.json``)."""
+
+    kind: Literal["sequence", "token"]
+    policy: dict
+    """The SequencePolicyConfig / TokenPolicyConfig fields."""
+    actions: list[dict]
+    """The action set, as DecodingAction dicts, in policy-output order."""
+    base_model: str
+    """ModelSpec.name_or_path of the frozen LM it was trained on."""
+    base_fingerprint: dict
+    """hidden_size and vocab size of that LM: loading onto a mismatched LM fails clearly."""
+    embedding: dict = field(default_factory=lambda: {"pooling": "mean"})
+    """How prompt embeddings are made (sequence adapters)."""
+    budgets: list[int] = field(default_factory=list)
+    """Parallel budgets seen in training (sequence) or [token_budget] (token)."""
+    task: str = ""
+    training: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("sequence", "token"):
+            raise ValueError(f"adapter kind must be 'sequence' or 'token', got {self.kind!r}")
+
+    @property
+    def action_list(self) -> list[DecodingAction]:
+        return [DecodingAction.from_dict(a) for a in self.actions]
+
+    def build_policy(self) -> SequencePolicy | TokenPolicy:
+        if self.kind == "sequence":
+            return SequencePolicy(SequencePolicyConfig(**self.policy))
+        return TokenPolicy(TokenPolicyConfig(**self.policy))
+
+
+def save_adapter(directory: str | Path, policy: nn.Module, config: AdapterConfig) -> Path:
+    """Write ``adapter.safetensors`` and ``adapter.json`` atomically into ``directory``."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
+    tmp_w, tmp_c = directory / "adapter.safetensors.tmp", directory / "adapter.json.tmp"
+    save_file(state, str(tmp_w))
+    tmp_c.write_text(json.dumps(asdict(config), indent=2))
+    tmp_w.replace(directory / "adapter.safetensors")
+    tmp_c.replace(directory / "adapter.json")
+    return directory
+
+
+def load_adapter(directory: str | Path, lm=None) -> tuple[nn.Module, AdapterConfig]:
+    """Load an adapter; with ``lm`` (a FrozenLM), check that it matches the adapter's base model."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    if not (directory / "adapter.json").is_file():
+        raise FileNotFoundError(f"{directory} holds no adapter.json: point at a directory written by save_adapter / train-*.")
+    config = AdapterConfig(**json.loads((directory / "adapter.json").read_text()))
+    if lm is not None:
+        check_compatible(config, lm)
+    policy = config.build_policy()
+    policy.load_state_dict(load_file(str(directory / "adapter.safetensors")))
+    return policy.eval(), config
+
+
+def check_compatible(config: AdapterConfig, lm) -> None:
+    want, have = config.base_fingerprint, lm.fingerprint()
+    for key in ("hidden_size", "vocab_size"):
+        if key in want and want[key] != have[key]:
+            raise ValueError(
+                f"adapter was trained on {config.base_model!r} ({key}={want[key]}) but the given model has {key}={have[key]}: "
+                f"load it onto its own base model."
+            )

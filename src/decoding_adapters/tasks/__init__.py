@@ -1,0 +1,2 @@
+from .base import *  # noqa
+from . import arithmetic  # noqa

@@ -1,0 +1,339 @@
+"""The embedded default task: small, procedurally generated arithmetic problems.
+
+It needs no files and is sized for SmolLM2-135M-Instruct: the default mixture of families is
+calibrated (``benchmarks/calibrate_arithmetic.py``, numbers in ``docs/arithmetic_calibration.md``)
+so that greedy decoding solves roughly 35-55% of the test split, and sampling several times solves
+clearly more, which leaves a decoding adapter something to learn.
+
+How splits are built (all three: train, validation, test):
+
+1. Each family enumerates its whole *pool* of distinct questions (e.g. the 81 "What is a + b?"
+   with single digits), in a fixed order.
+2. The family's share of a split is fixed by the mixture weights with a smooth weighted
+   round-robin, so every prefix of a split has the mixture's proportions (±1 per family).
+3. The pool is shuffled with the config seed and cut into disjoint blocks, test first, then
+   validation, then train. When the pool is large enough, each block is exactly the split's
+   demand and no question repeats. When it is not (tiny pools, large splits), blocks are
+   proportional to the demands and a split cycles through its block, so questions may repeat
+   *within* a split but a question never appears in two splits: disjointness is by question text.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from decimal import Decimal, InvalidOperation
+from typing import Any, ClassVar
+
+from .base import Problem, Task, chat_messages, register_task, resolve_system_prompt
+from .math import extract_boxed
+
+Pool = list[tuple[str, int]]
+"""A family's distinct problems as ``(question, integer answer)``, in a fixed order."""
+
+# Word-problem vocabulary: plural nouns only, because operands start at 2 ("has 1 apples" is wrong).
+_NAMES = ("Tom", "Anna", "Ben", "Maria", "Sam", "Lily", "Jack", "Emma", "Leo", "Mia")
+_ITEMS = ("apples", "books", "marbles", "pencils", "stickers", "cookies", "coins", "cards", "shells", "balloons")
+_WORD_TEMPLATES = (
+    "{name} has {a} {items} and buys {b} more. How many {items} does {name} have now?",
+    "{name} has {a} {items} and finds {b} more. How many {items} does {name} have now?",
+    "{name} had {a} {items}. A friend gave {name} {b} more. How many {items} does {name} have now?",
+)
+
+
+@dataclass(frozen=True)
+class ArithmeticConfig:
+    """Everything that determines the generated problems; same config, same problems."""
+
+    families: Mapping[str, float] = field(
+        default_factory=lambda: {"add_1digit": 0.3, "mul_1digit": 0.3, "add_word": 0.2, "add_2digit": 0.2}
+    )
+    """Mixture weights by family name (see :data:`FAMILIES`); a list means equal weights."""
+    small_range: tuple[int, int] = (1, 9)
+    """Inclusive operand range of the "single-digit" families (and of word problems, from 2)."""
+    large_range: tuple[int, int] = (10, 99)
+    """Inclusive operand range of the "two-digit" families."""
+    chain_steps: int = 2
+    """Operations in an ``add_chain`` question: 2 gives "What is 3 + 4 + 5?"."""
+    train_size: int = 512
+    """Problems in the train split."""
+    validation_size: int = 128
+    """Problems in the validation split."""
+    test_size: int = 200
+    """Problems in the test split."""
+    seed: int = 0
+    """Seed for the shuffles that choose and order the questions of each split."""
+
+    def __post_init__(self) -> None:
+        # Normalise the forms JSON gives back (lists) so that configs round-trip.
+        families = self.families
+        if isinstance(families, str) or not isinstance(families, (Mapping, Sequence)):
+            raise ValueError(f"families must be a mapping name -> weight or a list of names, got {families!r}")
+        if not isinstance(families, Mapping):
+            families = {name: 1.0 for name in families}
+        object.__setattr__(self, "families", dict(families))
+        object.__setattr__(self, "small_range", tuple(self.small_range))
+        object.__setattr__(self, "large_range", tuple(self.large_range))
+        self._validate()
+
+    def _validate(self) -> None:
+        if not self.families:
+            raise ValueError(f"families must name at least one of {sorted(FAMILIES)}")
+        for name, weight in self.families.items():
+            if name not in FAMILIES:
+                raise ValueError(f"unknown arithmetic family {name!r}; known: {sorted(FAMILIES)}")
+            if not weight > 0:
+                raise ValueError(f"family weight must be > 0, got {name}={weight} (drop the family instead)")
+        for label, (lo, hi) in (("small_range", self.small_range), ("large_range", self.large_range)):
+            if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi):
+                raise ValueError(f"{label} must be two integers 0 <= lo <= hi, got {(lo, hi)}")
+        if self.small_range[1] < 2:
+            raise ValueError(f"small_range must reach at least 2 (word problems use 2..max), got {self.small_range}")
+        if not 1 <= self.chain_steps <= 4:
+            raise ValueError(f"chain_steps must be in [1, 4] (the pool is enumerated), got {self.chain_steps}")
+        for name in ("train_size", "validation_size", "test_size"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """Problems per split."""
+        return {"train": self.train_size, "validation": self.validation_size, "test": self.test_size}
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; ``ArithmeticConfig(**d)`` rebuilds the same config."""
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- families
+# Each family enumerates its pool. Questions are unique within a pool and across families
+# (the templates differ), which is what makes "disjoint by question text" well defined.
+
+
+def _small(cfg: ArithmeticConfig) -> range:
+    return range(cfg.small_range[0], cfg.small_range[1] + 1)
+
+
+def _large(cfg: ArithmeticConfig) -> range:
+    return range(cfg.large_range[0], cfg.large_range[1] + 1)
+
+
+def pool_add_1digit(cfg: ArithmeticConfig) -> Pool:
+    """Single-digit addition: "What is 7 + 5?"."""
+    return [(f"What is {a} + {b}?", a + b) for a in _small(cfg) for b in _small(cfg)]
+
+
+def pool_mul_1digit(cfg: ArithmeticConfig) -> Pool:
+    """Single-digit multiplication: "What is 7 * 8?"."""
+    return [(f"What is {a} * {b}?", a * b) for a in _small(cfg) for b in _small(cfg)]
+
+
+def pool_add_word(cfg: ArithmeticConfig) -> Pool:
+    """One-step addition word problem: "Tom has 3 apples and buys 4 more. How many ..."."""
+    operands = range(max(2, cfg.small_range[0]), cfg.small_range[1] + 1)
+    return [
+        (template.format(name=name, items=items, a=a, b=b), a + b)
+        for template in _WORD_TEMPLATES
+        for name in _NAMES
+        for items in _ITEMS
+        for a in operands
+        for b in operands
+    ]
+
+
+def pool_add_2digit(cfg: ArithmeticConfig) -> Pool:
+    """Two-digit addition: "What is 34 + 58?"."""
+    return [(f"What is {a} + {b}?", a + b) for a in _large(cfg) for b in _large(cfg)]
+
+
+def pool_sub_2digit(cfg: ArithmeticConfig) -> Pool:
+    """Two-digit subtraction with a non-negative result: "What is 71 - 38?"."""
+    return [(f"What is {a} - {b}?", a - b) for a in _large(cfg) for b in _large(cfg) if a >= b]
+
+
+def pool_add_2digit_1digit(cfg: ArithmeticConfig) -> Pool:
+    """Two-digit plus single-digit addition: "What is 34 + 8?"."""
+    return [(f"What is {a} + {b}?", a + b) for a in _large(cfg) for b in _small(cfg)]
+
+
+def pool_add_chain(cfg: ArithmeticConfig) -> Pool:
+    """A chain of single-digit additions: "What is 3 + 4 + 5?" (``chain_steps`` operations)."""
+    terms = itertools.product(_small(cfg), repeat=cfg.chain_steps + 1)
+    return [("What is " + " + ".join(map(str, t)) + "?", sum(t)) for t in terms]
+
+
+FAMILIES: dict[str, Callable[[ArithmeticConfig], Pool]] = {
+    "add_1digit": pool_add_1digit,
+    "mul_1digit": pool_mul_1digit,
+    "add_word": pool_add_word,
+    "add_2digit": pool_add_2digit,
+    "sub_2digit": pool_sub_2digit,
+    "add_2digit_1digit": pool_add_2digit_1digit,
+    "add_chain": pool_add_chain,
+}
+"""Problem families by name (the value stored in ``Problem.meta["family"]``)."""
+
+
+# --------------------------------------------------------------------------- splits
+
+_SPLIT_ORDER = ("test", "validation", "train")  # test is served first: it must never repeat if avoidable
+
+
+def family_schedule(weights: Mapping[str, float], n: int) -> list[str]:
+    """The family of each of ``n`` problems by smooth weighted round-robin.
+
+    Every prefix of the result has each family's weighted share up to ±1, so evaluating the first
+    k problems of a split keeps the mixture; ties go to the family listed first.
+    """
+    total = sum(weights.values())
+    credit = dict.fromkeys(weights, 0.0)
+    schedule = []
+    for _ in range(n):
+        for name, weight in weights.items():
+            credit[name] += weight
+        chosen = max(credit, key=credit.__getitem__)  # max keeps the first on ties
+        credit[chosen] -= total
+        schedule.append(chosen)
+    return schedule
+
+
+def allocate_blocks(pool_size: int, demands: Mapping[str, int]) -> dict[str, int]:
+    """How many distinct pool items each split gets (blocks are disjoint).
+
+    Exactly the demand when the pool covers all demands; otherwise shares proportional to the
+    demands (largest remainder), with at least one item for every split that asks for any.
+    """
+    total = sum(demands.values())
+    if total <= pool_size:
+        return dict(demands)
+    wanted = {s: d for s, d in demands.items() if d > 0}
+    if len(wanted) > pool_size:
+        raise ValueError(f"a pool of {pool_size} question(s) cannot be split among {len(wanted)} splits")
+    exact = {s: pool_size * d / total for s, d in wanted.items()}
+    shares = {s: max(1, int(x)) for s, x in exact.items()}
+    # Hand out what rounding left over, largest fractional part first; take back any excess
+    # (caused by the minimum of one) from the largest shares.
+    by_remainder = sorted(wanted, key=lambda s: exact[s] - int(exact[s]), reverse=True)
+    for s in itertools.islice(itertools.cycle(by_remainder), max(0, pool_size - sum(shares.values()))):
+        shares[s] += 1
+    while sum(shares.values()) > pool_size:
+        shares[max(shares, key=shares.__getitem__)] -= 1
+    return {s: shares.get(s, 0) for s in demands}
+
+
+def build_splits(cfg: ArithmeticConfig) -> dict[str, list[Problem]]:
+    """All three splits of ``cfg`` (see the module docstring for the construction)."""
+    schedules = {s: family_schedule(cfg.families, n) for s, n in cfg.sizes.items()}
+    served: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for family in cfg.families:
+        pool = FAMILIES[family](cfg)
+        random.Random(f"{cfg.seed}/{family}").shuffle(pool)  # str seeds are stable across runs
+        demands = {s: schedules[s].count(family) for s in _SPLIT_ORDER}
+        start = 0
+        for split, share in allocate_blocks(len(pool), demands).items():
+            block = pool[start : start + share]
+            start += share
+            served[split, family] = [block[i % len(block)] for i in range(demands[split])] if block else []
+    return {split: _problems(split, schedules[split], served) for split in cfg.sizes}
+
+
+def _problems(split: str, schedule: list[str], served: Mapping[tuple[str, str], list]) -> list[Problem]:
+    cursor = dict.fromkeys(schedule, 0)
+    problems = []
+    for index, family in enumerate(schedule):
+        question, answer = served[split, family][cursor[family]]
+        cursor[family] += 1
+        meta = {"family": family, "split": split}
+        problems.append(Problem(f"arithmetic/{split}/{index}", question, str(answer), meta))
+    return problems
+
+
+# --------------------------------------------------------------------------- verifier
+
+# A number not glued to a word or to a preceding digit/point ("x2", "3.5" inside "13.5");
+# a minus sign counts only when it is not a binary minus ("8-3" yields 8 and 3, "= -3" yields -3).
+_NUMBER = re.compile(r"(?<![\w.])(?:(?<![\w)])-)?\d+(?:,\d{3})*(?:\.\d+)?")
+_ANSWER_IS = re.compile(r"answer\s*(?:is|:|=)?\s*[:*$\s(\\]*(-?\d[\d,]*(?:\.\d+)?)", re.IGNORECASE)
+_BARE_FIRST_LINE = re.compile(r"^\s*[*$]*\s*(-?\d[\d,]*(?:\.\d+)?)\s*[*$]*\s*\.?\s*$")
+
+
+def _to_int(text: str) -> int | None:
+    """``"1,000"`` -> 1000, ``"12.0"`` -> 12, ``"12.5"`` -> None (not an integer answer)."""
+    try:
+        value = Decimal(text.replace(",", ""))
+    except InvalidOperation:
+        return None
+    return int(value) if value == value.to_integral_value() else None
+
+
+def extract_integer_answer(completion: str) -> int | None:
+    """The integer a completion gives as its answer, or None.
+
+    In order of trust: the content of the last ``\\boxed{}``; the last "answer is N" /
+    "Answer: N"; a first line that is only a number (the reply the prompt asks for, kept even when
+    an explanation after it is cut off mid-sentence by the token limit); otherwise the last
+    number in the text, because small models often restate the sum ("7 + 5 = 12"), which puts the
+    result last. Number words ("twelve") are not read.
+    """
+    boxed = extract_boxed(completion)
+    if boxed is not None:
+        numbers = _NUMBER.findall(boxed)
+        return _to_int(numbers[-1]) if numbers else None
+    answer_is = _ANSWER_IS.findall(completion)
+    if answer_is:
+        return _to_int(answer_is[-1])
+    first_line = completion.strip().split("\n", 1)[0]
+    bare = _BARE_FIRST_LINE.match(first_line)
+    if bare:
+        return _to_int(bare.group(1))
+    numbers = _NUMBER.findall(completion)
+    return _to_int(numbers[-1]) if numbers else None
+
+
+def score_arithmetic(completion: str, answer: str) -> float:
+    """1.0 if the completion's integer answer equals ``answer``, else 0.0; never raises."""
+    try:
+        predicted = extract_integer_answer(completion)
+        return float(predicted is not None and predicted == int(answer))
+    except Exception:  # a verifier must not crash a rollout; unparsable means wrong
+        return 0.0
+
+
+# --------------------------------------------------------------------------- task
+
+
+@register_task("arithmetic")
+class ArithmeticTask(Task):
+    """Procedural arithmetic (splits: train, validation, test).
+
+    Options are :class:`ArithmeticConfig` fields (``get_task("arithmetic", seed=0, test_size=100)``),
+    or a whole ``config=``, plus ``system_prompt=`` (a preset name or literal text).
+    """
+
+    instruction: ClassVar[str] = " Answer with just the number."
+    cot_instruction: ClassVar[str] = " Think step by step, then give the final number."
+
+    def __init__(self, config: ArithmeticConfig | None = None, *, system_prompt: str | None = None, **overrides: Any):
+        known = {f.name for f in fields(ArithmeticConfig)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ValueError(f"task 'arithmetic' has no option(s) {unknown}; accepted: {sorted(known | {'config', 'system_prompt'})}")
+        self.config = replace(config or ArithmeticConfig(), **overrides)
+        self.system_prompt = resolve_system_prompt(system_prompt)
+        self._splits: dict[str, list[Problem]] | None = None
+
+    def load(self, split: str) -> list[Problem]:
+        self.check_split(split)
+        if self._splits is None:  # built once: all splits come from one allocation
+            self._splits = build_splits(self.config)
+        return list(self._splits[split])
+
+    def prompt(self, problem: Problem, cot: bool = False) -> list[dict[str, str]]:
+        suffix = self.cot_instruction if cot else self.instruction
+        return chat_messages(self.system_prompt, problem.question + suffix)
+
+    def reward(self, problem: Problem, completion: str) -> float:
+        return score_arithmetic(completion, problem.answer)

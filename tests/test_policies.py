@@ -1,0 +1,68 @@
+"""Policies: shapes, budget inputs, chooser reproducibility, save/load round trip and mismatch errors."""
+
+import pytest
+import torch
+
+from decoding_adapters.actions import PRESETS, ActionSet
+from decoding_adapters.decoding import decode
+from decoding_adapters.policies import (
+    AdapterConfig,
+    SequencePolicy,
+    SequencePolicyConfig,
+    TokenPolicy,
+    TokenPolicyChooser,
+    TokenPolicyConfig,
+    categorical_from_uniform,
+    load_adapter,
+    save_adapter,
+)
+
+
+def test_sequence_policy_uses_the_budget_only_when_asked():
+    torch.manual_seed(0)
+    with_b = SequencePolicy(SequencePolicyConfig(embed_dim=8, num_actions=3))
+    e = torch.randn(4, 8)
+    a = with_b(e, torch.tensor([1, 1, 1, 1]))
+    b = with_b(e, torch.tensor([8, 8, 8, 8]))
+    assert a.shape == (4, 3) and not torch.allclose(a, b)
+    with pytest.raises(ValueError, match="budget"):
+        with_b(e)
+    without = SequencePolicy(SequencePolicyConfig(embed_dim=8, num_actions=3, use_budget=False))
+    assert torch.equal(without(e, torch.ones(4)), without(e, torch.full((4,), 8)))
+    action, probs = with_b.select(e, torch.ones(4), deterministic=True)
+    assert torch.equal(action, probs.argmax(-1)) and torch.allclose(probs.sum(-1), torch.ones(4))
+
+
+def test_categorical_from_uniform_inverts_the_cdf():
+    probs = torch.tensor([[0.2, 0.5, 0.3]] * 4)
+    u = torch.tensor([0.0, 0.19, 0.69, 0.999])
+    assert categorical_from_uniform(probs, u).tolist() == [0, 0, 1, 2]
+
+
+@pytest.mark.parametrize("features,use_budget", [("hidden", True), ("hidden", False), ("entropy", True)])
+def test_token_policy_as_chooser_is_reproducible(tiny_lm, tiny_prompts, features, use_budget):
+    torch.manual_seed(0)
+    policy = TokenPolicy(TokenPolicyConfig(hidden_size=tiny_lm.hidden_size, num_actions=4, features=features,
+                                           use_budget=use_budget, token_budget=8)).eval()
+    aset = ActionSet(PRESETS["math-token"])
+    run = lambda: decode(tiny_lm, tiny_prompts, aset, chooser=TokenPolicyChooser(policy), token_budget=8, seed=3)
+    a, b = run(), run()
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.actions, b.actions)
+    assert len(set(a.actions[a.valid_mask()].tolist())) > 1  # a fresh policy explores several actions
+
+
+def test_adapter_round_trip_and_mismatch(tmp_path, tiny_lm):
+    policy = TokenPolicy(TokenPolicyConfig(hidden_size=tiny_lm.hidden_size, num_actions=4))
+    cfg = AdapterConfig(kind="token", policy=policy.config.__dict__, actions=ActionSet(PRESETS["math-token"]).to_json(),
+                        base_model="tiny", base_fingerprint=tiny_lm.fingerprint())
+    save_adapter(tmp_path, policy, cfg)
+    loaded, loaded_cfg = load_adapter(tmp_path, tiny_lm)
+    for k, v in policy.state_dict().items():
+        assert torch.equal(v, loaded.state_dict()[k])
+    assert loaded_cfg.action_list == list(PRESETS["math-token"])
+    cfg.base_fingerprint = {**cfg.base_fingerprint, "hidden_size": 999}
+    save_adapter(tmp_path, policy, cfg)
+    with pytest.raises(ValueError, match="hidden_size"):
+        load_adapter(tmp_path, tiny_lm)
+    with pytest.raises(FileNotFoundError):
+        load_adapter(tmp_path / "nope")

@@ -1,0 +1,239 @@
+"""The sandbox against hostile programs: each test is bounded in time (a few seconds at most)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from decoding_adapters.sandbox import (
+    ExecutionResult,
+    SandboxConfig,
+    classify,
+    probe_isolation,
+    run_code,
+)
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="the sandbox needs POSIX resource limits")
+
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+# Generous enough for a busy 2-core machine: an interpreter starts in ~50 ms when idle.
+SLOW_OK_S = 20.0
+
+
+@pytest.fixture(scope="module")
+def isolation():
+    return probe_isolation()
+
+
+def processes_in(directory: str) -> list[int]:
+    """Pids of live processes whose working directory is (or was) ``directory``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if cwd.removesuffix(" (deleted)") == directory:
+            found.append(int(entry.name))
+    return found
+
+
+# --------------------------------------------------------------------------- unit: pure parts
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("timeout_s", 0), ("timeout_s", float("inf")), ("memory_mb", -1), ("memory_mb", 1.5),
+     ("max_output_bytes", 0), ("max_file_mb", True), ("max_processes", 0), ("python", "")],
+)
+def test_config_rejects_bad_values(field, value):
+    with pytest.raises(ValueError, match=field):
+        SandboxConfig(**{field: value})
+
+
+def test_cpu_limit_is_above_the_wall_clock_limit():
+    assert SandboxConfig(timeout_s=0.5).cpu_limit_s == 2
+    assert SandboxConfig(timeout_s=5).cpu_limit_s == 6
+
+
+@pytest.mark.parametrize(
+    "returncode, stderr, timed_out, expected",
+    [
+        (0, "", False, "ok"),
+        (1, "Traceback ...\nValueError: x", False, "error"),
+        (1, "Traceback ...\nMemoryError", False, "memory"),
+        (-signal.SIGSEGV, "", False, "memory"),
+        (-signal.SIGKILL, "", False, "memory"),
+        (-signal.SIGXCPU, "", False, "timeout"),
+        (None, "", True, "timeout"),
+        (0, "", True, "timeout"),
+        (None, "", False, "error"),
+    ],
+)
+def test_classify(returncode, stderr, timed_out, expected):
+    assert classify(returncode, stderr, timed_out) == expected
+
+
+# --------------------------------------------------------------------------- behaviour
+
+
+def test_hello_world():
+    result = run_code("print('hello')", timeout_s=SLOW_OK_S)
+    assert isinstance(result, ExecutionResult)
+    assert (result.status, result.returncode, result.stdout, result.truncated) == ("ok", 0, "hello\n", False)
+    assert result.ok and result.wall_s > 0
+
+
+def test_stdin_passes_through():
+    result = run_code("a, b = map(int, input().split())\nprint(a + b)", stdin="2 40\n", timeout_s=SLOW_OK_S)
+    assert (result.status, result.stdout) == ("ok", "42\n")
+
+
+def test_large_stdin_that_is_not_read_does_not_block():
+    result = run_code("print('ignored')", stdin="x" * 5_000_000, timeout_s=SLOW_OK_S)
+    assert (result.status, result.stdout) == ("ok", "ignored\n")
+
+
+def test_exit_code_and_exception_are_errors():
+    exited = run_code("raise SystemExit(3)", timeout_s=SLOW_OK_S)
+    assert (exited.status, exited.returncode) == ("error", 3)
+    raised = run_code("raise ValueError('boom')", timeout_s=SLOW_OK_S)
+    assert raised.status == "error" and "ValueError: boom" in raised.stderr
+
+
+def test_infinite_loop_times_out():
+    result = run_code("while True:\n    pass", timeout_s=1.0)
+    assert (result.status, result.returncode) == ("timeout", None)
+    assert 1.0 <= result.wall_s < 3.0
+
+
+def test_sleeping_program_times_out_on_wall_clock():
+    # Uses no CPU, so only the wall-clock limit can stop it.
+    result = run_code("import time\ntime.sleep(60)", timeout_s=1.0)
+    assert result.status == "timeout" and result.wall_s < 3.0
+
+
+def test_memory_hog_is_reported_as_memory():
+    hog = "chunks = []\nwhile True:\n    chunks.append(bytearray(50 * 2**20))"
+    result = run_code(hog, timeout_s=SLOW_OK_S, memory_mb=256)
+    assert result.status == "memory", result.stderr[-500:]
+
+
+def test_fork_bomb_is_contained():
+    bomb = (
+        "import os\nprint(os.getcwd(), flush=True)\n"
+        "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    )
+    result = run_code(bomb, timeout_s=1.5)
+    assert result.status != "ok"
+    workdir = result.stdout.strip()
+    assert workdir and processes_in(workdir) == []
+    assert not os.path.exists(workdir)
+    # The host can still spawn processes, and so can the next run (even with a reused uid).
+    assert subprocess.run(["true"], timeout=10).returncode == 0
+    assert run_code("print('after')", timeout_s=SLOW_OK_S).stdout == "after\n"
+
+
+def test_descendants_that_leave_the_group_do_not_survive(isolation):
+    if not isolation.pid_namespace:
+        pytest.skip("no PID namespace on this machine: a setsid()'d descendant may outlive the run")
+    escape = (
+        "import os, time\nprint(os.getcwd(), flush=True)\n"
+        "if os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n"
+    )
+    result = run_code(escape, timeout_s=SLOW_OK_S)
+    assert result.status == "ok"
+    assert processes_in(result.stdout.strip()) == []
+
+
+def test_writing_a_huge_file_fails_and_leaves_nothing():
+    writer = (
+        "import os\nprint(os.getcwd(), flush=True)\n"
+        "with open('big.bin', 'wb') as f:\n"
+        "    for _ in range(1024):\n        f.write(b'x' * 2**20)\n"
+    )
+    result = run_code(writer, timeout_s=SLOW_OK_S, max_file_mb=10)
+    assert result.status == "error" and "File too large" in result.stderr
+    workdir = result.stdout.strip()
+    assert workdir.startswith(tempfile.gettempdir()) and not os.path.exists(workdir)
+
+
+def test_working_directory_is_fresh_and_removed():
+    first = run_code("import os\nprint(os.getcwd())\nprint(sorted(os.listdir()))", timeout_s=SLOW_OK_S)
+    workdir, listing = first.stdout.splitlines()
+    assert listing == "['main.py']" and not os.path.exists(workdir)
+    second = run_code("import os\nprint(os.getcwd())", timeout_s=SLOW_OK_S)
+    assert second.stdout.strip() != workdir
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="without root the code runs as the calling user and may touch its files")
+def test_files_outside_the_working_directory_are_protected(tmp_path):
+    with tempfile.NamedTemporaryFile(dir="/tmp", delete=False) as handle:
+        victim = handle.name
+    os.chmod(victim, 0o644)
+    os.chmod(tmp_path, 0o755)
+    try:
+        removal = run_code(f"import os\nos.remove({victim!r})", timeout_s=SLOW_OK_S)
+        assert removal.status == "error" and "PermissionError" in removal.stderr
+        assert os.path.exists(victim)
+        creation = run_code(f"open({str(tmp_path / 'planted.txt')!r}, 'w').write('x')", timeout_s=SLOW_OK_S)
+        assert creation.status == "error" and "PermissionError" in creation.stderr
+        assert not (tmp_path / "planted.txt").exists()
+    finally:
+        os.remove(victim)
+
+
+def test_network_is_unreachable(isolation):
+    if not isolation.network:
+        pytest.skip("network namespaces are unavailable here (unshare refused): code has network")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        server.settimeout(0.2)
+        port = server.getsockname()[1]
+        client = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('connected')"
+        result = run_code(client, timeout_s=SLOW_OK_S)
+        assert result.status == "error" and "connected" not in result.stdout
+        assert result.network_isolated
+        with pytest.raises(socket.timeout):
+            server.accept()
+
+
+def test_environment_is_minimal(monkeypatch):
+    monkeypatch.setenv("SECRET_TOKEN", "hunter2-do-not-leak")
+    result = run_code("import os\nprint(sorted(os.environ.items()))", timeout_s=SLOW_OK_S)
+    assert result.status == "ok"
+    assert "hunter2" not in result.stdout and "SECRET_TOKEN" not in result.stdout
+    assert "PYTHONHASHSEED', '0'" in result.stdout
+
+
+def test_many_runs_in_parallel():
+    def square(i: int) -> ExecutionResult:
+        return run_code(f"import sys\nn = int(sys.stdin.read())\nprint(n * n)", stdin=str(i), timeout_s=SLOW_OK_S)
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(square, range(16)))
+    assert [r.status for r in results] == ["ok"] * 16
+    assert [r.stdout for r in results] == [f"{i * i}\n" for i in range(16)]
+
+
+def test_output_is_truncated():
+    chatty = "import sys\nprint('x' * 200_000)\nsys.stderr.write('e' * 10)"
+    result = run_code(chatty, timeout_s=SLOW_OK_S, max_output_bytes=1000)
+    assert result.status == "ok" and result.truncated
+    assert result.stdout == "x" * 1000 and result.stderr == "e" * 10
+
+
+def test_endless_output_is_bounded_and_times_out():
+    result = run_code("while True:\n    print('spam' * 1000)", timeout_s=1.0)
+    assert result.status == "timeout" and result.truncated
+    assert len(result.stdout) == SandboxConfig().max_output_bytes
