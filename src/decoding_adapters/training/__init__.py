@@ -1,0 +1,1 @@
+"""REINFORCE trainers for the sequence- and token-level adapters."""

@@ -1,0 +1,362 @@
+"""Sequence-level adapter training: a budget-aware contextual bandit trained with REINFORCE
+(paper Sec. "Sequence-Level: Contextual Bandits", Alg. "Sequence-Level Decoding Adapter").
+
+Each step draws a batch of prompts and a parallel budget B per prompt (from ``budgets``), samples
+one action a ~ pi(.|e, B) per prompt, generates B completions under a, and scores them with the
+inference metric under budget B: ``pass`` (pass@B: any of the B is right, i.e. best-of-B with a
+verifier), ``majority`` (the most common extracted answer is right), ``mean`` (fraction right),
+or ``mix`` (one of those drawn per prompt, the paper's "mix of inference strategies").
+
+Objective: E[r] + beta * H(pi(.|x)), optimised with the score-function gradient
+``(r - b(B)) * grad log pi(a|x) + beta * grad H``. Departures from textbook REINFORCE:
+- **Baseline.** b(B) is an exponential moving average of the reward *per budget B* (and per
+  metric), since pass@8 rewards are systematically higher than pass@1; the first observation
+  initialises it.
+- **Offline replay** (``replay=outcomes.jsonl`` from ``select-actions``): rewards are simulated by
+  drawing B stored samples of the (problem, action) cell instead of decoding. It is much faster but
+  limited to the problems and actions in that table; logs mark such runs ``"offline_replay": true``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from ..actions import ActionSet, load_action_set
+from ..decoding import row_seed
+from ..policies import AdapterConfig, SequencePolicy, SequencePolicyConfig, save_adapter
+from ..rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
+from .common import (
+    Checkpoint,
+    JsonlLog,
+    action_histogram,
+    config_from_dict,
+    load_split,
+    sample_prompt_batch,
+    seed_everything,
+    step_generator,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SequenceTrainConfig", "SequenceTrainer", "inference_reward", "sequence_loss", "PromptEmbeddings"]
+
+METRICS = ("pass", "majority", "mean")
+
+
+@dataclass(frozen=True)
+class SequenceTrainConfig:
+    """Hyper-parameters of sequence-level training."""
+
+    actions: str = "mix"
+    """Action set: preset name or JSON file (e.g. select-actions' actions.json)."""
+    budgets: tuple[int, ...] = (1, 2, 4, 8)
+    """Parallel budgets B drawn uniformly per prompt."""
+    use_budget: bool = True
+    """x = [e ; g(B)] (w/ budget) or x = e (w/o budget)."""
+    metric: Literal["pass", "majority", "mean", "mix"] = "pass"
+    token_budget: int = 32
+    steps: int = 60
+    prompts_per_step: int = 16
+    lr: float = 1e-3
+    entropy_coef: float = 0.01
+    ema_decay: float = 0.9
+    policy_hidden: int = 256
+    policy_temperature: float = 1.0
+    pooling: Literal["mean", "last"] = "mean"
+    max_train_prompts: int | None = 256
+    val_every: int = 10
+    val_problems: int = 64
+    checkpoint_every: int = 5
+    cot_ratio: float = 0.0
+    replay: str | None = None
+    """Path to a select-actions outcomes table: simulate rollouts from it (offline replay)."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.budgets or min(self.budgets) < 1:
+            raise ValueError("budgets must be positive integers")
+        if self.metric not in METRICS + ("mix",):
+            raise ValueError(f"metric must be one of {METRICS + ('mix',)}, got {self.metric!r}")
+        if self.prompts_per_step < 1 or self.steps < 0 or self.val_every < 1 or self.checkpoint_every < 1:
+            raise ValueError("prompts_per_step, val_every and checkpoint_every must be >= 1 and steps >= 0")
+
+
+def inference_reward(rewards: Sequence[float], answers: Sequence[str] | None, metric: str) -> float:
+    """The reward of B completions under an inference metric (see module docstring)."""
+    if not rewards:
+        raise ValueError("no completions to score")
+    if metric == "pass":
+        return float(max(rewards))
+    if metric == "mean":
+        return float(sum(rewards) / len(rewards))
+    if metric == "majority":
+        if answers is None:
+            raise ValueError("majority vote needs the extracted answers")
+        counts = Counter(a for a in answers if a)
+        if not counts:
+            return 0.0
+        top = max(counts.values())
+        # Ties between answers: the earliest completion among the tied answers wins (deterministic).
+        winner = next(a for a in answers if a and counts[a] == top)
+        return float(max(r for a, r in zip(answers, rewards) if a == winner))
+    raise ValueError(f"unknown metric {metric!r}")
+
+
+def sequence_loss(policy: SequencePolicy, embeddings, budgets, actions, advantages, entropy_coef: float):
+    """``-mean[(A * log pi(a|x)) + beta * H(pi(.|x))]`` over the prompts of a batch."""
+    logp_all = (policy(embeddings, budgets) / policy.temperature).log_softmax(-1)
+    logp = logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return -(advantages * logp + entropy_coef * entropy).mean(), logp_all.exp().detach(), entropy.detach()
+
+
+class PromptEmbeddings:
+    """Prompt embeddings computed once per prompt and cached (in memory and on disk)."""
+
+    def __init__(self, lm, pooling: str, cache_path: Path | None = None):
+        self.lm, self.pooling, self.cache_path = lm, pooling, cache_path
+        self.table: dict[str, torch.Tensor] = {}
+        if cache_path is not None and cache_path.is_file():
+            saved = torch.load(cache_path, weights_only=False)
+            if saved.get("fingerprint") == lm.fingerprint() and saved.get("pooling") == pooling:
+                self.table = saved["table"]
+
+    def get(self, keys: Sequence[str], prompts: Sequence[list[int]]) -> torch.Tensor:
+        missing = [i for i, k in enumerate(keys) if k not in self.table]
+        if missing:
+            fresh = self.lm.prompt_embeddings([prompts[i] for i in missing], pooling=self.pooling)
+            for i, e in zip(missing, fresh):
+                self.table[keys[i]] = e
+            if self.cache_path is not None:
+                self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = self.cache_path.with_suffix(".tmp")
+                torch.save({"fingerprint": self.lm.fingerprint(), "pooling": self.pooling, "table": self.table}, tmp)
+                tmp.replace(self.cache_path)
+        return torch.stack([self.table[k] for k in keys])
+
+
+class SequenceTrainer:
+    """Trains a ``SequencePolicy``; resumable from ``out_dir``."""
+
+    def __init__(self, config: SequenceTrainConfig, lm, task, rollouts: Rollouts | None, out_dir: str | Path, *,
+                 action_set: ActionSet | None = None, task_name: str = "", progress: bool = True):
+        self.config, self.lm, self.task, self.rollouts = config, lm, task, rollouts
+        self.action_set = action_set or rollouts.action_set
+        self.out_dir, self.progress = Path(out_dir), progress
+        self.task_name = task_name or getattr(task, "name", "")
+        self.policy = SequencePolicy(SequencePolicyConfig(
+            embed_dim=lm.hidden_size, num_actions=len(self.action_set), use_budget=config.use_budget,
+            hidden=config.policy_hidden, temperature=config.policy_temperature, max_budget=max(max(config.budgets), 2),
+        ))
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr)
+        self.checkpoint = Checkpoint(self.out_dir)
+        self.log = JsonlLog(self.out_dir / "train_log.jsonl")
+        self.embeddings = PromptEmbeddings(lm, config.pooling, self.out_dir / "embeddings.pt")
+        self.baselines: dict[str, float] = {}
+        self.step = 0
+        self.replay = None
+        if config.replay:
+            from ..selection import OutcomeTable, ReplayEnvironment
+
+            self.replay = ReplayEnvironment(OutcomeTable.load(config.replay))
+        self._prepare()
+
+    def _prepare(self) -> None:
+        cfg = self.config
+        self.val_problems = load_split(self.task, "validation")[: cfg.val_problems]
+        val_ids = {p.id for p in self.val_problems}
+        self.train_problems = [p for p in self.task.load("train") if p.id not in val_ids][: cfg.max_train_prompts]
+        if self.replay is not None:  # offline replay can only score problems the table holds
+            self.train_problems = [p for p in self.train_problems + self.val_problems if self.replay.has_problem(p.id)]
+            if not self.train_problems:
+                raise ValueError("the replay table holds none of this task's problems")
+
+    # ---- pieces --------------------------------------------------------------------------------
+    def _encode(self, problems) -> tuple[list[list[int]], torch.Tensor, list[bool]]:
+        prompts, cot = encode_problems(self.lm, self.task, problems, self.config.cot_ratio, self.config.seed)
+        keys = [f"{p.id}|cot={c}" for p, c in zip(problems, cot)]
+        return prompts, self.embeddings.get(keys, prompts), cot
+
+    def _rewards(self, problems, prompts, actions: list[int], budgets: list[int], metrics: list[str], key: tuple) -> torch.Tensor:
+        """Per-prompt reward of B completions under the chosen action and metric."""
+        if self.replay is not None:
+            gen = step_generator(self.config.seed, "replay", *key)
+            names = self.action_set.names
+            return torch.tensor([
+                inference_reward(self.replay.sample_rewards(p.id, names[a], b, gen).tolist(), None, m if m != "majority" else "pass")
+                for p, a, b, m in zip(problems, actions, budgets, metrics)
+            ])
+        prompt_of_row = [i for i, b in enumerate(budgets) for _ in range(b)]
+        request = RolloutRequest(
+            prompts=prompts, prompt_of_row=prompt_of_row,
+            row_seeds=[row_seed(self.config.seed, *key, problems[i].id, j) for i, b in enumerate(budgets) for j in range(b)],
+            token_budget=self.config.token_budget, row_actions=[actions[i] for i in prompt_of_row],
+        )
+        result = self.rollouts.run(request)
+        row_rewards = score_rows(self.task, problems, result).tolist()
+        extract = getattr(self.task, "extract_answer", None)
+        out, start = [], 0
+        for i, b in enumerate(budgets):
+            texts = result.texts[start:start + b]
+            answers = [extract(problems[i], t) if extract else t.strip() for t in texts] if metrics[i] == "majority" else None
+            out.append(inference_reward(row_rewards[start:start + b], answers, metrics[i]))
+            start += b
+        return torch.tensor(out)
+
+    def _advantages(self, rewards: torch.Tensor, budgets: list[int], metrics: list[str]) -> torch.Tensor:
+        advantages = torch.empty_like(rewards)
+        for i, (r, b, m) in enumerate(zip(rewards.tolist(), budgets, metrics)):
+            key = f"{m}@{b}"
+            base = self.baselines.get(key, r)
+            advantages[i] = r - base
+            self.baselines[key] = self.config.ema_decay * base + (1 - self.config.ema_decay) * r
+        return advantages
+
+    def train_step(self) -> dict:
+        cfg = self.config
+        gen = step_generator(cfg.seed, "step", self.step)
+        picked = sample_prompt_batch(len(self.train_problems), cfg.prompts_per_step, gen)
+        problems = [self.train_problems[i] for i in picked]
+        prompts, emb, cot = self._encode(problems)
+        budgets = [cfg.budgets[i] for i in torch.randint(len(cfg.budgets), (len(problems),), generator=gen).tolist()]
+        metrics = ([METRICS[i] for i in torch.randint(len(METRICS), (len(problems),), generator=gen).tolist()]
+                   if cfg.metric == "mix" else [cfg.metric] * len(problems))
+        budget_t = torch.tensor(budgets)
+        self.policy.train()
+        with torch.no_grad():
+            probs = self.policy.probs(emb, budget_t)
+        actions = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+        rewards = self._rewards(problems, prompts, actions.tolist(), budgets, metrics, ("train", self.step))
+        advantages = self._advantages(rewards, budgets, metrics)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, probs, entropy = sequence_loss(self.policy, emb, budget_t, actions, advantages, cfg.entropy_coef)
+        loss.backward()
+        self.optimizer.step()
+        record = {"reward": float(rewards.mean()), "entropy": float(entropy.mean()), "loss": float(loss),
+                  "action_probs": probs.mean(0).tolist(), "action_freq": action_histogram(actions, len(self.action_set)),
+                  "reward_by_budget": {str(b): float(rewards[budget_t == b].mean()) for b in sorted(set(budgets))}}
+        if cfg.cot_ratio > 0:
+            cot_t = torch.tensor(cot)
+            for name, sel in (("action_probs_cot", cot_t), ("action_probs_nocot", ~cot_t)):
+                record[name] = probs[sel].mean(0).tolist() if bool(sel.any()) else None
+        return record
+
+    def validate(self) -> float:
+        """Mean reward with the deterministic policy, budgets assigned to validation problems in turn."""
+        if not self.val_problems or (self.replay is not None and not all(self.replay.has_problem(p.id) for p in self.val_problems)):
+            return float("nan")
+        prompts, emb, _ = self._encode(self.val_problems)
+        budgets = [self.config.budgets[i % len(self.config.budgets)] for i in range(len(self.val_problems))]
+        self.policy.eval()
+        with torch.no_grad():
+            actions, _ = self.policy.select(emb, torch.tensor(budgets), deterministic=True)
+        metric = "pass" if self.config.metric == "mix" else self.config.metric
+        rewards = self._rewards(self.val_problems, prompts, actions.tolist(), budgets, [metric] * len(budgets), ("val",))
+        return float(rewards.mean())
+
+    # ---- loop ----------------------------------------------------------------------------------
+    def train(self, resume: bool = False) -> Path:
+        cfg = self.config
+        if resume and self.checkpoint.exists():
+            self._restore(self.checkpoint.load())
+            log.info("resumed from step %d", self.step)
+        elif self.checkpoint.exists():
+            raise ValueError(f"{self.out_dir} already holds a run: pass --resume to continue it or choose another --out")
+        self.log.truncate_after(self.step)
+        bar = tqdm(total=cfg.steps, initial=self.step, desc="train-sequence", unit="step", disable=not self.progress)
+        while self.step < cfg.steps:
+            started = time.perf_counter()
+            seed_everything(cfg.seed, "dropout", self.step)
+            record = self.train_step()
+            self.step += 1
+            record = {"step": self.step, **record, "seconds": time.perf_counter() - started,
+                      "offline_replay": self.replay is not None}
+            if self.step % cfg.val_every == 0 or self.step == cfg.steps:
+                record["val_reward"] = self.validate()
+            self.log.append(record)
+            bar.set_postfix(reward=f"{record['reward']:.2f}", val=f"{record.get('val_reward', float('nan')):.2f}")
+            bar.update(1)
+            if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps:
+                self.checkpoint.save({"step": self.step, "config": asdict(cfg), "policy": self.policy.state_dict(),
+                                      "optimizer": self.optimizer.state_dict(), "baselines": self.baselines})
+        bar.close()
+        return self.save()
+
+    def _restore(self, state: dict) -> None:
+        if state["config"] != asdict(self.config):
+            raise ValueError("the checkpoint was written with a different configuration; resume with the same options")
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step, self.baselines = state["step"], state["baselines"]
+
+    def save(self) -> Path:
+        config = AdapterConfig(
+            kind="sequence", policy=asdict(self.policy.config), actions=self.action_set.to_json(),
+            base_model=self.lm.spec.name_or_path, base_fingerprint=self.lm.fingerprint(),
+            embedding={"pooling": self.config.pooling}, budgets=list(self.config.budgets), task=self.task_name,
+            training=asdict(self.config),
+        )
+        return save_adapter(self.out_dir, self.policy, config)
+
+
+# ---- CLI ------------------------------------------------------------------------------------------
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    from ..cli_common import add_model_arguments, add_rollout_arguments, add_task_arguments, parse_int_list
+
+    add_model_arguments(p)
+    add_task_arguments(p)
+    add_rollout_arguments(p, token_budget=SequenceTrainConfig.token_budget)
+    g = p.add_argument_group("sequence-level training")
+    g.add_argument("--actions", default=SequenceTrainConfig.actions, help="action set: preset or JSON file (select-actions output)")
+    g.add_argument("--budgets", type=parse_int_list, default=list(SequenceTrainConfig.budgets), help="parallel budgets B, e.g. 1,2,4,8")
+    g.add_argument("--no-budget", action="store_true", help="w/o budget variant: the policy does not see B")
+    g.add_argument("--metric", default="pass", choices=["pass", "majority", "mean", "mix"], help="reward under budget B")
+    for name in ("steps", "prompts_per_step", "val_every", "val_problems", "checkpoint_every", "max_train_prompts"):
+        g.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(SequenceTrainConfig, name))
+    for name in ("lr", "entropy_coef", "ema_decay", "policy_temperature"):
+        g.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(SequenceTrainConfig, name))
+    g.add_argument("--pooling", default="mean", choices=["mean", "last"], help="prompt-embedding pooling")
+    g.add_argument("--replay", default=None, help="OFFLINE REPLAY: simulate rollouts from a select-actions outcomes.jsonl")
+    p.add_argument("--out", required=True, help="output directory (adapter, checkpoint, train_log.jsonl)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+
+
+def config_from_args(args) -> SequenceTrainConfig:
+    return SequenceTrainConfig(
+        actions=args.actions, budgets=tuple(args.budgets), use_budget=not args.no_budget, metric=args.metric,
+        token_budget=args.token_budget, steps=args.steps, prompts_per_step=args.prompts_per_step, lr=args.lr,
+        entropy_coef=args.entropy_coef, ema_decay=args.ema_decay, policy_temperature=args.policy_temperature,
+        pooling=args.pooling, max_train_prompts=args.max_train_prompts, val_every=args.val_every,
+        val_problems=args.val_problems, checkpoint_every=args.checkpoint_every, cot_ratio=args.cot_ratio,
+        replay=args.replay, seed=args.seed,
+    )
+
+
+def run_cli(args) -> int:
+    from ..cli_common import build_lm, build_rollouts, build_task
+
+    config = config_from_args(args)
+    if args.resume and Checkpoint(args.out).exists():
+        config = config_from_dict(SequenceTrainConfig, Checkpoint(args.out).load()["config"])
+    lm = build_lm(args)
+    task = build_task(args)
+    action_set = ActionSet(load_action_set(config.actions), device=lm.device)
+    rollouts = None if config.replay else build_rollouts(args, lm, action_set)
+    try:
+        out = SequenceTrainer(config, lm, task, rollouts, args.out, action_set=action_set, task_name=args.task).train(resume=args.resume)
+    finally:
+        if rollouts is not None:
+            rollouts.close()
+    print(f"sequence adapter written to {out}")
+    return 0
