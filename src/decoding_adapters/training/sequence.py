@@ -153,10 +153,12 @@ class SequenceTrainer:
         self.action_set = action_set or rollouts.action_set
         self.out_dir, self.progress = Path(out_dir), progress
         self.task_name = task_name or getattr(task, "name", "")
-        self.policy = SequencePolicy(SequencePolicyConfig(
-            embed_dim=lm.hidden_size, num_actions=len(self.action_set), use_budget=config.use_budget,
-            hidden=config.policy_hidden, temperature=config.policy_temperature, max_budget=max(max(config.budgets), 2),
-        ))
+        with torch.random.fork_rng():  # same seed, same initial weights, whatever ran before
+            seed_everything(config.seed, "init")
+            self.policy = SequencePolicy(SequencePolicyConfig(
+                embed_dim=lm.hidden_size, num_actions=len(self.action_set), use_budget=config.use_budget,
+                hidden=config.policy_hidden, temperature=config.policy_temperature, max_budget=max(max(config.budgets), 2),
+            ))
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr)
         self.checkpoint = Checkpoint(self.out_dir)
         self.log = JsonlLog(self.out_dir / "train_log.jsonl")
@@ -241,7 +243,7 @@ class SequenceTrainer:
         loss, probs, entropy = sequence_loss(self.policy, emb, budget_t, actions, advantages, cfg.entropy_coef)
         loss.backward()
         self.optimizer.step()
-        record = {"reward": float(rewards.mean()), "entropy": float(entropy.mean()), "loss": float(loss),
+        record = {"reward": float(rewards.mean()), "entropy": float(entropy.mean()), "loss": float(loss.detach()),
                   "action_probs": probs.mean(0).tolist(), "action_freq": action_histogram(actions, len(self.action_set)),
                   "reward_by_budget": {str(b): float(rewards[budget_t == b].mean()) for b in sorted(set(budgets))}}
         if cfg.cot_ratio > 0:

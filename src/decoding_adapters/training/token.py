@@ -193,11 +193,13 @@ class TokenTrainer:
         self.progress = progress
         self.task_name = task_name or getattr(task, "name", "")
         self.action_set: ActionSet = rollouts.action_set
-        self.policy = TokenPolicy(TokenPolicyConfig(
-            hidden_size=lm.hidden_size, num_actions=len(self.action_set), features=config.features,
-            use_budget=config.use_budget, token_budget=config.token_budget, width=config.policy_width,
-            layers=config.policy_layers, dropout=config.dropout, temperature=config.policy_temperature,
-        ))
+        with torch.random.fork_rng():  # same seed, same initial weights, whatever ran before
+            seed_everything(config.seed, "init")
+            self.policy = TokenPolicy(TokenPolicyConfig(
+                hidden_size=lm.hidden_size, num_actions=len(self.action_set), features=config.features,
+                use_budget=config.use_budget, token_budget=config.token_budget, width=config.policy_width,
+                layers=config.policy_layers, dropout=config.dropout, temperature=config.policy_temperature,
+            ))
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr)
         self.scheduler = torch.optim.lr_scheduler.ExponentialLR(self.optimizer, gamma=config.lr_decay)
         self.checkpoint = Checkpoint(self.out_dir)
