@@ -163,7 +163,7 @@ def token_loss(policy: TokenPolicy, batch: TokenBatch, normalizer: int, entropy_
     logp = logp_all.gather(-1, batch.actions[take].to(device).unsqueeze(-1)).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
     objective = batch.advantage[take].to(device) * logp + entropy_coef * entropy
-    return -objective.sum() / max(normalizer, 1), {"entropy": float(entropy.mean())}
+    return -objective.sum() / max(normalizer, 1), {"entropy": float(entropy.detach().mean())}
 
 
 class UniformChooser:

@@ -1,0 +1,166 @@
+"""Token trainer: a synthetic POMDP (no LLM) where the best action depends on the observation;
+loss invariance to micro-batching; masked steps carry no gradient; parameters change."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from decoding_adapters.actions import ActionSet, DecodingAction
+from decoding_adapters.decoding import DecodeResult, StepFeatures
+from decoding_adapters.policies import TokenPolicyChooser, load_adapter
+from decoding_adapters.rollouts import Rollouts
+from decoding_adapters.tasks import Problem
+from decoding_adapters.training.token import (
+    TokenBatch,
+    TokenTrainConfig,
+    TokenTrainer,
+    rollout_batch_from_result,
+    token_loss,
+)
+
+H, T = 6, 5
+ACTIONS = ActionSet([DecodingAction(do_sample=False), DecodingAction(temperature=0.5), DecodingAction(temperature=1.0)])
+
+
+class FakeLM:
+    hidden_size = H
+    device = torch.device("cpu")
+    spec = SimpleNamespace(name_or_path="synthetic")
+
+    def fingerprint(self):
+        return {"hidden_size": H, "vocab_size": 0}
+
+    def encode_chat(self, chats):
+        return [[1] for _ in chats]
+
+
+class FakeTask:
+    name = "pomdp"
+
+    def load(self, split):
+        return [Problem(id=f"{split}{i}", question="q", answer="a") for i in range(32)]
+
+    def prompt(self, problem, cot=False):
+        return [{"role": "user", "content": problem.question}]
+
+    def reward(self, problem, completion):
+        return float(completion == "1")
+
+
+class PomdpRollouts(Rollouts):
+    """Each step shows an observation h; action 2 is right when h[0] > h[1], else action 0 (a
+    comparison the policy's input LayerNorm preserves); the terminal reward is 1 with probability (fraction of right
+    actions)^2. Every third step is near-deterministic (max-prob 0.99) and does not matter."""
+
+    action_set = ACTIONS
+
+    def run(self, request, chooser=None, *, record_features=False, progress=False):
+        n = request.num_rows
+        gens = [torch.Generator().manual_seed(s % (2**62)) for s in request.row_seeds]
+        feats = torch.stack([torch.randn(T, H, generator=g) for g in gens])  # [n, T, H]
+        max_prob = torch.tensor([0.5 if t % 3 else 0.99 for t in range(T)]).expand(n, T).clone()
+        entropy = torch.ones(n, T)
+        actions = torch.zeros(n, T, dtype=torch.long)
+        for t in range(T):
+            u = torch.stack([torch.rand(1, generator=g)[0] for g in gens])
+            f = StepFeatures(feats[:, t], entropy[:, t], max_prob[:, t], t, torch.full((n,), T - t), torch.arange(n), u)
+            actions[:, t] = chooser(f)
+        right = torch.where(feats[..., 0] > feats[..., 1], 2, 0)
+        matters = max_prob < 0.95
+        frac = ((actions == right) & matters).sum(1).float() / matters.sum(1)
+        win = torch.stack([torch.rand(1, generator=g)[0] for g in gens]) < frac ** 2
+        return DecodeResult(
+            prompt_of_row=torch.tensor(request.prompt_of_row), tokens=torch.zeros(n, T, dtype=torch.long),
+            lengths=torch.full((n,), T), actions=actions, entropy=entropy, max_prob=max_prob,
+            stopped_at_eos=torch.zeros(n, dtype=torch.bool), texts=["1" if w else "0" for w in win.tolist()],
+            budgets=torch.full((n,), T), features=feats if record_features else None, prompts=request.prompts,
+        )
+
+
+def make_trainer(tmp_path, **overrides):
+    params = dict(token_budget=T, steps=40, prompts_per_step=8, group_size=4, lr=1e-2, lr_decay=1.0, entropy_coef=0.001,
+                  filter_samples=0, val_every=1000, val_problems=8, checkpoint_every=1000, policy_width=32, dropout=0.0)
+    params.update(overrides)
+    return TokenTrainer(TokenTrainConfig(**params), FakeLM(), FakeTask(), PomdpRollouts(), tmp_path, progress=False)
+
+
+def accuracy_on_observations(policy) -> float:
+    obs = torch.randn(400, H, generator=torch.Generator().manual_seed(5))
+    right = torch.where(obs[:, 0] > obs[:, 1], 2, 0)
+    f = StepFeatures(obs, torch.ones(400), torch.full((400,), 0.5), 0, torch.full((400,), T), torch.arange(400), torch.rand(400))
+    return float((TokenPolicyChooser(policy.eval(), deterministic=True)(f) == right).float().mean())
+
+
+def test_learns_the_observation_dependent_action(tmp_path):
+    trainer = make_trainer(tmp_path)
+    before = accuracy_on_observations(trainer.policy)
+    trainer.train()
+    assert accuracy_on_observations(trainer.policy) >= 0.9 > before
+    log = trainer.log.read()
+    assert log[-1]["reward"] > log[1]["reward"]
+    assert abs(log[-1]["masked_fraction"] - 2 / 5) < 1e-6  # steps 0 and 3 are near-deterministic
+    policy, cfg = load_adapter(tmp_path)
+    assert cfg.kind == "token" and cfg.budgets == [T]
+
+
+def _batch(trainer, step=0) -> TokenBatch:
+    trainer.prepare()
+    batch, _, _ = trainer.rollout(step)
+    return batch
+
+
+def _grads(trainer, batch, micro_batches):
+    trainer.policy.train()
+    trainer.policy.zero_grad()
+    normalizer = batch.num_decisions
+    for part in batch.row.unique().chunk(micro_batches):
+        loss, _ = token_loss(trainer.policy, batch.select_rows(part), normalizer, 0.01)
+        loss.backward()
+    return [p.grad.clone() for p in trainer.policy.parameters()]
+
+
+def test_loss_does_not_depend_on_micro_batching(tmp_path):
+    trainer = make_trainer(tmp_path)
+    batch = _batch(trainer)
+    whole, split = _grads(trainer, batch, 1), _grads(trainer, batch, 3)
+    for a, b in zip(whole, split):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_masked_steps_contribute_zero_gradient(tmp_path):
+    trainer = make_trainer(tmp_path)
+    batch = _batch(trainer)
+    reference = _grads(trainer, batch, 1)
+    noisy = TokenBatch(**{**batch.__dict__, "advantage": torch.where(batch.decision, batch.advantage, torch.full_like(batch.advantage, 1e6))})
+    for a, b in zip(reference, _grads(trainer, noisy, 1)):
+        torch.testing.assert_close(a, b)
+
+
+def test_parameters_change_after_one_step(tmp_path):
+    trainer = make_trainer(tmp_path)
+    batch = _batch(trainer)
+    before = [p.detach().clone() for p in trainer.policy.parameters()]
+    trainer.update(batch)
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.policy.parameters()))
+
+
+def test_filtering_drops_prompts_that_always_or_never_pass(tmp_path):
+    class Half(FakeTask):
+        def reward(self, problem, completion):
+            return float(problem.id.endswith(("0", "2", "4")))  # constant per prompt
+
+    trainer = TokenTrainer(TokenTrainConfig(token_budget=T, filter_samples=2, group_size=2, dropout=0.0),
+                           FakeLM(), Half(), PomdpRollouts(), tmp_path, progress=False)
+    with pytest.raises(ValueError, match="kept no training prompt"):
+        trainer.prepare()
+
+
+def test_batch_flattening_uses_only_valid_steps():
+    result = PomdpRollouts().run(
+        SimpleNamespace(num_rows=2, row_seeds=[1, 2], prompt_of_row=[0, 0], prompts=[[1]]),
+        lambda f: torch.zeros(len(f.rows), dtype=torch.long), record_features=True)
+    result.lengths = torch.tensor([2, 5])
+    batch = rollout_batch_from_result(result, torch.tensor([1.0, -1.0]), 0.95)
+    assert len(batch.actions) == 7 and batch.advantage.tolist() == [1.0] * 2 + [-1.0] * 5
+    assert batch.remaining.tolist() == [5, 4, 5, 4, 3, 2, 1]
