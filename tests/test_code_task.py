@@ -74,6 +74,10 @@ def test_humaneval_program_indents_a_flush_body():
     assert STUB + "    return a + b" in program
 
 
+def test_humaneval_program_prints_the_sentinel_last():
+    assert humaneval_program(STUB, "    return a + b\n", TEST, "add", "ok-123").endswith("check(add)\nprint('ok-123')\n")
+
+
 def test_humaneval_program_keeps_prompt_before_a_redefinition():
     program = humaneval_program(STUB, "def add(a, b):\n    return a + b\n", TEST, "add")
     assert program.index(STUB) < program.index("def add(a, b):\n    return a + b")
@@ -115,6 +119,8 @@ def test_humaneval_canonical_solution_passes(humaneval, task_id):
         "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```",  # wrong redefinition
         "```python\ndef has_close_elements(numbers, threshold) return\n```",  # syntax error
         "I cannot solve this.",  # no code at all
+        "```python\nimport sys\nsys.exit(0)\n```",  # exits with status 0 before the tests
+        "```python\ndef has_close_elements(numbers, threshold):\n    raise SystemExit(0)\n```",
     ],
 )
 def test_humaneval_wrong_completions_score_zero(humaneval, completion):

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
 import subprocess
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from decoding_adapters import sandbox
 from decoding_adapters.sandbox import (
+    UID_BASE,
     ExecutionResult,
     SandboxConfig,
+    SandboxError,
     classify,
     probe_isolation,
     run_code,
@@ -32,8 +37,16 @@ def isolation():
     return probe_isolation()
 
 
-def processes_in(directory: str) -> list[int]:
-    """Pids of live processes whose working directory is (or was) ``directory``."""
+def processes_in(directory: str, settle_s: float = 10.0) -> list[int]:
+    """Pids of live processes whose working directory is (or was) ``directory``, once killed ones
+    have had up to ``settle_s`` to finish exiting (SIGKILL is asynchronous)."""
+    deadline = time.monotonic() + settle_s
+    while (found := _processes_in(directory)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return found
+
+
+def _processes_in(directory: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -237,3 +250,64 @@ def test_endless_output_is_bounded_and_times_out():
     result = run_code("while True:\n    print('spam' * 1000)", timeout_s=1.0)
     assert result.status == "timeout" and result.truncated
     assert len(result.stdout) == SandboxConfig().max_output_bytes
+
+
+def test_network_flag_off_leaves_the_network():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        client = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=5)\nprint('connected')"
+        result = run_code(client, timeout_s=SLOW_OK_S, isolate_network=False)
+    assert (result.status, result.stdout, result.network_isolated) == ("ok", "connected\n", False)
+
+
+def test_probe_reports_the_isolation(isolation):
+    assert os.path.isfile(isolation.python)
+    if IS_ROOT:
+        assert isolation.uid is not None and isolation.uid >= UID_BASE
+    else:
+        assert isolation.uid is None
+
+
+def test_unusable_interpreter_is_a_sandbox_error():
+    with pytest.raises(SandboxError, match="set-up failed"):
+        run_code("print(1)", timeout_s=SLOW_OK_S, python="/nonexistent/python3")
+
+
+def test_degraded_platform_warns_once(monkeypatch, caplog):
+    monkeypatch.setattr(sandbox, "_warned", set())
+    setup = {"event": "setup", "net": "0", "net_error": "Operation not permitted", "pid": "1"}
+    with caplog.at_level(logging.WARNING, logger="decoding_adapters.sandbox"):
+        sandbox._warn_once_if_degraded(SandboxConfig(), setup)
+        sandbox._warn_once_if_degraded(SandboxConfig(), setup)
+    network_warnings = [r for r in caplog.records if "network isolation unavailable" in r.getMessage()]
+    assert len(network_warnings) == 1 and "Operation not permitted" in network_warnings[0].getMessage()
+
+
+def test_uid_pool_is_first_in_first_out():
+    pool = sandbox._UidPool(3)
+    first, second = pool.acquire(), pool.acquire()
+    assert first != second
+    pool.release(first)
+    third = pool.acquire()
+    assert third not in (first, second)  # the released uid waits behind the never-used one
+    assert pool.acquire() == first
+
+
+def test_runs_degrade_gracefully_where_namespaces_are_refused(monkeypatch, caplog):
+    # Simulate a platform that refuses unshare(CLONE_NEWNET) and unshare(CLONE_NEWPID).
+    bootstrap = sandbox._BOOTSTRAP
+    for call in ('unshare(0x40000000) if net == "1"', "unshare(0x20000000)"):
+        assert call in bootstrap
+        bootstrap = bootstrap.replace(call, call.replace("unshare(", "'Operation not permitted' or ("))
+    monkeypatch.setattr(sandbox, "_BOOTSTRAP", bootstrap)
+    monkeypatch.setattr(sandbox, "_warned", set())
+    with caplog.at_level(logging.WARNING, logger="decoding_adapters.sandbox"):
+        result = run_code("import os\nprint(os.getpid() != 1)", timeout_s=SLOW_OK_S)
+        timed_out = run_code("while True:\n    pass", timeout_s=1.0)
+    assert (result.status, result.stdout, result.network_isolated) == ("ok", "True\n", False)
+    assert timed_out.status == "timeout"
+    messages = " ".join(record.getMessage() for record in caplog.records)
+    assert "network isolation unavailable (unshare(CLONE_NEWNET) refused: Operation not permitted)" in messages
+    assert "no PID namespace" in messages

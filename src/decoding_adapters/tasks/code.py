@@ -21,6 +21,7 @@ import gzip
 import json
 import logging
 import re
+import secrets
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -77,19 +78,22 @@ def defines_function(code: str, name: str) -> bool:
     return re.search(pattern, textwrap.dedent(code), re.MULTILINE) is not None
 
 
-def humaneval_program(prompt: str, code: str, test: str, entry_point: str) -> str:
+def humaneval_program(prompt: str, code: str, test: str, entry_point: str, sentinel: str = "") -> str:
     """The program that checks ``code`` against a HumanEval problem.
 
     The prompt always comes first: it holds the imports and helper functions the solution may
     use. If ``code`` redefines the entry point it follows the prompt in full (the prompt's stub,
     a signature plus docstring, is itself a valid function that the redefinition replaces);
     otherwise ``code`` is a body that continues the prompt, indented if the model left it flush.
+    A ``sentinel``, printed after ``check`` returns, tells a passing run from code that merely
+    exits with status 0 before the tests (``sys.exit(0)`` at top level).
     """
     if defines_function(code, entry_point):
         solution = f"{prompt}\n\n{textwrap.dedent(code)}"
     else:
         solution = prompt + _as_body(code)
-    return f"{solution}\n\n{test}\n\ncheck({entry_point})\n"
+    program = f"{solution}\n\n{test}\n\ncheck({entry_point})\n"
+    return program + (f"print({sentinel!r})\n" if sentinel else "")
 
 
 def _as_body(code: str) -> str:
@@ -185,10 +189,13 @@ class HumanEvalTask(_SandboxedTask):
         return chat_messages(self.system_prompt, f"{lead}\n\n```python\n{problem.question.strip()}\n```")
 
     def reward(self, problem: Problem, completion: str) -> float:
-        program = humaneval_program(
-            problem.question, extract_code(completion), problem.meta["test"], problem.meta["entry_point"]
-        )
-        return 1.0 if execute(program, "", self.sandbox).ok else 0.0
+        sentinel = f"humaneval-passed-{secrets.token_hex(8)}"
+        code, meta = extract_code(completion), problem.meta
+        program = humaneval_program(problem.question, code, meta["test"], meta["entry_point"], sentinel)
+        result = execute(program, "", self.sandbox)
+        # A run whose output was cut cannot show the sentinel: it scores 0 (rare: chatty code).
+        passed = result.ok and result.stdout.rstrip().endswith(sentinel)
+        return 1.0 if passed else 0.0
 
 
 def _humaneval_problem(row: dict[str, Any]) -> Problem:
@@ -244,6 +251,10 @@ def collect_tests(record: dict[str, Any], test_sets: Sequence[str], where: str) 
     return tests
 
 
+def _is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def _reference_solution(record: dict[str, Any]) -> str:
     """A Python 3 solution from the record, if it has one (kept as ``Problem.answer``)."""
     solutions = record.get("solutions") or {}
@@ -274,17 +285,20 @@ class CodeContestsTask(_SandboxedTask):
         if isinstance(self.test_sets, str):
             self.test_sets = [name.strip() for name in self.test_sets.split(",") if name.strip()]
         self.test_sets = tuple(self.test_sets)
-        unknown = sorted(set(self.test_sets) - set(TEST_SETS))
-        if unknown or not self.test_sets:
-            raise ValueError(f"test_sets must be a non-empty subset of {list(TEST_SETS)}, got {list(self.test_sets)}")
-        if self.max_tests is not None and (isinstance(self.max_tests, bool) or not isinstance(self.max_tests, int) or self.max_tests < 1):
+        if not self.test_sets or not set(self.test_sets) <= set(TEST_SETS):
+            raise ValueError(
+                f"test_sets must be a non-empty subset of {list(TEST_SETS)}, got {list(self.test_sets)}"
+            )
+        if self.max_tests is not None and not _is_positive_int(self.max_tests):
             raise ValueError(f"max_tests must be a positive integer or None, got {self.max_tests!r}")
         super().__post_init__()
 
     def load(self, split: str) -> list[Problem]:
         self.check_split(split)
         if self.data is None:
-            raise ValueError("task 'codecontests' has no default data: pass data=<JSONL path> (or a mapping split -> path)")
+            raise ValueError(
+                "task 'codecontests' has no default data: pass data=<JSONL path> (or a mapping split -> path)"
+            )
         path = resolve_data_path(self.data, split, {}, self.name)
         problems, skipped = [], 0
         for index, record in enumerate(read_records(path, ())):
