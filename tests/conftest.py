@@ -63,3 +63,12 @@ def tiny_lm() -> FrozenLM:
 def tiny_prompts(tiny_lm):
     chats = [[{"role": "user", "content": q}] for q in ("What is 2+3?", "Hi", "Compute 17*23 now, please.", "x")]
     return tiny_lm.encode_chat(chats)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tiny_lm, tmp_path_factory) -> Path:
+    """The tiny model saved as an HF directory, for CLI runs (``--model DIR``)."""
+    directory = tmp_path_factory.mktemp("tiny-model")
+    tiny_lm.model.save_pretrained(directory)
+    tiny_lm.tokenizer.save_pretrained(directory)
+    return directory

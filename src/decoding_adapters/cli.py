@@ -39,13 +39,18 @@ typical flow:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; only ``command``'s module is imported (all of them when None), so that
+    ``decoding-adapters --help`` and each sub-command start quickly."""
     parser = argparse.ArgumentParser(
         prog="decoding-adapters", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
+        if command is not None and name != command:
+            sub.add_parser(name, help=help_text)
+            continue
         module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).split("\n\n")[0],
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -55,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command if command in COMMANDS else "")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if not getattr(args, "command", None):
