@@ -88,6 +88,8 @@ class SequenceTrainConfig:
             raise ValueError(f"metric must be one of {METRICS + ('mix',)}, got {self.metric!r}")
         if self.prompts_per_step < 1 or self.steps < 0 or self.val_every < 1 or self.checkpoint_every < 1:
             raise ValueError("prompts_per_step, val_every and checkpoint_every must be >= 1 and steps >= 0")
+        if self.replay and self.metric in ("majority", "mix"):
+            raise ValueError("offline replay stores rewards, not answers: majority vote (and mix) need live rollouts")
 
 
 def inference_reward(rewards: Sequence[float], answers: Sequence[str] | None, metric: str) -> float:
@@ -178,7 +180,8 @@ class SequenceTrainer:
         val_ids = {p.id for p in self.val_problems}
         self.train_problems = [p for p in self.task.load("train") if p.id not in val_ids][: cfg.max_train_prompts]
         if self.replay is not None:  # offline replay can only score problems the table holds
-            self.train_problems = [p for p in self.train_problems + self.val_problems if self.replay.has_problem(p.id)]
+            stored = set(self.replay.problem_ids)
+            self.train_problems = [p for p in self.task.load("train") + self.val_problems if p.id in stored]
             if not self.train_problems:
                 raise ValueError("the replay table holds none of this task's problems")
 
@@ -194,7 +197,7 @@ class SequenceTrainer:
             gen = step_generator(self.config.seed, "replay", *key)
             names = self.action_set.names
             return torch.tensor([
-                inference_reward(self.replay.sample_rewards(p.id, names[a], b, gen).tolist(), None, m if m != "majority" else "pass")
+                inference_reward(self.replay.sample_rewards(p.id, names[a], b, gen).tolist(), None, m)
                 for p, a, b, m in zip(problems, actions, budgets, metrics)
             ])
         prompt_of_row = [i for i, b in enumerate(budgets) for _ in range(b)]
@@ -254,7 +257,7 @@ class SequenceTrainer:
 
     def validate(self) -> float:
         """Mean reward with the deterministic policy, budgets assigned to validation problems in turn."""
-        if not self.val_problems or (self.replay is not None and not all(self.replay.has_problem(p.id) for p in self.val_problems)):
+        if not self.val_problems or (self.replay is not None and not {p.id for p in self.val_problems} <= set(self.replay.problem_ids)):
             return float("nan")
         prompts, emb, _ = self._encode(self.val_problems)
         budgets = [self.config.budgets[i % len(self.config.budgets)] for i in range(len(self.val_problems))]

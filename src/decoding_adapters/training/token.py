@@ -187,8 +187,11 @@ class TokenTrainer:
     """Trains a ``TokenPolicy`` on a task with a rollout backend; resumable from ``out_dir``."""
 
     def __init__(self, config: TokenTrainConfig, lm, task, rollouts: Rollouts, out_dir: str | Path, *,
-                 task_name: str = "", progress: bool = True):
+                 task_name: str = "", progress: bool = True, train_problems: list | None = None):
+        """``train_problems``: already-filtered training problems (skips the probe), e.g. shared by
+        several runs that would otherwise filter the same prompts again."""
         self.config, self.lm, self.task, self.rollouts = config, lm, task, rollouts
+        self.given_problems = train_problems
         self.out_dir = Path(out_dir)
         self.progress = progress
         self.task_name = task_name or getattr(task, "name", "")
@@ -216,6 +219,9 @@ class TokenTrainer:
         self.val_problems = load_split(self.task, "validation")[: cfg.val_problems]
         val_ids = {p.id for p in self.val_problems}
         problems = [p for p in self.task.load("train") if p.id not in val_ids][: cfg.max_train_prompts]
+        if self.given_problems is not None:
+            self.train_problems = list(self.given_problems)
+            return {"train_prompts": len(problems), "kept": len(self.train_problems), "prefiltered": True}
         if cfg.filter_samples == 0:
             self.train_problems = problems
             return {"train_prompts": len(problems), "kept": len(problems)}
