@@ -10,6 +10,10 @@ import torch
 
 from decoding_adapters.models import FrozenLM
 
+# Tiny models: one thread is faster (no fork-join overhead per small matmul) and steadier on a
+# shared 2-core machine.
+torch.set_num_threads(1)
+
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 CHAT_TEMPLATE = (

@@ -261,6 +261,9 @@ class Method:
     adapter: AdapterConfig | None = None
     source: str | None = None
     """Adapter directory, if any."""
+    seed_policies: list[torch.nn.Module] | None = None
+    """One adapter per evaluation seed (e.g. trained with seeds 0, 1, 2): seed s uses
+    ``seed_policies[s % len]``; None means ``policy`` for every seed."""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -277,6 +280,13 @@ class Method:
     @property
     def action_names(self) -> list[str]:
         return [a.name for a in self.actions]
+
+    def policy_for(self, seed: int) -> torch.nn.Module | None:
+        return self.seed_policies[seed % len(self.seed_policies)] if self.seed_policies else self.policy
+
+    @property
+    def all_policies(self) -> list[torch.nn.Module]:
+        return list(self.seed_policies or ([self.policy] if self.policy is not None else []))
 
     def describe(self) -> dict:
         """JSON-friendly description (eval_details.json ``methods``)."""
@@ -306,13 +316,20 @@ def adapter_role(config: AdapterConfig) -> str:
     return "w/ budget" if config.policy.get("use_budget", True) else "w/o budget"
 
 
-def adapter_method(directory: str | Path, lm=None, name: str | None = None) -> Method:
-    """Load the adapter in ``directory`` (checked against ``lm``) as a method."""
-    policy, config = load_adapter(directory, lm)
+def adapter_method(directory: str | Path | Sequence[str | Path], lm=None, name: str | None = None) -> Method:
+    """Load the adapter in ``directory`` (checked against ``lm``) as a method. A list of directories
+    (the same adapter trained with different seeds) gives one adapter per evaluation seed."""
+    directories = [directory] if isinstance(directory, (str, Path)) else list(directory)
+    loaded = [load_adapter(d, lm) for d in directories]
+    policy, config = loaded[0]
+    for _, other in loaded[1:]:
+        if (other.kind, other.actions, adapter_role(other)) != (config.kind, config.actions, adapter_role(config)):
+            raise ValueError(f"adapters {directories} differ in kind, actions or variant: they cannot share a method")
     role = adapter_role(config)
     name = name or f"{'Seq' if config.kind == 'sequence' else 'Token'} {role}"
-    return Method(name, config.kind, config.action_list, role=role, level=config.kind, policy=policy,
-                  adapter=config, source=str(directory))
+    return Method(name, config.kind, config.action_list, role=role, level=config.kind, policy=policy, adapter=config,
+                  source=", ".join(map(str, directories)),
+                  seed_policies=[p for p, _ in loaded] if len(loaded) > 1 else None)
 
 
 # ---- keys: which generation a method uses for (seed, problem, sample) ----------------------------
@@ -335,7 +352,7 @@ def _sample_keys(method: Method, cfg: EvalConfig, s: int, i: int, pid: str, choi
         keys = [("token", method.name, s, i, j) for j in range(n)]
         return [keys] * len(ks)
     if method.kind == "sequence":
-        return [[_static_key(choices[method.name][i][ki], s, i, j) for j in range(n)] for ki in range(len(ks))]
+        return [[_static_key(choices[method.name][s][i][ki], s, i, j) for j in range(n)] for ki in range(len(ks))]
     if method.kind == "mixed":
         keys = [_static_key(_mixed_action(method, cfg, s, pid, j), s, i, j) for j in range(n)]
     else:
@@ -432,23 +449,27 @@ def _decode_static(keys, prompts, problems, task, cfg, rollouts: Rollouts, store
 def _decode_token(method: Method, s, prompts, problems, task, cfg, rollouts: Rollouts, store: _Store, progress) -> None:
     keys = [("token", method.name, s, i, j) for i in range(len(problems)) for j in range(cfg.n)]
     results = _run_rows(keys, prompts, problems, task, cfg, rollouts, store, progress,
-                        chooser=TokenPolicyChooser(method.policy), actions=method.actions)
+                        chooser=TokenPolicyChooser(method.policy_for(s)), actions=method.actions)
     counts = store.token_counts.setdefault(method.name, Counter())
     for result in results:
         counts.update(result.actions[result.valid_mask()].tolist())
 
 
-def _sequence_choices(method: Method, lm, prompts, cfg: EvalConfig) -> list[list[DecodingAction]]:
-    """``[problem][k index]`` the action the sequence adapter picks for budget k (deterministic)."""
+def _sequence_choices(method: Method, lm, prompts, cfg: EvalConfig) -> list[list[list[DecodingAction]]]:
+    """``[seed][problem][k index]``: the action the sequence adapter (of that seed) picks for budget
+    k, deterministically."""
     pooling = (method.adapter.embedding or {}).get("pooling", "mean") if method.adapter else "mean"
     emb = lm.prompt_embeddings(prompts, pooling=pooling)
-    device = next(method.policy.parameters()).device
-    per_k = []
-    with torch.no_grad():
-        for k in cfg.k_values:
-            action, _ = method.policy.select(emb.to(device), torch.full((len(prompts),), k, device=device), deterministic=True)
-            per_k.append(action.tolist())
-    return [[method.actions[per_k[ki][i]] for ki in range(len(cfg.k_values))] for i in range(len(prompts))]
+    by_policy: dict[int, list[list[DecodingAction]]] = {}
+    for policy in method.all_policies:
+        device = next(policy.parameters()).device
+        per_k = []
+        with torch.no_grad():
+            for k in cfg.k_values:
+                action, _ = policy.select(emb.to(device), torch.full((len(prompts),), k, device=device), deterministic=True)
+                per_k.append(action.tolist())
+        by_policy[id(policy)] = [[method.actions[per_k[ki][i]] for ki in range(len(cfg.k_values))] for i in range(len(prompts))]
+    return [by_policy[id(method.policy_for(s))] for s in range(cfg.seeds)]
 
 
 def _static_actions(methods: Sequence[Method], choices: dict) -> list[DecodingAction]:
@@ -457,7 +478,8 @@ def _static_actions(methods: Sequence[Method], choices: dict) -> list[DecodingAc
     for m in methods:
         if m.kind == "token":
             continue
-        pool = [a for per_problem in choices[m.name] for a in per_problem] if m.kind == "sequence" else m.actions
+        pool = ([a for per_seed in choices[m.name] for per_problem in per_seed for a in per_problem]
+                if m.kind == "sequence" else m.actions)
         for a in pool:
             seen.setdefault(GREEDY if a.is_greedy else a, None)
     return list(seen)
@@ -505,10 +527,10 @@ def evaluate(lm, task, problems, methods: Sequence[Method], config: EvalConfig |
     prompts, cot = encode_problems(lm, task, problems, cfg.cot_ratio, cfg.seed)
     choices = {m.name: _sequence_choices(m, lm, prompts, cfg) for m in methods if m.kind == "sequence"}
     _warn_token_budgets(methods, cfg)
-    modes = {m.name: m.policy.training for m in methods if m.policy is not None}
+    modes = {id(p): p.training for m in methods for p in m.all_policies}
     for m in methods:
-        if m.policy is not None:
-            m.policy.eval()
+        for p in m.all_policies:
+            p.eval()
     store = _Store(lm.tokenizer)
     display = {m.name: _display_keys(m, cfg, problems, choices) for m in methods}
     store.wanted = {k for keys in display.values() for k in keys}
@@ -529,8 +551,8 @@ def evaluate(lm, task, problems, methods: Sequence[Method], config: EvalConfig |
             if r is not None:
                 r.close()
         for m in methods:  # give a policy that was training back in training mode
-            if m.policy is not None:
-                m.policy.train(modes[m.name])
+            for p in m.all_policies:
+                p.train(modes[id(p)])
     return _assemble(methods, cfg, problems, cot, choices, store, display, meta or {})
 
 
@@ -609,7 +631,7 @@ def _assemble(methods, cfg: EvalConfig, problems, cot, choices, store: _Store, d
         if m.kind == "sequence":
             details["sequence_choices"][m.name] = {
                 "k_values": list(cfg.k_values),
-                "actions": [[m.actions.index(a) for a in per_problem_choice] for per_problem_choice in choices[m.name]],
+                "actions": [[m.actions.index(a) for a in per_problem_choice] for per_problem_choice in choices[m.name][0]],
             }
     return Evaluation(results, details)
 

@@ -1,0 +1,25 @@
+"""The demo end to end on the tiny model with the tiny size, and its resume."""
+
+import json
+
+from decoding_adapters.cli import main
+
+
+def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    results = json.loads((out / "eval" / "results.json").read_text())
+    expected = {"Greedy", "Best", "Mixed", "Seq w/ budget", "Seq w/o budget", "Token w/ budget", "Token w/o budget",
+                "Token entropy-only"}
+    assert expected <= set(results)
+    assert set(results["Greedy"]) >= {"pass@1", "pass@2", "mean_length"}
+    assert (out / "report" / "report.md").is_file()
+    assert "demo finished" in printed
+    for seed in (0, 1):
+        assert (out / f"tok-budget-s{seed}" / "adapter.json").is_file()
+        assert (out / f"seq-nobudget-s{seed}" / "adapter.json").is_file()
+    # a second run reuses every finished stage
+    before = (out / "tok-budget-s0" / "adapter.safetensors").stat().st_mtime
+    assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress"]) == 0
+    assert (out / "tok-budget-s0" / "adapter.safetensors").stat().st_mtime == before
