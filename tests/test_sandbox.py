@@ -231,7 +231,7 @@ def test_environment_is_minimal(monkeypatch):
 
 def test_many_runs_in_parallel():
     def square(i: int) -> ExecutionResult:
-        return run_code(f"import sys\nn = int(sys.stdin.read())\nprint(n * n)", stdin=str(i), timeout_s=SLOW_OK_S)
+        return run_code("import sys\nn = int(sys.stdin.read())\nprint(n * n)", stdin=str(i), timeout_s=SLOW_OK_S)
 
     with ThreadPoolExecutor(max_workers=16) as pool:
         results = list(pool.map(square, range(16)))

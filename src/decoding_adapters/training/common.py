@@ -118,3 +118,89 @@ def load_split(task, split: str) -> list:
             raise
         train = task.load("train")
         return train[len(train) - max(1, len(train) // 10):]
+
+
+class TrainingLoop:
+    """The loop both trainers share: resume or start, one ``train_step`` per step, validation every
+    ``val_every`` steps, a JSONL record per step, an atomic checkpoint every ``checkpoint_every``
+    steps and at the end, then ``save`` (the adapter). Subclasses set ``config`` (with ``steps``,
+    ``val_every``, ``checkpoint_every``, ``seed``), ``out_dir``, ``progress`` and ``step``, and
+    implement ``start`` / ``train_step`` / ``validate`` / ``state`` / ``restore`` / ``save``."""
+
+    name = "train"
+
+    def _init_loop(self, out_dir, progress: bool) -> None:
+        self.out_dir, self.progress, self.step = Path(out_dir), progress, 0
+        self.checkpoint = Checkpoint(self.out_dir)
+        self.log = JsonlLog(self.out_dir / "train_log.jsonl")
+
+    def start(self) -> dict | None:
+        """Work before step 1 of a fresh run; a returned dict is logged as step 0."""
+        return None
+
+    def train(self, resume: bool = False) -> Path:
+        import time
+
+        from tqdm.auto import tqdm
+
+        cfg = self.config
+        if resume and self.checkpoint.exists():
+            state = self.checkpoint.load()
+            if state["config"] != asdict(cfg):
+                raise ValueError("the checkpoint was written with a different configuration; resume with the same options")
+            self.restore(state)
+            self.step = state["step"]
+        elif self.checkpoint.exists():
+            raise ValueError(f"{self.out_dir} already holds a run: pass --resume to continue it or choose another --out")
+        else:
+            summary = self.start()
+            self.log.truncate_after(-1)
+            if summary is not None:
+                self.log.append({"step": 0, **summary})
+        self.log.truncate_after(self.step)
+        bar = tqdm(total=cfg.steps, initial=self.step, desc=self.name, unit="step", disable=not self.progress)
+        while self.step < cfg.steps:
+            started = time.perf_counter()
+            seed_everything(cfg.seed, "dropout", self.step)
+            record = self.train_step()
+            self.step += 1
+            record = {"step": self.step, **record, "seconds": time.perf_counter() - started}
+            if self.step % cfg.val_every == 0 or self.step == cfg.steps:
+                record["val_reward"] = self.validate()
+            self.log.append(record)
+            bar.set_postfix(reward=f"{record['reward']:.2f}", val=f"{record.get('val_reward', float('nan')):.2f}")
+            bar.update(1)
+            if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps:
+                self.checkpoint.save({"step": self.step, "config": asdict(cfg), **self.state()})
+        bar.close()
+        return self.save()
+
+
+def add_loop_arguments(group, config_cls, int_fields: Sequence[str], float_fields: Sequence[str]) -> None:
+    """``--some-field`` options for the named config fields, defaults from the dataclass."""
+    for name in int_fields:
+        group.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(config_cls, name))
+    for name in float_fields:
+        group.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(config_cls, name))
+
+
+def run_training_cli(args, config_cls, config_from_args, make_trainer, what: str) -> int:
+    """Shared body of ``train-*``: config (from the checkpoint on --resume), LM, task, rollouts,
+    train, and release the rollout workers whatever happens."""
+    from ..actions import ActionSet, load_action_set
+    from ..cli_common import build_lm, build_rollouts, build_task
+
+    config = config_from_args(args)
+    if args.resume and Checkpoint(args.out).exists():
+        config = config_from_dict(config_cls, Checkpoint(args.out).load()["config"])
+    lm = build_lm(args)
+    task = build_task(args)
+    action_set = ActionSet(load_action_set(config.actions), device=lm.device)
+    rollouts = None if getattr(config, "replay", None) else build_rollouts(args, lm, action_set)
+    try:
+        out = make_trainer(config, lm, task, rollouts, action_set).train(resume=args.resume)
+    finally:
+        if rollouts is not None:
+            rollouts.close()
+    print(f"{what} written to {out}")
+    return 0

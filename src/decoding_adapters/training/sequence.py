@@ -21,25 +21,23 @@ from __future__ import annotations
 
 import argparse
 import logging
-import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal, Sequence
 
 import torch
-from tqdm.auto import tqdm
 
-from ..actions import ActionSet, load_action_set
+from ..actions import ActionSet
 from ..decoding import row_seed
 from ..policies import AdapterConfig, SequencePolicy, SequencePolicyConfig, save_adapter
 from ..rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
 from .common import (
-    Checkpoint,
-    JsonlLog,
+    TrainingLoop,
     action_histogram,
-    config_from_dict,
+    add_loop_arguments,
     load_split,
+    run_training_cli,
     sample_prompt_batch,
     seed_everything,
     step_generator,
@@ -146,14 +144,16 @@ class PromptEmbeddings:
         return torch.stack([self.table[k] for k in keys])
 
 
-class SequenceTrainer:
+class SequenceTrainer(TrainingLoop):
     """Trains a ``SequencePolicy``; resumable from ``out_dir``."""
+
+    name = "train-sequence"
 
     def __init__(self, config: SequenceTrainConfig, lm, task, rollouts: Rollouts | None, out_dir: str | Path, *,
                  action_set: ActionSet | None = None, task_name: str = "", progress: bool = True):
         self.config, self.lm, self.task, self.rollouts = config, lm, task, rollouts
         self.action_set = action_set or rollouts.action_set
-        self.out_dir, self.progress = Path(out_dir), progress
+        self._init_loop(out_dir, progress)
         self.task_name = task_name or getattr(task, "name", "")
         with torch.random.fork_rng():  # same seed, same initial weights, whatever ran before
             seed_everything(config.seed, "init")
@@ -162,11 +162,8 @@ class SequenceTrainer:
                 hidden=config.policy_hidden, temperature=config.policy_temperature, max_budget=max(max(config.budgets), 2),
             ))
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr)
-        self.checkpoint = Checkpoint(self.out_dir)
-        self.log = JsonlLog(self.out_dir / "train_log.jsonl")
         self.embeddings = PromptEmbeddings(lm, config.pooling, self.out_dir / "embeddings.pt")
         self.baselines: dict[str, float] = {}
-        self.step = 0
         self.replay = None
         if config.replay:
             from ..selection import OutcomeTable, ReplayEnvironment
@@ -248,7 +245,8 @@ class SequenceTrainer:
         self.optimizer.step()
         record = {"reward": float(rewards.mean()), "entropy": float(entropy.mean()), "loss": float(loss.detach()),
                   "action_probs": probs.mean(0).tolist(), "action_freq": action_histogram(actions, len(self.action_set)),
-                  "reward_by_budget": {str(b): float(rewards[budget_t == b].mean()) for b in sorted(set(budgets))}}
+                  "reward_by_budget": {str(b): float(rewards[budget_t == b].mean()) for b in sorted(set(budgets))},
+                  "offline_replay": self.replay is not None}
         if cfg.cot_ratio > 0:
             cot_t = torch.tensor(cot)
             for name, sel in (("action_probs_cot", cot_t), ("action_probs_nocot", ~cot_t)):
@@ -268,40 +266,14 @@ class SequenceTrainer:
         rewards = self._rewards(self.val_problems, prompts, actions.tolist(), budgets, [metric] * len(budgets), ("val",))
         return float(rewards.mean())
 
-    # ---- loop ----------------------------------------------------------------------------------
-    def train(self, resume: bool = False) -> Path:
-        cfg = self.config
-        if resume and self.checkpoint.exists():
-            self._restore(self.checkpoint.load())
-            log.info("resumed from step %d", self.step)
-        elif self.checkpoint.exists():
-            raise ValueError(f"{self.out_dir} already holds a run: pass --resume to continue it or choose another --out")
-        self.log.truncate_after(self.step)
-        bar = tqdm(total=cfg.steps, initial=self.step, desc="train-sequence", unit="step", disable=not self.progress)
-        while self.step < cfg.steps:
-            started = time.perf_counter()
-            seed_everything(cfg.seed, "dropout", self.step)
-            record = self.train_step()
-            self.step += 1
-            record = {"step": self.step, **record, "seconds": time.perf_counter() - started,
-                      "offline_replay": self.replay is not None}
-            if self.step % cfg.val_every == 0 or self.step == cfg.steps:
-                record["val_reward"] = self.validate()
-            self.log.append(record)
-            bar.set_postfix(reward=f"{record['reward']:.2f}", val=f"{record.get('val_reward', float('nan')):.2f}")
-            bar.update(1)
-            if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps:
-                self.checkpoint.save({"step": self.step, "config": asdict(cfg), "policy": self.policy.state_dict(),
-                                      "optimizer": self.optimizer.state_dict(), "baselines": self.baselines})
-        bar.close()
-        return self.save()
+    # ---- loop hooks (see TrainingLoop) --------------------------------------------------------
+    def state(self) -> dict:
+        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(), "baselines": self.baselines}
 
-    def _restore(self, state: dict) -> None:
-        if state["config"] != asdict(self.config):
-            raise ValueError("the checkpoint was written with a different configuration; resume with the same options")
+    def restore(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.step, self.baselines = state["step"], state["baselines"]
+        self.baselines = state["baselines"]
 
     def save(self) -> Path:
         config = AdapterConfig(
@@ -327,10 +299,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     g.add_argument("--budgets", type=parse_int_list, default=list(SequenceTrainConfig.budgets), help="parallel budgets B, e.g. 1,2,4,8")
     g.add_argument("--no-budget", action="store_true", help="w/o budget variant: the policy does not see B")
     g.add_argument("--metric", default="pass", choices=["pass", "majority", "mean", "mix"], help="reward under budget B")
-    for name in ("steps", "prompts_per_step", "val_every", "val_problems", "checkpoint_every", "max_train_prompts"):
-        g.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(SequenceTrainConfig, name))
-    for name in ("lr", "entropy_coef", "ema_decay", "policy_temperature"):
-        g.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(SequenceTrainConfig, name))
+    add_loop_arguments(g, SequenceTrainConfig,
+                       ("steps", "prompts_per_step", "val_every", "val_problems", "checkpoint_every", "max_train_prompts"),
+                       ("lr", "entropy_coef", "ema_decay", "policy_temperature"))
     g.add_argument("--pooling", default="mean", choices=["mean", "last"], help="prompt-embedding pooling")
     g.add_argument("--replay", default=None, help="OFFLINE REPLAY: simulate rollouts from a select-actions outcomes.jsonl")
     p.add_argument("--out", required=True, help="output directory (adapter, checkpoint, train_log.jsonl)")
@@ -349,19 +320,7 @@ def config_from_args(args) -> SequenceTrainConfig:
 
 
 def run_cli(args) -> int:
-    from ..cli_common import build_lm, build_rollouts, build_task
+    def make_trainer(config, lm, task, rollouts, action_set):
+        return SequenceTrainer(config, lm, task, rollouts, args.out, action_set=action_set, task_name=args.task)
 
-    config = config_from_args(args)
-    if args.resume and Checkpoint(args.out).exists():
-        config = config_from_dict(SequenceTrainConfig, Checkpoint(args.out).load()["config"])
-    lm = build_lm(args)
-    task = build_task(args)
-    action_set = ActionSet(load_action_set(config.actions), device=lm.device)
-    rollouts = None if config.replay else build_rollouts(args, lm, action_set)
-    try:
-        out = SequenceTrainer(config, lm, task, rollouts, args.out, action_set=action_set, task_name=args.task).train(resume=args.resume)
-    finally:
-        if rollouts is not None:
-            rollouts.close()
-    print(f"sequence adapter written to {out}")
-    return 0
+    return run_training_cli(args, SequenceTrainConfig, config_from_args, make_trainer, "sequence adapter")

@@ -23,24 +23,22 @@ from __future__ import annotations
 
 import argparse
 import logging
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
 import torch
-from tqdm.auto import tqdm
 
-from ..actions import ActionSet, load_action_set
+from ..actions import ActionSet
 from ..decoding import DecodeResult, StepFeatures, row_seed
 from ..policies import AdapterConfig, TokenPolicy, TokenPolicyChooser, TokenPolicyConfig, save_adapter
 from ..rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
 from .common import (
-    Checkpoint,
-    JsonlLog,
+    TrainingLoop,
     action_histogram,
-    config_from_dict,
+    add_loop_arguments,
     load_split,
+    run_training_cli,
     sample_prompt_batch,
     seed_everything,
     step_generator,
@@ -183,8 +181,10 @@ def group_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     return (groups - groups.mean(1, keepdim=True)).reshape(-1)
 
 
-class TokenTrainer:
+class TokenTrainer(TrainingLoop):
     """Trains a ``TokenPolicy`` on a task with a rollout backend; resumable from ``out_dir``."""
+
+    name = "train-token"
 
     def __init__(self, config: TokenTrainConfig, lm, task, rollouts: Rollouts, out_dir: str | Path, *,
                  task_name: str = "", progress: bool = True, train_problems: list | None = None):
@@ -192,8 +192,7 @@ class TokenTrainer:
         several runs that would otherwise filter the same prompts again."""
         self.config, self.lm, self.task, self.rollouts = config, lm, task, rollouts
         self.given_problems = train_problems
-        self.out_dir = Path(out_dir)
-        self.progress = progress
+        self._init_loop(out_dir, progress)
         self.task_name = task_name or getattr(task, "name", "")
         self.action_set: ActionSet = rollouts.action_set
         with torch.random.fork_rng():  # same seed, same initial weights, whatever ran before
@@ -205,9 +204,6 @@ class TokenTrainer:
             ))
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr)
         self.scheduler = torch.optim.lr_scheduler.ExponentialLR(self.optimizer, gamma=config.lr_decay)
-        self.checkpoint = Checkpoint(self.out_dir)
-        self.log = JsonlLog(self.out_dir / "train_log.jsonl")
-        self.step = 0
         self.ema_baseline: float | None = None
         self.train_problems: list = []
         self.val_problems: list = []
@@ -293,43 +289,21 @@ class TokenTrainer:
         result = self.rollouts.run(request, TokenPolicyChooser(self.policy))
         return float(score_rows(self.task, self.val_problems, result).mean())
 
-    # ---- loop -----------------------------------------------------------------------------------
-    def train(self, resume: bool = False) -> Path:
-        cfg = self.config
-        if resume and self.checkpoint.exists():
-            self._restore(self.checkpoint.load())
-            log.info("resumed from step %d", self.step)
-        else:
-            if self.checkpoint.exists():
-                raise ValueError(f"{self.out_dir} already holds a run: pass --resume to continue it or choose another --out")
-            summary = self.prepare()
-            self.log.append({"step": 0, "event": "filter", **summary})
-        self.log.truncate_after(self.step)
-        bar = tqdm(total=cfg.steps, initial=self.step, desc="train-token", unit="step", disable=not self.progress)
-        while self.step < cfg.steps:
-            started = time.perf_counter()
-            seed_everything(cfg.seed, "dropout", self.step)
-            batch, rewards, result = self.rollout(self.step)
-            stats = self.update(batch)
-            self.step += 1
-            record = {
-                "step": self.step, "reward": float(rewards.mean()), **stats,
-                "action_freq": action_histogram(result.actions, len(self.action_set)),
-                "action_freq_decisions": action_histogram(batch.actions[batch.decision], len(self.action_set)),
-                "action_probs": self._mean_probs(batch),
-                "masked_fraction": 1 - batch.num_decisions / max(len(batch.actions), 1),
-                "mean_length": float(result.lengths.float().mean()), "lr": self.scheduler.get_last_lr()[0],
-                "seconds": time.perf_counter() - started,
-            }
-            if self.step % cfg.val_every == 0 or self.step == cfg.steps:
-                record["val_reward"] = self.validate()
-            self.log.append(record)
-            bar.set_postfix(reward=f"{record['reward']:.2f}", val=f"{record.get('val_reward', float('nan')):.2f}")
-            bar.update(1)
-            if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps:
-                self.checkpoint.save(self._state())
-        bar.close()
-        return self.save()
+    # ---- loop hooks (see TrainingLoop) --------------------------------------------------------
+    def start(self) -> dict:
+        return {"event": "filter", **self.prepare()}
+
+    def train_step(self) -> dict:
+        batch, rewards, result = self.rollout(self.step)
+        stats = self.update(batch)
+        return {
+            "reward": float(rewards.mean()), **stats,
+            "action_freq": action_histogram(result.actions, len(self.action_set)),
+            "action_freq_decisions": action_histogram(batch.actions[batch.decision], len(self.action_set)),
+            "action_probs": self._mean_probs(batch),
+            "masked_fraction": 1 - batch.num_decisions / max(len(batch.actions), 1),
+            "mean_length": float(result.lengths.float().mean()), "lr": self.scheduler.get_last_lr()[0],
+        }
 
     def _mean_probs(self, batch: TokenBatch) -> list[float]:
         take = batch.decision
@@ -340,20 +314,18 @@ class TokenTrainer:
             obs = self.policy.observation(batch.hidden[take], batch.entropy[take], batch.remaining[take])
             return self.policy.probs(obs).mean(0).tolist()
 
-    def _state(self) -> dict:
+    def state(self) -> dict:
         return {
-            "step": self.step, "config": asdict(self.config), "policy": self.policy.state_dict(),
-            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-            "ema_baseline": self.ema_baseline, "train_ids": [p.id for p in self.train_problems],
+            "policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "ema_baseline": self.ema_baseline,
+            "train_ids": [p.id for p in self.train_problems],
         }
 
-    def _restore(self, state: dict) -> None:
-        if state["config"] != asdict(self.config):
-            raise ValueError("the checkpoint was written with a different configuration; resume with the same options")
+    def restore(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.step, self.ema_baseline = state["step"], state["ema_baseline"]
+        self.ema_baseline = state["ema_baseline"]
         by_id = {p.id: p for p in self.task.load("train")}
         self.train_problems = [by_id[i] for i in state["train_ids"]]
         self.val_problems = load_split(self.task, "validation")[: self.config.val_problems]
@@ -381,11 +353,11 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     g.add_argument("--actions", default=TokenTrainConfig.actions, help="action set: preset or JSON file")
     g.add_argument("--no-budget", action="store_true", help="w/o budget variant: the policy does not see b_t")
     g.add_argument("--features", default="hidden", choices=["hidden", "entropy"], help="'entropy' = the entropy-only ablation")
-    for name in ("steps", "prompts_per_step", "group_size", "val_every", "val_problems", "checkpoint_every", "filter_samples",
-                 "max_train_prompts"):
-        g.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(TokenTrainConfig, name))
-    for name in ("lr", "lr_decay", "grad_clip", "entropy_coef", "mask_max_prob", "dropout", "filter_min_pass", "filter_max_pass"):
-        g.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(TokenTrainConfig, name))
+    add_loop_arguments(g, TokenTrainConfig,
+                       ("steps", "prompts_per_step", "group_size", "val_every", "val_problems", "checkpoint_every",
+                        "filter_samples", "max_train_prompts"),
+                       ("lr", "lr_decay", "grad_clip", "entropy_coef", "mask_max_prob", "dropout", "filter_min_pass",
+                        "filter_max_pass"))
     g.add_argument("--baseline", default="group", choices=["group", "ema"])
     g.add_argument("--bf16", action="store_true", help="bf16 autocast for the policy on CUDA")
     p.add_argument("--out", required=True, help="output directory (adapter, checkpoint, train_log.jsonl)")
@@ -405,17 +377,7 @@ def config_from_args(args) -> TokenTrainConfig:
 
 
 def run_cli(args) -> int:
-    from ..cli_common import build_lm, build_rollouts, build_task
+    def make_trainer(config, lm, task, rollouts, action_set):
+        return TokenTrainer(config, lm, task, rollouts, args.out, task_name=args.task)
 
-    config = config_from_args(args)
-    if args.resume and Checkpoint(args.out).exists():
-        config = config_from_dict(TokenTrainConfig, Checkpoint(args.out).load()["config"])
-    lm = build_lm(args)
-    task = build_task(args)
-    rollouts = build_rollouts(args, lm, ActionSet(load_action_set(config.actions), device=lm.device))
-    try:
-        out = TokenTrainer(config, lm, task, rollouts, args.out, task_name=args.task).train(resume=args.resume)
-    finally:
-        rollouts.close()
-    print(f"token adapter written to {out}")
-    return 0
+    return run_training_cli(args, TokenTrainConfig, config_from_args, make_trainer, "token adapter")
