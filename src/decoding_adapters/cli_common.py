@@ -39,13 +39,14 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
 
 
-def add_task_arguments(p: argparse.ArgumentParser) -> None:
+def add_task_arguments(p: argparse.ArgumentParser, max_problems: bool = True) -> None:
     g = p.add_argument_group("task")
     g.add_argument("--task", default="arithmetic", help="registered task name (arithmetic, math, gsm8k, humaneval, codecontests)")
     g.add_argument("--data", default=None, help="JSONL data path for tasks that read files (math, gsm8k, codecontests)")
     g.add_argument("--cot-ratio", type=float, default=0.0, help="fraction of prompts that get a chain-of-thought instruction (paper: 0.3)")
     g.add_argument("--system-prompt", default=None, help="system prompt preset (e.g. qwen3-math-nothink) or literal text")
-    g.add_argument("--max-problems", type=int, default=None, help="use at most this many problems per split")
+    if max_problems:  # trainers have their own --max-train-prompts / --val-problems
+        g.add_argument("--max-problems", type=int, default=None, help="use at most this many problems of the split")
 
 
 def add_rollout_arguments(p: argparse.ArgumentParser, token_budget: int = 32) -> None:

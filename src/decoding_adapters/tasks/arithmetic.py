@@ -36,7 +36,9 @@ Pool = list[tuple[str, int]]
 
 # Word-problem vocabulary: plural nouns only, because operands start at 2 ("has 1 apples" is wrong).
 _NAMES = ("Tom", "Anna", "Ben", "Maria", "Sam", "Lily", "Jack", "Emma", "Leo", "Mia")
-_ITEMS = ("apples", "books", "marbles", "pencils", "stickers", "cookies", "coins", "cards", "shells", "balloons")
+_ITEMS = (
+    "apples", "books", "marbles", "pencils", "stickers", "cookies", "coins", "cards", "shells", "balloons",
+)
 _WORD_TEMPLATES = (
     "{name} has {a} {items} and buys {b} more. How many {items} does {name} have now?",
     "{name} has {a} {items} and finds {b} more. How many {items} does {name} have now?",
@@ -49,7 +51,7 @@ class ArithmeticConfig:
     """Everything that determines the generated problems; same config, same problems."""
 
     families: Mapping[str, float] = field(
-        default_factory=lambda: {"add_1digit": 0.3, "mul_1digit": 0.3, "add_word": 0.2, "add_2digit": 0.2}
+        default_factory=lambda: {"add_1digit": 0.1, "mul_1digit": 0.1, "add_word": 0.6, "add_2digit": 0.2}
     )
     """Mixture weights by family name (see :data:`FAMILIES`); a list means equal weights."""
     small_range: tuple[int, int] = (1, 9)
@@ -58,9 +60,9 @@ class ArithmeticConfig:
     """Inclusive operand range of the "two-digit" families."""
     chain_steps: int = 2
     """Operations in an ``add_chain`` question: 2 gives "What is 3 + 4 + 5?"."""
-    train_size: int = 512
+    train_size: int = 500
     """Problems in the train split."""
-    validation_size: int = 128
+    validation_size: int = 100
     """Problems in the validation split."""
     test_size: int = 200
     """Problems in the test split."""
@@ -71,7 +73,7 @@ class ArithmeticConfig:
         # Normalise the forms JSON gives back (lists) so that configs round-trip.
         families = self.families
         if isinstance(families, str) or not isinstance(families, (Mapping, Sequence)):
-            raise ValueError(f"families must be a mapping name -> weight or a list of names, got {families!r}")
+            raise ValueError(f"families must be a mapping name -> weight or a list of names; got {families!r}")
         if not isinstance(families, Mapping):
             families = {name: 1.0 for name in families}
         object.__setattr__(self, "families", dict(families))
@@ -91,9 +93,9 @@ class ArithmeticConfig:
             if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi):
                 raise ValueError(f"{label} must be two integers 0 <= lo <= hi, got {(lo, hi)}")
         if self.small_range[1] < 2:
-            raise ValueError(f"small_range must reach at least 2 (word problems use 2..max), got {self.small_range}")
+            raise ValueError(f"small_range must reach 2 (word problems use 2..max), got {self.small_range}")
         if not 1 <= self.chain_steps <= 4:
-            raise ValueError(f"chain_steps must be in [1, 4] (the pool is enumerated), got {self.chain_steps}")
+            raise ValueError(f"chain_steps must be in [1, 4] (pools are enumerated), got {self.chain_steps}")
         for name in ("train_size", "validation_size", "test_size"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -256,7 +258,9 @@ def _problems(split: str, schedule: list[str], served: Mapping[tuple[str, str], 
 # A number not glued to a word or to a preceding digit/point ("x2", "3.5" inside "13.5");
 # a minus sign counts only when it is not a binary minus ("8-3" yields 8 and 3, "= -3" yields -3).
 _NUMBER = re.compile(r"(?<![\w.])(?:(?<![\w)])-)?\d+(?:,\d{3})*(?:\.\d+)?")
-_ANSWER_IS = re.compile(r"answer\s*(?:is|:|=)?\s*[:*$\s(\\]*(-?\d[\d,]*(?:\.\d+)?)", re.IGNORECASE)
+# "answer is ..." up to the end of its sentence; the answer is the sentence's last number, so that
+# "The answer is 3 + 4 = 7" gives 7 while "The answer is 12. Because 7 + 5" gives 12.
+_ANSWER_IS = re.compile(r"answer\s*(?:is|:|=)\s*(.*?)(?:\.(?!\d)|\n|$)", re.IGNORECASE)
 _BARE_FIRST_LINE = re.compile(r"^\s*[*$]*\s*(-?\d[\d,]*(?:\.\d+)?)\s*[*$]*\s*\.?\s*$")
 
 
@@ -272,19 +276,21 @@ def _to_int(text: str) -> int | None:
 def extract_integer_answer(completion: str) -> int | None:
     """The integer a completion gives as its answer, or None.
 
-    In order of trust: the content of the last ``\\boxed{}``; the last "answer is N" /
-    "Answer: N"; a first line that is only a number (the reply the prompt asks for, kept even when
-    an explanation after it is cut off mid-sentence by the token limit); otherwise the last
-    number in the text, because small models often restate the sum ("7 + 5 = 12"), which puts the
-    result last. Number words ("twelve") are not read.
+    In order of trust: the content of the last ``\\boxed{}``; the last number of the last
+    "answer is ..." / "Answer: ..." sentence that has one; a first line that is only a number
+    (the reply the prompt asks for, kept even when an explanation after it is cut off
+    mid-sentence by the token limit); otherwise the last number in the text, because small
+    models often restate the sum ("7 + 5 = 12"), which puts the result last.
+    Number words ("twelve") are not read.
     """
     boxed = extract_boxed(completion)
     if boxed is not None:
         numbers = _NUMBER.findall(boxed)
         return _to_int(numbers[-1]) if numbers else None
-    answer_is = _ANSWER_IS.findall(completion)
-    if answer_is:
-        return _to_int(answer_is[-1])
+    for sentence in reversed(_ANSWER_IS.findall(completion)):
+        numbers = _NUMBER.findall(sentence)
+        if numbers:
+            return _to_int(numbers[-1])
     first_line = completion.strip().split("\n", 1)[0]
     bare = _BARE_FIRST_LINE.match(first_line)
     if bare:
@@ -316,11 +322,14 @@ class ArithmeticTask(Task):
     instruction: ClassVar[str] = " Answer with just the number."
     cot_instruction: ClassVar[str] = " Think step by step, then give the final number."
 
-    def __init__(self, config: ArithmeticConfig | None = None, *, system_prompt: str | None = None, **overrides: Any):
+    def __init__(
+        self, config: ArithmeticConfig | None = None, *, system_prompt: str | None = None, **overrides: Any
+    ) -> None:
         known = {f.name for f in fields(ArithmeticConfig)}
         unknown = sorted(set(overrides) - known)
         if unknown:
-            raise ValueError(f"task 'arithmetic' has no option(s) {unknown}; accepted: {sorted(known | {'config', 'system_prompt'})}")
+            accepted = sorted(known | {"config", "system_prompt"})
+            raise ValueError(f"task 'arithmetic' has no option(s) {unknown}; accepted: {accepted}")
         self.config = replace(config or ArithmeticConfig(), **overrides)
         self.system_prompt = resolve_system_prompt(system_prompt)
         self._splits: dict[str, list[Problem]] | None = None

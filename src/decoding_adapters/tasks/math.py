@@ -1,21 +1,346 @@
-"""MATH and GSM8K (draft)."""
+"""MATH and GSM8K: competition / grade-school math with a boxed final answer.
+
+Splits. ``data=`` is one JSONL path (used for every split) or a mapping ``{"train": ..., "test": ...}``.
+By default the files live in ``<repo>/../shared/data`` (override the folder with the environment
+variable ``DECODING_ADAPTERS_DATA``):
+
+- ``math``:  ``math/train.jsonl`` (train), ``math/test500.jsonl`` (test); fields problem, solution,
+  answer, level, type.
+- ``gsm8k``: ``gsm8k/train.jsonl`` (train), ``gsm8k/test.jsonl`` (test); fields question, answer
+  (reasoning, then ``#### N``).
+
+Verifier (:func:`score_math`). The predicted answer is the content of the last ``\\boxed{}`` (or
+``\\fbox{}``), else a final-answer line ("The answer is X", "Answer: X", "#### X"). A fast
+normaliser settles the easy cases (``\\frac12`` = ``1/2`` = ``0.5``, units, degrees, dollars,
+thousands separators, ``x = 3``); anything else goes to math-verify, gold first:
+``verify(parse(gold), parse(pred))``. math-verify's own timeouts use ``signal.alarm``, which fails
+outside the main thread, so they are disabled; instead the time is bounded *before* calling it:
+predictions longer than :data:`MAX_VERIFY_CHARS` (or 4x the gold's length) and expressions that
+can make SymPy build astronomically large numbers (nested or 4+-digit exponents, factorials of
+3+-digit numbers) are scored 0 without symbolic comparison.
+"""
+
 from __future__ import annotations
 
+import logging
+from abc import abstractmethod
+import os
 import re
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .base import (
+    SPLITS,
+    DataSpec,
+    Problem,
+    Task,
+    chat_messages,
+    read_jsonl,
+    register_task,
+    resolve_data_path,
+    resolve_system_prompt,
+    validate_data_option,
+)
+
+MAX_VERIFY_CHARS = 300
+"""Predictions longer than this (and than 4x the gold) skip math-verify: real MATH answers are
+at most ~60 characters, and SymPy's time grows quickly with expression size."""
+
+
+def default_data_dir() -> Path:
+    """``$DECODING_ADAPTERS_DATA`` if set, else ``<repo>/../shared/data`` (repo = this checkout)."""
+    env = os.environ.get("DECODING_ADAPTERS_DATA")
+    return Path(env) if env else Path(__file__).resolve().parents[3].parent / "shared" / "data"
+
+
+# --------------------------------------------------------------------------- answer extraction
 
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_HASHES = re.compile(r"####\s*(.+)")
+_ANSWER_LINE = re.compile(r"(?:final answer|answer)\s*(?:is|:)\s*:?\s*(.+)", re.IGNORECASE)
+_INLINE_MATH = re.compile(r"\$+([^$]+)\$+|\\\((.+?)\\\)")
+_GSM_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
 def extract_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` or ``\\fbox{...}`` (nested braces matched), else None."""
-    starts = [m.end() for m in _BOX_OPEN.finditer(text)]
-    for start in reversed(starts):
+    """Content of the last ``\\boxed{...}`` or ``\\fbox{...}`` (nested braces matched), else None.
+
+    An unclosed last box (a completion cut off mid-answer) is skipped in favour of an earlier,
+    complete one.
+    """
+    for match in reversed(list(_BOX_OPEN.finditer(text))):
         depth = 1
-        for i in range(start, len(text)):
-            if text[i] == "{":
-                depth += 1
-            elif text[i] == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[start:i].strip()
+        for i in range(match.end(), len(text)):
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            if depth == 0:
+                return text[match.end() : i].strip()
     return None
+
+
+def _answer_from_line(rest: str) -> str:
+    """The answer in the remainder of a final-answer line: its first ``$...$`` if any, else the
+    text up to the end of the sentence ("5. I hope it is correct." -> "5")."""
+    inline = _INLINE_MATH.search(rest)
+    if inline:
+        return (inline.group(1) or inline.group(2)).strip()
+    return re.split(r"\.\s+(?=[A-Z])", rest.strip(), maxsplit=1)[0].strip().rstrip(".").strip()
+
+
+def extract_final_answer(text: str) -> str | None:
+    """The final answer a completion states: last ``\\boxed{}``, else the last ``#### X``, else
+    the last "answer is X" / "Answer: X" line; None if there is none."""
+    boxed = extract_boxed(text)
+    if boxed is not None:
+        return boxed
+    for pattern in (_HASHES, _ANSWER_LINE):
+        matches = pattern.findall(text)
+        if matches:
+            answer = _answer_from_line(matches[-1])
+            return answer or None
+    return None
+
+
+# --------------------------------------------------------------------------- fast normaliser
+
+_SIZING = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![a-zA-Z])")
+_THIN_SPACE = re.compile(r"\\[,!]")  # used inside numbers: 10\!000, 10\,000
+_SPACING = re.compile(r"\\[;: ]|\\q?quad(?![a-zA-Z])")
+_DEGREES = re.compile(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|°")
+_TEXT = re.compile(r"\\(?:text|textbf|textrm|mbox|mathrm)\s*\{([^{}]*)\}")
+_ASSIGNMENT = re.compile(r"^[a-zA-Z](?:_\{?[a-zA-Z0-9]+\}?)?\s*=\s*([^=]+)$")
+_THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_CHOICE = re.compile(r"^\(([A-Ea-e])\)$")
+
+
+def _strip_text(s: str) -> str:
+    """Drop ``\\text{...}`` units ("5 \\text{ cm}") when other content remains; otherwise the
+    text is the answer ("\\text{Evelyn}") and is unwrapped."""
+    without = _TEXT.sub("", s).strip()
+    return without if without else _TEXT.sub(r"\1", s).strip()
+
+
+def clean_answer(s: str) -> str:
+    """Meaning-preserving clean-up of an answer string (still valid LaTeX for math-verify)."""
+    s = s.strip().strip("$").strip()
+    if s.startswith(("\\(", "\\[")) and s.endswith(("\\)", "\\]")):
+        s = s[2:-2].strip()
+    s = _SIZING.sub("", s).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    s = _SPACING.sub(" ", _THIN_SPACE.sub("", s))
+    s = _DEGREES.sub("", s).replace("\\%", "").replace("%", "").replace("\\$", "")
+    s = _strip_text(s).rstrip(".").strip()
+    assignment = _ASSIGNMENT.match(s)
+    if assignment:  # "x = 3" -> "3": the variable name is not part of the answer
+        s = assignment.group(1).strip()
+    if _THOUSANDS.fullmatch(s):
+        s = s.replace(",", "")
+    choice = _CHOICE.match(s)
+    return choice.group(1).upper() if choice else s
+
+
+def canonical_answer(s: str) -> str:
+    """``clean_answer`` plus spelling-only changes for string comparison: no whitespace,
+    ``\\frac12`` -> ``\\frac{1}{2}``, ``\\sqrt2`` -> ``\\sqrt{2}`` (not for math-verify: removing
+    spaces can glue LaTeX commands to letters)."""
+    s = re.sub(r"\s+", "", clean_answer(s))
+    s = re.sub(r"\\frac(\d)(\d)", r"\\frac{\1}{\2}", s)
+    s = re.sub(r"\\frac\{([^{}]*)\}(\d)", r"\\frac{\1}{\2}", s)
+    s = re.sub(r"\\frac(\d)\{", r"\\frac{\1}{", s)
+    return re.sub(r"\\sqrt(\d+)", r"\\sqrt{\1}", s)
+
+
+def as_number(s: str) -> Fraction | None:
+    """A canonical answer that is a plain number ("3", "-0.5", "1/2", "-\\frac{1}{2}"), else None."""
+    frac = re.fullmatch(r"(-?)\\frac\{(-?\d+)\}\{(-?\d+)\}", s) or re.fullmatch(r"(-?)(\d+)/(\d+)", s)
+    try:
+        if frac:
+            value = Fraction(int(frac.group(2)), int(frac.group(3)))
+            return -value if frac.group(1) else value
+        if re.fullmatch(r"[-+]?(?:\d+\.?\d*|\.\d+)", s):
+            return Fraction(s)
+    except (ZeroDivisionError, ValueError):
+        return None
+    return None
+
+
+def numbers_match(gold: Fraction, pred: Fraction) -> bool:
+    """Exact, or within 1e-6 when either is not an integer (a rounded decimal such as 0.333333
+    for 1/3, as math-verify's 6-digit rounding would also accept)."""
+    if gold == pred:
+        return True
+    integers = gold.denominator == 1 and pred.denominator == 1
+    return not integers and abs(gold - pred) <= Fraction(1, 10**6)
+
+
+# --------------------------------------------------------------------------- math-verify
+
+_EXPLOSIVE = re.compile(
+    r"\^\s*\{[^{}]*\^"  # nested exponent: 10^{10^{10}}
+    r"|\^\s*\{?\s*-?\d{4,}"  # 4+-digit exponent: 2^{12345}
+    r"|\*\*\s*\(?\s*\d{4,}|\*\*[^*]*\*\*"  # the same in Python notation
+    r"|\d{3,}\s*!"  # factorial of a 3+-digit number
+)
+
+
+class _DropTimeoutWarning(logging.Filter):
+    """math-verify logs a warning when its timeouts are off; ours are off on purpose (see module
+    docstring), so that one message is dropped and everything else it logs is kept."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Timeout is disabled")
+
+
+for _name in ("math_verify.parser", "math_verify.grader"):
+    logging.getLogger(_name).addFilter(_DropTimeoutWarning())
+
+
+def _too_costly(pred: str, gold: str) -> bool:
+    return len(pred) > max(MAX_VERIFY_CHARS, 4 * len(gold)) or bool(_EXPLOSIVE.search(pred))
+
+
+def math_verify_equal(gold: str, pred: str) -> bool:
+    """math-verify's judgement, gold first, with signal-based timeouts off (thread-safe)."""
+    from math_verify import parse, verify  # imported lazily: it pulls in SymPy (~1 s)
+
+    def _parse(answer: str):
+        return parse(f"$\\boxed{{{answer}}}$", parsing_timeout=None)
+
+    parsed_gold, parsed_pred = _parse(gold), _parse(pred)
+    if not parsed_gold or not parsed_pred:
+        return False
+    return bool(verify(parsed_gold, parsed_pred, timeout_seconds=None))
+
+
+def answers_equal(gold: str, pred: str) -> bool:
+    """Whether two extracted answers agree: string and numeric checks first, then math-verify."""
+    gold_c, pred_c = canonical_answer(gold), canonical_answer(pred)
+    if not pred_c:
+        return False
+    if gold_c == pred_c:
+        return True
+    gold_n, pred_n = as_number(gold_c), as_number(pred_c)
+    if gold_n is not None and pred_n is not None:
+        return numbers_match(gold_n, pred_n)  # two plain numbers: no need for SymPy
+    gold_m, pred_m = clean_answer(gold), clean_answer(pred)
+    if _too_costly(pred_m, gold_m):
+        return False
+    return math_verify_equal(gold_m, pred_m)
+
+
+def score_math(completion: str, answer: str) -> float:
+    """1.0 if the completion's final answer equals the gold ``answer``, else 0.0; never raises."""
+    try:
+        pred = extract_final_answer(completion)
+        return float(pred is not None and answers_equal(answer, pred))
+    except Exception:  # a verifier must not crash a rollout: an unjudgeable answer is wrong
+        return 0.0
+
+
+def gsm8k_gold(answer_field: str) -> str:
+    """The number after ``####`` in a GSM8K answer field (the field itself if it has none)."""
+    return answer_field.rsplit("####", 1)[-1].strip()
+
+
+def _gsm8k_number(text: str) -> Fraction | None:
+    """A number from an answer string, tolerant of "$", commas, units and trailing "."."""
+    value = as_number(canonical_answer(text))
+    if value is None:
+        numbers = _GSM_NUMBER.findall(text)
+        value = as_number(numbers[-1].replace(",", "").rstrip(".")) if numbers else None
+    return value
+
+
+def score_gsm8k(completion: str, gold_answer_field: str) -> float:
+    """1.0 if the completion's answer equals the GSM8K gold (a ``#### N`` field or a bare N).
+
+    The prediction is the final answer (boxed / "####" / "answer is"), else the last number in
+    the completion; the comparison is numeric, so "1,000", "$1000" and "1000.0" all match 1000.
+    Never raises.
+    """
+    try:
+        gold = _gsm8k_number(gsm8k_gold(gold_answer_field))
+        final = extract_final_answer(completion)
+        pred = _gsm8k_number(final if final is not None else completion)
+        if pred is None and final is not None:  # e.g. a box with only text: use the last number
+            pred = _gsm8k_number(completion)
+        return float(gold is not None and pred is not None and numbers_match(gold, pred))
+    except Exception:
+        return 0.0
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+@dataclass
+class _JsonlMathTask(Task):
+    """A math task read from JSONL files; subclasses say which fields and files."""
+
+    data: DataSpec = None
+    """One JSONL path for every split, a mapping split -> path, or None for the default files."""
+    system_prompt: str | None = None
+    """A preset name from ``SYSTEM_PROMPTS``, literal text, or None (the model's default)."""
+
+    instruction: ClassVar[str] = "Put the final answer within \\boxed{}."
+    cot_instruction: ClassVar[str] = "Think step by step."
+    required_fields: ClassVar[tuple[str, ...]] = ()
+    default_files: ClassVar[dict[str, str]] = {}
+
+    def __post_init__(self) -> None:
+        validate_data_option(self.data, SPLITS)
+        self.system_prompt = resolve_system_prompt(self.system_prompt)
+        # The splits on offer follow from data=: any split for one file, the keys of a mapping.
+        if self.data is None:
+            self.splits = tuple(s for s in SPLITS if s in self.default_files)
+        elif isinstance(self.data, (str, Path)):
+            self.splits = SPLITS
+        else:
+            self.splits = tuple(s for s in SPLITS if s in self.data)
+
+    def load(self, split: str) -> list[Problem]:
+        self.check_split(split)
+        default = {s: default_data_dir() / f for s, f in self.default_files.items()}
+        path = resolve_data_path(self.data, split, default, self.name)
+        rows = read_jsonl(path, self.required_fields)
+        return [self.to_problem(row, f"{self.name}/{split}/{i}") for i, row in enumerate(rows)]
+
+    def prompt(self, problem: Problem, cot: bool = False) -> list[dict[str, str]]:
+        parts = [problem.question, self.cot_instruction if cot else None, self.instruction]
+        return chat_messages(self.system_prompt, "\n\n".join(p for p in parts if p))
+
+    @abstractmethod
+    def to_problem(self, row: dict[str, Any], problem_id: str) -> Problem:
+        """One JSONL row (already checked for ``required_fields``) as a Problem."""
+
+
+@register_task("math")
+@dataclass
+class MathTask(_JsonlMathTask):
+    """Hendrycks MATH (default files: train, test = the 500-problem MATH-500 subset)."""
+
+    required_fields: ClassVar[tuple[str, ...]] = ("problem", "answer")
+    default_files: ClassVar[dict[str, str]] = {"train": "math/train.jsonl", "test": "math/test500.jsonl"}
+
+    def to_problem(self, row: dict[str, Any], problem_id: str) -> Problem:
+        meta = {k: row[k] for k in ("level", "type", "solution") if k in row}
+        return Problem(problem_id, row["problem"], str(row["answer"]), meta)
+
+    def reward(self, problem: Problem, completion: str) -> float:
+        return score_math(completion, problem.answer)
+
+
+@register_task("gsm8k")
+@dataclass
+class GSM8KTask(_JsonlMathTask):
+    """GSM8K grade-school word problems (default files: train, test). ``Problem.answer`` is the
+    number after ``####``; the full worked answer is kept in ``meta["solution"]``."""
+
+    required_fields: ClassVar[tuple[str, ...]] = ("question", "answer")
+    default_files: ClassVar[dict[str, str]] = {"train": "gsm8k/train.jsonl", "test": "gsm8k/test.jsonl"}
+
+    def to_problem(self, row: dict[str, Any], problem_id: str) -> Problem:
+        answer = str(row["answer"])
+        return Problem(problem_id, row["question"], gsm8k_gold(answer), {"solution": answer})
+
+    def reward(self, problem: Problem, completion: str) -> float:
+        return score_gsm8k(completion, problem.answer)

@@ -292,7 +292,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     from ..cli_common import add_model_arguments, add_rollout_arguments, add_task_arguments, parse_int_list
 
     add_model_arguments(p)
-    add_task_arguments(p)
+    add_task_arguments(p, max_problems=False)
     add_rollout_arguments(p, token_budget=SequenceTrainConfig.token_budget)
     g = p.add_argument_group("sequence-level training")
     g.add_argument("--actions", default=SequenceTrainConfig.actions, help="action set: preset or JSON file (select-actions output)")

@@ -347,7 +347,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     from ..cli_common import add_model_arguments, add_rollout_arguments, add_task_arguments
 
     add_model_arguments(p)
-    add_task_arguments(p)
+    add_task_arguments(p, max_problems=False)
     add_rollout_arguments(p, token_budget=TokenTrainConfig.token_budget)
     g = p.add_argument_group("token-level training")
     g.add_argument("--actions", default=TokenTrainConfig.actions, help="action set: preset or JSON file")
