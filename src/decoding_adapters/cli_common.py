@@ -65,15 +65,20 @@ def build_lm(args):
     return load_frozen_lm(ModelSpec(name_or_path=args.model, device=args.device, dtype=args.dtype))
 
 
-def build_task(args):
-    from .tasks import get_task
-
+def task_options(args) -> dict:
+    """The ``get_task`` keyword options given on the command line (Ray workers rebuild the task from them)."""
     options = {}
     if args.data is not None:
         options["data"] = args.data
     if args.system_prompt is not None:
         options["system_prompt"] = args.system_prompt
-    return get_task(args.task, **options)
+    return options
+
+
+def build_task(args):
+    from .tasks import get_task
+
+    return get_task(args.task, **task_options(args))
 
 
 def build_rollouts(args, lm, action_set):

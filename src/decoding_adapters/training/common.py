@@ -184,15 +184,20 @@ def add_loop_arguments(group, config_cls, int_fields: Sequence[str], float_field
         group.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(config_cls, name))
 
 
+def resolve_config(args, config_cls, config_from_args):
+    """The run's config: from the command line, or from the checkpoint when resuming."""
+    if args.resume and Checkpoint(args.out).exists():
+        return config_from_dict(config_cls, Checkpoint(args.out).load()["config"])
+    return config_from_args(args)
+
+
 def run_training_cli(args, config_cls, config_from_args, make_trainer, what: str) -> int:
     """Shared body of ``train-*``: config (from the checkpoint on --resume), LM, task, rollouts,
     train, and release the rollout workers whatever happens."""
     from ..actions import ActionSet, load_action_set
     from ..cli_common import build_lm, build_rollouts, build_task
 
-    config = config_from_args(args)
-    if args.resume and Checkpoint(args.out).exists():
-        config = config_from_dict(config_cls, Checkpoint(args.out).load()["config"])
+    config = resolve_config(args, config_cls, config_from_args)
     lm = build_lm(args)
     task = build_task(args)
     action_set = ActionSet(load_action_set(config.actions), device=lm.device)

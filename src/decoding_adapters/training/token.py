@@ -377,6 +377,19 @@ def config_from_args(args) -> TokenTrainConfig:
 
 
 def run_cli(args) -> int:
+    if args.backend == "ray":  # DDP on Ray Train: every worker rolls out its shard of the prompts
+        from ..cli_common import task_options
+        from ..distributed import TaskSpec, train_token_ddp
+        from ..models import ModelSpec
+        from .common import resolve_config
+
+        config = resolve_config(args, TokenTrainConfig, config_from_args)
+        out = train_token_ddp(config, ModelSpec(args.model, args.device, args.dtype), TaskSpec(args.task, task_options(args)),
+                              args.out, workers=args.workers, batch_rows=args.batch_rows, address=args.ray_address,
+                              resume=args.resume, task_name=args.task)
+        print(f"token adapter written to {out}")
+        return 0
+
     def make_trainer(config, lm, task, rollouts, action_set):
         return TokenTrainer(config, lm, task, rollouts, args.out, task_name=args.task)
 
