@@ -164,3 +164,27 @@ def test_batch_flattening_uses_only_valid_steps():
     batch = rollout_batch_from_result(result, torch.tensor([1.0, -1.0]), 0.95)
     assert len(batch.actions) == 7 and batch.advantage.tolist() == [1.0] * 2 + [-1.0] * 5
     assert batch.remaining.tolist() == [5, 4, 5, 4, 3, 2, 1]
+
+
+def test_resume_after_a_kill_loses_at_most_one_checkpoint_interval(tmp_path, monkeypatch):
+    reference = make_trainer(tmp_path / "ref", steps=6, checkpoint_every=2)
+    reference.train()
+    killed = make_trainer(tmp_path / "run", steps=6, checkpoint_every=2)
+    original = TokenTrainer.train_step
+    calls = {"n": 0}
+
+    def dying_step(self):
+        calls["n"] += 1
+        if calls["n"] == 4:  # killed during step 4: steps 1-2 are checkpointed, step 3 is lost
+            raise KeyboardInterrupt
+        return original(self)
+
+    monkeypatch.setattr(TokenTrainer, "train_step", dying_step)
+    with pytest.raises(KeyboardInterrupt):
+        killed.train()
+    monkeypatch.setattr(TokenTrainer, "train_step", original)
+    resumed = make_trainer(tmp_path / "run", steps=6, checkpoint_every=2)
+    resumed.train(resume=True)
+    for k, v in reference.policy.state_dict().items():
+        torch.testing.assert_close(v, resumed.policy.state_dict()[k])
+    assert [r["step"] for r in resumed.log.read()] == [0, 1, 2, 3, 4, 5, 6]
