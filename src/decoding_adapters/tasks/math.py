@@ -141,13 +141,13 @@ def clean_answer(s: str) -> str:
 
 def canonical_answer(s: str) -> str:
     """``clean_answer`` plus spelling-only changes for string comparison: no whitespace,
-    ``\\frac12`` -> ``\\frac{1}{2}``, ``\\sqrt2`` -> ``\\sqrt{2}`` (not for math-verify: removing
-    spaces can glue LaTeX commands to letters)."""
+    ``\\frac12`` -> ``\\frac{1}{2}``, ``\\sqrt2`` -> ``\\sqrt{2}`` (one-digit arguments, as in
+    LaTeX). Not for math-verify: removing spaces can glue LaTeX commands to letters."""
     s = re.sub(r"\s+", "", clean_answer(s))
     s = re.sub(r"\\frac(\d)(\d)", r"\\frac{\1}{\2}", s)
     s = re.sub(r"\\frac\{([^{}]*)\}(\d)", r"\\frac{\1}{\2}", s)
     s = re.sub(r"\\frac(\d)\{", r"\\frac{\1}{", s)
-    return re.sub(r"\\sqrt(\d+)", r"\\sqrt{\1}", s)
+    return re.sub(r"\\sqrt(\d)", r"\\sqrt{\1}", s)  # LaTeX reads \sqrt23 as sqrt(2)*3
 
 
 def as_number(s: str) -> Fraction | None:
