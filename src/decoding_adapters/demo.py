@@ -36,9 +36,9 @@ class DemoConfig:
 
     token_budget: int = 16
     """Max new tokens per completion everywhere (arithmetic answers are short)."""
-    pool_subsample: int = 11
+    pool_subsample: int = 8
     """Candidates taken evenly from the 180-config pool (greedy is added)."""
-    select_problems: int = 48
+    select_problems: int = 32
     select_samples: int = 4
     """Samples per (problem, action); also the largest parallel budget replay can serve."""
     k: int = 4
@@ -46,27 +46,29 @@ class DemoConfig:
     seq_budgets: tuple[int, ...] = (1, 2, 4)
     seq_steps: int = 200
     seq_prompts_per_step: int = 16
-    tok_steps: int = 16
-    tok_prompts_per_step: int = 4
+    tok_steps: int = 8
+    tok_prompts_per_step: int = 8
     tok_group_size: int = 4
     tok_train_prompts: int = 48
-    tok_lr: float = 1e-3
+    tok_lr: float = 3e-3
     tok_filter_samples: int = 4
     """Probe rollouts per training prompt for filtering (0: keep every prompt)."""
-    eval_problems: int = 40
+    tok_val_problems: int = 16
+    eval_problems: int = 32
     eval_k: tuple[int, ...] = (1, 2, 4)
     seeds: int = 3
-    batch_rows: int = 64
+    batch_rows: int = 128
+    """Rows decoded together: on a CPU, bigger batches give more tokens per second."""
 
 
 SIZES: dict[str, DemoConfig] = {
     "tiny": DemoConfig(token_budget=4, pool_subsample=3, select_problems=4, select_samples=2, k=2, seq_budgets=(1, 2),
                        seq_steps=3, seq_prompts_per_step=2, tok_steps=2, tok_prompts_per_step=2, tok_group_size=2,
-                       tok_train_prompts=4, tok_filter_samples=0, eval_problems=3, eval_k=(1, 2), seeds=2, batch_rows=16),
+                       tok_train_prompts=4, tok_filter_samples=0, tok_val_problems=4, eval_problems=3, eval_k=(1, 2), seeds=2, batch_rows=16),
     "default": DemoConfig(),
     "full": DemoConfig(token_budget=24, pool_subsample=23, select_problems=96, select_samples=8, k=6, seq_budgets=(1, 2, 4, 8),
-                       seq_steps=400, tok_steps=40, tok_prompts_per_step=8, tok_group_size=8, tok_train_prompts=128,
-                       eval_problems=100, eval_k=(1, 2, 4, 8)),
+                       seq_steps=400, tok_steps=40, tok_prompts_per_step=8, tok_group_size=8, tok_train_prompts=256,
+                       tok_val_problems=64, eval_problems=100, eval_k=(1, 2, 4, 8)),
 }
 
 TOKEN_VARIANTS = {  # directory suffix -> (use_budget, features)
@@ -127,8 +129,8 @@ def _token_config(cfg: DemoConfig, seed: int, use_budget: bool, features: str):
 
     return TokenTrainConfig(token_budget=cfg.token_budget, use_budget=use_budget, features=features, steps=cfg.tok_steps,
                             prompts_per_step=cfg.tok_prompts_per_step, group_size=cfg.tok_group_size, lr=cfg.tok_lr,
-                            max_train_prompts=cfg.tok_train_prompts, filter_samples=cfg.tok_filter_samples, val_every=max(1, cfg.tok_steps // 2),
-                            val_problems=16, checkpoint_every=max(1, cfg.tok_steps // 4), seed=seed)
+                            max_train_prompts=cfg.tok_train_prompts, filter_samples=cfg.tok_filter_samples,
+                            val_every=cfg.tok_steps, val_problems=cfg.tok_val_problems, checkpoint_every=max(1, cfg.tok_steps // 4), seed=seed)
 
 
 def _filtered_prompts(lm, task, cfg: DemoConfig, out: Path, progress: bool):

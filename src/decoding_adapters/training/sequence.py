@@ -177,8 +177,11 @@ class SequenceTrainer(TrainingLoop):
         val_ids = {p.id for p in self.val_problems}
         self.train_problems = [p for p in self.task.load("train") if p.id not in val_ids][: cfg.max_train_prompts]
         if self.replay is not None:  # offline replay can only score problems the table holds
+            # The table usually holds validation problems only: replay then trains and validates on
+            # them (in-sample validation, logged as such).
             stored = set(self.replay.problem_ids)
             self.train_problems = [p for p in self.task.load("train") + self.val_problems if p.id in stored]
+            self.val_problems = [p for p in self.val_problems if p.id in stored]
             if not self.train_problems:
                 raise ValueError("the replay table holds none of this task's problems")
 
@@ -255,7 +258,7 @@ class SequenceTrainer(TrainingLoop):
 
     def validate(self) -> float:
         """Mean reward with the deterministic policy, budgets assigned to validation problems in turn."""
-        if not self.val_problems or (self.replay is not None and not {p.id for p in self.val_problems} <= set(self.replay.problem_ids)):
+        if not self.val_problems:
             return float("nan")
         prompts, emb, _ = self._encode(self.val_problems)
         budgets = [self.config.budgets[i % len(self.config.budgets)] for i in range(len(self.val_problems))]
