@@ -771,8 +771,10 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     add_task_arguments(p)
     add_rollout_arguments(p)
     g = p.add_argument_group("evaluation")
-    g.add_argument("--adapter", action="append", default=[], metavar="[NAME=]DIR",
-                   help="a trained adapter directory (repeatable); NAME overrides the default column name")
+    g.add_argument("--adapter", action="append", default=[], metavar="[NAME=]DIR[,DIR...]",
+                   help="a trained adapter directory (repeatable); NAME overrides the default column name; "
+                        "several comma-separated directories (the same adapter trained with different seeds) "
+                        "are used one per evaluation seed")
     g.add_argument("--k", type=parse_int_list, default=[1, 2, 4, 8], help="parallel budgets k for pass@k")
     g.add_argument("--seeds", type=int, default=3, help="independent repetitions")
     g.add_argument("--split", default="test", help="task split to evaluate on")
@@ -811,7 +813,8 @@ def _unique_name(name: str, taken: set[str], source: str) -> str:
 def load_adapter_methods(specs: Sequence[str], lm) -> list[Method]:
     methods, taken = [], set()
     for name, path in _parse_adapter_args(specs):
-        m = adapter_method(path, lm, name=name or None)
+        dirs = path.split(",")  # DIR1,DIR2,...: one adapter per evaluation seed
+        m = adapter_method(dirs if len(dirs) > 1 else path, lm, name=name or None)
         m.name = _unique_name(m.name, taken, path)
         taken.add(m.name)
         methods.append(m)
