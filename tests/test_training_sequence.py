@@ -139,3 +139,16 @@ def test_inference_rewards():
     assert inference_reward([1, 0, 0], ["4", "5", "5"], "majority") == 0.0
     with pytest.raises(ValueError):
         inference_reward([], None, "pass")
+
+
+def test_majority_vote_compares_extracted_answers():
+    from decoding_adapters.tasks import get_task
+
+    task = get_task("arithmetic")
+    problem = task.load("test")[0]
+    texts = ["7 + 5 = 12", "The answer is 12.", "13"]
+    answers = [task.extract_answer(problem, t) for t in texts]
+    assert answers == ["12", "12", "13"]
+    assert inference_reward([1.0, 1.0, 0.0], answers, "majority") == 1.0
+    math_task = get_task("math")
+    assert math_task.extract_answer(problem, r"so \boxed{\frac12}") == math_task.extract_answer(problem, r"\boxed{\frac{1}{2}}")

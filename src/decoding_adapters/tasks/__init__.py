@@ -23,7 +23,7 @@ from .base import (
     resolve_system_prompt,
 )
 
-from . import arithmetic, math  # noqa: E402  (importing registers the tasks)
+from . import arithmetic, math  # noqa: E402, F401  (importing registers the tasks)
 from .arithmetic import ArithmeticConfig, ArithmeticTask  # noqa: E402
 from .math import GSM8KTask, MathTask, score_gsm8k, score_math  # noqa: E402
 

@@ -369,3 +369,7 @@ class ArithmeticTask(Task):
 
     def reward(self, problem: Problem, completion: str) -> float:
         return score_arithmetic(completion, problem.answer)
+
+    def extract_answer(self, problem: Problem, completion: str) -> str:
+        answer = extract_integer_answer(completion)
+        return "" if answer is None else str(answer)

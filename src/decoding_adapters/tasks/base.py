@@ -92,6 +92,11 @@ class Task(ABC):
     def reward(self, problem: Problem, completion: str) -> float:
         """1.0 if ``completion`` answers ``problem`` correctly, else 0.0; never raises."""
 
+    def extract_answer(self, problem: Problem, completion: str) -> str:
+        """The answer ``completion`` states, normalised so that equal answers compare equal (for
+        majority voting); "" when it states none. Default: the stripped completion."""
+        return completion.strip()
+
     def check_split(self, split: str) -> None:
         """Raise a ValueError naming the valid splits if ``split`` is not one of them."""
         if split not in self.splits:

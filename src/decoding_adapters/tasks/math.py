@@ -308,6 +308,10 @@ class _JsonlMathTask(Task):
         parts = [problem.question, self.cot_instruction if cot else None, self.instruction]
         return chat_messages(self.system_prompt, "\n\n".join(p for p in parts if p))
 
+    def extract_answer(self, problem: Problem, completion: str) -> str:
+        answer = extract_final_answer(completion)
+        return "" if answer is None else canonical_answer(answer)
+
     @abstractmethod
     def to_problem(self, row: dict[str, Any], problem_id: str) -> Problem:
         """One JSONL row (already checked for ``required_fields``) as a Problem."""

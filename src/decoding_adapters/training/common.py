@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+from tqdm.auto import tqdm
 
 from ..decoding import row_seed
 
@@ -92,20 +94,12 @@ def config_from_dict(cls, data: dict):
     return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in names})
 
 
-def config_to_dict(config) -> dict:
-    return asdict(config)
-
-
 def action_histogram(actions: torch.Tensor, num_actions: int) -> list[float]:
     """Fraction of each action among ``actions`` (any shape, -1 entries ignored)."""
     valid = actions[actions >= 0]
     if valid.numel() == 0:
         return [0.0] * num_actions
     return (torch.bincount(valid, minlength=num_actions).float() / valid.numel()).tolist()
-
-
-def mean_or_none(values: Sequence[float]) -> float | None:
-    return float(sum(values) / len(values)) if values else None
 
 
 def load_split(task, split: str) -> list:
@@ -139,10 +133,6 @@ class TrainingLoop:
         return None
 
     def train(self, resume: bool = False) -> Path:
-        import time
-
-        from tqdm.auto import tqdm
-
         cfg = self.config
         if resume and self.checkpoint.exists():
             state = self.checkpoint.load()

@@ -208,11 +208,10 @@ class SequenceTrainer(TrainingLoop):
         )
         result = self.rollouts.run(request)
         row_rewards = score_rows(self.task, problems, result).tolist()
-        extract = getattr(self.task, "extract_answer", None)
         out, start = [], 0
         for i, b in enumerate(budgets):
             texts = result.texts[start:start + b]
-            answers = [extract(problems[i], t) if extract else t.strip() for t in texts] if metrics[i] == "majority" else None
+            answers = [self.task.extract_answer(problems[i], t) for t in texts] if metrics[i] == "majority" else None
             out.append(inference_reward(row_rewards[start:start + b], answers, metrics[i]))
             start += b
         return torch.tensor(out)
