@@ -1,10 +1,10 @@
-# Two commands on a fresh machine:  `make demo` (set up + main job)  and  `make test` (set up + tests).
+# Two commands on a fresh machine:  `make demo` (set up + main job)  and  `make test` (set up + ruff + tests).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 OUT ?= runs/demo
 
-.PHONY: setup demo test test-slow bench clean
+.PHONY: setup demo lint test test-slow bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,7 +21,10 @@ setup: $(BIN)/.installed
 demo: setup
 	$(BIN)/decoding-adapters demo --out $(OUT)
 
-test: setup
+lint: setup
+	$(BIN)/ruff check src tests
+
+test: setup lint
 	$(BIN)/python -m pytest -q
 
 test-slow: setup

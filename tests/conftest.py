@@ -24,7 +24,7 @@ CHAT_TEMPLATE = (
 
 def make_char_tokenizer():
     """A character-level fast tokenizer with ChatML specials; ids 0..2 are pad / eos / bos."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<pad>", "<|im_end|>", "<|im_start|>"]

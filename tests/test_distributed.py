@@ -17,11 +17,12 @@ ray = pytest.importorskip("ray", reason="the ray backend needs the [ray] extra")
 
 from decoding_adapters.actions import PRESETS, ActionSet  # noqa: E402
 from decoding_adapters.decoding import row_seed  # noqa: E402
-from decoding_adapters.distributed import RayRollouts, select_rows, train_token_ddp  # noqa: E402
+from decoding_adapters.distributed import RayRollouts  # noqa: E402
 from decoding_adapters.models import ModelSpec, load_frozen_lm  # noqa: E402
 from decoding_adapters.policies import TokenPolicy, TokenPolicyChooser, TokenPolicyConfig, load_adapter  # noqa: E402
 from decoding_adapters.rollouts import HFRollouts, RolloutRequest  # noqa: E402
 from decoding_adapters.tasks import Problem, Task  # noqa: E402
+from decoding_adapters.training.ddp import train_token_ddp  # noqa: E402
 
 # Tolerance of DDP parity: the gradient is all-reduced in another summation order, so parameters
 # after one Adam step agree to float32 rounding, not bit for bit.
@@ -61,7 +62,7 @@ def _request(prompts, rows_per_prompt=3, actions=True) -> RolloutRequest:
 
 def test_select_rows_reindexes_prompts(tiny_prompts):
     request = _request(tiny_prompts)
-    sub = select_rows(request, [7, 1, 10])
+    sub = request.subset([7, 1, 10])
     assert sub.prompts == [tiny_prompts[0], tiny_prompts[2], tiny_prompts[3]]
     assert sub.prompt_of_row == [1, 0, 2]
     assert sub.row_seeds == [request.row_seeds[r] for r in (7, 1, 10)]
@@ -122,7 +123,8 @@ def _config():
 
 @pytest.mark.slow
 def test_ddp_step_matches_single_process(ray_cluster, tiny_dir, loaded_lm, tmp_path):
-    from decoding_adapters.training.common import Checkpoint, JsonlLog, seed_everything
+    from decoding_adapters.io import Checkpoint, JsonlLog
+    from decoding_adapters.training.common import seed_everything
     from decoding_adapters.training.token import TokenTrainer
 
     config = _config()

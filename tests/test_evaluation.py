@@ -14,13 +14,9 @@ from decoding_adapters.evaluation import (
     evaluate,
     format_table,
     greedy_method,
-    mean_ci,
     mixed_method,
-    paired_ci,
-    pass_at_k,
     resolve_best_action,
     static_method,
-    t_quantile,
 )
 from decoding_adapters.policies import (
     AdapterConfig,
@@ -30,6 +26,7 @@ from decoding_adapters.policies import (
     TokenPolicyConfig,
     save_adapter,
 )
+from decoding_adapters.stats import mean_ci, paired_ci, pass_at_k, t_quantile
 from decoding_adapters.tasks import Problem, Task, chat_messages
 
 

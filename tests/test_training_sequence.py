@@ -50,16 +50,28 @@ def success_prob(cluster: int, action: int, budget: int, budget_case: bool) -> f
     return 0.6 if action == 0 else 1 - 0.65 ** budget
 
 
-class SyntheticTrainer(SequenceTrainer):
-    budget_case = False
+class SyntheticRewards:
+    """A reward source (``RewardSource``): Bernoulli(success_prob) per prompt."""
 
+    action_set = ACTIONS
+    offline = False
+
+    def __init__(self, budget_case=False):
+        self.budget_case = budget_case
+
+    def scorable(self, problem_ids):
+        return None
+
+    def rewards(self, problems, prompts, actions, budgets, metrics, key):
+        gen = torch.Generator().manual_seed(hash(key) % (2**31))
+        probs = torch.tensor([success_prob(p.meta["cluster"], a, b, self.budget_case)
+                              for p, a, b in zip(problems, actions, budgets)])
+        return (torch.rand(len(probs), generator=gen) < probs).float()
+
+
+class SyntheticTrainer(SequenceTrainer):
     def _encode(self, problems):
         return None, torch.stack([p.meta["e"] for p in problems]), [False] * len(problems)
-
-    def _rewards(self, problems, prompts, actions, budgets, metrics, key):
-        gen = torch.Generator().manual_seed(hash(key) % (2**31))
-        probs = torch.tensor([success_prob(p.meta["cluster"], a, b, self.budget_case) for p, a, b in zip(problems, actions, budgets)])
-        return (torch.rand(len(probs), generator=gen) < probs).float()
 
 
 def expected_reward(trainer, task, budget_case, budgets):
@@ -80,8 +92,7 @@ def train(tmp_path, budget_case, use_budget, steps=150):
     task = ClusterTask()
     config = SequenceTrainConfig(budgets=(1, 8), use_budget=use_budget, steps=steps, prompts_per_step=32, lr=3e-3,
                                  entropy_coef=0.001, val_every=1000, checkpoint_every=1000, policy_hidden=32)
-    trainer = SyntheticTrainer(config, FakeLM(), task, None, tmp_path, action_set=ACTIONS, progress=False)
-    trainer.budget_case = budget_case
+    trainer = SyntheticTrainer(config, FakeLM(), task, SyntheticRewards(budget_case), tmp_path, progress=False)
     trainer.train()
     return trainer, task
 
@@ -106,7 +117,7 @@ def test_resume_after_a_kill_gives_the_same_policy(tmp_path, monkeypatch):
     task = ClusterTask()
     config = SequenceTrainConfig(budgets=(1, 8), steps=6, prompts_per_step=32, lr=3e-3, entropy_coef=0.001,
                                  val_every=1000, checkpoint_every=2, policy_hidden=32)
-    killed = SyntheticTrainer(config, FakeLM(), task, None, tmp_path / "run", action_set=ACTIONS, progress=False)
+    killed = SyntheticTrainer(config, FakeLM(), task, SyntheticRewards(), tmp_path / "run", progress=False)
     original = SyntheticTrainer.train_step
     calls = {"n": 0}
 
@@ -121,8 +132,8 @@ def test_resume_after_a_kill_gives_the_same_policy(tmp_path, monkeypatch):
         killed.train()
     monkeypatch.setattr(SyntheticTrainer, "train_step", original)
     with pytest.raises(ValueError, match="--resume"):
-        SyntheticTrainer(config, FakeLM(), task, None, tmp_path / "run", action_set=ACTIONS, progress=False).train()
-    resumed = SyntheticTrainer(config, FakeLM(), task, None, tmp_path / "run", action_set=ACTIONS, progress=False)
+        SyntheticTrainer(config, FakeLM(), task, SyntheticRewards(), tmp_path / "run", progress=False).train()
+    resumed = SyntheticTrainer(config, FakeLM(), task, SyntheticRewards(), tmp_path / "run", progress=False)
     resumed.train(resume=True)
     for k, v in reference.policy.state_dict().items():
         torch.testing.assert_close(v, resumed.policy.state_dict()[k])

@@ -18,12 +18,22 @@ full`` is the longer run behind the README's evidence, ``--size tiny`` is for te
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from .actions import PRESETS, ActionSet, DecodingAction, load_action_set
+from .evaluation import EvalConfig, adapter_method, evaluate, format_table, greedy_method, mixed_method, static_method
+from .io import write_json, write_text
+from .models import load_frozen_lm
+from .report import write_report
+from .rollouts import HFRollouts
+from .selection import build_pool, evaluate_pool, select_actions, write_outputs
+from .tasks import get_task
+from .training.sequence import SequenceTrainConfig, SequenceTrainer, reward_source
+from .training.token import TokenTrainConfig, TokenTrainer
 
 log = logging.getLogger(__name__)
 
@@ -39,24 +49,37 @@ class DemoConfig:
     pool_subsample: int = 8
     """Candidates taken evenly from the 180-config pool (greedy is added)."""
     select_problems: int = 32
+    """Validation problems the candidates are run on."""
     select_samples: int = 4
     """Samples per (problem, action); also the largest parallel budget replay can serve."""
     k: int = 4
     """Size of the selected sequence-level action set."""
     seq_budgets: tuple[int, ...] = (1, 2, 4)
+    """Parallel budgets B of the sequence adapters (at most select_samples: replay serves them)."""
     seq_steps: int = 200
+    """Steps of each sequence adapter."""
     seq_prompts_per_step: int = 16
+    """Prompts per sequence-level step."""
     tok_steps: int = 8
+    """Steps of each token adapter."""
     tok_prompts_per_step: int = 8
+    """Prompts per token-level step."""
     tok_group_size: int = 4
+    """Rollouts per prompt (G, the group baseline)."""
     tok_train_prompts: int = 48
+    """Training prompts probed for the token adapters."""
     tok_lr: float = 3e-3
+    """Learning rate of the token adapters."""
     tok_filter_samples: int = 4
     """Probe rollouts per training prompt for filtering (0: keep every prompt)."""
     tok_val_problems: int = 16
+    """Validation problems of the token adapters."""
     eval_problems: int = 32
+    """Test problems of the evaluation."""
     eval_k: tuple[int, ...] = (1, 2, 4)
+    """k of the reported pass@k."""
     seeds: int = 3
+    """Training seeds of every adapter, and evaluation seeds."""
     batch_rows: int = 128
     """Rows decoded together: on a CPU, bigger batches give more tokens per second."""
 
@@ -97,8 +120,6 @@ class _Stages:
 
 
 def _select(lm, task, cfg: DemoConfig, out: Path, progress: bool):
-    from .selection import build_pool, evaluate_pool, select_actions, write_outputs
-
     pool = build_pool("pool", subsample=cfg.pool_subsample, add_greedy=True)
     problems = task.load("validation")[: cfg.select_problems]
     table = evaluate_pool(lm, task, problems, pool, samples=cfg.select_samples, token_budget=cfg.token_budget, seed=0,
@@ -112,21 +133,16 @@ def _select(lm, task, cfg: DemoConfig, out: Path, progress: bool):
 
 
 def _train_sequence(lm, task, cfg: DemoConfig, actions_path: Path, table_path: Path, out: Path, seed: int, use_budget: bool):
-    from .actions import ActionSet, load_action_set
-    from .training.sequence import SequenceTrainConfig, SequenceTrainer
-
     config = SequenceTrainConfig(actions=str(actions_path), budgets=cfg.seq_budgets, use_budget=use_budget,
                                  token_budget=cfg.token_budget, steps=cfg.seq_steps, prompts_per_step=cfg.seq_prompts_per_step,
                                  val_every=max(1, cfg.seq_steps // 10), checkpoint_every=max(1, cfg.seq_steps // 4),
                                  replay=str(table_path), seed=seed)
-    trainer = SequenceTrainer(config, lm, task, None, out, action_set=ActionSet(load_action_set(actions_path)),
-                              task_name=task.name, progress=False)
+    rewards = reward_source(config, task, ActionSet(load_action_set(actions_path)))  # offline replay
+    trainer = SequenceTrainer(config, lm, task, rewards, out, task_name=task.name, progress=False)
     trainer.train(resume=True)
 
 
 def _token_config(cfg: DemoConfig, seed: int, use_budget: bool, features: str):
-    from .training.token import TokenTrainConfig
-
     return TokenTrainConfig(token_budget=cfg.token_budget, use_budget=use_budget, features=features, steps=cfg.tok_steps,
                             prompts_per_step=cfg.tok_prompts_per_step, group_size=cfg.tok_group_size, lr=cfg.tok_lr,
                             max_train_prompts=cfg.tok_train_prompts, filter_samples=cfg.tok_filter_samples,
@@ -135,10 +151,6 @@ def _token_config(cfg: DemoConfig, seed: int, use_budget: bool, features: str):
 
 def _filtered_prompts(lm, task, cfg: DemoConfig, out: Path, progress: bool):
     """Probe the training prompts once for all token runs (pass rate 0 or 1 dropped); cached."""
-    from .actions import ActionSet, load_action_set
-    from .rollouts import HFRollouts
-    from .training.token import TokenTrainer
-
     cache = out / "token-prompts.json"
     by_id = {p.id: p for p in task.load("train")}
     if cache.is_file():
@@ -147,17 +159,11 @@ def _filtered_prompts(lm, task, cfg: DemoConfig, out: Path, progress: bool):
     rollouts = HFRollouts(lm, ActionSet(load_action_set(config.actions)), cfg.batch_rows)
     trainer = TokenTrainer(config, lm, task, rollouts, out / "probe", progress=progress)
     summary = trainer.prepare()
-    from .cli_common import write_json
-
     write_json(cache, {**summary, "kept": [p.id for p in trainer.train_problems]})
     return trainer.train_problems
 
 
 def _train_token(lm, task, cfg: DemoConfig, problems, out: Path, seed: int, use_budget: bool, features: str, progress: bool):
-    from .actions import ActionSet, load_action_set
-    from .rollouts import HFRollouts
-    from .training.token import TokenTrainer
-
     config = _token_config(cfg, seed, use_budget, features)
     rollouts = HFRollouts(lm, ActionSet(load_action_set(config.actions)), cfg.batch_rows)
     TokenTrainer(config, lm, task, rollouts, out, task_name=task.name, progress=progress, train_problems=problems).train(resume=True)
@@ -169,15 +175,9 @@ def _finished(directory: Path) -> bool:
 
 def run_demo(out: str | Path, cfg: DemoConfig, *, model: str = "smollm2", progress: bool = True) -> dict:
     """Run every stage into ``out`` and return the evaluation results."""
-    from .evaluation import EvalConfig, adapter_method, evaluate, format_table, greedy_method, mixed_method, static_method
-    from .actions import PRESETS, DecodingAction, load_action_set
-    from .models import load_frozen_lm
-    from .report import write_report
-    from .tasks import get_task
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "demo_config.json").write_text(json.dumps({"model": model, **asdict(cfg)}, indent=2))
+    write_json(out / "demo_config.json", {"model": model, **asdict(cfg)})
     stages = _Stages({"load": 1, "select": 3, "sequence": 1, "token": 5, "evaluate": 6, "report": 0.5})
     stages.begin("load", "loading the frozen LM", model)
     lm = load_frozen_lm(model)
@@ -228,21 +228,5 @@ def run_demo(out: str | Path, cfg: DemoConfig, *, model: str = "smollm2", progre
     elapsed = (time.perf_counter() - stages.started) / 60
     print(format_table(evaluation.results))
     print(f"\ndemo finished in {elapsed:.1f} min; report: {report_path}")
-    (out / "demo_time.json").write_text(json.dumps({"minutes": round(elapsed, 2)}))
+    write_text(out / "demo_time.json", json.dumps({"minutes": round(elapsed, 2)}))
     return evaluation.results
-
-
-def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default="runs/demo", help="output directory (re-run the same command to resume)")
-    p.add_argument("--size", default="default", choices=sorted(SIZES), help="stage sizes: tiny (tests), default (~15 min on 2 cores), full")
-    p.add_argument("--model", default="smollm2", help="frozen LM (see `train-token --help`)")
-    p.add_argument("--seeds", type=int, default=None, help="override the number of seeds")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-
-
-def run_cli(args) -> int:
-    cfg = SIZES[args.size]
-    if args.seeds is not None:
-        cfg = replace(cfg, seeds=args.seeds)
-    run_demo(args.out, cfg, model=args.model, progress=not args.no_progress)
-    return 0

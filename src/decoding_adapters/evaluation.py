@@ -49,7 +49,7 @@ Output (``Evaluation.write``):
 
 from __future__ import annotations
 
-import argparse
+import json
 import logging
 import math
 import statistics
@@ -61,16 +61,14 @@ from typing import Callable, Literal, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from .actions import GREEDY, ActionSet, DecodingAction, load_action_set
+from .actions import GREEDY, ActionSet, DecodingAction
 from .decoding import DecodeResult, row_seed
+from .io import write_json
 from .policies import AdapterConfig, TokenPolicyChooser, load_adapter
 from .rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
+from .stats import check_int, finite_or_none, format_interval, mean_ci, pass_at_k
 
 __all__ = [
-    "pass_at_k",
-    "mean_ci",
-    "paired_ci",
-    "t_quantile",
     "EvalConfig",
     "Method",
     "greedy_method",
@@ -82,9 +80,6 @@ __all__ = [
     "select_best_action",
     "resolve_best_action",
     "format_table",
-    "format_interval",
-    "configure_parser",
-    "run_cli",
 ]
 
 log = logging.getLogger(__name__)
@@ -92,112 +87,6 @@ log = logging.getLogger(__name__)
 MethodKind = Literal["greedy", "static", "mixed", "sequence", "token"]
 RolloutsFactory = Callable[[ActionSet, bool], Rollouts]
 """``(action_set, per_token) -> Rollouts``; ``per_token`` is True when a chooser will drive it."""
-
-
-# ---- statistics ----------------------------------------------------------------------------------
-
-
-def _check_int(name: str, value) -> int:
-    if isinstance(value, bool) or int(value) != value:
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    return int(value)
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from ``n`` samples of which ``c`` are correct: ``1 - C(n-c, k) / C(n, k)``.
-
-    Computed as ``1 - prod_{i=n-c+1}^{n} (1 - k/i)`` (no huge binomials). Needs ``1 <= k <= n``
-    and ``0 <= c <= n``; raises ValueError otherwise.
-    """
-    n, c, k = _check_int("n", n), _check_int("c", c), _check_int("k", k)
-    if n < 1 or k < 1:
-        raise ValueError(f"n and k must be >= 1, got n={n}, k={k}")
-    if not 0 <= c <= n:
-        raise ValueError(f"c must be in [0, n={n}], got {c}")
-    if k > n:
-        raise ValueError(f"pass@{k} needs at least k samples, got n={n}")
-    if n - c < k:  # every k-subset contains a correct sample
-        return 1.0
-    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        m2 = 2 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """Regularized incomplete beta ``I_x(a, b)``."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def _t_cdf(t: float, df: float) -> float:
-    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t > 0 else tail
-
-
-def t_quantile(p: float, df: float) -> float:
-    """Quantile of Student's t with ``df`` degrees of freedom (bisection on the exact CDF)."""
-    if not 0.0 < p < 1.0 or df <= 0:
-        raise ValueError(f"need 0 < p < 1 and df > 0, got p={p}, df={df}")
-    if df > 1e6:
-        return statistics.NormalDist().inv_cdf(p)
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    lo, hi = 0.0, 1.0
-    while _t_cdf(hi, df) < p:
-        lo, hi = hi, hi * 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if _t_cdf(mid, df) < p else (lo, mid)
-        if hi - lo < 1e-12 * max(1.0, hi):
-            break
-    return 0.5 * (lo + hi)
-
-
-def mean_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high): mean and two-sided Student-t interval of the mean of ``values``.
-
-    With a single value the interval is undefined and returned as NaN; identical values give a
-    zero-width interval."""
-    xs = [float(v) for v in values]
-    if not xs:
-        raise ValueError("mean_ci needs at least one value")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    mean = math.fsum(xs) / len(xs)
-    if len(xs) < 2:
-        return mean, math.nan, math.nan
-    half = t_quantile(0.5 + confidence / 2.0, len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
-    return mean, mean - half, mean + half
-
-
-def paired_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high) of the per-item difference ``a - b`` (items paired: the same problems)."""
-    if len(a) != len(b):
-        raise ValueError(f"paired values need equal lengths, got {len(a)} and {len(b)}")
-    return mean_ci([x - y for x, y in zip(a, b)], confidence)
 
 
 # ---- configuration and methods -------------------------------------------------------------------
@@ -223,7 +112,7 @@ class EvalConfig:
     """Trajectories kept per method (seed 0, spread over problems first) for plots and traces."""
 
     def __post_init__(self) -> None:
-        ks = tuple(sorted({_check_int("k", k) for k in self.k_values}))
+        ks = tuple(sorted({check_int("k", k) for k in self.k_values}))
         if not ks or ks[0] < 1:
             raise ValueError(f"k_values must be positive integers, got {self.k_values}")
         object.__setattr__(self, "k_values", ks)
@@ -496,8 +385,6 @@ class Evaluation:
     details: dict
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
-        from .cli_common import write_json
-
         out_dir = Path(out_dir)
         return {"results": write_json(out_dir / "results.json", self.results),
                 "details": write_json(out_dir / "eval_details.json", self.details)}
@@ -590,7 +477,7 @@ def _summarise(per_problem: dict[str, list[list[float]]], cfg: EvalConfig) -> tu
         mean, low, high = mean_ci([statistics.fmean(r) for r in rows], cfg.confidence)
         if metric.startswith("pass@"):  # a probability: clip the interval to [0, 1]
             low, high = max(low, 0.0), min(high, 1.0)
-        entry[metric] = {"mean": mean, "ci_low": _finite(low), "ci_high": _finite(high)}
+        entry[metric] = {"mean": mean, "ci_low": finite_or_none(low), "ci_high": finite_or_none(high)}
         seed_means = [statistics.fmean(r[s] for r in rows) for s in range(cfg.seeds)]
         runs = len(rows) * cfg.seeds
         extra[metric] = {
@@ -600,18 +487,6 @@ def _summarise(per_problem: dict[str, list[list[float]]], cfg: EvalConfig) -> tu
         }
     return entry, extra
 
-
-def _finite(x: float) -> float | None:
-    return None if x is None or math.isnan(x) else x
-
-
-def format_interval(mean: float, low: float | None, high: float | None, digits: int = 2) -> str:
-    """``m ± h`` for a symmetric interval, ``m [lo, hi]`` for a clipped one, ``m`` without one."""
-    if low is None or high is None:
-        return f"{mean:.{digits}f}"
-    if abs((high - mean) - (mean - low)) < 0.5 * 10 ** -digits:
-        return f"{mean:.{digits}f} ± {(high - low) / 2:.{digits}f}"
-    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
 def _assemble(methods, cfg: EvalConfig, problems, cot, choices, store: _Store, display, meta) -> Evaluation:
@@ -702,8 +577,6 @@ def resolve_best_action(spec, actions: Sequence[DecodingAction]) -> DecodingActi
     """The Best action from ``spec``: an index into ``actions``, an action name, a DecodingAction
     dict, ``{"index": i}`` / ``{"action": {...}}``, or a JSON file whose ``best_single`` is any of
     these. Returns None when a file has no ``best_single``."""
-    import json
-
     if isinstance(spec, DecodingAction):
         return spec
     if isinstance(spec, (str, Path)) and Path(spec).is_file():
@@ -759,141 +632,3 @@ def format_table(results: dict, metrics: Sequence[str] | None = None) -> str:
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
     return "\n".join(lines)
-
-
-# ---- CLI -----------------------------------------------------------------------------------------
-
-
-def configure_parser(p: argparse.ArgumentParser) -> None:
-    from .cli_common import add_model_arguments, add_rollout_arguments, add_task_arguments, parse_int_list
-
-    add_model_arguments(p)
-    add_task_arguments(p)
-    add_rollout_arguments(p)
-    g = p.add_argument_group("evaluation")
-    g.add_argument("--adapter", action="append", default=[], metavar="[NAME=]DIR[,DIR...]",
-                   help="a trained adapter directory (repeatable); NAME overrides the default column name; "
-                        "several comma-separated directories (the same adapter trained with different seeds) "
-                        "are used one per evaluation seed")
-    g.add_argument("--k", type=parse_int_list, default=[1, 2, 4, 8], help="parallel budgets k for pass@k")
-    g.add_argument("--seeds", type=int, default=3, help="independent repetitions")
-    g.add_argument("--split", default="test", help="task split to evaluate on")
-    g.add_argument("--actions", default=None,
-                   help="action set (preset or JSON) for Best/Mixed; default: the first sequence adapter's, else 'math'")
-    g.add_argument("--best-action", default=None,
-                   help="Best: index/name in --actions, DecodingAction JSON, or a JSON file with best_single; "
-                        "'auto' picks it on the validation split; 'none' drops Best. Default: best_single of --actions, else auto")
-    g.add_argument("--best-problems", type=int, default=32, help="validation problems used by --best-action auto")
-    g.add_argument("--baselines", default="greedy,best,mixed", help="static baselines to include (comma-separated)")
-    g.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals")
-    g.add_argument("--keep-trajectories", type=int, default=64, help="trajectories kept per method for plots")
-    g.add_argument("--no-progress", action="store_true", help="no progress bars")
-    g.add_argument("--report", action="store_true", help="also write report.md and figures into --out")
-    g.add_argument("--out", required=True, help="output directory (results.json, eval_details.json)")
-
-
-def _parse_adapter_args(values: Sequence[str]) -> list[tuple[str | None, str]]:
-    out = []
-    for v in values:
-        name, sep, path = v.partition("=")
-        out.append((name, path) if sep and not Path(v).exists() else (None, v))
-    return out
-
-
-def _unique_name(name: str, taken: set[str], source: str) -> str:
-    if name not in taken:
-        return name
-    candidate = f"{name} ({Path(source).name})"
-    i = 2
-    while candidate in taken:
-        candidate, i = f"{name} ({Path(source).name} {i})", i + 1
-    return candidate
-
-
-def load_adapter_methods(specs: Sequence[str], lm) -> list[Method]:
-    methods, taken = [], set()
-    for name, path in _parse_adapter_args(specs):
-        dirs = path.split(",")  # DIR1,DIR2,...: one adapter per evaluation seed
-        m = adapter_method(dirs if len(dirs) > 1 else path, lm, name=name or None)
-        m.name = _unique_name(m.name, taken, path)
-        taken.add(m.name)
-        methods.append(m)
-    return methods
-
-
-def _baseline_methods(args, lm, task, adapters: list[Method], cfg: EvalConfig, factory) -> list[Method]:
-    wanted = {b.strip().lower() for b in args.baselines.split(",") if b.strip()}
-    unknown = wanted - {"greedy", "best", "mixed"}
-    if unknown:
-        raise ValueError(f"unknown baseline(s) {sorted(unknown)}: choose from greedy, best, mixed")
-    actions = _base_actions(args, adapters)
-    out = [greedy_method()] if "greedy" in wanted else []
-    if "best" in wanted:
-        best = _best_action(args, lm, task, actions, cfg, factory)
-        if best is not None:
-            out.append(static_method(best))
-    if "mixed" in wanted:
-        out.append(mixed_method(actions))
-        token_sets = {tuple(m.actions) for m in adapters if m.kind == "token"} - {tuple(actions)}
-        for i, token_actions in enumerate(sorted(token_sets, key=str)):
-            out.append(mixed_method(token_actions, name="Mixed (token actions)" + (f" {i + 1}" if i else ""), level="token"))
-    return out
-
-
-def _base_actions(args, adapters: list[Method]) -> list[DecodingAction]:
-    if args.actions:
-        return load_action_set(args.actions)
-    for kind in ("sequence", "token"):
-        for m in adapters:
-            if m.kind == kind:
-                return list(m.actions)
-    return load_action_set("math")
-
-
-def _best_action(args, lm, task, actions, cfg: EvalConfig, factory) -> DecodingAction | None:
-    spec = args.best_action
-    if spec is not None and spec.lower() == "none":
-        return None
-    if spec is None and args.actions and Path(args.actions).is_file():
-        found = resolve_best_action(args.actions, actions)
-        if found is not None:
-            return found
-    if spec is not None and spec.lower() != "auto":
-        best = resolve_best_action(spec, actions)
-        if best is None:
-            raise ValueError(f"{spec} has no best_single entry")
-        return best
-    split = "validation" if "validation" in getattr(task, "splits", ()) else "train"
-    problems = task.load(split)[: args.best_problems]
-    log.info("choosing Best among %d actions on %d %s problems", len(actions), len(problems), split)
-    best, scores = select_best_action(lm, task, problems, actions, samples=min(4, cfg.n), config=cfg,
-                                      rollouts_factory=factory)
-    log.info("Best = %s (validation pass@1 by action: %s)", best.name, {k: round(v, 3) for k, v in scores.items()})
-    return best
-
-
-def run_cli(args) -> int:
-    from .cli_common import build_lm, build_rollouts, build_task
-
-    cfg = EvalConfig(k_values=tuple(args.k), seeds=args.seeds, token_budget=args.token_budget, cot_ratio=args.cot_ratio,
-                     seed=args.seed, confidence=args.confidence, keep_trajectories=args.keep_trajectories)
-    lm, task = build_lm(args), build_task(args)
-    problems = task.load(args.split)[: args.max_problems] if args.max_problems else task.load(args.split)
-
-    def factory(action_set: ActionSet, per_token: bool) -> Rollouts:
-        if per_token and args.backend == "vllm":  # vLLM cannot run a per-token chooser
-            return HFRollouts(lm, action_set, args.batch_rows)
-        return build_rollouts(args, lm, action_set)
-
-    adapters = load_adapter_methods(args.adapter, lm)
-    methods = _baseline_methods(args, lm, task, adapters, cfg, factory) + adapters
-    meta = {"task": args.task, "split": args.split, "model": args.model, "num_problems": len(problems)}
-    ev = evaluate(lm, task, problems, methods, cfg, rollouts_factory=factory, progress=not args.no_progress, meta=meta)
-    paths = ev.write(args.out)
-    print(format_table(ev.results, cfg.metrics))
-    print(f"\nwrote {paths['results']} and {paths['details']}")
-    if args.report:
-        from .report import write_report
-
-        print(f"report: {write_report(args.out, ev.results, ev.details)}")
-    return 0

@@ -27,7 +27,6 @@ public so that the server can merge several requests into one decode call.
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -39,9 +38,16 @@ import torch
 from .actions import ActionSet
 from .decoding import DecodeResult, decode, row_seed
 from .models import FrozenLM, ModelSpec, load_frozen_lm
-from .policies import AdapterConfig, TokenPolicyChooser, categorical_from_uniform, check_compatible, load_adapter, save_adapter
+from .policies import (
+    AdapterConfig,
+    TokenPolicyChooser,
+    categorical_from_uniform,
+    check_compatible,
+    load_adapter,
+    save_adapter,
+)
 
-__all__ = ["AdaptiveGenerator", "Generation", "PreparedPrompt", "Prompt", "configure_parser", "run_cli"]
+__all__ = ["AdaptiveGenerator", "Generation", "PreparedPrompt", "Prompt", "format_generations"]
 
 Prompt = Union[str, list[dict]]
 """A user message as text, or a chat (list of ``{"role", "content"}`` messages)."""
@@ -314,42 +320,7 @@ def _model_spec(model, config: AdapterConfig, adapter_dir: Path, device: str, dt
     return ModelSpec(name_or_path=name, device=device, dtype=dtype)
 
 
-# ---- CLI ---------------------------------------------------------------------------------------
-
-
-def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("prompts", nargs="+", metavar="PROMPT", help="prompt text(s), each sent as one user message")
-    p.add_argument("--adapter", required=True, help="adapter directory (written by train-sequence / train-token)")
-    p.add_argument("--token-budget", type=int, default=None,
-                   help=f"max new tokens per completion (default: a token adapter's training budget, else {DEFAULT_TOKEN_BUDGET})")
-    p.add_argument("--parallel-budget", type=int, default=1, help="completions per prompt (B)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--sample-policy", action="store_true", help="sample the adapter's actions instead of taking the most likely")
-    p.add_argument("--json", action="store_true", help="print one JSON document instead of readable text")
-    add_generator_model_arguments(p)
-
-
-def add_generator_model_arguments(p: argparse.ArgumentParser) -> None:
-    """--model / --device / --dtype, where --model defaults to the adapter's own base model (shared with serve)."""
-    g = p.add_argument_group("frozen LM")
-    g.add_argument("--model", default=None, help="override the adapter's base model (must have the same hidden size and vocabulary)")
-    g.add_argument("--device", default="cpu", help="torch device (cpu, cuda, auto)")
-    g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-
-
-def generator_from_args(args) -> AdaptiveGenerator:
-    return AdaptiveGenerator.from_pretrained(args.adapter, model=args.model, device=args.device, dtype=args.dtype)
-
-
-def run_cli(args) -> int:
-    gen = generator_from_args(args)
-    outs = gen.generate(args.prompts, token_budget=args.token_budget, parallel_budget=args.parallel_budget,
-                        seed=args.seed, deterministic_policy=not args.sample_policy)
-    if args.json:
-        print(json.dumps({"adapter": gen.describe(), "generations": [g.to_dict() for g in outs]}, indent=2))
-    else:
-        print(format_generations(gen, outs))
-    return 0
+# ---- printing ----------------------------------------------------------------------------------
 
 
 def format_generations(gen: AdaptiveGenerator, outs: Sequence[Generation]) -> str:

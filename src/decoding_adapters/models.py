@@ -137,6 +137,9 @@ def _locate(name_or_path: str) -> str:
     return name_or_path  # a hub id
 
 
+locate_model = _locate  # public name: a local model directory (a GGUF converted once) or a hub id
+
+
 class FrozenLM:
     """A frozen causal LM and its tokenizer with the operations the decode loop needs."""
 

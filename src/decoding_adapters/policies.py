@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .actions import DecodingAction
 from .decoding import StepFeatures
+from .io import atomic_write, write_json
 
 __all__ = [
     "SequencePolicyConfig",
@@ -60,6 +62,10 @@ class _PolicyBase(nn.Module):
 
     def probs(self, *args) -> torch.Tensor:
         return (self(*args) / self.temperature).softmax(-1)
+
+    def log_probs(self, *args) -> torch.Tensor:
+        """``log pi(. | x)`` ``[N, K]`` (with gradients: what the REINFORCE loss differentiates)."""
+        return (self(*args) / self.temperature).log_softmax(-1)
 
     def select(self, *args, deterministic: bool = False, generator: torch.Generator | None = None):
         """(action ``[N]``, probabilities ``[N, K]``): argmax if deterministic, else a sample."""
@@ -238,23 +244,16 @@ class AdapterConfig:
 
 def save_adapter(directory: str | Path, policy: nn.Module, config: AdapterConfig) -> Path:
     """Write ``adapter.safetensors`` and ``adapter.json`` atomically into ``directory``."""
-    from safetensors.torch import save_file
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
-    tmp_w, tmp_c = directory / "adapter.safetensors.tmp", directory / "adapter.json.tmp"
-    save_file(state, str(tmp_w))
-    tmp_c.write_text(json.dumps(asdict(config), indent=2))
-    tmp_w.replace(directory / "adapter.safetensors")
-    tmp_c.replace(directory / "adapter.json")
+    atomic_write(directory / "adapter.safetensors", lambda tmp: save_file(state, str(tmp)))
+    write_json(directory / "adapter.json", asdict(config))  # last: its presence marks a complete adapter
     return directory
 
 
 def load_adapter(directory: str | Path, lm=None) -> tuple[nn.Module, AdapterConfig]:
     """Load an adapter; with ``lm`` (a FrozenLM), check that it matches the adapter's base model."""
-    from safetensors.torch import load_file
-
     directory = Path(directory)
     if not (directory / "adapter.json").is_file():
         raise FileNotFoundError(f"{directory} holds no adapter.json: point at a directory written by save_adapter / train-*.")

@@ -20,7 +20,6 @@ Nothing in the text is fixed in advance: every claim is computed from the number
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
@@ -29,7 +28,9 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from . import plots
-from .evaluation import format_interval, paired_ci
+from .actions import DecodingAction
+from .io import write_json, write_text
+from .stats import format_interval, paired_ci
 
 __all__ = [
     "load_evaluation",
@@ -40,8 +41,6 @@ __all__ = [
     "all_methods_table",
     "verdicts",
     "write_report",
-    "configure_parser",
-    "run_cli",
 ]
 
 
@@ -84,8 +83,6 @@ def _log_action_names(path: Path, records: list[dict], given) -> list[str]:
         return list(given)
     adapter = path.parent / "adapter.json"
     if adapter.is_file():
-        from .actions import DecodingAction
-
         try:
             return [DecodingAction.from_dict(a).name for a in json.loads(adapter.read_text())["actions"]]
         except (KeyError, ValueError, TypeError):
@@ -514,15 +511,11 @@ def write_report(out_dir: str | Path, results: Mapping, details: Mapping | None 
         raise ValueError("no results to report")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    from .cli_common import write_json
-
     write_json(out / "results.json", dict(results))
     info = method_info(results, details)
     figs = _figures(out, results, details, info, training_logs, action_names or {})
     text = _markdown(title, results, details, figs)
-    path = out / "report.md"
-    path.write_text(text, encoding="utf-8")
-    return path
+    return write_text(out / "report.md", text)
 
 
 def _markdown(title, results, details, figs) -> str:
@@ -550,38 +543,3 @@ def _markdown(title, results, details, figs) -> str:
         parts += [f"### {heading}", ""]
         parts += [f"[{file}]({file}): {caption}" if file.endswith(".html") else f"![{heading}]({file})\n\n{caption}", ""]
     return "\n".join(parts)
-
-
-# ---- CLI ------------------------------------------------------------------------------------------
-
-
-def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--eval", required=True, help="directory written by `evaluate` (results.json, eval_details.json)")
-    p.add_argument("--train-log", action="append", default=[], metavar="NAME=PATH",
-                   help="a training log (JSONL) to plot, e.g. seq=runs/seq/train_log.jsonl (repeatable)")
-    p.add_argument("--action-names", default=None,
-                   help="comma-separated action names for the training logs (default: from adapter.json next to each log)")
-    p.add_argument("--title", default="Decoding adapters: evaluation report")
-    p.add_argument("--out", default=None, help="report directory (default: the --eval directory)")
-
-
-def _parse_logs(values: Sequence[str]) -> dict[str, str]:
-    logs = {}
-    for v in values:
-        name, sep, path = v.partition("=")
-        if not sep:
-            name, path = Path(v).parent.name or Path(v).stem, v
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"training log not found: {path}")
-        logs[name] = path
-    return logs
-
-
-def run_cli(args) -> int:
-    results, details = load_evaluation(args.eval)
-    names = [n.strip() for n in args.action_names.split(",")] if args.action_names else None
-    path = write_report(args.out or args.eval, results, details, _parse_logs(args.train_log), names, title=args.title)
-    print(f"wrote {path}")
-    for line in verdicts(results, details):
-        print(line.splitlines()[0].removeprefix("- ").replace("**", ""))
-    return 0

@@ -23,8 +23,9 @@ from tqdm.auto import tqdm
 
 from .actions import ActionSet
 from .decoding import Chooser, DecodeResult, decode
+from .tasks import build_prompts
 
-__all__ = ["RolloutRequest", "Rollouts", "HFRollouts", "concat_results", "make_rollouts"]
+__all__ = ["RolloutRequest", "Rollouts", "HFRollouts", "concat_results", "decode_request", "encode_problems", "score_rows"]
 
 
 @dataclass
@@ -52,23 +53,23 @@ class RolloutRequest:
     def budget_of(self, rows: Sequence[int]) -> int | list[int]:
         return self.token_budget if isinstance(self.token_budget, int) else [self.token_budget[r] for r in rows]
 
+    def subset(self, rows: Sequence[int]) -> "RolloutRequest":
+        """The sub-request of ``rows`` (global indices, kept in this order), prompts re-indexed."""
+        used = sorted({self.prompt_of_row[r] for r in rows})
+        local = {p: i for i, p in enumerate(used)}
+        return RolloutRequest(
+            prompts=[self.prompts[p] for p in used],
+            prompt_of_row=[local[self.prompt_of_row[r]] for r in rows],
+            row_seeds=[self.row_seeds[r] for r in rows],
+            token_budget=self.budget_of(rows),
+            row_actions=None if self.row_actions is None else [self.row_actions[r] for r in rows],
+        )
+
     def chunks(self, batch_rows: int) -> list[tuple[list[int], "RolloutRequest"]]:
         """Split into sub-requests of <= batch_rows rows, rows of one prompt kept together where
         possible; returns (global row indices, sub-request) pairs."""
         order = sorted(range(self.num_rows), key=lambda r: self.prompt_of_row[r])
-        out = []
-        for start in range(0, len(order), batch_rows):
-            rows = order[start:start + batch_rows]
-            used = sorted({self.prompt_of_row[r] for r in rows})
-            local = {p: i for i, p in enumerate(used)}
-            out.append((rows, RolloutRequest(
-                prompts=[self.prompts[p] for p in used],
-                prompt_of_row=[local[self.prompt_of_row[r]] for r in rows],
-                row_seeds=[self.row_seeds[r] for r in rows],
-                token_budget=self.budget_of(rows),
-                row_actions=None if self.row_actions is None else [self.row_actions[r] for r in rows],
-            )))
-        return out
+        return [(order[s:s + batch_rows], self.subset(order[s:s + batch_rows])) for s in range(0, len(order), batch_rows)]
 
 
 def decode_request(lm, action_set: ActionSet, request: RolloutRequest, chooser: Chooser | None, record_features: bool) -> DecodeResult:
@@ -147,26 +148,8 @@ class HFRollouts(Rollouts):
         return concat_results(parts, request.num_rows, request.prompts, request.prompt_of_row)
 
 
-def make_rollouts(backend: str, lm, action_set: ActionSet, *, batch_rows: int = 64, workers: int = 1,
-                  ray_address: str | None = None, model_spec=None) -> Rollouts:
-    """Build the rollout backend named ``backend`` (hf, ray or vllm)."""
-    if backend == "hf":
-        return HFRollouts(lm, action_set, batch_rows)
-    if backend == "ray":
-        from .distributed import RayRollouts
-
-        return RayRollouts(model_spec or lm.spec, action_set, workers=workers, batch_rows=batch_rows, address=ray_address)
-    if backend == "vllm":
-        from .vllm_backend import VLLMRollouts
-
-        return VLLMRollouts(model_spec or lm.spec, action_set, tokenizer=lm.tokenizer if lm is not None else None)
-    raise ValueError(f"unknown backend {backend!r}: choose hf, ray or vllm")
-
-
 def encode_problems(lm, task, problems, cot_ratio: float = 0.0, seed: int = 0) -> tuple[list[list[int]], list[bool]]:
     """Token ids of each problem's chat prompt and whether it got chain of thought (seeded)."""
-    from .tasks import build_prompts
-
     prompted = build_prompts(task, problems, cot_ratio, seed)
     return lm.encode_chat([p.messages for p in prompted]), [p.cot for p in prompted]
 

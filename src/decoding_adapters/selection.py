@@ -21,7 +21,7 @@ Pieces:
   selection itself, on a plain ``[problems, actions]`` numpy matrix.
 - :class:`ReplayEnvironment`: **offline replay** of the stored outcomes (rewards are resampled
   from the table, nothing is decoded) for cheap sequence-level trainer experiments.
-- ``select-actions`` (:func:`configure_parser`, :func:`run_cli`): writes ``outcomes.jsonl``,
+- :func:`write_outputs` (the ``select-actions`` command, ``cli.select_actions``): ``outcomes.jsonl``,
   ``actions.json`` (loadable by ``load_action_set``), ``selection.md`` and ``selection.png``.
 
 Table file format (``outcomes.jsonl``), one JSON object per line:
@@ -43,7 +43,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -54,6 +53,7 @@ from tqdm.auto import tqdm
 
 from .actions import GREEDY, ActionSet, DecodingAction, load_action_set
 from .decoding import row_seed
+from .io import write_json, write_text
 from .rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
 
 log = logging.getLogger(__name__)
@@ -70,8 +70,7 @@ __all__ = [
     "select_actions",
     "build_pool",
     "ReplayEnvironment",
-    "configure_parser",
-    "run_cli",
+    "write_outputs",
 ]
 
 TABLE_FORMAT = "decoding-adapters/outcomes"
@@ -534,60 +533,8 @@ def build_pool(spec: str, subsample: int | None = None, add_greedy: bool = True)
     return [unique[name] for name in dict.fromkeys(a.name for a in actions)]
 
 
-def configure_parser(p) -> None:
-    import argparse
-
-    from .cli_common import add_model_arguments, add_rollout_arguments, add_task_arguments
-
-    g = p.add_argument_group("selection")
-    g.add_argument("--pool", default="pool", help="candidate actions: 'pool' (the paper's 180), a preset name or a JSON file")
-    g.add_argument("--pool-subsample", type=int, default=None, metavar="N",
-                   help="keep N evenly spaced candidates (to size the pool down for a CPU)")
-    g.add_argument("--add-greedy", action=argparse.BooleanOptionalAction, default=True,
-                   help="add greedy decoding to the pool (the 180 pool has none; it is the natural baseline for small models)")
-    g.add_argument("--k", type=int, default=6, help="actions to select")
-    g.add_argument("--samples", type=int, default=4, help="samples per (problem, action); R = their mean reward")
-    g.add_argument("--split", default="validation", help="task split to select on")
-    g.add_argument("--out", required=True, help="output folder (re-running with the same folder resumes)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_task_arguments(p)
-    add_model_arguments(p)
-    add_rollout_arguments(p, token_budget=32)
-
-
-def run_cli(args) -> int:
-    from .cli_common import build_lm, build_rollouts, build_task
-
-    pool = build_pool(args.pool, args.pool_subsample, args.add_greedy)
-    if not 1 <= args.k <= len(pool):
-        raise ValueError(f"--k must be in [1, {len(pool)}] (the pool size), got {args.k}")
-    task = build_task(args)
-    problems = task.load(args.split)[: args.max_problems]
-    lm = build_lm(args)
-    rollouts = build_rollouts(args, lm, ActionSet(pool))
-    out = Path(args.out)
-    start = time.perf_counter()
-    try:
-        table = evaluate_pool(lm, task, problems, pool, samples=args.samples, token_budget=args.token_budget,
-                              seed=args.seed, table_path=out / "outcomes.jsonl", rollouts=rollouts,
-                              batch_rows=args.batch_rows, progress=not args.no_progress, cot_ratio=args.cot_ratio)
-    finally:
-        rollouts.close()
-    _, names, R = table.to_matrix()
-    selection = select_actions(R, args.k)
-    meta = {"task": task.name, "split": args.split, "problems": len(problems), "samples": args.samples,
-            "token_budget": args.token_budget, "seed": args.seed, "model": lm.fingerprint(),
-            "seconds": round(time.perf_counter() - start, 1)}
-    markdown = write_outputs(out, pool, selection, meta)
-    print(markdown)
-    print(f"wrote {out / 'actions.json'}, {out / 'selection.md'}, {out / 'selection.png'}")
-    return 0
-
-
 def write_outputs(out: Path, pool: Sequence[DecodingAction], selection: Selection, meta: dict) -> str:
     """Write ``actions.json``, ``selection.md`` and ``selection.png``; return the markdown."""
-    from .cli_common import write_json
-
     best = selection.best_single
     write_json(out / "actions.json", {
         "actions": [pool[j].to_dict() for j in selection.order],
@@ -604,7 +551,7 @@ def write_outputs(out: Path, pool: Sequence[DecodingAction], selection: Selectio
         "selection_data": meta,
     })
     markdown = selection_markdown(pool, selection, meta)
-    (out / "selection.md").write_text(markdown)
+    write_text(out / "selection.md", markdown)
     plot_selection(out / "selection.png", selection, meta)
     return markdown
 

@@ -37,11 +37,9 @@ fails each request is retried alone, so one bad request cannot fail its neighbou
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
-import os
 import secrets
 import time
 import uuid
@@ -59,7 +57,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ServerLimits", "ApiError", "BatchingWorker", "create_app", "configure_parser", "run_cli"]
+__all__ = ["ServerLimits", "ApiError", "BatchingWorker", "create_app"]
 
 DEFAULT_MAX_TOKENS = 128
 SAMPLING_PARAMETERS = ("temperature", "top_p")  # declared (validated) but ignored: the adapter decides
@@ -549,42 +547,3 @@ def _install_error_handlers(app: FastAPI) -> None:
         log.exception("unexpected error")
         return ApiError(500, f"internal error: {err.__class__.__name__}: {err}", type="server_error").response()
 
-
-# ---- CLI -------------------------------------------------------------------------------------------
-
-
-def configure_parser(p: argparse.ArgumentParser) -> None:
-    from .generator import add_generator_model_arguments
-
-    p.add_argument("--adapter", required=True, help="adapter directory (written by train-sequence / train-token)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (the server has no TLS; keep it local or add --api-key)")
-    p.add_argument("--port", type=int, default=8000)
-    d = ServerLimits()
-    p.add_argument("--max-tokens-limit", type=int, default=d.max_tokens_limit, help="largest max_tokens a request may ask for")
-    p.add_argument("--max-batch", type=int, default=d.max_batch, help="most rows (prompts x n) per decode call and per request")
-    p.add_argument("--max-prompt-chars", type=int, default=d.max_prompt_chars, help="most prompt characters per request")
-    p.add_argument("--max-queue", type=int, default=d.max_queue, help="most waiting requests before answering 503")
-    p.add_argument("--batch-wait-ms", type=float, default=d.batch_wait_ms, help="wait for more requests before a batch starts")
-    p.add_argument("--sample-policy", action="store_true", help="sample the adapter's actions instead of taking the most likely")
-    p.add_argument("--served-model-name", default=None, help="model id in responses and /v1/models (default: adapter directory name)")
-    p.add_argument("--api-key", default=os.environ.get("DECODING_ADAPTERS_API_KEY"),
-                   help="require 'Authorization: Bearer KEY' on /v1/* (default: $DECODING_ADAPTERS_API_KEY, else none)")
-    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
-    add_generator_model_arguments(p)
-
-
-def run_cli(args) -> int:
-    import uvicorn
-
-    from .generator import generator_from_args
-
-    limits = ServerLimits(max_tokens_limit=args.max_tokens_limit, max_batch=args.max_batch, max_prompt_chars=args.max_prompt_chars,
-                          max_queue=args.max_queue, batch_wait_ms=args.batch_wait_ms)
-    generator = generator_from_args(args)
-    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
-        log.warning("listening on %s without --api-key: anyone who can reach this port can use the model", args.host)
-    app = create_app(generator, limits, deterministic_policy=not args.sample_policy, model_name=args.served_model_name,
-                     api_key=args.api_key)
-    print(f"serving adapter {generator.name} ({generator.kind}) on http://{args.host}:{args.port}/v1", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
-    return 0

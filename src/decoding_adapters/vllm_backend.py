@@ -35,7 +35,7 @@ import torch
 
 from .actions import ActionSet, DecodingAction
 from .decoding import DecodeResult
-from .models import ModelSpec
+from .models import ModelSpec, locate_model
 from .rollouts import RolloutRequest, Rollouts
 
 __all__ = ["VLLMRollouts", "sampling_params_dict", "vllm_available"]
@@ -96,9 +96,7 @@ class VLLMRollouts(Rollouts):
             vllm = _import_vllm()
             sampling_params_cls = sampling_params_cls or vllm.SamplingParams
             if llm is None:
-                from .models import _locate
-
-                path = _locate(model_spec.name_or_path)
+                path = locate_model(model_spec.name_or_path)
                 llm = vllm.LLM(model=path, tokenizer=path, dtype=dtype or _default_dtype(model_spec), **engine_kwargs)
         self.llm, self.sampling_params_cls = llm, sampling_params_cls
 

@@ -7,6 +7,8 @@ and the code tasks when ``tasks/code.py`` is present.
 
 import importlib
 
+from . import arithmetic, math  # noqa: E402, F401  (importing registers the tasks)
+from .arithmetic import ArithmeticConfig, ArithmeticTask  # noqa: E402
 from .base import (
     SPLITS,
     SYSTEM_PROMPTS,
@@ -22,9 +24,6 @@ from .base import (
     register_task,
     resolve_system_prompt,
 )
-
-from . import arithmetic, math  # noqa: E402, F401  (importing registers the tasks)
-from .arithmetic import ArithmeticConfig, ArithmeticTask  # noqa: E402
 from .math import GSM8KTask, MathTask, score_gsm8k, score_math  # noqa: E402
 
 

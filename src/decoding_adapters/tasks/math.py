@@ -23,9 +23,9 @@ can make SymPy build astronomically large numbers (nested or 4+-digit exponents,
 from __future__ import annotations
 
 import logging
-from abc import abstractmethod
 import os
 import re
+from abc import abstractmethod
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path

@@ -1,74 +1,28 @@
-"""Pieces both REINFORCE trainers share: atomic checkpoints, a resumable JSONL log, seeding,
-prompt batches, and the final adapter save."""
+"""Pieces both REINFORCE trainers share: the resumable training loop (checkpoints and the JSONL
+log come from ``io``), seeding, prompt batches and the validation split."""
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import time
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, Sequence
 
 import torch
 from tqdm.auto import tqdm
 
 from ..decoding import row_seed
+from ..io import Checkpoint, JsonlLog
 
-__all__ = ["Checkpoint", "JsonlLog", "step_generator", "sample_prompt_batch", "config_from_dict"]
-
-
-class Checkpoint:
-    """``DIR/checkpoint.pt`` written atomically (temp file + ``os.replace``): a kill mid-write leaves
-    the previous checkpoint intact, so ``--resume`` loses at most one checkpoint interval."""
-
-    def __init__(self, directory: str | Path):
-        self.path = Path(directory) / "checkpoint.pt"
-
-    def exists(self) -> bool:
-        return self.path.is_file()
-
-    def save(self, state: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".pt.tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, self.path)
-
-    def load(self) -> dict[str, Any]:
-        return torch.load(self.path, map_location="cpu", weights_only=False)
-
-
-class JsonlLog:
-    """Append-only training log; ``truncate_after(step)`` drops lines a resumed run will redo."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-
-    def truncate_after(self, step: int) -> None:
-        if not self.path.exists():
-            return
-        keep = [line for line in self.read() if line.get("step", -1) <= step]
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(x) + "\n" for x in keep))
-        os.replace(tmp, self.path)
-
-    def append(self, record: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-
-    def read(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        out = []
-        for line in self.path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:  # a torn last line after a kill
-                break
-        return out
+__all__ = [
+    "TrainingLoop",
+    "step_generator",
+    "seed_everything",
+    "sample_prompt_batch",
+    "config_from_dict",
+    "action_histogram",
+    "load_split",
+]
 
 
 def step_generator(seed: int, *keys) -> torch.Generator:
@@ -164,38 +118,3 @@ class TrainingLoop:
                 self.checkpoint.save({"step": self.step, "config": asdict(cfg), **self.state()})
         bar.close()
         return self.save()
-
-
-def add_loop_arguments(group, config_cls, int_fields: Sequence[str], float_fields: Sequence[str]) -> None:
-    """``--some-field`` options for the named config fields, defaults from the dataclass."""
-    for name in int_fields:
-        group.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(config_cls, name))
-    for name in float_fields:
-        group.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(config_cls, name))
-
-
-def resolve_config(args, config_cls, config_from_args):
-    """The run's config: from the command line, or from the checkpoint when resuming."""
-    if args.resume and Checkpoint(args.out).exists():
-        return config_from_dict(config_cls, Checkpoint(args.out).load()["config"])
-    return config_from_args(args)
-
-
-def run_training_cli(args, config_cls, config_from_args, make_trainer, what: str) -> int:
-    """Shared body of ``train-*``: config (from the checkpoint on --resume), LM, task, rollouts,
-    train, and release the rollout workers whatever happens."""
-    from ..actions import ActionSet, load_action_set
-    from ..cli_common import build_lm, build_rollouts, build_task
-
-    config = resolve_config(args, config_cls, config_from_args)
-    lm = build_lm(args)
-    task = build_task(args)
-    action_set = ActionSet(load_action_set(config.actions), device=lm.device)
-    rollouts = None if getattr(config, "replay", None) else build_rollouts(args, lm, action_set)
-    try:
-        out = make_trainer(config, lm, task, rollouts, action_set).train(resume=args.resume)
-    finally:
-        if rollouts is not None:
-            rollouts.close()
-    print(f"{what} written to {out}")
-    return 0

@@ -19,33 +19,43 @@ Objective: E[r] + beta * H(pi(.|x)), optimised with the score-function gradient
 
 from __future__ import annotations
 
-import argparse
 import logging
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal, Protocol, Sequence
 
 import torch
 
 from ..actions import ActionSet
 from ..decoding import row_seed
+from ..io import atomic_write
 from ..policies import AdapterConfig, SequencePolicy, SequencePolicyConfig, save_adapter
 from ..rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
+from ..selection import OutcomeTable, ReplayEnvironment
 from .common import (
     TrainingLoop,
     action_histogram,
-    add_loop_arguments,
     load_split,
-    run_training_cli,
     sample_prompt_batch,
     seed_everything,
     step_generator,
 )
+from .reinforce import ema_update, reinforce_loss
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SequenceTrainConfig", "SequenceTrainer", "inference_reward", "sequence_loss", "PromptEmbeddings"]
+__all__ = [
+    "SequenceTrainConfig",
+    "SequenceTrainer",
+    "RewardSource",
+    "LiveRewards",
+    "ReplayRewards",
+    "reward_source",
+    "inference_reward",
+    "sequence_loss",
+    "PromptEmbeddings",
+]
 
 METRICS = ("pass", "majority", "mean")
 
@@ -61,23 +71,39 @@ class SequenceTrainConfig:
     use_budget: bool = True
     """x = [e ; g(B)] (w/ budget) or x = e (w/o budget)."""
     metric: Literal["pass", "majority", "mean", "mix"] = "pass"
+    """Reward of the B completions: pass@B, majority vote, mean, or one of those per prompt (mix)."""
     token_budget: int = 32
+    """b: max new tokens per completion."""
     steps: int = 60
+    """Optimiser steps."""
     prompts_per_step: int = 16
+    """Prompts (bandit rounds) per step."""
     lr: float = 1e-3
+    """Adam learning rate."""
     entropy_coef: float = 0.01
+    """beta: weight of the policy-entropy bonus."""
     ema_decay: float = 0.9
+    """Decay of the per-(metric, B) moving-average reward baseline."""
     policy_hidden: int = 256
+    """Width of the policy's hidden layer."""
     policy_temperature: float = 1.0
+    """Softmax temperature of the policy."""
     pooling: Literal["mean", "last"] = "mean"
+    """Prompt-embedding pooling over the prompt's hidden states."""
     max_train_prompts: int | None = 256
+    """Use at most this many training prompts (none: all)."""
     val_every: int = 10
+    """Validate every this many steps (and after the last)."""
     val_problems: int = 64
+    """Validation problems (held out of training)."""
     checkpoint_every: int = 5
+    """Write checkpoint.pt every this many steps (and after the last)."""
     cot_ratio: float = 0.0
+    """Fraction of prompts given a chain-of-thought instruction (fixed per prompt)."""
     replay: str | None = None
-    """Path to a select-actions outcomes table: simulate rollouts from it (offline replay)."""
+    """OFFLINE REPLAY: a select-actions outcomes.jsonl whose stored samples stand in for rollouts."""
     seed: int = 0
+    """Seed of the initial weights, the prompt batches, the actions drawn and the rollouts."""
 
     def __post_init__(self) -> None:
         if not self.budgets or min(self.budgets) < 1:
@@ -112,11 +138,89 @@ def inference_reward(rewards: Sequence[float], answers: Sequence[str] | None, me
 
 
 def sequence_loss(policy: SequencePolicy, embeddings, budgets, actions, advantages, entropy_coef: float):
-    """``-mean[(A * log pi(a|x)) + beta * H(pi(.|x))]`` over the prompts of a batch."""
-    logp_all = (policy(embeddings, budgets) / policy.temperature).log_softmax(-1)
-    logp = logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return -(advantages * logp + entropy_coef * entropy).mean(), logp_all.exp().detach(), entropy.detach()
+    """(loss, probabilities ``[N, K]``, entropy ``[N]``): ``reinforce_loss`` averaged over the
+    prompts of a batch."""
+    logp = policy.log_probs(embeddings, budgets)
+    loss, entropy = reinforce_loss(logp, actions, advantages, entropy_coef)
+    return loss, logp.exp().detach(), entropy.detach()
+
+
+# ---- reward sources: where the reward of B completions comes from -----------------------------
+
+
+class RewardSource(Protocol):
+    """The reward of each prompt's B completions under its chosen action and metric."""
+
+    action_set: ActionSet
+    offline: bool
+    """True when rewards are replayed from a table rather than decoded (logged as offline_replay)."""
+
+    def scorable(self, problem_ids: Sequence[str]) -> list[str] | None:
+        """The problems it can score (None: any problem)."""
+
+    def rewards(self, problems, prompts, actions: list[int], budgets: list[int], metrics: list[str],
+                key: tuple) -> torch.Tensor:
+        """``[P]`` rewards; ``key`` names the draw (step or validation) for the seeds."""
+
+
+class LiveRewards:
+    """Decode B completions per prompt with a rollout engine and score them with the task."""
+
+    offline = False
+
+    def __init__(self, rollouts: Rollouts, task, token_budget: int, seed: int):
+        self.rollouts, self.task, self.token_budget, self.seed = rollouts, task, token_budget, seed
+        self.action_set = rollouts.action_set
+
+    def scorable(self, problem_ids):
+        return None
+
+    def rewards(self, problems, prompts, actions, budgets, metrics, key):
+        prompt_of_row = [i for i, b in enumerate(budgets) for _ in range(b)]
+        request = RolloutRequest(
+            prompts=prompts, prompt_of_row=prompt_of_row,
+            row_seeds=[row_seed(self.seed, *key, problems[i].id, j) for i, b in enumerate(budgets) for j in range(b)],
+            token_budget=self.token_budget, row_actions=[actions[i] for i in prompt_of_row],
+        )
+        result = self.rollouts.run(request)
+        row_rewards = score_rows(self.task, problems, result).tolist()
+        out, start = [], 0
+        for i, b in enumerate(budgets):
+            texts = result.texts[start:start + b]
+            answers = [self.task.extract_answer(problems[i], t) for t in texts] if metrics[i] == "majority" else None
+            out.append(inference_reward(row_rewards[start:start + b], answers, metrics[i]))
+            start += b
+        return torch.tensor(out)
+
+
+class ReplayRewards:
+    """Offline replay: draw B stored samples of each (problem, action) cell of an outcome table."""
+
+    offline = True
+
+    def __init__(self, table: OutcomeTable, action_set: ActionSet, seed: int):
+        self.env, self.action_set, self.seed = ReplayEnvironment(table), action_set, seed
+
+    def scorable(self, problem_ids):
+        stored = set(self.env.problem_ids)
+        return [i for i in problem_ids if i in stored]
+
+    def rewards(self, problems, prompts, actions, budgets, metrics, key):
+        gen = step_generator(self.seed, "replay", *key)
+        names = self.action_set.names
+        return torch.tensor([
+            inference_reward(self.env.sample_rewards(p.id, names[a], b, gen).tolist(), None, m)
+            for p, a, b, m in zip(problems, actions, budgets, metrics)
+        ])
+
+
+def reward_source(config: SequenceTrainConfig, task, action_set: ActionSet, rollouts: Rollouts | None = None) -> RewardSource:
+    """Replay from ``config.replay`` when set, else live rollouts (which ``rollouts`` must then be)."""
+    if config.replay:
+        return ReplayRewards(OutcomeTable.load(config.replay), action_set, config.seed)
+    if rollouts is None:
+        raise ValueError("live sequence-level training needs a rollout engine (or replay=outcomes.jsonl)")
+    return LiveRewards(rollouts, task, config.token_budget, config.seed)
 
 
 class PromptEmbeddings:
@@ -137,38 +241,33 @@ class PromptEmbeddings:
             for i, e in zip(missing, fresh):
                 self.table[keys[i]] = e
             if self.cache_path is not None:
-                self.cache_path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = self.cache_path.with_suffix(".tmp")
-                torch.save({"fingerprint": self.lm.fingerprint(), "pooling": self.pooling, "table": self.table}, tmp)
-                tmp.replace(self.cache_path)
+                saved = {"fingerprint": self.lm.fingerprint(), "pooling": self.pooling, "table": self.table}
+                atomic_write(self.cache_path, lambda tmp: torch.save(saved, tmp))
         return torch.stack([self.table[k] for k in keys])
 
 
 class SequenceTrainer(TrainingLoop):
-    """Trains a ``SequencePolicy``; resumable from ``out_dir``."""
+    """Trains a ``SequencePolicy`` against a reward source (live rollouts or replay); resumable
+    from ``out_dir``."""
 
     name = "train-sequence"
 
-    def __init__(self, config: SequenceTrainConfig, lm, task, rollouts: Rollouts | None, out_dir: str | Path, *,
-                 action_set: ActionSet | None = None, task_name: str = "", progress: bool = True):
-        self.config, self.lm, self.task, self.rollouts = config, lm, task, rollouts
-        self.action_set = action_set or rollouts.action_set
+    def __init__(self, config: SequenceTrainConfig, lm, task, rewards: RewardSource, out_dir: str | Path, *,
+                 task_name: str = "", progress: bool = True):
+        self.config, self.lm, self.task, self.rewards = config, lm, task, rewards
+        self.action_set = rewards.action_set
         self._init_loop(out_dir, progress)
         self.task_name = task_name or getattr(task, "name", "")
         with torch.random.fork_rng():  # same seed, same initial weights, whatever ran before
             seed_everything(config.seed, "init")
             self.policy = SequencePolicy(SequencePolicyConfig(
                 embed_dim=lm.hidden_size, num_actions=len(self.action_set), use_budget=config.use_budget,
-                hidden=config.policy_hidden, temperature=config.policy_temperature, max_budget=max(max(config.budgets), 2),
+                hidden=config.policy_hidden, temperature=config.policy_temperature,
+                max_budget=max(max(config.budgets), 2),
             ))
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr)
         self.embeddings = PromptEmbeddings(lm, config.pooling, self.out_dir / "embeddings.pt")
         self.baselines: dict[str, float] = {}
-        self.replay = None
-        if config.replay:
-            from ..selection import OutcomeTable, ReplayEnvironment
-
-            self.replay = ReplayEnvironment(OutcomeTable.load(config.replay))
         self._prepare()
 
     def _prepare(self) -> None:
@@ -176,11 +275,13 @@ class SequenceTrainer(TrainingLoop):
         self.val_problems = load_split(self.task, "validation")[: cfg.val_problems]
         val_ids = {p.id for p in self.val_problems}
         self.train_problems = [p for p in self.task.load("train") if p.id not in val_ids][: cfg.max_train_prompts]
-        if self.replay is not None:  # offline replay can only score problems the table holds
+        candidates = self.task.load("train") + self.val_problems
+        scorable = self.rewards.scorable([p.id for p in candidates])
+        if scorable is not None:  # offline replay can only score problems the table holds
             # The table usually holds validation problems only: replay then trains and validates on
             # them (in-sample validation, logged as such).
-            stored = set(self.replay.problem_ids)
-            self.train_problems = [p for p in self.task.load("train") + self.val_problems if p.id in stored]
+            stored = set(scorable)
+            self.train_problems = [p for p in candidates if p.id in stored]
             self.val_problems = [p for p in self.val_problems if p.id in stored]
             if not self.train_problems:
                 raise ValueError("the replay table holds none of this task's problems")
@@ -191,56 +292,35 @@ class SequenceTrainer(TrainingLoop):
         keys = [f"{p.id}|cot={c}" for p, c in zip(problems, cot)]
         return prompts, self.embeddings.get(keys, prompts), cot
 
-    def _rewards(self, problems, prompts, actions: list[int], budgets: list[int], metrics: list[str], key: tuple) -> torch.Tensor:
-        """Per-prompt reward of B completions under the chosen action and metric."""
-        if self.replay is not None:
-            gen = step_generator(self.config.seed, "replay", *key)
-            names = self.action_set.names
-            return torch.tensor([
-                inference_reward(self.replay.sample_rewards(p.id, names[a], b, gen).tolist(), None, m)
-                for p, a, b, m in zip(problems, actions, budgets, metrics)
-            ])
-        prompt_of_row = [i for i, b in enumerate(budgets) for _ in range(b)]
-        request = RolloutRequest(
-            prompts=prompts, prompt_of_row=prompt_of_row,
-            row_seeds=[row_seed(self.config.seed, *key, problems[i].id, j) for i, b in enumerate(budgets) for j in range(b)],
-            token_budget=self.config.token_budget, row_actions=[actions[i] for i in prompt_of_row],
-        )
-        result = self.rollouts.run(request)
-        row_rewards = score_rows(self.task, problems, result).tolist()
-        out, start = [], 0
-        for i, b in enumerate(budgets):
-            texts = result.texts[start:start + b]
-            answers = [self.task.extract_answer(problems[i], t) for t in texts] if metrics[i] == "majority" else None
-            out.append(inference_reward(row_rewards[start:start + b], answers, metrics[i]))
-            start += b
-        return torch.tensor(out)
-
     def _advantages(self, rewards: torch.Tensor, budgets: list[int], metrics: list[str]) -> torch.Tensor:
+        """r - b(metric, B), the baseline a moving average per metric and budget."""
         advantages = torch.empty_like(rewards)
         for i, (r, b, m) in enumerate(zip(rewards.tolist(), budgets, metrics)):
             key = f"{m}@{b}"
-            base = self.baselines.get(key, r)
-            advantages[i] = r - base
-            self.baselines[key] = self.config.ema_decay * base + (1 - self.config.ema_decay) * r
+            advantages[i] = r - self.baselines.get(key, r)
+            _, self.baselines[key] = ema_update(self.baselines.get(key), r, self.config.ema_decay)
         return advantages
 
     def train_step(self) -> dict:
+        """One REINFORCE step: prompts and budgets -> actions -> rewards -> advantages -> loss -> step."""
         cfg = self.config
         gen = step_generator(cfg.seed, "step", self.step)
-        picked = sample_prompt_batch(len(self.train_problems), cfg.prompts_per_step, gen)
-        problems = [self.train_problems[i] for i in picked]
+        # the step's bandit rounds: prompts, a parallel budget B (and a metric) for each
+        problems = [self.train_problems[i] for i in sample_prompt_batch(len(self.train_problems), cfg.prompts_per_step, gen)]
         prompts, emb, cot = self._encode(problems)
         budgets = [cfg.budgets[i] for i in torch.randint(len(cfg.budgets), (len(problems),), generator=gen).tolist()]
         metrics = ([METRICS[i] for i in torch.randint(len(METRICS), (len(problems),), generator=gen).tolist()]
                    if cfg.metric == "mix" else [cfg.metric] * len(problems))
         budget_t = torch.tensor(budgets)
+        # rollout: one action a ~ pi(. | e, B) per prompt, B completions under it
         self.policy.train()
         with torch.no_grad():
             probs = self.policy.probs(emb, budget_t)
         actions = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
-        rewards = self._rewards(problems, prompts, actions.tolist(), budgets, metrics, ("train", self.step))
+        # reward, advantage
+        rewards = self.rewards.rewards(problems, prompts, actions.tolist(), budgets, metrics, ("train", self.step))
         advantages = self._advantages(rewards, budgets, metrics)
+        # loss, step
         self.optimizer.zero_grad(set_to_none=True)
         loss, probs, entropy = sequence_loss(self.policy, emb, budget_t, actions, advantages, cfg.entropy_coef)
         loss.backward()
@@ -248,7 +328,7 @@ class SequenceTrainer(TrainingLoop):
         record = {"reward": float(rewards.mean()), "entropy": float(entropy.mean()), "loss": float(loss.detach()),
                   "action_probs": probs.mean(0).tolist(), "action_freq": action_histogram(actions, len(self.action_set)),
                   "reward_by_budget": {str(b): float(rewards[budget_t == b].mean()) for b in sorted(set(budgets))},
-                  "offline_replay": self.replay is not None}
+                  "offline_replay": self.rewards.offline}
         if cfg.cot_ratio > 0:
             cot_t = torch.tensor(cot)
             for name, sel in (("action_probs_cot", cot_t), ("action_probs_nocot", ~cot_t)):
@@ -265,7 +345,7 @@ class SequenceTrainer(TrainingLoop):
         with torch.no_grad():
             actions, _ = self.policy.select(emb, torch.tensor(budgets), deterministic=True)
         metric = "pass" if self.config.metric == "mix" else self.config.metric
-        rewards = self._rewards(self.val_problems, prompts, actions.tolist(), budgets, [metric] * len(budgets), ("val",))
+        rewards = self.rewards.rewards(self.val_problems, prompts, actions.tolist(), budgets, [metric] * len(budgets), ("val",))
         return float(rewards.mean())
 
     # ---- loop hooks (see TrainingLoop) --------------------------------------------------------
@@ -285,44 +365,3 @@ class SequenceTrainer(TrainingLoop):
             training=asdict(self.config),
         )
         return save_adapter(self.out_dir, self.policy, config)
-
-
-# ---- CLI ------------------------------------------------------------------------------------------
-
-
-def configure_parser(p: argparse.ArgumentParser) -> None:
-    from ..cli_common import add_model_arguments, add_rollout_arguments, add_task_arguments, parse_int_list
-
-    add_model_arguments(p)
-    add_task_arguments(p, max_problems=False)
-    add_rollout_arguments(p, token_budget=SequenceTrainConfig.token_budget)
-    g = p.add_argument_group("sequence-level training")
-    g.add_argument("--actions", default=SequenceTrainConfig.actions, help="action set: preset or JSON file (select-actions output)")
-    g.add_argument("--budgets", type=parse_int_list, default=list(SequenceTrainConfig.budgets), help="parallel budgets B, e.g. 1,2,4,8")
-    g.add_argument("--no-budget", action="store_true", help="w/o budget variant: the policy does not see B")
-    g.add_argument("--metric", default="pass", choices=["pass", "majority", "mean", "mix"], help="reward under budget B")
-    add_loop_arguments(g, SequenceTrainConfig,
-                       ("steps", "prompts_per_step", "val_every", "val_problems", "checkpoint_every", "max_train_prompts"),
-                       ("lr", "entropy_coef", "ema_decay", "policy_temperature"))
-    g.add_argument("--pooling", default="mean", choices=["mean", "last"], help="prompt-embedding pooling")
-    g.add_argument("--replay", default=None, help="OFFLINE REPLAY: simulate rollouts from a select-actions outcomes.jsonl")
-    p.add_argument("--out", required=True, help="output directory (adapter, checkpoint, train_log.jsonl)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-
-
-def config_from_args(args) -> SequenceTrainConfig:
-    return SequenceTrainConfig(
-        actions=args.actions, budgets=tuple(args.budgets), use_budget=not args.no_budget, metric=args.metric,
-        token_budget=args.token_budget, steps=args.steps, prompts_per_step=args.prompts_per_step, lr=args.lr,
-        entropy_coef=args.entropy_coef, ema_decay=args.ema_decay, policy_temperature=args.policy_temperature,
-        pooling=args.pooling, max_train_prompts=args.max_train_prompts, val_every=args.val_every,
-        val_problems=args.val_problems, checkpoint_every=args.checkpoint_every, cot_ratio=args.cot_ratio,
-        replay=args.replay, seed=args.seed,
-    )
-
-
-def run_cli(args) -> int:
-    def make_trainer(config, lm, task, rollouts, action_set):
-        return SequenceTrainer(config, lm, task, rollouts, args.out, action_set=action_set, task_name=args.task)
-
-    return run_training_cli(args, SequenceTrainConfig, config_from_args, make_trainer, "sequence adapter")

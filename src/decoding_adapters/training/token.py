@@ -21,7 +21,6 @@ How this departs from textbook REINFORCE (each choice follows the paper's stabil
 
 from __future__ import annotations
 
-import argparse
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,17 +35,24 @@ from ..rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
 from .common import (
     TrainingLoop,
     action_histogram,
-    add_loop_arguments,
     load_split,
-    run_training_cli,
     sample_prompt_batch,
     seed_everything,
     step_generator,
 )
+from .reinforce import ema_update, group_advantages, reinforce_loss
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TokenTrainConfig", "TokenBatch", "TokenTrainer", "token_loss", "rollout_batch_from_result", "UniformChooser"]
+__all__ = [
+    "TokenTrainConfig",
+    "TokenBatch",
+    "TokenTrainer",
+    "token_loss",
+    "rollout_batch_from_result",
+    "UniformChooser",
+    "group_advantages",
+]
 
 
 @dataclass(frozen=True)
@@ -60,24 +66,35 @@ class TokenTrainConfig:
     use_budget: bool = True
     """x_t = [h_t ; phi(b_t)] (w/ budget) or h_t (w/o budget)."""
     features: Literal["hidden", "entropy"] = "hidden"
+    """Policy input: the LM's hidden state, or only the base distribution's entropy (ablation)."""
     steps: int = 60
+    """Optimiser steps."""
     prompts_per_step: int = 8
+    """Prompts per step (each rolled out group_size times)."""
     group_size: int = 8
     """G: rollouts per prompt (group baseline)."""
     lr: float = 3e-4
+    """Adam learning rate."""
     lr_decay: float = 0.99
     """Exponential learning-rate decay per step."""
     grad_clip: float = 1.0
+    """Clip the gradient's global norm to this."""
     entropy_coef: float = 0.01
     """beta: weight of the policy-entropy bonus."""
     mask_max_prob: float = 0.95
     """Steps whose base max-probability exceeds this carry no gradient (1.0 disables)."""
     baseline: Literal["group", "ema"] = "group"
+    """Advantage baseline: the mean reward of the prompt's group, or a moving average."""
     ema_decay: float = 0.9
+    """Decay of the moving-average baseline (baseline=ema)."""
     policy_width: int = 256
+    """Width of the policy MLP's hidden layers."""
     policy_layers: int = 3
+    """Linear layers of the policy MLP."""
     dropout: float = 0.1
+    """Dropout of the policy MLP (on in the loss, off in rollouts)."""
     policy_temperature: float = 1.0
+    """Softmax temperature of the policy."""
     filter_samples: int = 4
     """Probe rollouts per prompt for filtering (0 disables filtering)."""
     filter_min_pass: float = 0.0
@@ -85,13 +102,19 @@ class TokenTrainConfig:
     filter_max_pass: float = 1.0
     """... or >= this."""
     max_train_prompts: int | None = 256
+    """Use at most this many training prompts before filtering (none: all)."""
     val_every: int = 10
+    """Validate every this many steps (and after the last)."""
     val_problems: int = 64
+    """Validation problems (held out of training)."""
     checkpoint_every: int = 5
+    """Write checkpoint.pt every this many steps (and after the last)."""
     cot_ratio: float = 0.0
+    """Fraction of prompts given a chain-of-thought instruction (fixed per prompt)."""
     bf16: bool = False
-    """bf16 autocast for the policy on CUDA (ignored on CPU)."""
+    """bf16 autocast for the policy's loss on CUDA (the policy lives on CPU, so today it has no effect)."""
     seed: int = 0
+    """Seed of the initial weights, the prompt batches and the rollouts."""
 
     def __post_init__(self) -> None:
         if self.baseline not in ("group", "ema"):
@@ -149,19 +172,17 @@ def rollout_batch_from_result(result: DecodeResult, advantages: torch.Tensor, ma
 
 
 def token_loss(policy: TokenPolicy, batch: TokenBatch, normalizer: int, entropy_coef: float) -> tuple[torch.Tensor, dict]:
-    """REINFORCE + entropy loss summed over the batch's decision steps, divided by ``normalizer``
-    (the number of decision steps in the *whole* batch, across micro-batches and workers)."""
+    """``reinforce_loss`` over the batch's decision steps, divided by ``normalizer`` (the number of
+    decision steps in the *whole* batch, across micro-batches and workers)."""
     device = next(policy.parameters()).device
     take = batch.decision
     if not bool(take.any()):
         zero = sum(p.sum() * 0 for p in policy.parameters())  # keeps DDP's all-reduce in step
         return zero, {"entropy": 0.0}
     obs = policy.observation(batch.hidden[take].to(device), batch.entropy[take].to(device), batch.remaining[take].to(device))
-    logp_all = (policy(obs) / policy.temperature).log_softmax(-1)
-    logp = logp_all.gather(-1, batch.actions[take].to(device).unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    objective = batch.advantage[take].to(device) * logp + entropy_coef * entropy
-    return -objective.sum() / max(normalizer, 1), {"entropy": float(entropy.detach().mean())}
+    loss, entropy = reinforce_loss(policy.log_probs(obs), batch.actions[take].to(device),
+                                   batch.advantage[take].to(device), entropy_coef, normalizer)
+    return loss, {"entropy": float(entropy.detach().mean())}
 
 
 class UniformChooser:
@@ -173,12 +194,6 @@ class UniformChooser:
 
     def __call__(self, f: StepFeatures) -> torch.Tensor:
         return (f.uniform * self.k).long().clamp(max=self.k - 1)
-
-
-def group_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """r - mean(r of the same prompt's group); rows are laid out prompt-major."""
-    groups = rewards.view(-1, group_size)
-    return (groups - groups.mean(1, keepdim=True)).reshape(-1)
 
 
 class TokenTrainer(TrainingLoop):
@@ -247,38 +262,51 @@ class TokenTrainer(TrainingLoop):
 
     # ---- one step ----------------------------------------------------------------------------
     def rollout(self, step: int) -> tuple[TokenBatch, torch.Tensor, DecodeResult]:
+        """rollout -> reward -> advantage for step ``step``: G rollouts of each of the step's
+        prompts under the current policy, their rewards, and the loss's inputs."""
         cfg = self.config
         picked = sample_prompt_batch(len(self.train_problems), cfg.prompts_per_step, step_generator(cfg.seed, "batch", step))
         problems = [self.train_problems[i] for i in picked]
-        request = self._request(problems, cfg.group_size, ("train", step))
         self.policy.eval()
+        request = self._request(problems, cfg.group_size, ("train", step))
         result = self.rollouts.run(request, TokenPolicyChooser(self.policy), record_features=True)
         rewards = score_rows(self.task, problems, result)
         if cfg.baseline == "group":
             advantages = group_advantages(rewards, cfg.group_size)
         else:
-            base = float(rewards.mean()) if self.ema_baseline is None else self.ema_baseline
+            base, self.ema_baseline = ema_update(self.ema_baseline, float(rewards.mean()), cfg.ema_decay)
             advantages = rewards - base
-            self.ema_baseline = cfg.ema_decay * base + (1 - cfg.ema_decay) * float(rewards.mean())
         return rollout_batch_from_result(result, advantages, cfg.mask_max_prob), rewards, result
 
-    def update(self, batch: TokenBatch, micro_batches: int = 1) -> dict:
-        """One optimiser step on ``batch`` (optionally in micro-batches of rows)."""
+    def update(self, batch: TokenBatch) -> dict:
+        """loss -> step: one optimiser step on ``batch``. The loss covers this process's rows (all of
+        them; a DDP rank's share in ``DDPTokenTrainer``) and is normalised by the whole batch's
+        decision steps, so the summed gradients are the single-process gradient."""
         cfg = self.config
         self.policy.train()
         self.optimizer.zero_grad(set_to_none=True)
-        normalizer = batch.num_decisions
-        rows = batch.row.unique()
-        stats = {"entropy": 0.0}
-        for part in rows.chunk(micro_batches):
-            autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and next(self.policy.parameters()).is_cuda)
-            with autocast:
-                loss, stats = token_loss(self.policy, batch.select_rows(part), normalizer, cfg.entropy_coef)
-            loss.backward()
+        mine = self.own_rows(batch)
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and next(self.policy.parameters()).is_cuda)
+        with autocast:
+            loss, stats = self.loss(mine, batch.num_decisions)
+        (loss * self.world).backward()  # DDP averages gradients over the world; x world makes it a sum
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
-        return {"grad_norm": float(grad_norm), "policy_entropy": stats["entropy"]}
+        return {"grad_norm": float(grad_norm), "policy_entropy": self.mean_over_ranks(stats["entropy"], mine.num_decisions)}
+
+    # ---- what a data-parallel trainer overrides (see training.ddp) ----------------------------
+    world = 1
+
+    def own_rows(self, batch: TokenBatch) -> TokenBatch:
+        """The rows whose loss this process computes: all of them."""
+        return batch
+
+    def loss(self, mine: TokenBatch, normalizer: int) -> tuple[torch.Tensor, dict]:
+        return token_loss(self.policy, mine, normalizer, self.config.entropy_coef)
+
+    def mean_over_ranks(self, local_mean: float, weight: int) -> float:
+        return local_mean
 
     def validate(self) -> float:
         """Mean reward of one policy-sampled rollout per validation problem (fixed seeds)."""
@@ -294,8 +322,8 @@ class TokenTrainer(TrainingLoop):
         return {"event": "filter", **self.prepare()}
 
     def train_step(self) -> dict:
-        batch, rewards, result = self.rollout(self.step)
-        stats = self.update(batch)
+        batch, rewards, result = self.rollout(self.step)  # rollout -> reward -> advantage
+        stats = self.update(batch)  # loss -> step
         return {
             "reward": float(rewards.mean()), **stats,
             "action_freq": action_histogram(result.actions, len(self.action_set)),
@@ -338,59 +366,3 @@ class TokenTrainer(TrainingLoop):
             budgets=[self.config.token_budget], task=self.task_name, training=asdict(self.config),
         )
         return save_adapter(self.out_dir, self.policy, config)
-
-
-# ---- CLI ------------------------------------------------------------------------------------------
-
-
-def configure_parser(p: argparse.ArgumentParser) -> None:
-    from ..cli_common import add_model_arguments, add_rollout_arguments, add_task_arguments
-
-    add_model_arguments(p)
-    add_task_arguments(p, max_problems=False)
-    add_rollout_arguments(p, token_budget=TokenTrainConfig.token_budget)
-    g = p.add_argument_group("token-level training")
-    g.add_argument("--actions", default=TokenTrainConfig.actions, help="action set: preset or JSON file")
-    g.add_argument("--no-budget", action="store_true", help="w/o budget variant: the policy does not see b_t")
-    g.add_argument("--features", default="hidden", choices=["hidden", "entropy"], help="'entropy' = the entropy-only ablation")
-    add_loop_arguments(g, TokenTrainConfig,
-                       ("steps", "prompts_per_step", "group_size", "val_every", "val_problems", "checkpoint_every",
-                        "filter_samples", "max_train_prompts"),
-                       ("lr", "lr_decay", "grad_clip", "entropy_coef", "mask_max_prob", "dropout", "filter_min_pass",
-                        "filter_max_pass"))
-    g.add_argument("--baseline", default="group", choices=["group", "ema"])
-    g.add_argument("--bf16", action="store_true", help="bf16 autocast for the policy on CUDA")
-    p.add_argument("--out", required=True, help="output directory (adapter, checkpoint, train_log.jsonl)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-
-
-def config_from_args(args) -> TokenTrainConfig:
-    return TokenTrainConfig(
-        actions=args.actions, token_budget=args.token_budget, use_budget=not args.no_budget, features=args.features,
-        steps=args.steps, prompts_per_step=args.prompts_per_step, group_size=args.group_size, lr=args.lr,
-        lr_decay=args.lr_decay, grad_clip=args.grad_clip, entropy_coef=args.entropy_coef,
-        mask_max_prob=args.mask_max_prob, baseline=args.baseline, dropout=args.dropout,
-        filter_samples=args.filter_samples, filter_min_pass=args.filter_min_pass, filter_max_pass=args.filter_max_pass,
-        max_train_prompts=args.max_train_prompts, val_every=args.val_every, val_problems=args.val_problems,
-        checkpoint_every=args.checkpoint_every, cot_ratio=args.cot_ratio, bf16=args.bf16, seed=args.seed,
-    )
-
-
-def run_cli(args) -> int:
-    if args.backend == "ray":  # DDP on Ray Train: every worker rolls out its shard of the prompts
-        from ..cli_common import task_options
-        from ..distributed import TaskSpec, train_token_ddp
-        from ..models import ModelSpec
-        from .common import resolve_config
-
-        config = resolve_config(args, TokenTrainConfig, config_from_args)
-        out = train_token_ddp(config, ModelSpec(args.model, args.device, args.dtype), TaskSpec(args.task, task_options(args)),
-                              args.out, workers=args.workers, batch_rows=args.batch_rows, address=args.ray_address,
-                              resume=args.resume, task_name=args.task)
-        print(f"token adapter written to {out}")
-        return 0
-
-    def make_trainer(config, lm, task, rollouts, action_set):
-        return TokenTrainer(config, lm, task, rollouts, args.out, task_name=args.task)
-
-    return run_training_cli(args, TokenTrainConfig, config_from_args, make_trainer, "token adapter")

@@ -1,8 +1,9 @@
 """``decoding-adapters``: thin sub-commands over the library.
 
-Each sub-command lives in the module that implements it, as two functions:
-``configure_parser(parser)`` (adds its arguments) and ``run_cli(args) -> int``. This file only
-wires them together, so ``--help`` for a sub-command is written next to its code.
+The command-line layer over the library. Each sub-command is one module of this package with two
+functions, ``configure_parser(parser)`` (its options, derived from config dataclasses by
+``config_args``) and ``run_cli(args) -> int``; this file only wires them together. Library
+modules never import from ``cli``.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ import sys
 
 # sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("decoding_adapters.demo", "the main job: select actions, train both adapters, evaluate, write a report"),
-    "select-actions": ("decoding_adapters.selection", "evaluate a candidate pool and pick K complementary actions"),
-    "train-sequence": ("decoding_adapters.training.sequence", "train a sequence-level (contextual bandit) adapter"),
-    "train-token": ("decoding_adapters.training.token", "train a token-level (POMDP) adapter"),
-    "evaluate": ("decoding_adapters.evaluation", "pass@k of static baselines and adapters with confidence intervals"),
-    "report": ("decoding_adapters.report", "write report.md, results.json and figures from an evaluation"),
-    "generate": ("decoding_adapters.generator", "decode prompts with a trained adapter"),
-    "serve": ("decoding_adapters.server", "OpenAI-compatible HTTP server that decodes with an adapter"),
+    "demo": ("decoding_adapters.cli.demo", "the main job: select actions, train both adapters, evaluate, write a report"),
+    "select-actions": ("decoding_adapters.cli.select_actions", "evaluate a candidate pool and pick K complementary actions"),
+    "train-sequence": ("decoding_adapters.cli.train_sequence", "train a sequence-level (contextual bandit) adapter"),
+    "train-token": ("decoding_adapters.cli.train_token", "train a token-level (POMDP) adapter"),
+    "evaluate": ("decoding_adapters.cli.evaluate", "pass@k of static baselines and adapters with confidence intervals"),
+    "report": ("decoding_adapters.cli.report", "write report.md, results.json and figures from an evaluation"),
+    "generate": ("decoding_adapters.cli.generate", "decode prompts with a trained adapter"),
+    "serve": ("decoding_adapters.cli.serve", "OpenAI-compatible HTTP server that decodes with an adapter"),
 }
 
 DESCRIPTION = """\

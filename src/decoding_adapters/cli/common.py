@@ -1,0 +1,122 @@
+"""Options and builders shared by the sub-commands: the frozen LM, the task, the rollout engine,
+and a training run's output directory. Each group is derived from one dataclass
+(``config_args.add_config_arguments``), so a setting's name, default and help live in one place."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Literal
+
+from ..actions import ActionSet
+from ..models import ModelSpec, load_frozen_lm
+from ..rollout_backends import make_rollouts
+from ..rollouts import Rollouts
+from ..tasks import get_task
+from .config_args import add_config_arguments, build_config
+
+__all__ = [
+    "TaskOptions",
+    "RolloutOptions",
+    "RunOptions",
+    "add_model_arguments",
+    "add_task_arguments",
+    "add_rollout_arguments",
+    "add_run_arguments",
+    "model_spec",
+    "build_lm",
+    "build_task",
+    "build_rollouts",
+    "task_options",
+]
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """task"""
+
+    task: str = "arithmetic"
+    """registered task name (arithmetic, math, gsm8k, humaneval, codecontests)"""
+    data: str | None = None
+    """JSONL data path for tasks that read files (math, gsm8k, codecontests)"""
+    cot_ratio: float = 0.0
+    """fraction of prompts that get a chain-of-thought instruction (paper: 0.3)"""
+    system_prompt: str | None = None
+    """system prompt preset (e.g. qwen3-math-nothink) or literal text"""
+    max_problems: int | None = None
+    """use at most this many problems of the split"""
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    """rollouts"""
+
+    token_budget: int = 32
+    """max new tokens per completion (b)"""
+    batch_rows: int = 64
+    """rows decoded together in one batch"""
+    backend: Literal["hf", "ray", "vllm"] = "hf"
+    """rollout engine"""
+    workers: int = 1
+    """Ray workers (backend ray)"""
+    ray_address: str | None = None
+    """join an existing Ray cluster instead of starting a local one"""
+    seed: int = 0
+    """base seed of every row's randomness"""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """output"""
+
+    out: str
+    """output directory (adapter, checkpoint, train_log.jsonl)"""
+    resume: bool = False
+    """continue the run in --out from its last checkpoint"""
+
+
+def add_model_arguments(p: argparse.ArgumentParser, **kwargs) -> None:
+    """--model / --device / --dtype (the ``ModelSpec`` fields)."""
+    add_config_arguments(p, ModelSpec, title="frozen LM", flags={"name_or_path": ["--model"]}, choices={"dtype": DTYPES},
+                         **kwargs)
+
+
+def add_task_arguments(p: argparse.ArgumentParser, exclude=()) -> None:
+    add_config_arguments(p, TaskOptions, exclude=exclude)
+
+
+def add_rollout_arguments(p: argparse.ArgumentParser, exclude=(), **kwargs) -> None:
+    add_config_arguments(p, RolloutOptions, exclude=exclude, **kwargs)
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    add_config_arguments(p, RunOptions)
+
+
+def model_spec(args) -> ModelSpec:
+    return build_config(ModelSpec, args)
+
+
+def build_lm(args):
+    return load_frozen_lm(model_spec(args))
+
+
+def task_options(args) -> dict:
+    """The ``get_task`` keyword options given on the command line (Ray workers rebuild the task from them)."""
+    options = {}
+    if args.data is not None:
+        options["data"] = args.data
+    if args.system_prompt is not None:
+        options["system_prompt"] = args.system_prompt
+    return options
+
+
+def build_task(args):
+    return get_task(args.task, **task_options(args))
+
+
+def build_rollouts(args, lm, action_set: ActionSet) -> Rollouts:
+    return make_rollouts(args.backend, lm, action_set, batch_rows=args.batch_rows, workers=args.workers,
+                         ray_address=args.ray_address, model_spec=lm.spec)

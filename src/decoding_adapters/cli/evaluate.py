@@ -1,0 +1,171 @@
+"""``evaluate``: pass@k of static baselines and adapters with confidence intervals (``evaluation``).
+
+The evaluation's own settings are the ``EvalConfig`` fields (``--k`` for ``k_values``); the
+options below choose the methods (adapters, baselines, the Best action) and the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from ..actions import ActionSet, DecodingAction, load_action_set
+from ..evaluation import (
+    EvalConfig,
+    Method,
+    adapter_method,
+    evaluate,
+    format_table,
+    greedy_method,
+    mixed_method,
+    resolve_best_action,
+    select_best_action,
+    static_method,
+)
+from ..report import write_report
+from ..rollouts import HFRollouts, Rollouts
+from .common import add_model_arguments, add_rollout_arguments, add_task_arguments, build_lm, build_rollouts, build_task
+from .config_args import add_config_arguments, build_config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EvaluateOptions:
+    """methods and output"""
+
+    out: str
+    """output directory (results.json, eval_details.json)"""
+    adapter: list[str] = field(default_factory=list)
+    """a trained adapter directory, [NAME=]DIR[,DIR...] (repeatable); NAME overrides the default column name;
+    several comma-separated directories (the same adapter trained with different seeds) are used one per
+    evaluation seed"""
+    split: str = "test"
+    """task split to evaluate on"""
+    actions: str | None = None
+    """action set (preset or JSON) for Best/Mixed; default: the first sequence adapter's, else 'math'"""
+    best_action: str | None = None
+    """Best: index/name in --actions, DecodingAction JSON, or a JSON file with best_single; 'auto' picks it on
+    the validation split; 'none' drops Best. Default: best_single of --actions, else auto"""
+    best_problems: int = 32
+    """validation problems used by --best-action auto"""
+    baselines: str = "greedy,best,mixed"
+    """static baselines to include (comma-separated)"""
+    progress: bool = True
+    """progress bars"""
+    report: bool = False
+    """also write report.md and figures into --out"""
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    add_model_arguments(p)
+    add_task_arguments(p, exclude=("cot_ratio",))
+    add_rollout_arguments(p, exclude=("token_budget", "seed"))
+    # the CLI's token budget stays 32 (EvalConfig's library default is 128)
+    add_config_arguments(p, EvalConfig, title="evaluation", flags={"k_values": ["--k"]}, defaults={"token_budget": 32})
+    add_config_arguments(p, EvaluateOptions)
+
+
+def _parse_adapter_args(values: Sequence[str]) -> list[tuple[str | None, str]]:
+    out = []
+    for v in values:
+        name, sep, path = v.partition("=")
+        out.append((name, path) if sep and not Path(v).exists() else (None, v))
+    return out
+
+
+def _unique_name(name: str, taken: set[str], source: str) -> str:
+    if name not in taken:
+        return name
+    candidate = f"{name} ({Path(source).name})"
+    i = 2
+    while candidate in taken:
+        candidate, i = f"{name} ({Path(source).name} {i})", i + 1
+    return candidate
+
+
+def load_adapter_methods(specs: Sequence[str], lm) -> list[Method]:
+    methods, taken = [], set()
+    for name, path in _parse_adapter_args(specs):
+        dirs = path.split(",")  # DIR1,DIR2,...: one adapter per evaluation seed
+        m = adapter_method(dirs if len(dirs) > 1 else path, lm, name=name or None)
+        m.name = _unique_name(m.name, taken, path)
+        taken.add(m.name)
+        methods.append(m)
+    return methods
+
+
+def _baseline_methods(args, lm, task, adapters: list[Method], cfg: EvalConfig, factory) -> list[Method]:
+    wanted = {b.strip().lower() for b in args.baselines.split(",") if b.strip()}
+    unknown = wanted - {"greedy", "best", "mixed"}
+    if unknown:
+        raise ValueError(f"unknown baseline(s) {sorted(unknown)}: choose from greedy, best, mixed")
+    actions = _base_actions(args, adapters)
+    out = [greedy_method()] if "greedy" in wanted else []
+    if "best" in wanted:
+        best = _best_action(args, lm, task, actions, cfg, factory)
+        if best is not None:
+            out.append(static_method(best))
+    if "mixed" in wanted:
+        out.append(mixed_method(actions))
+        token_sets = {tuple(m.actions) for m in adapters if m.kind == "token"} - {tuple(actions)}
+        for i, token_actions in enumerate(sorted(token_sets, key=str)):
+            out.append(mixed_method(token_actions, name="Mixed (token actions)" + (f" {i + 1}" if i else ""), level="token"))
+    return out
+
+
+def _base_actions(args, adapters: list[Method]) -> list[DecodingAction]:
+    if args.actions:
+        return load_action_set(args.actions)
+    for kind in ("sequence", "token"):
+        for m in adapters:
+            if m.kind == kind:
+                return list(m.actions)
+    return load_action_set("math")
+
+
+def _best_action(args, lm, task, actions, cfg: EvalConfig, factory) -> DecodingAction | None:
+    spec = args.best_action
+    if spec is not None and spec.lower() == "none":
+        return None
+    if spec is None and args.actions and Path(args.actions).is_file():
+        found = resolve_best_action(args.actions, actions)
+        if found is not None:
+            return found
+    if spec is not None and spec.lower() != "auto":
+        best = resolve_best_action(spec, actions)
+        if best is None:
+            raise ValueError(f"{spec} has no best_single entry")
+        return best
+    split = "validation" if "validation" in getattr(task, "splits", ()) else "train"
+    problems = task.load(split)[: args.best_problems]
+    log.info("choosing Best among %d actions on %d %s problems", len(actions), len(problems), split)
+    best, scores = select_best_action(lm, task, problems, actions, samples=min(4, cfg.n), config=cfg,
+                                      rollouts_factory=factory)
+    log.info("Best = %s (validation pass@1 by action: %s)", best.name, {k: round(v, 3) for k, v in scores.items()})
+    return best
+
+
+def run_cli(args) -> int:
+    cfg = build_config(EvalConfig, args)
+    lm, task = build_lm(args), build_task(args)
+    problems = task.load(args.split)[: args.max_problems] if args.max_problems else task.load(args.split)
+
+    def factory(action_set: ActionSet, per_token: bool) -> Rollouts:
+        if per_token and args.backend == "vllm":  # vLLM cannot run a per-token chooser
+            return HFRollouts(lm, action_set, args.batch_rows)
+        return build_rollouts(args, lm, action_set)
+
+    adapters = load_adapter_methods(args.adapter, lm)
+    methods = _baseline_methods(args, lm, task, adapters, cfg, factory) + adapters
+    meta = {"task": args.task, "split": args.split, "model": args.name_or_path, "num_problems": len(problems)}
+    ev = evaluate(lm, task, problems, methods, cfg, rollouts_factory=factory, progress=args.progress, meta=meta)
+    paths = ev.write(args.out)
+    print(format_table(ev.results, cfg.metrics))
+    print(f"\nwrote {paths['results']} and {paths['details']}")
+    if args.report:
+        print(f"report: {write_report(args.out, ev.results, ev.details)}")
+    return 0

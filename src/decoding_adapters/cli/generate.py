@@ -1,0 +1,55 @@
+"""``generate``: decode prompts with a trained adapter (``generator.AdaptiveGenerator``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, field
+
+from ..generator import DEFAULT_TOKEN_BUDGET, AdaptiveGenerator, format_generations
+from .common import add_model_arguments
+from .config_args import add_config_arguments
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """generation"""
+
+    adapter: str
+    """adapter directory (written by train-sequence / train-token)"""
+    token_budget: int | None = field(default=None, metadata={
+        "help": f"max new tokens per completion (default: a token adapter's training budget, else {DEFAULT_TOKEN_BUDGET})"})
+    parallel_budget: int = 1
+    """completions per prompt (B)"""
+    seed: int = 0
+    """seed of the completions"""
+    sample_policy: bool = False
+    """sample the adapter's actions instead of taking the most likely"""
+    json: bool = False
+    """print one JSON document instead of readable text"""
+
+
+def add_generator_model_arguments(p: argparse.ArgumentParser) -> None:
+    """--model / --device / --dtype, where --model defaults to the adapter's own base model (shared with serve)."""
+    add_model_arguments(p, defaults={"name_or_path": None})
+
+
+def generator_from_args(args) -> AdaptiveGenerator:
+    return AdaptiveGenerator.from_pretrained(args.adapter, model=args.name_or_path, device=args.device, dtype=args.dtype)
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("prompts", nargs="+", metavar="PROMPT", help="prompt text(s), each sent as one user message")
+    add_config_arguments(p, GenerateOptions)
+    add_generator_model_arguments(p)
+
+
+def run_cli(args) -> int:
+    gen = generator_from_args(args)
+    outs = gen.generate(args.prompts, token_budget=args.token_budget, parallel_budget=args.parallel_budget,
+                        seed=args.seed, deterministic_policy=not args.sample_policy)
+    if args.json:
+        print(json.dumps({"adapter": gen.describe(), "generations": [g.to_dict() for g in outs]}, indent=2))
+    else:
+        print(format_generations(gen, outs))
+    return 0

@@ -1,0 +1,69 @@
+"""``select-actions``: evaluate a candidate pool and pick K complementary actions (``selection``)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..actions import ActionSet
+from ..selection import build_pool, evaluate_pool, select_actions, write_outputs
+from .common import add_model_arguments, add_rollout_arguments, add_task_arguments, build_lm, build_rollouts, build_task
+from .config_args import add_config_arguments
+
+
+@dataclass(frozen=True)
+class SelectionOptions:
+    """selection"""
+
+    out: str
+    """output folder (re-running with the same folder resumes)"""
+    pool: str = "pool"
+    """candidate actions: 'pool' (the paper's 180), a preset name or a JSON file"""
+    pool_subsample: int | None = None
+    """keep N evenly spaced candidates (to size the pool down for a CPU)"""
+    add_greedy: bool = True
+    """add greedy decoding to the pool (the 180 pool has none; it is the natural baseline for small models)"""
+    k: int = 6
+    """actions to select"""
+    samples: int = 4
+    """samples per (problem, action); R = their mean reward"""
+    split: str = "validation"
+    """task split to select on"""
+    progress: bool = True
+    """progress bar"""
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    add_config_arguments(p, SelectionOptions)
+    add_task_arguments(p)
+    add_model_arguments(p)
+    add_rollout_arguments(p)
+
+
+def run_cli(args) -> int:
+    pool = build_pool(args.pool, args.pool_subsample, args.add_greedy)
+    if not 1 <= args.k <= len(pool):
+        raise ValueError(f"--k must be in [1, {len(pool)}] (the pool size), got {args.k}")
+    task = build_task(args)
+    problems = task.load(args.split)[: args.max_problems]
+    lm = build_lm(args)
+    rollouts = build_rollouts(args, lm, ActionSet(pool))
+    out = Path(args.out)
+    start = time.perf_counter()
+    try:
+        table = evaluate_pool(lm, task, problems, pool, samples=args.samples, token_budget=args.token_budget,
+                              seed=args.seed, table_path=out / "outcomes.jsonl", rollouts=rollouts,
+                              batch_rows=args.batch_rows, progress=args.progress, cot_ratio=args.cot_ratio)
+    finally:
+        rollouts.close()
+    _, names, R = table.to_matrix()
+    selection = select_actions(R, args.k)
+    meta = {"task": task.name, "split": args.split, "problems": len(problems), "samples": args.samples,
+            "token_budget": args.token_budget, "seed": args.seed, "model": lm.fingerprint(),
+            "seconds": round(time.perf_counter() - start, 1)}
+    markdown = write_outputs(out, pool, selection, meta)
+    print(markdown)
+    print(f"wrote {out / 'actions.json'}, {out / 'selection.md'}, {out / 'selection.png'}")
+    return 0

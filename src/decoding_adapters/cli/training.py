@@ -1,0 +1,55 @@
+"""What ``train-sequence`` and ``train-token`` share: their options and the run around a trainer."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..actions import ActionSet, load_action_set
+from ..io import Checkpoint
+from ..training.common import config_from_dict
+from .common import (
+    add_model_arguments,
+    add_rollout_arguments,
+    add_run_arguments,
+    add_task_arguments,
+    build_lm,
+    build_rollouts,
+    build_task,
+)
+from .config_args import add_config_arguments, build_config
+
+__all__ = ["configure_training_parser", "resolve_config", "run_training"]
+
+# Fields of a trainer config that replace the shared task / rollout options of the same name.
+OWNED_BY_CONFIG = ("token_budget", "seed", "cot_ratio")
+
+
+def configure_training_parser(p: argparse.ArgumentParser, config_cls: type, title: str) -> None:
+    """frozen LM, task, rollouts, the trainer config (every field) and --out / --resume."""
+    add_model_arguments(p)
+    add_task_arguments(p, exclude=("cot_ratio", "max_problems"))  # trainers: max_train_prompts / val_problems
+    add_rollout_arguments(p, exclude=("token_budget", "seed"))
+    add_config_arguments(p, config_cls, title=title, aliases={"use_budget": ["--budget"]})
+    add_run_arguments(p)
+
+
+def resolve_config(args, config_cls):
+    """The run's config: from the command line, or from the checkpoint when resuming."""
+    if args.resume and Checkpoint(args.out).exists():
+        return config_from_dict(config_cls, Checkpoint(args.out).load()["config"])
+    return build_config(config_cls, args)
+
+
+def run_training(args, config, make_trainer, what: str, needs_rollouts: bool = True) -> int:
+    """LM, task, action set, rollouts (released whatever happens), ``make_trainer(...).train()``."""
+    lm = build_lm(args)
+    task = build_task(args)
+    action_set = ActionSet(load_action_set(config.actions), device=lm.device)
+    rollouts = build_rollouts(args, lm, action_set) if needs_rollouts else None
+    try:
+        out = make_trainer(config, lm, task, rollouts, action_set).train(resume=args.resume)
+    finally:
+        if rollouts is not None:
+            rollouts.close()
+    print(f"{what} written to {out}")
+    return 0

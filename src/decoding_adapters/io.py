@@ -1,0 +1,86 @@
+"""File output that a kill cannot tear: one atomic write, JSON files, an append-only JSONL log
+and a checkpoint.
+
+A leaf module (standard library and torch only). Every file the package writes for later reading
+goes through :func:`atomic_write`: the content is written to ``NAME.tmp`` next to the target and
+renamed over it with ``os.replace`` (atomic on POSIX), so a reader sees the old file or the new
+one, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+__all__ = ["atomic_write", "write_json", "write_text", "JsonlLog", "Checkpoint"]
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
+    """Call ``write(tmp)`` to fill a temporary file next to ``path``, then rename it over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    write(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) atomically."""
+    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def write_json(path: str | Path, obj) -> Path:
+    """Write ``obj`` as indented JSON atomically."""
+    return write_text(path, json.dumps(obj, indent=2))
+
+
+class JsonlLog:
+    """Append-only training log; ``truncate_after(step)`` drops lines a resumed run will redo."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def truncate_after(self, step: int) -> None:
+        if not self.path.exists():
+            return
+        keep = [line for line in self.read() if line.get("step", -1) <= step]
+        write_text(self.path, "".join(json.dumps(x) + "\n" for x in keep))
+
+    def append(self, record: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+
+    def read(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:  # a torn last line after a kill
+                break
+        return out
+
+
+class Checkpoint:
+    """``DIR/checkpoint.pt`` written atomically: a kill mid-write leaves the previous checkpoint
+    intact, so ``--resume`` loses at most one checkpoint interval."""
+
+    def __init__(self, directory: str | Path):
+        self.path = Path(directory) / "checkpoint.pt"
+
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def save(self, state: dict[str, Any]) -> None:
+        atomic_write(self.path, lambda tmp: torch.save(state, tmp))
+
+    def load(self) -> dict[str, Any]:
+        return torch.load(self.path, map_location="cpu", weights_only=False)
