@@ -33,7 +33,9 @@ def make_char_tokenizer():
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="?"))
     backend.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
     backend.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<|im_end|>", bos_token="<|im_start|>")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="<|im_end|>", bos_token="<|im_start|>"
+    )
     tok.add_special_tokens({"additional_special_tokens": specials})
     tok.chat_template = CHAT_TEMPLATE
     return tok
@@ -44,9 +46,16 @@ def make_tiny_lm(seed: int = 0, hidden_size: int = 32) -> FrozenLM:
 
     tok = make_char_tokenizer()
     config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)

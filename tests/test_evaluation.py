@@ -127,15 +127,25 @@ def seq_method(lm, use_budget):
 
 def token_method(lm, features="hidden"):
     torch.manual_seed(3)
-    policy = TokenPolicy(TokenPolicyConfig(hidden_size=lm.hidden_size, num_actions=4, features=features, token_budget=6))
-    return Method(f"Token {features}", "token", list(PRESETS["math-token"]), role="w/ budget", level="token", policy=policy)
+    policy = TokenPolicy(
+        TokenPolicyConfig(hidden_size=lm.hidden_size, num_actions=4, features=features, token_budget=6)
+    )
+    return Method(
+        f"Token {features}", "token", list(PRESETS["math-token"]), role="w/ budget", level="token", policy=policy
+    )
 
 
 @pytest.fixture(scope="module")
 def evaluation(tiny_lm):
     task = HasOneTask()
-    methods = [greedy_method(), static_method(DecodingAction(True, 1.25)), mixed_method(PRESETS["math-token"]),
-               seq_method(tiny_lm, False), seq_method(tiny_lm, True), token_method(tiny_lm)]
+    methods = [
+        greedy_method(),
+        static_method(DecodingAction(True, 1.25)),
+        mixed_method(PRESETS["math-token"]),
+        seq_method(tiny_lm, False),
+        seq_method(tiny_lm, True),
+        token_method(tiny_lm),
+    ]
     cfg = EvalConfig(k_values=(1, 2, 4), seeds=2, token_budget=6, keep_trajectories=4)
     return evaluate(tiny_lm, task, task.load("test"), methods, cfg, batch_rows=16), methods, cfg
 
@@ -146,7 +156,7 @@ def test_evaluation_structure(evaluation, tmp_path):
     assert list(ev.results) == [m.name for m in methods]
     for name, res in ev.results.items():
         assert list(res) == metrics
-        for metric, entry in res.items():
+        for entry in res.values():
             assert set(entry) == {"mean", "ci_low", "ci_high"}
             assert entry["ci_low"] <= entry["mean"] <= entry["ci_high"]
         assert 1 <= res["mean_length"]["mean"] <= cfg.token_budget
@@ -221,14 +231,43 @@ def test_cli_evaluate_end_to_end(tmp_path, tiny_lm, capsys, monkeypatch):
     tiny_lm.tokenizer.save_pretrained(model_dir)
     actions = [a.to_dict() for a in PRESETS["math-token"]]
     seq = SequencePolicy(SequencePolicyConfig(embed_dim=tiny_lm.hidden_size, num_actions=4))
-    save_adapter(tmp_path / "seq", seq, AdapterConfig("sequence", seq.config.__dict__, actions, "tiny", tiny_lm.fingerprint()))
+    save_adapter(
+        tmp_path / "seq", seq, AdapterConfig("sequence", seq.config.__dict__, actions, "tiny", tiny_lm.fingerprint())
+    )
     tok = TokenPolicy(TokenPolicyConfig(hidden_size=tiny_lm.hidden_size, num_actions=4, token_budget=4))
-    save_adapter(tmp_path / "tok", tok, AdapterConfig("token", tok.config.__dict__, actions, "tiny", tiny_lm.fingerprint()))
+    save_adapter(
+        tmp_path / "tok", tok, AdapterConfig("token", tok.config.__dict__, actions, "tiny", tiny_lm.fingerprint())
+    )
     out = tmp_path / "eval"
-    code = cli_main(monkeypatch, ["evaluate", "--model", str(model_dir), "--task", "arithmetic", "--max-problems", "2",
-                 "--adapter", str(tmp_path / "seq"), "--adapter", f"mine={tmp_path / 'tok'}",
-                 "--k", "1,2", "--seeds", "1", "--token-budget", "4", "--best-action", "auto", "--best-problems", "2",
-                 "--no-progress", "--out", str(out)])
+    code = cli_main(
+        monkeypatch,
+        [
+            "evaluate",
+            "--model",
+            str(model_dir),
+            "--task",
+            "arithmetic",
+            "--max-problems",
+            "2",
+            "--adapter",
+            str(tmp_path / "seq"),
+            "--adapter",
+            f"mine={tmp_path / 'tok'}",
+            "--k",
+            "1,2",
+            "--seeds",
+            "1",
+            "--token-budget",
+            "4",
+            "--best-action",
+            "auto",
+            "--best-problems",
+            "2",
+            "--no-progress",
+            "--out",
+            str(out),
+        ],
+    )
     assert code == 0
     results = json.loads((out / "results.json").read_text())
     assert set(results) == {"Greedy", "Best", "Mixed", "Seq w/ budget", "mine"}

@@ -87,7 +87,10 @@ def test_sequence_adapter_picks_one_action_per_prompt(adapters, tiny_lm):
     # A sampling policy draws reproducibly from the seed.
     draws = [gen.generate(PROMPTS, token_budget=2, seed=s, deterministic_policy=False) for s in range(8)]
     assert len({d[i].action_index for d in draws for i in range(2)}) > 1  # an untrained policy is spread out
-    assert draws[0][0].action_index == gen.generate(PROMPTS, token_budget=2, seed=0, deterministic_policy=False)[0].action_index
+    assert (
+        draws[0][0].action_index
+        == gen.generate(PROMPTS, token_budget=2, seed=0, deterministic_policy=False)[0].action_index
+    )
     json.dumps([g.to_dict() for g in outs])  # JSON-able
 
 
@@ -167,8 +170,19 @@ def cli_main(monkeypatch):
 def test_generate_cli(adapters, capsys, cli_main):
     main = cli_main
 
-    args = ["generate", "--adapter", str(adapters["token"]), "What is 2+3?", "Hi", "--token-budget", "6",
-            "--parallel-budget", "2", "--seed", "4"]
+    args = [
+        "generate",
+        "--adapter",
+        str(adapters["token"]),
+        "What is 2+3?",
+        "Hi",
+        "--token-budget",
+        "6",
+        "--parallel-budget",
+        "2",
+        "--seed",
+        "4",
+    ]
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "=== prompt 2: Hi" in text and "completion 2/2" in text and "actions:" in text

@@ -45,7 +45,10 @@ def test_token_policy_as_chooser_is_reproducible(tiny_lm, tiny_prompts, features
     policy = TokenPolicy(TokenPolicyConfig(hidden_size=tiny_lm.hidden_size, num_actions=4, features=features,
                                            use_budget=use_budget, token_budget=8)).eval()
     aset = ActionSet(PRESETS["math-token"])
-    run = lambda: decode(tiny_lm, tiny_prompts, aset, chooser=TokenPolicyChooser(policy), token_budget=8, seed=3)
+
+    def run():
+        return decode(tiny_lm, tiny_prompts, aset, chooser=TokenPolicyChooser(policy), token_budget=8, seed=3)
+
     a, b = run(), run()
     assert torch.equal(a.tokens, b.tokens) and torch.equal(a.actions, b.actions)
     assert len(set(a.actions[a.valid_mask()].tolist())) > 1  # a fresh policy explores several actions

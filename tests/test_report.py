@@ -70,8 +70,10 @@ def fake_evaluation(gains: dict[str, float] | None = None, problems: int = 20, s
         details["trajectories"][name] = [fake_trajectory(rng, "static" if kind != "token" else "token", f"p{i}")
                                          for i in range(6)]
         if kind == "sequence":
-            details["sequence_choices"][name] = {"k_values": [1, 2, 4],
-                                                 "actions": [[rng.randrange(4) for _ in range(3)] for _ in range(problems)]}
+            details["sequence_choices"][name] = {
+                "k_values": [1, 2, 4],
+                "actions": [[rng.randrange(4) for _ in range(3)] for _ in range(problems)],
+            }
     return results, details
 
 
@@ -102,10 +104,17 @@ def test_write_report_end_to_end(tmp_path):
     saved = json.loads((out / "results.json").read_text())
     assert set(saved) == set(METHODS)
     for entry in saved.values():
-        for metric, value in entry.items():
+        for value in entry.values():
             assert set(value) == {"mean", "ci_low", "ci_high"} and value["ci_low"] <= value["mean"] <= value["ci_high"]
-    pngs = ["pass_at_k.png", "training_token_run.png", "lengths.png", "sequence_choices.png",
-            "entropy_token_w_budget.png", "wordcloud_token_w_budget.png", "entropy_token_entropy_only.png"]
+    pngs = [
+        "pass_at_k.png",
+        "training_token_run.png",
+        "lengths.png",
+        "sequence_choices.png",
+        "entropy_token_w_budget.png",
+        "wordcloud_token_w_budget.png",
+        "entropy_token_entropy_only.png",
+    ]
     for name in pngs:
         assert is_png(out / name), name
     html = (out / "action_trace_token_w_budget.html").read_text()
@@ -147,10 +156,18 @@ def test_verdicts_are_computed_not_fixed():
 
 
 def test_action_trace_escapes_and_colours(tmp_path):
-    traj = {"tokens": ["<b>", " & ", "x"], "actions": [0, 1, 1], "entropy": [1.0, 0.1, 2.0], "max_prob": [0.4, 0.99, 0.5],
-            "correct": 1.0, "problem_id": 'p"1', "length": 3}
-    path = plots.action_trace_html([("Example <1>", traj)], ["greedy", "T=<1>"], tmp_path / "t.html",
-                                   prompts={'p"1': "2 < 3?"})
+    traj = {
+        "tokens": ["<b>", " & ", "x"],
+        "actions": [0, 1, 1],
+        "entropy": [1.0, 0.1, 2.0],
+        "max_prob": [0.4, 0.99, 0.5],
+        "correct": 1.0,
+        "problem_id": 'p"1',
+        "length": 3,
+    }
+    path = plots.action_trace_html(
+        [("Example <1>", traj)], ["greedy", "T=<1>"], tmp_path / "t.html", prompts={'p"1': "2 < 3?"}
+    )
     html = path.read_text()
     assert "<b>" not in html and "&lt;b&gt;" in html and "Example &lt;1&gt;" in html and "T=&lt;1&gt;" in html
     assert "2 &lt; 3?" in html

@@ -162,4 +162,5 @@ def test_majority_vote_compares_extracted_answers():
     assert answers == ["12", "12", "13"]
     assert inference_reward([1.0, 1.0, 0.0], answers, "majority") == 1.0
     math_task = get_task("math")
-    assert math_task.extract_answer(problem, r"so \boxed{\frac12}") == math_task.extract_answer(problem, r"\boxed{\frac{1}{2}}")
+    half = math_task.extract_answer(problem, r"\boxed{\frac{1}{2}}")
+    assert math_task.extract_answer(problem, r"so \boxed{\frac12}") == half

@@ -88,7 +88,9 @@ def make_trainer(tmp_path, **overrides):
 def accuracy_on_observations(policy) -> float:
     obs = torch.randn(400, H, generator=torch.Generator().manual_seed(5))
     right = torch.where(obs[:, 0] > obs[:, 1], 2, 0)
-    f = StepFeatures(obs, torch.ones(400), torch.full((400,), 0.5), 0, torch.full((400,), T), torch.arange(400), torch.rand(400))
+    f = StepFeatures(
+        obs, torch.ones(400), torch.full((400,), 0.5), 0, torch.full((400,), T), torch.arange(400), torch.rand(400)
+    )
     return float((TokenPolicyChooser(policy.eval(), deterministic=True)(f) == right).float().mean())
 
 
@@ -132,7 +134,12 @@ def test_masked_steps_contribute_zero_gradient(tmp_path):
     trainer = make_trainer(tmp_path)
     batch = _batch(trainer)
     reference = _grads(trainer, batch, 1)
-    noisy = TokenBatch(**{**batch.__dict__, "advantage": torch.where(batch.decision, batch.advantage, torch.full_like(batch.advantage, 1e6))})
+    noisy = TokenBatch(
+        **{
+            **batch.__dict__,
+            "advantage": torch.where(batch.decision, batch.advantage, torch.full_like(batch.advantage, 1e6)),
+        }
+    )
     for a, b in zip(reference, _grads(trainer, noisy, 1)):
         torch.testing.assert_close(a, b)
 
@@ -150,8 +157,14 @@ def test_filtering_drops_prompts_that_always_or_never_pass(tmp_path):
         def reward(self, problem, completion):
             return float(problem.id.endswith(("0", "2", "4")))  # constant per prompt
 
-    trainer = TokenTrainer(TokenTrainConfig(token_budget=T, filter_samples=2, group_size=2, dropout=0.0),
-                           FakeLM(), Half(), PomdpRollouts(), tmp_path, progress=False)
+    trainer = TokenTrainer(
+        TokenTrainConfig(token_budget=T, filter_samples=2, group_size=2, dropout=0.0),
+        FakeLM(),
+        Half(),
+        PomdpRollouts(),
+        tmp_path,
+        progress=False,
+    )
     with pytest.raises(ValueError, match="kept no training prompt"):
         trainer.prepare()
 
@@ -159,7 +172,9 @@ def test_filtering_drops_prompts_that_always_or_never_pass(tmp_path):
 def test_batch_flattening_uses_only_valid_steps():
     result = PomdpRollouts().run(
         SimpleNamespace(num_rows=2, row_seeds=[1, 2], prompt_of_row=[0, 0], prompts=[[1]]),
-        lambda f: torch.zeros(len(f.rows), dtype=torch.long), record_features=True)
+        lambda f: torch.zeros(len(f.rows), dtype=torch.long),
+        record_features=True,
+    )
     result.lengths = torch.tensor([2, 5])
     batch = rollout_batch_from_result(result, torch.tensor([1.0, -1.0]), 0.95)
     assert len(batch.actions) == 7 and batch.advantage.tolist() == [1.0] * 2 + [-1.0] * 5

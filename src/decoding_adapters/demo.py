@@ -85,13 +85,43 @@ class DemoConfig:
 
 
 SIZES: dict[str, DemoConfig] = {
-    "tiny": DemoConfig(token_budget=4, pool_subsample=3, select_problems=4, select_samples=2, k=2, seq_budgets=(1, 2),
-                       seq_steps=3, seq_prompts_per_step=2, tok_steps=2, tok_prompts_per_step=2, tok_group_size=2,
-                       tok_train_prompts=4, tok_filter_samples=0, tok_val_problems=4, eval_problems=3, eval_k=(1, 2), seeds=2, batch_rows=16),
+    "tiny": DemoConfig(
+        token_budget=4,
+        pool_subsample=3,
+        select_problems=4,
+        select_samples=2,
+        k=2,
+        seq_budgets=(1, 2),
+        seq_steps=3,
+        seq_prompts_per_step=2,
+        tok_steps=2,
+        tok_prompts_per_step=2,
+        tok_group_size=2,
+        tok_train_prompts=4,
+        tok_filter_samples=0,
+        tok_val_problems=4,
+        eval_problems=3,
+        eval_k=(1, 2),
+        seeds=2,
+        batch_rows=16,
+    ),
     "default": DemoConfig(),
-    "full": DemoConfig(token_budget=24, pool_subsample=23, select_problems=96, select_samples=8, k=6, seq_budgets=(1, 2, 4, 8),
-                       seq_steps=400, tok_steps=40, tok_prompts_per_step=8, tok_group_size=8, tok_train_prompts=256,
-                       tok_val_problems=64, eval_problems=100, eval_k=(1, 2, 4, 8)),
+    "full": DemoConfig(
+        token_budget=24,
+        pool_subsample=23,
+        select_problems=96,
+        select_samples=8,
+        k=6,
+        seq_budgets=(1, 2, 4, 8),
+        seq_steps=400,
+        tok_steps=40,
+        tok_prompts_per_step=8,
+        tok_group_size=8,
+        tok_train_prompts=256,
+        tok_val_problems=64,
+        eval_problems=100,
+        eval_k=(1, 2, 4, 8),
+    ),
 }
 
 TOKEN_VARIANTS = {  # directory suffix -> (use_budget, features)
@@ -122,31 +152,70 @@ class _Stages:
 def _select(lm, task, cfg: DemoConfig, out: Path, progress: bool):
     pool = build_pool("pool", subsample=cfg.pool_subsample, add_greedy=True)
     problems = task.load("validation")[: cfg.select_problems]
-    table = evaluate_pool(lm, task, problems, pool, samples=cfg.select_samples, token_budget=cfg.token_budget, seed=0,
-                          table_path=out / "outcomes.jsonl", batch_rows=cfg.batch_rows, progress=progress)
+    table = evaluate_pool(
+        lm,
+        task,
+        problems,
+        pool,
+        samples=cfg.select_samples,
+        token_budget=cfg.token_budget,
+        seed=0,
+        table_path=out / "outcomes.jsonl",
+        batch_rows=cfg.batch_rows,
+        progress=progress,
+    )
     _, _, R = table.to_matrix()
     selection = select_actions(R, cfg.k)
-    meta = {"task": task.name, "split": "validation", "problems": len(problems), "samples": cfg.select_samples,
-            "token_budget": cfg.token_budget, "seed": 0, "k": cfg.k, "pool": [a.name for a in pool]}
+    meta = {
+        "task": task.name,
+        "split": "validation",
+        "problems": len(problems),
+        "samples": cfg.select_samples,
+        "token_budget": cfg.token_budget,
+        "seed": 0,
+        "k": cfg.k,
+        "pool": [a.name for a in pool],
+    }
     print(write_outputs(out, pool, selection, meta))
     return out / "actions.json", out / "outcomes.jsonl"
 
 
-def _train_sequence(lm, task, cfg: DemoConfig, actions_path: Path, table_path: Path, out: Path, seed: int, use_budget: bool):
-    config = SequenceTrainConfig(actions=str(actions_path), budgets=cfg.seq_budgets, use_budget=use_budget,
-                                 token_budget=cfg.token_budget, steps=cfg.seq_steps, prompts_per_step=cfg.seq_prompts_per_step,
-                                 val_every=max(1, cfg.seq_steps // 10), checkpoint_every=max(1, cfg.seq_steps // 4),
-                                 replay=str(table_path), seed=seed)
+def _train_sequence(
+    lm, task, cfg: DemoConfig, actions_path: Path, table_path: Path, out: Path, seed: int, use_budget: bool
+):
+    config = SequenceTrainConfig(
+        actions=str(actions_path),
+        budgets=cfg.seq_budgets,
+        use_budget=use_budget,
+        token_budget=cfg.token_budget,
+        steps=cfg.seq_steps,
+        prompts_per_step=cfg.seq_prompts_per_step,
+        val_every=max(1, cfg.seq_steps // 10),
+        checkpoint_every=max(1, cfg.seq_steps // 4),
+        replay=str(table_path),
+        seed=seed,
+    )
     rewards = reward_source(config, task, ActionSet(load_action_set(actions_path)))  # offline replay
     trainer = SequenceTrainer(config, lm, task, rewards, out, task_name=task.name, progress=False)
     trainer.train(resume=True)
 
 
 def _token_config(cfg: DemoConfig, seed: int, use_budget: bool, features: str):
-    return TokenTrainConfig(token_budget=cfg.token_budget, use_budget=use_budget, features=features, steps=cfg.tok_steps,
-                            prompts_per_step=cfg.tok_prompts_per_step, group_size=cfg.tok_group_size, lr=cfg.tok_lr,
-                            max_train_prompts=cfg.tok_train_prompts, filter_samples=cfg.tok_filter_samples,
-                            val_every=cfg.tok_steps, val_problems=cfg.tok_val_problems, checkpoint_every=max(1, cfg.tok_steps // 4), seed=seed)
+    return TokenTrainConfig(
+        token_budget=cfg.token_budget,
+        use_budget=use_budget,
+        features=features,
+        steps=cfg.tok_steps,
+        prompts_per_step=cfg.tok_prompts_per_step,
+        group_size=cfg.tok_group_size,
+        lr=cfg.tok_lr,
+        max_train_prompts=cfg.tok_train_prompts,
+        filter_samples=cfg.tok_filter_samples,
+        val_every=cfg.tok_steps,
+        val_problems=cfg.tok_val_problems,
+        checkpoint_every=max(1, cfg.tok_steps // 4),
+        seed=seed,
+    )
 
 
 def _filtered_prompts(lm, task, cfg: DemoConfig, out: Path, progress: bool):
@@ -163,10 +232,14 @@ def _filtered_prompts(lm, task, cfg: DemoConfig, out: Path, progress: bool):
     return trainer.train_problems
 
 
-def _train_token(lm, task, cfg: DemoConfig, problems, out: Path, seed: int, use_budget: bool, features: str, progress: bool):
+def _train_token(
+    lm, task, cfg: DemoConfig, problems, out: Path, seed: int, use_budget: bool, features: str, progress: bool
+):
     config = _token_config(cfg, seed, use_budget, features)
     rollouts = HFRollouts(lm, ActionSet(load_action_set(config.actions)), cfg.batch_rows)
-    TokenTrainer(config, lm, task, rollouts, out, task_name=task.name, progress=progress, train_problems=problems).train(resume=True)
+    TokenTrainer(
+        config, lm, task, rollouts, out, task_name=task.name, progress=progress, train_problems=problems
+    ).train(resume=True)
 
 
 def _finished(directory: Path) -> bool:
@@ -184,12 +257,20 @@ def run_demo(out: str | Path, cfg: DemoConfig, *, model: str = "smollm2", progre
     task = get_task("arithmetic")
     stages.end()
 
-    stages.begin("select", "action selection", f"{cfg.pool_subsample + 1} candidates x {cfg.select_problems} problems x {cfg.select_samples} samples")
+    stages.begin(
+        "select",
+        "action selection",
+        f"{cfg.pool_subsample + 1} candidates x {cfg.select_problems} problems x {cfg.select_samples} samples",
+    )
     actions_path, table_path = _select(lm, task, cfg, out / "actions", progress)
     stages.end()
 
     seeds = range(cfg.seeds)
-    stages.begin("sequence", "sequence adapters (offline replay)", f"w/ and w/o budget x {cfg.seeds} seeds x {cfg.seq_steps} steps")
+    stages.begin(
+        "sequence",
+        "sequence adapters (offline replay)",
+        f"w/ and w/o budget x {cfg.seeds} seeds x {cfg.seq_steps} steps",
+    )
     for seed in seeds:
         for use_budget, tag in ((True, "budget"), (False, "nobudget")):
             directory = out / f"seq-{tag}-s{seed}"
@@ -197,7 +278,9 @@ def run_demo(out: str | Path, cfg: DemoConfig, *, model: str = "smollm2", progre
                 _train_sequence(lm, task, cfg, actions_path, table_path, directory, seed, use_budget)
     stages.end()
 
-    stages.begin("token", "token adapters", f"{len(TOKEN_VARIANTS)} variants x {cfg.seeds} seeds x {cfg.tok_steps} steps")
+    stages.begin(
+        "token", "token adapters", f"{len(TOKEN_VARIANTS)} variants x {cfg.seeds} seeds x {cfg.tok_steps} steps"
+    )
     problems = _filtered_prompts(lm, task, cfg, out, progress)
     for seed in seeds:
         for tag, (use_budget, features) in TOKEN_VARIANTS.items():
@@ -206,18 +289,39 @@ def run_demo(out: str | Path, cfg: DemoConfig, *, model: str = "smollm2", progre
                 _train_token(lm, task, cfg, problems, directory, seed, use_budget, features, progress)
     stages.end()
 
-    stages.begin("evaluate", "evaluation", f"{cfg.eval_problems} test problems x {cfg.seeds} seeds, pass@{','.join(map(str, cfg.eval_k))}")
+    stages.begin(
+        "evaluate",
+        "evaluation",
+        f"{cfg.eval_problems} test problems x {cfg.seeds} seeds, pass@{','.join(map(str, cfg.eval_k))}",
+    )
     selected = json.loads(actions_path.read_text())
     best = DecodingAction.from_dict(selected["best_single"])
-    methods = [greedy_method(), static_method(best), mixed_method(load_action_set(actions_path), "Mixed"),
-               mixed_method(PRESETS["math-token"], "Mixed (token actions)", level="token")]
-    names = {"seq-budget": "Seq w/ budget", "seq-nobudget": "Seq w/o budget", "tok-budget": "Token w/ budget",
-             "tok-nobudget": "Token w/o budget", "tok-entropy": "Token entropy-only"}
+    methods = [
+        greedy_method(),
+        static_method(best),
+        mixed_method(load_action_set(actions_path), "Mixed"),
+        mixed_method(PRESETS["math-token"], "Mixed (token actions)", level="token"),
+    ]
+    names = {
+        "seq-budget": "Seq w/ budget",
+        "seq-nobudget": "Seq w/o budget",
+        "tok-budget": "Token w/ budget",
+        "tok-nobudget": "Token w/o budget",
+        "tok-entropy": "Token entropy-only",
+    }
     for prefix, name in names.items():
         methods.append(adapter_method([out / f"{prefix}-s{s}" for s in seeds], lm, name=name))
     eval_config = EvalConfig(k_values=cfg.eval_k, seeds=cfg.seeds, token_budget=cfg.token_budget)
-    evaluation = evaluate(lm, task, task.load("test")[: cfg.eval_problems], methods, eval_config,
-                          batch_rows=cfg.batch_rows, progress=progress, meta={"model": model, "task": task.name})
+    evaluation = evaluate(
+        lm,
+        task,
+        task.load("test")[: cfg.eval_problems],
+        methods,
+        eval_config,
+        batch_rows=cfg.batch_rows,
+        progress=progress,
+        meta={"model": model, "task": task.name},
+    )
     evaluation.write(out / "eval")
     stages.end()
 

@@ -93,7 +93,9 @@ class RolloutWorker:
         return {"threads": torch.get_num_threads(), "device": str(self.lm.device)}
 
     def run(self, request: RolloutRequest, chooser: Chooser | None, record_features: bool) -> DecodeResult:
-        return decode_request(self.lm, self.action_set, request, _move_chooser(chooser, self.lm.device), record_features)
+        return decode_request(
+            self.lm, self.action_set, request, _move_chooser(chooser, self.lm.device), record_features
+        )
 
 
 class RayRollouts(Rollouts):
@@ -112,9 +114,18 @@ class RayRollouts(Rollouts):
             spec asks for CUDA, else 0).
     """
 
-    def __init__(self, model_spec: ModelSpec, action_set: ActionSet, *, workers: int = 2, batch_rows: int = 64,
-                 address: str | None = None, num_cpus: int | None = None, cpus_per_worker: float | None = None,
-                 gpus_per_worker: float | None = None):
+    def __init__(
+        self,
+        model_spec: ModelSpec,
+        action_set: ActionSet,
+        *,
+        workers: int = 2,
+        batch_rows: int = 64,
+        address: str | None = None,
+        num_cpus: int | None = None,
+        cpus_per_worker: float | None = None,
+        gpus_per_worker: float | None = None,
+    ):
         if workers < 1 or batch_rows < 1:
             raise ValueError("workers and batch_rows must be >= 1")
         if address is None:
@@ -122,7 +133,11 @@ class RayRollouts(Rollouts):
         self.action_set, self.batch_rows, self.model_spec = action_set, batch_rows, model_spec
         self._owns_ray = connect(address, num_cpus)
         cpus = cpus_per_worker if cpus_per_worker is not None else max(cluster_resource("CPU") / workers, 0.01)
-        gpus = gpus_per_worker if gpus_per_worker is not None else (cluster_resource("GPU") / workers if wants_gpu(model_spec) else 0)
+        gpus = (
+            gpus_per_worker
+            if gpus_per_worker is not None
+            else (cluster_resource("GPU") / workers if wants_gpu(model_spec) else 0)
+        )
         remote = ray_module().remote(num_cpus=cpus, num_gpus=gpus)(RolloutWorker)
         self.actors = [remote.remote(model_spec, list(action_set.actions), int(cpus)) for _ in range(workers)]
         self.worker_info = self._wait_ready()
@@ -133,7 +148,9 @@ class RayRollouts(Rollouts):
             return ray.get([a.ready.remote() for a in self.actors])
         except ray.exceptions.RayActorError as err:
             self.close()
-            raise RuntimeError(f"a Ray rollout worker failed to start (model {self.model_spec.name_or_path!r}): {err}") from err
+            raise RuntimeError(
+                f"a Ray rollout worker failed to start (model {self.model_spec.name_or_path!r}): {err}"
+            ) from err
 
     @property
     def workers(self) -> int:

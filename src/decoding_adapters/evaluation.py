@@ -14,7 +14,7 @@ Methods (each a :class:`Method`), evaluated on the same problems and seeds:
   ``TokenPolicyChooser(policy)`` (actions sampled from the policy at every token).
 
 ``n = max(k_values)`` samples per problem and seed; pass@k uses the unbiased estimator
-:func:`pass_at_k` on those ``n``. ``mean_length`` is the mean number of generated tokens (EOS
+:func:`stats.pass_at_k` on those ``n``. ``mean_length`` is the mean number of generated tokens (EOS
 included); for a sequence adapter it is averaged over the k values, each k weighing its own action.
 
 Common random numbers: sample ``j`` of problem ``p`` in seed ``s`` always uses the row seed
@@ -32,10 +32,11 @@ problems are a sample of a larger population. It is wider than a binomial interv
 ``P × seeds`` Bernoulli runs: the paper's ±1.2 at ~72% on 500 problems × 3 runs matches
 sqrt(p(1-p)/1500), a binomial standard error; ``eval_details.json`` gives that number too
 (``binomial_se``), along with the across-seed spread (``seed_means``, ``seed_std``: the mean over
-problems computed separately for each seed). With one problem the interval is undefined (null). Intervals of pass@k are clipped to [0, 1]
-(then no longer symmetric: tables print ``mean [low, high]`` instead of ``mean ± half-width``).
-Differences between two methods on the same problems use :func:`paired_ci` (a t interval on
-per-problem differences), which is what the report uses to say whether an adapter beats a baseline.
+problems computed separately for each seed). With one problem the interval is undefined (null).
+Intervals of pass@k are clipped to [0, 1] (then no longer symmetric: tables print
+``mean [low, high]`` instead of ``mean ± half-width``). Differences between two methods on the
+same problems use :func:`stats.paired_ci` (a t interval on per-problem differences), which is
+what the report uses to say whether an adapter beats a baseline.
 
 Output (``Evaluation.write``):
 
@@ -179,8 +180,14 @@ class Method:
 
     def describe(self) -> dict:
         """JSON-friendly description (eval_details.json ``methods``)."""
-        out = {"kind": self.kind, "role": self.role, "level": self.level, "actions": self.action_names,
-               "action_dicts": [a.to_dict() for a in self.actions], "source": self.source}
+        out = {
+            "kind": self.kind,
+            "role": self.role,
+            "level": self.level,
+            "actions": self.action_names,
+            "action_dicts": [a.to_dict() for a in self.actions],
+            "source": self.source,
+        }
         if self.adapter is not None:
             out["adapter_policy"] = dict(self.adapter.policy)
         return out
@@ -216,9 +223,17 @@ def adapter_method(directory: str | Path | Sequence[str | Path], lm=None, name: 
             raise ValueError(f"adapters {directories} differ in kind, actions or variant: they cannot share a method")
     role = adapter_role(config)
     name = name or f"{'Seq' if config.kind == 'sequence' else 'Token'} {role}"
-    return Method(name, config.kind, config.action_list, role=role, level=config.kind, policy=policy, adapter=config,
-                  source=", ".join(map(str, directories)),
-                  seed_policies=[p for p, _ in loaded] if len(loaded) > 1 else None)
+    return Method(
+        name,
+        config.kind,
+        config.action_list,
+        role=role,
+        level=config.kind,
+        policy=policy,
+        adapter=config,
+        source=", ".join(map(str, directories)),
+        seed_policies=[p for p, _ in loaded] if len(loaded) > 1 else None,
+    )
 
 
 # ---- keys: which generation a method uses for (seed, problem, sample) ----------------------------
@@ -276,7 +291,9 @@ class _Store:
     records: dict = field(default_factory=dict)
     token_counts: dict = field(default_factory=dict)  # token method name -> Counter(action)
 
-    def add(self, keys: list[tuple], result: DecodeResult, rewards: torch.Tensor, actions: list[DecodingAction]) -> None:
+    def add(
+        self, keys: list[tuple], result: DecodeResult, rewards: torch.Tensor, actions: list[DecodingAction]
+    ) -> None:
         for r, key in enumerate(keys):
             self.correct[key] = float(rewards[r])
             self.length[key] = int(result.lengths[r])
@@ -313,14 +330,31 @@ ROWS_PER_REQUEST = 4096
 """Rows sent to the rollout engine at once: bounds the memory of the ``[rows, steps]`` records."""
 
 
-def _run_rows(keys, prompts, problems, task, cfg, rollouts: Rollouts, store: _Store, progress, *,
-              row_actions=None, chooser=None, actions) -> list[DecodeResult]:
+def _run_rows(
+    keys,
+    prompts,
+    problems,
+    task,
+    cfg,
+    rollouts: Rollouts,
+    store: _Store,
+    progress,
+    *,
+    row_actions=None,
+    chooser=None,
+    actions,
+) -> list[DecodeResult]:
     """Decode the rows ``keys`` (problem index ``key[-2]``) in slices and record their outcomes."""
     results = []
     for start in range(0, len(keys), ROWS_PER_REQUEST):
-        part = keys[start:start + ROWS_PER_REQUEST]
-        request = RolloutRequest(prompts, [k[-2] for k in part], [_row_seed_of(cfg, k, problems) for k in part],
-                                 cfg.token_budget, None if row_actions is None else row_actions[start:start + len(part)])
+        part = keys[start : start + ROWS_PER_REQUEST]
+        request = RolloutRequest(
+            prompts,
+            [k[-2] for k in part],
+            [_row_seed_of(cfg, k, problems) for k in part],
+            cfg.token_budget,
+            None if row_actions is None else row_actions[start : start + len(part)],
+        )
         result = rollouts.run(request, chooser, progress=progress)
         store.add(part, result, _score(task, problems, request.prompt_of_row, result), actions)
         results.append(result)
@@ -331,14 +365,34 @@ def _decode_static(keys, prompts, problems, task, cfg, rollouts: Rollouts, store
     if not keys:
         return
     index = {a: i for i, a in enumerate(rollouts.action_set.actions)}
-    _run_rows(keys, prompts, problems, task, cfg, rollouts, store, progress, row_actions=[index[k[0]] for k in keys],
-              actions=rollouts.action_set.actions)
+    _run_rows(
+        keys,
+        prompts,
+        problems,
+        task,
+        cfg,
+        rollouts,
+        store,
+        progress,
+        row_actions=[index[k[0]] for k in keys],
+        actions=rollouts.action_set.actions,
+    )
 
 
 def _decode_token(method: Method, s, prompts, problems, task, cfg, rollouts: Rollouts, store: _Store, progress) -> None:
     keys = [("token", method.name, s, i, j) for i in range(len(problems)) for j in range(cfg.n)]
-    results = _run_rows(keys, prompts, problems, task, cfg, rollouts, store, progress,
-                        chooser=TokenPolicyChooser(method.policy_for(s)), actions=method.actions)
+    results = _run_rows(
+        keys,
+        prompts,
+        problems,
+        task,
+        cfg,
+        rollouts,
+        store,
+        progress,
+        chooser=TokenPolicyChooser(method.policy_for(s)),
+        actions=method.actions,
+    )
     counts = store.token_counts.setdefault(method.name, Counter())
     for result in results:
         counts.update(result.actions[result.valid_mask()].tolist())
@@ -355,9 +409,13 @@ def _sequence_choices(method: Method, lm, prompts, cfg: EvalConfig) -> list[list
         per_k = []
         with torch.no_grad():
             for k in cfg.k_values:
-                action, _ = policy.select(emb.to(device), torch.full((len(prompts),), k, device=device), deterministic=True)
+                action, _ = policy.select(
+                    emb.to(device), torch.full((len(prompts),), k, device=device), deterministic=True
+                )
                 per_k.append(action.tolist())
-        by_policy[id(policy)] = [[method.actions[per_k[ki][i]] for ki in range(len(cfg.k_values))] for i in range(len(prompts))]
+        by_policy[id(policy)] = [
+            [method.actions[per_k[ki][i]] for ki in range(len(cfg.k_values))] for i in range(len(prompts))
+        ]
     return [by_policy[id(method.policy_for(s))] for s in range(cfg.seeds)]
 
 
@@ -367,8 +425,11 @@ def _static_actions(methods: Sequence[Method], choices: dict) -> list[DecodingAc
     for m in methods:
         if m.kind == "token":
             continue
-        pool = ([a for per_seed in choices[m.name] for per_problem in per_seed for a in per_problem]
-                if m.kind == "sequence" else m.actions)
+        pool = (
+            [a for per_seed in choices[m.name] for per_problem in per_seed for a in per_problem]
+            if m.kind == "sequence"
+            else m.actions
+        )
         for a in pool:
             seen.setdefault(GREEDY if a.is_greedy else a, None)
     return list(seen)
@@ -386,8 +447,10 @@ class Evaluation:
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
         out_dir = Path(out_dir)
-        return {"results": write_json(out_dir / "results.json", self.results),
-                "details": write_json(out_dir / "eval_details.json", self.details)}
+        return {
+            "results": write_json(out_dir / "results.json", self.results),
+            "details": write_json(out_dir / "eval_details.json", self.details),
+        }
 
 
 def _check_methods(methods: Sequence[Method]) -> None:
@@ -402,9 +465,18 @@ def _default_factory(lm, batch_rows: int) -> RolloutsFactory:
     return lambda action_set, per_token: HFRollouts(lm, action_set, batch_rows)
 
 
-def evaluate(lm, task, problems, methods: Sequence[Method], config: EvalConfig | None = None, *,
-             rollouts_factory: RolloutsFactory | None = None, batch_rows: int = 64,
-             progress: bool = False, meta: dict | None = None) -> Evaluation:
+def evaluate(
+    lm,
+    task,
+    problems,
+    methods: Sequence[Method],
+    config: EvalConfig | None = None,
+    *,
+    rollouts_factory: RolloutsFactory | None = None,
+    batch_rows: int = 64,
+    progress: bool = False,
+    meta: dict | None = None,
+) -> Evaluation:
     """Evaluate ``methods`` on ``problems`` (a list of ``tasks.Problem``); see the module docstring."""
     cfg = config or EvalConfig()
     _check_methods(methods)
@@ -427,12 +499,23 @@ def evaluate(lm, task, problems, methods: Sequence[Method], config: EvalConfig |
     try:
         for s in tqdm(range(cfg.seeds), desc="evaluate (seeds)", unit="seed", disable=not progress):
             needed = _keys_for_seed(methods, cfg, s, problems, choices)
-            todo = sorted((k for k in needed if k[0] != "token" and k not in store.correct), key=lambda k: (k[2], k[1], k[3]))
+            todo = sorted(
+                (k for k in needed if k[0] != "token" and k not in store.correct), key=lambda k: (k[2], k[1], k[3])
+            )
             _decode_static(todo, prompts, problems, task, cfg, static_rollouts, store, progress and f"static s={s}")
             for m in methods:
                 if m.kind == "token":
-                    _decode_token(m, s, prompts, problems, task, cfg, token_rollouts[m.name], store,
-                                  progress and f"{m.name} s={s}")
+                    _decode_token(
+                        m,
+                        s,
+                        prompts,
+                        problems,
+                        task,
+                        cfg,
+                        token_rollouts[m.name],
+                        store,
+                        progress and f"{m.name} s={s}",
+                    )
     finally:
         for r in [static_rollouts, *token_rollouts.values()]:
             if r is not None:
@@ -445,7 +528,7 @@ def evaluate(lm, task, problems, methods: Sequence[Method], config: EvalConfig |
 
 def _warn_token_budgets(methods, cfg: EvalConfig) -> None:
     for m in methods:
-        trained = (m.adapter.policy.get("token_budget") if m.adapter and m.kind == "token" else None)
+        trained = m.adapter.policy.get("token_budget") if m.adapter and m.kind == "token" else None
         if trained and trained != cfg.token_budget:
             log.warning("%s was trained with token budget %d; evaluating with %d", m.name, trained, cfg.token_budget)
 
@@ -459,7 +542,9 @@ def _keys_for_seed(methods, cfg, s, problems, choices) -> set:
     return keys
 
 
-def _problem_values(method: Method, cfg: EvalConfig, s: int, i: int, pid: str, choices, store: _Store) -> dict[str, float]:
+def _problem_values(
+    method: Method, cfg: EvalConfig, s: int, i: int, pid: str, choices, store: _Store
+) -> dict[str, float]:
     """pass@k and mean length of one problem in one seed."""
     out, lengths = {}, []
     for k, keys in zip(cfg.k_values, _sample_keys(method, cfg, s, i, pid, choices)):
@@ -488,7 +573,6 @@ def _summarise(per_problem: dict[str, list[list[float]]], cfg: EvalConfig) -> tu
     return entry, extra
 
 
-
 def _assemble(methods, cfg: EvalConfig, problems, cot, choices, store: _Store, display, meta) -> Evaluation:
     results, details = {}, _details_header(methods, cfg, problems, cot, meta)
     for m in methods:
@@ -501,24 +585,40 @@ def _assemble(methods, cfg: EvalConfig, problems, cot, choices, store: _Store, d
         details["per_problem"][m.name] = per_problem
         details["lengths"][m.name] = _method_lengths(m, cfg, problems, choices, store)
         details["action_usage"][m.name] = _action_usage(m, cfg, problems, choices, store)
-        details["trajectories"][m.name] = [_public_record(store.records[k], k, m, problems) for k in display[m.name]
-                                           if k in store.records]
+        details["trajectories"][m.name] = [
+            _public_record(store.records[k], k, m, problems) for k in display[m.name] if k in store.records
+        ]
         if m.kind == "sequence":
             details["sequence_choices"][m.name] = {
                 "k_values": list(cfg.k_values),
-                "actions": [[m.actions.index(a) for a in per_problem_choice] for per_problem_choice in choices[m.name][0]],
+                "actions": [
+                    [m.actions.index(a) for a in per_problem_choice] for per_problem_choice in choices[m.name][0]
+                ],
             }
     return Evaluation(results, details)
 
 
 def _details_header(methods, cfg: EvalConfig, problems, cot, meta) -> dict:
     return {
-        "config": {"k_values": list(cfg.k_values), "n": cfg.n, "seeds": cfg.seeds, "token_budget": cfg.token_budget,
-                   "cot_ratio": cfg.cot_ratio, "seed": cfg.seed, "confidence": cfg.confidence,
-                   "ci_method": "student-t over per-problem means (each averaged over seeds)", **meta},
+        "config": {
+            "k_values": list(cfg.k_values),
+            "n": cfg.n,
+            "seeds": cfg.seeds,
+            "token_budget": cfg.token_budget,
+            "cot_ratio": cfg.cot_ratio,
+            "seed": cfg.seed,
+            "confidence": cfg.confidence,
+            "ci_method": "student-t over per-problem means (each averaged over seeds)",
+            **meta,
+        },
         "problems": [{"id": p.id, "cot": bool(c), "question": p.question[:2000]} for p, c in zip(problems, cot)],
         "methods": {m.name: m.describe() for m in methods},
-        "summary": {}, "per_problem": {}, "lengths": {}, "action_usage": {}, "sequence_choices": {}, "trajectories": {},
+        "summary": {},
+        "per_problem": {},
+        "lengths": {},
+        "action_usage": {},
+        "sequence_choices": {},
+        "trajectories": {},
     }
 
 
@@ -559,13 +659,27 @@ def _public_record(record: dict, key: tuple, m: Method, problems) -> dict:
 # ---- the best single action -----------------------------------------------------------------------
 
 
-def select_best_action(lm, task, problems, actions: Sequence[DecodingAction], *, samples: int = 4,
-                       config: EvalConfig | None = None, **kwargs) -> tuple[DecodingAction, dict[str, float]]:
+def select_best_action(
+    lm,
+    task,
+    problems,
+    actions: Sequence[DecodingAction],
+    *,
+    samples: int = 4,
+    config: EvalConfig | None = None,
+    **kwargs,
+) -> tuple[DecodingAction, dict[str, float]]:
     """The action with the highest mean reward (pass@1 over ``samples`` samples, one seed) on
     ``problems`` (use validation problems, never the test set). Ties go to the earlier action."""
     base = config or EvalConfig()
-    cfg = EvalConfig(k_values=(1, samples), seeds=1, token_budget=base.token_budget, cot_ratio=base.cot_ratio,
-                     seed=base.seed, keep_trajectories=0)
+    cfg = EvalConfig(
+        k_values=(1, samples),
+        seeds=1,
+        token_budget=base.token_budget,
+        cot_ratio=base.cot_ratio,
+        seed=base.seed,
+        keep_trajectories=0,
+    )
     methods = [static_method(a, name=f"{i}:{a.name}") for i, a in enumerate(actions)]
     ev = evaluate(lm, task, problems, methods, cfg, **kwargs)
     scores = {m.actions[0].name: ev.results[m.name]["pass@1"]["mean"] for m in methods}
@@ -606,8 +720,9 @@ def resolve_best_action(spec, actions: Sequence[DecodingAction]) -> DecodingActi
             return resolve_best_action(spec["action"], actions)
         if "name" in spec and not set(spec) & {"do_sample", "temperature"}:
             return resolve_best_action(str(spec["name"]), actions)
-        return DecodingAction.from_dict({k: v for k, v in spec.items() if k in
-                                         ("do_sample", "temperature", "top_k", "top_p", "min_p")})
+        return DecodingAction.from_dict(
+            {k: v for k, v in spec.items() if k in ("do_sample", "temperature", "top_k", "top_p", "min_p")}
+        )
     raise ValueError(f"cannot read a best action from {spec!r}")
 
 
@@ -619,7 +734,9 @@ def _cell(entry: dict | None, metric: str) -> str:
         return "-"
     scale = 100.0 if metric.startswith("pass@") else 1.0
     low, high = entry.get("ci_low"), entry.get("ci_high")
-    return format_interval(entry["mean"] * scale, None if low is None else low * scale, None if high is None else high * scale)
+    return format_interval(
+        entry["mean"] * scale, None if low is None else low * scale, None if high is None else high * scale
+    )
 
 
 def format_table(results: dict, metrics: Sequence[str] | None = None) -> str:

@@ -128,10 +128,14 @@ def _as_chat(prompt: Prompt, position: int) -> list[dict]:
     if isinstance(prompt, str):
         return [{"role": "user", "content": prompt}]
     if not isinstance(prompt, (list, tuple)) or not prompt:
-        raise ValueError(f"prompt {position} must be a string or a non-empty list of chat messages, got {type(prompt).__name__}")
+        raise ValueError(
+            f"prompt {position} must be a string or a non-empty list of chat messages, got {type(prompt).__name__}"
+        )
     for m in prompt:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-            raise ValueError(f"prompt {position}: every chat message must be a dict with string 'role' and 'content', got {m!r}")
+            raise ValueError(
+                f"prompt {position}: every chat message must be a dict with string 'role' and 'content', got {m!r}"
+            )
     return [{"role": m["role"], "content": m["content"]} for m in prompt]
 
 
@@ -156,8 +160,14 @@ def _check_positive(name: str, value) -> int:
 class AdaptiveGenerator:
     """A frozen LM plus a trained decoding adapter that picks how it decodes."""
 
-    def __init__(self, policy: torch.nn.Module, config: AdapterConfig, lm: FrozenLM, name: str = "adapter",
-                 max_batch_rows: int = 64):
+    def __init__(
+        self,
+        policy: torch.nn.Module,
+        config: AdapterConfig,
+        lm: FrozenLM,
+        name: str = "adapter",
+        max_batch_rows: int = 64,
+    ):
         """Prefer ``from_pretrained``. ``max_batch_rows`` bounds the rows (prompts x B) of one decode."""
         check_compatible(config, lm)
         _check_input_size(config, lm)
@@ -167,12 +177,21 @@ class AdaptiveGenerator:
         self.max_batch_rows = _check_positive("max_batch_rows", max_batch_rows)
         expected = config.policy.get("num_actions")
         if expected is not None and expected != len(self.action_set):
-            raise ValueError(f"adapter policy has {expected} outputs but its action set has {len(self.action_set)} actions")
+            raise ValueError(
+                f"adapter policy has {expected} outputs but its action set has {len(self.action_set)} actions"
+            )
 
     # ---- loading and saving ------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, adapter_dir: str | Path, model: FrozenLM | ModelSpec | str | None = None, *,
-                        device: str = "cpu", dtype: str = "float32", max_batch_rows: int = 64) -> "AdaptiveGenerator":
+    def from_pretrained(
+        cls,
+        adapter_dir: str | Path,
+        model: FrozenLM | ModelSpec | str | None = None,
+        *,
+        device: str = "cpu",
+        dtype: str = "float32",
+        max_batch_rows: int = 64,
+    ) -> "AdaptiveGenerator":
         """Load the adapter in ``adapter_dir`` and its frozen LM.
 
         ``model``: a loaded ``FrozenLM``, a ``ModelSpec``, a model name/path (loaded with ``device`` and
@@ -181,7 +200,11 @@ class AdaptiveGenerator:
         the adapter's base model raises ``ValueError``."""
         adapter_dir = Path(adapter_dir)
         policy, config = load_adapter(adapter_dir)
-        lm = model if isinstance(model, FrozenLM) else load_frozen_lm(_model_spec(model, config, adapter_dir, device, dtype))
+        lm = (
+            model
+            if isinstance(model, FrozenLM)
+            else load_frozen_lm(_model_spec(model, config, adapter_dir, device, dtype))
+        )
         return cls(policy, config, lm, name=adapter_dir.resolve().name, max_batch_rows=max_batch_rows)
 
     def save_pretrained(self, directory: str | Path) -> Path:
@@ -195,7 +218,11 @@ class AdaptiveGenerator:
     @property
     def default_token_budget(self) -> int:
         """The token adapter's training budget b, else ``DEFAULT_TOKEN_BUDGET``."""
-        return int(self.config.policy.get("token_budget", DEFAULT_TOKEN_BUDGET)) if self.kind == "token" else DEFAULT_TOKEN_BUDGET
+        return (
+            int(self.config.policy.get("token_budget", DEFAULT_TOKEN_BUDGET))
+            if self.kind == "token"
+            else DEFAULT_TOKEN_BUDGET
+        )
 
     @property
     def max_context(self) -> int | None:
@@ -204,20 +231,38 @@ class AdaptiveGenerator:
 
     def describe(self) -> dict:
         """A JSON-able summary (used by ``serve``'s /health and /v1/models)."""
-        return {"name": self.name, "kind": self.kind, "base_model": self.config.base_model, "lm": self.lm.spec.name_or_path,
-                "actions": self.action_set.names, "device": str(self.lm.device), "max_context": self.max_context}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "base_model": self.config.base_model,
+            "lm": self.lm.spec.name_or_path,
+            "actions": self.action_set.names,
+            "device": str(self.lm.device),
+            "max_context": self.max_context,
+        }
 
     # ---- generation --------------------------------------------------------------------------
-    def generate(self, prompts: Prompt | Sequence[Prompt], token_budget: int | None = None, parallel_budget: int = 1,
-                 seed: int = 0, deterministic_policy: bool = True) -> list[Generation]:
+    def generate(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        token_budget: int | None = None,
+        parallel_budget: int = 1,
+        seed: int = 0,
+        deterministic_policy: bool = True,
+    ) -> list[Generation]:
         """Decode ``parallel_budget`` completions of at most ``token_budget`` new tokens per prompt.
 
         ``deterministic_policy``: take the adapter's most likely action (default) or sample it.
         Returns one ``Generation`` per prompt, in order."""
         return self.run(self.prepare(prompts, token_budget, parallel_budget, seed), deterministic_policy)
 
-    def prepare(self, prompts: Prompt | Sequence[Prompt], token_budget: int | None = None, parallel_budget: int = 1,
-                seed: int = 0) -> list[PreparedPrompt]:
+    def prepare(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        token_budget: int | None = None,
+        parallel_budget: int = 1,
+        seed: int = 0,
+    ) -> list[PreparedPrompt]:
         """Validate and tokenize; raises ``ValueError`` on a malformed prompt or one too long for the LM."""
         prompts = _normalize_prompts(prompts)
         budget = _check_positive("token_budget", self.default_token_budget if token_budget is None else token_budget)
@@ -227,9 +272,14 @@ class AdaptiveGenerator:
         ids = self.lm.encode_chat([_as_chat(p, i) for i, p in enumerate(prompts)])
         for i, p in enumerate(ids):
             if self.max_context is not None and len(p) + budget > self.max_context:
-                raise ValueError(f"prompt {i} has {len(p)} tokens: with a token budget of {budget} it exceeds the model's "
-                                 f"context of {self.max_context} tokens; shorten it or lower the token budget")
-        return [PreparedPrompt(prompt, tuple(p), parallel_budget, budget, seed, i) for i, (prompt, p) in enumerate(zip(prompts, ids))]
+                raise ValueError(
+                    f"prompt {i} has {len(p)} tokens: with a token budget of {budget} it exceeds the model's "
+                    f"context of {self.max_context} tokens; shorten it or lower the token budget"
+                )
+        return [
+            PreparedPrompt(prompt, tuple(p), parallel_budget, budget, seed, i)
+            for i, (prompt, p) in enumerate(zip(prompts, ids))
+        ]
 
     def run(self, prepared: Sequence[PreparedPrompt], deterministic_policy: bool = True) -> list[Generation]:
         """Decode prepared prompts (possibly from several calls) in as few decode calls as
@@ -256,7 +306,9 @@ class AdaptiveGenerator:
         if self.kind == "sequence":
             chosen, probs = self._sequence_actions(chunk, deterministic)
         result = decode(
-            self.lm, [list(p.prompt_ids) for p in chunk], self.action_set,
+            self.lm,
+            [list(p.prompt_ids) for p in chunk],
+            self.action_set,
             prompt_of_row=prompt_of_row,
             row_actions=None if chosen is None else chosen[prompt_of_row],
             chooser=TokenPolicyChooser(self.policy, deterministic=deterministic) if chosen is None else None,
@@ -276,8 +328,12 @@ class AdaptiveGenerator:
         if deterministic:
             return probs.argmax(-1), probs
         # One uniform per prompt from its own generator: the draw does not depend on the batch.
-        uniform = torch.stack([torch.rand((), generator=torch.Generator().manual_seed(row_seed(p.seed, p.index, "policy")))
-                               for p in chunk])
+        uniform = torch.stack(
+            [
+                torch.rand((), generator=torch.Generator().manual_seed(row_seed(p.seed, p.index, "policy")))
+                for p in chunk
+            ]
+        )
         return categorical_from_uniform(probs, uniform), probs
 
     def _split(self, chunk, result: DecodeResult, chosen, probs) -> list[Generation]:
@@ -286,36 +342,50 @@ class AdaptiveGenerator:
             rows = range(row, row + p.parallel_budget)
             row += p.parallel_budget
             lengths = [int(result.lengths[r]) for r in rows]
-            out.append(Generation(
-                prompt=p.prompt,
-                completions=[result.texts[r] for r in rows],
-                kind=self.kind,
-                action_names=self.action_set.names,
-                finish_reasons=["stop" if bool(result.stopped_at_eos[r]) else "length" for r in rows],
-                completion_tokens=lengths,
-                prompt_tokens=len(p.prompt_ids),
-                seed=p.seed,
-                action_index=None if chosen is None else int(chosen[i]),
-                action_probs=None if probs is None else probs[i].tolist(),
-                token_actions=None if chosen is not None else [result.actions[r, :n].tolist() for r, n in zip(rows, lengths)],
-            ))
+            out.append(
+                Generation(
+                    prompt=p.prompt,
+                    completions=[result.texts[r] for r in rows],
+                    kind=self.kind,
+                    action_names=self.action_set.names,
+                    finish_reasons=["stop" if bool(result.stopped_at_eos[r]) else "length" for r in rows],
+                    completion_tokens=lengths,
+                    prompt_tokens=len(p.prompt_ids),
+                    seed=p.seed,
+                    action_index=None if chosen is None else int(chosen[i]),
+                    action_probs=None if probs is None else probs[i].tolist(),
+                    token_actions=None
+                    if chosen is not None
+                    else [result.actions[r, :n].tolist() for r, n in zip(rows, lengths)],
+                )
+            )
         return out
 
 
 def _check_input_size(config: AdapterConfig, lm: FrozenLM) -> None:
     """The policy's input width must be the LM's hidden size (also when the fingerprint lacks it)."""
-    size = config.policy.get("embed_dim") if config.kind == "sequence" else (
-        config.policy.get("hidden_size") if config.policy.get("features", "hidden") == "hidden" else None)
+    size = (
+        config.policy.get("embed_dim")
+        if config.kind == "sequence"
+        else (config.policy.get("hidden_size") if config.policy.get("features", "hidden") == "hidden" else None)
+    )
     if size is not None and size != lm.hidden_size:
-        raise ValueError(f"adapter expects hidden states of size {size} (base model {config.base_model!r}) but the given "
-                         f"model has hidden_size={lm.hidden_size}: load it onto its own base model.")
+        raise ValueError(
+            f"adapter expects hidden states of size {size} (base model {config.base_model!r}) but the given "
+            f"model has hidden_size={lm.hidden_size}: load it onto its own base model."
+        )
 
 
 def _model_spec(model, config: AdapterConfig, adapter_dir: Path, device: str, dtype: str) -> ModelSpec:
     if isinstance(model, ModelSpec):
         return model
     name = model if model is not None else config.base_model
-    if model is None and not Path(name).expanduser().is_absolute() and not Path(name).exists() and (adapter_dir / name).exists():
+    if (
+        model is None
+        and not Path(name).expanduser().is_absolute()
+        and not Path(name).exists()
+        and (adapter_dir / name).exists()
+    ):
         name = str(adapter_dir / name)  # a base model saved next to the adapter
     return ModelSpec(name_or_path=name, device=device, dtype=dtype)
 
@@ -325,7 +395,9 @@ def _model_spec(model, config: AdapterConfig, adapter_dir: Path, device: str, dt
 
 def format_generations(gen: AdaptiveGenerator, outs: Sequence[Generation]) -> str:
     """Readable text: per prompt, the action(s) taken and each completion."""
-    lines = [f"adapter {gen.name} ({gen.kind}) on {gen.lm.spec.name_or_path}; actions: {' | '.join(gen.action_set.names)}"]
+    lines = [
+        f"adapter {gen.name} ({gen.kind}) on {gen.lm.spec.name_or_path}; actions: {' | '.join(gen.action_set.names)}"
+    ]
     for i, g in enumerate(outs):
         lines.append(f"\n=== prompt {i + 1}: {g.prompt if isinstance(g.prompt, str) else json.dumps(g.prompt)}")
         if g.kind == "sequence":

@@ -38,8 +38,18 @@ ACTION_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b
 """tab10 without black: black is reserved for near-deterministic tokens in the action trace."""
 
 _METHOD_COLORS = ["#555555", "#1f77b4", "#9467bd", "#ff7f0e", "#2ca02c", "#d62728", "#8c564b", "#e377c2", "#17becf"]
-_STYLE = {"font.size": 11, "axes.titlesize": 13, "axes.titleweight": "bold", "axes.labelsize": 11, "legend.fontsize": 9.5,
-          "xtick.labelsize": 10, "ytick.labelsize": 10, "axes.spines.top": False, "axes.grid": True, "grid.alpha": 0.3}
+_STYLE = {
+    "font.size": 11,
+    "axes.titlesize": 13,
+    "axes.titleweight": "bold",
+    "axes.labelsize": 11,
+    "legend.fontsize": 9.5,
+    "xtick.labelsize": 10,
+    "ytick.labelsize": 10,
+    "axes.spines.top": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+}
 
 
 def action_color(index: int) -> str:
@@ -81,8 +91,14 @@ def _no_data(ax, text: str = "no data") -> None:
 
 
 @_styled
-def plot_pass_at_k(results: Mapping[str, Mapping], path, methods: Sequence[str] | None = None,
-                   title: str = "Pass@k by method", confidence: float = 0.95, static: Sequence[str] = ()) -> Path:
+def plot_pass_at_k(
+    results: Mapping[str, Mapping],
+    path,
+    methods: Sequence[str] | None = None,
+    title: str = "Pass@k by method",
+    confidence: float = 0.95,
+    static: Sequence[str] = (),
+) -> Path:
     """Pass@k (%) against k for each method, with confidence-interval error bars (methods are
     nudged sideways so bars do not hide each other); ``static`` methods are drawn dashed."""
     methods = list(methods or results)
@@ -100,9 +116,18 @@ def plot_pass_at_k(results: Mapping[str, Mapping], path, methods: Sequence[str] 
         low = np.array([e["mean"] if e.get("ci_low") is None else e["ci_low"] for e in entries]) * 100
         high = np.array([e["mean"] if e.get("ci_high") is None else e["ci_high"] for e in entries]) * 100
         x = np.array(ks, dtype=float) * 2 ** (0.06 * (i - (len(methods) - 1) / 2))
-        ax.errorbar(x, mean, yerr=[np.clip(mean - low, 0, None), np.clip(high - mean, 0, None)], label=name,
-                    color=method_color(i), marker=markers[i % 10], capsize=3, linewidth=1.8, markersize=6,
-                    linestyle="--" if name in static else "-")
+        ax.errorbar(
+            x,
+            mean,
+            yerr=[np.clip(mean - low, 0, None), np.clip(high - mean, 0, None)],
+            label=name,
+            color=method_color(i),
+            marker=markers[i % 10],
+            capsize=3,
+            linewidth=1.8,
+            markersize=6,
+            linestyle="--" if name in static else "-",
+        )
     if all_k:
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted(all_k), [str(k) for k in sorted(all_k)])
@@ -111,8 +136,12 @@ def plot_pass_at_k(results: Mapping[str, Mapping], path, methods: Sequence[str] 
     ax.set_xlabel("k (parallel samples)")
     ax.set_ylabel("pass@k (%)")
     ax.set_title(title)
-    ax.legend(title=f"bars: {confidence:.0%} CI" + (", dashed: static" if static else ""), loc="upper left",
-              bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.legend(
+        title=f"bars: {confidence:.0%} CI" + (", dashed: static" if static else ""),
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        frameon=False,
+    )
     return _save(fig, path)
 
 
@@ -136,8 +165,11 @@ def plot_training(records: Sequence[Mapping], action_names: Sequence[str], path,
     rows = [r for r in records if isinstance(r.get("action_probs"), (list, tuple)) and r.get("step") is not None]
     variants = [("action_probs", "")]
     if any(isinstance(r.get("action_probs_cot"), list) for r in rows):
-        variants = [("action_probs_cot", "CoT prompts"), ("action_probs_nocot", "non-CoT prompts"),
-                    ("action_probs", "all prompts")]
+        variants = [
+            ("action_probs_cot", "CoT prompts"),
+            ("action_probs_nocot", "non-CoT prompts"),
+            ("action_probs", "all prompts"),
+        ]
     fig = _figure(8.5 if len(variants) == 1 else 16, 4.8)
     axes = fig.subplots(1, len(variants), squeeze=False)[0]
     k = max((len(r["action_probs"]) for r in rows), default=0)
@@ -157,8 +189,14 @@ def plot_training(records: Sequence[Mapping], action_names: Sequence[str], path,
             ax.set_title(label)
     h1, l1 = axes[-1].get_legend_handles_labels()
     if h1:
-        axes[-1].legend(h1[::-1] + [h for h, _ in handles], l1[::-1] + [lab for _, lab in handles], loc="upper left",
-                        bbox_to_anchor=(1.12, 1.0), frameon=False, title="actions / reward")
+        axes[-1].legend(
+            h1[::-1] + [h for h, _ in handles],
+            l1[::-1] + [lab for _, lab in handles],
+            loc="upper left",
+            bbox_to_anchor=(1.12, 1.0),
+            frameon=False,
+            title="actions / reward",
+        )
     fig.suptitle(title, fontsize=13, fontweight="bold")
     return _save(fig, path)
 
@@ -214,9 +252,15 @@ def _tokens_by_action(trajectories: Sequence[Mapping]) -> tuple[np.ndarray, np.n
 
 
 @_styled
-def plot_entropy_modulation(static_trajectories: Sequence[Mapping], adapter_trajectories: Sequence[Mapping],
-                            action_names: Sequence[str], path, static_label: str = "static",
-                            adapter_label: str = "token adapter", static_action_names: Sequence[str] | None = None) -> Path:
+def plot_entropy_modulation(
+    static_trajectories: Sequence[Mapping],
+    adapter_trajectories: Sequence[Mapping],
+    action_names: Sequence[str],
+    path,
+    static_label: str = "static",
+    adapter_label: str = "token adapter",
+    static_action_names: Sequence[str] | None = None,
+) -> Path:
     """Three panels: (a) base-distribution entropy of generated tokens, static vs adapter; (b) that
     entropy split by the action taken (adapter, and static too when it shares the action set);
     (c) which action the adapter takes in each entropy quintile."""
@@ -226,7 +270,9 @@ def plot_entropy_modulation(static_trajectories: Sequence[Mapping], adapter_traj
     axes = fig.subplots(1, 3, width_ratios=[1, 1.3, 1])
     _entropy_histograms(axes[0], s_ent, a_ent, static_label, adapter_label)
     same_set = static_action_names is not None and list(static_action_names) == list(action_names)
-    _entropy_by_action(axes[1], action_names, a_ent, a_act, adapter_label, s_ent, s_act if same_set else None, static_label)
+    _entropy_by_action(
+        axes[1], action_names, a_ent, a_act, adapter_label, s_ent, s_act if same_set else None, static_label
+    )
     _action_share_by_entropy(axes[2], action_names, a_ent, a_act, adapter_label)
     fig.suptitle(f"Entropy modulation: {adapter_label} vs {static_label}", fontsize=14, fontweight="bold")
     return _save(fig, path)
@@ -239,8 +285,15 @@ def _entropy_histograms(ax, s_ent, a_ent, static_label, adapter_label) -> None:
     bins = np.linspace(0, top, 31)
     for values, label, color in ((s_ent, static_label, "#555555"), (a_ent, adapter_label, "#d62728")):
         if len(values):
-            ax.hist(values, bins=bins, density=True, histtype="step", linewidth=2, color=color,
-                    label=f"{label} (n={len(values)}, mean {values.mean():.2f})")
+            ax.hist(
+                values,
+                bins=bins,
+                density=True,
+                histtype="step",
+                linewidth=2,
+                color=color,
+                label=f"{label} (n={len(values)}, mean {values.mean():.2f})",
+            )
     ax.set_xlabel("entropy of the LM's next-token distribution (nats)")
     ax.set_ylabel("density")
     ax.set_title("(a) token entropy")
@@ -265,22 +318,26 @@ def _entropy_by_action(ax, names, a_ent, a_act, adapter_label, s_ent, s_act, sta
         _box(ax, s_ent, -1, 0.6, "#aaaaaa", 0.6)
     share = [float((a_act == i).mean()) for i in range(len(names))]
     ticks = ([-1] if reference else []) + list(range(len(names)))
-    labels = ([f"{static_label}\n(all tokens)"] if reference else []) + [f"{_short(n)}\n{p:.0%} of tokens"
-                                                                          for n, p in zip(names, share)]
+    labels = ([f"{static_label}\n(all tokens)"] if reference else []) + [
+        f"{_short(n)}\n{p:.0%} of tokens" for n, p in zip(names, share)
+    ]
     ax.set_xticks(ticks, labels, fontsize=9)
     ax.set_xlim(min(ticks) - 0.6, len(names) - 0.4)
     ax.set_ylabel("token entropy (nats)")
     ax.set_xlabel(f"action taken (share of {adapter_label}'s tokens)")
     ax.set_title("(b) entropy by action taken")
-    handles = [Patch(facecolor=action_color(0), alpha=0.8, label=f"{adapter_label} (colour = action)"),
-               Patch(facecolor="#aaaaaa", alpha=0.6, label=static_label)]
+    handles = [
+        Patch(facecolor=action_color(0), alpha=0.8, label=f"{adapter_label} (colour = action)"),
+        Patch(facecolor="#aaaaaa", alpha=0.6, label=static_label),
+    ]
     ax.legend(handles=handles, frameon=False, loc="upper left", bbox_to_anchor=(0.0, -0.22), ncols=2)
 
 
 def _box(ax, values, pos, width, color, alpha) -> None:
     if len(values):
-        bp = ax.boxplot(values, positions=[pos], widths=width, patch_artist=True, showfliers=False,
-                        medianprops={"color": "black"})
+        bp = ax.boxplot(
+            values, positions=[pos], widths=width, patch_artist=True, showfliers=False, medianprops={"color": "black"}
+        )
         bp["boxes"][0].set(facecolor=color, alpha=alpha)
 
 
@@ -318,8 +375,9 @@ def _short(name: str, width: int = 18) -> str:
 
 
 @_styled
-def plot_lengths(groups: Sequence[tuple[str, Mapping[str, Sequence[int]]]], path,
-                 title: str = "Generation length distributions") -> Path:
+def plot_lengths(
+    groups: Sequence[tuple[str, Mapping[str, Sequence[int]]]], path, title: str = "Generation length distributions"
+) -> Path:
     """One panel per group (e.g. sequence level, token level), overlaying each method's histogram of
     generation lengths (tokens), with dashed lines at the means."""
     groups = [(t, {k: v for k, v in g.items() if len(v)}) for t, g in groups]
@@ -335,8 +393,15 @@ def plot_lengths(groups: Sequence[tuple[str, Mapping[str, Sequence[int]]]], path
         for i, (name, values) in enumerate(data.items()):
             values = np.asarray(values, dtype=float)
             color = method_color(i)
-            ax.hist(values, bins=bins, density=True, histtype="step", linewidth=2, color=color,
-                    label=f"{name} (mean {values.mean():.1f}, n={len(values)})")
+            ax.hist(
+                values,
+                bins=bins,
+                density=True,
+                histtype="step",
+                linewidth=2,
+                color=color,
+                label=f"{name} (mean {values.mean():.1f}, n={len(values)})",
+            )
             ax.axvline(values.mean(), color=color, linestyle="--", linewidth=1.2)
         ax.set_xlabel("generated tokens")
         ax.set_ylabel("density")
@@ -350,8 +415,12 @@ def plot_lengths(groups: Sequence[tuple[str, Mapping[str, Sequence[int]]]], path
 
 
 @_styled
-def plot_sequence_choices(choices: Mapping[str, Mapping], action_names: Mapping[str, Sequence[str]], path,
-                          title: str = "Actions chosen by the sequence-level adapters") -> Path:
+def plot_sequence_choices(
+    choices: Mapping[str, Mapping],
+    action_names: Mapping[str, Sequence[str]],
+    path,
+    title: str = "Actions chosen by the sequence-level adapters",
+) -> Path:
     """For each sequence adapter, the share of problems given each action at each budget k."""
     names = list(choices)
     fig = _figure(max(5.0, 4.6 * len(names)) + 1.5, 4.2)
@@ -398,8 +467,13 @@ def _token_frequencies(trajectories: Sequence[Mapping], k: int) -> list[Counter]
 
 
 @_styled
-def plot_wordclouds(trajectories: Sequence[Mapping], action_names: Sequence[str], path,
-                    title: str = "Tokens by action", max_words: int = 50) -> Path:
+def plot_wordclouds(
+    trajectories: Sequence[Mapping],
+    action_names: Sequence[str],
+    path,
+    title: str = "Tokens by action",
+    max_words: int = 50,
+) -> Path:
     """One word cloud per action of the tokens generated under it (whitespace-only and special
     tokens dropped; size = frequency). Actions with no tokens get an empty panel that says so."""
     from wordcloud import WordCloud
@@ -420,8 +494,16 @@ def plot_wordclouds(trajectories: Sequence[Mapping], action_names: Sequence[str]
             _no_data(ax, "no tokens under this action")
             continue
         color = action_color(i)
-        cloud = WordCloud(width=400, height=250, background_color="white", max_words=max_words, prefer_horizontal=0.95,
-                          color_func=lambda *a, c=color, **kw: c, random_state=0, min_font_size=8)
+        cloud = WordCloud(
+            width=400,
+            height=250,
+            background_color="white",
+            max_words=max_words,
+            prefer_horizontal=0.95,
+            color_func=lambda *a, c=color, **kw: c,
+            random_state=0,
+            min_font_size=8,
+        )
         ax.imshow(cloud.generate_from_frequencies(dict(freqs[i])).to_array(), interpolation="bilinear")
         ax.set_axis_off()
     fig.suptitle(title, fontsize=14, fontweight="bold")
@@ -451,7 +533,7 @@ h1 { font-size: 1.5rem; } h2 { font-size: 1.15rem; margin-top: 2rem; }
 
 
 def _rgba(hex_color: str, alpha: float) -> str:
-    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
 
 
@@ -469,30 +551,46 @@ def _trace_spans(trajectory: Mapping, action_names: Sequence[str], threshold: fl
             out.append(f'<span class="det" title="{html.escape(tip, quote=True)}">{text}</span>')
         else:
             color = action_color(a) if a >= 0 else "#999999"
-            out.append(f'<span style="color:{color};background:{_rgba(color, 0.12)}" '
-                       f'title="{html.escape(tip, quote=True)}">{text}</span>')
+            out.append(
+                f'<span style="color:{color};background:{_rgba(color, 0.12)}" '
+                f'title="{html.escape(tip, quote=True)}">{text}</span>'
+            )
     return "".join(out)
 
 
 def _trace_legend(trajectories: Sequence[Mapping], action_names: Sequence[str], threshold: float) -> str:
-    counts = Counter(a for t in trajectories for a, p in zip(t.get("actions", []), t.get("max_prob", [])) if p <= threshold)
-    items = [f'<span><span class="sw" style="background:#000"></span>near-deterministic (max-prob &gt; {threshold:g})</span>']
+    counts = Counter(
+        a for t in trajectories for a, p in zip(t.get("actions", []), t.get("max_prob", [])) if p <= threshold
+    )
+    items = [
+        f'<span><span class="sw" style="background:#000"></span>near-deterministic (max-prob &gt; {threshold:g})</span>'
+    ]
     for i, name in enumerate(action_names):
-        items.append(f'<span><span class="sw" style="background:{action_color(i)}"></span>{html.escape(name)} '
-                     f'<span class="meta">({counts.get(i, 0)} tokens)</span></span>')
+        items.append(
+            f'<span><span class="sw" style="background:{action_color(i)}"></span>{html.escape(name)} '
+            f'<span class="meta">({counts.get(i, 0)} tokens)</span></span>'
+        )
     return '<div class="legend">' + "".join(items) + "</div>"
 
 
-def action_trace_html(examples: Sequence[tuple[str, Mapping]], action_names: Sequence[str], path,
-                      title: str = "Action trace", threshold: float = 0.95, intro: str = "",
-                      prompts: Mapping[str, str] | None = None) -> Path:
+def action_trace_html(
+    examples: Sequence[tuple[str, Mapping]],
+    action_names: Sequence[str],
+    path,
+    title: str = "Action trace",
+    threshold: float = 0.95,
+    intro: str = "",
+    prompts: Mapping[str, str] | None = None,
+) -> Path:
     """An HTML page showing each example generation with every token coloured by the action taken
     for it; tokens whose base max-probability exceeds ``threshold`` (the action barely matters) are
     black. Hovering a token shows its action, entropy and max-probability. ``examples`` are
     ``(heading, trajectory)`` pairs; ``prompts`` maps problem ids to their question text."""
     trajs = [t for _, t in examples]
-    parts = [f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>",
-             f"<style>{_TRACE_CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
+    parts = [
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>',
+        f"<style>{_TRACE_CSS}</style></head><body><h1>{html.escape(title)}</h1>",
+    ]
     if intro:
         parts.append(f'<p class="meta">{html.escape(intro)}</p>')
     parts.append(_trace_legend(trajs, action_names, threshold))
@@ -501,12 +599,17 @@ def action_trace_html(examples: Sequence[tuple[str, Mapping]], action_names: Seq
     for heading, t in examples:
         verdict = {1.0: "correct", 0.0: "incorrect"}.get(t.get("correct"), "unscored")
         parts.append(f"<h2>{html.escape(heading)}</h2>")
-        parts.append(f'<p class="meta">problem {html.escape(str(t.get("problem_id", "?")))} · {verdict} · '
-                     f'{t.get("length", len(t.get("tokens", [])))} tokens · stopped at {html.escape(str(t.get("stop_reason", "?")))}</p>')
+        parts.append(
+            f'<p class="meta">problem {html.escape(str(t.get("problem_id", "?")))} · {verdict} · '
+            f"{t.get('length', len(t.get('tokens', [])))} tokens · "
+            f"stopped at {html.escape(str(t.get('stop_reason', '?')))}</p>"
+        )
         question = (prompts or {}).get(str(t.get("problem_id")))
         if question:
             parts.append(f'<p class="label">Prompt</p><div class="prompt">{html.escape(question)}</div>')
-        parts.append(f'<p class="label">Generation</p><div class="gen">{_trace_spans(t, action_names, threshold)}</div>')
+        parts.append(
+            f'<p class="label">Generation</p><div class="gen">{_trace_spans(t, action_names, threshold)}</div>'
+        )
     parts.append("</body></html>\n")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

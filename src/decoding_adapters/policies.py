@@ -54,7 +54,11 @@ def _mlp(sizes: list[int], dropout: float) -> nn.Sequential:
 def categorical_from_uniform(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF draw: one category per row of ``probs [B, K]`` from ``uniform [B]``."""
     cdf = probs.cumsum(-1)
-    return torch.searchsorted(cdf, uniform.unsqueeze(-1).to(cdf.dtype) * cdf[:, -1:]).squeeze(-1).clamp(max=probs.shape[-1] - 1)
+    return (
+        torch.searchsorted(cdf, uniform.unsqueeze(-1).to(cdf.dtype) * cdf[:, -1:])
+        .squeeze(-1)
+        .clamp(max=probs.shape[-1] - 1)
+    )
 
 
 class _PolicyBase(nn.Module):
@@ -109,12 +113,16 @@ class SequencePolicy(_PolicyBase):
         super().__init__()
         self.config = config
         self.temperature = config.temperature
-        self.embed_norm = nn.LayerNorm(config.embed_dim, elementwise_affine=False)  # LM states have large, uneven scales
+        self.embed_norm = nn.LayerNorm(
+            config.embed_dim, elementwise_affine=False
+        )  # LM states have large, uneven scales
         extra = 0
         if config.use_budget:
             self.budget_encoder = _mlp([1, config.budget_dim, config.budget_dim], 0.0)
             extra = config.budget_dim
-        self.head = _mlp([config.embed_dim + extra] + [config.hidden] * (config.layers - 1) + [config.num_actions], config.dropout)
+        self.head = _mlp(
+            [config.embed_dim + extra] + [config.hidden] * (config.layers - 1) + [config.num_actions], config.dropout
+        )
 
     def encode_budget(self, budget: torch.Tensor) -> torch.Tensor:
         """``[N]`` budgets -> ``[N, 1]`` scalar in [0, 1] (log scale: 1, 2, 4, 8 are evenly spaced)."""
@@ -171,7 +179,9 @@ class TokenPolicy(_PolicyBase):
         self.temperature = config.temperature
         base = config.hidden_size if config.features == "hidden" else 1
         self.norm = nn.LayerNorm(base, elementwise_affine=False) if config.features == "hidden" else nn.Identity()
-        self.mlp = _mlp([config.input_dim] + [config.width] * (config.layers - 1) + [config.num_actions], config.dropout)
+        self.mlp = _mlp(
+            [config.input_dim] + [config.width] * (config.layers - 1) + [config.num_actions], config.dropout
+        )
 
     def observation(self, hidden: torch.Tensor, entropy: torch.Tensor, remaining: torch.Tensor) -> torch.Tensor:
         """x_t ``[..., input_dim]`` from hidden ``[..., H]``, entropy ``[...]``, remaining budget ``[...]``."""
@@ -179,7 +189,10 @@ class TokenPolicy(_PolicyBase):
         if self.config.use_budget:
             frac = remaining.float() / self.config.token_budget
             # phi(b_t): linear and log fractions of the budget left, so both ends are resolved.
-            parts += [frac.unsqueeze(-1), (torch.log1p(remaining.float()) / math.log1p(self.config.token_budget)).unsqueeze(-1)]
+            parts += [
+                frac.unsqueeze(-1),
+                (torch.log1p(remaining.float()) / math.log1p(self.config.token_budget)).unsqueeze(-1),
+            ]
         return torch.cat(parts, dim=-1)
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
@@ -256,7 +269,9 @@ def load_adapter(directory: str | Path, lm=None) -> tuple[nn.Module, AdapterConf
     """Load an adapter; with ``lm`` (a FrozenLM), check that it matches the adapter's base model."""
     directory = Path(directory)
     if not (directory / "adapter.json").is_file():
-        raise FileNotFoundError(f"{directory} holds no adapter.json: point at a directory written by save_adapter / train-*.")
+        raise FileNotFoundError(
+            f"{directory} holds no adapter.json: point at a directory written by save_adapter / train-*."
+        )
     config = AdapterConfig(**json.loads((directory / "adapter.json").read_text()))
     if lm is not None:
         check_compatible(config, lm)
@@ -270,6 +285,6 @@ def check_compatible(config: AdapterConfig, lm) -> None:
     for key in ("hidden_size", "vocab_size"):
         if key in want and want[key] != have[key]:
             raise ValueError(
-                f"adapter was trained on {config.base_model!r} ({key}={want[key]}) but the given model has {key}={have[key]}: "
-                f"load it onto its own base model."
+                f"adapter was trained on {config.base_model!r} ({key}={want[key]}) "
+                f"but the given model has {key}={have[key]}: load it onto its own base model."
             )

@@ -241,7 +241,10 @@ def all_methods_table(results: Mapping, details: Mapping | None = None) -> str:
     """Every method (rows) by every metric (columns)."""
     metrics = _metrics(results)
     info = method_info(results, details)
-    lines = [_row(["Method", "Kind"] + [_metric_label(m) for m in metrics]), _row(["---", "---"] + ["---:"] * len(metrics))]
+    lines = [
+        _row(["Method", "Kind"] + [_metric_label(m) for m in metrics]),
+        _row(["---", "---"] + ["---:"] * len(metrics)),
+    ]
     tops = {m: _best_of(results, list(results), m) for m in metrics}
     for name, res in results.items():
         kind = info[name]["kind"] + (f" ({info[name]['role']})" if info[name]["kind"] in ("sequence", "token") else "")
@@ -260,12 +263,19 @@ def seed_table(results: Mapping, details: Mapping | None) -> str:
     metrics = metrics[:1] + metrics[-1:] if len(metrics) > 1 else metrics
     if not summary or not metrics:
         return ""
-    lines = [_row(["Method"] + [f"{_metric_label(m)}: per seed (sd)" for m in metrics]), _row(["---"] + ["---"] * len(metrics))]
+    lines = [
+        _row(["Method"] + [f"{_metric_label(m)}: per seed (sd)" for m in metrics]),
+        _row(["---"] + ["---"] * len(metrics)),
+    ]
     for name in results:
         cells = [name]
         for m in metrics:
             s = summary.get(name, {}).get(m)
-            cells.append("–" if not s else " / ".join(f"{v * 100:.1f}" for v in s["seed_means"]) + f" (sd {s['seed_std'] * 100:.2f})")
+            cells.append(
+                "–"
+                if not s
+                else " / ".join(f"{v * 100:.1f}" for v in s["seed_means"]) + f" (sd {s['seed_std'] * 100:.2f})"
+            )
         lines.append(_row(cells))
     return "\n".join(lines)
 
@@ -346,8 +356,11 @@ def _baseline_for(info, results, level, metrics) -> str | None:
 
 
 def _adapter_verdict(results, details, name, baseline, metrics, confidence) -> str:
-    comps = {m: compare(results, details, name, baseline, m, confidence) for m in metrics
-             if results[name].get(m) and results[baseline].get(m)}
+    comps = {
+        m: compare(results, details, name, baseline, m, confidence)
+        for m in metrics
+        if results[name].get(m) and results[baseline].get(m)
+    }
     outcomes = [_outcome(c) for c in comps.values()]
     better, worse, n = outcomes.count("better"), outcomes.count("worse"), len(outcomes)
     ahead = outcomes.count("ahead")
@@ -358,13 +371,18 @@ def _adapter_verdict(results, details, name, baseline, metrics, confidence) -> s
     elif worse:
         head = f"**{name} does not beat {baseline}**: it is significantly worse on {worse} of {n} pass@k metrics."
     elif ahead:
-        head = (f"**{name} does not beat {baseline}**: it is ahead on {ahead} of {n} pass@k metrics, "
-                "but no difference is significant.")
+        head = (
+            f"**{name} does not beat {baseline}**: it is ahead on {ahead} of {n} pass@k metrics, "
+            "but no difference is significant."
+        )
     else:
         head = f"**{name} does not beat {baseline}**: it is level or behind on every pass@k, none significantly."
     paired = all(c["paired"] for c in comps.values())
-    unit = (f"paired {confidence:.0%} CI over problems" if paired
-            else "no per-problem values: significant only where the two methods' intervals do not overlap")
+    unit = (
+        f"paired {confidence:.0%} CI over problems"
+        if paired
+        else "no per-problem values: significant only where the two methods' intervals do not overlap"
+    )
     return f"- {head}\n  Difference in points ({unit}): " + "; ".join(_diff_text(m, c) for m, c in comps.items()) + "."
 
 
@@ -383,8 +401,14 @@ def _figures(out: Path, results, details, info, training_logs, action_names) -> 
     """Make every figure the data allows; returns (heading, file name, caption) triples."""
     static = [n for n, i in info.items() if i["kind"] in ("greedy", "static", "mixed")]
     confidence = (details or {}).get("config", {}).get("confidence", 0.95)
-    figs = [("Pass@k", plots.plot_pass_at_k(results, out / "pass_at_k.png", static=static, confidence=confidence).name,
-             "Pass@k (%) against the number of parallel samples k, with confidence-interval bars; static baselines dashed.")]
+    figs = [
+        (
+            "Pass@k",
+            plots.plot_pass_at_k(results, out / "pass_at_k.png", static=static, confidence=confidence).name,
+            "Pass@k (%) against the number of parallel samples k, with confidence-interval bars; "
+            "static baselines dashed.",
+        )
+    ]
     figs += _training_figures(out, training_logs or {}, action_names)
     if details:
         figs += _detail_figures(out, results, details, info)
@@ -397,20 +421,33 @@ def _training_figures(out: Path, training_logs: Mapping[str, str | Path], action
         records = load_training_log(path)
         given = action_names.get(name) if isinstance(action_names, Mapping) else action_names
         names = _log_action_names(Path(path), records, given)
-        file = plots.plot_training(records, names, out / f"training_{_slug(name)}.png",
-                                   title=f"Action distribution and reward during training: {name}")
+        file = plots.plot_training(
+            records,
+            names,
+            out / f"training_{_slug(name)}.png",
+            title=f"Action distribution and reward during training: {name}",
+        )
         n_val = sum(1 for r in records if "val_reward" in r)
-        figs.append((f"Training: {name}", file.name,
-                     f"Mean action probabilities (stacked, left axis) over {len(records)} logged steps, with the validation "
-                     f"reward ({n_val} evaluations) and the smoothed training reward (right axis); split into CoT / "
-                     f"non-CoT / all prompts when the log records both."))
+        figs.append(
+            (
+                f"Training: {name}",
+                file.name,
+                f"Mean action probabilities (stacked, left axis) over {len(records)} logged steps, with the validation "
+                f"reward ({n_val} evaluations) and the smoothed training reward (right axis); split into CoT / "
+                f"non-CoT / all prompts when the log records both.",
+            )
+        )
     return figs
 
 
 def _static_reference(info, level: str) -> str | None:
     if level == "token":
-        return _first(info, role="mixed", level="token") or _first(info, role="mixed") or _first(info, role="greedy") \
+        return (
+            _first(info, role="mixed", level="token")
+            or _first(info, role="mixed")
+            or _first(info, role="greedy")
             or _first(info, role="best")
+        )
     return _first(info, role="best") or _first(info, role="mixed") or _first(info, role="greedy")
 
 
@@ -422,17 +459,34 @@ def _detail_figures(out: Path, results, details, info) -> list[tuple[str, str, s
     for level, title in (("sequence", "Sequence level"), ("token", "Token level")):
         adapters = _adapters(info, level)
         if adapters:
-            ref = [n for n in (_first(info, role="greedy") if level == "token" else None, _static_reference(info, level)) if n]
+            ref = [
+                n
+                for n in (_first(info, role="greedy") if level == "token" else None, _static_reference(info, level))
+                if n
+            ]
             groups.append((title, {n: lengths.get(n, []) for n in dict.fromkeys(ref + adapters)}))
     if not groups:
         groups = [("All methods", {n: lengths.get(n, []) for n in results})]
-    figs.append(("Generation lengths", plots.plot_lengths(groups, out / "lengths.png").name,
-                 "Distribution of generation lengths (tokens) of a static reference and the adapters; dashed lines mark means."))
+    figs.append(
+        (
+            "Generation lengths",
+            plots.plot_lengths(groups, out / "lengths.png").name,
+            "Distribution of generation lengths (tokens) of a static reference and the adapters; "
+            "dashed lines mark means.",
+        )
+    )
     choices = details.get("sequence_choices", {})
     if choices:
-        file = plots.plot_sequence_choices(choices, {n: _action_names(info, n) for n in choices}, out / "sequence_choices.png")
-        figs.append(("Sequence-level choices", file.name,
-                     "Share of test problems for which each sequence adapter picks each action, at each parallel budget B."))
+        file = plots.plot_sequence_choices(
+            choices, {n: _action_names(info, n) for n in choices}, out / "sequence_choices.png"
+        )
+        figs.append(
+            (
+                "Sequence-level choices",
+                file.name,
+                "Share of test problems for which each sequence adapter picks each action, at each parallel budget B.",
+            )
+        )
     for name in _adapters(info, "token"):
         figs += _token_figures(out, details, info, name, trajs)
     return figs
@@ -441,16 +495,34 @@ def _detail_figures(out: Path, results, details, info) -> list[tuple[str, str, s
 def _token_figures(out: Path, details, info, name: str, trajs) -> list[tuple[str, str, str]]:
     figs, names, slug = [], _action_names(info, name), _slug(name)
     if not names:
-        names = [f"action {i}" for i in range(1 + max((a for t in trajs.get(name, []) for a in t["actions"]), default=0))]
+        names = [
+            f"action {i}" for i in range(1 + max((a for t in trajs.get(name, []) for a in t["actions"]), default=0))
+        ]
     ref = _static_reference(info, "token")
     if ref:
-        file = plots.plot_entropy_modulation(trajs.get(ref, []), trajs.get(name, []), names, out / f"entropy_{slug}.png",
-                                             static_label=ref, adapter_label=name, static_action_names=_action_names(info, ref))
-        figs.append((f"Entropy modulation: {name}", file.name,
-                     f"Entropy of the frozen LM's next-token distribution at the tokens generated by {ref} and by {name}: "
-                     "(a) overall, (b) by the action taken, (c) the adapter's action mix per entropy quintile."))
-    file = plots.plot_wordclouds(trajs.get(name, []), names, out / f"wordcloud_{slug}.png", title=f"Tokens by action: {name}")
-    figs.append((f"Word clouds: {name}", file.name, "Most frequent tokens generated under each action (size = frequency)."))
+        file = plots.plot_entropy_modulation(
+            trajs.get(ref, []),
+            trajs.get(name, []),
+            names,
+            out / f"entropy_{slug}.png",
+            static_label=ref,
+            adapter_label=name,
+            static_action_names=_action_names(info, ref),
+        )
+        figs.append(
+            (
+                f"Entropy modulation: {name}",
+                file.name,
+                f"Entropy of the frozen LM's next-token distribution at the tokens generated by {ref} and by {name}: "
+                "(a) overall, (b) by the action taken, (c) the adapter's action mix per entropy quintile.",
+            )
+        )
+    file = plots.plot_wordclouds(
+        trajs.get(name, []), names, out / f"wordcloud_{slug}.png", title=f"Tokens by action: {name}"
+    )
+    figs.append(
+        (f"Word clouds: {name}", file.name, "Most frequent tokens generated under each action (size = frequency).")
+    )
     html_file = _trace(out, details, name, names, trajs.get(name, []), slug)
     figs.append((f"Action trace: {name}", html_file.name, "HTML page: example generations coloured by action."))
     return figs
@@ -458,21 +530,27 @@ def _token_figures(out: Path, details, info, name: str, trajs) -> list[tuple[str
 
 def _pick_examples(trajectories: list[dict], count: int = 3) -> list[dict]:
     """Prefer correct generations with many action switches among non-deterministic tokens."""
+
     def switches(t):
         acts = [a for a, p in zip(t["actions"], t.get("max_prob", [])) if p <= 0.95]
         return sum(x != y for x, y in zip(acts, acts[1:]))
 
-    return sorted(trajectories, key=lambda t: (t.get("correct", 0) >= 0.5, switches(t), t.get("length", 0)), reverse=True)[:count]
+    return sorted(
+        trajectories, key=lambda t: (t.get("correct", 0) >= 0.5, switches(t), t.get("length", 0)), reverse=True
+    )[:count]
 
 
 def _trace(out: Path, details, name, names, trajectories, slug) -> Path:
     prompts = {p["id"]: p.get("question", "") for p in details.get("problems", [])}
     examples = [(f"Example {i + 1}", t) for i, t in enumerate(_pick_examples(trajectories))]
-    intro = (f"Generations of {name}. Each token is coloured by the decoding action the adapter chose for it; tokens where "
-             f"the frozen LM's top probability exceeds 0.95 are black, since the action barely changes them. "
-             f"Hover over a token for its action, entropy and max-probability.")
-    return plots.action_trace_html(examples, names, out / f"action_trace_{slug}.html", title=f"Action trace: {name}",
-                                   intro=intro, prompts=prompts)
+    intro = (
+        f"Generations of {name}. Each token is coloured by the decoding action the adapter chose for it; tokens where "
+        f"the frozen LM's top probability exceeds 0.95 are black, since the action barely changes them. "
+        f"Hover over a token for its action, entropy and max-probability."
+    )
+    return plots.action_trace_html(
+        examples, names, out / f"action_trace_{slug}.html", title=f"Action trace: {name}", intro=intro, prompts=prompts
+    )
 
 
 # ---- the report -----------------------------------------------------------------------------------
@@ -482,22 +560,35 @@ def _setup_lines(results, details) -> list[str]:
     cfg = (details or {}).get("config", {})
     if not cfg:
         return [f"Methods: {', '.join(results)}."]
-    items = [("task", cfg.get("task")), ("split", cfg.get("split")), ("model", cfg.get("model")),
-             ("problems", len((details or {}).get("problems", [])) or cfg.get("num_problems")),
-             ("seeds", cfg.get("seeds")), ("samples per problem and seed (n)", cfg.get("n")),
-             ("token budget", cfg.get("token_budget")), ("CoT ratio", cfg.get("cot_ratio"))]
+    items = [
+        ("task", cfg.get("task")),
+        ("split", cfg.get("split")),
+        ("model", cfg.get("model")),
+        ("problems", len((details or {}).get("problems", [])) or cfg.get("num_problems")),
+        ("seeds", cfg.get("seeds")),
+        ("samples per problem and seed (n)", cfg.get("n")),
+        ("token budget", cfg.get("token_budget")),
+        ("CoT ratio", cfg.get("cot_ratio")),
+    ]
     lines = [f"- {k}: `{v}`" for k, v in items if v is not None]
     conf = cfg.get("confidence", 0.95)
-    lines.append(f"- uncertainty: mean ± half-width of a {conf:.0%} Student-t interval over problems (each problem's value "
-                 "averaged over seeds); pass@k uses the unbiased estimator on n samples. Verdicts use paired per-problem "
-                 "differences. Pass@k values are percentages.")
+    lines.append(
+        f"- uncertainty: mean ± half-width of a {conf:.0%} Student-t interval over problems (each problem's value "
+        "averaged over seeds); pass@k uses the unbiased estimator on n samples. Verdicts use paired per-problem "
+        "differences. Pass@k values are percentages."
+    )
     return lines
 
 
-def write_report(out_dir: str | Path, results: Mapping, details: Mapping | None = None,
-                 training_logs: Mapping[str, str | Path] | None = None,
-                 action_names: Sequence[str] | Mapping[str, Sequence[str]] | None = None, *,
-                 title: str = "Decoding adapters: evaluation report") -> Path:
+def write_report(
+    out_dir: str | Path,
+    results: Mapping,
+    details: Mapping | None = None,
+    training_logs: Mapping[str, str | Path] | None = None,
+    action_names: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
+    *,
+    title: str = "Decoding adapters: evaluation report",
+) -> Path:
     """Write ``report.md``, ``results.json`` and the figures into ``out_dir``; returns report.md's path.
 
     Args:
@@ -522,18 +613,36 @@ def _markdown(title, results, details, figs) -> str:
     parts = [f"# {title}", "", "## Setup", "", *_setup_lines(results, details), ""]
     verdict = verdicts(results, details)
     if verdict:
-        parts += ["## Verdict", "",
-                  "Sequence-level adapters are compared with Best, token-level adapters with the stronger of Greedy and "
-                  "Mixed. Differences are adapter minus baseline in points, with the interval of the paired per-problem "
-                  "difference; ✔ / ✘ mark intervals that exclude zero (significantly better / worse).", "", *verdict, ""]
+        parts += [
+            "## Verdict",
+            "",
+            "Sequence-level adapters are compared with Best, token-level adapters with the stronger of Greedy and "
+            "Mixed. Differences are adapter minus baseline in points, with the interval of the paired per-problem "
+            "difference; ✔ / ✘ mark intervals that exclude zero (significantly better / worse).",
+            "",
+            *verdict,
+            "",
+        ]
     seq, tok = sequence_table(results, details), token_table(results, details)
     if seq:
-        parts += ["## Static sampling vs sequence-level adapter", "", seq, "",
-                  "Δ is the adapter minus Best: absolute in points (percent for pass@k), relative in % of Best. "
-                  "Bold: the highest pass@k in the row.", ""]
+        parts += [
+            "## Static sampling vs sequence-level adapter",
+            "",
+            seq,
+            "",
+            "Δ is the adapter minus Best: absolute in points (percent for pass@k), relative in % of Best. "
+            "Bold: the highest pass@k in the row.",
+            "",
+        ]
     if tok:
-        parts += ["## Static sampling vs token-level adapter", "", tok, "",
-                  "Δ is the adapter minus Greedy (the paper's primary static baseline for the token level).", ""]
+        parts += [
+            "## Static sampling vs token-level adapter",
+            "",
+            tok,
+            "",
+            "Δ is the adapter minus Greedy (the paper's primary static baseline for the token level).",
+            "",
+        ]
     parts += ["## All methods", "", all_methods_table(results, details), ""]
     seeds = seed_table(results, details)
     if seeds:
@@ -541,5 +650,8 @@ def _markdown(title, results, details, figs) -> str:
     parts += ["## Figures", ""]
     for heading, file, caption in figs:
         parts += [f"### {heading}", ""]
-        parts += [f"[{file}]({file}): {caption}" if file.endswith(".html") else f"![{heading}]({file})\n\n{caption}", ""]
+        parts += [
+            f"[{file}]({file}): {caption}" if file.endswith(".html") else f"![{heading}]({file})\n\n{caption}",
+            "",
+        ]
     return "\n".join(parts)

@@ -21,7 +21,9 @@ def make_rollouts(backend: str, lm, action_set: ActionSet, *, batch_rows: int = 
     if backend == "hf":
         return HFRollouts(lm, action_set, batch_rows)
     if backend == "ray":
-        return RayRollouts(model_spec or lm.spec, action_set, workers=workers, batch_rows=batch_rows, address=ray_address)
+        return RayRollouts(
+            model_spec or lm.spec, action_set, workers=workers, batch_rows=batch_rows, address=ray_address
+        )
     if backend == "vllm":
         return VLLMRollouts(model_spec or lm.spec, action_set, tokenizer=lm.tokenizer if lm is not None else None)
     raise ValueError(f"unknown backend {backend!r}: choose hf, ray or vllm")

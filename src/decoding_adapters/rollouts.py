@@ -25,7 +25,15 @@ from .actions import ActionSet
 from .decoding import Chooser, DecodeResult, decode
 from .tasks import build_prompts
 
-__all__ = ["RolloutRequest", "Rollouts", "HFRollouts", "concat_results", "decode_request", "encode_problems", "score_rows"]
+__all__ = [
+    "RolloutRequest",
+    "Rollouts",
+    "HFRollouts",
+    "concat_results",
+    "decode_request",
+    "encode_problems",
+    "score_rows",
+]
 
 
 @dataclass
@@ -69,18 +77,34 @@ class RolloutRequest:
         """Split into sub-requests of <= batch_rows rows, rows of one prompt kept together where
         possible; returns (global row indices, sub-request) pairs."""
         order = sorted(range(self.num_rows), key=lambda r: self.prompt_of_row[r])
-        return [(order[s:s + batch_rows], self.subset(order[s:s + batch_rows])) for s in range(0, len(order), batch_rows)]
+        return [
+            (order[s : s + batch_rows], self.subset(order[s : s + batch_rows]))
+            for s in range(0, len(order), batch_rows)
+        ]
 
 
-def decode_request(lm, action_set: ActionSet, request: RolloutRequest, chooser: Chooser | None, record_features: bool) -> DecodeResult:
+def decode_request(
+    lm, action_set: ActionSet, request: RolloutRequest, chooser: Chooser | None, record_features: bool
+) -> DecodeResult:
     return decode(
-        lm, request.prompts, action_set, prompt_of_row=request.prompt_of_row, row_actions=request.row_actions,
-        chooser=chooser, token_budget=request.token_budget, row_seeds=request.row_seeds, record_features=record_features,
+        lm,
+        request.prompts,
+        action_set,
+        prompt_of_row=request.prompt_of_row,
+        row_actions=request.row_actions,
+        chooser=chooser,
+        token_budget=request.token_budget,
+        row_seeds=request.row_seeds,
+        record_features=record_features,
     )
 
 
-def concat_results(parts: Sequence[tuple[list[int], DecodeResult]], num_rows: int, prompts: list[list[int]],
-                   prompt_of_row: Sequence[int]) -> DecodeResult:
+def concat_results(
+    parts: Sequence[tuple[list[int], DecodeResult]],
+    num_rows: int,
+    prompts: list[list[int]],
+    prompt_of_row: Sequence[int],
+) -> DecodeResult:
     """Merge chunk results (each with its global row indices) into one result in request order."""
     steps = max(r.tokens.shape[1] for _, r in parts)
 
@@ -121,8 +145,14 @@ class Rollouts:
 
     action_set: ActionSet
 
-    def run(self, request: RolloutRequest, chooser: Chooser | None = None, *, record_features: bool = False,
-            progress: bool | str = False) -> DecodeResult:
+    def run(
+        self,
+        request: RolloutRequest,
+        chooser: Chooser | None = None,
+        *,
+        record_features: bool = False,
+        progress: bool | str = False,
+    ) -> DecodeResult:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -157,5 +187,6 @@ def encode_problems(lm, task, problems, cot_ratio: float = 0.0, seed: int = 0) -
 def score_rows(task, problems, result: DecodeResult) -> torch.Tensor:
     """Verifiable reward ``[N]`` of every row: ``task.reward(problem of its prompt, text)``."""
     return torch.tensor(
-        [task.reward(problems[int(p)], text) for p, text in zip(result.prompt_of_row, result.texts)], dtype=torch.float32
+        [task.reward(problems[int(p)], text) for p, text in zip(result.prompt_of_row, result.texts)],
+        dtype=torch.float32,
     )

@@ -154,7 +154,9 @@ class OutcomeTable:
         cell = self._cells.get((problem_id, action_name), {})
         return [cell[s] for s in sorted(cell)]
 
-    def subset(self, problem_ids: Sequence[str], action_names: Sequence[str], samples: int | None = None) -> "OutcomeTable":
+    def subset(
+        self, problem_ids: Sequence[str], action_names: Sequence[str], samples: int | None = None
+    ) -> "OutcomeTable":
         """A copy holding only these problems and actions (in this order) and samples ``< samples``."""
         out = OutcomeTable(self.header, self.path)
         for pid in problem_ids:
@@ -319,9 +321,15 @@ def evaluate_pool(
     """
     _check_inputs(problems, actions, samples, token_budget, rollouts)
     rollouts = rollouts or HFRollouts(lm, ActionSet(actions), batch_rows)
-    header = {"format": TABLE_FORMAT, "version": TABLE_VERSION, "task": getattr(task, "name", str(task)),
-              "token_budget": token_budget, "seed": seed, "cot_ratio": cot_ratio,
-              "model": lm.fingerprint() if lm is not None else None}
+    header = {
+        "format": TABLE_FORMAT,
+        "version": TABLE_VERSION,
+        "task": getattr(task, "name", str(task)),
+        "token_budget": token_budget,
+        "seed": seed,
+        "cot_ratio": cot_ratio,
+        "model": lm.fingerprint() if lm is not None else None,
+    }
     path = Path(table_path)
     table = _open_table(path, header)
     pending = [(i, jobs) for i, p in enumerate(problems) if (jobs := _pending_jobs(table, p.id, actions, samples))]
@@ -329,13 +337,27 @@ def evaluate_pool(
     prompts, _ = encode_problems(lm, task, problems, cot_ratio, seed) if pending else ([], [])
     total = len(problems) * len(actions) * samples
     writer = _TableWriter(path, header, write_header=not path.exists())
-    log.info("pool evaluation: %d problems x %d actions x %d samples, %d chunks to run (%d problems already done)",
-             len(problems), len(actions), samples, len(chunks), len(problems) - len(pending))
+    log.info(
+        "pool evaluation: %d problems x %d actions x %d samples, %d chunks to run (%d problems already done)",
+        len(problems),
+        len(actions),
+        samples,
+        len(chunks),
+        len(problems) - len(pending),
+    )
     try:
-        with tqdm(total=total, initial=total - _pending_count(pending), desc="pool", unit="sample",
-                  disable=not progress, dynamic_ncols=True) as bar:
+        with tqdm(
+            total=total,
+            initial=total - _pending_count(pending),
+            desc="pool",
+            unit="sample",
+            disable=not progress,
+            dynamic_ncols=True,
+        ) as bar:
             for done, chunk in enumerate(chunks, start=1):
-                records = _run_chunk(rollouts, task, chunk, prompts, problems, actions, seed, token_budget, share_prefill)
+                records = _run_chunk(
+                    rollouts, task, chunk, prompts, problems, actions, seed, token_budget, share_prefill
+                )
                 writer.append(records)
                 for r in records:
                     table.add_record(r)
@@ -358,8 +380,10 @@ def _run_chunk(rollouts, task, chunk, prompts, problems, actions, seed, token_bu
     records = []
     for i, (pi, a, _, stored) in enumerate(rows):
         reward, length = float(task.reward(problems[pi], result.texts[i])), int(result.lengths[i])
-        records += [{"problem": problems[pi].id, "action": actions[a].name, "sample": s, "reward": reward,
-                     "length": length} for s in stored]
+        records += [
+            {"problem": problems[pi].id, "action": actions[a].name, "sample": s, "reward": reward, "length": length}
+            for s in stored
+        ]
     return records
 
 
@@ -447,8 +471,14 @@ def select_actions(R: np.ndarray, k: int) -> Selection:
     """Greedy coverage and top-K by mean on ``R`` (``[problems, actions]``)."""
     greedy, top = greedy_coverage(R, k), top_k_by_mean(R, k)
     R = np.asarray(R, dtype=float)
-    return Selection(greedy, coverage_curve(R, greedy), top, coverage_curve(R, top),
-                     [float(q) for q in R.mean(axis=0)], coverage(R, range(R.shape[1])))
+    return Selection(
+        greedy,
+        coverage_curve(R, greedy),
+        top,
+        coverage_curve(R, top),
+        [float(q) for q in R.mean(axis=0)],
+        coverage(R, range(R.shape[1])),
+    )
 
 
 # ============================================================================ offline replay
@@ -484,7 +514,9 @@ class ReplayEnvironment:
         try:
             return self._rewards[(problem_id, action_name)]
         except KeyError:
-            raise KeyError(f"offline replay has no outcome for problem {problem_id!r} under action {action_name!r}") from None
+            raise KeyError(
+                f"offline replay has no outcome for problem {problem_id!r} under action {action_name!r}"
+            ) from None
 
     def num_samples(self, problem_id: str, action_name: str) -> int:
         return len(self._cell(problem_id, action_name))
@@ -492,8 +524,9 @@ class ReplayEnvironment:
     def mean_reward(self, problem_id: str, action_name: str) -> float:
         return float(self._cell(problem_id, action_name).mean())
 
-    def sample_rewards(self, problem_id: str, action_name: str, count: int,
-                       generator: torch.Generator | None = None) -> torch.Tensor:
+    def sample_rewards(
+        self, problem_id: str, action_name: str, count: int, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """``count`` rewards (float32 ``[count]``) drawn from the stored samples of the cell."""
         stored = self._cell(problem_id, action_name)
         if count < 0:
@@ -504,8 +537,9 @@ class ReplayEnvironment:
             index = torch.randint(len(stored), (count,), generator=generator)
         return stored[index]
 
-    def sample_batch(self, problem_ids: Sequence[str], action_names: Sequence[str],
-                     generator: torch.Generator | None = None) -> torch.Tensor:
+    def sample_batch(
+        self, problem_ids: Sequence[str], action_names: Sequence[str], generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """One reward per (problem, action) pair, float32 ``[B]``, each an independent uniform draw."""
         if len(problem_ids) != len(action_names):
             raise ValueError("problem_ids and action_names need one entry per row")
@@ -536,20 +570,26 @@ def build_pool(spec: str, subsample: int | None = None, add_greedy: bool = True)
 def write_outputs(out: Path, pool: Sequence[DecodingAction], selection: Selection, meta: dict) -> str:
     """Write ``actions.json``, ``selection.md`` and ``selection.png``; return the markdown."""
     best = selection.best_single
-    write_json(out / "actions.json", {
-        "actions": [pool[j].to_dict() for j in selection.order],
-        "names": [pool[j].name for j in selection.order],
-        "method": "greedy-coverage",
-        "coverage": selection.coverage,
-        "pool": len(pool),
-        "task": meta["task"],
-        "best_single": pool[best].to_dict(),
-        "best_single_name": pool[best].name,
-        "best_single_mean_reward": selection.mean_reward[best],
-        "top_k_by_mean": {"names": [pool[j].name for j in selection.top_k_order], "coverage": selection.top_k_coverage},
-        "pool_coverage": selection.pool_coverage,
-        "selection_data": meta,
-    })
+    write_json(
+        out / "actions.json",
+        {
+            "actions": [pool[j].to_dict() for j in selection.order],
+            "names": [pool[j].name for j in selection.order],
+            "method": "greedy-coverage",
+            "coverage": selection.coverage,
+            "pool": len(pool),
+            "task": meta["task"],
+            "best_single": pool[best].to_dict(),
+            "best_single_name": pool[best].name,
+            "best_single_mean_reward": selection.mean_reward[best],
+            "top_k_by_mean": {
+                "names": [pool[j].name for j in selection.top_k_order],
+                "coverage": selection.top_k_coverage,
+            },
+            "pool_coverage": selection.pool_coverage,
+            "selection_data": meta,
+        },
+    )
     markdown = selection_markdown(pool, selection, meta)
     write_text(out / "selection.md", markdown)
     plot_selection(out / "selection.png", selection, meta)
@@ -568,18 +608,30 @@ def selection_markdown(pool: Sequence[DecodingAction], sel: Selection, meta: dic
         "|---:|---:|---:|---|---:|",
     ]
     for i, j in enumerate(sel.order):
-        lines.append(f"| {i + 1} | {sel.coverage[i]:.3f} | {sel.top_k_coverage[i]:.3f} | `{pool[j].name}` "
-                     f"| {sel.mean_reward[j]:.3f} |")
+        lines.append(
+            f"| {i + 1} | {sel.coverage[i]:.3f} | {sel.top_k_coverage[i]:.3f} | `{pool[j].name}` "
+            f"| {sel.mean_reward[j]:.3f} |"
+        )
     best = sel.best_single
     stalled = [i + 1 for i in range(1, len(sel.order)) if sel.coverage[i] <= sel.coverage[i - 1] + TIE_TOLERANCE]
     if sel.pool_coverage == 0:
-        lines += ["", "**No candidate solved any problem**: the selection is arbitrary (pool order). "
-                  "Raise the token budget, the samples or the number of problems."]
+        lines += [
+            "",
+            "**No candidate solved any problem**: the selection is arbitrary (pool order). "
+            "Raise the token budget, the samples or the number of problems.",
+        ]
     elif stalled:
-        lines += ["", f"At K = {', '.join(map(str, stalled))} no candidate added coverage; "
-                  "those picks follow pool order (ties go to the lowest index)."]
-    lines += ["", f"Best single action (the Best static baseline): `{pool[best].name}`, mean reward "
-              f"{sel.mean_reward[best]:.3f}.", f"Whole pool ({len(pool)} actions): F = {sel.pool_coverage:.3f}.", ""]
+        lines += [
+            "",
+            f"At K = {', '.join(map(str, stalled))} no candidate added coverage; "
+            "those picks follow pool order (ties go to the lowest index).",
+        ]
+    lines += [
+        "",
+        f"Best single action (the Best static baseline): `{pool[best].name}`, mean reward {sel.mean_reward[best]:.3f}.",
+        f"Whole pool ({len(pool)} actions): F = {sel.pool_coverage:.3f}.",
+        "",
+    ]
     return "\n".join(lines)
 
 

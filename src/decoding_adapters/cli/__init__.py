@@ -15,8 +15,14 @@ import sys
 
 # sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("decoding_adapters.cli.demo", "the main job: select actions, train both adapters, evaluate, write a report"),
-    "select-actions": ("decoding_adapters.cli.select_actions", "evaluate a candidate pool and pick K complementary actions"),
+    "demo": (
+        "decoding_adapters.cli.demo",
+        "the main job: select actions, train both adapters, evaluate, write a report",
+    ),
+    "select-actions": (
+        "decoding_adapters.cli.select_actions",
+        "evaluate a candidate pool and pick K complementary actions",
+    ),
     "train-sequence": ("decoding_adapters.cli.train_sequence", "train a sequence-level (contextual bandit) adapter"),
     "train-token": ("decoding_adapters.cli.train_token", "train a token-level (POMDP) adapter"),
     "evaluate": ("decoding_adapters.cli.evaluate", "pass@k of static baselines and adapters with confidence intervals"),
@@ -53,8 +59,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             sub.add_parser(name, help=help_text)
             continue
         module = importlib.import_module(module_name)
-        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).split("\n\n")[0],
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        p = sub.add_parser(
+            name,
+            help=help_text,
+            description=(module.__doc__ or help_text).split("\n\n")[0],
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        )
         module.configure_parser(p)
         p.set_defaults(_run=module.run_cli)
     return parser
@@ -65,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command if command in COMMANDS else "")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
     if not getattr(args, "command", None):
         parser.print_help()
         return 2

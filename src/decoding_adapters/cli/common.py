@@ -79,8 +79,9 @@ class RunOptions:
 
 def add_model_arguments(p: argparse.ArgumentParser, **kwargs) -> None:
     """--model / --device / --dtype (the ``ModelSpec`` fields)."""
-    add_config_arguments(p, ModelSpec, title="frozen LM", flags={"name_or_path": ["--model"]}, choices={"dtype": DTYPES},
-                         **kwargs)
+    add_config_arguments(
+        p, ModelSpec, title="frozen LM", flags={"name_or_path": ["--model"]}, choices={"dtype": DTYPES}, **kwargs
+    )
 
 
 def add_task_arguments(p: argparse.ArgumentParser, exclude=()) -> None:
@@ -118,5 +119,12 @@ def build_task(args):
 
 
 def build_rollouts(args, lm, action_set: ActionSet) -> Rollouts:
-    return make_rollouts(args.backend, lm, action_set, batch_rows=args.batch_rows, workers=args.workers,
-                         ray_address=args.ray_address, model_spec=lm.spec)
+    return make_rollouts(
+        args.backend,
+        lm,
+        action_set,
+        batch_rows=args.batch_rows,
+        workers=args.workers,
+        ray_address=args.ray_address,
+        model_spec=lm.spec,
+    )

@@ -153,7 +153,8 @@ def build_config(cls: type, args: argparse.Namespace, *, base: Any = None, **ove
     missing there keep ``base``'s value, or the dataclass default), then ``overrides``."""
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.init and hasattr(args, f.name)}
     given.update(overrides)
-    for f in dataclasses.fields(cls):  # comma lists arrive as tuples; list fields as lists
-        if f.name in given and isinstance(given[f.name], list) and typing.get_origin(typing.get_type_hints(cls)[f.name]) is tuple:
-            given[f.name] = tuple(given[f.name])
+    hints = typing.get_type_hints(cls)
+    for name, value in given.items():  # a tuple field given a list (e.g. from JSON) becomes a tuple
+        if isinstance(value, list) and typing.get_origin(hints[name]) is tuple:
+            given[name] = tuple(value)
     return dataclasses.replace(base, **given) if base is not None else cls(**given)

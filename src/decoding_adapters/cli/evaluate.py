@@ -113,7 +113,9 @@ def _baseline_methods(args, lm, task, adapters: list[Method], cfg: EvalConfig, f
         out.append(mixed_method(actions))
         token_sets = {tuple(m.actions) for m in adapters if m.kind == "token"} - {tuple(actions)}
         for i, token_actions in enumerate(sorted(token_sets, key=str)):
-            out.append(mixed_method(token_actions, name="Mixed (token actions)" + (f" {i + 1}" if i else ""), level="token"))
+            out.append(
+                mixed_method(token_actions, name="Mixed (token actions)" + (f" {i + 1}" if i else ""), level="token")
+            )
     return out
 
 
@@ -143,8 +145,9 @@ def _best_action(args, lm, task, actions, cfg: EvalConfig, factory) -> DecodingA
     split = "validation" if "validation" in getattr(task, "splits", ()) else "train"
     problems = task.load(split)[: args.best_problems]
     log.info("choosing Best among %d actions on %d %s problems", len(actions), len(problems), split)
-    best, scores = select_best_action(lm, task, problems, actions, samples=min(4, cfg.n), config=cfg,
-                                      rollouts_factory=factory)
+    best, scores = select_best_action(
+        lm, task, problems, actions, samples=min(4, cfg.n), config=cfg, rollouts_factory=factory
+    )
     log.info("Best = %s (validation pass@1 by action: %s)", best.name, {k: round(v, 3) for k, v in scores.items()})
     return best
 

@@ -17,8 +17,13 @@ class GenerateOptions:
 
     adapter: str
     """adapter directory (written by train-sequence / train-token)"""
-    token_budget: int | None = field(default=None, metadata={
-        "help": f"max new tokens per completion (default: a token adapter's training budget, else {DEFAULT_TOKEN_BUDGET})"})
+    token_budget: int | None = field(
+        default=None,
+        metadata={
+            "help": "max new tokens per completion (default: a token adapter's training budget, "
+            f"else {DEFAULT_TOKEN_BUDGET})"
+        },
+    )
     parallel_budget: int = 1
     """completions per prompt (B)"""
     seed: int = 0
@@ -35,7 +40,9 @@ def add_generator_model_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def generator_from_args(args) -> AdaptiveGenerator:
-    return AdaptiveGenerator.from_pretrained(args.adapter, model=args.name_or_path, device=args.device, dtype=args.dtype)
+    return AdaptiveGenerator.from_pretrained(
+        args.adapter, model=args.name_or_path, device=args.device, dtype=args.dtype
+    )
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -46,8 +53,13 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 def run_cli(args) -> int:
     gen = generator_from_args(args)
-    outs = gen.generate(args.prompts, token_budget=args.token_budget, parallel_budget=args.parallel_budget,
-                        seed=args.seed, deterministic_policy=not args.sample_policy)
+    outs = gen.generate(
+        args.prompts,
+        token_budget=args.token_budget,
+        parallel_budget=args.parallel_budget,
+        seed=args.seed,
+        deterministic_policy=not args.sample_policy,
+    )
     if args.json:
         print(json.dumps({"adapter": gen.describe(), "generations": [g.to_dict() for g in outs]}, indent=2))
     else:

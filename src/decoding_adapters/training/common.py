@@ -91,11 +91,15 @@ class TrainingLoop:
         if resume and self.checkpoint.exists():
             state = self.checkpoint.load()
             if state["config"] != asdict(cfg):
-                raise ValueError("the checkpoint was written with a different configuration; resume with the same options")
+                raise ValueError(
+                    "the checkpoint was written with a different configuration; resume with the same options"
+                )
             self.restore(state)
             self.step = state["step"]
         elif self.checkpoint.exists():
-            raise ValueError(f"{self.out_dir} already holds a run: pass --resume to continue it or choose another --out")
+            raise ValueError(
+                f"{self.out_dir} already holds a run: pass --resume to continue it or choose another --out"
+            )
         else:
             summary = self.start()
             self.log.truncate_after(-1)

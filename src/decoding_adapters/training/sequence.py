@@ -214,7 +214,9 @@ class ReplayRewards:
         ])
 
 
-def reward_source(config: SequenceTrainConfig, task, action_set: ActionSet, rollouts: Rollouts | None = None) -> RewardSource:
+def reward_source(
+    config: SequenceTrainConfig, task, action_set: ActionSet, rollouts: Rollouts | None = None
+) -> RewardSource:
     """Replay from ``config.replay`` when set, else live rollouts (which ``rollouts`` must then be)."""
     if config.replay:
         return ReplayRewards(OutcomeTable.load(config.replay), action_set, config.seed)
@@ -252,19 +254,33 @@ class SequenceTrainer(TrainingLoop):
 
     name = "train-sequence"
 
-    def __init__(self, config: SequenceTrainConfig, lm, task, rewards: RewardSource, out_dir: str | Path, *,
-                 task_name: str = "", progress: bool = True):
+    def __init__(
+        self,
+        config: SequenceTrainConfig,
+        lm,
+        task,
+        rewards: RewardSource,
+        out_dir: str | Path,
+        *,
+        task_name: str = "",
+        progress: bool = True,
+    ):
         self.config, self.lm, self.task, self.rewards = config, lm, task, rewards
         self.action_set = rewards.action_set
         self._init_loop(out_dir, progress)
         self.task_name = task_name or getattr(task, "name", "")
         with torch.random.fork_rng():  # same seed, same initial weights, whatever ran before
             seed_everything(config.seed, "init")
-            self.policy = SequencePolicy(SequencePolicyConfig(
-                embed_dim=lm.hidden_size, num_actions=len(self.action_set), use_budget=config.use_budget,
-                hidden=config.policy_hidden, temperature=config.policy_temperature,
-                max_budget=max(max(config.budgets), 2),
-            ))
+            self.policy = SequencePolicy(
+                SequencePolicyConfig(
+                    embed_dim=lm.hidden_size,
+                    num_actions=len(self.action_set),
+                    use_budget=config.use_budget,
+                    hidden=config.policy_hidden,
+                    temperature=config.policy_temperature,
+                    max_budget=max(max(config.budgets), 2),
+                )
+            )
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr)
         self.embeddings = PromptEmbeddings(lm, config.pooling, self.out_dir / "embeddings.pt")
         self.baselines: dict[str, float] = {}
@@ -306,11 +322,16 @@ class SequenceTrainer(TrainingLoop):
         cfg = self.config
         gen = step_generator(cfg.seed, "step", self.step)
         # the step's bandit rounds: prompts, a parallel budget B (and a metric) for each
-        problems = [self.train_problems[i] for i in sample_prompt_batch(len(self.train_problems), cfg.prompts_per_step, gen)]
+        problems = [
+            self.train_problems[i] for i in sample_prompt_batch(len(self.train_problems), cfg.prompts_per_step, gen)
+        ]
         prompts, emb, cot = self._encode(problems)
         budgets = [cfg.budgets[i] for i in torch.randint(len(cfg.budgets), (len(problems),), generator=gen).tolist()]
-        metrics = ([METRICS[i] for i in torch.randint(len(METRICS), (len(problems),), generator=gen).tolist()]
-                   if cfg.metric == "mix" else [cfg.metric] * len(problems))
+        metrics = (
+            [METRICS[i] for i in torch.randint(len(METRICS), (len(problems),), generator=gen).tolist()]
+            if cfg.metric == "mix"
+            else [cfg.metric] * len(problems)
+        )
         budget_t = torch.tensor(budgets)
         # rollout: one action a ~ pi(. | e, B) per prompt, B completions under it
         self.policy.train()
@@ -325,10 +346,15 @@ class SequenceTrainer(TrainingLoop):
         loss, probs, entropy = sequence_loss(self.policy, emb, budget_t, actions, advantages, cfg.entropy_coef)
         loss.backward()
         self.optimizer.step()
-        record = {"reward": float(rewards.mean()), "entropy": float(entropy.mean()), "loss": float(loss.detach()),
-                  "action_probs": probs.mean(0).tolist(), "action_freq": action_histogram(actions, len(self.action_set)),
-                  "reward_by_budget": {str(b): float(rewards[budget_t == b].mean()) for b in sorted(set(budgets))},
-                  "offline_replay": self.rewards.offline}
+        record = {
+            "reward": float(rewards.mean()),
+            "entropy": float(entropy.mean()),
+            "loss": float(loss.detach()),
+            "action_probs": probs.mean(0).tolist(),
+            "action_freq": action_histogram(actions, len(self.action_set)),
+            "reward_by_budget": {str(b): float(rewards[budget_t == b].mean()) for b in sorted(set(budgets))},
+            "offline_replay": self.rewards.offline,
+        }
         if cfg.cot_ratio > 0:
             cot_t = torch.tensor(cot)
             for name, sel in (("action_probs_cot", cot_t), ("action_probs_nocot", ~cot_t)):
@@ -345,12 +371,18 @@ class SequenceTrainer(TrainingLoop):
         with torch.no_grad():
             actions, _ = self.policy.select(emb, torch.tensor(budgets), deterministic=True)
         metric = "pass" if self.config.metric == "mix" else self.config.metric
-        rewards = self.rewards.rewards(self.val_problems, prompts, actions.tolist(), budgets, [metric] * len(budgets), ("val",))
+        rewards = self.rewards.rewards(
+            self.val_problems, prompts, actions.tolist(), budgets, [metric] * len(budgets), ("val",)
+        )
         return float(rewards.mean())
 
     # ---- loop hooks (see TrainingLoop) --------------------------------------------------------
     def state(self) -> dict:
-        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(), "baselines": self.baselines}
+        return {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "baselines": self.baselines,
+        }
 
     def restore(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
@@ -359,9 +391,14 @@ class SequenceTrainer(TrainingLoop):
 
     def save(self) -> Path:
         config = AdapterConfig(
-            kind="sequence", policy=asdict(self.policy.config), actions=self.action_set.to_json(),
-            base_model=self.lm.spec.name_or_path, base_fingerprint=self.lm.fingerprint(),
-            embedding={"pooling": self.config.pooling}, budgets=list(self.config.budgets), task=self.task_name,
+            kind="sequence",
+            policy=asdict(self.policy.config),
+            actions=self.action_set.to_json(),
+            base_model=self.lm.spec.name_or_path,
+            base_fingerprint=self.lm.fingerprint(),
+            embedding={"pooling": self.config.pooling},
+            budgets=list(self.config.budgets),
+            task=self.task_name,
             training=asdict(self.config),
         )
         return save_adapter(self.out_dir, self.policy, config)

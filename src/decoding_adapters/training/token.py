@@ -145,7 +145,8 @@ class TokenBatch:
 
     def select_rows(self, rows: torch.Tensor) -> "TokenBatch":
         keep = torch.isin(self.row, rows)
-        return TokenBatch(*(getattr(self, f)[keep] for f in ("hidden", "entropy", "remaining", "actions", "advantage", "decision", "row")))
+        names = ("hidden", "entropy", "remaining", "actions", "advantage", "decision", "row")
+        return TokenBatch(*(getattr(self, f)[keep] for f in names))
 
     @property
     def num_decisions(self) -> int:
@@ -171,7 +172,9 @@ def rollout_batch_from_result(result: DecodeResult, advantages: torch.Tensor, ma
     )
 
 
-def token_loss(policy: TokenPolicy, batch: TokenBatch, normalizer: int, entropy_coef: float) -> tuple[torch.Tensor, dict]:
+def token_loss(
+    policy: TokenPolicy, batch: TokenBatch, normalizer: int, entropy_coef: float
+) -> tuple[torch.Tensor, dict]:
     """``reinforce_loss`` over the batch's decision steps, divided by ``normalizer`` (the number of
     decision steps in the *whole* batch, across micro-batches and workers)."""
     device = next(policy.parameters()).device
@@ -179,9 +182,16 @@ def token_loss(policy: TokenPolicy, batch: TokenBatch, normalizer: int, entropy_
     if not bool(take.any()):
         zero = sum(p.sum() * 0 for p in policy.parameters())  # keeps DDP's all-reduce in step
         return zero, {"entropy": 0.0}
-    obs = policy.observation(batch.hidden[take].to(device), batch.entropy[take].to(device), batch.remaining[take].to(device))
-    loss, entropy = reinforce_loss(policy.log_probs(obs), batch.actions[take].to(device),
-                                   batch.advantage[take].to(device), entropy_coef, normalizer)
+    obs = policy.observation(
+        batch.hidden[take].to(device), batch.entropy[take].to(device), batch.remaining[take].to(device)
+    )
+    loss, entropy = reinforce_loss(
+        policy.log_probs(obs),
+        batch.actions[take].to(device),
+        batch.advantage[take].to(device),
+        entropy_coef,
+        normalizer,
+    )
     return loss, {"entropy": float(entropy.detach().mean())}
 
 
@@ -201,8 +211,18 @@ class TokenTrainer(TrainingLoop):
 
     name = "train-token"
 
-    def __init__(self, config: TokenTrainConfig, lm, task, rollouts: Rollouts, out_dir: str | Path, *,
-                 task_name: str = "", progress: bool = True, train_problems: list | None = None):
+    def __init__(
+        self,
+        config: TokenTrainConfig,
+        lm,
+        task,
+        rollouts: Rollouts,
+        out_dir: str | Path,
+        *,
+        task_name: str = "",
+        progress: bool = True,
+        train_problems: list | None = None,
+    ):
         """``train_problems``: already-filtered training problems (skips the probe), e.g. shared by
         several runs that would otherwise filter the same prompts again."""
         self.config, self.lm, self.task, self.rollouts = config, lm, task, rollouts
@@ -212,11 +232,19 @@ class TokenTrainer(TrainingLoop):
         self.action_set: ActionSet = rollouts.action_set
         with torch.random.fork_rng():  # same seed, same initial weights, whatever ran before
             seed_everything(config.seed, "init")
-            self.policy = TokenPolicy(TokenPolicyConfig(
-                hidden_size=lm.hidden_size, num_actions=len(self.action_set), features=config.features,
-                use_budget=config.use_budget, token_budget=config.token_budget, width=config.policy_width,
-                layers=config.policy_layers, dropout=config.dropout, temperature=config.policy_temperature,
-            ))
+            self.policy = TokenPolicy(
+                TokenPolicyConfig(
+                    hidden_size=lm.hidden_size,
+                    num_actions=len(self.action_set),
+                    features=config.features,
+                    use_budget=config.use_budget,
+                    token_budget=config.token_budget,
+                    width=config.policy_width,
+                    layers=config.policy_layers,
+                    dropout=config.dropout,
+                    temperature=config.policy_temperature,
+                )
+            )
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr)
         self.scheduler = torch.optim.lr_scheduler.ExponentialLR(self.optimizer, gamma=config.lr_decay)
         self.ema_baseline: float | None = None
@@ -237,25 +265,38 @@ class TokenTrainer(TrainingLoop):
             self.train_problems = problems
             return {"train_prompts": len(problems), "kept": len(problems)}
         request = self._request(problems, cfg.filter_samples, ("probe",))
-        result = self.rollouts.run(request, UniformChooser(len(self.action_set)), progress="probe prompts" if self.progress else False)
+        result = self.rollouts.run(
+            request, UniformChooser(len(self.action_set)), progress="probe prompts" if self.progress else False
+        )
         rates = score_rows(self.task, problems, result).view(len(problems), cfg.filter_samples).mean(1)
         keep = (rates > cfg.filter_min_pass) & (rates < cfg.filter_max_pass)
         self.train_problems = [p for p, k in zip(problems, keep.tolist()) if k]
-        summary = {"train_prompts": len(problems), "kept": len(self.train_problems),
-                   "dropped_all_fail": int((rates <= cfg.filter_min_pass).sum()),
-                   "dropped_all_pass": int((rates >= cfg.filter_max_pass).sum())}
-        log.info("prompt filtering: kept %d of %d (%d always failed, %d always passed)", summary["kept"],
-                 summary["train_prompts"], summary["dropped_all_fail"], summary["dropped_all_pass"])
+        summary = {
+            "train_prompts": len(problems),
+            "kept": len(self.train_problems),
+            "dropped_all_fail": int((rates <= cfg.filter_min_pass).sum()),
+            "dropped_all_pass": int((rates >= cfg.filter_max_pass).sum()),
+        }
+        log.info(
+            "prompt filtering: kept %d of %d (%d always failed, %d always passed)",
+            summary["kept"],
+            summary["train_prompts"],
+            summary["dropped_all_fail"],
+            summary["dropped_all_pass"],
+        )
         if not self.train_problems:
-            raise ValueError("prompt filtering kept no training prompt: every probe always failed or always passed; "
-                             "loosen --filter-min-pass/--filter-max-pass or use --filter-samples 0")
+            raise ValueError(
+                "prompt filtering kept no training prompt: every probe always failed or always passed; "
+                "loosen --filter-min-pass/--filter-max-pass or use --filter-samples 0"
+            )
         return summary
 
     def _request(self, problems, samples: int, key: tuple) -> RolloutRequest:
         prompts, _ = encode_problems(self.lm, self.task, problems, self.config.cot_ratio, self.config.seed)
         rows = [(i, g) for i in range(len(problems)) for g in range(samples)]
         return RolloutRequest(
-            prompts=prompts, prompt_of_row=[i for i, _ in rows],
+            prompts=prompts,
+            prompt_of_row=[i for i, _ in rows],
             row_seeds=[row_seed(self.config.seed, *key, problems[i].id, g) for i, g in rows],
             token_budget=self.config.token_budget,
         )
@@ -265,7 +306,9 @@ class TokenTrainer(TrainingLoop):
         """rollout -> reward -> advantage for step ``step``: G rollouts of each of the step's
         prompts under the current policy, their rewards, and the loss's inputs."""
         cfg = self.config
-        picked = sample_prompt_batch(len(self.train_problems), cfg.prompts_per_step, step_generator(cfg.seed, "batch", step))
+        picked = sample_prompt_batch(
+            len(self.train_problems), cfg.prompts_per_step, step_generator(cfg.seed, "batch", step)
+        )
         problems = [self.train_problems[i] for i in picked]
         self.policy.eval()
         request = self._request(problems, cfg.group_size, ("train", step))
@@ -286,14 +329,19 @@ class TokenTrainer(TrainingLoop):
         self.policy.train()
         self.optimizer.zero_grad(set_to_none=True)
         mine = self.own_rows(batch)
-        autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and next(self.policy.parameters()).is_cuda)
+        autocast = torch.autocast(
+            "cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and next(self.policy.parameters()).is_cuda
+        )
         with autocast:
             loss, stats = self.loss(mine, batch.num_decisions)
         (loss * self.world).backward()  # DDP averages gradients over the world; x world makes it a sum
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
-        return {"grad_norm": float(grad_norm), "policy_entropy": self.mean_over_ranks(stats["entropy"], mine.num_decisions)}
+        return {
+            "grad_norm": float(grad_norm),
+            "policy_entropy": self.mean_over_ranks(stats["entropy"], mine.num_decisions),
+        }
 
     # ---- what a data-parallel trainer overrides (see training.ddp) ----------------------------
     world = 1
@@ -325,12 +373,14 @@ class TokenTrainer(TrainingLoop):
         batch, rewards, result = self.rollout(self.step)  # rollout -> reward -> advantage
         stats = self.update(batch)  # loss -> step
         return {
-            "reward": float(rewards.mean()), **stats,
+            "reward": float(rewards.mean()),
+            **stats,
             "action_freq": action_histogram(result.actions, len(self.action_set)),
             "action_freq_decisions": action_histogram(batch.actions[batch.decision], len(self.action_set)),
             "action_probs": self._mean_probs(batch),
             "masked_fraction": 1 - batch.num_decisions / max(len(batch.actions), 1),
-            "mean_length": float(result.lengths.float().mean()), "lr": self.scheduler.get_last_lr()[0],
+            "mean_length": float(result.lengths.float().mean()),
+            "lr": self.scheduler.get_last_lr()[0],
         }
 
     def _mean_probs(self, batch: TokenBatch) -> list[float]:
@@ -344,8 +394,10 @@ class TokenTrainer(TrainingLoop):
 
     def state(self) -> dict:
         return {
-            "policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(), "ema_baseline": self.ema_baseline,
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "ema_baseline": self.ema_baseline,
             "train_ids": [p.id for p in self.train_problems],
         }
 
@@ -361,8 +413,13 @@ class TokenTrainer(TrainingLoop):
     def save(self) -> Path:
         """Write the adapter (safetensors + JSON) into the output directory."""
         config = AdapterConfig(
-            kind="token", policy=asdict(self.policy.config), actions=self.action_set.to_json(),
-            base_model=self.lm.spec.name_or_path, base_fingerprint=self.lm.fingerprint(),
-            budgets=[self.config.token_budget], task=self.task_name, training=asdict(self.config),
+            kind="token",
+            policy=asdict(self.policy.config),
+            actions=self.action_set.to_json(),
+            base_model=self.lm.spec.name_or_path,
+            base_fingerprint=self.lm.fingerprint(),
+            budgets=[self.config.token_budget],
+            task=self.task_name,
+            training=asdict(self.config),
         )
         return save_adapter(self.out_dir, self.policy, config)
