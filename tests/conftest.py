@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import string
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -65,6 +66,25 @@ def make_tiny_lm(seed: int = 0, hidden_size: int = 32) -> FrozenLM:
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
     return FrozenLM(model, tok)
+
+
+class FakeLM:
+    """The test suite's stand-in LM (a ``protocols.LanguageModel``) for trainers fed by fake
+    rollouts or reward sources: every chat encodes to one token, embeddings are seeded noise."""
+
+    def __init__(self, hidden_size: int = 8):
+        self.hidden_size = hidden_size
+        self.device = torch.device("cpu")
+        self.spec = SimpleNamespace(name_or_path="synthetic")
+
+    def fingerprint(self) -> dict:
+        return {"hidden_size": self.hidden_size, "vocab_size": 0}
+
+    def encode_chat(self, conversations):
+        return [[1] for _ in conversations]
+
+    def prompt_embeddings(self, prompts, pooling="mean", batch_size=32) -> torch.Tensor:
+        return torch.randn(len(prompts), self.hidden_size, generator=torch.Generator().manual_seed(len(prompts)))
 
 
 @pytest.fixture(scope="session")

@@ -156,3 +156,12 @@ print(json.dumps(failures))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240, check=True)
     failures = json.loads(out.stdout.strip().splitlines()[-1])
     assert not failures, "\n".join(f"{k}:\n{v}" for k, v in failures.items())
+
+
+def test_real_models_and_tasks_follow_the_protocols(tiny_lm):
+    from decoding_adapters.protocols import LanguageModel, VerifiableTask
+    from decoding_adapters.tasks import get_task
+
+    assert isinstance(tiny_lm, LanguageModel)
+    assert isinstance(get_task("arithmetic"), VerifiableTask)
+    assert not isinstance(object(), LanguageModel) and not isinstance(tiny_lm, VerifiableTask)

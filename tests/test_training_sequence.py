@@ -1,26 +1,18 @@
 """Sequence trainer on synthetic contextual bandits (no LLM): it learns context- and budget-
 dependent choices, and the w/o-budget variant provably cannot in the budget-dependent case."""
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
+from conftest import FakeLM
 from decoding_adapters.actions import ActionSet, DecodingAction
 from decoding_adapters.policies import load_adapter
+from decoding_adapters.protocols import LanguageModel, VerifiableTask
 from decoding_adapters.tasks import Problem
-from decoding_adapters.training.sequence import SequenceTrainConfig, SequenceTrainer, inference_reward
+from decoding_adapters.training.sequence import RewardSource, SequenceTrainConfig, SequenceTrainer, inference_reward
 
 DIM = 8
 ACTIONS = ActionSet([DecodingAction(do_sample=False), DecodingAction(temperature=1.0)])
-
-
-class FakeLM:
-    hidden_size = DIM
-    spec = SimpleNamespace(name_or_path="synthetic")
-
-    def fingerprint(self):
-        return {"hidden_size": DIM, "vocab_size": 0}
 
 
 class ClusterTask:
@@ -39,6 +31,15 @@ class ClusterTask:
 
     def load(self, split):
         return self.problems if split == "train" else self.problems[:16]
+
+    def prompt(self, problem, cot=False):
+        return [{"role": "user", "content": problem.question}]
+
+    def reward(self, problem, completion):  # rewards come from SyntheticRewards
+        raise AssertionError("the synthetic trainer never decodes")
+
+    def extract_answer(self, problem, completion):
+        return completion.strip()
 
 
 def success_prob(cluster: int, action: int, budget: int, budget_case: bool) -> float:
@@ -74,6 +75,11 @@ class SyntheticTrainer(SequenceTrainer):
         return None, torch.stack([p.meta["e"] for p in problems]), [False] * len(problems)
 
 
+def test_fakes_follow_the_protocols():
+    assert isinstance(FakeLM(DIM), LanguageModel) and isinstance(ClusterTask(4), VerifiableTask)
+    assert isinstance(SyntheticRewards(), RewardSource)
+
+
 def expected_reward(trainer, task, budget_case, budgets):
     """Exact expected reward of the (stochastic) policy, and the optimum."""
     total = best = 0.0
@@ -92,7 +98,7 @@ def train(tmp_path, budget_case, use_budget, steps=150):
     task = ClusterTask()
     config = SequenceTrainConfig(budgets=(1, 8), use_budget=use_budget, steps=steps, prompts_per_step=32, lr=3e-3,
                                  entropy_coef=0.001, val_every=1000, checkpoint_every=1000, policy_hidden=32)
-    trainer = SyntheticTrainer(config, FakeLM(), task, SyntheticRewards(budget_case), tmp_path, progress=False)
+    trainer = SyntheticTrainer(config, FakeLM(DIM), task, SyntheticRewards(budget_case), tmp_path, progress=False)
     trainer.train()
     return trainer, task
 
@@ -117,7 +123,7 @@ def test_resume_after_a_kill_gives_the_same_policy(tmp_path, monkeypatch):
     task = ClusterTask()
     config = SequenceTrainConfig(budgets=(1, 8), steps=6, prompts_per_step=32, lr=3e-3, entropy_coef=0.001,
                                  val_every=1000, checkpoint_every=2, policy_hidden=32)
-    killed = SyntheticTrainer(config, FakeLM(), task, SyntheticRewards(), tmp_path / "run", progress=False)
+    killed = SyntheticTrainer(config, FakeLM(DIM), task, SyntheticRewards(), tmp_path / "run", progress=False)
     original = SyntheticTrainer.train_step
     calls = {"n": 0}
 
@@ -132,8 +138,8 @@ def test_resume_after_a_kill_gives_the_same_policy(tmp_path, monkeypatch):
         killed.train()
     monkeypatch.setattr(SyntheticTrainer, "train_step", original)
     with pytest.raises(ValueError, match="--resume"):
-        SyntheticTrainer(config, FakeLM(), task, SyntheticRewards(), tmp_path / "run", progress=False).train()
-    resumed = SyntheticTrainer(config, FakeLM(), task, SyntheticRewards(), tmp_path / "run", progress=False)
+        SyntheticTrainer(config, FakeLM(DIM), task, SyntheticRewards(), tmp_path / "run", progress=False).train()
+    resumed = SyntheticTrainer(config, FakeLM(DIM), task, SyntheticRewards(), tmp_path / "run", progress=False)
     resumed.train(resume=True)
     for k, v in reference.policy.state_dict().items():
         torch.testing.assert_close(v, resumed.policy.state_dict()[k])

@@ -6,9 +6,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from conftest import FakeLM
 from decoding_adapters.actions import ActionSet, DecodingAction
 from decoding_adapters.decoding import DecodeResult, StepFeatures
 from decoding_adapters.policies import TokenPolicyChooser, load_adapter
+from decoding_adapters.protocols import LanguageModel, VerifiableTask
 from decoding_adapters.rollouts import Rollouts
 from decoding_adapters.tasks import Problem
 from decoding_adapters.training.token import (
@@ -23,18 +25,6 @@ H, T = 6, 5
 ACTIONS = ActionSet([DecodingAction(do_sample=False), DecodingAction(temperature=0.5), DecodingAction(temperature=1.0)])
 
 
-class FakeLM:
-    hidden_size = H
-    device = torch.device("cpu")
-    spec = SimpleNamespace(name_or_path="synthetic")
-
-    def fingerprint(self):
-        return {"hidden_size": H, "vocab_size": 0}
-
-    def encode_chat(self, chats):
-        return [[1] for _ in chats]
-
-
 class FakeTask:
     name = "pomdp"
 
@@ -46,6 +36,13 @@ class FakeTask:
 
     def reward(self, problem, completion):
         return float(completion == "1")
+
+    def extract_answer(self, problem, completion):
+        return completion.strip()
+
+
+def test_fakes_follow_the_protocols():
+    assert isinstance(FakeLM(H), LanguageModel) and isinstance(FakeTask(), VerifiableTask)
 
 
 class PomdpRollouts(Rollouts):
@@ -82,7 +79,7 @@ def make_trainer(tmp_path, **overrides):
     params = dict(token_budget=T, steps=40, prompts_per_step=8, group_size=4, lr=1e-2, lr_decay=1.0, entropy_coef=0.001,
                   filter_samples=0, val_every=1000, val_problems=8, checkpoint_every=1000, policy_width=32, dropout=0.0)
     params.update(overrides)
-    return TokenTrainer(TokenTrainConfig(**params), FakeLM(), FakeTask(), PomdpRollouts(), tmp_path, progress=False)
+    return TokenTrainer(TokenTrainConfig(**params), FakeLM(H), FakeTask(), PomdpRollouts(), tmp_path, progress=False)
 
 
 def accuracy_on_observations(policy) -> float:
@@ -159,7 +156,7 @@ def test_filtering_drops_prompts_that_always_or_never_pass(tmp_path):
 
     trainer = TokenTrainer(
         TokenTrainConfig(token_budget=T, filter_samples=2, group_size=2, dropout=0.0),
-        FakeLM(),
+        FakeLM(H),
         Half(),
         PomdpRollouts(),
         tmp_path,

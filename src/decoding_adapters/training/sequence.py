@@ -23,7 +23,7 @@ import logging
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal, Protocol, Sequence
+from typing import Literal, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -148,6 +148,7 @@ def sequence_loss(policy: SequencePolicy, embeddings, budgets, actions, advantag
 # ---- reward sources: where the reward of B completions comes from -----------------------------
 
 
+@runtime_checkable
 class RewardSource(Protocol):
     """The reward of each prompt's B completions under its chosen action and metric."""
 
