@@ -34,7 +34,7 @@ def test_train_sequence_cli_without_budget(tiny_model_dir, tmp_path):
             "--budgets", "1,2", "--no-budget", "--actions", "math-token"]
     assert main(args) == 0
     _, cfg = load_adapter(out)
-    assert cfg.kind == "sequence" and not cfg.policy["use_budget"] and cfg.budgets == [1, 2]
+    assert cfg.kind == "sequence" and not cfg.policy["use_budget"] and cfg.parallel_budgets == [1, 2]
     assert (out / "embeddings.pt").exists()
 
 

@@ -43,7 +43,8 @@ def make_adapter(directory: Path, lm, kind: str, base_model: str | None = None, 
         actions = ActionSet(PRESETS["math-token"])
         policy = TokenPolicy(TokenPolicyConfig(hidden_size=lm.hidden_size, num_actions=len(actions), token_budget=8))
     config = AdapterConfig(kind=kind, policy=dataclasses.asdict(policy.config), actions=actions.to_json(),
-                           base_model=base_model or "tiny", base_fingerprint=lm.fingerprint(), budgets=[1, 2, 4, 8])
+                           base_model=base_model or "tiny", base_fingerprint=lm.fingerprint(),
+                           parallel_budgets=[1, 2, 4, 8])
     save_adapter(directory, policy, config)
     return directory
 

@@ -1,5 +1,7 @@
 """Policies: shapes, budget inputs, chooser reproducibility, save/load round trip and mismatch errors."""
 
+import json
+
 import pytest
 import torch
 
@@ -69,3 +71,17 @@ def test_adapter_round_trip_and_mismatch(tmp_path, tiny_lm):
         load_adapter(tmp_path, tiny_lm)
     with pytest.raises(FileNotFoundError):
         load_adapter(tmp_path / "nope")
+
+
+def test_adapter_json_written_before_the_budget_split_still_loads(tmp_path, tiny_lm):
+    """Old adapter.json files hold ``budgets`` (B for sequence adapters, [b] for token adapters)."""
+    policy = TokenPolicy(TokenPolicyConfig(hidden_size=tiny_lm.hidden_size, num_actions=4, token_budget=24))
+    cfg = AdapterConfig(kind="token", policy=policy.config.__dict__, actions=ActionSet(PRESETS["math-token"]).to_json(),
+                        base_model="tiny", base_fingerprint=tiny_lm.fingerprint(), token_budget=24)
+    save_adapter(tmp_path, policy, cfg)
+    data = json.loads((tmp_path / "adapter.json").read_text())
+    data.pop("token_budget"), data.pop("parallel_budgets")
+    (tmp_path / "adapter.json").write_text(json.dumps({**data, "budgets": [24]}))
+    assert load_adapter(tmp_path)[1].token_budget == 24
+    old_sequence = AdapterConfig.from_dict({**data, "kind": "sequence", "budgets": [1, 2, 4]})
+    assert old_sequence.parallel_budgets == [1, 2, 4] and old_sequence.token_budget is None

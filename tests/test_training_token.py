@@ -100,7 +100,7 @@ def test_learns_the_observation_dependent_action(tmp_path):
     assert log[-1]["reward"] > log[1]["reward"]
     assert abs(log[-1]["masked_fraction"] - 2 / 5) < 1e-6  # steps 0 and 3 are near-deterministic
     policy, cfg = load_adapter(tmp_path)
-    assert cfg.kind == "token" and cfg.budgets == [T]
+    assert cfg.kind == "token" and cfg.token_budget == T
 
 
 def _batch(trainer, step=0) -> TokenBatch:

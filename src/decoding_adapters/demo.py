@@ -185,7 +185,7 @@ def _train_sequence(
 ):
     config = SequenceTrainConfig(
         actions=str(actions_path),
-        budgets=cfg.seq_budgets,
+        parallel_budgets=cfg.seq_budgets,
         use_budget=use_budget,
         token_budget=cfg.token_budget,
         steps=cfg.seq_steps,

@@ -405,14 +405,7 @@ def _sequence_choices(method: Method, lm, prompts, cfg: EvalConfig) -> list[list
     emb = lm.prompt_embeddings(prompts, pooling=pooling)
     by_policy: dict[int, list[list[DecodingAction]]] = {}
     for policy in method.all_policies:
-        device = next(policy.parameters()).device
-        per_k = []
-        with torch.no_grad():
-            for k in cfg.k_values:
-                action, _ = policy.select(
-                    emb.to(device), torch.full((len(prompts),), k, device=device), deterministic=True
-                )
-                per_k.append(action.tolist())
+        per_k = [policy.choose(emb, torch.full((len(prompts),), k))[0].tolist() for k in cfg.k_values]
         by_policy[id(policy)] = [
             [method.actions[per_k[ki][i]] for ki in range(len(cfg.k_values))] for i in range(len(prompts))
         ]

@@ -41,7 +41,6 @@ from .models import FrozenLM, ModelSpec, load_frozen_lm
 from .policies import (
     AdapterConfig,
     TokenPolicyChooser,
-    categorical_from_uniform,
     check_compatible,
     load_adapter,
     save_adapter,
@@ -323,18 +322,12 @@ class AdaptiveGenerator:
         pooling = self.config.embedding.get("pooling", "mean")
         emb = self.lm.prompt_embeddings([list(p.prompt_ids) for p in chunk], pooling=pooling)
         budget = torch.tensor([p.parallel_budget for p in chunk])
-        device = next(self.policy.parameters()).device
-        probs = self.policy.probs(emb.to(device), budget.to(device)).float().cpu()
         if deterministic:
-            return probs.argmax(-1), probs
+            return self.policy.choose(emb, budget)
         # One uniform per prompt from its own generator: the draw does not depend on the batch.
-        uniform = torch.stack(
-            [
-                torch.rand((), generator=torch.Generator().manual_seed(row_seed(p.seed, p.index, "policy")))
-                for p in chunk
-            ]
-        )
-        return categorical_from_uniform(probs, uniform), probs
+        seeds = [row_seed(p.seed, p.index, "policy") for p in chunk]
+        uniform = torch.stack([torch.rand((), generator=torch.Generator().manual_seed(s)) for s in seeds])
+        return self.policy.choose(emb, budget, deterministic=False, uniform=uniform)
 
     def _split(self, chunk, result: DecodeResult, chosen, probs) -> list[Generation]:
         out, row = [], 0

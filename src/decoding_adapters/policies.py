@@ -137,6 +137,21 @@ class SequencePolicy(_PolicyBase):
             x = torch.cat([x, self.budget_encoder(self.encode_budget(budget.to(x.device)))], dim=-1)
         return self.head(x)
 
+    def choose(self, embeddings: torch.Tensor, budgets: torch.Tensor, *, deterministic: bool = True,
+               uniform: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(action ``[N]``, probabilities ``[N, K]``), on CPU, for prompt embeddings ``[N, embed_dim]``
+        and parallel budgets ``[N]``: the argmax, or (``deterministic=False``) an inverse-CDF draw
+        from ``uniform [N]``, one number per prompt so that a draw does not depend on the batch.
+        No gradients: this is how a trained adapter (or validation) picks actions."""
+        device = next(self.parameters()).device
+        with torch.no_grad():
+            probs = self.probs(embeddings.to(device), budgets.to(device)).float().cpu()
+        if deterministic:
+            return probs.argmax(-1), probs
+        if uniform is None:
+            raise ValueError("a sampled choice needs one uniform number per prompt")
+        return categorical_from_uniform(probs, uniform), probs
+
 
 @dataclass(frozen=True)
 class TokenPolicyConfig:
@@ -236,14 +251,29 @@ class AdapterConfig:
     """hidden_size and vocab size of that LM: loading onto a mismatched LM fails clearly."""
     embedding: dict = field(default_factory=lambda: {"pooling": "mean"})
     """How prompt embeddings are made (sequence adapters)."""
-    budgets: list[int] = field(default_factory=list)
-    """Parallel budgets seen in training (sequence) or [token_budget] (token)."""
+    parallel_budgets: list[int] = field(default_factory=list)
+    """Parallel budgets B seen in training (sequence adapters)."""
+    token_budget: int | None = None
+    """Token budget b of training (token adapters)."""
     task: str = ""
     training: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.kind not in ("sequence", "token"):
             raise ValueError(f"adapter kind must be 'sequence' or 'token', got {self.kind!r}")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "AdapterConfig":
+        """Read ``adapter.json``, including files written before ``budgets`` was split into
+        ``parallel_budgets`` (sequence) and ``token_budget`` (token)."""
+        data = dict(data)
+        if "budgets" in data:
+            old = list(data.pop("budgets") or [])
+            if data.get("kind") == "token":
+                data.setdefault("token_budget", old[0] if old else None)
+            else:
+                data.setdefault("parallel_budgets", old)
+        return cls(**data)
 
     @property
     def action_list(self) -> list[DecodingAction]:
@@ -272,7 +302,7 @@ def load_adapter(directory: str | Path, lm=None) -> tuple[nn.Module, AdapterConf
         raise FileNotFoundError(
             f"{directory} holds no adapter.json: point at a directory written by save_adapter / train-*."
         )
-    config = AdapterConfig(**json.loads((directory / "adapter.json").read_text()))
+    config = AdapterConfig.from_dict(json.loads((directory / "adapter.json").read_text()))
     if lm is not None:
         check_compatible(config, lm)
     policy = config.build_policy()

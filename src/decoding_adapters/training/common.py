@@ -42,9 +42,15 @@ def sample_prompt_batch(num_prompts: int, batch: int, generator: torch.Generator
     return torch.randperm(num_prompts, generator=generator)[: min(batch, num_prompts)].tolist()
 
 
+RENAMED_FIELDS = {"budgets": "parallel_budgets"}
+"""Config fields renamed since a checkpoint may have been written: old name -> new name."""
+
+
 def config_from_dict(cls, data: dict):
-    """Rebuild a config dataclass from JSON, ignoring fields a newer version dropped."""
+    """Rebuild a config dataclass from JSON (or a checkpoint), reading renamed fields under their
+    new names and ignoring fields a newer version dropped."""
     names = {f.name for f in fields(cls)}
+    data = {RENAMED_FIELDS.get(k, k) if RENAMED_FIELDS.get(k) in names else k: v for k, v in data.items()}
     return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in names})
 
 
@@ -90,7 +96,7 @@ class TrainingLoop:
         cfg = self.config
         if resume and self.checkpoint.exists():
             state = self.checkpoint.load()
-            if state["config"] != asdict(cfg):
+            if config_from_dict(type(cfg), state["config"]) != cfg:
                 raise ValueError(
                     "the checkpoint was written with a different configuration; resume with the same options"
                 )

@@ -1,7 +1,7 @@
 """Sequence-level adapter training: a budget-aware contextual bandit trained with REINFORCE
 (paper Sec. "Sequence-Level: Contextual Bandits", Alg. "Sequence-Level Decoding Adapter").
 
-Each step draws a batch of prompts and a parallel budget B per prompt (from ``budgets``), samples
+Each step draws a batch of prompts and a parallel budget B per prompt (from ``parallel_budgets``), samples
 one action a ~ pi(.|e, B) per prompt, generates B completions under a, and scores them with the
 inference metric under budget B: ``pass`` (pass@B: any of the B is right, i.e. best-of-B with a
 verifier), ``majority`` (the most common extracted answer is right), ``mean`` (fraction right),
@@ -66,7 +66,7 @@ class SequenceTrainConfig:
 
     actions: str = "mix"
     """Action set: preset name or JSON file (e.g. select-actions' actions.json)."""
-    budgets: tuple[int, ...] = (1, 2, 4, 8)
+    parallel_budgets: tuple[int, ...] = (1, 2, 4, 8)
     """Parallel budgets B drawn uniformly per prompt."""
     use_budget: bool = True
     """x = [e ; g(B)] (w/ budget) or x = e (w/o budget)."""
@@ -106,8 +106,8 @@ class SequenceTrainConfig:
     """Seed of the initial weights, the prompt batches, the actions drawn and the rollouts."""
 
     def __post_init__(self) -> None:
-        if not self.budgets or min(self.budgets) < 1:
-            raise ValueError("budgets must be positive integers")
+        if not self.parallel_budgets or min(self.parallel_budgets) < 1:
+            raise ValueError("parallel_budgets must be positive integers")
         if self.metric not in METRICS + ("mix",):
             raise ValueError(f"metric must be one of {METRICS + ('mix',)}, got {self.metric!r}")
         if self.prompts_per_step < 1 or self.steps < 0 or self.val_every < 1 or self.checkpoint_every < 1:
@@ -279,7 +279,7 @@ class SequenceTrainer(TrainingLoop):
                     use_budget=config.use_budget,
                     hidden=config.policy_hidden,
                     temperature=config.policy_temperature,
-                    max_budget=max(max(config.budgets), 2),
+                    max_budget=max(max(config.parallel_budgets), 2),
                 )
             )
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr)
@@ -327,7 +327,8 @@ class SequenceTrainer(TrainingLoop):
             self.train_problems[i] for i in sample_prompt_batch(len(self.train_problems), cfg.prompts_per_step, gen)
         ]
         prompts, emb, cot = self._encode(problems)
-        budgets = [cfg.budgets[i] for i in torch.randint(len(cfg.budgets), (len(problems),), generator=gen).tolist()]
+        choices = cfg.parallel_budgets
+        budgets = [choices[i] for i in torch.randint(len(choices), (len(problems),), generator=gen).tolist()]
         metrics = (
             [METRICS[i] for i in torch.randint(len(METRICS), (len(problems),), generator=gen).tolist()]
             if cfg.metric == "mix"
@@ -367,10 +368,10 @@ class SequenceTrainer(TrainingLoop):
         if not self.val_problems:
             return float("nan")
         prompts, emb, _ = self._encode(self.val_problems)
-        budgets = [self.config.budgets[i % len(self.config.budgets)] for i in range(len(self.val_problems))]
+        choices = self.config.parallel_budgets
+        budgets = [choices[i % len(choices)] for i in range(len(self.val_problems))]
         self.policy.eval()
-        with torch.no_grad():
-            actions, _ = self.policy.select(emb, torch.tensor(budgets), deterministic=True)
+        actions, _ = self.policy.choose(emb, torch.tensor(budgets))
         metric = "pass" if self.config.metric == "mix" else self.config.metric
         rewards = self.rewards.rewards(
             self.val_problems, prompts, actions.tolist(), budgets, [metric] * len(budgets), ("val",)
@@ -398,7 +399,7 @@ class SequenceTrainer(TrainingLoop):
             base_model=self.lm.spec.name_or_path,
             base_fingerprint=self.lm.fingerprint(),
             embedding={"pooling": self.config.pooling},
-            budgets=list(self.config.budgets),
+            parallel_budgets=list(self.config.parallel_budgets),
             task=self.task_name,
             training=asdict(self.config),
         )

@@ -418,7 +418,7 @@ class TokenTrainer(TrainingLoop):
             actions=self.action_set.to_json(),
             base_model=self.lm.spec.name_or_path,
             base_fingerprint=self.lm.fingerprint(),
-            budgets=[self.config.token_budget],
+            token_budget=self.config.token_budget,
             task=self.task_name,
             training=asdict(self.config),
         )
