@@ -57,7 +57,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal, Sequence
+from typing import Callable, Literal, NamedTuple, Sequence, Union
 
 import torch
 from tqdm.auto import tqdm
@@ -238,22 +238,42 @@ def adapter_method(directory: str | Path | Sequence[str | Path], lm=None, name: 
 
 # ---- keys: which generation a method uses for (seed, problem, sample) ----------------------------
 
-StaticKey = tuple  # (DecodingAction, seed, problem, sample); greedy: (GREEDY, 0, problem, 0)
+class StaticKey(NamedTuple):
+    """A generation under one fixed action, shared by every method that uses that action for this
+    (seed, problem, sample). Greedy is deterministic: ``(GREEDY, 0, problem, 0)`` for all of them."""
+
+    action: DecodingAction
+    seed: int
+    problem: int
+    """Index into the evaluated problems."""
+    sample: int
+
+
+class TokenKey(NamedTuple):
+    """A generation of a token adapter (its own, never shared)."""
+
+    method: str
+    seed: int
+    problem: int
+    sample: int
+
+
+Key = Union[StaticKey, TokenKey]
 
 
 def _static_key(action: DecodingAction, s: int, i: int, j: int) -> StaticKey:
-    return (GREEDY, 0, i, 0) if action.is_greedy else (action, s, i, j)
+    return StaticKey(GREEDY, 0, i, 0) if action.is_greedy else StaticKey(action, s, i, j)
 
 
 def _mixed_action(method: Method, cfg: EvalConfig, s: int, pid: str, j: int) -> DecodingAction:
     return method.actions[row_seed(cfg.seed, s, pid, j, "mixed-action") % len(method.actions)]
 
 
-def _sample_keys(method: Method, cfg: EvalConfig, s: int, i: int, pid: str, choices) -> list[list[tuple]]:
+def _sample_keys(method: Method, cfg: EvalConfig, s: int, i: int, pid: str, choices) -> list[list[Key]]:
     """For each k (in ``cfg.k_values`` order) the n keys of the samples pass@k is computed from."""
     n, ks = cfg.n, cfg.k_values
     if method.kind == "token":
-        keys = [("token", method.name, s, i, j) for j in range(n)]
+        keys = [TokenKey(method.name, s, i, j) for j in range(n)]
         return [keys] * len(ks)
     if method.kind == "sequence":
         return [[_static_key(choices[method.name][s][i][ki], s, i, j) for j in range(n)] for ki in range(len(ks))]
@@ -264,9 +284,9 @@ def _sample_keys(method: Method, cfg: EvalConfig, s: int, i: int, pid: str, choi
     return [keys] * len(ks)
 
 
-def _display_keys(method: Method, cfg: EvalConfig, problems, choices) -> list[tuple]:
+def _display_keys(method: Method, cfg: EvalConfig, problems, choices) -> list[Key]:
     """Keys of the trajectories kept for ``method``: seed 0, one per problem first, then more samples."""
-    out: list[tuple] = []
+    out: list[Key] = []
     for idx in range(cfg.keep_trajectories):
         i, j = idx % len(problems), idx // len(problems)
         if j >= cfg.n or (method.kind == "greedy" and j > 0):
@@ -292,7 +312,7 @@ class _Store:
     token_counts: dict = field(default_factory=dict)  # token method name -> Counter(action)
 
     def add(
-        self, keys: list[tuple], result: DecodeResult, rewards: torch.Tensor, actions: list[DecodingAction]
+        self, keys: list[Key], result: DecodeResult, rewards: torch.Tensor, actions: list[DecodingAction]
     ) -> None:
         for r, key in enumerate(keys):
             self.correct[key] = float(rewards[r])
@@ -321,9 +341,8 @@ def _score(task, problems, keys_problem: list[int], result: DecodeResult) -> tor
     return torch.tensor([float(task.reward(problems[p], text)) for p, text in zip(keys_problem, result.texts)])
 
 
-def _row_seed_of(cfg: EvalConfig, key: tuple, problems) -> int:
-    _, s, i, j = key[-4:]
-    return row_seed(cfg.seed, s, problems[i].id, j, "eval")
+def _row_seed_of(cfg: EvalConfig, key: Key, problems) -> int:
+    return row_seed(cfg.seed, key.seed, problems[key.problem].id, key.sample, "eval")
 
 
 ROWS_PER_REQUEST = 4096
@@ -344,13 +363,13 @@ def _run_rows(
     chooser=None,
     actions,
 ) -> list[DecodeResult]:
-    """Decode the rows ``keys`` (problem index ``key[-2]``) in slices and record their outcomes."""
+    """Decode the rows ``keys`` in slices and record their outcomes."""
     results = []
     for start in range(0, len(keys), ROWS_PER_REQUEST):
         part = keys[start : start + ROWS_PER_REQUEST]
         request = RolloutRequest(
             prompts,
-            [k[-2] for k in part],
+            [k.problem for k in part],
             [_row_seed_of(cfg, k, problems) for k in part],
             cfg.token_budget,
             None if row_actions is None else row_actions[start : start + len(part)],
@@ -374,13 +393,13 @@ def _decode_static(keys, prompts, problems, task, cfg, rollouts: Rollouts, store
         rollouts,
         store,
         progress,
-        row_actions=[index[k[0]] for k in keys],
+        row_actions=[index[k.action] for k in keys],
         actions=rollouts.action_set.actions,
     )
 
 
 def _decode_token(method: Method, s, prompts, problems, task, cfg, rollouts: Rollouts, store: _Store, progress) -> None:
-    keys = [("token", method.name, s, i, j) for i in range(len(problems)) for j in range(cfg.n)]
+    keys = [TokenKey(method.name, s, i, j) for i in range(len(problems)) for j in range(cfg.n)]
     results = _run_rows(
         keys,
         prompts,
@@ -493,7 +512,8 @@ def evaluate(
         for s in tqdm(range(cfg.seeds), desc="evaluate (seeds)", unit="seed", disable=not progress):
             needed = _keys_for_seed(methods, cfg, s, problems, choices)
             todo = sorted(
-                (k for k in needed if k[0] != "token" and k not in store.correct), key=lambda k: (k[2], k[1], k[3])
+                (k for k in needed if isinstance(k, StaticKey) and k not in store.correct),
+                key=lambda k: (k.problem, k.seed, k.sample),
             )
             _decode_static(todo, prompts, problems, task, cfg, static_rollouts, store, progress and f"static s={s}")
             for m in methods:
@@ -526,12 +546,13 @@ def _warn_token_budgets(methods, cfg: EvalConfig) -> None:
             log.warning("%s was trained with token budget %d; evaluating with %d", m.name, trained, cfg.token_budget)
 
 
-def _keys_for_seed(methods, cfg, s, problems, choices) -> set:
-    keys = set()
+def _keys_for_seed(methods, cfg, s, problems, choices) -> dict[Key, None]:
+    """Every generation seed ``s`` needs, in first-use order (an ordered set)."""
+    keys: dict[Key, None] = {}
     for m in methods:
         for i, p in enumerate(problems):
             for per_k in _sample_keys(m, cfg, s, i, p.id, choices):
-                keys.update(per_k)
+                keys.update(dict.fromkeys(per_k))
     return keys
 
 
@@ -615,8 +636,8 @@ def _details_header(methods, cfg: EvalConfig, problems, cot, meta) -> dict:
     }
 
 
-def _method_keys(m: Method, cfg, problems, choices) -> list[tuple]:
-    keys: dict[tuple, None] = {}
+def _method_keys(m: Method, cfg, problems, choices) -> list[Key]:
+    keys: dict[Key, None] = {}
     for s in range(cfg.seeds):
         for i, p in enumerate(problems):
             for per_k in _sample_keys(m, cfg, s, i, p.id, choices):
@@ -636,16 +657,16 @@ def _action_usage(m: Method, cfg, problems, choices, store: _Store) -> list[floa
         total = sum(counts.values()) or 1
         return [counts.get(a, 0) / total for a in range(len(m.actions))]
     keys = _method_keys(m, cfg, problems, choices)
-    counts = Counter(GREEDY if k[0].is_greedy else k[0] for k in keys)
+    counts = Counter(GREEDY if k.action.is_greedy else k.action for k in keys)
     canon = [GREEDY if a.is_greedy else a for a in m.actions]
     return [counts.get(a, 0) / max(len(keys), 1) for a in canon]
 
 
-def _public_record(record: dict, key: tuple, m: Method, problems) -> dict:
+def _public_record(record: dict, key: Key, m: Method, problems) -> dict:
     canon = [GREEDY if a.is_greedy else a for a in m.actions]
     out = {k: v for k, v in record.items() if k != "_actions"}
     out["actions"] = [canon.index(GREEDY if a.is_greedy else a) for a in record["_actions"]]
-    out.update(problem_id=problems[key[-2]].id, seed=key[-3], sample=key[-1])
+    out.update(problem_id=problems[key.problem].id, seed=key.seed, sample=key.sample)
     return out
 
 
