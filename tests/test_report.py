@@ -7,7 +7,8 @@ import random
 import pytest
 
 from decoding_adapters import plots
-from decoding_adapters.evaluation import EvalConfig, _summarise
+from decoding_adapters.evaluation import EvalConfig
+from decoding_adapters.evaluation.runner import _summarise
 from decoding_adapters.report import (
     all_methods_table,
     load_training_log,

@@ -1,239 +1,34 @@
-"""Evaluation: pass@k of static baselines and decoding adapters, side by side, with confidence intervals.
-
-Methods (each a :class:`Method`), evaluated on the same problems and seeds:
-
-- ``Greedy``: the greedy action. Deterministic, so it is decoded once per problem and its single
-  outcome stands for all ``n`` samples (``c = n`` or ``0``): pass@k is the same for every k.
-- ``Best``: one static action (the best single action on validation: ``best_single`` of
-  ``select-actions``' ``actions.json``, or :func:`select_best_action`).
-- ``Mixed``: every sample draws its action uniformly from an action set (seeded, per sample).
-- sequence adapters (w/ and w/o budget): for each ``k`` the policy picks an action deterministically
-  from (prompt embedding, ``B = k``); ``n`` samples under that action give pass@k. A w/o-budget
-  adapter picks the same action for every k.
-- token adapters (w/ budget, w/o budget, entropy-only): ``n`` samples with
-  ``TokenPolicyChooser(policy)`` (actions sampled from the policy at every token).
-
-``n = max(k_values)`` samples per problem and seed; pass@k uses the unbiased estimator
-:func:`stats.pass_at_k` on those ``n``. ``mean_length`` is the mean number of generated tokens (EOS
-included); for a sequence adapter it is averaged over the k values, each k weighing its own action.
-
-Common random numbers: sample ``j`` of problem ``p`` in seed ``s`` always uses the row seed
-``row_seed(config.seed, s, p.id, j, "eval")``, whatever the method. Since a row's output depends only
-on its prompt, seed and action(s) (see ``decoding``), two methods that use the same action for a
-sample get the *same* generation: static rows are keyed by (action, seed, problem, sample), decoded
-once and shared (Best, Mixed and the sequence adapters reuse each other's generations, and greedy
-rows are shared across seeds). Comparisons between methods are therefore paired and less noisy.
-
-Uncertainty (``mean_ci``): for each method and metric we average each problem's value over the
-seeds, then report the mean over problems with a two-sided Student-t interval (``confidence``,
-default 95%) computed from the spread of those per-problem values: mean ± t_{P-1} · sd / sqrt(P).
-This counts problem-to-problem variation as well as sampling noise, the right interval when the
-problems are a sample of a larger population. It is wider than a binomial interval over all
-``P × seeds`` Bernoulli runs: the paper's ±1.2 at ~72% on 500 problems × 3 runs matches
-sqrt(p(1-p)/1500), a binomial standard error; ``eval_details.json`` gives that number too
-(``binomial_se``), along with the across-seed spread (``seed_means``, ``seed_std``: the mean over
-problems computed separately for each seed). With one problem the interval is undefined (null).
-Intervals of pass@k are clipped to [0, 1] (then no longer symmetric: tables print
-``mean [low, high]`` instead of ``mean ± half-width``). Differences between two methods on the
-same problems use :func:`stats.paired_ci` (a t interval on per-problem differences), which is
-what the report uses to say whether an adapter beats a baseline.
-
-Output (``Evaluation.write``):
-
-- ``results.json``: ``{method: {metric: {"mean", "ci_low", "ci_high"}}}``, metrics ``pass@k`` for
-  each k and ``mean_length``; pass@k as fractions in [0, 1], lengths in tokens.
-- ``eval_details.json``: config, problems, method descriptions (kind, role, level, action names),
-  per-problem values (``[problem][seed]``), seed means, generation lengths, action usage,
-  sequence-adapter choices and a sample of trajectories (text, token ids, token strings, per-token
-  action indices into the method's action list, base entropies, max-probs) for the figures.
-"""
+"""The runner: which generation each method uses (typed keys), decoding the generations once,
+scoring them and summarising pass@k with intervals into an ``Evaluation``. See the package
+docstring for the sampling scheme (common random numbers) and the intervals."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal, NamedTuple, Sequence, Union
+from typing import Callable, NamedTuple, Sequence, Union
 
 import torch
 from tqdm.auto import tqdm
 
-from .actions import GREEDY, ActionSet, DecodingAction
-from .decoding import DecodeResult, row_seed
-from .io import write_json
-from .policies import AdapterConfig, TokenPolicyChooser, load_adapter
-from .rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
-from .stats import check_int, finite_or_none, format_interval, mean_ci, pass_at_k
+from ..actions import GREEDY, ActionSet, DecodingAction
+from ..decoding import DecodeResult, row_seed
+from ..io import write_json
+from ..policies import TokenPolicyChooser
+from ..rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
+from ..stats import finite_or_none, format_interval, mean_ci, pass_at_k
+from .methods import EvalConfig, Method, static_method
 
-__all__ = [
-    "EvalConfig",
-    "Method",
-    "greedy_method",
-    "static_method",
-    "mixed_method",
-    "adapter_method",
-    "Evaluation",
-    "evaluate",
-    "select_best_action",
-    "resolve_best_action",
-    "format_table",
-]
+__all__ = ["Evaluation", "StaticKey", "TokenKey", "evaluate", "select_best_action", "format_table"]
 
 log = logging.getLogger(__name__)
 
-MethodKind = Literal["greedy", "static", "mixed", "sequence", "token"]
 RolloutsFactory = Callable[[ActionSet, bool], Rollouts]
 """``(action_set, per_token) -> Rollouts``; ``per_token`` is True when a chooser will drive it."""
-
-
-# ---- configuration and methods -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    """How an evaluation samples and summarises."""
-
-    k_values: tuple[int, ...] = (1, 2, 4, 8)
-    """Parallel budgets k reported as pass@k; n = max(k) samples per problem and seed."""
-    seeds: int = 3
-    """Independent repetitions (different row seeds) of the whole evaluation."""
-    token_budget: int = 128
-    """Max new tokens per sample."""
-    cot_ratio: float = 0.0
-    """Fraction of prompts given a chain-of-thought instruction (fixed per problem, as in training)."""
-    seed: int = 0
-    """Base seed of the row seeds and of the CoT assignment."""
-    confidence: float = 0.95
-    """Level of the confidence intervals."""
-    keep_trajectories: int = 64
-    """Trajectories kept per method (seed 0, spread over problems first) for plots and traces."""
-
-    def __post_init__(self) -> None:
-        ks = tuple(sorted({check_int("k", k) for k in self.k_values}))
-        if not ks or ks[0] < 1:
-            raise ValueError(f"k_values must be positive integers, got {self.k_values}")
-        object.__setattr__(self, "k_values", ks)
-        if self.seeds < 1 or self.token_budget < 1 or self.keep_trajectories < 0:
-            raise ValueError("seeds and token_budget must be >= 1, keep_trajectories >= 0")
-        if not 0.0 <= self.cot_ratio <= 1.0:
-            raise ValueError(f"cot_ratio must be in [0, 1], got {self.cot_ratio}")
-        if not 0.0 < self.confidence < 1.0:
-            raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
-
-    @property
-    def n(self) -> int:
-        """Samples per problem and seed."""
-        return max(self.k_values)
-
-    @property
-    def metrics(self) -> list[str]:
-        return [f"pass@{k}" for k in self.k_values] + ["mean_length"]
-
-
-@dataclass
-class Method:
-    """One column of the comparison."""
-
-    name: str
-    """Unique display name (the key in results.json)."""
-    kind: MethodKind
-    actions: list[DecodingAction]
-    """greedy/static: the one action; mixed: the set drawn from; adapters: the policy's outputs in order."""
-    role: str = ""
-    """Column in the paper's tables: greedy, best, mixed, w/o budget, w/ budget, entropy-only."""
-    level: Literal["static", "sequence", "token"] = "static"
-    """Which table the method belongs to (static baselines appear in both)."""
-    policy: torch.nn.Module | None = None
-    adapter: AdapterConfig | None = None
-    source: str | None = None
-    """Adapter directory, if any."""
-    seed_policies: list[torch.nn.Module] | None = None
-    """One adapter per evaluation seed (e.g. trained with seeds 0, 1, 2): seed s uses
-    ``seed_policies[s % len]``; None means ``policy`` for every seed."""
-
-    def __post_init__(self) -> None:
-        if not self.name:
-            raise ValueError("a method needs a name")
-        if self.kind not in ("greedy", "static", "mixed", "sequence", "token"):
-            raise ValueError(f"unknown method kind {self.kind!r}")
-        if not self.actions:
-            raise ValueError(f"method {self.name!r} has no actions")
-        if self.kind in ("greedy", "static") and len(self.actions) != 1:
-            raise ValueError(f"static method {self.name!r} needs exactly one action")
-        if self.kind in ("sequence", "token") and self.policy is None:
-            raise ValueError(f"adapter method {self.name!r} needs a policy")
-
-    @property
-    def action_names(self) -> list[str]:
-        return [a.name for a in self.actions]
-
-    def policy_for(self, seed: int) -> torch.nn.Module | None:
-        return self.seed_policies[seed % len(self.seed_policies)] if self.seed_policies else self.policy
-
-    @property
-    def all_policies(self) -> list[torch.nn.Module]:
-        return list(self.seed_policies or ([self.policy] if self.policy is not None else []))
-
-    def describe(self) -> dict:
-        """JSON-friendly description (eval_details.json ``methods``)."""
-        out = {
-            "kind": self.kind,
-            "role": self.role,
-            "level": self.level,
-            "actions": self.action_names,
-            "action_dicts": [a.to_dict() for a in self.actions],
-            "source": self.source,
-        }
-        if self.adapter is not None:
-            out["adapter_policy"] = dict(self.adapter.policy)
-        return out
-
-
-def greedy_method(name: str = "Greedy") -> Method:
-    return Method(name, "greedy", [GREEDY], role="greedy")
-
-
-def static_method(action: DecodingAction, name: str = "Best", role: str = "best") -> Method:
-    return Method(name, "greedy" if action.is_greedy else "static", [action], role=role)
-
-
-def mixed_method(actions: Sequence[DecodingAction], name: str = "Mixed", level: str = "static") -> Method:
-    return Method(name, "mixed", list(actions), role="mixed", level=level)
-
-
-def adapter_role(config: AdapterConfig) -> str:
-    """'entropy-only', 'w/ budget' or 'w/o budget' from an adapter's policy config."""
-    if config.kind == "token" and config.policy.get("features", "hidden") == "entropy":
-        return "entropy-only"
-    return "w/ budget" if config.policy.get("use_budget", True) else "w/o budget"
-
-
-def adapter_method(directory: str | Path | Sequence[str | Path], lm=None, name: str | None = None) -> Method:
-    """Load the adapter in ``directory`` (checked against ``lm``) as a method. A list of directories
-    (the same adapter trained with different seeds) gives one adapter per evaluation seed."""
-    directories = [directory] if isinstance(directory, (str, Path)) else list(directory)
-    loaded = [load_adapter(d, lm) for d in directories]
-    policy, config = loaded[0]
-    for _, other in loaded[1:]:
-        if (other.kind, other.actions, adapter_role(other)) != (config.kind, config.actions, adapter_role(config)):
-            raise ValueError(f"adapters {directories} differ in kind, actions or variant: they cannot share a method")
-    role = adapter_role(config)
-    name = name or f"{'Seq' if config.kind == 'sequence' else 'Token'} {role}"
-    return Method(
-        name,
-        config.kind,
-        config.action_list,
-        role=role,
-        level=config.kind,
-        policy=policy,
-        adapter=config,
-        source=", ".join(map(str, directories)),
-        seed_policies=[p for p, _ in loaded] if len(loaded) > 1 else None,
-    )
 
 
 # ---- keys: which generation a method uses for (seed, problem, sample) ----------------------------
@@ -699,45 +494,6 @@ def select_best_action(
     scores = {m.actions[0].name: ev.results[m.name]["pass@1"]["mean"] for m in methods}
     best = max(range(len(methods)), key=lambda i: (ev.results[methods[i].name]["pass@1"]["mean"], -i))
     return actions[best], scores
-
-
-def resolve_best_action(spec, actions: Sequence[DecodingAction]) -> DecodingAction | None:
-    """The Best action from ``spec``: an index into ``actions``, an action name, a DecodingAction
-    dict, ``{"index": i}`` / ``{"action": {...}}``, or a JSON file whose ``best_single`` is any of
-    these. Returns None when a file has no ``best_single``."""
-    if isinstance(spec, DecodingAction):
-        return spec
-    if isinstance(spec, (str, Path)) and Path(spec).is_file():
-        data = json.loads(Path(spec).read_text())
-        if not isinstance(data, dict) or data.get("best_single") is None:
-            return None
-        file_actions = [DecodingAction.from_dict(d) for d in data.get("actions", [])] or list(actions)
-        return resolve_best_action(data["best_single"], file_actions)
-    if isinstance(spec, str):
-        text = spec.strip()
-        if text.lstrip("-").isdigit():
-            return resolve_best_action(int(text), actions)
-        if text.startswith("{"):
-            return resolve_best_action(json.loads(text), actions)
-        for a in actions:
-            if a.name == text:
-                return a
-        raise ValueError(f"best action {spec!r} is not an index, a name in {[a.name for a in actions]}, JSON or a file")
-    if isinstance(spec, int):
-        if not 0 <= spec < len(actions):
-            raise ValueError(f"best action index {spec} is out of range for {len(actions)} actions")
-        return actions[spec]
-    if isinstance(spec, dict):
-        if "index" in spec:
-            return resolve_best_action(int(spec["index"]), actions)
-        if "action" in spec:
-            return resolve_best_action(spec["action"], actions)
-        if "name" in spec and not set(spec) & {"do_sample", "temperature"}:
-            return resolve_best_action(str(spec["name"]), actions)
-        return DecodingAction.from_dict(
-            {k: v for k, v in spec.items() if k in ("do_sample", "temperature", "top_k", "top_p", "min_p")}
-        )
-    raise ValueError(f"cannot read a best action from {spec!r}")
 
 
 # ---- printing ------------------------------------------------------------------------------------

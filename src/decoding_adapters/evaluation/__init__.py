@@ -1,0 +1,81 @@
+"""Evaluation: pass@k of static baselines and decoding adapters, side by side, with confidence intervals.
+
+Methods (each a :class:`Method`), evaluated on the same problems and seeds:
+
+- ``Greedy``: the greedy action. Deterministic, so it is decoded once per problem and its single
+  outcome stands for all ``n`` samples (``c = n`` or ``0``): pass@k is the same for every k.
+- ``Best``: one static action (the best single action on validation: ``best_single`` of
+  ``select-actions``' ``actions.json``, or :func:`select_best_action`).
+- ``Mixed``: every sample draws its action uniformly from an action set (seeded, per sample).
+- sequence adapters (w/ and w/o budget): for each ``k`` the policy picks an action deterministically
+  from (prompt embedding, ``B = k``); ``n`` samples under that action give pass@k. A w/o-budget
+  adapter picks the same action for every k.
+- token adapters (w/ budget, w/o budget, entropy-only): ``n`` samples with
+  ``TokenPolicyChooser(policy)`` (actions sampled from the policy at every token).
+
+``n = max(k_values)`` samples per problem and seed; pass@k uses the unbiased estimator
+:func:`stats.pass_at_k` on those ``n``. ``mean_length`` is the mean number of generated tokens (EOS
+included); for a sequence adapter it is averaged over the k values, each k weighing its own action.
+
+Common random numbers: sample ``j`` of problem ``p`` in seed ``s`` always uses the row seed
+``row_seed(config.seed, s, p.id, j, "eval")``, whatever the method. Since a row's output depends only
+on its prompt, seed and action(s) (see ``decoding``), two methods that use the same action for a
+sample get the *same* generation: static rows are keyed by (action, seed, problem, sample), decoded
+once and shared (Best, Mixed and the sequence adapters reuse each other's generations, and greedy
+rows are shared across seeds). Comparisons between methods are therefore paired and less noisy.
+
+Uncertainty (``mean_ci``): for each method and metric we average each problem's value over the
+seeds, then report the mean over problems with a two-sided Student-t interval (``confidence``,
+default 95%) computed from the spread of those per-problem values: mean ± t_{P-1} · sd / sqrt(P).
+This counts problem-to-problem variation as well as sampling noise, the right interval when the
+problems are a sample of a larger population. It is wider than a binomial interval over all
+``P × seeds`` Bernoulli runs: the paper's ±1.2 at ~72% on 500 problems × 3 runs matches
+sqrt(p(1-p)/1500), a binomial standard error; ``eval_details.json`` gives that number too
+(``binomial_se``), along with the across-seed spread (``seed_means``, ``seed_std``: the mean over
+problems computed separately for each seed). With one problem the interval is undefined (null).
+Intervals of pass@k are clipped to [0, 1] (then no longer symmetric: tables print
+``mean [low, high]`` instead of ``mean ± half-width``). Differences between two methods on the
+same problems use :func:`stats.paired_ci` (a t interval on per-problem differences), which is
+what the report uses to say whether an adapter beats a baseline.
+
+Output (``Evaluation.write``):
+
+- ``results.json``: ``{method: {metric: {"mean", "ci_low", "ci_high"}}}``, metrics ``pass@k`` for
+  each k and ``mean_length``; pass@k as fractions in [0, 1], lengths in tokens.
+- ``eval_details.json``: config, problems, method descriptions (kind, role, level, action names),
+  per-problem values (``[problem][seed]``), seed means, generation lengths, action usage,
+  sequence-adapter choices and a sample of trajectories (text, token ids, token strings, per-token
+  action indices into the method's action list, base entropies, max-probs) for the figures.
+
+Modules: ``methods`` (``EvalConfig``, ``Method`` and its constructors), ``runner`` (typed keys,
+decoding, scoring, ``evaluate``); the statistics are the leaf module ``decoding_adapters.stats``.
+"""
+
+from .methods import (
+    EvalConfig,
+    Method,
+    adapter_method,
+    adapter_role,
+    greedy_method,
+    mixed_method,
+    resolve_best_action,
+    static_method,
+)
+from .runner import Evaluation, StaticKey, TokenKey, evaluate, format_table, select_best_action
+
+__all__ = [
+    "EvalConfig",
+    "Method",
+    "greedy_method",
+    "static_method",
+    "mixed_method",
+    "adapter_method",
+    "adapter_role",
+    "Evaluation",
+    "StaticKey",
+    "TokenKey",
+    "evaluate",
+    "select_best_action",
+    "resolve_best_action",
+    "format_table",
+]
