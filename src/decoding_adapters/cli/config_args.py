@@ -132,6 +132,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, *, title: s
         if f.name in choices:
             kwargs["choices"] = list(choices[f.name])
         names = list(flags.get(f.name, ["--" + f.name.replace("_", "-")]))
+        if f.name in flags and "choices" not in kwargs and "action" not in kwargs:
+            kwargs["metavar"] = names[0].lstrip("-").replace("-", "_").upper()
         names += [("--" + a.replace("_", "-")) if not a.startswith("-") else a for a in aliases.get(f.name, ())]
         default = defaults.get(f.name, _default(f))
         help_text = f.metadata.get("help") or docs.get(f.name, "")
