@@ -1,11 +1,12 @@
 """Sequence-level adapter training: a budget-aware contextual bandit trained with REINFORCE
 (paper Sec. "Sequence-Level: Contextual Bandits", Alg. "Sequence-Level Decoding Adapter").
 
-Each step draws a batch of prompts and a parallel budget B per prompt (from ``parallel_budgets``), samples
-one action a ~ pi(.|e, B) per prompt, generates B completions under a, and scores them with the
-inference metric under budget B: ``pass`` (pass@B: any of the B is right, i.e. best-of-B with a
-verifier), ``majority`` (the most common extracted answer is right), ``mean`` (fraction right),
-or ``mix`` (one of those drawn per prompt, the paper's "mix of inference strategies").
+Each step draws a batch of prompts and a parallel budget B per prompt (from ``parallel_budgets``),
+samples one action a ~ pi(.|e, B) per prompt, gets the reward of B completions under a from a
+``RewardSource``, and scores them with the inference metric under budget B: ``pass`` (pass@B:
+any of the B is right, i.e. best-of-B with a verifier), ``majority`` (the most common extracted
+answer is right), ``mean`` (fraction right), or ``mix`` (one of those drawn per prompt, the
+paper's "mix of inference strategies").
 
 Objective: E[r] + beta * H(pi(.|x)), optimised with the score-function gradient
 ``(r - b(B)) * grad log pi(a|x) + beta * grad H``. Departures from textbook REINFORCE:
@@ -15,6 +16,10 @@ Objective: E[r] + beta * H(pi(.|x)), optimised with the score-function gradient
 - **Offline replay** (``replay=outcomes.jsonl`` from ``select-actions``): rewards are simulated by
   drawing B stored samples of the (problem, action) cell instead of decoding. It is much faster but
   limited to the problems and actions in that table; logs mark such runs ``"offline_replay": true``.
+
+The reward seam: ``LiveRewards`` (decode with a rollout engine, score with the task) and
+``ReplayRewards`` (the table) are the two ``RewardSource``s; ``reward_source(config, ...)`` picks
+one, and tests pass their own. The loss is ``training.reinforce.reinforce_loss``.
 """
 
 from __future__ import annotations
