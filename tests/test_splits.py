@@ -20,7 +20,9 @@ from decoding_adapters.tasks.base import (
     normalise_question,
     parse_data_spec,
     plan_splits,
+    load_planned_split,
     problems_digest,
+    problems_in,
 )
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -197,3 +199,24 @@ def test_gsm8k_default_data_has_three_disjoint_splits() -> None:
 def test_arithmetic_splits_are_disjoint_by_content() -> None:
     check_disjoint(get_task("arithmetic"))
     check_disjoint(get_task("arithmetic", train_size=40, validation_size=10, test_size=10, seed=3))
+
+
+def test_generic_split_loading_for_other_tasks(tmp_path: Path) -> None:
+    # What a task outside math.py (e.g. the code tasks) does: plan, then load with its own reader.
+    path = _math_file(tmp_path / "he.jsonl", _questions(20))
+
+    def read(p: Path) -> list[Problem]:
+        return [Problem(f"own/{i}", json.loads(line)["problem"], "") for i, line in enumerate(p.read_text().splitlines())]
+
+    whole = load_planned_split(plan_splits(str(path), {}, "he", splits=("test",)), "test", read, "he")
+    assert [p.id for p in whole] == [f"own/{i}" for i in range(20)]  # own ids kept without id_prefix
+    parts = [load_planned_split(plan_splits(str(path), {}, "cc"), s, read, "cc") for s in ("train", "validation", "test")]
+    assert sorted(p.id for part in parts for p in part) == sorted(p.id for p in whole)
+    with pytest.raises(ValueError, match="no split 'validation'"):
+        load_planned_split(plan_splits({"test": path}, {}, "he"), "validation", read, "he")
+
+
+def test_problems_in_finds_recorded_problems_by_content() -> None:
+    seen = [Problem("a/1", "What is 2 + 2?", "4"), Problem("a/2", "What is 3 + 3?", "6")]
+    candidates = [Problem("b/1", "what is 2+2 ?", "4"), Problem("b/2", "What is 5 + 5?", "10")]
+    assert [p.id for p in problems_in(candidates, content_hashes(seen))] == ["b/1"]

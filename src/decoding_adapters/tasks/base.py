@@ -420,8 +420,16 @@ def problems_digest(problems: Iterable[Problem | str]) -> str:
 
 
 def hash_position(digest: str) -> float:
-    """Where a content hash lies in [0, 1): the hash read as a binary fraction (uniform)."""
-    return int(digest, 16) / 16 ** len(digest)
+    """Where a content hash lies in [0, 1): its first 13 hex digits read as a binary fraction
+    (uniform; 52 bits, so the float is exact and never rounds up to 1.0)."""
+    return int(digest[:13], 16) / 16**13
+
+
+def problems_in(problems: Iterable[Problem], hashes: Iterable[str]) -> list[Problem]:
+    """The problems whose content hash is among ``hashes`` (e.g. the hashes an adapter recorded
+    for its training and selection problems), in order: what ``evaluate`` must not score it on."""
+    recorded = set(hashes)
+    return [p for p in problems if content_hash(p) in recorded]
 
 
 # --------------------------------------------------------------------------- file-based splits
