@@ -23,6 +23,7 @@ from decoding_adapters.tasks.base import (
     load_planned_split,
     problems_digest,
     problems_in,
+    problems_record,
 )
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -220,3 +221,6 @@ def test_problems_in_finds_recorded_problems_by_content() -> None:
     seen = [Problem("a/1", "What is 2 + 2?", "4"), Problem("a/2", "What is 3 + 3?", "6")]
     candidates = [Problem("b/1", "what is 2+2 ?", "4"), Problem("b/2", "What is 5 + 5?", "10")]
     assert [p.id for p in problems_in(candidates, content_hashes(seen))] == ["b/1"]
+    record = json.loads(json.dumps(problems_record(seen + seen[:1])))  # JSON round trip, repeats once
+    assert record["count"] == 2 and record["digest"] == problems_digest(seen)
+    assert [p.id for p in problems_in(candidates, record["content_hashes"])] == ["b/1"]

@@ -114,7 +114,8 @@ class VLLMConfig:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.dtype not in (None, "auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be auto, float32, bfloat16, float16 or None, got {self.dtype!r}")
-        if self.max_model_len is not None and (isinstance(self.max_model_len, bool) or not isinstance(self.max_model_len, int) or self.max_model_len < 1):
+        length = self.max_model_len
+        if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
             raise ValueError(f"max_model_len must be a positive integer or None, got {self.max_model_len!r}")
 
     def engine_kwargs(self, spec: ModelSpec) -> dict[str, Any]:
@@ -236,6 +237,10 @@ class VLLMRollouts(Rollouts):
                  dtype: str | None = None, llm: Any = None, sampling_params_cls: Callable[..., Any] | None = None,
                  **engine_kwargs):
         check_vllm_actions(action_set)  # before any engine starts: a refused action fails fast
+        sensitive = [a.name for a in action_set.actions if order_sensitive(a)]
+        if sensitive:
+            log.info("vLLM V1 applies min-p before top-p: these actions may keep other tokens than on the hf "
+                     "backend: %s", ", ".join(sensitive))
         self.model_spec, self.action_set = model_spec, action_set
         self.stop_token_ids = _eos_ids(tokenizer)
         config = config or VLLMConfig()

@@ -425,6 +425,13 @@ def hash_position(digest: str) -> float:
     return int(digest[:13], 16) / 16**13
 
 
+def problems_record(problems: Sequence[Problem]) -> dict[str, Any]:
+    """What an adapter stores about a set of problems it was trained or selected on (JSON-ready):
+    ``{"count": n distinct, "digest": problems_digest, "content_hashes": sorted hashes}``."""
+    hashes = sorted(set(content_hashes(problems)))
+    return {"count": len(hashes), "digest": problems_digest(hashes), "content_hashes": hashes}
+
+
 def problems_in(problems: Iterable[Problem], hashes: Iterable[str]) -> list[Problem]:
     """The problems whose content hash is among ``hashes`` (e.g. the hashes an adapter recorded
     for its training and selection problems), in order: what ``evaluate`` must not score it on."""
