@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from decoding_adapters.tasks import Problem, get_task
+from decoding_adapters.tasks.base import content_hash
 from decoding_adapters.tasks.math import (
     extract_boxed,
     extract_final_answer,
@@ -174,10 +175,11 @@ def _write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 def test_math_task_from_one_file(tmp_path: Path) -> None:
     data = _write_jsonl(tmp_path / "m.jsonl", [{"problem": "1+1?", "answer": "2", "level": "Level 1", "type": "Algebra"}])
-    task = get_task("math", data=str(data), system_prompt="qwen3-math-nothink")
+    task = get_task("math", data=f"test={data}", system_prompt="qwen3-math-nothink")
     problems = task.load("test")
-    assert problems[0].id == "math/test/0" and problems[0].meta["type"] == "Algebra"
-    assert task.load("train") == [Problem("math/train/0", "1+1?", "2", problems[0].meta)]
+    assert problems[0].id == f"math/{content_hash('1+1?')}" and problems[0].meta["type"] == "Algebra"
+    assert task.splits == ("test",)  # a file named for one split is that split only
+    assert get_task("math", data={"train": data}).load("train") == [Problem(problems[0].id, "1+1?", "2", problems[0].meta)]
     messages = task.prompt(problems[0])
     assert messages[0] == {"role": "system", "content": "Provide the final answer within \\boxed{}. /nothink"}
     assert messages[1]["content"].endswith(task.instruction) and task.cot_instruction not in messages[1]["content"]
@@ -203,7 +205,7 @@ def test_math_task_missing_field_names_line(tmp_path: Path) -> None:
 
 def test_gsm8k_task_answer_is_the_number(tmp_path: Path) -> None:
     data = _write_jsonl(tmp_path / "g.jsonl", [{"question": "How many?", "answer": "3 + 4 = <<3+4=7>>7\n#### 7"}])
-    task = get_task("gsm8k", data=data)
+    task = get_task("gsm8k", data={"test": data})
     problem = task.load("test")[0]
     assert problem.answer == "7" and "####" in problem.meta["solution"]
     assert task.reward(problem, "There are \\boxed{7}.") == 1.0

@@ -8,11 +8,31 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from decoding_adapters.actions import PRESETS, ActionSet, DecodingAction
+import decoding_adapters.models as models
+import decoding_adapters.vllm_backend as vllm_backend
+from decoding_adapters.actions import (
+    PRESETS,
+    ActionSet,
+    DecodingAction,
+    apply_min_p,
+    apply_temperature,
+    apply_top_k,
+    apply_top_p,
+    candidate_pool,
+)
 from decoding_adapters.decoding import row_seed
 from decoding_adapters.models import ModelSpec
 from decoding_adapters.rollouts import RolloutRequest
-from decoding_adapters.vllm_backend import CHOOSER_ERROR, VLLMRollouts, sampling_params_dict
+from decoding_adapters.vllm_backend import (
+    CHOOSER_ERROR,
+    VLLMConfig,
+    VLLMRollouts,
+    check_vllm_actions,
+    order_sensitive,
+    release_engines,
+    sampling_params_dict,
+    vllm_action_problems,
+)
 
 EOS = 1
 
@@ -84,6 +104,141 @@ def test_chooser_and_features_are_refused_clearly():
     assert "logits" in CHOOSER_ERROR
 
 
+# ---- the backend's limits, checked before any engine starts ------------------------------------
+
+EVERY_ACTION = [a for preset in PRESETS.values() for a in preset] + candidate_pool()
+
+
+def test_every_preset_and_pool_action_is_within_vllm_limits():
+    check_vllm_actions(EVERY_ACTION)
+    assert vllm_action_problems(ActionSet(PRESETS["mix"])) == []
+
+
+def test_actions_vllm_would_refuse_or_alter_are_all_named():
+    too_hot, too_cold = DecodingAction(temperature=2.5), DecodingAction(temperature=0.005)
+    with pytest.raises(ValueError, match=r"action 1 \(T=2\.5\): vLLM rejects temperature > 2") as err:
+        check_vllm_actions([DecodingAction(temperature=2.0), too_hot, too_cold])
+    assert "action 2 (T=0.005)" in str(err.value) and "raises temperature 0.005 to 0.01" in str(err.value)
+    greedy = DecodingAction(do_sample=False)
+    check_vllm_actions([greedy], n=1)
+    with pytest.raises(ValueError, match="greedy requests with n = 1 only"):
+        check_vllm_actions([greedy], n=4)
+    with pytest.raises(ValueError, match="n = 1 only"):
+        sampling_params_dict(greedy, 8, n=2)
+    with pytest.raises(ValueError, match="rejects temperature"):
+        sampling_params_dict(too_hot, 8)
+
+
+def test_a_refused_action_set_fails_before_any_engine_starts(monkeypatch):
+    def no_engine(*args, **kwargs):
+        raise AssertionError("an engine was started")
+
+    monkeypatch.setattr(vllm_backend, "shared_engine", no_engine)
+    monkeypatch.setattr(vllm_backend, "_import_vllm", no_engine)
+    with pytest.raises(ValueError, match="rejects temperature"):
+        VLLMRollouts(ModelSpec(name_or_path="fake"), ActionSet([DecodingAction(temperature=3.0)]))
+
+
+def test_vllm_config_validates_and_builds_engine_arguments():
+    kwargs = VLLMConfig().engine_kwargs(ModelSpec())
+    assert kwargs == {"gpu_memory_utilization": 0.5, "dtype": "bfloat16", "enable_prefix_caching": True,
+                      "enforce_eager": False}
+    assert VLLMConfig(dtype="float32", max_model_len=2048).engine_kwargs(ModelSpec())["max_model_len"] == 2048
+    for bad in (dict(gpu_memory_utilization=0.0), dict(gpu_memory_utilization=1.5), dict(dtype="int8"), dict(max_model_len=0)):
+        with pytest.raises(ValueError):
+            VLLMConfig(**bad)
+
+
+def test_one_engine_per_model_is_shared_across_action_sets(monkeypatch):
+    started = []
+
+    class FakeEngine:
+        def __init__(self, model, tokenizer, **kwargs):
+            started.append((model, kwargs))
+
+    monkeypatch.setattr(vllm_backend, "_import_vllm", lambda: SimpleNamespace(LLM=FakeEngine, SamplingParams=dict))
+    monkeypatch.setattr(models, "_locate", lambda name: f"/models/{name}")
+    release_engines()
+    try:
+        config = VLLMConfig(gpu_memory_utilization=0.4)
+        first = VLLMRollouts(ModelSpec(name_or_path="a"), ActionSet(PRESETS["math"]), config=config)
+        second = VLLMRollouts(ModelSpec(name_or_path="a"), ActionSet(PRESETS["mix"]), config=config)
+        other = VLLMRollouts(ModelSpec(name_or_path="b"), ActionSet(PRESETS["mix"]), config=config)
+        assert first.llm is second.llm and other.llm is not first.llm
+        assert [model for model, _ in started] == ["/models/a", "/models/b"]
+        assert started[0][1]["gpu_memory_utilization"] == 0.4 and started[0][1]["dtype"] == "bfloat16"
+    finally:
+        release_engines()
+
+
+def test_real_sampling_params_accept_every_preset_action():
+    vllm = pytest.importorskip("vllm", reason="vLLM is not installed (pip install -e '.[vllm]')")
+    for action in EVERY_ACTION:
+        params = vllm.SamplingParams(**sampling_params_dict(action, 16, seed=1))
+        assert params.max_tokens == 16 and params.seed == 1
+        if action.is_greedy:
+            assert params.temperature == 0.0
+        else:
+            assert params.temperature == pytest.approx(action.temperature)
+            assert params.top_p == pytest.approx(action.top_p or 1.0) and params.min_p == pytest.approx(action.min_p or 0.0)
+
+
+# ---- processor order: ours / HF / vLLM V0 versus vLLM V1 ---------------------------------------
+
+
+def _kept(logits: torch.Tensor) -> torch.Tensor:
+    return torch.isfinite(logits)
+
+
+def _ours(logits: torch.Tensor, action: DecodingAction) -> torch.Tensor:
+    """temperature -> top-k -> top-p -> min-p (ours, HF, vLLM V0)."""
+    n = logits.shape[0]
+    x = apply_temperature(logits, torch.full((n,), action.temperature))
+    x = apply_top_k(x, torch.full((n,), action.top_k or 0, dtype=torch.long))
+    x = apply_top_p(x, torch.full((n,), action.top_p or 1.0))
+    return apply_min_p(x, torch.full((n,), action.min_p or 0.0))
+
+
+def _vllm_v1(logits: torch.Tensor, action: DecodingAction) -> torch.Tensor:
+    """temperature -> min-p -> top-k -> top-p (vLLM V1's sampler)."""
+    n = logits.shape[0]
+    x = apply_temperature(logits, torch.full((n,), action.temperature))
+    x = apply_min_p(x, torch.full((n,), action.min_p or 0.0))
+    x = apply_top_k(x, torch.full((n,), action.top_k or 0, dtype=torch.long))
+    return apply_top_p(x, torch.full((n,), action.top_p or 1.0))
+
+
+def test_min_p_and_top_k_commute():
+    gen = torch.Generator().manual_seed(0)
+    logits = 3 * torch.randn(256, 300, generator=gen)
+    top_k = torch.randint(1, 60, (256,), generator=gen)
+    min_p = torch.rand(256, generator=gen) * 0.5
+    k_then_m = apply_min_p(apply_top_k(logits, top_k), min_p)
+    m_then_k = apply_top_k(apply_min_p(logits, min_p), top_k)
+    assert torch.equal(_kept(k_then_m), _kept(m_then_k))
+    assert (_kept(k_then_m).sum(-1) < top_k).any()  # min-p did bind on some rows: the test has teeth
+
+
+def test_only_top_p_with_min_p_depends_on_the_order():
+    # p = [.5, .2, .15, .1, .05], top_p = 0.8, min_p = 0.25. Ours: top-p keeps 3 tokens (.85 >= .8),
+    # min-p keeps all 3. V1: min-p keeps 3 (>= .125), renormalised [.59, .24, .18]; top-p keeps 2.
+    logits = torch.tensor([[0.5, 0.2, 0.15, 0.1, 0.05]]).log()
+    action = DecodingAction(temperature=1.0, top_p=0.8, min_p=0.25)
+    assert order_sensitive(action)
+    assert _kept(_ours(logits, action)).sum() == 3 and _kept(_vllm_v1(logits, action)).sum() == 2
+    # Every preset and pool action that is not order-sensitive keeps the same tokens in both orders.
+    logits = 2 * torch.randn(64, 400, generator=torch.Generator().manual_seed(1))
+    differs = {}
+    for action in EVERY_ACTION:
+        if action.is_greedy:
+            continue
+        differs[action] = not torch.equal(_kept(_ours(logits, action)), _kept(_vllm_v1(logits, action)))
+        if not order_sensitive(action):
+            assert not differs[action], action.name
+    assert any(differs.values())  # some top-p + min-p actions really do differ on these logits
+    assert {a for a, d in differs.items() if d} <= {a for a in differs if order_sensitive(a)}
+
+
 # ---- the real engine (GPU machines) ------------------------------------------------------------
 
 
@@ -99,10 +254,13 @@ def vllm_setup():
     task = get_task("arithmetic")
     prompts = lm.encode_chat([task.prompt(p) for p in task.load("validation")[:8]])
     actions = ActionSet(PRESETS["math"] + (DecodingAction(do_sample=False),))
-    rollouts = VLLMRollouts(ModelSpec(), actions, lm.tokenizer, dtype="float32", gpu_memory_utilization=0.3,
-                            enforce_eager=True)
+    # Prefix caching off: a cached prefix can take another kernel path than a fresh prefill, and
+    # the reproducibility test compares two runs of the same rows bit for bit.
+    config = VLLMConfig(gpu_memory_utilization=0.3, dtype="float32", enforce_eager=True, enable_prefix_caching=False)
+    rollouts = VLLMRollouts(ModelSpec(), actions, lm.tokenizer, config=config)
     yield lm, prompts, actions, rollouts
     rollouts.close()
+    release_engines()
 
 
 def _rows(prompts, action, samples=2):

@@ -92,12 +92,20 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+GGUF_CACHE_VERSION = 2
+"""Layout version of a converted GGUF directory, part of its name (``gguf-v2-<sha256[:16]>``); bump
+it when the conversion changes so old caches are converted again. v2: ``config.json`` names the
+architecture (``"architectures": ["LlamaForCausalLM"]``); v1 wrote ``null``, which vLLM 0.10
+rejects and later versions only accept by a fallback."""
+
+
 def _convert_gguf(gguf: Path) -> Path:
-    """Dequantise ``gguf`` once into a safetensors HF directory keyed by the file's hash."""
+    """Dequantise ``gguf`` once into a safetensors HF directory keyed by the file's hash and
+    :data:`GGUF_CACHE_VERSION`; its ``config.json`` names the model class as its architecture."""
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    target = cache_root() / f"gguf-{_sha256(gguf)[:16]}"
+    target = cache_root() / f"gguf-v{GGUF_CACHE_VERSION}-{_sha256(gguf)[:16]}"
     if (target / "complete").exists():
         return target
     log.info("converting %s to safetensors in %s (one time, ~20 s)", gguf, target)
@@ -109,6 +117,9 @@ def _convert_gguf(gguf: Path) -> Path:
     save_model(model, str(tmp / "model.safetensors"))  # handles tied embeddings
     config = model.config.to_dict()
     config.pop("quantization_config", None)
+    # A config built from GGUF metadata has architectures=None; HF and vLLM pick the model class
+    # from this field, so name the class that was actually loaded (e.g. LlamaForCausalLM).
+    config["architectures"] = config.get("architectures") or [type(model).__name__]
     (tmp / "config.json").write_text(json.dumps(config, indent=2))
     model.generation_config.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)

@@ -6,24 +6,51 @@ one from a string plus keyword options: ``get_task("math", data="../shared/data/
 
 Conventions shared by the built-in tasks:
 
-- ``data=`` is either one JSONL path (used for every split: handy for a single evaluation file) or
-  a mapping ``{"train": path, "test": path, ...}``; ``None`` means the task's default location.
+- ``data=`` names the files (see "Splits" below): ``None`` (the task's default files), a mapping
+  ``{"train": path, "test": path, ...}``, the same mapping as text ``"train=a.jsonl,test=b.jsonl"``
+  (the CLI's ``--data``; :func:`parse_data_spec`), or one path.
 - ``system_prompt=`` is either a preset name from :data:`SYSTEM_PROMPTS` or literal text; ``None``
   leaves the model's own default (no system message).
 - ``prompt(problem, cot=True)`` asks for step-by-step reasoning; :func:`assign_cot` decides, per
   problem and independently of batch composition, which prompts get it.
+
+Splits are disjoint by content. A problem's identity is :func:`content_hash`, a hash of its
+normalised question (:func:`normalise_question` says exactly what is normalised); ids that
+file-based tasks give their problems are built from it, so the same question has the same id
+whichever split or file it was read from. How ``data=`` becomes splits (:func:`plan_splits`):
+
+- a file named for a split is that split, whole: ``{"train": a, "test": b}``;
+- a split the files do not name is carved from train by content hash where possible: validation
+  is the problems of the train file whose hash falls in the lowest :data:`VALIDATION_FRACTION`
+  (10%) of hash space, and train keeps the other 90%;
+- one path (not a mapping) is never reused whole as every split: its problems are divided by
+  content hash in the proportions :data:`SINGLE_FILE_FRACTIONS` (test 10%, validation 10%, train
+  80%). To evaluate on a whole file, name its split: ``data="test=file.jsonl"``. A task that only
+  has one split (e.g. HumanEval's test) takes a single path whole as that split.
+
+Bands of hash space do not depend on the order or the number of the problems in a file, so a split
+is stable across runs and machines, and a problem stays in its split when the file grows.
+Problems with the same content inside one split are kept once (a warning says how many were
+dropped). :func:`check_disjoint` verifies that the splits share no problem and names the files and
+the count when they do; trainers and ``evaluate`` call it when they start.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import logging
+import re
+import unicodedata
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, TypeVar, Union
+
+log = logging.getLogger(__name__)
 
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
 """Every split name a task may offer; each task documents which of them it has."""
@@ -37,7 +64,13 @@ SYSTEM_PROMPTS: dict[str, str] = {
 """The paper's Qwen3 system prompts, by preset name (``system_prompt="qwen3-math-think"``)."""
 
 DataSpec = Union[str, Path, Mapping[str, Union[str, Path]], None]
-"""A task's ``data=`` option: one path for every split, a mapping split -> path, or None (default)."""
+"""A task's ``data=`` option: a mapping split -> path (or its text form ``"train=a,test=b"``), one
+path (divided among the splits by content hash), or None (the task's default files)."""
+
+VALIDATION_FRACTION = 0.1
+"""Share of a train file carved out as validation (by content hash) when no validation file is named."""
+SINGLE_FILE_FRACTIONS: dict[str, float] = {"test": 0.1, "validation": 0.1, "train": 0.8}
+"""How one ``data=`` path is divided among the splits (by content hash; bands in this order)."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +136,11 @@ class Task(ABC):
             raise ValueError(
                 f"task {self.name!r} has no split {split!r}; choose one of {list(self.splits)}"
             )
+
+    def split_sources(self) -> Mapping[str, "SplitSource"]:
+        """Where each split's problems come from (file and hash band), for messages; empty for a
+        task that generates its problems."""
+        return {}
 
 
 # --------------------------------------------------------------------------- registry
@@ -251,6 +289,7 @@ def _parse_row(line: str, required_fields: Sequence[str]) -> dict[str, Any]:
 def resolve_data_path(data: Any, split: str, default: Mapping[str, Path], task: str) -> Path:
     """The file that holds ``split``: ``data`` if it is one path, ``data[split]`` if a mapping,
     else ``default[split]``. Raises a ValueError when ``split`` has no file."""
+    data = normalise_data_spec(data)
     if data is None:
         source, where = default, "default data"
     elif isinstance(data, Mapping):
@@ -267,6 +306,7 @@ def resolve_data_path(data: Any, split: str, default: Mapping[str, Path], task: 
 
 def validate_data_option(data: Any, splits: Sequence[str]) -> None:
     """Check the type of a task's ``data=`` option (files are checked when a split is loaded)."""
+    data = normalise_data_spec(data)
     if data is None or isinstance(data, (str, Path)):
         return
     if not isinstance(data, Mapping):
@@ -274,3 +314,263 @@ def validate_data_option(data: Any, splits: Sequence[str]) -> None:
     unknown = sorted(set(data) - set(splits))
     if unknown:
         raise ValueError(f"data= mapping has unknown split(s) {unknown}; valid splits: {list(splits)}")
+
+
+def parse_data_spec(text: str) -> dict[str, str] | str:
+    """The CLI form of ``data=``: ``"train=a.jsonl,test=b.jsonl"`` -> ``{"train": "a.jsonl", "test":
+    "b.jsonl"}``; text without ``=`` is one path and is returned unchanged (stripped).
+
+    Split names must be among :data:`SPLITS`, each named once, each with a non-empty path. Paths
+    may not contain commas (use the mapping form from Python for such names).
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"data must be a path or 'split=path,...', got {text!r}")
+    text = text.strip()
+    if "=" not in text:
+        return text
+    mapping: dict[str, str] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        split, sep, path = (piece.strip() for piece in part.partition("="))
+        if not sep or not path:
+            raise ValueError(f"data {text!r}: {part.strip()!r} is not split=path (e.g. train=a.jsonl,test=b.jsonl)")
+        if split not in SPLITS:
+            raise ValueError(f"data {text!r}: unknown split {split!r}; valid splits: {list(SPLITS)}")
+        if split in mapping:
+            raise ValueError(f"data {text!r}: split {split!r} is named twice")
+        mapping[split] = path
+    if not mapping:
+        raise ValueError(f"data {text!r} names no file")
+    return mapping
+
+
+def normalise_data_spec(data: Any) -> Any:
+    """``data`` with its text mapping form parsed (:func:`parse_data_spec`); anything else unchanged."""
+    if isinstance(data, str) and "=" in data:
+        return parse_data_spec(data)
+    return data
+
+
+# --------------------------------------------------------------------------- content identity
+
+_LATEX_SPACING = re.compile(r"\\[,;:! ]|\\q?quad(?![a-zA-Z])|~")
+_LATEX_SIZING = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![a-zA-Z])")
+_SPACE_NEXT_TO_SYMBOL = re.compile(r" (?=[^\w ])|(?<=[^\w ]) ")  # after whitespace is collapsed
+
+
+def normalise_question(text: str) -> str:
+    """The form of a question that :func:`content_hash` hashes. Normalised, in this order:
+
+    1. Unicode NFKC (full-width digits, ligatures, non-breaking spaces become plain ones);
+    2. case (``str.casefold``);
+    3. trivial LaTeX formatting: ``$`` delimiters removed, ``\\dfrac``/``\\tfrac`` -> ``\\frac``,
+       sizing commands (``\\left``, ``\\right``, ``\\big``...) removed, spacing commands
+       (``\\,`` ``\\;`` ``\\:`` ``\\!`` ``\\ `` ``\\quad`` ``~``) become spaces;
+    4. whitespace: runs collapse to one space, ends are stripped, and spaces next to a symbol
+       (anything but a letter, digit or underscore) are dropped, so ``x = 3`` equals ``x=3``.
+
+    Spaces between two words or numbers are kept (``12 3`` differs from ``123``); nothing else
+    (punctuation, numbers, wording) is changed.
+    """
+    s = unicodedata.normalize("NFKC", text).casefold()
+    s = s.replace("$", "").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    s = _LATEX_SPACING.sub(" ", _LATEX_SIZING.sub("", s))
+    return _SPACE_NEXT_TO_SYMBOL.sub("", " ".join(s.split()))
+
+
+CONTENT_HASH_CHARS = 16
+"""Hex characters of a content hash (64 bits: a collision among 10^5 problems has odds ~3e-10)."""
+_HEX = re.compile(rf"[0-9a-f]{{{CONTENT_HASH_CHARS}}}")
+
+
+def content_hash(problem: Problem | str) -> str:
+    """A problem's identity by content: the first 16 hex digits of the SHA-256 of its normalised
+    question (:func:`normalise_question`); ``problem`` may be a Problem or the question text.
+    The answer, id and metadata are not part of it."""
+    question = problem.question if isinstance(problem, Problem) else problem
+    if not isinstance(question, str):
+        raise ValueError(f"content_hash needs a Problem or a question string, got {type(problem).__name__}")
+    return _question_hash(question)
+
+
+@functools.lru_cache(maxsize=1 << 16)  # the same questions are hashed at load and at every check
+def _question_hash(question: str) -> str:
+    return hashlib.sha256(normalise_question(question).encode("utf-8")).hexdigest()[:CONTENT_HASH_CHARS]
+
+
+def content_hashes(problems: Iterable[Problem | str]) -> list[str]:
+    """:func:`content_hash` of each item, in order."""
+    return [content_hash(p) for p in problems]
+
+
+def problems_digest(problems: Iterable[Problem | str]) -> str:
+    """One SHA-256 hex digest of the *set* of content hashes of ``problems`` (order and repeats do
+    not matter). Items are Problems or content hashes (16 lowercase hex digits, as recorded in an
+    adapter), so a digest can be recomputed from stored hashes."""
+    hashes = set()
+    for item in problems:
+        if isinstance(item, Problem):
+            hashes.add(content_hash(item))
+        elif isinstance(item, str) and _HEX.fullmatch(item):
+            hashes.add(item)
+        else:
+            raise ValueError(f"problems_digest takes Problems or {CONTENT_HASH_CHARS}-digit content hashes, got {item!r}")
+    return hashlib.sha256("\n".join(sorted(hashes)).encode("ascii")).hexdigest()
+
+
+def hash_position(digest: str) -> float:
+    """Where a content hash lies in [0, 1): its first 13 hex digits read as a binary fraction
+    (uniform; 52 bits, so the float is exact and never rounds up to 1.0)."""
+    return int(digest[:13], 16) / 16**13
+
+
+def problems_record(problems: Sequence[Problem]) -> dict[str, Any]:
+    """What an adapter stores about a set of problems it was trained or selected on (JSON-ready):
+    ``{"count": n distinct, "digest": problems_digest, "content_hashes": sorted hashes}``."""
+    hashes = sorted(set(content_hashes(problems)))
+    return {"count": len(hashes), "digest": problems_digest(hashes), "content_hashes": hashes}
+
+
+def problems_in(problems: Iterable[Problem], hashes: Iterable[str]) -> list[Problem]:
+    """The problems whose content hash is among ``hashes`` (e.g. the hashes an adapter recorded
+    for its training and selection problems), in order: what ``evaluate`` must not score it on."""
+    recorded = set(hashes)
+    return [p for p in problems if content_hash(p) in recorded]
+
+
+# --------------------------------------------------------------------------- file-based splits
+
+
+@dataclass(frozen=True)
+class SplitSource:
+    """Where one split comes from: the problems of ``path`` whose content hash lies in ``band``."""
+
+    path: Path
+    """The data file."""
+    band: tuple[float, float] = (0.0, 1.0)
+    """``[low, high)`` of hash space (see :func:`hash_position`); ``(0, 1)`` is the whole file."""
+
+    def __post_init__(self) -> None:
+        low, high = self.band
+        if not 0.0 <= low < high <= 1.0:
+            raise ValueError(f"a split's hash band must satisfy 0 <= low < high <= 1, got {self.band}")
+
+    @property
+    def whole_file(self) -> bool:
+        return self.band == (0.0, 1.0)
+
+    def holds(self, digest: str) -> bool:
+        """Whether the problem with content hash ``digest`` belongs to this split."""
+        return self.band[0] <= hash_position(digest) < self.band[1]
+
+    def describe(self) -> str:
+        """``path`` alone, or ``path [hash band 10%-100%]`` for part of a file."""
+        if self.whole_file:
+            return str(self.path)
+        return f"{self.path} [hash band {self.band[0]:.0%}-{self.band[1]:.0%}]"
+
+
+def _bands(fractions: Mapping[str, float]) -> dict[str, tuple[float, float]]:
+    """Consecutive bands of [0, 1) in ``fractions``' order, scaled to sum to 1 (last ends at 1.0)."""
+    total = sum(fractions.values())
+    bands, low = {}, 0.0
+    for i, (split, share) in enumerate(fractions.items()):
+        high = 1.0 if i == len(fractions) - 1 else low + share / total
+        bands[split] = (low, high)
+        low = high
+    return bands
+
+
+def plan_splits(
+    data: DataSpec, default: Mapping[str, str | Path], task: str, splits: Sequence[str] = SPLITS
+) -> dict[str, SplitSource]:
+    """Which file and hash band each split is read from (the rules are in the module docstring).
+
+    Args:
+        data: the task's ``data=`` option (None: ``default``).
+        default: the task's default files, split -> path.
+        task: the task name, for messages.
+        splits: the splits the task can offer; the result holds those it offers with this ``data``,
+            in :data:`SPLITS` order.
+    """
+    data = normalise_data_spec(data)
+    allowed = [s for s in SPLITS if s in splits]
+    if data is not None and not isinstance(data, Mapping):  # one path: divided, never reused whole
+        path = Path(data)
+        if len(allowed) == 1:
+            return {allowed[0]: SplitSource(path)}
+        fractions = {s: share for s, share in SINGLE_FILE_FRACTIONS.items() if s in allowed}
+        bands = _bands(fractions)
+        return {s: SplitSource(path, bands[s]) for s in allowed}
+    files = {s: Path(p) for s, p in (default if data is None else data).items()}
+    unknown = sorted(set(files) - set(allowed))
+    if unknown:
+        raise ValueError(f"task {task!r}: data names unknown split(s) {unknown}; valid splits: {allowed}")
+    plan = {s: SplitSource(p) for s, p in files.items()}
+    if "train" in files and "validation" in allowed and "validation" not in files:
+        plan["validation"] = SplitSource(files["train"], (0.0, VALIDATION_FRACTION))
+        plan["train"] = SplitSource(files["train"], (VALIDATION_FRACTION, 1.0))
+    return {s: plan[s] for s in allowed if s in plan}
+
+
+def load_planned_split(
+    plan: Mapping[str, SplitSource],
+    split: str,
+    read: Callable[[Path], Sequence[Problem]],
+    task: str,
+    id_prefix: str | None = None,
+) -> list[Problem]:
+    """The problems of ``split`` under ``plan``: ``read(path)`` filtered to the split's hash band,
+    in file order, each content kept once. With ``id_prefix``, ids become ``<id_prefix>/<content
+    hash>`` (the same question has the same id in every split and file)."""
+    if split not in plan:
+        raise ValueError(f"task {task!r} has no split {split!r} with this data; choose one of {list(plan)}")
+    source = plan[split]
+    kept, seen, repeated = [], set(), 0
+    for problem in read(source.path):
+        digest = content_hash(problem)
+        if not source.holds(digest):
+            continue
+        if digest in seen:
+            repeated += 1
+            continue
+        seen.add(digest)
+        kept.append(replace(problem, id=f"{id_prefix}/{digest}") if id_prefix else problem)
+    if repeated:
+        log.warning("task %s, split %s: dropped %d repeated problem(s) (same normalised question) from %s",
+                    task, split, repeated, source.describe())
+    return kept
+
+
+def check_disjoint(task: Task, splits: Sequence[str] | None = None) -> dict[str, list[str]]:
+    """Check that ``splits`` of ``task`` (default: all it offers) share no problem by content.
+
+    Returns split -> content hashes of its problems (in load order), for recording. Raises a
+    ValueError naming each overlapping pair of splits, their files and how many problems they
+    share. Costs one read of each split's file (well under a second for MATH or GSM8K).
+    """
+    names = list(task.splits if splits is None else splits)
+    for split in names:
+        task.check_split(split)
+    hashes = {split: content_hashes(task.load(split)) for split in names}
+    sources = task.split_sources()
+
+    def where(split: str) -> str:
+        return f"{split} ({sources[split].describe()})" if split in sources else split
+
+    clashes, overlapping = [], set()
+    for i, first in enumerate(names):
+        for second in names[i + 1:]:
+            shared = set(hashes[first]) & set(hashes[second])
+            overlapping |= shared
+            if shared:
+                clashes.append(f"{len(shared)} problem(s) are in both {where(first)} and {where(second)}")
+    if clashes:
+        raise ValueError(
+            f"task {task.name!r}: splits overlap in {len(overlapping)} problem(s): " + "; ".join(clashes) +
+            ". Train, validation and test must "
+            "not share problems: remove the shared problems from one file, or pass one file as data=<path> "
+            "to have it divided by content hash."
+        )
+    return hashes

@@ -1,13 +1,18 @@
 """MATH and GSM8K: competition / grade-school math with a boxed final answer.
 
-Splits. ``data=`` is one JSONL path (used for every split) or a mapping ``{"train": ..., "test": ...}``.
-By default the files live in ``<repo>/../shared/data`` (override the folder with the environment
-variable ``DECODING_ADAPTERS_DATA``):
+Splits: train, validation, test, disjoint by content (the rules are in :mod:`.base`). By default
+the files live in ``<repo>/../shared/data`` (override the folder with the environment variable
+``DECODING_ADAPTERS_DATA``):
 
 - ``math``:  ``math/train.jsonl`` (train), ``math/test500.jsonl`` (test); fields problem, solution,
   answer, level, type.
 - ``gsm8k``: ``gsm8k/train.jsonl`` (train), ``gsm8k/test.jsonl`` (test); fields question, answer
   (reasoning, then ``#### N``).
+
+Validation is carved from the train file by content hash (10%, :data:`~.base.VALIDATION_FRACTION`);
+train keeps the other 90%. ``data="train=a.jsonl,test=b.jsonl"`` (or the mapping) names files per
+split; one path ``data=file.jsonl`` is divided 80/10/10 into train/validation/test by content hash
+(``data="test=file.jsonl"`` evaluates on the whole file). Problem ids are ``<task>/<content hash>``.
 
 Verifier (:func:`score_math`). The predicted answer is the content of the last ``\\boxed{}`` (or
 ``\\fbox{}``), else a final-answer line ("The answer is X", "Answer: X", "#### X"). A fast
@@ -30,18 +35,21 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, ClassVar
+from collections.abc import Mapping
 
 from .base import (
     SPLITS,
     DataSpec,
     Problem,
+    SplitSource,
     Task,
     chat_messages,
+    load_planned_split,
+    normalise_data_spec,
+    plan_splits,
     read_jsonl,
     register_task,
-    resolve_data_path,
     resolve_system_prompt,
-    validate_data_option,
 )
 
 MAX_VERIFY_CHARS = 300
@@ -277,7 +285,8 @@ class _JsonlMathTask(Task):
     """A math task read from JSONL files; subclasses say which fields and files."""
 
     data: DataSpec = None
-    """One JSONL path for every split, a mapping split -> path, or None for the default files."""
+    """None (the default files), a mapping split -> path or its text form ``"train=a,test=b"``, or
+    one path (divided 80/10/10 by content hash)."""
     system_prompt: str | None = None
     """A preset name from ``SYSTEM_PROMPTS``, literal text, or None (the model's default)."""
 
@@ -287,22 +296,26 @@ class _JsonlMathTask(Task):
     default_files: ClassVar[dict[str, str]] = {}
 
     def __post_init__(self) -> None:
-        validate_data_option(self.data, SPLITS)
+        self.data = normalise_data_spec(self.data)
+        if self.data is not None and not isinstance(self.data, (str, Path, Mapping)):
+            raise ValueError(
+                f"data must be a path, a mapping split -> path, 'split=path,...' or None; got {type(self.data).__name__}"
+            )
         self.system_prompt = resolve_system_prompt(self.system_prompt)
-        # The splits on offer follow from data=: any split for one file, the keys of a mapping.
-        if self.data is None:
-            self.splits = tuple(s for s in SPLITS if s in self.default_files)
-        elif isinstance(self.data, (str, Path)):
-            self.splits = SPLITS
-        else:
-            self.splits = tuple(s for s in SPLITS if s in self.data)
+        # The splits on offer follow from data= (all three unless a mapping leaves one out).
+        self.splits = tuple(self.split_sources())
+
+    def split_sources(self) -> dict[str, SplitSource]:
+        default = {s: default_data_dir() / f for s, f in self.default_files.items()}
+        return plan_splits(self.data, default, self.name, SPLITS)
 
     def load(self, split: str) -> list[Problem]:
         self.check_split(split)
-        default = {s: default_data_dir() / f for s, f in self.default_files.items()}
-        path = resolve_data_path(self.data, split, default, self.name)
+        return load_planned_split(self.split_sources(), split, self._read, self.name, id_prefix=self.name)
+
+    def _read(self, path: Path) -> list[Problem]:
         rows = read_jsonl(path, self.required_fields)
-        return [self.to_problem(row, f"{self.name}/{split}/{i}") for i, row in enumerate(rows)]
+        return [self.to_problem(row, f"{self.name}/{i}") for i, row in enumerate(rows)]
 
     def prompt(self, problem: Problem, cot: bool = False) -> list[dict[str, str]]:
         parts = [problem.question, self.cot_instruction if cot else None, self.instruction]
