@@ -55,6 +55,7 @@ is read and dropped (so the program does not block on a full pipe) and ``truncat
 
 from __future__ import annotations
 
+import ast
 import collections
 import logging
 import math
@@ -67,8 +68,10 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +130,29 @@ class SandboxConfig:
 
 
 @dataclass(frozen=True)
+class Layers:
+    """Which isolation layers were active for a run (all True on a fully capable Linux host)."""
+
+    network: bool
+    """Own network namespace: no network, not even loopback."""
+    pid_namespace: bool
+    """Own PID namespace: no descendant outlives the run."""
+    unprivileged_uid: bool
+    """The code ran as a uid of its own (False: as the caller)."""
+    private_filesystem: bool = False
+    """Own mount namespace: fresh small tmpfs for /tmp, /var/tmp, /dev/shm and the working
+    directory, a fresh /proc, the rest read-only and reduced to what the interpreter needs."""
+    cgroup: str | None = None
+    """"v2" or "v1" when memory and process counts were limited for the whole run by a control
+    group; None when only per-process limits applied."""
+
+    def missing(self) -> list[str]:
+        """Names of the layers that were not active."""
+        names = ["network", "pid_namespace", "unprivileged_uid", "private_filesystem"]
+        return [name for name in names if not getattr(self, name)] + ([] if self.cgroup else ["cgroup"])
+
+
+@dataclass(frozen=True)
 class ExecutionResult:
     """What one run of untrusted code did."""
 
@@ -144,6 +170,8 @@ class ExecutionResult:
     """True if stdout or stderr was longer than the cap and was cut."""
     network_isolated: bool
     """True if the code ran in a network namespace of its own (no network)."""
+    layers: Layers = None  # type: ignore[assignment]  # set by the sandbox; None only in hand-made results
+    """The isolation layers that were active for this run."""
 
     @property
     def ok(self) -> bool:
@@ -180,6 +208,8 @@ class Isolation:
     """The unprivileged uid a run got, or None when code runs as the caller."""
     python: str
     """The interpreter that runs the code."""
+    layers: Layers = None  # type: ignore[assignment]
+    """All the isolation layers of a run, as reported by an empty run."""
 
 
 def probe_isolation(config: SandboxConfig | None = None) -> Isolation:
@@ -194,34 +224,290 @@ def probe_isolation(config: SandboxConfig | None = None) -> Isolation:
         pid_namespace=setup.get("pid") == "1",
         uid=uid,
         python=_interpreter(config, uid),
+        layers=_layers(setup),
     )
+
+
+# --------------------------------------------------------------------------- calling a function
+# The verdict on a program must come from something the program cannot reach. So the untrusted
+# process only ever receives *inputs* (a function's arguments) and returns *values*; the expected
+# values and the comparison stay in the caller's process. Values come back as ``repr`` text that
+# the caller parses with :func:`parse_literal` (literals only: no code runs, no object of the
+# program's making, so no ``__eq__`` that is always True).
+
+
+class CandidateError(Exception):
+    """A call to the sandboxed function did not return a value (it raised, the program ended,
+    time ran out, or its answer was not a literal)."""
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """What one call of the sandboxed function gave."""
+
+    ok: bool
+    """True when the call returned a value that parsed as a literal."""
+    value: Any = None
+    """The returned value (a Python literal: numbers, strings, bytes, tuples, lists, dicts, sets,
+    None, booleans; floats include inf and nan), when ``ok``."""
+    error: str | None = None
+    """Why there is no value ("ValueError: ...", "timeout", "the program ended", ...)."""
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """The calls of one program, made in one sandboxed process."""
+
+    outcomes: tuple[CallOutcome, ...]
+    """One per call, in order."""
+    execution: ExecutionResult
+    """How the process ran (status, the program's own output on stderr, active layers)."""
+
+    @property
+    def values(self) -> list[Any]:
+        """The returned values (None where a call failed)."""
+        return [outcome.value for outcome in self.outcomes]
+
+    @property
+    def errors(self) -> list[str | None]:
+        """Per call, None or why it gave no value."""
+        return [outcome.error for outcome in self.outcomes]
+
+    @property
+    def layers(self) -> Layers:
+        """The isolation layers that were active for the run."""
+        return self.execution.layers
+
+
+Call = tuple
+"""The positional arguments of one call, e.g. ``(2, 3)`` for ``f(2, 3)``."""
+
+
+def call_function(
+    code: str, entry_point: str, calls: Sequence[Call], config: SandboxConfig | None = None
+) -> CallResult:
+    """Define ``code`` in a sandboxed process and call ``entry_point(*args)`` for each of ``calls``.
+
+    Arguments go in as ``repr`` text (so they must be literals); each call gets fresh copies.
+    A failing call does not stop the next ones; a program that ends or runs out of time fails
+    the calls left. Compare ``result.values`` with the expected values yourself.
+    """
+    config = config or SandboxConfig()
+    with FunctionSession(code, entry_point, config) as session:
+        outcomes = tuple(session.call_outcome(*args) for args in calls)
+    return CallResult(outcomes, session.result)
+
+
+def call_function_batch(
+    jobs: Sequence[tuple[str, str, Sequence[Call]]], config: SandboxConfig | None = None, workers: int = 2
+) -> list[CallResult]:
+    """:func:`call_function` for many ``(code, entry_point, calls)`` jobs, ``workers`` processes
+    at a time (our machines have 2 cores), results in the order of ``jobs``."""
+    return _map_bounded(lambda job: call_function(*job, config=config), jobs, workers)
+
+
+def execute_batch(
+    programs: Sequence[tuple[str, str]], config: SandboxConfig | None = None, workers: int = 2
+) -> list[ExecutionResult]:
+    """:func:`execute` for many ``(source, stdin)`` programs, ``workers`` at a time, in order."""
+    config = config or SandboxConfig()
+    return _map_bounded(lambda program: execute(program[0], program[1], config), programs, workers)
+
+
+def _map_bounded(function, items: Sequence, workers: int) -> list:
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    if workers == 1 or len(items) <= 1:
+        return [function(item) for item in items]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox") as pool:
+        return list(pool.map(function, items))
+
+
+class FunctionSession:
+    """A conversation with one sandboxed process that defines a function.
+
+    ``session.candidate`` is a stand-in for the function in trusted test code that runs here,
+    in the caller (HumanEval's ``check(candidate)``): each call sends its arguments to the
+    program, which calls the function and answers with the ``repr`` of the value; the stand-in
+    returns the parsed literal or raises :class:`CandidateError`. One call at a time, so the
+    program never sees later arguments. Use as a context manager; ``result`` is the run's
+    :class:`ExecutionResult` once closed.
+    """
+
+    def __init__(self, code: str, entry_point: str, config: SandboxConfig | None = None) -> None:
+        if not (isinstance(entry_point, str) and entry_point.isidentifier()):
+            raise ValueError(f"entry_point must be a Python identifier, got {entry_point!r}")
+        self.config = config or SandboxConfig()
+        # Room for the answers; the program's own prints go to stderr (see _FUNCTION_DRIVER).
+        run_config = replace(self.config, max_output_bytes=max(self.config.max_output_bytes, 2**20))
+        self._run = _Run(_FUNCTION_DRIVER, run_config, files={"solution.py": code, "entry_point.txt": entry_point})
+        self._dead: str | None = None
+        self.result: ExecutionResult | None = None
+
+    def __enter__(self) -> FunctionSession:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> ExecutionResult:
+        """End the program (stdin closes, it exits) and return how it ran."""
+        if self.result is None:
+            self.result = _to_result(self._run.finish(), self._run.config)
+        return self.result
+
+    def candidate(self, *args, **kwargs) -> Any:
+        """Call the sandboxed function; its value, or :class:`CandidateError`."""
+        outcome = self.call_outcome(*args, **kwargs)
+        if not outcome.ok:
+            raise CandidateError(outcome.error)
+        return outcome.value
+
+    def call_outcome(self, *args, **kwargs) -> CallOutcome:
+        """Call the sandboxed function and report what happened (never raises for the program)."""
+        if self.result is not None:
+            raise RuntimeError("the session is closed")
+        if self._dead is not None:
+            return CallOutcome(False, error=self._dead)
+        request = repr((args, kwargs))
+        try:
+            parse_literal(request)  # the program must get exactly these values back
+        except ValueError as err:
+            raise ValueError(f"arguments must be Python literals: {err}") from None
+        self._run.send(request.encode("utf-8", "surrogatepass") + b"\n")
+        line = self._run.read_line()
+        if line is None:
+            self._dead = "timeout" if self._run.timed_out else "the program ended before answering"
+            return CallOutcome(False, error=self._dead)
+        try:
+            kind, text = parse_literal(line.decode("utf-8", "replace"), max_chars=len(line) + 1)
+            if not (isinstance(kind, str) and isinstance(text, str)):
+                raise ValueError("not a (kind, text) pair")
+        except (ValueError, TypeError) as err:
+            return CallOutcome(False, error=f"unreadable answer from the program: {err}")
+        if kind == "ok":
+            try:
+                return CallOutcome(True, value=parse_literal(text, max_chars=len(text) + 1))
+            except ValueError as err:
+                return CallOutcome(False, error=f"the value is not a literal: {err}")
+        if kind == "load_error":
+            self._dead = f"the code did not load: {text}"
+        return CallOutcome(False, error=self._dead or text)
+
+
+_LITERAL_NAMES = {"inf": math.inf, "nan": math.nan, "True": True, "False": False, "None": None}
+
+
+def parse_literal(text: str, max_chars: int = 2**20) -> Any:
+    """The Python literal ``text`` is the ``repr`` of, evaluating no code.
+
+    Like :func:`ast.literal_eval` plus ``inf``/``nan`` (repr of float infinities and NaN),
+    ``set()`` and ``frozenset(...)``; raises ValueError for anything else, for text longer than
+    ``max_chars`` and for nesting too deep to parse.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"expected text, got {type(text).__name__}")
+    if len(text) > max_chars:
+        raise ValueError(f"literal of {len(text)} characters is over the limit of {max_chars}")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+        return _literal(tree.body)
+    except (SyntaxError, RecursionError, MemoryError, TypeError, OverflowError) as err:
+        raise ValueError(f"not a literal ({type(err).__name__}: {err})"[:300]) from None
+
+
+def _literal(node: ast.AST) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Tuple):
+        return tuple(map(_literal, node.elts))
+    if isinstance(node, ast.List):
+        return list(map(_literal, node.elts))
+    if isinstance(node, ast.Set):
+        return set(map(_literal, node.elts))
+    if isinstance(node, ast.Dict):
+        if any(key is None for key in node.keys):
+            raise ValueError("** in a dict is not a literal")
+        return dict(zip(map(_literal, node.keys), map(_literal, node.values)))
+    if isinstance(node, ast.Name) and node.id in _LITERAL_NAMES:
+        return _LITERAL_NAMES[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        operand = _literal(node.operand)
+        if isinstance(operand, (int, float, complex)) and not isinstance(operand, bool):
+            return -operand if isinstance(node.op, ast.USub) else +operand
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        # repr of a complex number: (1+2j), (-0-1j)
+        left, right = _literal(node.left), _literal(node.right)
+        if isinstance(left, (int, float)) and isinstance(right, complex) and not isinstance(left, bool):
+            return left + right if isinstance(node.op, ast.Add) else left - right
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+        if node.func.id in ("set", "frozenset") and len(node.args) <= 1:
+            items = _literal(node.args[0]) if node.args else ()
+            if isinstance(items, (list, tuple, set, frozenset)):
+                return (set if node.func.id == "set" else frozenset)(items)
+        if node.func.id == "float" and len(node.args) == 1 and isinstance(node.args[0], ast.Constant):
+            if node.args[0].value in ("inf", "-inf", "nan"):
+                return float(node.args[0].value)
+    raise ValueError(f"not a literal: {ast.dump(node)[:80]}")
+
+
+# The program a FunctionSession runs. It keeps the conversation on private copies of stdin and
+# stdout, then points fd 0 at /dev/null and fd 1 at stderr, so the code's input() and print()
+# cannot disturb it. The code is trusted with nothing: it may tamper with this driver, but all it
+# can change is the values sent back, which the caller checks.
+_FUNCTION_DRIVER = r"""
+import os, sys
+_requests = os.fdopen(os.dup(0), "r", encoding="utf-8", errors="surrogatepass", newline="\n")
+_answers = os.fdopen(os.dup(1), "w", encoding="utf-8", errors="backslashreplace")
+os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+os.dup2(2, 1)
+
+
+def _answer(kind, text):
+    _answers.write(repr((kind, text)) + "\n")
+    _answers.flush()
+
+
+def _describe(exc):
+    return ("%s: %s" % (type(exc).__name__, exc))[:2000]
+
+
+with open("entry_point.txt") as _f:
+    _entry_point = _f.read()
+with open("solution.py") as _f:
+    _source = _f.read()
+_globals = {"__name__": "solution", "__builtins__": __builtins__}
+try:
+    exec(compile(_source, "solution.py", "exec"), _globals)
+    _function = _globals[_entry_point]
+except BaseException as _exc:
+    _answer("load_error", _describe(_exc))
+    raise SystemExit(0)
+_names = {"__builtins__": {}, "inf": float("inf"), "nan": float("nan"), "set": set, "frozenset": frozenset}
+for _line in _requests:
+    try:
+        _args, _kwargs = eval(_line, _names)
+        _answer("ok", repr(_function(*_args, **_kwargs)))
+    except BaseException as _exc:  # SystemExit and KeyboardInterrupt from the code too
+        _answer("error", _describe(_exc))
+"""
 
 
 # --------------------------------------------------------------------------- one run
 
 
 def _run(source: str, stdin: str, config: SandboxConfig) -> _Streams:
-    uid = _UIDS.acquire() if _drops_privileges(config) else None
-    try:
-        return _run_as(source, stdin, config, uid, _interpreter(config, uid))
-    finally:
-        if uid is not None:
-            _UIDS.release(uid)
+    run = _Run(source, config)
+    run.send(stdin.encode())
+    return run.finish()
 
 
-def _run_as(source: str, stdin: str, config: SandboxConfig, uid: int | None, python: str) -> _Streams:
-    workdir = _make_workdir(source, uid)
-    try:
-        return _spawn_and_collect(workdir, stdin.encode(), config, uid, python)
-    finally:
-        _remove_tree(workdir)
-
-
-def _make_workdir(source: str, uid: int | None) -> str:
-    """A fresh directory holding ``main.py``, writable only by the code's uid."""
+def _make_workdir(files: dict[str, str], uid: int | None) -> str:
+    """A fresh directory holding ``files`` (name -> text), writable only by the code's uid."""
     workdir = tempfile.mkdtemp(prefix="sandbox-")
-    with open(os.path.join(workdir, "main.py"), "w", encoding="utf-8") as handle:
-        handle.write(source)
+    for name, text in files.items():
+        with open(os.path.join(workdir, name), "w", encoding="utf-8") as handle:
+            handle.write(text)
     if uid is not None:
         os.chown(workdir, uid, uid)
     os.chmod(workdir, 0o700)
@@ -260,7 +546,7 @@ def _minimal_env(workdir: str) -> dict[str, str]:
 
 @dataclass
 class _Streams:
-    """Raw material of a result, as collected by :func:`_spawn_and_collect`."""
+    """Raw material of a result, as collected by :class:`_Run`."""
 
     stdout: bytes
     stderr: bytes
@@ -270,39 +556,181 @@ class _Streams:
     wall_s: float = 0.0
 
 
-def _spawn_and_collect(
-    workdir: str, stdin: bytes, config: SandboxConfig, uid: int | None, python: str
-) -> _Streams:
-    status_r, status_w = os.pipe()
-    settings = [  # positional, in the order _BOOTSTRAP unpacks them
-        status_w, python, -1 if uid is None else uid, int(config.isolate_network),
-        config.cpu_limit_s, config.memory_mb * 2**20, config.max_file_mb * 2**20, config.max_processes,
-    ]
-    started = time.monotonic()
-    try:
-        proc = subprocess.Popen(
-            # -I -S: the bootstrap needs only the standard library and trusts no environment.
-            [sys.executable, "-I", "-S", "-c", _BOOTSTRAP, *map(str, settings)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=workdir,
-            env=_minimal_env(workdir),
-            start_new_session=True,
-            pass_fds=(status_w,),
-        )
-    finally:
-        os.close(status_w)
-    try:
-        streams = _collect(proc, stdin, status_r, started + config.timeout_s, config.max_output_bytes)
-        streams.wall_s = time.monotonic() - started
-        return streams
-    finally:
-        _kill_group(proc)
-        proc.wait()
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
-            pipe.close()
-        os.close(status_r)
+_EXIT_GRACE_S = 0.25
+"""After the program exits, how long descendants may keep its output pipes open (only matters
+without a PID namespace, where they are not killed with it)."""
+
+
+class _Run:
+    """One spawned run: feeds its stdin and drains stdout, stderr and the status pipe.
+
+    :func:`execute` sends all of stdin at once and calls :meth:`finish`; a
+    :class:`FunctionSession` alternates :meth:`send` and :meth:`read_line` (a conversation with
+    the program over its stdin and stdout) before :meth:`finish`. Every wait ends at the run's
+    deadline, ``timeout_s`` after the spawn. Not thread-safe: one thread drives one run.
+    """
+
+    def __init__(self, source: str, config: SandboxConfig, files: dict[str, str] | None = None,
+                 probe: tuple[int, str] | None = None) -> None:
+        """``probe``: (uid, interpreter) to try, when probing interpreters (the caller owns the uid)."""
+        self.config = config
+        self.owns_uid = probe is None
+        self.uid = (_UIDS.acquire() if _drops_privileges(config) else None) if probe is None else probe[0]
+        self.workdir = None
+        self.proc = None
+        try:
+            python = _interpreter(config, self.uid) if probe is None else probe[1]
+            self.workdir = _make_workdir({"main.py": source, **(files or {})}, self.uid)
+            self._spawn(python)
+        except BaseException:
+            self._clean_up()
+            raise
+        self.out, self.err, self.status = bytearray(), bytearray(), bytearray()
+        self.read_pos = 0
+        self.truncated = self.timed_out = self.exited = False
+        self.pending = memoryview(b"")
+        self.close_stdin_when_sent = False
+        self.selector = selectors.DefaultSelector()
+        self.sinks = {self.proc.stdout.fileno(): self.out, self.proc.stderr.fileno(): self.err,
+                      self.status_r: self.status}
+        for fd in self.sinks:
+            self.selector.register(fd, selectors.EVENT_READ)
+        self.stdin_fd = self.proc.stdin.fileno()
+        os.set_blocking(self.stdin_fd, False)
+
+    def _spawn(self, python: str) -> None:
+        config, uid = self.config, self.uid
+        status_r, status_w = os.pipe()
+        self.status_r = status_r
+        settings = [  # positional, in the order _BOOTSTRAP unpacks them
+            status_w, python, -1 if uid is None else uid, int(config.isolate_network),
+            config.cpu_limit_s, config.memory_mb * 2**20, config.max_file_mb * 2**20, config.max_processes,
+        ]
+        self.started = time.monotonic()
+        self.deadline = self.started + config.timeout_s
+        try:
+            self.proc = subprocess.Popen(
+                # -I -S: the bootstrap needs only the standard library and trusts no environment.
+                [sys.executable, "-I", "-S", "-c", _BOOTSTRAP, *map(str, settings)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self.workdir,
+                env=_minimal_env(self.workdir),
+                start_new_session=True,
+                pass_fds=(status_w,),
+            )
+        except BaseException:
+            os.close(status_r)
+            raise
+        finally:
+            os.close(status_w)
+
+    # ---- talking to the program
+
+    def send(self, data: bytes) -> None:
+        """Queue ``data`` for the program's stdin (written as the program reads it)."""
+        if not data or self.stdin_fd is None:
+            return
+        was_empty = not len(self.pending)
+        self.pending = memoryview(bytes(self.pending) + data)
+        if was_empty:
+            self.selector.register(self.stdin_fd, selectors.EVENT_WRITE)
+
+    def read_line(self) -> bytes | None:
+        """The program's next stdout line (without the newline), or None when the program ended,
+        its output was cut at the cap, or time ran out."""
+        while True:
+            newline = self.out.find(b"\n", self.read_pos)
+            if newline >= 0:
+                line = bytes(self.out[self.read_pos : newline])
+                self.read_pos = newline + 1
+                return line
+            if self.truncated or self.proc.stdout.fileno() not in self.selector.get_map():
+                return None
+            if not self._pump_once():
+                return None
+
+    def finish(self) -> _Streams:
+        """Close stdin once it is sent, wait for the end (or the deadline), clean up."""
+        try:
+            self.close_stdin_when_sent = True
+            if not len(self.pending):
+                self._close_stdin()
+            while self.selector.get_map() and self._pump_once():
+                pass
+            streams = _Streams(bytes(self.out), bytes(self.err), self.truncated, self.timed_out,
+                               _parse_events(bytes(self.status)))
+            streams.wall_s = time.monotonic() - self.started
+            return streams
+        finally:
+            self._clean_up()
+
+    # ---- the pump
+
+    def _pump_once(self) -> bool:
+        """Wait for one batch of ready pipes and serve them; False once the deadline passed."""
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            self.timed_out = not self.exited
+            return False
+        for key, _ in self.selector.select(remaining):
+            if key.fd == self.stdin_fd:
+                self._write_some()
+                continue
+            chunk = os.read(key.fd, 65536)
+            if not chunk:
+                self.selector.unregister(key.fd)
+                if key.fd == self.status_r:
+                    # Init and bootstrap are gone: the program has ended.
+                    self.exited = True
+                    self.deadline = min(self.deadline, time.monotonic() + _EXIT_GRACE_S)
+                continue
+            sink = self.sinks[key.fd]
+            room = self.config.max_output_bytes - len(sink) if key.fd != self.status_r else len(chunk)
+            self.truncated |= len(chunk) > room
+            sink += chunk[: max(room, 0)]
+        return True
+
+    def _write_some(self) -> None:
+        """Write what the pipe takes now; stop when done or when the program stopped reading."""
+        try:
+            self.pending = self.pending[os.write(self.stdin_fd, self.pending[:65536]) :]
+        except BlockingIOError:
+            return
+        except BrokenPipeError:
+            self.pending = self.pending[:0]
+            self._close_stdin()
+            return
+        if not len(self.pending):
+            self.selector.unregister(self.stdin_fd)
+            if self.close_stdin_when_sent:
+                self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        if self.stdin_fd is None:
+            return
+        if self.stdin_fd in self.selector.get_map():
+            self.selector.unregister(self.stdin_fd)
+        self.proc.stdin.close()
+        self.stdin_fd = None
+
+    def _clean_up(self) -> None:
+        try:
+            if self.proc is not None:
+                _kill_group(self.proc)
+                self.proc.wait()
+                for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+                    pipe.close()
+                os.close(self.status_r)
+                if hasattr(self, "selector"):
+                    self.selector.close()
+        finally:
+            if self.workdir is not None:
+                _remove_tree(self.workdir)
+            if self.uid is not None and self.owns_uid:
+                _UIDS.release(self.uid)
+            self.uid = None
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -318,67 +746,6 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass  # the group is already empty
-
-
-_EXIT_GRACE_S = 0.25
-"""After the program exits, how long descendants may keep its output pipes open (only matters
-without a PID namespace, where they are not killed with it)."""
-
-
-def _collect(proc: subprocess.Popen, stdin: bytes, status_r: int, deadline: float, cap: int) -> _Streams:
-    """Feed stdin and read stdout, stderr and the status pipe until all close or time runs out."""
-    out, err, status = bytearray(), bytearray(), bytearray()
-    sinks = {proc.stdout.fileno(): out, proc.stderr.fileno(): err, status_r: status}
-    selector = selectors.DefaultSelector()
-    for fd in sinks:
-        selector.register(fd, selectors.EVENT_READ)
-    stdin_fd, pending = proc.stdin.fileno(), memoryview(stdin)
-    _start_stdin(proc, selector, pending)
-    truncated = timed_out = exited = False
-    while selector.get_map():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            timed_out = not exited
-            break
-        for key, _ in selector.select(remaining):
-            if key.fd == stdin_fd:
-                pending = _write_some(proc, selector, pending)
-                continue
-            chunk = os.read(key.fd, 65536)
-            if not chunk:
-                selector.unregister(key.fd)
-                if key.fd == status_r:
-                    # Init and bootstrap are gone: the program has ended.
-                    exited, deadline = True, min(deadline, time.monotonic() + _EXIT_GRACE_S)
-                continue
-            sink = sinks[key.fd]
-            room = cap - len(sink) if key.fd != status_r else len(chunk)
-            truncated |= len(chunk) > room
-            sink += chunk[: max(room, 0)]
-    selector.close()
-    return _Streams(bytes(out), bytes(err), truncated, timed_out, _parse_events(bytes(status)))
-
-
-def _start_stdin(proc: subprocess.Popen, selector: selectors.BaseSelector, pending: memoryview) -> None:
-    if len(pending):
-        os.set_blocking(proc.stdin.fileno(), False)
-        selector.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
-    else:
-        proc.stdin.close()
-
-
-def _write_some(proc: subprocess.Popen, selector: selectors.BaseSelector, pending: memoryview) -> memoryview:
-    """Write what the pipe takes now; close stdin when done or when the program stopped reading."""
-    try:
-        pending = pending[os.write(proc.stdin.fileno(), pending[:65536]) :]
-    except BlockingIOError:
-        return pending
-    except BrokenPipeError:
-        pending = pending[:0]
-    if not len(pending):
-        selector.unregister(proc.stdin.fileno())
-        proc.stdin.close()
-    return pending
 
 
 def _parse_events(raw: bytes) -> list[dict[str, str]]:
@@ -422,6 +789,15 @@ def _to_result(streams: _Streams, config: SandboxConfig) -> ExecutionResult:
         wall_s=streams.wall_s,
         truncated=streams.truncated,
         network_isolated=network_isolated,
+        layers=_layers(setup),
+    )
+
+
+def _layers(setup: dict) -> Layers:
+    return Layers(
+        network=setup.get("net") == "1",
+        pid_namespace=setup.get("pid") == "1",
+        unprivileged_uid=int(setup.get("uid", -1)) >= 0,
     )
 
 
@@ -552,7 +928,7 @@ def _probe_interpreters(config: SandboxConfig, uid: int) -> str:
     failures = []
     for python in _candidate_interpreters():
         try:
-            streams = _run_as("import sys\nprint(sys.version.split()[0])", "", probe, uid, python)
+            streams = _Run("import sys\nprint(sys.version.split()[0])", probe, probe=(uid, python)).finish()
             result = _to_result(streams, probe)
         except SandboxError as err:
             failures.append(f"{python}: {err}")
