@@ -278,6 +278,14 @@ def test_probe_reports_the_isolation(isolation):
         assert isolation.uid is None
 
 
+def test_private_filesystem_can_be_turned_off(tmp_path):
+    # Then the run sees the host's files (and the interpreter is probed for that view).
+    result = run_code("import os\nprint(os.path.isdir('/proc/1'), os.path.exists('/etc/hostname'))",
+                      timeout_s=SLOW_OK_S, private_filesystem=False, use_cgroup=False)
+    assert result.ok, result.stderr
+    assert not result.layers.private_filesystem and result.layers.cgroup is None
+
+
 def test_unusable_interpreter_is_a_sandbox_error():
     with pytest.raises(SandboxError, match="set-up failed"):
         run_code("print(1)", timeout_s=SLOW_OK_S, python="/nonexistent/python3")
@@ -317,7 +325,7 @@ def test_runs_degrade_gracefully_where_namespaces_are_refused(monkeypatch, caplo
     monkeypatch.setattr(sandbox._CGROUPS, "_probed", True)  # as if nothing were writable
     monkeypatch.setattr(sandbox._CGROUPS, "unavailable", "simulated")
     # Which interpreter the sandbox uid can run depends on the filesystem view: probe again.
-    monkeypatch.setattr(sandbox, "_interpreter_for_sandbox_uid", [])
+    monkeypatch.setattr(sandbox, "_interpreter_for_sandbox_uid", {})
     with caplog.at_level(logging.WARNING, logger="decoding_adapters.sandbox"):
         result = run_code("import os\nprint(os.getpid() != 1)", timeout_s=SLOW_OK_S)
         timed_out = run_code("while True:\n    pass", timeout_s=1.0)

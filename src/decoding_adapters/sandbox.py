@@ -887,7 +887,7 @@ def _warn_once_if_degraded(config: SandboxConfig, setup: dict, fs: dict | None =
     if config.use_cgroup and setup.get("cgroup") != "1":
         _warn_once(
             "cgroup",
-            f"sandbox: no control group for the run ({_CGROUPS.unavailable or setup.get('cgroup_error')}); "
+            f"sandbox: no control group for the run ({_CGROUPS.unavailable or setup.get('cgroup_error') or 'unknown reason'}); "
             "memory and processes are limited per process only (a run may use max_processes x memory_mb)",
         )
     if config.isolate_network and setup.get("net") != "1":
@@ -970,7 +970,7 @@ class _Cgroups:
                 self._limit(path, config)
         except OSError as err:
             self.remove(dirs)
-            _warn_once("cgroup-run", f"sandbox: could not make a control group for a run ({err}); per-process limits only")
+            self.unavailable = f"could not make a control group for a run: {err}"
             return [], []
         return dirs, [os.path.join(path, "cgroup.procs") for path in dirs]
 
@@ -1035,6 +1035,8 @@ class _Cgroups:
                 for controller in ("memory", "pids"):
                     base = os.path.join(mounts[controller] + own.get(controller, "/"), "decoding-adapters-sandbox")
                     os.makedirs(base, exist_ok=True)
+                    if not os.access(base, os.W_OK):
+                        raise PermissionError(f"{base} is not writable")
                     bases.append(base)
                 self._bases, self.version = bases, "v1"
                 return
@@ -1051,6 +1053,8 @@ class _Cgroups:
             raise OSError(f"memory and pids controllers not available in {parent} (only {available})")
         base = os.path.join(parent, "decoding-adapters-sandbox")
         os.makedirs(base, exist_ok=True)
+        if not os.access(base, os.W_OK):
+            raise PermissionError(f"{base} is not writable")
         with open(os.path.join(parent, "cgroup.subtree_control"), "w") as handle:
             handle.write("+memory +pids")
         with open(os.path.join(base, "cgroup.subtree_control"), "w") as handle:
@@ -1140,7 +1144,8 @@ class _UidPool:
 
 _UIDS = _UidPool(UID_SLOTS)
 
-_interpreter_for_sandbox_uid: list[str] = []  # filled once by the first probe
+_interpreter_for_sandbox_uid: dict[bool, str] = {}
+"""Probed interpreter per value of ``private_filesystem`` (what the uid can reach depends on it)."""
 _interpreters_lock = threading.Lock()
 
 
@@ -1156,9 +1161,10 @@ def _interpreter(config: SandboxConfig, uid: int | None) -> str:
         # The real file: a venv's symlink may not exist in the sandbox's filesystem view.
         return os.path.realpath(sys.executable)
     with _interpreters_lock:
-        if not _interpreter_for_sandbox_uid:
-            _interpreter_for_sandbox_uid.append(_probe_interpreters(config, uid))
-        return _interpreter_for_sandbox_uid[0]
+        key = config.private_filesystem
+        if key not in _interpreter_for_sandbox_uid:
+            _interpreter_for_sandbox_uid[key] = _probe_interpreters(config, uid)
+        return _interpreter_for_sandbox_uid[key]
 
 
 def _candidate_interpreters() -> list[str]:
@@ -1172,7 +1178,8 @@ def _candidate_interpreters() -> list[str]:
 
 
 def _probe_interpreters(config: SandboxConfig, uid: int) -> str:
-    probe = SandboxConfig(timeout_s=max(config.timeout_s, 10.0), memory_mb=max(config.memory_mb, 256))
+    probe = replace(config, timeout_s=max(config.timeout_s, 10.0), memory_mb=max(config.memory_mb, 256),
+                    max_output_bytes=64 * 1024, python=None)
     failures = []
     for python in _candidate_interpreters():
         try:
@@ -1345,10 +1352,15 @@ def private_filesystem():
     for name in os.listdir("."):
         with open(name, "rb") as f:
             files.append((name, f.read()))
+    workdir = os.getcwd()
     try:
         build_root(files)
         return ""
     except OSError as exc:
+        # Before pivot_root the half-built root sits on the working directory: detach it, so
+        # the run goes on with the host's view (and its files) instead of failing.
+        if os.getcwd() != "/" and libc("umount2", workdir.encode(), 2) == 0:
+            os.chdir(workdir)
         return str(exc) or "refused"
 
 def program():
