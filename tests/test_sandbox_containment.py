@@ -210,3 +210,20 @@ def test_layers_are_reported(layers):
     if IS_ROOT and sys.platform.startswith("linux"):
         # Our machines: everything but possibly the control group is available to root.
         assert {"network", "pid_namespace", "unprivileged_uid"}.isdisjoint(result.layers.missing())
+
+
+def test_the_view_is_read_only_except_the_scratch_places(layers):
+    need(layers, "private_filesystem")
+    probe = (
+        "import os\n"
+        "def writable(path):\n"
+        "    try:\n"
+        "        with open(os.path.join(path, 'probe'), 'w') as f:\n"
+        "            f.write('x')\n"
+        "        return True\n"
+        "    except OSError:\n"
+        "        return False\n"
+        "print([writable(p) for p in ('/', '/usr', '/dev', '/etc', '/tmp', '/var/tmp', '/dev/shm', '.')])\n"
+    )
+    result = run(probe)
+    assert result.stdout.strip() == str([False] * 4 + [True] * 4), result.stdout + result.stderr
