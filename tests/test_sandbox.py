@@ -413,3 +413,15 @@ def test_parse_literal(text, value):
 def test_parse_literal_refuses_code(text):
     with pytest.raises(ValueError):
         parse_literal(text)
+
+
+def test_private_filesystem_needs_the_pid_namespace(monkeypatch, caplog):
+    # A fresh /proc without a PID namespace would show the host's processes: no private view then.
+    call = "unshare(0x20000000)"
+    monkeypatch.setattr(sandbox, "_BOOTSTRAP", sandbox._BOOTSTRAP.replace(call, "'Operation not permitted' or (0x20000000)"))
+    monkeypatch.setattr(sandbox, "_warned", set())
+    monkeypatch.setattr(sandbox, "_interpreter_for_sandbox_uid", {})
+    with caplog.at_level(logging.WARNING, logger="decoding_adapters.sandbox"):
+        result = run_code("print('ran')", timeout_s=SLOW_OK_S)
+    assert result.stdout == "ran\n" and not result.layers.private_filesystem and not result.layers.pid_namespace
+    assert "no private filesystem view (needs a PID namespace)" in caplog.text

@@ -878,7 +878,7 @@ def _warn_once(key: str, message: str) -> None:
 def _warn_once_if_degraded(config: SandboxConfig, setup: dict, fs: dict | None = None) -> None:
     fs = fs or {}
     if config.private_filesystem and fs.get("ok") != "1":
-        reason = setup.get("mnt_error") if setup.get("mnt") != "1" else fs.get("error")
+        reason = fs.get("error") or setup.get("mnt_error")
         _warn_once(
             "fs",
             f"sandbox: no private filesystem view ({reason or 'unknown reason'}); generated code sees "
@@ -1404,9 +1404,9 @@ def release_pipes():
     for std in (0, 1, 2):
         os.dup2(devnull, std)
 
-def start_init(fs_wanted):
+def start_init(fs_refused):
     libc("prctl", 1, 9)  # PR_SET_PDEATHSIG = SIGKILL: die with the bootstrap
-    fs_error = private_filesystem() if fs_wanted else "not requested"
+    fs_error = fs_refused or private_filesystem()
     report("fs", ok=int(not fs_error), error=fs_error)
     child = spawn(program)
     release_pipes()
@@ -1423,11 +1423,11 @@ def main():
            cgroup=int(bool(cgroup_procs) and not cgroup_error), net_error=net_error, pid_error=pid_error,
            mnt_error=mnt_error, cgroup_error=cgroup_error, userns_error=userns_error)
     # The new /proc needs the PID namespace (else it would show the host's processes).
-    fs_wanted = not mnt_error and not pid_error
+    fs_refused = mnt_error or ("needs a PID namespace" if pid_error else "")
     init_pid = os.fork()
     if init_pid == 0:
         try:
-            start_init(fs_wanted)
+            start_init(fs_refused)
         except BaseException as exc:
             report("setup_error", message="%s: %s" % (type(exc).__name__, exc))
         os._exit(127)
