@@ -6,13 +6,15 @@ import json
 
 import pytest
 
+from decoding_adapters.sandbox import SandboxConfig
 from decoding_adapters.tasks.base import get_task
 from decoding_adapters.tasks.code import (
     CodeContestsTask,
     HumanEvalTask,
     defines_function,
     extract_code,
-    humaneval_program,
+    humaneval_passes,
+    humaneval_solution,
     normalise_output,
     outputs_match,
 )
@@ -64,24 +66,29 @@ STUB = 'def add(a, b):\n    """Return a + b."""\n'
 TEST = "def check(candidate):\n    assert candidate(2, 3) == 5\n"
 
 
-def test_humaneval_program_continues_a_body():
-    program = humaneval_program(STUB, "    return a + b\n", TEST, "add")
-    assert program.startswith(STUB + "    return a + b\n") and program.endswith("check(add)\n")
+def test_humaneval_solution_continues_a_body():
+    assert humaneval_solution(STUB, "    return a + b\n", "add") == STUB + "    return a + b\n"
 
 
-def test_humaneval_program_indents_a_flush_body():
-    program = humaneval_program(STUB, "return a + b", TEST, "add")
-    assert STUB + "    return a + b" in program
+def test_humaneval_solution_indents_a_flush_body():
+    assert STUB + "    return a + b" in humaneval_solution(STUB, "return a + b", "add")
 
 
-def test_humaneval_program_prints_the_sentinel_last():
-    assert humaneval_program(STUB, "    return a + b\n", TEST, "add", "ok-123").endswith("check(add)\nprint('ok-123')\n")
+def test_humaneval_solution_holds_no_test():
+    assert "check" not in humaneval_solution(STUB, "    return a + b\n", "add")
 
 
-def test_humaneval_program_keeps_prompt_before_a_redefinition():
-    program = humaneval_program(STUB, "def add(a, b):\n    return a + b\n", TEST, "add")
-    assert program.index(STUB) < program.index("def add(a, b):\n    return a + b")
-    compile(program, "<program>", "exec")
+def test_humaneval_solution_keeps_prompt_before_a_redefinition():
+    solution = humaneval_solution(STUB, "def add(a, b):\n    return a + b\n", "add")
+    assert solution.index(STUB) < solution.index("def add(a, b):\n    return a + b")
+    compile(solution, "<solution>", "exec")
+
+
+def test_humaneval_passes_compares_values_outside_the_sandbox():
+    config = SandboxConfig(timeout_s=20.0)
+    assert humaneval_passes(STUB, "    return a + b\n", TEST, "add", config)
+    assert not humaneval_passes(STUB, "    return a - b\n", TEST, "add", config)
+    assert not humaneval_passes(STUB, "    return str(a + b)\n", TEST, "add", config)  # "5" != 5
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +133,15 @@ def test_humaneval_canonical_solution_passes(humaneval, task_id):
 def test_humaneval_wrong_completions_score_zero(humaneval, completion):
     task, problems = humaneval
     assert task.reward(problems["HumanEval/0"], completion) == 0.0
+
+
+@pytest.mark.slow
+def test_every_humaneval_canonical_solution_passes(humaneval):
+    # The trusted check runs here and calls the sandboxed solution: every problem's arguments and
+    # return values must make the round trip (floats, tuples, nested lists, strings with escapes).
+    task, problems = humaneval
+    failed = [pid for pid, problem in problems.items() if task.reward(problem, problem.answer) != 1.0]
+    assert failed == []
 
 
 def test_humaneval_endless_completion_scores_zero():

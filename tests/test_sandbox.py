@@ -18,6 +18,12 @@ from decoding_adapters import sandbox
 from decoding_adapters.sandbox import (
     UID_BASE,
     ExecutionResult,
+    FunctionSession,
+    Layers,
+    call_function,
+    call_function_batch,
+    execute_batch,
+    parse_literal,
     SandboxConfig,
     SandboxError,
     classify,
@@ -194,12 +200,14 @@ def test_files_outside_the_working_directory_are_protected(tmp_path):
         victim = handle.name
     os.chmod(victim, 0o644)
     os.chmod(tmp_path, 0o755)
+    # Refused by the uid, or not even visible in a private filesystem view.
     try:
         removal = run_code(f"import os\nos.remove({victim!r})", timeout_s=SLOW_OK_S)
-        assert removal.status == "error" and "PermissionError" in removal.stderr
+        assert removal.status == "error" and ("PermissionError" in removal.stderr or "FileNotFoundError" in removal.stderr)
         assert os.path.exists(victim)
         creation = run_code(f"open({str(tmp_path / 'planted.txt')!r}, 'w').write('x')", timeout_s=SLOW_OK_S)
-        assert creation.status == "error" and "PermissionError" in creation.stderr
+        assert creation.status == "error"
+        assert "PermissionError" in creation.stderr or "FileNotFoundError" in creation.stderr
         assert not (tmp_path / "planted.txt").exists()
     finally:
         os.remove(victim)
@@ -270,6 +278,14 @@ def test_probe_reports_the_isolation(isolation):
         assert isolation.uid is None
 
 
+def test_private_filesystem_can_be_turned_off(tmp_path):
+    # Then the run sees the host's files (and the interpreter is probed for that view).
+    result = run_code("import os\nprint(os.path.isdir('/proc/1'), os.path.exists('/etc/hostname'))",
+                      timeout_s=SLOW_OK_S, private_filesystem=False, use_cgroup=False)
+    assert result.ok, result.stderr
+    assert not result.layers.private_filesystem and result.layers.cgroup is None
+
+
 def test_unusable_interpreter_is_a_sandbox_error():
     with pytest.raises(SandboxError, match="set-up failed"):
         run_code("print(1)", timeout_s=SLOW_OK_S, python="/nonexistent/python3")
@@ -296,18 +312,116 @@ def test_uid_pool_is_first_in_first_out():
 
 
 def test_runs_degrade_gracefully_where_namespaces_are_refused(monkeypatch, caplog):
-    # Simulate a platform that refuses unshare(CLONE_NEWNET) and unshare(CLONE_NEWPID).
+    # Simulate a platform that refuses unshare(CLONE_NEWNET), (CLONE_NEWNS) and (CLONE_NEWPID),
+    # and has no control groups.
     bootstrap = sandbox._BOOTSTRAP
-    for call in ('unshare(0x40000000) if net == "1"', "unshare(0x20000000)"):
+    calls = ('unshare(0x40000000) if net == "1"', 'unshare(0x00020000 | 0x08000000) if private_fs == "1"', "unshare(0x20000000)")
+    for call in calls:
         assert call in bootstrap
         bootstrap = bootstrap.replace(call, call.replace("unshare(", "'Operation not permitted' or ("))
     monkeypatch.setattr(sandbox, "_BOOTSTRAP", bootstrap)
     monkeypatch.setattr(sandbox, "_warned", set())
+    monkeypatch.setattr(sandbox, "_CGROUPS", sandbox._Cgroups())
+    monkeypatch.setattr(sandbox._CGROUPS, "_probed", True)  # as if nothing were writable
+    monkeypatch.setattr(sandbox._CGROUPS, "unavailable", "simulated")
+    # Which interpreter the sandbox uid can run depends on the filesystem view: probe again.
+    monkeypatch.setattr(sandbox, "_interpreter_for_sandbox_uid", {})
     with caplog.at_level(logging.WARNING, logger="decoding_adapters.sandbox"):
         result = run_code("import os\nprint(os.getpid() != 1)", timeout_s=SLOW_OK_S)
         timed_out = run_code("while True:\n    pass", timeout_s=1.0)
     assert (result.status, result.stdout, result.network_isolated) == ("ok", "True\n", False)
+    assert result.layers.missing() == ["network", "pid_namespace", "private_filesystem", "cgroup"] or not IS_ROOT
     assert timed_out.status == "timeout"
     messages = " ".join(record.getMessage() for record in caplog.records)
+    assert "no private filesystem view (Operation not permitted)" in messages
+    assert "no control group for the run (simulated)" in messages
     assert "network isolation unavailable (unshare(CLONE_NEWNET) refused: Operation not permitted)" in messages
     assert "no PID namespace" in messages
+
+
+# --------------------------------------------------------------------------- calling a function
+
+
+def test_call_function_returns_values_and_errors():
+    code = "def add(a, b):\n    print('chatter')\n    return a + b\n"
+    result = call_function(code, "add", [(2, 3), ("a", "b"), ([1], [2.5]), (1,)], SandboxConfig(timeout_s=SLOW_OK_S))
+    assert result.values == [5, "ab", [1, 2.5], None]
+    assert result.errors[:3] == [None, None, None] and result.errors[3].startswith("TypeError")
+    assert result.execution.status == "ok" and "chatter" in result.execution.stderr  # prints go to stderr
+    assert isinstance(result.layers, Layers)
+
+
+def test_call_function_values_are_literals_only():
+    code = (
+        "class Anything:\n    def __eq__(self, other):\n        return True\n"
+        "def f(kind):\n    return Anything() if kind == 'object' else [float('inf'), set(), 1 - 2j, b'x', -0.0, (None,)]\n"
+    )
+    result = call_function(code, "f", [("object",), ("literals",)], SandboxConfig(timeout_s=SLOW_OK_S))
+    assert result.values[0] is None and "not a literal" in result.errors[0]
+    assert result.values[1][:5] == [float("inf"), set(), 1 - 2j, b"x", -0.0] and result.values[1][5] == (None,)
+
+
+@pytest.mark.parametrize(
+    "code, error",
+    [
+        ("def f(x) return", "did not load: SyntaxError"),
+        ("import os\nos._exit(0)\ndef f(x):\n    return x", "ended before answering"),
+        ("def f(x):\n    import os\n    os._exit(0)", "ended before answering"),
+        ("g = 1", "did not load: KeyError"),
+    ],
+)
+def test_call_function_failures_fail_every_call(code, error):
+    result = call_function(code, "f", [(1,), (2,)], SandboxConfig(timeout_s=SLOW_OK_S))
+    assert result.values == [None, None] and all(error in e for e in result.errors)
+
+
+def test_call_function_times_out():
+    result = call_function("def f(x):\n    while True:\n        pass", "f", [(1,), (2,)], SandboxConfig(timeout_s=1.0))
+    assert result.errors == ["timeout", "timeout"] and result.execution.status == "timeout"
+
+
+def test_session_sends_one_call_at_a_time():
+    # The program cannot read ahead: it sees the second call's arguments only after answering.
+    code = "import sys\ndef f(x):\n    return sys.stdin.read()\n"
+    with FunctionSession(code, "f", SandboxConfig(timeout_s=SLOW_OK_S)) as session:
+        assert session.candidate("first") == ""
+        assert session.candidate("second") == ""
+    assert session.result.status == "ok"
+
+
+def test_call_function_batch_keeps_order():
+    jobs = [(f"def f(x):\n    return x * {i}", "f", [(i,)]) for i in range(5)]
+    results = call_function_batch(jobs, SandboxConfig(timeout_s=SLOW_OK_S), workers=2)
+    assert [r.values for r in results] == [[i * i] for i in range(5)]
+    programs = [(f"print(input() * {i})", "ab") for i in range(3)]
+    assert [r.stdout for r in execute_batch(programs, SandboxConfig(timeout_s=SLOW_OK_S))] == ["\n", "ab\n", "abab\n"]
+    with pytest.raises(ValueError, match="workers"):
+        execute_batch(programs, workers=0)
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [("1", 1), ("-2.5", -2.5), ("inf", float("inf")), ("-inf", float("-inf")), ("(1+2j)", 1 + 2j),
+     ("set()", set()), ("frozenset({1})", frozenset({1})), ("{'a': [1, (2,)]}", {"a": [1, (2,)]}),
+     ("b'\\x00'", b"\x00"), ("'line\\nbreak'", "line\nbreak"), ("None", None), ("True", True)],
+)
+def test_parse_literal(text, value):
+    assert parse_literal(text) == value
+
+
+@pytest.mark.parametrize("text", ["__import__('os')", "x", "[1, 2", "2 ** 100", "{**a}", "open('f')", "[" * 10_000 + "]" * 10_000])
+def test_parse_literal_refuses_code(text):
+    with pytest.raises(ValueError):
+        parse_literal(text)
+
+
+def test_private_filesystem_needs_the_pid_namespace(monkeypatch, caplog):
+    # A fresh /proc without a PID namespace would show the host's processes: no private view then.
+    call = "unshare(0x20000000)"
+    monkeypatch.setattr(sandbox, "_BOOTSTRAP", sandbox._BOOTSTRAP.replace(call, "'Operation not permitted' or (0x20000000)"))
+    monkeypatch.setattr(sandbox, "_warned", set())
+    monkeypatch.setattr(sandbox, "_interpreter_for_sandbox_uid", {})
+    with caplog.at_level(logging.WARNING, logger="decoding_adapters.sandbox"):
+        result = run_code("print('ran')", timeout_s=SLOW_OK_S)
+    assert result.stdout == "ran\n" and not result.layers.private_filesystem and not result.layers.pid_namespace
+    assert "no private filesystem view (needs a PID namespace)" in caplog.text

