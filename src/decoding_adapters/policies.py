@@ -248,6 +248,9 @@ def save_adapter(directory: str | Path, policy: nn.Module, config: AdapterConfig
     tmp_c.write_text(json.dumps(asdict(config), indent=2))
     tmp_w.replace(directory / "adapter.safetensors")
     tmp_c.replace(directory / "adapter.json")
+    from .model_card import write_model_card  # README.md beside adapter.json: the directory describes itself
+
+    write_model_card(directory, config)
     return directory
 
 
