@@ -19,7 +19,7 @@ What it does:
 The same from the command line (once ``--verifier`` is wired into the CLI):
 
     decoding-adapters train-token --task jsonl --data train=examples/user_task/train.jsonl,test=examples/user_task/test.jsonl \
-        --verifier check:score --token-budget 12 --steps 12 --out runs/capitals/adapter
+        --verifier check:score --token-budget 12 --steps 8 --out runs/capitals/adapter
 """
 
 from __future__ import annotations
@@ -52,14 +52,14 @@ def run(argv: list[str] | None = None) -> Path:
     p.add_argument("--out", default="runs/capitals", help="output folder (adapter/, eval/)")
     p.add_argument("--model", default="smollm2", help="frozen LM: the embedded default, or an HF directory")
     p.add_argument("--token-budget", type=int, default=12)
-    p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--prompts-per-step", type=int, default=8)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--prompts-per-step", type=int, default=4)
     p.add_argument("--group-size", type=int, default=4)
-    p.add_argument("--val-problems", type=int, default=16)
+    p.add_argument("--val-problems", type=int, default=8)
     p.add_argument("--filter-samples", type=int, default=2, help="probe rollouts per training prompt (0: keep every prompt)")
-    p.add_argument("--max-train-prompts", type=int, default=None)
+    p.add_argument("--max-train-prompts", type=int, default=40)
     p.add_argument("--eval-k", default="1,4")
-    p.add_argument("--eval-seeds", type=int, default=2)
+    p.add_argument("--eval-seeds", type=int, default=1)
     p.add_argument("--max-problems", type=int, default=None, help="evaluate on at most this many test problems")
     args = p.parse_args(argv)
     out = Path(args.out)
