@@ -185,7 +185,8 @@ def test_random_token_adapter_picks_the_same_actions_as_our_loop(tmp_path, tiny_
         adapter.policy.mlp[-1].weight.mul_(50)  # sharper preferences, so that the argmax moves between steps
     model, inputs = tiny_lm.model, _inputs(tiny_lm, tiny_prompts)
     with adapter.logits_processor(model, token_budget=6) as lp:
-        out = model.generate(**inputs, max_new_tokens=6, **lp.generate_kwargs())
+        model.generate(**_inputs(tiny_lm, tiny_prompts[:1]), max_new_tokens=3, **lp.generate_kwargs())
+        out = model.generate(**inputs, max_new_tokens=6, **lp.generate_kwargs())  # a second call starts afresh
     ours = decode(tiny_lm, tiny_prompts, ActionSet(adapter.actions), chooser=TokenPolicyChooser(adapter.policy, deterministic=True),
                   token_budget=6)
     valid = ours.valid_mask()  # generate pads a row after its EOS; our loop stops it

@@ -70,6 +70,7 @@ class AdapterLogitsProcessor(_HFLogitsProcessor):
         self._handle = None
         self._hidden: torch.Tensor | None = None
         self._prompt_len: int | None = None
+        self._last_len, self._prefilled = -1, False
         self._generator: torch.Generator | None = None
 
     # ---- lifetime of the hook ----------------------------------------------------------------
@@ -98,6 +99,7 @@ class AdapterLogitsProcessor(_HFLogitsProcessor):
     def _keep_hidden(self, module, args, output) -> None:
         hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
         self._hidden = hidden[:, -1].detach()  # [B, H]: left padding puts every row's last token last
+        self._prefilled = self._prefilled or hidden.shape[1] > 1
 
     def generate_kwargs(self) -> dict:
         """What to pass to ``model.generate`` besides the inputs: this processor and neutral warpers."""
@@ -115,9 +117,12 @@ class AdapterLogitsProcessor(_HFLogitsProcessor):
         if self._hidden.shape[0] != scores.shape[0]:
             raise RuntimeError(f"hidden states for {self._hidden.shape[0]} rows but scores for {scores.shape[0]}: "
                                f"beam search and assisted decoding are not supported")
-        if self._prompt_len is None or input_ids.shape[1] < self._prompt_len:  # a new generate call
+        length = input_ids.shape[1]
+        # A new generate call: a multi-token (prefill) forward ran, or input_ids did not grow by one.
+        if self._prompt_len is None or self._prefilled or length != self._last_len + 1:
             self.reset()
-            self._prompt_len = input_ids.shape[1]
+            self._prompt_len = length
+        self._prefilled, self._last_len = False, length
         action = self.choose(scores, input_ids.shape[1] - self._prompt_len)
         self.actions.append(action.cpu())
         return self.table.transform(scores, action).to(scores.dtype)
