@@ -108,6 +108,9 @@ def test_processor_transforms_only_adapter_rows_with_the_right_budget(tmp_path):
     u = torch.rand((), generator=torch.Generator().manual_seed(5)).reshape(1)
     expected_sampled, _ = entropy_adapter_step(logits[0:1], policy, table, torch.tensor([10 - 4]), u)
     assert torch.equal(out[0], expected_sampled[0])
+    # vLLM's older V1 runner calls apply(logits) and update_state(...): inert there
+    proc.update_state(None)
+    assert torch.equal(proc.apply(logits.clone()), logits)
     # a recycled slot forgets its previous occupant
     assert proc.add_request(2, _params(None)) is False and proc.slot_adapter[2] is None
 

@@ -33,7 +33,9 @@ sampled — also runs the policy and stashes the chosen action per row for a pro
 to apply. Until then, use the transformers integration (``adapter.logits_processor(model)``) or this
 project's decode loop for hidden-state adapters.
 
-Not supported: speculative decoding (draft rows would each take a decision on a guessed
+Older vLLM (the V1 model runner, before 0.33) loads the same entry-point group with another
+interface; there the processor is inert (it changes no logits), so installing this package never
+breaks an older engine. Not supported: speculative decoding (draft rows would each take a decision on a guessed
 prefix); preemption with recomputation is fine (the step count comes from positions, not from a
 counter).
 """
@@ -186,8 +188,14 @@ class EntropyAdapterLogitsProcessor(_VLLMLogitsProcessor):
     def apply_staged_writes(self) -> None:
         pass
 
-    def apply(self, logits: torch.Tensor, ctx) -> torch.Tensor:
-        """Transform, in place, the rows of requests that use an adapter (one row per request)."""
+    def update_state(self, batch_update) -> None:
+        """vLLM's older (V1 runner) interface, which loads the same entry-point group: stay inert there."""
+
+    def apply(self, logits: torch.Tensor, ctx=None) -> torch.Tensor:
+        """Transform, in place, the rows of requests that use an adapter (one row per request).
+        Called without a context (the V1 runner's ``apply(logits)``) it changes nothing."""
+        if ctx is None:
+            return logits
         slots_np = ctx.idx_mapping_np
         if logits.shape[0] != len(slots_np):
             raise RuntimeError("the decoding-adapter processor does not support speculative decoding")
