@@ -75,6 +75,8 @@ def test_from_pretrained_checks_the_lm(tmp_path, tiny_lm):
         adapter.logits_processor(other.model)
     with pytest.raises(ValueError, match="sequence adapter"):
         adapter.generation_config(["hi"])
+    [g] = adapter.generator().generate("What is 2+3?", token_budget=4)  # the project's own loop, same handle
+    assert g.kind == "token" and len(g.token_actions[0]) == g.completion_tokens[0]
 
 
 def test_sequence_adapter_needs_an_lm_and_returns_one_config_per_prompt(tmp_path, tiny_lm):

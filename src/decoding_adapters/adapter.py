@@ -208,6 +208,15 @@ class Adapter:
                               "adapter.sampling_params_dicts(...) for the plain keyword dicts") from err
         return [SamplingParams(**d) for d in self.sampling_params_dicts(prompts, n, **kwargs)]
 
+    # ---- this project's own decode loop ---------------------------------------------------------
+    def generator(self, max_batch_rows: int = 64):
+        """An ``AdaptiveGenerator`` (this project's batched decode loop, as behind ``generate``/``serve``)."""
+        from .generator import AdaptiveGenerator
+
+        if self.lm is None:
+            raise ValueError("the project's decode loop needs the LM: load with Adapter.from_pretrained(dir, lm=...) or bind one")
+        return AdaptiveGenerator(self.policy, self.config, self.lm, name=self.name, max_batch_rows=max_batch_rows)
+
     # ---- token adapter: one action per token ---------------------------------------------------
     def logits_processor(self, model, *, tokenizer=None, token_budget: int | None = None,
                          deterministic: bool = True, seed: int = 0):
