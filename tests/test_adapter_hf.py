@@ -163,10 +163,16 @@ def test_sampling_adapter_matches_our_loops_token_distribution(tmp_path, tiny_lm
     assert int((probs > 0).sum()) >= 3  # a test that can fail: several tokens in the support
 
     model = tiny_lm.model
-    with adapter.logits_processor(model, token_budget=1) as lp:
-        torch.manual_seed(0)
-        out = model.generate(input_ids=ids.expand(draws, -1), attention_mask=mask.expand(draws, -1),
-                             max_new_tokens=1, **lp.generate_kwargs())
+    defaults = model.generation_config
+    saved = (defaults.top_k, defaults.top_p, defaults.temperature)
+    defaults.top_k, defaults.top_p, defaults.temperature = 1, 0.5, 0.3  # model defaults must not leak in after ours
+    try:
+        with adapter.logits_processor(model, token_budget=1) as lp:
+            torch.manual_seed(0)
+            out = model.generate(input_ids=ids.expand(draws, -1), attention_mask=mask.expand(draws, -1),
+                                 max_new_tokens=1, **lp.generate_kwargs())
+    finally:
+        defaults.top_k, defaults.top_p, defaults.temperature = saved
     hf_tokens = out[:, -1]
     ours = decode(tiny_lm, [prompt], aset, prompt_of_row=[0] * draws, row_actions=1, token_budget=1, seed=0).tokens[:, 0]
     for name, tokens in (("generate", hf_tokens), ("ours", ours)):

@@ -19,7 +19,7 @@ How it works, per generation step (``generate``'s ``_sample`` loop):
 
 ``generate`` appends its own warpers (temperature, top-k, top-p, min-p from the generation config,
 the model's defaults filling unset fields) *after* custom processors, so they must be neutral:
-``lp.generate_kwargs()`` returns ``do_sample=True, temperature=1.0, top_k=0, top_p=1.0`` plus the
+``lp.generate_kwargs()`` returns ``do_sample=True, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0`` plus the
 processor list. Other custom processors (repetition penalty, ...) placed before ours change the
 scores the adapter sees, as they would in our own loop.
 
@@ -106,7 +106,7 @@ class AdapterLogitsProcessor(_HFLogitsProcessor):
         from transformers import LogitsProcessorList
 
         return {"logits_processor": LogitsProcessorList([self]), "do_sample": True,
-                "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": None, "num_beams": 1}
+                "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "num_beams": 1}
 
     # ---- the step ----------------------------------------------------------------------------
     @torch.no_grad()
