@@ -157,3 +157,15 @@ def test_exact_match_default():
     assert exact_match("Let me think.\nParis.", "paris") == 1.0
     assert exact_match("so \\boxed{42} is it\nbye", "42") == 1.0
     assert exact_match("", "x") == 0.0 and exact_match("Lyon", "Paris") == 0.0
+
+
+def test_cli_runs_the_jsonl_task_from_data_spec(user_dir, tiny_model_dir, capsys):
+    """`--task jsonl --data train=...,test=...` already works through the CLI (default verifier)."""
+    from decoding_adapters import cli
+
+    out = user_dir / "eval"
+    code = cli.main(["evaluate", "--task", "jsonl", "--data", f"train={user_dir / 'train.jsonl'},test={user_dir / 'test.jsonl'}",
+                     "--model", str(tiny_model_dir), "--token-budget", "2", "--baselines", "greedy", "--actions", "math-token",
+                     "--k", "1", "--seeds", "1", "--no-progress", "--out", str(out)])
+    assert code == 0
+    assert json.loads((out / "results.json").read_text())["Greedy"]["pass@1"]["mean"] == 0.0
