@@ -1,6 +1,6 @@
 """Train a decoding adapter on *your own* task, end to end, without editing the package.
 
-    python examples/user_task/train.py --out runs/capitals          # ~3-5 min on 2 CPU cores
+    python examples/user_task/train.py --out runs/capitals          # ~10 CPU-minutes (see README)
 
 The task is "What is the capital of X?" (``train.jsonl`` / ``test.jsonl``, written by
 ``make_data.py``), scored by ``check.py:score`` — a plain function ``(completion, answer, row)``
