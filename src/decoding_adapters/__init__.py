@@ -1,13 +1,15 @@
 """decoding-adapters: learn how a frozen LLM should decode (see the README's module table).
 
-``AdaptiveGenerator`` is exported lazily: every submodule import runs this file first, so it must
-stay light (the generator imports torch and transformers).
+``AdaptiveGenerator`` and ``Adapter`` are exported lazily: every submodule import runs this file
+first, so it must stay light (those modules import torch and transformers).
 """
 
 import importlib
 
+_LAZY = {"AdaptiveGenerator": "generator", "Adapter": "adapter"}
+
 
 def __getattr__(name):
-    if name == "AdaptiveGenerator":
-        return importlib.import_module(f"{__name__}.generator").AdaptiveGenerator
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)

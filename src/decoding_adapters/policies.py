@@ -28,6 +28,7 @@ from torch import nn
 from .actions import DecodingAction
 from .decoding import StepFeatures
 from .io import atomic_write, write_json
+from .model_card import write_model_card
 
 __all__ = [
     "SequencePolicyConfig",
@@ -137,8 +138,14 @@ class SequencePolicy(_PolicyBase):
             x = torch.cat([x, self.budget_encoder(self.encode_budget(budget.to(x.device)))], dim=-1)
         return self.head(x)
 
-    def choose(self, embeddings: torch.Tensor, budgets: torch.Tensor, *, deterministic: bool = True,
-               uniform: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def choose(
+        self,
+        embeddings: torch.Tensor,
+        budgets: torch.Tensor,
+        *,
+        deterministic: bool = True,
+        uniform: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(action ``[N]``, probabilities ``[N, K]``), on CPU, for prompt embeddings ``[N, embed_dim]``
         and parallel budgets ``[N]``: the argmax, or (``deterministic=False``) an inverse-CDF draw
         from ``uniform [N]``, one number per prompt so that a draw does not depend on the batch.
@@ -292,6 +299,7 @@ def save_adapter(directory: str | Path, policy: nn.Module, config: AdapterConfig
     state = {k: v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
     atomic_write(directory / "adapter.safetensors", lambda tmp: save_file(state, str(tmp)))
     write_json(directory / "adapter.json", asdict(config))  # last: its presence marks a complete adapter
+    write_model_card(directory, config)  # README.md beside adapter.json: the directory describes itself
     return directory
 
 

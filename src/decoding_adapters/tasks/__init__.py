@@ -46,6 +46,7 @@ def _import_optional(module: str) -> None:
 
 
 _import_optional("code")
+_import_optional("jsonl")  # your own task: JSONL files + a module:function verifier
 
 __all__ = [
     "ArithmeticConfig",
