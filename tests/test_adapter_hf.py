@@ -8,17 +8,24 @@ import math
 import pytest
 import torch
 
+from conftest import make_tiny_lm
 from decoding_adapters import Adapter
 from decoding_adapters.actions import ActionSet, DecodingAction, transform_logits
 from decoding_adapters.decoding import decode
 from decoding_adapters.policies import (
-    AdapterConfig, SequencePolicy, SequencePolicyConfig, TokenPolicy, TokenPolicyConfig, save_adapter,
+    AdapterConfig,
+    SequencePolicy,
+    SequencePolicyConfig,
+    TokenPolicy,
+    TokenPolicyConfig,
+    save_adapter,
 )
 
-from conftest import make_tiny_lm
-
-ACTIONS = [DecodingAction(do_sample=False, temperature=0.0), DecodingAction(temperature=1.3, top_k=5),
-           DecodingAction(temperature=0.7, top_p=0.9, min_p=0.05)]
+ACTIONS = [
+    DecodingAction(do_sample=False, temperature=0.0),
+    DecodingAction(temperature=1.3, top_k=5),
+    DecodingAction(temperature=0.7, top_p=0.9, min_p=0.05),
+]
 
 
 def _forced(policy: torch.nn.Module, head: torch.nn.Linear, action: int | None) -> None:
@@ -33,11 +40,26 @@ def _forced(policy: torch.nn.Module, head: torch.nn.Linear, action: int | None) 
 
 def save_token_adapter(directory, lm, action=None, features="hidden", seed=0):
     torch.manual_seed(seed)
-    policy = TokenPolicy(TokenPolicyConfig(hidden_size=lm.hidden_size, num_actions=len(ACTIONS), features=features,
-                                           token_budget=16, width=16, dropout=0.0))
+    policy = TokenPolicy(
+        TokenPolicyConfig(
+            hidden_size=lm.hidden_size,
+            num_actions=len(ACTIONS),
+            features=features,
+            token_budget=16,
+            width=16,
+            dropout=0.0,
+        )
+    )
     _forced(policy, policy.mlp[-1], action)
-    config = AdapterConfig(kind="token", policy=dataclasses.asdict(policy.config), actions=[a.to_dict() for a in ACTIONS],
-                           base_model="tiny", base_fingerprint=lm.fingerprint(), budgets=[16], task="arithmetic")
+    config = AdapterConfig(
+        kind="token",
+        policy=dataclasses.asdict(policy.config),
+        actions=[a.to_dict() for a in ACTIONS],
+        base_model="tiny",
+        base_fingerprint=lm.fingerprint(),
+        budgets=[16],
+        task="arithmetic",
+    )
     save_adapter(directory, policy, config)
     return directory
 
@@ -46,8 +68,14 @@ def save_sequence_adapter(directory, lm, action=None):
     torch.manual_seed(0)
     policy = SequencePolicy(SequencePolicyConfig(embed_dim=lm.hidden_size, num_actions=len(ACTIONS), hidden=16))
     _forced(policy, policy.head[-1], action)
-    config = AdapterConfig(kind="sequence", policy=dataclasses.asdict(policy.config), actions=[a.to_dict() for a in ACTIONS],
-                           base_model="tiny", base_fingerprint=lm.fingerprint(), budgets=[1, 2, 4])
+    config = AdapterConfig(
+        kind="sequence",
+        policy=dataclasses.asdict(policy.config),
+        actions=[a.to_dict() for a in ACTIONS],
+        base_model="tiny",
+        base_fingerprint=lm.fingerprint(),
+        budgets=[1, 2, 4],
+    )
     save_adapter(directory, policy, config)
     return directory
 
@@ -86,7 +114,9 @@ def test_sequence_adapter_needs_an_lm_and_returns_one_config_per_prompt(tmp_path
     adapter = Adapter.from_pretrained(d, lm=tiny_lm)
     with pytest.raises(ValueError, match="token adapter"):
         adapter.logits_processor(tiny_lm.model)
-    configs = adapter.generation_config(["What is 2+3?", "Hi", [{"role": "user", "content": "x"}]], n=4, max_new_tokens=8)
+    configs = adapter.generation_config(
+        ["What is 2+3?", "Hi", [{"role": "user", "content": "x"}]], n=4, max_new_tokens=8
+    )
     assert len(configs) == 3
     for c in configs:
         assert (c.do_sample, c.temperature, c.top_k, c.top_p, c.num_return_sequences) == (True, 1.3, 5, 1.0, 4)
@@ -104,7 +134,12 @@ def test_sampling_params_dicts_follow_the_chosen_action(tmp_path, tiny_lm):
     adapter = Adapter.from_pretrained(save_sequence_adapter(tmp_path / "seq", tiny_lm, action=2), lm=tiny_lm)
     dicts = adapter.sampling_params_dicts(["a", "b"], n=4, max_tokens=32, seed=7, stop_token_ids=[1])
     assert [d["n"] for d in dicts] == [4, 4]
-    assert dicts[0]["temperature"] == 0.7 and dicts[0]["top_p"] == 0.9 and dicts[0]["min_p"] == 0.05 and dicts[0]["top_k"] == -1
+    assert (
+        dicts[0]["temperature"] == 0.7
+        and dicts[0]["top_p"] == 0.9
+        and dicts[0]["min_p"] == 0.05
+        and dicts[0]["top_k"] == -1
+    )
     assert dicts[0]["seed"] != dicts[1]["seed"] and dicts[0]["stop_token_ids"] == [1] and dicts[0]["max_tokens"] == 32
     greedy = Adapter.from_pretrained(save_sequence_adapter(tmp_path / "g", tiny_lm, action=0), lm=tiny_lm)
     [d] = greedy.sampling_params_dicts("a", n=4)
@@ -169,12 +204,18 @@ def test_sampling_adapter_matches_our_loops_token_distribution(tmp_path, tiny_lm
     try:
         with adapter.logits_processor(model, token_budget=1) as lp:
             torch.manual_seed(0)
-            out = model.generate(input_ids=ids.expand(draws, -1), attention_mask=mask.expand(draws, -1),
-                                 max_new_tokens=1, **lp.generate_kwargs())
+            out = model.generate(
+                input_ids=ids.expand(draws, -1),
+                attention_mask=mask.expand(draws, -1),
+                max_new_tokens=1,
+                **lp.generate_kwargs(),
+            )
     finally:
         defaults.top_k, defaults.top_p, defaults.temperature = saved
     hf_tokens = out[:, -1]
-    ours = decode(tiny_lm, [prompt], aset, prompt_of_row=[0] * draws, row_actions=1, token_budget=1, seed=0).tokens[:, 0]
+    ours = decode(tiny_lm, [prompt], aset, prompt_of_row=[0] * draws, row_actions=1, token_budget=1, seed=0).tokens[
+        :, 0
+    ]
     for name, tokens in (("generate", hf_tokens), ("ours", ours)):
         ok, chi2 = _chi2_ok(torch.bincount(tokens.cpu(), minlength=probs.numel()).float(), probs, draws)
         assert ok, (name, chi2)
@@ -195,9 +236,14 @@ def test_random_token_adapter_picks_the_same_actions_as_our_loop(tmp_path, tiny_
     with adapter.logits_processor(model, token_budget=6) as lp:
         model.generate(**_inputs(tiny_lm, tiny_prompts[:1]), max_new_tokens=3, **lp.generate_kwargs())
         out = model.generate(**inputs, max_new_tokens=6, **lp.generate_kwargs())  # a second call starts afresh
-    ours = decode(tiny_lm, tiny_prompts, ActionSet(adapter.actions), chooser=TokenPolicyChooser(adapter.policy, deterministic=True),
-                  token_budget=6)
+    ours = decode(
+        tiny_lm,
+        tiny_prompts,
+        ActionSet(adapter.actions),
+        chooser=TokenPolicyChooser(adapter.policy, deterministic=True),
+        token_budget=6,
+    )
     valid = ours.valid_mask()  # generate pads a row after its EOS; our loop stops it
     assert torch.equal(out[:, -6:][valid], ours.tokens[valid])
-    assert torch.equal(lp.action_matrix[:, :valid.shape[1]][valid], ours.actions[valid])
+    assert torch.equal(lp.action_matrix[:, : valid.shape[1]][valid], ours.actions[valid])
     assert len(set(ours.actions.flatten().tolist())) > 1  # the adapter really switches actions

@@ -20,10 +20,34 @@ def _load_example():
 
 def test_example_trains_evaluates_and_writes_a_card(tmp_path, tiny_model_dir, capsys):
     example = _load_example()
-    adapter_dir = example.run(["--out", str(tmp_path / "run"), "--model", str(tiny_model_dir), "--token-budget", "3",
-                               "--steps", "1", "--prompts-per-step", "2", "--group-size", "2", "--val-problems", "1",
-                               "--filter-samples", "0", "--max-train-prompts", "4", "--eval-k", "1", "--eval-seeds", "1",
-                               "--max-problems", "2"])
+    adapter_dir = example.run(
+        [
+            "--out",
+            str(tmp_path / "run"),
+            "--model",
+            str(tiny_model_dir),
+            "--token-budget",
+            "3",
+            "--steps",
+            "1",
+            "--prompts-per-step",
+            "2",
+            "--group-size",
+            "2",
+            "--val-problems",
+            "1",
+            "--filter-samples",
+            "0",
+            "--max-train-prompts",
+            "4",
+            "--eval-k",
+            "1",
+            "--eval-seeds",
+            "1",
+            "--max-problems",
+            "2",
+        ]
+    )
     config = json.loads((adapter_dir / "adapter.json").read_text())
     assert config["kind"] == "token" and config["task"] == "capitals"
     card = (adapter_dir / "README.md").read_text()

@@ -34,17 +34,20 @@ HUMANEVAL_ATTACKS = {
     "reads its own file": FIND_AND_PRINT + "_print_sentinels(open(__file__).read())\nos._exit(0)\n",
     "reads argv[0]": FIND_AND_PRINT + "_print_sentinels(open(sys.argv[0]).read())\nos._exit(0)\n",
     "reads its environment": FIND_AND_PRINT + "_print_sentinels(repr(dict(os.environ)))\nos._exit(0)\n",
-    "reads /proc/self": FIND_AND_PRINT + (
+    "reads /proc/self": FIND_AND_PRINT
+    + (
         "for name in ('cmdline', 'environ'):\n"
         "    _print_sentinels(open('/proc/self/' + name, 'rb').read().decode('utf-8', 'replace'))\n"
         "_print_sentinels(open(open('/proc/self/cmdline').read().split('\\0')[-2]).read())\n"
         "os._exit(0)\n"
     ),
-    "reads the parent's argv": FIND_AND_PRINT + (
+    "reads the parent's argv": FIND_AND_PRINT
+    + (
         "_print_sentinels(open('/proc/%d/cmdline' % os.getppid(), 'rb').read().decode('utf-8', 'replace'))\n"
         "os._exit(0)\n"
     ),
-    "reads every file in its directory": FIND_AND_PRINT + (
+    "reads every file in its directory": FIND_AND_PRINT
+    + (
         "for name in os.listdir('.'):\n"
         "    try:\n        _print_sentinels(open(name).read())\n    except OSError:\n        pass\n"
         "os._exit(0)\n"
@@ -52,13 +55,10 @@ HUMANEVAL_ATTACKS = {
     "prints sentinel-looking text": "print('humaneval-passed-0123456789abcdef', flush=True)\nprint('passed')\n",
     "os._exit(0) before the tests": "import os\nos._exit(0)\n",
     "SystemExit(0) before the tests": "raise SystemExit(0)\n",
-    "excepthook exits 0": FIND_AND_PRINT + (
-        "def _hook(*_):\n    _print_sentinels(open(__file__).read())\n    os._exit(0)\n"
-        "sys.excepthook = _hook\n"
-    ),
-    "atexit prints the sentinel": FIND_AND_PRINT + (
-        "import atexit\natexit.register(lambda: _print_sentinels(open(__file__).read()))\n"
-    ),
+    "excepthook exits 0": FIND_AND_PRINT
+    + ("def _hook(*_):\n    _print_sentinels(open(__file__).read())\n    os._exit(0)\nsys.excepthook = _hook\n"),
+    "atexit prints the sentinel": FIND_AND_PRINT
+    + ("import atexit\natexit.register(lambda: _print_sentinels(open(__file__).read()))\n"),
     "monkeypatches repr": "import builtins\nbuiltins.repr = lambda value: 'True'\n",
 }
 WRONG_FUNCTION = "def has_close_elements(numbers, threshold):\n    return False\n"
@@ -88,7 +88,9 @@ def test_humaneval_forging_attempt_scores_zero(humaneval, attack):
     assert task.reward(problem, completion) == 0.0
 
 
-@pytest.mark.parametrize("code", [ALWAYS_EQUAL, RAISES_SYSTEM_EXIT], ids=["always-equal object", "SystemExit in the function"])
+@pytest.mark.parametrize(
+    "code", [ALWAYS_EQUAL, RAISES_SYSTEM_EXIT], ids=["always-equal object", "SystemExit in the function"]
+)
 def test_humaneval_function_tricks_score_zero(humaneval, code):
     task, problem = humaneval
     assert task.reward(problem, f"```python\n{code}```") == 0.0

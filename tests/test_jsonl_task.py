@@ -13,7 +13,7 @@ import pytest
 from decoding_adapters.tasks import get_task
 from decoding_adapters.tasks.jsonl import JsonlTask, exact_match, parse_data_spec
 
-VERIFIERS = '''
+VERIFIERS = """
 import time
 
 def score(completion, answer):
@@ -43,14 +43,17 @@ def nan(completion, answer):
 
 def half(completion, answer):
     return 7
-'''
+"""
 
 
 @pytest.fixture()
 def user_dir(tmp_path, monkeypatch):
     """A user folder with data files and a verifier module, importable as `uverify` (cwd on sys.path)."""
     (tmp_path / "uverify.py").write_text(textwrap.dedent(VERIFIERS))
-    rows = [{"question": "What is 2+3?", "answer": 5, "alias": "five"}, {"id": "q7", "question": "Capital of France?", "answer": "Paris"}]
+    rows = [
+        {"question": "What is 2+3?", "answer": 5, "alias": "five"},
+        {"id": "q7", "question": "Capital of France?", "answer": "Paris"},
+    ]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "test.jsonl").write_text(json.dumps(rows[1]) + "\n")
     monkeypatch.chdir(tmp_path)
@@ -60,7 +63,9 @@ def user_dir(tmp_path, monkeypatch):
 
 
 def _task(user_dir, verifier, **kw):
-    return get_task("jsonl", data=f"train={user_dir / 'train.jsonl'},test={user_dir / 'test.jsonl'}", verifier=verifier, **kw)
+    return get_task(
+        "jsonl", data=f"train={user_dir / 'train.jsonl'},test={user_dir / 'test.jsonl'}", verifier=verifier, **kw
+    )
 
 
 def test_cli_style_options_load_prompt_and_score(user_dir):
@@ -136,7 +141,10 @@ def test_python_callables_and_register_task(user_dir):
     p = task.load("test")[0]
     assert task.reward(p, "Paris") == 1.0 and task.reward(p, "raise") == 0.0 and calls == ["Paris", "raise"]
     # an importable function goes to the worker process (by name)
-    assert JsonlTask(data=str(user_dir / "test.jsonl"), verifier=exact_match).verifier_name == "decoding_adapters.tasks.jsonl:exact_match"
+    assert (
+        JsonlTask(data=str(user_dir / "test.jsonl"), verifier=exact_match).verifier_name
+        == "decoding_adapters.tasks.jsonl:exact_match"
+    )
 
     from dataclasses import dataclass
 
@@ -164,8 +172,29 @@ def test_cli_runs_the_jsonl_task_from_data_spec(user_dir, tiny_model_dir, capsys
     from decoding_adapters import cli
 
     out = user_dir / "eval"
-    code = cli.main(["evaluate", "--task", "jsonl", "--data", f"train={user_dir / 'train.jsonl'},test={user_dir / 'test.jsonl'}",
-                     "--model", str(tiny_model_dir), "--token-budget", "2", "--baselines", "greedy", "--actions", "math-token",
-                     "--k", "1", "--seeds", "1", "--no-progress", "--out", str(out)])
+    code = cli.main(
+        [
+            "evaluate",
+            "--task",
+            "jsonl",
+            "--data",
+            f"train={user_dir / 'train.jsonl'},test={user_dir / 'test.jsonl'}",
+            "--model",
+            str(tiny_model_dir),
+            "--token-budget",
+            "2",
+            "--baselines",
+            "greedy",
+            "--actions",
+            "math-token",
+            "--k",
+            "1",
+            "--seeds",
+            "1",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     assert json.loads((out / "results.json").read_text())["Greedy"]["pass@1"]["mean"] == 0.0

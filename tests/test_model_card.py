@@ -9,16 +9,28 @@ from decoding_adapters.actions import PRESETS
 from decoding_adapters.model_card import add_evaluation, render_model_card
 from decoding_adapters.policies import AdapterConfig, TokenPolicy, TokenPolicyConfig, load_adapter, save_adapter
 
-RESULTS = {"Greedy": {"pass@1": {"mean": 0.125, "ci_low": 0.05, "ci_high": 0.2}, "mean_length": {"mean": 14.5, "ci_low": 14.0, "ci_high": 15.0}},
-           "Token w/ budget": {"pass@1": {"mean": 0.25, "ci_low": 0.125, "ci_high": 0.375}}}
+RESULTS = {
+    "Greedy": {
+        "pass@1": {"mean": 0.125, "ci_low": 0.05, "ci_high": 0.2},
+        "mean_length": {"mean": 14.5, "ci_low": 14.0, "ci_high": 15.0},
+    },
+    "Token w/ budget": {"pass@1": {"mean": 0.25, "ci_low": 0.125, "ci_high": 0.375}},
+}
 
 
 def _saved(tmp_path, training=None):
     actions = PRESETS["math-token"]
     policy = TokenPolicy(TokenPolicyConfig(hidden_size=8, num_actions=len(actions), token_budget=32, width=8))
-    config = AdapterConfig(kind="token", policy=dataclasses.asdict(policy.config), actions=[a.to_dict() for a in actions],
-                           base_model="HuggingFaceTB/SmolLM2-135M-Instruct", base_fingerprint={"hidden_size": 8, "vocab_size": 99},
-                           budgets=[32], task="gsm8k", training=training or {"steps": 40, "lr": 0.001, "seed": 3})
+    config = AdapterConfig(
+        kind="token",
+        policy=dataclasses.asdict(policy.config),
+        actions=[a.to_dict() for a in actions],
+        base_model="HuggingFaceTB/SmolLM2-135M-Instruct",
+        base_fingerprint={"hidden_size": 8, "vocab_size": 99},
+        budgets=[32],
+        task="gsm8k",
+        training=training or {"steps": 40, "lr": 0.001, "seed": 3},
+    )
     return save_adapter(tmp_path / "tok-gsm8k", policy, config), config
 
 

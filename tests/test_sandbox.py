@@ -20,13 +20,13 @@ from decoding_adapters.sandbox import (
     ExecutionResult,
     FunctionSession,
     Layers,
-    call_function,
-    call_function_batch,
-    execute_batch,
-    parse_literal,
     SandboxConfig,
     SandboxError,
+    call_function,
+    call_function_batch,
     classify,
+    execute_batch,
+    parse_literal,
     probe_isolation,
     run_code,
 )
@@ -71,8 +71,16 @@ def _processes_in(directory: str) -> list[int]:
 
 @pytest.mark.parametrize(
     "field, value",
-    [("timeout_s", 0), ("timeout_s", float("inf")), ("memory_mb", -1), ("memory_mb", 1.5),
-     ("max_output_bytes", 0), ("max_file_mb", True), ("max_processes", 0), ("python", "")],
+    [
+        ("timeout_s", 0),
+        ("timeout_s", float("inf")),
+        ("memory_mb", -1),
+        ("memory_mb", 1.5),
+        ("max_output_bytes", 0),
+        ("max_file_mb", True),
+        ("max_processes", 0),
+        ("python", ""),
+    ],
 )
 def test_config_rejects_bad_values(field, value):
     with pytest.raises(ValueError, match=field):
@@ -166,8 +174,7 @@ def test_descendants_that_leave_the_group_do_not_survive(isolation):
     if not isolation.pid_namespace:
         pytest.skip("no PID namespace on this machine: a setsid()'d descendant may outlive the run")
     escape = (
-        "import os, time\nprint(os.getcwd(), flush=True)\n"
-        "if os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n"
+        "import os, time\nprint(os.getcwd(), flush=True)\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n"
     )
     result = run_code(escape, timeout_s=SLOW_OK_S)
     assert result.status == "ok"
@@ -203,7 +210,9 @@ def test_files_outside_the_working_directory_are_protected(tmp_path):
     # Refused by the uid, or not even visible in a private filesystem view.
     try:
         removal = run_code(f"import os\nos.remove({victim!r})", timeout_s=SLOW_OK_S)
-        assert removal.status == "error" and ("PermissionError" in removal.stderr or "FileNotFoundError" in removal.stderr)
+        assert removal.status == "error" and (
+            "PermissionError" in removal.stderr or "FileNotFoundError" in removal.stderr
+        )
         assert os.path.exists(victim)
         creation = run_code(f"open({str(tmp_path / 'planted.txt')!r}, 'w').write('x')", timeout_s=SLOW_OK_S)
         assert creation.status == "error"
@@ -280,8 +289,12 @@ def test_probe_reports_the_isolation(isolation):
 
 def test_private_filesystem_can_be_turned_off(tmp_path):
     # Then the run sees the host's files (and the interpreter is probed for that view).
-    result = run_code("import os\nprint(os.path.isdir('/proc/1'), os.path.exists('/etc/hostname'))",
-                      timeout_s=SLOW_OK_S, private_filesystem=False, use_cgroup=False)
+    result = run_code(
+        "import os\nprint(os.path.isdir('/proc/1'), os.path.exists('/etc/hostname'))",
+        timeout_s=SLOW_OK_S,
+        private_filesystem=False,
+        use_cgroup=False,
+    )
     assert result.ok, result.stderr
     assert not result.layers.private_filesystem and result.layers.cgroup is None
 
@@ -315,7 +328,11 @@ def test_runs_degrade_gracefully_where_namespaces_are_refused(monkeypatch, caplo
     # Simulate a platform that refuses unshare(CLONE_NEWNET), (CLONE_NEWNS) and (CLONE_NEWPID),
     # and has no control groups.
     bootstrap = sandbox._BOOTSTRAP
-    calls = ('unshare(0x40000000) if net == "1"', 'unshare(0x00020000 | 0x08000000) if private_fs == "1"', "unshare(0x20000000)")
+    calls = (
+        'unshare(0x40000000) if net == "1"',
+        'unshare(0x00020000 | 0x08000000) if private_fs == "1"',
+        "unshare(0x20000000)",
+    )
     for call in calls:
         assert call in bootstrap
         bootstrap = bootstrap.replace(call, call.replace("unshare(", "'Operation not permitted' or ("))
@@ -354,7 +371,8 @@ def test_call_function_returns_values_and_errors():
 def test_call_function_values_are_literals_only():
     code = (
         "class Anything:\n    def __eq__(self, other):\n        return True\n"
-        "def f(kind):\n    return Anything() if kind == 'object' else [float('inf'), set(), 1 - 2j, b'x', -0.0, (None,)]\n"
+        "def f(kind):\n"
+        "    return Anything() if kind == 'object' else [float('inf'), set(), 1 - 2j, b'x', -0.0, (None,)]\n"
     )
     result = call_function(code, "f", [("object",), ("literals",)], SandboxConfig(timeout_s=SLOW_OK_S))
     assert result.values[0] is None and "not a literal" in result.errors[0]
@@ -401,15 +419,28 @@ def test_call_function_batch_keeps_order():
 
 @pytest.mark.parametrize(
     "text, value",
-    [("1", 1), ("-2.5", -2.5), ("inf", float("inf")), ("-inf", float("-inf")), ("(1+2j)", 1 + 2j),
-     ("set()", set()), ("frozenset({1})", frozenset({1})), ("{'a': [1, (2,)]}", {"a": [1, (2,)]}),
-     ("b'\\x00'", b"\x00"), ("'line\\nbreak'", "line\nbreak"), ("None", None), ("True", True)],
+    [
+        ("1", 1),
+        ("-2.5", -2.5),
+        ("inf", float("inf")),
+        ("-inf", float("-inf")),
+        ("(1+2j)", 1 + 2j),
+        ("set()", set()),
+        ("frozenset({1})", frozenset({1})),
+        ("{'a': [1, (2,)]}", {"a": [1, (2,)]}),
+        ("b'\\x00'", b"\x00"),
+        ("'line\\nbreak'", "line\nbreak"),
+        ("None", None),
+        ("True", True),
+    ],
 )
 def test_parse_literal(text, value):
     assert parse_literal(text) == value
 
 
-@pytest.mark.parametrize("text", ["__import__('os')", "x", "[1, 2", "2 ** 100", "{**a}", "open('f')", "[" * 10_000 + "]" * 10_000])
+@pytest.mark.parametrize(
+    "text", ["__import__('os')", "x", "[1, 2", "2 ** 100", "{**a}", "open('f')", "[" * 10_000 + "]" * 10_000]
+)
 def test_parse_literal_refuses_code(text):
     with pytest.raises(ValueError):
         parse_literal(text)
@@ -418,7 +449,9 @@ def test_parse_literal_refuses_code(text):
 def test_private_filesystem_needs_the_pid_namespace(monkeypatch, caplog):
     # A fresh /proc without a PID namespace would show the host's processes: no private view then.
     call = "unshare(0x20000000)"
-    monkeypatch.setattr(sandbox, "_BOOTSTRAP", sandbox._BOOTSTRAP.replace(call, "'Operation not permitted' or (0x20000000)"))
+    monkeypatch.setattr(
+        sandbox, "_BOOTSTRAP", sandbox._BOOTSTRAP.replace(call, "'Operation not permitted' or (0x20000000)")
+    )
     monkeypatch.setattr(sandbox, "_warned", set())
     monkeypatch.setattr(sandbox, "_interpreter_for_sandbox_uid", {})
     with caplog.at_level(logging.WARNING, logger="decoding_adapters.sandbox"):

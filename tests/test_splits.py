@@ -17,10 +17,10 @@ from decoding_adapters.tasks.base import (
     check_disjoint,
     content_hash,
     content_hashes,
+    load_planned_split,
     normalise_question,
     parse_data_spec,
     plan_splits,
-    load_planned_split,
     problems_digest,
     problems_in,
     problems_record,
@@ -82,8 +82,13 @@ def test_parse_data_spec() -> None:
     assert parse_data_spec("train=a.jsonl,test=b.jsonl") == {"train": "a.jsonl", "test": "b.jsonl"}
     assert parse_data_spec(" train = a.jsonl , validation=v.jsonl,") == {"train": "a.jsonl", "validation": "v.jsonl"}
     assert parse_data_spec("data/all.jsonl") == "data/all.jsonl"
-    for bad, message in [("dev=a.jsonl", "unknown split 'dev'"), ("train=a,train=b", "named twice"),
-                         ("train=", "not split=path"), ("train=a,b.jsonl", "not split=path"), ("  ", "must be")]:
+    for bad, message in [
+        ("dev=a.jsonl", "unknown split 'dev'"),
+        ("train=a,train=b", "named twice"),
+        ("train=", "not split=path"),
+        ("train=a,b.jsonl", "not split=path"),
+        ("  ", "must be"),
+    ]:
         with pytest.raises(ValueError, match=message):
             parse_data_spec(bad)
 
@@ -150,7 +155,9 @@ def test_ids_follow_content_and_repeats_are_dropped(tmp_path: Path, caplog) -> N
 def test_overlap_is_detected_and_names_files_and_count(tmp_path: Path) -> None:
     train = _math_file(tmp_path / "mine-train.jsonl", _questions(200))
     # Three training problems, reformatted, slipped into the test file.
-    test = _math_file(tmp_path / "mine-test.jsonl", _questions(30, 500) + [f" {q.lower()}  " for q in _questions(3, 10)])
+    test = _math_file(
+        tmp_path / "mine-test.jsonl", _questions(30, 500) + [f" {q.lower()}  " for q in _questions(3, 10)]
+    )
     task = get_task("math", data=f"train={train},test={test}")
     assert task.splits == ("train", "validation", "test")
     with pytest.raises(ValueError, match=r"overlap in 3 problem\(s\)") as err:
@@ -207,11 +214,15 @@ def test_generic_split_loading_for_other_tasks(tmp_path: Path) -> None:
     path = _math_file(tmp_path / "he.jsonl", _questions(20))
 
     def read(p: Path) -> list[Problem]:
-        return [Problem(f"own/{i}", json.loads(line)["problem"], "") for i, line in enumerate(p.read_text().splitlines())]
+        return [
+            Problem(f"own/{i}", json.loads(line)["problem"], "") for i, line in enumerate(p.read_text().splitlines())
+        ]
 
     whole = load_planned_split(plan_splits(str(path), {}, "he", splits=("test",)), "test", read, "he")
     assert [p.id for p in whole] == [f"own/{i}" for i in range(20)]  # own ids kept without id_prefix
-    parts = [load_planned_split(plan_splits(str(path), {}, "cc"), s, read, "cc") for s in ("train", "validation", "test")]
+    parts = [
+        load_planned_split(plan_splits(str(path), {}, "cc"), s, read, "cc") for s in ("train", "validation", "test")
+    ]
     assert sorted(p.id for part in parts for p in part) == sorted(p.id for p in whole)
     with pytest.raises(ValueError, match="no split 'validation'"):
         load_planned_split(plan_splits({"test": path}, {}, "he"), "validation", read, "he")

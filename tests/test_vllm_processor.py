@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from decoding_adapters.actions import ActionSet, DecodingAction, PRESETS, transform_logits
+from decoding_adapters.actions import PRESETS, ActionSet, DecodingAction, transform_logits
 from decoding_adapters.decoding import StepFeatures, base_entropy
 from decoding_adapters.integrations.rows import ActionTable
 from decoding_adapters.integrations.vllm_processor import (
-    EXTRA_ARGS_KEY, EntropyAdapterLogitsProcessor, entropy_adapter_step,
+    EXTRA_ARGS_KEY,
+    EntropyAdapterLogitsProcessor,
+    entropy_adapter_step,
 )
 from decoding_adapters.policies import AdapterConfig, TokenPolicy, TokenPolicyChooser, TokenPolicyConfig, save_adapter
 
@@ -26,8 +28,17 @@ VOCAB = 40
 
 def _policy(seed=0, use_budget=True, features="entropy") -> TokenPolicy:
     torch.manual_seed(seed)
-    policy = TokenPolicy(TokenPolicyConfig(hidden_size=16, num_actions=len(ACTIONS), features=features, use_budget=use_budget,
-                                           token_budget=32, width=16, dropout=0.0))
+    policy = TokenPolicy(
+        TokenPolicyConfig(
+            hidden_size=16,
+            num_actions=len(ACTIONS),
+            features=features,
+            use_budget=use_budget,
+            token_budget=32,
+            width=16,
+            dropout=0.0,
+        )
+    )
     with torch.no_grad():
         for p in policy.parameters():
             p.mul_(4)  # sharper preferences: the argmax moves with the entropy and the budget
@@ -46,7 +57,9 @@ def test_decision_matches_our_chooser_and_transforms(use_budget):
     remaining = torch.randint(1, 33, (logits.shape[0],), generator=torch.Generator().manual_seed(2))
     uniform = torch.rand(logits.shape[0], generator=torch.Generator().manual_seed(3))
     entropy, max_prob = base_entropy(logits)
-    features = StepFeatures(torch.zeros(logits.shape[0], 16), entropy, max_prob, 0, remaining, torch.arange(logits.shape[0]), uniform)
+    features = StepFeatures(
+        torch.zeros(logits.shape[0], 16), entropy, max_prob, 0, remaining, torch.arange(logits.shape[0]), uniform
+    )
     table = ActionTable(ACTIONS, "cpu")
     for deterministic, u in ((True, None), (False, uniform)):
         out, action = entropy_adapter_step(logits, policy, table, remaining, u)
@@ -69,13 +82,21 @@ def test_decision_matches_our_chooser_and_transforms(use_budget):
 
 def test_hidden_state_adapters_are_refused():
     with pytest.raises(ValueError, match="entropy-only"):
-        entropy_adapter_step(_logits(4), _policy(features="hidden"), ActionTable(ACTIONS, "cpu"), torch.ones(4, dtype=torch.long))
+        entropy_adapter_step(
+            _logits(4), _policy(features="hidden"), ActionTable(ACTIONS, "cpu"), torch.ones(4, dtype=torch.long)
+        )
 
 
 def _save(directory, features="entropy") -> str:
     policy = _policy(features=features)
-    config = AdapterConfig(kind="token", policy=dataclasses.asdict(policy.config), actions=[a.to_dict() for a in ACTIONS],
-                           base_model="tiny", base_fingerprint={"hidden_size": 16, "vocab_size": VOCAB}, budgets=[32])
+    config = AdapterConfig(
+        kind="token",
+        policy=dataclasses.asdict(policy.config),
+        actions=[a.to_dict() for a in ACTIONS],
+        base_model="tiny",
+        base_fingerprint={"hidden_size": 16, "vocab_size": VOCAB},
+        budgets=[32],
+    )
     save_adapter(directory, policy, config)
     return str(directory)
 
@@ -89,7 +110,9 @@ def _params(path=None, max_tokens=20, **sampling):
 def test_processor_transforms_only_adapter_rows_with_the_right_budget(tmp_path):
     path = _save(tmp_path / "ent")
     prompt_len = np.array([5, 7, 3, 9])
-    req_states = SimpleNamespace(device=torch.device("cpu"), max_num_reqs=4, vocab_size=VOCAB, prompt_len=SimpleNamespace(np=prompt_len))
+    req_states = SimpleNamespace(
+        device=torch.device("cpu"), max_num_reqs=4, vocab_size=VOCAB, prompt_len=SimpleNamespace(np=prompt_len)
+    )
     proc = EntropyAdapterLogitsProcessor(None, req_states)
     assert proc.add_request(2, _params(path, max_tokens=20)) is True
     assert proc.add_request(0, _params(None)) is False  # plain request: declined, untouched
@@ -98,7 +121,9 @@ def test_processor_transforms_only_adapter_rows_with_the_right_budget(tmp_path):
     logits = _logits(3, seed=7)
     slots = np.array([3, 0, 2])  # batch rows -> slots
     pos = torch.tensor([9 + 4 - 1, 6, 3 + 2 - 1])  # slot 3 generated 4 tokens, slot 2 generated 2
-    ctx = SimpleNamespace(idx_mapping_np=slots, idx_mapping=torch.from_numpy(slots), expanded_idx_mapping=torch.from_numpy(slots), pos=pos)
+    ctx = SimpleNamespace(
+        idx_mapping_np=slots, idx_mapping=torch.from_numpy(slots), expanded_idx_mapping=torch.from_numpy(slots), pos=pos
+    )
     out = proc.apply(logits.clone(), ctx)
 
     assert torch.equal(out[1], logits[1])
@@ -151,13 +176,27 @@ def test_vllm_engine_runs_the_entropy_adapter_forced_greedy(tmp_path, tiny_model
         last.weight.zero_()
         last.bias.fill_(-20.0)
         last.bias[0] = 20.0  # action 0 = greedy
-    config = AdapterConfig(kind="token", policy=dataclasses.asdict(policy.config), actions=[a.to_dict() for a in ACTIONS],
-                           base_model=str(tiny_model_dir), base_fingerprint={}, budgets=[32])
+    config = AdapterConfig(
+        kind="token",
+        policy=dataclasses.asdict(policy.config),
+        actions=[a.to_dict() for a in ACTIONS],
+        base_model=str(tiny_model_dir),
+        base_fingerprint={},
+        budgets=[32],
+    )
     save_adapter(tmp_path / "greedy", policy, config)
-    llm = vllm.LLM(model=str(tiny_model_dir), logits_processors=[EntropyAdapterLogitsProcessor], gpu_memory_utilization=0.3,
-                   enforce_eager=True)
+    llm = vllm.LLM(
+        model=str(tiny_model_dir),
+        logits_processors=[EntropyAdapterLogitsProcessor],
+        gpu_memory_utilization=0.3,
+        enforce_eager=True,
+    )
     prompts = [{"prompt_token_ids": [2, 10 + i, 20 + i, 30]} for i in range(4)]
     ref = llm.generate(prompts, vllm.SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True))
-    out = llm.generate(prompts, vllm.SamplingParams(max_tokens=8, ignore_eos=True, seed=0,
-                                                    extra_args={EXTRA_ARGS_KEY: str(tmp_path / "greedy")}))
+    out = llm.generate(
+        prompts,
+        vllm.SamplingParams(
+            max_tokens=8, ignore_eos=True, seed=0, extra_args={EXTRA_ARGS_KEY: str(tmp_path / "greedy")}
+        ),
+    )
     assert [o.outputs[0].token_ids for o in out] == [o.outputs[0].token_ids for o in ref]

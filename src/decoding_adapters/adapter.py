@@ -45,15 +45,24 @@ Prompt = Union[str, list[dict]]
 def _as_chat(prompt: Prompt, position: int) -> list[dict]:
     if isinstance(prompt, str):
         return [{"role": "user", "content": prompt}]
-    if isinstance(prompt, (list, tuple)) and prompt and all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt):
+    if (
+        isinstance(prompt, (list, tuple))
+        and prompt
+        and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt
+        )
+    ):
         return [{"role": m["role"], "content": m["content"]} for m in prompt]
-    raise ValueError(f"prompt {position} must be a string or a non-empty list of {{'role', 'content'}} messages, got {prompt!r:.80}")
+    raise ValueError(
+        f"prompt {position} must be a string or a non-empty list of {{'role', 'content'}} messages, got {prompt!r:.80}"
+    )
 
 
 def _as_prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
     """A bare string or a single chat is one prompt; otherwise a sequence of prompts."""
-    if isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and prompts and all(isinstance(m, dict) for m in prompts)):
+    if isinstance(prompts, str) or (
+        isinstance(prompts, (list, tuple)) and prompts and all(isinstance(m, dict) for m in prompts)
+    ):
         return [prompts]
     prompts = list(prompts)
     if not prompts:
@@ -64,20 +73,30 @@ def _as_prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
 class Adapter:
     """A trained decoding adapter (policy + action set + config), optionally bound to its LM."""
 
-    def __init__(self, policy: torch.nn.Module, config: AdapterConfig, lm: FrozenLM | None = None, name: str = "adapter"):
+    def __init__(
+        self, policy: torch.nn.Module, config: AdapterConfig, lm: FrozenLM | None = None, name: str = "adapter"
+    ):
         self.policy, self.config, self.name = policy.eval(), config, name
         self.actions: list[DecodingAction] = config.action_list
         expected = config.policy.get("num_actions")
         if expected is not None and expected != len(self.actions):
-            raise ValueError(f"adapter policy has {expected} outputs but its action set has {len(self.actions)} actions")
+            raise ValueError(
+                f"adapter policy has {expected} outputs but its action set has {len(self.actions)} actions"
+            )
         self.lm: FrozenLM | None = None
         if lm is not None:
             self.bind(lm)
 
     # ---- loading -----------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, directory: str | Path, lm: FrozenLM | ModelSpec | str | None = None, *,
-                        device: str = "cpu", dtype: str = "float32") -> "Adapter":
+    def from_pretrained(
+        cls,
+        directory: str | Path,
+        lm: FrozenLM | ModelSpec | str | None = None,
+        *,
+        device: str = "cpu",
+        dtype: str = "float32",
+    ) -> "Adapter":
         """Load the adapter saved in ``directory`` (``adapter.json`` + ``adapter.safetensors``).
 
         ``lm``: a ``FrozenLM``, a ``ModelSpec``, a model name/path (loaded on ``device`` in ``dtype``;
@@ -101,11 +120,16 @@ class Adapter:
         return self
 
     def _check_hidden_size(self, hidden_size: int) -> None:
-        want = self.config.policy.get("embed_dim") if self.kind == "sequence" else (
-            self.config.policy.get("hidden_size") if self.features == "hidden" else None)
+        want = (
+            self.config.policy.get("embed_dim")
+            if self.kind == "sequence"
+            else (self.config.policy.get("hidden_size") if self.features == "hidden" else None)
+        )
         if want is not None and want != hidden_size:
-            raise ValueError(f"adapter expects hidden states of size {want} (base model {self.config.base_model!r}) "
-                             f"but the given model has hidden_size={hidden_size}: use it with its own base model.")
+            raise ValueError(
+                f"adapter expects hidden states of size {want} (base model {self.config.base_model!r}) "
+                f"but the given model has hidden_size={hidden_size}: use it with its own base model."
+            )
 
     def check_model(self, model, tokenizer=None) -> None:
         """Check a raw HF causal LM (and optionally its tokenizer) against the adapter's base model."""
@@ -115,8 +139,10 @@ class Adapter:
         have = len(tokenizer) if tokenizer is not None else rows
         # The fingerprint records len(tokenizer); without a tokenizer the LM head may be padded past it.
         if want is not None and (want != have if tokenizer is not None else want > rows):
-            raise ValueError(f"adapter was trained on {self.config.base_model!r} (vocab_size={want}) but the given model "
-                             f"has vocab_size={have}: use it with its own base model.")
+            raise ValueError(
+                f"adapter was trained on {self.config.base_model!r} (vocab_size={want}) but the given model "
+                f"has vocab_size={have}: use it with its own base model."
+            )
 
     # ---- identity ----------------------------------------------------------------------------
     @property
@@ -138,25 +164,33 @@ class Adapter:
         return int(self.config.policy.get("token_budget", 128))
 
     def __repr__(self) -> str:
-        return f"Adapter({self.name!r}, kind={self.kind}, base_model={self.config.base_model!r}, actions={self.action_names})"
+        base = self.config.base_model
+        return f"Adapter({self.name!r}, kind={self.kind}, base_model={base!r}, actions={self.action_names})"
 
     # ---- sequence adapter: one action per prompt ----------------------------------------------
     def _require(self, kind: str, what: str) -> None:
         if self.kind != kind:
-            other = "adapter.logits_processor(model)" if kind == "sequence" else "adapter.generation_config / sampling_params"
+            other = (
+                "adapter.logits_processor(model)"
+                if kind == "sequence"
+                else "adapter.generation_config / sampling_params"
+            )
             raise ValueError(f"{what} needs a {kind} adapter; this one is a {self.kind} adapter (use {other})")
 
     @torch.inference_mode()
-    def choose(self, prompts: Prompt | Sequence[Prompt], n: int = 1, *, deterministic: bool = True,
-               seed: int = 0) -> tuple[list[int], torch.Tensor]:
+    def choose(
+        self, prompts: Prompt | Sequence[Prompt], n: int = 1, *, deterministic: bool = True, seed: int = 0
+    ) -> tuple[list[int], torch.Tensor]:
         """Sequence adapter: the action index per prompt and pi(a | e, B=n) ``[P, K]`` (CPU).
 
         ``deterministic`` takes the most likely action; otherwise prompt i's action is drawn with the
         uniform of ``row_seed(seed, i, "policy")`` (as ``AdaptiveGenerator`` does)."""
         self._require("sequence", "choosing one action per prompt")
         if self.lm is None:
-            raise ValueError("a sequence adapter chooses from the LM's prompt embedding: load it with "
-                             "Adapter.from_pretrained(dir, lm=...) or call adapter.bind(FrozenLM(model, tokenizer))")
+            raise ValueError(
+                "a sequence adapter chooses from the LM's prompt embedding: load it with "
+                "Adapter.from_pretrained(dir, lm=...) or call adapter.bind(FrozenLM(model, tokenizer))"
+            )
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n (the parallel budget B) must be an integer >= 1, got {n!r}")
         prompts = _as_prompt_list(prompts)
@@ -166,12 +200,24 @@ class Adapter:
         probs = self.policy.probs(emb.to(device), torch.full((len(ids),), n, device=device)).float().cpu()
         if deterministic:
             return probs.argmax(-1).tolist(), probs
-        uniform = torch.stack([torch.rand((), generator=torch.Generator().manual_seed(row_seed(seed, i, "policy")))
-                               for i in range(len(ids))])
+        uniform = torch.stack(
+            [
+                torch.rand((), generator=torch.Generator().manual_seed(row_seed(seed, i, "policy")))
+                for i in range(len(ids))
+            ]
+        )
         return categorical_from_uniform(probs, uniform).tolist(), probs
 
-    def generation_config(self, prompts: Prompt | Sequence[Prompt], n: int = 1, *, max_new_tokens: int | None = None,
-                          deterministic: bool = True, seed: int = 0, **extra) -> list:
+    def generation_config(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        n: int = 1,
+        *,
+        max_new_tokens: int | None = None,
+        deterministic: bool = True,
+        seed: int = 0,
+        **extra,
+    ) -> list:
         """Sequence adapter: one ``transformers.GenerationConfig`` per prompt for ``model.generate``.
 
         Every sampling field is set explicitly (temperature 1, top_k 0, top_p 1, min_p 0 when the
@@ -180,11 +226,21 @@ class Adapter:
         from transformers import GenerationConfig
 
         chosen, _ = self.choose(prompts, n, deterministic=deterministic, seed=seed)
-        return [GenerationConfig(**generation_kwargs(self.actions[a], n), max_new_tokens=max_new_tokens, **extra)
-                for a in chosen]
+        return [
+            GenerationConfig(**generation_kwargs(self.actions[a], n), max_new_tokens=max_new_tokens, **extra)
+            for a in chosen
+        ]
 
-    def sampling_params_dicts(self, prompts: Prompt | Sequence[Prompt], n: int = 1, *, max_tokens: int = 128,
-                              seed: int | None = None, deterministic: bool = True, **extra) -> list[dict]:
+    def sampling_params_dicts(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        n: int = 1,
+        *,
+        max_tokens: int = 128,
+        seed: int | None = None,
+        deterministic: bool = True,
+        **extra,
+    ) -> list[dict]:
         """Sequence adapter: vLLM ``SamplingParams`` keyword arguments per prompt (no vLLM needed).
 
         ``seed`` (optional) gives prompt i the vLLM seed ``row_seed(seed, i)``; ``extra`` is merged into
@@ -195,7 +251,9 @@ class Adapter:
         out = []
         for i, a in enumerate(chosen):
             action = self.actions[a]
-            d = sampling_params_dict(action, max_tokens, None if seed is None else row_seed(seed, i), n=1 if action.is_greedy else n)
+            d = sampling_params_dict(
+                action, max_tokens, None if seed is None else row_seed(seed, i), n=1 if action.is_greedy else n
+            )
             out.append({**d, **extra})
         return out
 
@@ -204,8 +262,10 @@ class Adapter:
         try:
             from vllm import SamplingParams
         except ImportError as err:
-            raise ImportError("vllm is not installed: `pip install decoding-adapters[vllm]`, or use "
-                              "adapter.sampling_params_dicts(...) for the plain keyword dicts") from err
+            raise ImportError(
+                "vllm is not installed: `pip install decoding-adapters[vllm]`, or use "
+                "adapter.sampling_params_dicts(...) for the plain keyword dicts"
+            ) from err
         return [SamplingParams(**d) for d in self.sampling_params_dicts(prompts, n, **kwargs)]
 
     # ---- this project's own decode loop ---------------------------------------------------------
@@ -214,12 +274,15 @@ class Adapter:
         from .generator import AdaptiveGenerator
 
         if self.lm is None:
-            raise ValueError("the project's decode loop needs the LM: load with Adapter.from_pretrained(dir, lm=...) or bind one")
+            raise ValueError(
+                "the project's decode loop needs the LM: load with Adapter.from_pretrained(dir, lm=...) or bind one"
+            )
         return AdaptiveGenerator(self.policy, self.config, self.lm, name=self.name, max_batch_rows=max_batch_rows)
 
     # ---- token adapter: one action per token ---------------------------------------------------
-    def logits_processor(self, model, *, tokenizer=None, token_budget: int | None = None,
-                         deterministic: bool = True, seed: int = 0):
+    def logits_processor(
+        self, model, *, tokenizer=None, token_budget: int | None = None, deterministic: bool = True, seed: int = 0
+    ):
         """Token adapter: an ``AdapterLogitsProcessor`` for ``model.generate`` (a context manager that
         installs the hidden-state hook on enter and removes it on exit); see ``integrations.hf``."""
         from .integrations.hf import AdapterLogitsProcessor
@@ -232,7 +295,14 @@ class Adapter:
 def generation_kwargs(action: DecodingAction, n: int = 1) -> dict:
     """``GenerationConfig`` sampling fields for one action, every one explicit (none left to defaults)."""
     if action.is_greedy:
-        return {"do_sample": False, "num_return_sequences": 1, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": None}
+        return {
+            "do_sample": False,
+            "num_return_sequences": 1,
+            "temperature": 1.0,
+            "top_k": 0,
+            "top_p": 1.0,
+            "min_p": None,
+        }
     return {
         "do_sample": True,
         "num_return_sequences": n,

@@ -54,7 +54,11 @@ def _inputs(config) -> str:
         budget = " and the parallel budget B (x = [e ; g(B)])" if p.get("use_budget", True) else " (x = e, no budget)"
         pooling = config.embedding.get("pooling", "mean")
         return f"one action per prompt from the LM's prompt embedding e ({pooling}-pooled final hidden state){budget}"
-    feature = "the LM's final hidden state h_t" if p.get("features", "hidden") == "hidden" else "the entropy of the base next-token distribution"
+    feature = (
+        "the LM's final hidden state h_t"
+        if p.get("features", "hidden") == "hidden"
+        else "the entropy of the base next-token distribution"
+    )
     budget = f" and the remaining token budget b_t (b = {p.get('token_budget')})" if p.get("use_budget", True) else ""
     return f"one action per generated token from {feature}{budget}"
 
@@ -104,7 +108,8 @@ def _usage(config, name: str) -> list[str]:
             f'adapter = Adapter.from_pretrained("{name}")',
             f'model = AutoModelForCausalLM.from_pretrained("<{config.base_model}>")',
             "with adapter.logits_processor(model) as lp:",
-            f"    out = model.generate(**inputs, max_new_tokens={config.policy.get('token_budget', 128)}, **lp.generate_kwargs())",
+            f"    out = model.generate(**inputs, max_new_tokens={config.policy.get('token_budget', 128)},"
+            " **lp.generate_kwargs())",
         ]
     else:
         py = [
@@ -114,8 +119,17 @@ def _usage(config, name: str) -> list[str]:
             'configs = adapter.generation_config(["What is 2+3?"], n=4, max_new_tokens=256)  # transformers',
             'params = adapter.sampling_params(["What is 2+3?"], n=4, max_tokens=256)          # vLLM',
         ]
-    return ["```python", *py, "```", "", "or with this project's own decode loop:", "",
-            "```bash", f'decoding-adapters generate --adapter {name} "What is 2+3?"', "```"]
+    return [
+        "```python",
+        *py,
+        "```",
+        "",
+        "or with this project's own decode loop:",
+        "",
+        "```bash",
+        f'decoding-adapters generate --adapter {name} "What is 2+3?"',
+        "```",
+    ]
 
 
 def render_model_card(config, directory: str | Path = "adapter", evaluation: Mapping | None = None) -> str:
@@ -131,8 +145,15 @@ def render_model_card(config, directory: str | Path = "adapter", evaluation: Map
         "",
         "## Base model and task",
         "",
-        *_table(["", ""], [["base model", f"`{config.base_model}`"], ["fingerprint", fp],
-                           ["task", config.task or "—"], ["parallel / token budgets seen in training", config.budgets or "—"]]),
+        *_table(
+            ["", ""],
+            [
+                ["base model", f"`{config.base_model}`"],
+                ["fingerprint", fp],
+                ["task", config.task or "—"],
+                ["parallel / token budgets seen in training", config.budgets or "—"],
+            ],
+        ),
         "",
         "Loading it onto an LM with another hidden size or vocabulary fails with a clear error.",
         "",
@@ -148,13 +169,24 @@ def render_model_card(config, directory: str | Path = "adapter", evaluation: Map
         "",
     ]
     if config.training:
-        lines += ["## Training settings", "", *_table(["setting", "value"], [[k, v] for k, v in config.training.items()]), ""]
+        lines += [
+            "## Training settings",
+            "",
+            *_table(["setting", "value"], [[k, v] for k, v in config.training.items()]),
+            "",
+        ]
     table = _evaluation_table(evaluation) if evaluation else []
     if table:
         lines += ["## Evaluation", "", *table, ""]
-    lines += ["## Usage", "", *_usage(config, name), "",
-              "Files: `adapter.safetensors` (policy weights), `adapter.json` (everything needed to use it again), "
-              "this `README.md`.", ""]
+    lines += [
+        "## Usage",
+        "",
+        *_usage(config, name),
+        "",
+        "Files: `adapter.safetensors` (policy weights), `adapter.json` (everything needed to use it again), "
+        "this `README.md`.",
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -209,9 +209,7 @@ class ExecutionResult:
         return self.status == "ok"
 
 
-def run_code(
-    source: str, stdin: str = "", timeout_s: float = 5.0, memory_mb: int = 512, **limits
-) -> ExecutionResult:
+def run_code(source: str, stdin: str = "", timeout_s: float = 5.0, memory_mb: int = 512, **limits) -> ExecutionResult:
     """Run Python ``source`` with ``stdin`` in the sandbox; ``limits`` are other
     :class:`SandboxConfig` fields (``max_output_bytes=...``)."""
     return execute(source, stdin, SandboxConfig(timeout_s=timeout_s, memory_mb=memory_mb, **limits))
@@ -601,8 +599,13 @@ class _Run:
     deadline, ``timeout_s`` after the spawn. Not thread-safe: one thread drives one run.
     """
 
-    def __init__(self, source: str, config: SandboxConfig, files: dict[str, str] | None = None,
-                 probe: tuple[int, str] | None = None) -> None:
+    def __init__(
+        self,
+        source: str,
+        config: SandboxConfig,
+        files: dict[str, str] | None = None,
+        probe: tuple[int, str] | None = None,
+    ) -> None:
         """``probe``: (uid, interpreter) to try, when probing interpreters (the caller owns the uid)."""
         self.config = config
         self.owns_uid = probe is None
@@ -623,8 +626,11 @@ class _Run:
         self.pending = memoryview(b"")
         self.close_stdin_when_sent = False
         self.selector = selectors.DefaultSelector()
-        self.sinks = {self.proc.stdout.fileno(): self.out, self.proc.stderr.fileno(): self.err,
-                      self.status_r: self.status}
+        self.sinks = {
+            self.proc.stdout.fileno(): self.out,
+            self.proc.stderr.fileno(): self.err,
+            self.status_r: self.status,
+        }
         for fd in self.sinks:
             self.selector.register(fd, selectors.EVENT_READ)
         self.stdin_fd = self.proc.stdin.fileno()
@@ -636,9 +642,19 @@ class _Run:
         status_r, status_w = os.pipe()
         self.status_r = status_r
         settings = [  # positional, in the order _BOOTSTRAP unpacks them
-            status_w, python, -1 if uid is None else uid, int(config.isolate_network), int(config.private_filesystem),
-            config.cpu_limit_s, config.memory_mb * 2**20, config.max_file_mb * 2**20, config.max_processes,
-            config.max_open_files, config.tmpfs_mb * 2**20, ":".join(cgroup_procs), ":".join(_read_only_paths(python)),
+            status_w,
+            python,
+            -1 if uid is None else uid,
+            int(config.isolate_network),
+            int(config.private_filesystem),
+            config.cpu_limit_s,
+            config.memory_mb * 2**20,
+            config.max_file_mb * 2**20,
+            config.max_processes,
+            config.max_open_files,
+            config.tmpfs_mb * 2**20,
+            ":".join(cgroup_procs),
+            ":".join(_read_only_paths(python)),
         ]
         self.started = time.monotonic()
         self.deadline = self.started + config.timeout_s
@@ -693,8 +709,9 @@ class _Run:
                 self._close_stdin()
             while self.selector.get_map() and self._pump_once():
                 pass
-            streams = _Streams(bytes(self.out), bytes(self.err), self.truncated, self.timed_out,
-                               _parse_events(bytes(self.status)))
+            streams = _Streams(
+                bytes(self.out), bytes(self.err), self.truncated, self.timed_out, _parse_events(bytes(self.status))
+            )
             streams.wall_s = time.monotonic() - self.started
             return streams
         finally:
@@ -887,7 +904,8 @@ def _warn_once_if_degraded(config: SandboxConfig, setup: dict, fs: dict | None =
     if config.use_cgroup and setup.get("cgroup") != "1":
         _warn_once(
             "cgroup",
-            f"sandbox: no control group for the run ({_CGROUPS.unavailable or setup.get('cgroup_error') or 'unknown reason'}); "
+            "sandbox: no control group for the run "
+            f"({_CGROUPS.unavailable or setup.get('cgroup_error') or 'unknown reason'}); "
             "memory and processes are limited per process only (a run may use max_processes x memory_mb)",
         )
     if config.isolate_network and setup.get("net") != "1":
@@ -977,8 +995,10 @@ class _Cgroups:
     def _limit(self, path: str, config: SandboxConfig) -> None:
         memory = str(config.memory_mb * 2**20)
         files = {
-            "memory.max": memory, "memory.swap.max": "0",  # v2
-            "memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory,  # v1 (memsw after)
+            "memory.max": memory,
+            "memory.swap.max": "0",  # v2
+            "memory.limit_in_bytes": memory,
+            "memory.memsw.limit_in_bytes": memory,  # v1 (memsw after)
             "pids.max": str(config.max_processes),
         }
         for name, value in files.items():
@@ -1042,7 +1062,9 @@ class _Cgroups:
                 return
             except OSError as err:
                 failures.append(f"v1: {err}")
-        self.unavailable = "; ".join(failures) or "no cgroup v2 with memory and pids, nor v1 memory and pids hierarchies"
+        self.unavailable = (
+            "; ".join(failures) or "no cgroup v2 with memory and pids, nor v1 memory and pids hierarchies"
+        )
 
     @staticmethod
     def _make_v2_base(mount: str, own: str) -> str:
@@ -1178,8 +1200,13 @@ def _candidate_interpreters() -> list[str]:
 
 
 def _probe_interpreters(config: SandboxConfig, uid: int) -> str:
-    probe = replace(config, timeout_s=max(config.timeout_s, 10.0), memory_mb=max(config.memory_mb, 256),
-                    max_output_bytes=64 * 1024, python=None)
+    probe = replace(
+        config,
+        timeout_s=max(config.timeout_s, 10.0),
+        memory_mb=max(config.memory_mb, 256),
+        max_output_bytes=64 * 1024,
+        python=None,
+    )
     failures = []
     for python in _candidate_interpreters():
         try:
@@ -1270,7 +1297,8 @@ def join_cgroups():
         return str(exc)
 
 # ---- the private filesystem (in init, pid 1 of the run's PID namespace)
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 
 def mount(source, target, fstype, flags, data):
     args = (source and source.encode(), target.encode(), fstype and fstype.encode(), flags, data and data.encode())

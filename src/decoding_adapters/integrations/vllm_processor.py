@@ -68,8 +68,13 @@ def vllm_processor_available() -> bool:
 
 
 @torch.no_grad()
-def entropy_adapter_step(logits: torch.Tensor, policy: TokenPolicy, table: ActionTable, remaining: torch.Tensor,
-                         uniform: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def entropy_adapter_step(
+    logits: torch.Tensor,
+    policy: TokenPolicy,
+    table: ActionTable,
+    remaining: torch.Tensor,
+    uniform: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One decision of an entropy-only token adapter, as a pure function of the logits.
 
     Args:
@@ -115,28 +120,40 @@ def _options(sampling_params) -> dict | None:
     if isinstance(value, (str, Path)):
         value = {"path": str(value)}
     if not isinstance(value, dict) or not isinstance(value.get("path"), (str, Path)):
-        raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}] must be an adapter directory or a dict with 'path', got {value!r}")
+        raise ValueError(
+            f"extra_args[{EXTRA_ARGS_KEY!r}] must be an adapter directory or a dict with 'path', got {value!r}"
+        )
     unknown = set(value) - {"path", "deterministic", "seed"}
     if unknown:
-        raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}] has unknown keys {sorted(unknown)}; accepted: path, deterministic, seed")
+        raise ValueError(
+            f"extra_args[{EXTRA_ARGS_KEY!r}] has unknown keys {sorted(unknown)}; accepted: path, deterministic, seed"
+        )
     return {"deterministic": True, "seed": 0, **value, "path": str(value["path"])}
 
 
 def _check_entropy_adapter(kind: str, policy: dict, path: str) -> None:
     if kind != "token" or policy.get("features", "hidden") != "entropy":
-        raise ValueError(f"{path}: vLLM processors see logits only, so only an entropy-only token adapter runs there "
-                         f"(this one is a {kind} adapter with features={policy.get('features', 'n/a')!r}); use the "
-                         f"transformers integration or `decoding-adapters generate` for it")
+        raise ValueError(
+            f"{path}: vLLM processors see logits only, so only an entropy-only token adapter runs there "
+            f"(this one is a {kind} adapter with features={policy.get('features', 'n/a')!r}); use the "
+            f"transformers integration or `decoding-adapters generate` for it"
+        )
 
 
 def _check_neutral_sampling(sp) -> None:
     """vLLM applies the request's own transforms after ours: they must all be off."""
     top_k = getattr(sp, "top_k", -1)
-    neutral = (getattr(sp, "temperature", 1.0) == 1.0 and top_k in (-1, 0, None)
-               and getattr(sp, "top_p", 1.0) == 1.0 and not getattr(sp, "min_p", 0.0))
+    neutral = (
+        getattr(sp, "temperature", 1.0) == 1.0
+        and top_k in (-1, 0, None)
+        and getattr(sp, "top_p", 1.0) == 1.0
+        and not getattr(sp, "min_p", 0.0)
+    )
     if not neutral:
-        raise ValueError("a decoding-adapter request must leave vLLM's own sampling off (temperature=1.0, top_k=-1, "
-                         "top_p=1.0, min_p=0.0): the adapter picks and applies those per token")
+        raise ValueError(
+            "a decoding-adapter request must leave vLLM's own sampling off (temperature=1.0, top_k=-1, "
+            "top_p=1.0, min_p=0.0): the adapter picks and applies those per token"
+        )
 
 
 class EntropyAdapterLogitsProcessor(_VLLMLogitsProcessor):
@@ -147,8 +164,12 @@ class EntropyAdapterLogitsProcessor(_VLLMLogitsProcessor):
 
     def __init__(self, vllm_config: Any, req_states: Any = None, *_unused):
         self.req_states = req_states
-        self.device = torch.device(getattr(req_states, "device", None) or ("cuda" if torch.cuda.is_available() else "cpu"))
-        max_reqs = getattr(req_states, "max_num_reqs", None) or getattr(getattr(vllm_config, "scheduler_config", None), "max_num_seqs", 1024)
+        self.device = torch.device(
+            getattr(req_states, "device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
+        )
+        max_reqs = getattr(req_states, "max_num_reqs", None) or getattr(
+            getattr(vllm_config, "scheduler_config", None), "max_num_seqs", 1024
+        )
         self.adapters: dict[str, _LoadedAdapter] = {}
         self.slot_adapter: list[str | None] = [None] * int(max_reqs)
         self.slot_options: list[dict | None] = [None] * int(max_reqs)
@@ -180,7 +201,9 @@ class EntropyAdapterLogitsProcessor(_VLLMLogitsProcessor):
         if path not in self.adapters:
             self.adapters[path] = _LoadedAdapter(path, self.device)
         self.slot_adapter[req_idx], self.slot_options[req_idx] = path, options
-        self.slot_budget[req_idx] = int(getattr(sampling_params, "max_tokens", None) or self.adapters[path].policy.config.token_budget)
+        self.slot_budget[req_idx] = int(
+            getattr(sampling_params, "max_tokens", None) or self.adapters[path].policy.config.token_budget
+        )
         if not options["deterministic"]:
             self.slot_generator[req_idx] = torch.Generator(self.device).manual_seed(int(options["seed"]))
         return True

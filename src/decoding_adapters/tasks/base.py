@@ -93,9 +93,7 @@ class Problem:
         if not isinstance(self.question, str) or not self.question.strip():
             raise ValueError(f"Problem {self.id!r}: question must be a non-empty string")
         if not isinstance(self.answer, str):
-            raise ValueError(
-                f"Problem {self.id!r}: answer must be a string, got {type(self.answer).__name__}"
-            )
+            raise ValueError(f"Problem {self.id!r}: answer must be a string, got {type(self.answer).__name__}")
         if not isinstance(self.meta, dict):
             raise ValueError(f"Problem {self.id!r}: meta must be a dict, got {type(self.meta).__name__}")
 
@@ -133,9 +131,7 @@ class Task(ABC):
     def check_split(self, split: str) -> None:
         """Raise a ValueError naming the valid splits if ``split`` is not one of them."""
         if split not in self.splits:
-            raise ValueError(
-                f"task {self.name!r} has no split {split!r}; choose one of {list(self.splits)}"
-            )
+            raise ValueError(f"task {self.name!r} has no split {split!r}; choose one of {list(self.splits)}")
 
     def split_sources(self) -> Mapping[str, "SplitSource"]:
         """Where each split's problems come from (file and hash band), for messages; empty for a
@@ -180,9 +176,7 @@ def get_task(name: str, **options: Any) -> Task:
     if accepted is not None:
         unknown = sorted(set(options) - accepted)
         if unknown:
-            raise ValueError(
-                f"task {name!r} has no option(s) {unknown}; accepted: {sorted(accepted)}"
-            )
+            raise ValueError(f"task {name!r} has no option(s) {unknown}; accepted: {sorted(accepted)}")
     return cls(**options)
 
 
@@ -415,7 +409,9 @@ def problems_digest(problems: Iterable[Problem | str]) -> str:
         elif isinstance(item, str) and _HEX.fullmatch(item):
             hashes.add(item)
         else:
-            raise ValueError(f"problems_digest takes Problems or {CONTENT_HASH_CHARS}-digit content hashes, got {item!r}")
+            raise ValueError(
+                f"problems_digest takes Problems or {CONTENT_HASH_CHARS}-digit content hashes, got {item!r}"
+            )
     return hashlib.sha256("\n".join(sorted(hashes)).encode("ascii")).hexdigest()
 
 
@@ -538,8 +534,13 @@ def load_planned_split(
         seen.add(digest)
         kept.append(replace(problem, id=f"{id_prefix}/{digest}") if id_prefix else problem)
     if repeated:
-        log.warning("task %s, split %s: dropped %d repeated problem(s) (same normalised question) from %s",
-                    task, split, repeated, source.describe())
+        log.warning(
+            "task %s, split %s: dropped %d repeated problem(s) (same normalised question) from %s",
+            task,
+            split,
+            repeated,
+            source.describe(),
+        )
     return kept
 
 
@@ -561,15 +562,16 @@ def check_disjoint(task: Task, splits: Sequence[str] | None = None) -> dict[str,
 
     clashes, overlapping = [], set()
     for i, first in enumerate(names):
-        for second in names[i + 1:]:
+        for second in names[i + 1 :]:
             shared = set(hashes[first]) & set(hashes[second])
             overlapping |= shared
             if shared:
                 clashes.append(f"{len(shared)} problem(s) are in both {where(first)} and {where(second)}")
     if clashes:
         raise ValueError(
-            f"task {task.name!r}: splits overlap in {len(overlapping)} problem(s): " + "; ".join(clashes) +
-            ". Train, validation and test must "
+            f"task {task.name!r}: splits overlap in {len(overlapping)} problem(s): "
+            + "; ".join(clashes)
+            + ". Train, validation and test must "
             "not share problems: remove the shared problems from one file, or pass one file as data=<path> "
             "to have it divided by content hash."
         )

@@ -221,7 +221,9 @@ class HumanEvalTask(_SandboxedTask):
 
     def reward(self, problem: Problem, completion: str) -> float:
         meta = problem.meta
-        passed = humaneval_passes(problem.question, extract_code(completion), meta["test"], meta["entry_point"], self.sandbox)
+        passed = humaneval_passes(
+            problem.question, extract_code(completion), meta["test"], meta["entry_point"], self.sandbox
+        )
         return 1.0 if passed else 0.0
 
 
@@ -313,9 +315,7 @@ class CodeContestsTask(_SandboxedTask):
             self.test_sets = [name.strip() for name in self.test_sets.split(",") if name.strip()]
         self.test_sets = tuple(self.test_sets)
         if not self.test_sets or not set(self.test_sets) <= set(TEST_SETS):
-            raise ValueError(
-                f"test_sets must be a non-empty subset of {list(TEST_SETS)}, got {list(self.test_sets)}"
-            )
+            raise ValueError(f"test_sets must be a non-empty subset of {list(TEST_SETS)}, got {list(self.test_sets)}")
         if self.max_tests is not None and not _is_positive_int(self.max_tests):
             raise ValueError(f"max_tests must be a positive integer or None, got {self.max_tests!r}")
         super().__post_init__()

@@ -45,7 +45,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Union
 
-from .base import SPLITS, Problem, Task, chat_messages, read_jsonl, register_task, resolve_data_path, resolve_system_prompt, validate_data_option
+from .base import (
+    SPLITS,
+    Problem,
+    Task,
+    chat_messages,
+    read_jsonl,
+    register_task,
+    resolve_data_path,
+    resolve_system_prompt,
+    validate_data_option,
+)
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +88,9 @@ def parse_data_spec(data: Any) -> Any:
     for item in data.split(","):
         split, sep, path = item.partition("=")
         if not sep or not split.strip() or not path.strip():
-            raise ValueError(f"data spec {data!r}: expected 'split=path' items separated by commas, e.g. train=a.jsonl,test=b.jsonl")
+            raise ValueError(
+                f"data spec {data!r}: expected 'split=path' items separated by commas, e.g. train=a.jsonl,test=b.jsonl"
+            )
         out[split.strip()] = path.strip()
     return out
 
@@ -105,8 +117,10 @@ def _check_spec(spec: str) -> None:
     try:
         obj = importlib.import_module(module)
     except ImportError as err:
-        raise ValueError(f"verifier {spec!r}: cannot import module {module!r} ({err}); is its folder the current "
-                         f"directory or on PYTHONPATH?") from None
+        raise ValueError(
+            f"verifier {spec!r}: cannot import module {module!r} ({err}); is its folder the current "
+            f"directory or on PYTHONPATH?"
+        ) from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ValueError(f"verifier {spec!r}: module {module!r} has no attribute {attr!r}")
@@ -133,7 +147,11 @@ class VerifierRunner:
 
     def __call__(self, completion: str, answer: str, meta: dict) -> tuple[float, str | None]:
         with self._lock:
-            return self._call_process(completion, answer, meta) if self.spec else self._call_thread(completion, answer, meta)
+            return (
+                self._call_process(completion, answer, meta)
+                if self.spec
+                else self._call_thread(completion, answer, meta)
+            )
 
     # ---- process ------------------------------------------------------------------------------
     def _start(self) -> subprocess.Popen:
@@ -141,8 +159,16 @@ class VerifierRunner:
         # The child sees what this process can import (cwd, pytest's rootdir, sys.path edits).
         paths = [p or os.getcwd() for p in sys.path]
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-        proc = subprocess.Popen([sys.executable, str(WORKER_SCRIPT), self.spec], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=None, text=True, bufsize=1, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(WORKER_SCRIPT), self.spec],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=None,
+            text=True,
+            bufsize=1,
+            env=env,
+            start_new_session=True,
+        )
         self._procs[0] = proc
         return proc
 
@@ -258,8 +284,11 @@ class JsonlTask(Task):
         if not callable(verifier):
             raise ValueError(f"verifier must be 'module:function' or a callable, got {type(verifier).__name__}")
         name = _importable_name(verifier)
-        return VerifierRunner(spec=name, timeout_s=self.verifier_timeout_s) if name else \
-            VerifierRunner(fn=verifier, timeout_s=self.verifier_timeout_s)
+        return (
+            VerifierRunner(spec=name, timeout_s=self.verifier_timeout_s)
+            if name
+            else VerifierRunner(fn=verifier, timeout_s=self.verifier_timeout_s)
+        )
 
     @property
     def verifier_name(self) -> str:
@@ -302,8 +331,14 @@ class JsonlTask(Task):
         n = self.verifier_failures
         if n <= LOG_FIRST_FAILURES or n % 100 == 0:
             more = " (further failures are logged every 100th)" if n == LOG_FIRST_FAILURES else ""
-            log.warning("verifier %s failed on %s, scored 0 (%d failure(s) so far): %s%s",
-                        self.verifier_name, problem.id, n, failure, more)
+            log.warning(
+                "verifier %s failed on %s, scored 0 (%d failure(s) so far): %s%s",
+                self.verifier_name,
+                problem.id,
+                n,
+                failure,
+                more,
+            )
 
     def close(self) -> None:
         """Stop the verifier worker (it also stops when the task is garbage-collected or the process exits)."""

@@ -31,11 +31,11 @@ import logging
 import os
 import re
 from abc import abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, ClassVar
-from collections.abc import Mapping
 
 from .base import (
     SPLITS,
@@ -299,7 +299,8 @@ class _JsonlMathTask(Task):
         self.data = normalise_data_spec(self.data)
         if self.data is not None and not isinstance(self.data, (str, Path, Mapping)):
             raise ValueError(
-                f"data must be a path, a mapping split -> path, 'split=path,...' or None; got {type(self.data).__name__}"
+                "data must be a path, a mapping split -> path, 'split=path,...' or None; "
+                f"got {type(self.data).__name__}"
             )
         self.system_prompt = resolve_system_prompt(self.system_prompt)
         # The splits on offer follow from data= (all three unless a mapping leaves one out).
