@@ -1,8 +1,8 @@
 """Tasks: data sets turned into chat prompts, with verifiers that return 0.0 or 1.0.
 
 Importing this package registers the built-in tasks, so ``get_task(name, **options)`` works for
-every name in ``available_tasks()``: ``arithmetic`` (the embedded default), ``math``, ``gsm8k``,
-and the code tasks when ``tasks/code.py`` is present.
+every name in ``available_tasks()``: ``arithmetic`` (the embedded default), ``pyfunc`` (the embedded
+code task), ``math``, ``gsm8k``, and the code tasks when ``tasks/code.py`` is present.
 """
 
 import importlib
@@ -23,9 +23,10 @@ from .base import (
     resolve_system_prompt,
 )
 
-from . import arithmetic, math  # noqa: E402, F401  (importing registers the tasks)
+from . import arithmetic, math, pyfunc  # noqa: E402, F401  (importing registers the tasks)
 from .arithmetic import ArithmeticConfig, ArithmeticTask  # noqa: E402
 from .math import GSM8KTask, MathTask, score_gsm8k, score_math  # noqa: E402
+from .pyfunc import PyFuncConfig, PyFuncTask  # noqa: E402
 
 
 def _import_optional(module: str) -> None:
@@ -46,6 +47,8 @@ __all__ = [
     "ArithmeticTask",
     "GSM8KTask",
     "MathTask",
+    "PyFuncConfig",
+    "PyFuncTask",
     "score_gsm8k",
     "score_math",
     "SPLITS",
