@@ -51,7 +51,7 @@ def problem(task: PyFuncTask):
         (dict(families={"affine": 0.0}), "weight must be > 0"),
         (dict(families={}), "at least one"),
         (dict(families="affine"), "mapping"),
-        (dict(families=["affine", "words"]), "held out"),
+        (dict(families=["affine", "words"], ood_families=["words"]), "held out"),
         (dict(test_size=-1), "test_size"),
     ],
 )

@@ -72,10 +72,9 @@ class PyFuncConfig:
         hash=False,
     )
     """Training mixture weights by family name (see :data:`FAMILIES`); a list means equal weights."""
-    ood_families: Mapping[str, float] = field(
-        default_factory=lambda: {"two_args": 0.5, "words": 0.5}, hash=False
-    )
-    """Held-out families of the ``ood`` split; they must not appear in ``families`` (empty: no ood split)."""
+    ood_families: Mapping[str, float] | None = field(default=None, hash=False)
+    """Held-out families of the ``ood`` split, never in ``families`` (empty: no ood split); None
+    means :data:`OOD_FAMILIES` (equal weights) less any family that ``families`` uses."""
     train_size: int = 500
     """Problems in the train split."""
     validation_size: int = 100
@@ -87,7 +86,10 @@ class PyFuncConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "families", _weights(self.families, "families"))
-        object.__setattr__(self, "ood_families", _weights(self.ood_families, "ood_families", allow_empty=True))
+        ood = self.ood_families
+        if ood is None:
+            ood = {name: 1.0 for name in OOD_FAMILIES if name not in self.families}
+        object.__setattr__(self, "ood_families", _weights(ood, "ood_families", allow_empty=True))
         shared = sorted(set(self.families) & set(self.ood_families))
         if shared:
             raise ValueError(f"ood_families must be held out of families; both have {shared}")
