@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from decoding_adapters.tasks.pyfunc import ALL_FAMILIES, PyFuncConfig, PyFuncTask
 
@@ -74,6 +74,8 @@ def score(task: PyFuncTask, problems, records: list[dict]) -> None:
     rewards = iter(task.reward_batch([p for p, _ in pairs], [c for _, c in pairs]))
     for r in records:
         r["rewards"] = {b: [next(rewards) for _ in cs] for b, cs in r["completions"].items()}
+    statuses = Counter(task.outputs(p, c).status for p, c in pairs)  # cached: no new sandbox runs
+    print(f"sandbox statuses: {dict(statuses)}", flush=True)
 
 
 def summarise(records: list[dict], budget: str, samples: int) -> dict[str, dict]:

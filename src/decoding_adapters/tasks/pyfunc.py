@@ -418,6 +418,11 @@ def encode_value(value: Any, depth: int = 0) -> Any:
     raise TypeError("unsupported return type " + kind.__name__)
 
 
+# Read once, at import: the harness must embed the encoder this process runs, even if the file
+# changes on disk during a long run.
+_ENCODER_SOURCE = inspect.getsource(encode_value)
+
+
 def same_value(got: Any, expected: Any) -> bool:
     """Equality of two encoded values: floats within 1e-9 (relative), everything else exact by type."""
     if isinstance(expected, float) or isinstance(got, float):
@@ -526,7 +531,7 @@ def harness(code: str, name: str, inputs: Sequence[Sequence[Any]], marker: str) 
     encoded return values on one line starting with ``marker``. No expected value is in it."""
     header = f"CODE = {code!r}\nNAME = {name!r}\nINPUTS = {json.dumps([list(a) for a in inputs])!r}\nMARKER = {marker!r}\n"
     # The future import keeps the encoder's annotations unevaluated (``Any`` is not defined there).
-    return "from __future__ import annotations\n" + header + _HARNESS.format(encoder=inspect.getsource(encode_value))
+    return "from __future__ import annotations\n" + header + _HARNESS.format(encoder=_ENCODER_SOURCE)
 
 
 class RunReport(NamedTuple):
