@@ -226,6 +226,13 @@ def test_infinite_loop_scores_zero_in_bounded_time(problem) -> None:
     assert task.reward(problem, completion) == 0.0
     assert time.monotonic() - start < 10.0
     assert task.extract_answer(problem, completion) == ""
+    assert task.outputs(problem, completion).status == "timeout"
+
+
+def test_run_reports_say_why_there_are_no_outputs(task, problem) -> None:
+    assert task.outputs(problem, "no code at all").status == "no code"
+    assert task.outputs(problem, "```python\ndef decorate(word)\n    return 1\n```").status == "not defined"
+    assert task.outputs(problem, "```python\ndef decorate(word):\n    return 1\n```").status == "ok"
 
 
 def test_reward_batch_matches_reward_and_extract_answer_groups_equal_behaviour(task, problem) -> None:

@@ -540,7 +540,9 @@ class RunReport(NamedTuple):
     outputs: tuple[Any, ...] | None
     """Per input: ``{"value": encoded}`` or ``{"error": exception name}``; None if the run failed."""
     status: str
-    """The sandbox status ("ok", "error", "timeout", "memory") or "no report"/"bad report"."""
+    """The sandbox status ("timeout", "memory", "error" when the run failed without a report, "ok"
+    when it reported outputs), else "no code" (nothing to run), "not defined" (syntax error, crash
+    before the definition, or no such function), "no report" or "bad report"."""
     detail: str = ""
     """Why there are no outputs (harness error, last stderr line)."""
 
@@ -570,9 +572,11 @@ def run_candidate(code: str, name: str, inputs: Sequence[Sequence[Any]], config:
     if report is None:
         tail = result.stderr.strip().splitlines()[-1:] or [""]
         return RunReport(None, result.status if not result.ok else "no report", tail[0][:200])
+    if "error" in report:  # the code did not compile, failed before defining the function, or lacks it
+        return RunReport(None, "not defined", str(report["error"])[:200])
     outputs = report.get("outputs")
     if not isinstance(outputs, list) or len(outputs) != len(inputs):
-        return RunReport(None, "bad report", str(report.get("error", ""))[:200])
+        return RunReport(None, "bad report", "")
     return RunReport(tuple(outputs), result.status)
 
 
