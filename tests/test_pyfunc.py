@@ -119,6 +119,16 @@ def test_get_task_builds_pyfunc_and_rejects_unknown_options() -> None:
         task.load("dev")
 
 
+def test_task_pickles_for_worker_processes(problem) -> None:
+    import pickle
+
+    task = PyFuncTask(test_size=20, timeout_s=2.0)
+    task.load("test")
+    copy = pickle.loads(pickle.dumps(task))
+    assert copy.config == task.config and copy.sandbox == task.sandbox and copy.load("test") == task.load("test")
+    assert copy.reward(problem, f"```python\n{problem.answer}```") == 1.0
+
+
 def test_prompt_names_the_function_and_asks_for_a_code_block(problem) -> None:
     task = PyFuncTask()
     (message,) = task.prompt(problem)

@@ -629,6 +629,14 @@ class PyFuncTask(Task):
         # Outputs by (code, entry point, inputs): reward and extract_answer share one sandbox run.
         self._run = functools.lru_cache(maxsize=8192)(self._run_uncached)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Picklable for worker processes (Ray, DDP): the cache and the built splits stay behind.
+        return {k: v for k, v in self.__dict__.items() if k not in ("_run", "_splits")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _splits=None)
+        self._run = functools.lru_cache(maxsize=8192)(self._run_uncached)
+
     def load(self, split: str) -> list[Problem]:
         self.check_split(split)
         if self._splits is None:  # built once: all splits come from one allocation
