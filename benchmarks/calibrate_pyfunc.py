@@ -58,7 +58,7 @@ def run_model(task: PyFuncTask, problems, args) -> tuple[list[dict], float]:
     for row in range(request.num_rows):
         p, a = prompt_of_row[row], row_actions[row]
         rec = by_key.setdefault((p, a), {
-            "temperature": temps[a], "index": p, "id": problems[p].id, "family": problems[p].meta["family"],
+            "temperature": temps[a], "index": problems[p].id, "id": problems[p].id, "family": problems[p].meta["family"],
             "completions": {str(b): [] for b in args.budgets},
         })
         tokens = result.tokens[row, : int(result.lengths[row])].tolist()
@@ -130,7 +130,9 @@ def main() -> None:
     parser.add_argument("--families", help="comma-separated families, equal weights, test split (default: the default mixture)")
     parser.add_argument("--per-family", type=int, default=16, help="problems per family with --families")
     parser.add_argument("--split", default="test", help="split of the default config to calibrate on (test or ood)")
-    parser.add_argument("--limit", type=int, default=None, help="first N problems of the split")
+    parser.add_argument("--limit", type=int, default=None, help="N problems of the split (from --offset)")
+    parser.add_argument("--offset", type=int, default=0, help="skip the first problems (to extend a run; "
+                        "concatenate the dumps and --rescore them with --limit covering both)")
     parser.add_argument("--temperatures", type=float, nargs="*", default=[0.5, 1.0])
     parser.add_argument("--samples", type=int, default=4, help="k of pass@k")
     parser.add_argument("--budgets", type=int, nargs="+", default=[32, 48], help="token budgets (max new tokens)")
@@ -153,7 +155,8 @@ def main() -> None:
     else:
         cfg, split = PyFuncConfig(), args.split
     task = PyFuncTask(cfg, workers=args.workers)
-    problems = task.load(split)[: args.limit]
+    end = None if args.limit is None else args.offset + args.limit
+    problems = task.load(split)[args.offset : end]
     decode_s = None
     if args.rescore:
         with open(args.rescore, encoding="utf-8") as handle:
@@ -181,7 +184,7 @@ def main() -> None:
         print(f"decode: {rows / decode_s:.2f} rows/s at {budgets[-1]} tokens; "
               f"sandbox: {max(throughput.values(), default=0):.1f} programs/s", flush=True)
     source = {"rescored": args.rescore} if args.rescore else {"config": cfg.to_dict(), "split": split}
-    print(json.dumps({**source, "limit": args.limit, "tables": tables, "timing": timing}))
+    print(json.dumps({**source, "offset": args.offset, "limit": args.limit, "tables": tables, "timing": timing}))
 
 
 if __name__ == "__main__":
