@@ -70,6 +70,9 @@ def test_every_family_pool_is_unique_and_correct(family: str) -> None:
         if family == "add_word":
             a, b = map(int, re.findall(r"\d+", question))
             assert answer == a + b and question.endswith("have now?")
+        elif family == "sub_word":
+            a, b = map(int, re.findall(r"\d+", question))
+            assert answer == a - b > 0 and question.endswith("have left?")
         else:
             assert answer == _evaluate(question)
     if family == "sub_2digit":
@@ -213,3 +216,57 @@ def test_reward_is_zero_or_one_and_never_raises() -> None:
     for problem in task.load("test"):
         assert task.reward(problem, f"The answer is {problem.answer}.") == 1.0
         assert task.reward(problem, str(int(problem.answer) + 1)) == 0.0
+
+
+# --------------------------------------------------------------------------- held-out (ood) split
+
+# sha256 of the default train/validation/test problems (id, question, answer, meta), computed
+# before the ood split and its families were added: the demo's and the tests' numbers depend on
+# these problems, so adding families or splits must leave them byte-identical.
+_DEFAULT_DIGESTS = {
+    "train": "a83d3e505af6c6ce433d728e39062e59cd556b20899e82fa82f6fbc0904a25b0",
+    "validation": "23f8a848b9002bd963a17da49fcb11c72a4eede760da491e9aa1fde70568e7c7",
+    "test": "88a05f8805fd5004f39cf653e9a3c7be5ffef82e03a27aa2e838ecca90502625",
+}
+
+
+def _digest(problems) -> str:
+    import hashlib
+
+    blob = json.dumps([[p.id, p.question, p.answer, p.meta] for p in problems], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def test_default_splits_are_byte_identical_to_before_the_ood_split() -> None:
+    task = ArithmeticTask()
+    assert {s: _digest(task.load(s)) for s in SPLITS} == _DEFAULT_DIGESTS
+    task.load("ood")
+    custom = ArithmeticTask(seed=3, families=["add_1digit", "sub_2digit", "add_chain"], test_size=50, ood_families=["sub_word"])
+    assert _digest(custom.load("test")) == "0b96b7d6f88cb98365f9ad3b64137e72d120f20300df4a6b186bf13c65d91d9c"
+
+
+def test_ood_split_uses_only_held_out_families_and_is_disjoint() -> None:
+    task = ArithmeticTask()
+    ood = task.load("ood")
+    assert len(ood) == 200 and ood[0].id == "arithmetic/ood/0" and {p.meta["split"] for p in ood} == {"ood"}
+    assert Counter(p.meta["family"] for p in ood) == {"sub_1digit": 40, "sub_word": 120, "add_chain": 40}
+    assert len({p.question for p in ood}) == 200  # no repeats at the default size
+    seen = {p.question for s in SPLITS for p in task.load(s)}
+    assert not seen & {p.question for p in ood}
+    assert not {p.meta["family"] for s in SPLITS for p in task.load(s)} & set(task.config.ood_families)
+    assert task.load("ood") == ood and ArithmeticTask(seed=1).load("ood") != ood
+    for p in ood:
+        if p.meta["family"] != "sub_word":
+            assert int(p.answer) == _evaluate(p.question)
+    assert ArithmeticTask(ood_families={}).load("ood") == []
+
+
+def test_ood_families_must_be_held_out_and_known() -> None:
+    with pytest.raises(ValueError, match="held out"):
+        ArithmeticConfig(families=["add_1digit", "add_chain"], ood_families=["add_chain"])
+    # By default the held-out set drops whatever the training mixture uses.
+    assert ArithmeticConfig(families=["add_1digit", "add_chain"]).ood_families == {"sub_1digit": 0.2, "sub_word": 0.6}
+    with pytest.raises(ValueError, match="unknown arithmetic ood family"):
+        ArithmeticConfig(ood_families=["nope"])
+    cfg = ArithmeticConfig(ood_families=["sub_2digit"])
+    assert ArithmeticConfig(**json.loads(json.dumps(cfg.to_dict()))) == cfg

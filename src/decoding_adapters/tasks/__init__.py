@@ -1,14 +1,14 @@
 """Tasks: data sets turned into chat prompts, with verifiers that return 0.0 or 1.0.
 
 Importing this package registers the built-in tasks, so ``get_task(name, **options)`` works for
-every name in ``available_tasks()``: ``arithmetic`` (the embedded default), ``math``, ``gsm8k``,
-and the code tasks when ``tasks/code.py`` is present.
+every name in ``available_tasks()``: ``arithmetic`` (the embedded default), ``pyfunc`` (the embedded
+code task), ``math``, ``gsm8k``, and the code tasks when ``tasks/code.py`` is present.
 """
 
 import importlib
 
-from . import arithmetic, math  # noqa: E402, F401  (importing registers the tasks)
-from .arithmetic import ArithmeticConfig, ArithmeticTask  # noqa: E402
+from . import arithmetic, math, pyfunc  # noqa: F401  (importing registers the tasks)
+from .arithmetic import ArithmeticConfig, ArithmeticTask
 from .base import (
     SPLITS,
     SYSTEM_PROMPTS,
@@ -31,7 +31,8 @@ from .base import (
     register_task,
     resolve_system_prompt,
 )
-from .math import GSM8KTask, MathTask, score_gsm8k, score_math  # noqa: E402
+from .math import GSM8KTask, MathTask, score_gsm8k, score_math
+from .pyfunc import PyFuncConfig, PyFuncTask
 
 
 def _import_optional(module: str) -> None:
@@ -53,6 +54,8 @@ __all__ = [
     "ArithmeticTask",
     "GSM8KTask",
     "MathTask",
+    "PyFuncConfig",
+    "PyFuncTask",
     "score_gsm8k",
     "score_math",
     "SPLITS",

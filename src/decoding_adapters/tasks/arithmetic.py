@@ -5,7 +5,7 @@ calibrated (``benchmarks/calibrate_arithmetic.py``, numbers in ``docs/arithmetic
 so that greedy decoding solves 35-55% of the test split (41.5% measured) and sampling several
 times solves clearly more (62.5% pass@4 at T=0.5), which leaves a decoding adapter something to learn.
 
-How splits are built (all three: train, validation, test):
+How splits are built (train, validation, test):
 
 1. Each family enumerates its whole *pool* of distinct questions (e.g. the 81 "What is a + b?"
    with single digits), in a fixed order.
@@ -16,6 +16,12 @@ How splits are built (all three: train, validation, test):
    demand and no question repeats. When it is not (tiny pools, large splits), blocks are
    proportional to the demands and a split cycles through its block, so questions may repeat
    *within* a split but a question never appears in two splits: disjointness is by question text.
+
+The ``ood`` split (``test_size`` problems, for out-of-distribution evaluation) is built the same
+way from the held-out families ``ood_families`` (default: subtraction, subtraction word problems,
+three-term sums), which ``families`` may not contain, with a seed stream of its own
+(``"{seed}/ood/{family}"``). Families never share a question, so ``ood`` is disjoint from the other
+splits by question text; building it leaves the other three splits byte-identical.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar
 
-from .base import Problem, Task, chat_messages, register_task, resolve_system_prompt
+from .base import SPLITS, Problem, Task, chat_messages, register_task, resolve_system_prompt
 from .math import extract_boxed
 
 Pool = list[tuple[str, int]]
@@ -44,6 +50,17 @@ _WORD_TEMPLATES = (
     "{name} has {a} {items} and finds {b} more. How many {items} does {name} have now?",
     "{name} had {a} {items}. A friend gave {name} {b} more. How many {items} does {name} have now?",
 )
+# Subtraction word problems (held out for ood evaluation); b < a, so some are always left.
+_SUB_WORD_TEMPLATES = (
+    "{name} has {a} {items} and gives {b} away. How many {items} does {name} have left?",
+    "{name} had {a} {items} and lost {b} of them. How many {items} does {name} have left?",
+    "{name} has {a} {items} and uses {b} of them. How many {items} does {name} have left?",
+)
+
+
+DEFAULT_OOD_FAMILIES: dict[str, float] = {"sub_1digit": 0.2, "sub_word": 0.6, "add_chain": 0.2}
+"""Held-out families of the ``ood`` split: subtraction (bare and in words) and three-term sums,
+none of which the default mixture trains on."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +90,9 @@ class ArithmeticConfig:
     """Problems in the test split."""
     seed: int = 0
     """Seed for the shuffles that choose and order the questions of each split."""
+    ood_families: Mapping[str, float] | None = field(default=None, hash=False)
+    """Held-out families of the ``ood`` split (``test_size`` problems), never in ``families``;
+    None means :data:`DEFAULT_OOD_FAMILIES` less any family that ``families`` uses."""
 
     def __post_init__(self) -> None:
         # Normalise the forms JSON gives back (lists) so that configs round-trip.
@@ -82,6 +102,12 @@ class ArithmeticConfig:
         if not isinstance(families, Mapping):
             families = {name: 1.0 for name in families}
         object.__setattr__(self, "families", dict(families))
+        ood = self.ood_families
+        if ood is None:
+            ood = {name: w for name, w in DEFAULT_OOD_FAMILIES.items() if name not in self.families}
+        if isinstance(ood, str) or not isinstance(ood, (Mapping, Sequence)):
+            raise ValueError(f"ood_families must be a mapping name -> weight or a list of names; got {ood!r}")
+        object.__setattr__(self, "ood_families", dict(ood) if isinstance(ood, Mapping) else dict.fromkeys(ood, 1.0))
         object.__setattr__(self, "small_range", tuple(self.small_range))
         object.__setattr__(self, "large_range", tuple(self.large_range))
         self._validate()
@@ -94,6 +120,14 @@ class ArithmeticConfig:
                 raise ValueError(f"unknown arithmetic family {name!r}; known: {sorted(FAMILIES)}")
             if not weight > 0:
                 raise ValueError(f"family weight must be > 0, got {name}={weight} (drop the family instead)")
+        for name, weight in self.ood_families.items():
+            if name not in FAMILIES:
+                raise ValueError(f"unknown arithmetic ood family {name!r}; known: {sorted(FAMILIES)}")
+            if not weight > 0:
+                raise ValueError(f"ood family weight must be > 0, got {name}={weight}")
+        shared = sorted(set(self.families) & set(self.ood_families))
+        if shared:
+            raise ValueError(f"ood_families must be held out of families; both have {shared}")
         for label, (lo, hi) in (("small_range", self.small_range), ("large_range", self.large_range)):
             if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi):
                 raise ValueError(f"{label} must be two integers 0 <= lo <= hi, got {(lo, hi)}")
@@ -166,6 +200,25 @@ def pool_add_2digit_1digit(cfg: ArithmeticConfig) -> Pool:
     return [(f"What is {a} + {b}?", a + b) for a in _large(cfg) for b in _small(cfg)]
 
 
+def pool_sub_1digit(cfg: ArithmeticConfig) -> Pool:
+    """Single-digit subtraction with a non-negative result: "What is 9 - 4?" (held out: ood)."""
+    return [(f"What is {a} - {b}?", a - b) for a in _small(cfg) for b in _small(cfg) if a >= b]
+
+
+def pool_sub_word(cfg: ArithmeticConfig) -> Pool:
+    """One-step subtraction word problem: "Tom has 9 apples and gives 4 away. ..." (held out: ood)."""
+    operands = range(max(2, cfg.small_range[0]), cfg.small_range[1] + 1)
+    return [
+        (template.format(name=name, items=items, a=a, b=b), a - b)
+        for template in _SUB_WORD_TEMPLATES
+        for name in _NAMES
+        for items in _ITEMS
+        for a in operands
+        for b in operands
+        if b < a
+    ]
+
+
 def pool_add_chain(cfg: ArithmeticConfig) -> Pool:
     """A chain of single-digit additions: "What is 3 + 4 + 5?" (``chain_steps`` operations)."""
     terms = itertools.product(_small(cfg), repeat=cfg.chain_steps + 1)
@@ -180,6 +233,8 @@ FAMILIES: dict[str, Callable[[ArithmeticConfig], Pool]] = {
     "sub_2digit": pool_sub_2digit,
     "add_2digit_1digit": pool_add_2digit_1digit,
     "add_chain": pool_add_chain,
+    "sub_1digit": pool_sub_1digit,
+    "sub_word": pool_sub_word,
 }
 """Problem families by name (the value stored in ``Problem.meta["family"]``)."""
 
@@ -245,6 +300,21 @@ def build_splits(cfg: ArithmeticConfig) -> dict[str, list[Problem]]:
             start += share
             served[split, family] = [block[i % len(block)] for i in range(demands[split])] if block else []
     return {split: _problems(split, schedules[split], served) for split in cfg.sizes}
+
+
+def build_ood_split(cfg: ArithmeticConfig) -> list[Problem]:
+    """The ``ood`` split: ``test_size`` problems of the held-out ``ood_families``, each family's pool
+    shuffled with a seed stream of its own (``"{seed}/ood/{family}"``); [] without ood families."""
+    if not cfg.ood_families:
+        return []
+    schedule = family_schedule(cfg.ood_families, cfg.test_size)
+    served: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for family in cfg.ood_families:
+        pool = FAMILIES[family](cfg)
+        random.Random(f"{cfg.seed}/ood/{family}").shuffle(pool)
+        demand = schedule.count(family)
+        served["ood", family] = [pool[i % len(pool)] for i in range(demand)]
+    return _problems("ood", schedule, served)
 
 
 def _problems(split: str, schedule: list[str], served: Mapping[tuple[str, str], list]) -> list[Problem]:
@@ -336,12 +406,13 @@ def score_arithmetic(completion: str, answer: str) -> float:
 
 @register_task("arithmetic")
 class ArithmeticTask(Task):
-    """Procedural arithmetic (splits: train, validation, test).
+    """Procedural arithmetic (splits: train, validation, test, and ood: held-out families).
 
     Options are :class:`ArithmeticConfig` fields (``get_task("arithmetic", seed=0, test_size=100)``),
     or a whole ``config=``, plus ``system_prompt=`` (a preset name or literal text).
     """
 
+    splits: ClassVar[tuple[str, ...]] = SPLITS + ("ood",)
     instruction: ClassVar[str] = " Answer with just the number."
     cot_instruction: ClassVar[str] = " Think step by step, then give the final number."
 
@@ -359,6 +430,8 @@ class ArithmeticTask(Task):
 
     def load(self, split: str) -> list[Problem]:
         self.check_split(split)
+        if split == "ood":  # built on its own: the other splits never depend on it
+            return build_ood_split(self.config)
         if self._splits is None:  # built once: all splits come from one allocation
             self._splits = build_splits(self.config)
         return list(self._splits[split])

@@ -1,0 +1,675 @@
+"""The embedded code task: short, procedurally generated Python functions with unit tests.
+
+The code counterpart of :mod:`~decoding_adapters.tasks.arithmetic`, sized for
+SmolLM2-135M-Instruct (calibration: ``benchmarks/calibrate_pyfunc.py``, numbers in
+``docs/pyfunc_calibration.md``): on the first 80 test problems greedy decoding solves 44% at a
+32-token budget (48% at 48) and four samples at T=0.5 solve 59% (61%). A problem asks for one named function ("Write a Python function
+`add_to(x)` that returns x plus 7."); the completion's code is extracted, run in
+:mod:`decoding_adapters.sandbox` on the problem's test inputs, and passes when every return value
+equals the reference solution's.
+
+Splits: train, validation and test come from the training families (:data:`FAMILIES`, mixture
+``PyFuncConfig.families``) exactly as in ``arithmetic`` (each family's pool is shuffled with the
+seed and cut into disjoint blocks; see that module's docstring), so they are disjoint by question
+text. ``ood`` (``test_size`` problems) comes from held-out families (``PyFuncConfig.ood_families``,
+never in the training mixture) with a seed stream of its own; its questions share no template
+with the training families, so it is disjoint from the other splits by content.
+
+Why the verifier cannot be fooled: the expected values never enter the sandbox. The sandboxed
+program receives the candidate code and the test *inputs* only; it calls the function on each
+input and reports the return values (encoded by a strict, type-tagged JSON encoder) on its last
+output line. Comparison with the reference happens here, outside. Code that prints "all tests
+passed", exits early, or forges the report line can at most claim return values of its choosing,
+which is no easier than returning them. Values are parsed with :func:`json.loads` only.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import math
+import random
+import re
+import secrets
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, ClassVar, NamedTuple
+
+from ..sandbox import SandboxConfig, execute
+from .arithmetic import allocate_blocks, family_schedule
+from .base import SPLITS, Problem, Task, chat_messages, register_task, resolve_system_prompt
+
+
+class Spec(NamedTuple):
+    """One distinct problem of a family pool."""
+
+    question: str
+    """The full request, naming the function and its parameters."""
+    name: str
+    """The function's name."""
+    solution: str
+    """Reference implementation (trusted source, run here, never in the sandbox)."""
+    kind: str
+    """Kind of test input (see :func:`make_inputs`); the inputs themselves come from :func:`make_tests`."""
+
+
+Pool = list[Spec]
+"""A family's distinct problems, in a fixed order."""
+
+
+@dataclass(frozen=True)
+class PyFuncConfig:
+    """Everything that determines the generated problems; same config, same problems."""
+
+    # Default mixture from measurements with SmolLM2-135M (docs/pyfunc_calibration.md).
+    families: Mapping[str, float] = field(
+        default_factory=lambda: {
+            "add_const": 0.05, "affine": 0.2, "str_basic": 0.05, "str_param": 0.25,
+            "list_basic": 0.05, "list_param": 0.25, "cond": 0.15,
+        },
+        hash=False,
+    )
+    """Training mixture weights by family name (see :data:`FAMILIES`); a list means equal weights."""
+    ood_families: Mapping[str, float] | None = field(default=None, hash=False)
+    """Held-out families of the ``ood`` split, never in ``families`` (empty: no ood split); None
+    means :data:`OOD_FAMILIES` (equal weights) less any family that ``families`` uses."""
+    train_size: int = 500
+    """Problems in the train split."""
+    validation_size: int = 100
+    """Problems in the validation split."""
+    test_size: int = 200
+    """Problems in the test split (and in the ood split)."""
+    seed: int = 0
+    """Seed for the shuffles that choose and order the questions of each split."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "families", _weights(self.families, "families"))
+        ood = self.ood_families
+        if ood is None:
+            ood = {name: 1.0 for name in OOD_FAMILIES if name not in self.families}
+        object.__setattr__(self, "ood_families", _weights(ood, "ood_families", allow_empty=True))
+        shared = sorted(set(self.families) & set(self.ood_families))
+        if shared:
+            raise ValueError(f"ood_families must be held out of families; both have {shared}")
+        for name in ("train_size", "validation_size", "test_size"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {getattr(self, name)!r}")
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """Problems per split."""
+        return {"train": self.train_size, "validation": self.validation_size, "test": self.test_size}
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; ``PyFuncConfig(**d)`` rebuilds the same config."""
+        return asdict(self)
+
+
+def _weights(families: Any, label: str, allow_empty: bool = False) -> dict[str, float]:
+    if isinstance(families, str) or not isinstance(families, (Mapping, Sequence)):
+        raise ValueError(f"{label} must be a mapping name -> weight or a list of names, got {families!r}")
+    weights = dict(families) if isinstance(families, Mapping) else dict.fromkeys(families, 1.0)
+    if not weights and not allow_empty:
+        raise ValueError(f"{label} must name at least one of {sorted(ALL_FAMILIES)}")
+    for name, weight in weights.items():
+        if name not in ALL_FAMILIES:
+            raise ValueError(f"unknown pyfunc family {name!r}; known: {sorted(ALL_FAMILIES)}")
+        if not (isinstance(weight, (int, float)) and weight > 0):
+            raise ValueError(f"family weight must be > 0, got {name}={weight} (drop the family instead)")
+    return {name: float(w) for name, w in weights.items()}
+
+
+# --------------------------------------------------------------------------- families
+# A family is a list of operation templates; each template is expanded over function names,
+# parameter names and constants into the pool. Test inputs are drawn from a generator seeded by
+# the question text, so they are fixed per question (and independent of the split seed).
+
+
+class Op(NamedTuple):
+    """One operation template of a family."""
+
+    phrase: str
+    """What the function returns, with ``{p}`` (or ``{a}``, ``{b}``) for parameters and ``{c}``, ``{d}``
+    for constants."""
+    body: str
+    """Reference expression with the same placeholders (``{c!r}`` for literal constants)."""
+    names: tuple[str, ...]
+    """Function names to choose from."""
+    params: tuple[str, ...]
+    """Parameter lists to choose from: one name, or two ("a, b") that phrases call ``{a}`` and ``{b}``."""
+    constants: Sequence[tuple[Any, ...]] = ((),)
+    """Constant tuples ``(c,)`` or ``(c, d)`` the template is expanded over."""
+    inputs: str = "int"
+    """Kind of test input: int, str, list, words, pair."""
+
+
+_INTS = tuple(range(2, 30))
+_SMALL = tuple(range(2, 10))
+_WORDS = ("ab", "xyz", "!", "ing", "py", "ok", "end", "-")
+_LETTERS = tuple("aeiorst")
+_NUM_PARAMS = ("x", "n", "value")
+_STR_PARAMS = ("s", "text", "word")
+_LIST_PARAMS = ("nums", "values", "items")
+_WORD_PARAMS = ("words", "names", "strings", "parts")
+_PAIRS = ("a, b", "x, y", "m, n", "first, second")
+
+
+def _consts(*ranges: Sequence[Any]) -> list[tuple[Any, ...]]:
+    out: list[tuple[Any, ...]] = [()]
+    for values in ranges:
+        out = [c + (v,) for c in out for v in values]
+    return out
+
+
+FAMILY_OPS: dict[str, tuple[Op, ...]] = {
+    "add_const": (
+        Op("returns {p} plus {c}", "{p} + {c!r}", ("add_const", "increase", "plus_n"), _NUM_PARAMS, _consts(_INTS)),
+        Op("returns {p} minus {c}", "{p} - {c!r}", ("subtract_const", "decrease", "minus_n"), _NUM_PARAMS, _consts(_INTS)),
+    ),
+    "affine": (
+        Op("returns {c} times {p} plus {d}", "{c!r} * {p} + {d!r}", ("scale_shift", "linear", "transform"),
+           _NUM_PARAMS, _consts(_SMALL, _INTS)),
+        Op("returns {p} multiplied by {c}, minus {d}", "{p} * {c!r} - {d!r}", ("scale_down", "compute", "formula"),
+           _NUM_PARAMS, _consts(_SMALL, _INTS)),
+        Op("returns the square of {p} plus {c}", "{p} * {p} + {c!r}", ("square_plus", "poly", "calc"),
+           _NUM_PARAMS, _consts(_INTS)),
+        Op("returns {p} plus {c}, all multiplied by {d}", "({p} + {c!r}) * {d!r}", ("shift_scale", "combine", "apply"),
+           _NUM_PARAMS, _consts(_INTS, _SMALL)),
+    ),
+    "str_basic": (
+        Op("returns the string {p} in upper case", "{p}.upper()", ("shout", "to_upper", "loud"), _STR_PARAMS, inputs="str"),
+        Op("returns the string {p} reversed", "{p}[::-1]", ("reverse_text", "backwards", "flip"), _STR_PARAMS, inputs="str"),
+        Op("returns the first character of the string {p}", "{p}[0]", ("first_char", "initial", "head"), _STR_PARAMS, inputs="str"),
+        Op("returns the last character of the string {p}", "{p}[-1]", ("last_char", "final_letter", "tail_char"),
+           _STR_PARAMS, inputs="str"),
+        Op("returns the number of characters in the string {p}", "len({p})", ("text_length", "count_chars", "size"),
+           _STR_PARAMS, inputs="str"),
+        Op("returns the string {p} written twice", "{p} + {p}", ("double_text", "twice", "echo"), _STR_PARAMS, inputs="str"),
+    ),
+    "str_param": (
+        Op("returns the string {p} followed by {c!r}", "{p} + {c!r}", ("add_suffix", "append_text", "decorate"),
+           _STR_PARAMS, _consts(_WORDS), "str"),
+        Op("returns {c!r} followed by the string {p}", "{c!r} + {p}", ("add_prefix", "prepend", "label"),
+           _STR_PARAMS, _consts(_WORDS), "str"),
+        Op("returns the string {p} repeated {c} times", "{p} * {c!r}", ("repeat_text", "multiply_text", "copies"),
+           _STR_PARAMS, _consts(_SMALL), "str"),
+        Op("returns the first {c} characters of the string {p}", "{p}[:{c!r}]", ("prefix_of", "take_start", "clip_text"),
+           _STR_PARAMS, _consts(_SMALL), "str"),
+        Op("returns the last {c} characters of the string {p}", "{p}[-{c!r}:]", ("suffix_of", "take_end", "ending"),
+           _STR_PARAMS, _consts(_SMALL), "str"),
+        Op("returns how many times the letter {c!r} appears in the string {p}", "{p}.count({c!r})",
+           ("count_letter", "letter_count", "occurrences"), _STR_PARAMS, _consts(_LETTERS), "str"),
+        Op("returns the string {p} with every {c!r} replaced by {d!r}", "{p}.replace({c!r}, {d!r})",
+           ("swap_letter", "replace_letter", "substitute"), _STR_PARAMS, _consts(_LETTERS, ("x", "_", "*")), "str"),
+    ),
+    "list_basic": (
+        Op("returns the sum of the list {p}", "sum({p})", ("total", "list_sum", "add_all"), _LIST_PARAMS, inputs="list"),
+        Op("returns the number of elements in the list {p}", "len({p})", ("count_items", "list_length", "how_many"),
+           _LIST_PARAMS, inputs="list"),
+        Op("returns the largest number in the list {p}", "max({p})", ("largest", "list_max", "biggest"),
+           _LIST_PARAMS, inputs="list"),
+        Op("returns the smallest number in the list {p}", "min({p})", ("smallest", "list_min", "lowest"),
+           _LIST_PARAMS, inputs="list"),
+        Op("returns the first element of the list {p}", "{p}[0]", ("first_item", "head", "front"), _LIST_PARAMS, inputs="list"),
+        Op("returns the last element of the list {p}", "{p}[-1]", ("last_item", "tail", "back"), _LIST_PARAMS, inputs="list"),
+    ),
+    "list_param": (
+        Op("returns how many numbers in the list {p} are greater than {c}", "sum(1 for v in {p} if v > {c!r})",
+           ("count_above", "how_many_big", "tally"), _LIST_PARAMS, _consts(_SMALL), "list"),
+        Op("returns a new list with every number of the list {p} multiplied by {c}", "[v * {c!r} for v in {p}]",
+           ("scale_all", "multiply_each", "times_list"), _LIST_PARAMS, _consts(_SMALL), "list"),
+        Op("returns the sum of the list {p} plus {c}", "sum({p}) + {c!r}", ("sum_plus", "total_plus", "offset_sum"),
+           _LIST_PARAMS, _consts(_INTS), "list"),
+        Op("returns a new list with the numbers of the list {p} that are less than {c}", "[v for v in {p} if v < {c!r}]",
+           ("keep_small", "filter_below", "under"), _LIST_PARAMS, _consts(_SMALL), "list"),
+        Op("returns a new list with {c} added to every number of the list {p}", "[v + {c!r} for v in {p}]",
+           ("add_to_all", "shift_list", "bump_all"), _LIST_PARAMS, _consts(_SMALL), "list"),
+        Op("returns True if the number {c} is in the list {p}, and False otherwise", "{c!r} in {p}",
+           ("contains", "has_value", "includes"), _LIST_PARAMS, _consts(_SMALL), "list"),
+    ),
+    "cond": (
+        Op("returns the absolute value of {p}", "abs({p})", ("absolute", "magnitude", "distance_from_zero"),
+           _NUM_PARAMS),
+        Op("returns True if {p} is even, and False otherwise", "{p} % 2 == 0", ("is_even", "even", "check_even"),
+           _NUM_PARAMS),
+        Op("returns True if {p} is odd, and False otherwise", "{p} % 2 == 1", ("is_odd", "odd", "check_odd"), _NUM_PARAMS),
+        Op("returns 1 if {p} is positive, -1 if it is negative, and 0 if it is zero", "({p} > 0) - ({p} < 0)",
+           ("sign", "signum", "direction"), _NUM_PARAMS),
+        Op("returns 'big' if {p} is greater than {c}, and 'small' otherwise", "'big' if {p} > {c!r} else 'small'",
+           ("size_label", "classify", "big_or_small"), _NUM_PARAMS, _consts(_INTS)),
+        Op("returns {p} if it is less than {c}, and {c} otherwise", "min({p}, {c!r})", ("cap", "at_most", "limit"),
+           _NUM_PARAMS, _consts(_INTS)),
+        Op("returns True if {p} is divisible by {c}, and False otherwise", "{p} % {c!r} == 0",
+           ("divisible", "is_multiple", "check_divisor"), _NUM_PARAMS, _consts(_SMALL)),
+    ),
+    # Held-out (ood) families: shapes the training families never show.
+    "two_args": (
+        Op("returns {a} times {b} plus {c}", "{a} * {b} + {c!r}", ("mul_add", "product_plus", "combine2"), _PAIRS,
+           _consts(_INTS), "pair"),
+        Op("returns the sum of {a} and {b} multiplied by {c}", "({a} + {b}) * {c!r}", ("sum_times", "scaled_sum", "mix2"),
+           _PAIRS, _consts(_SMALL), "pair"),
+        Op("returns {a} minus {b}", "{a} - {b}", ("difference", "subtract", "minus"), _PAIRS, inputs="pair"),
+        Op("returns the larger of {a} and {b}", "max({a}, {b})", ("larger", "max_of_two", "bigger"), _PAIRS, inputs="pair"),
+        Op("returns the remainder of {a} divided by {b}", "{a} % {b}", ("remainder", "modulo", "leftover"), _PAIRS,
+           inputs="pair"),
+    ),
+    "words": (
+        Op("returns the longest string in the list {p}", "max({p}, key=len)", ("longest", "longest_word", "widest"),
+           _WORD_PARAMS, inputs="words"),
+        Op("returns the strings of the list {p} joined with {c!r} between them", "{c!r}.join({p})",
+           ("join_words", "glue", "connect"), _WORD_PARAMS, _consts((", ", "-", " ", "+")), "words"),
+        Op("returns how many strings in the list {p} start with the letter {c!r}",
+           "sum(1 for w in {p} if w.startswith({c!r}))", ("count_starting", "starts_with", "initial_count"),
+           _WORD_PARAMS, _consts(_LETTERS), "words"),
+        Op("returns the total number of characters in all the strings of the list {p}", "sum(len(w) for w in {p})",
+           ("total_length", "char_total", "letters"), _WORD_PARAMS, inputs="words"),
+        Op("returns a new list with every string of the list {p} in upper case", "[w.upper() for w in {p}]",
+           ("upper_all", "shout_all", "caps"), _WORD_PARAMS, inputs="words"),
+    ),
+}
+"""Operation templates by family name (the value stored in ``Problem.meta["family"]``)."""
+
+TRAIN_FAMILIES = ("add_const", "affine", "str_basic", "str_param", "list_basic", "list_param", "cond")
+"""Families of the default training mixture."""
+OOD_FAMILIES = ("two_args", "words")
+"""Held-out families: never in the default mixture, they make the ``ood`` split."""
+ALL_FAMILIES = TRAIN_FAMILIES + OOD_FAMILIES
+
+
+# --------------------------------------------------------------------------- test inputs
+
+_SAMPLE_WORDS = ("apple", "tree", "sky", "banana", "river", "stone", "owl", "ice", "tiger", "rose", "elm", "sun")
+_SAMPLE_TEXTS = ("hello", "Python", "data", "racecar", "a", "Open AI", "testing", "xyz", "Banana", "loop")
+
+
+def make_inputs(kind: str, rng: random.Random, count: int = 5) -> tuple[tuple[Any, ...], ...]:
+    """``count`` test argument tuples of ``kind``; the first ones cover edge cases (0, negatives)."""
+    if kind == "int":
+        fixed = [0, -7, 12]
+        return tuple((v,) for v in fixed + [rng.randint(-50, 99) for _ in range(count - len(fixed))])
+    if kind == "str":
+        texts = rng.sample(_SAMPLE_TEXTS, count)
+        return tuple((t,) for t in texts)
+    if kind == "list":
+        lists = [[rng.randint(-5, 12) for _ in range(rng.randint(1, 6))] for _ in range(count)]
+        return tuple((v,) for v in lists)
+    if kind == "words":
+        return tuple((rng.sample(_SAMPLE_WORDS, rng.randint(2, 5)),) for _ in range(count))
+    if kind == "pair":
+        return tuple((rng.randint(-9, 40), rng.randint(1, 12)) for _ in range(count))
+    raise ValueError(f"unknown input kind {kind!r}")
+
+
+def expand(op: Op) -> Pool:
+    """Every distinct problem of one template: names x parameters x constants."""
+    pool = []
+    for name in op.names:
+        for param in op.params:
+            for const in op.constants:
+                values = dict(zip("cd", const))
+                names = dict(zip("ab", param.split(", ")))
+                phrase = op.phrase.format(p=param, **names, **values)
+                question = f"Write a Python function `{name}({param})` that {phrase}."
+                body = op.body.format(p=param, **names, **values)
+                solution = f"def {name}({param}):\n    return {body}\n"
+                pool.append(Spec(question, name, solution, op.inputs))
+    return pool
+
+
+def make_tests(spec: Spec, count: int = 5) -> tuple[tuple[tuple[Any, ...], ...], list[Any]]:
+    """Test inputs of ``spec`` and the reference's outputs on them.
+
+    Inputs are drawn from a generator seeded by the question (so they are fixed per question),
+    redrawn up to 20 times until the outputs are not all equal: a constant function must fail.
+    """
+    for attempt in range(20):
+        rng = random.Random(f"{spec.question}/{attempt}")  # str seeds are stable across runs
+        inputs = make_inputs(spec.kind, rng, count)
+        outputs = reference_outputs(spec.solution, spec.name, inputs)
+        if len({json.dumps(encode_value(v)) for v in outputs}) > 1:
+            break
+    return inputs, outputs
+
+
+def family_pool(family: str) -> Pool:
+    """A family's distinct problems, in a fixed order."""
+    if family not in FAMILY_OPS:
+        raise ValueError(f"unknown pyfunc family {family!r}; known: {sorted(FAMILY_OPS)}")
+    return [spec for op in FAMILY_OPS[family] for spec in expand(op)]
+
+
+# --------------------------------------------------------------------------- splits
+
+
+def _serve(pools: Mapping[str, Pool], schedules: Mapping[str, list[str]], seed: str) -> dict[str, list[Problem]]:
+    """Cut each family's shuffled pool into disjoint blocks, one per split (test first)."""
+    order = [s for s in ("ood", "test", "validation", "train") if s in schedules]
+    served: dict[tuple[str, str], list[Spec]] = {}
+    for family, pool in pools.items():
+        pool = list(pool)
+        random.Random(f"{seed}/{family}").shuffle(pool)
+        demands = {s: schedules[s].count(family) for s in order}
+        start = 0
+        for split, share in allocate_blocks(len(pool), demands).items():
+            block = pool[start : start + share]
+            start += share
+            served[split, family] = [block[i % len(block)] for i in range(demands[split])] if block else []
+    return {split: _problems(split, schedules[split], served) for split in schedules}
+
+
+def _problems(split: str, schedule: list[str], served: Mapping[tuple[str, str], list[Spec]]) -> list[Problem]:
+    cursor = dict.fromkeys(schedule, 0)
+    problems = []
+    for index, family in enumerate(schedule):
+        spec = served[split, family][cursor[family]]
+        cursor[family] += 1
+        inputs, outputs = make_tests(spec)
+        meta = {"family": family, "split": split, "entry_point": spec.name,
+                "inputs": [list(args) for args in inputs], "expected": [encode_value(v) for v in outputs]}
+        problems.append(Problem(f"pyfunc/{split}/{index}", spec.question, spec.solution, meta))
+    return problems
+
+
+def build_splits(cfg: PyFuncConfig) -> dict[str, list[Problem]]:
+    """train, validation, test (training families) and ood (held-out families)."""
+    schedules = {s: family_schedule(cfg.families, n) for s, n in cfg.sizes.items()}
+    splits = _serve({f: family_pool(f) for f in cfg.families}, schedules, str(cfg.seed))
+    ood = {"ood": family_schedule(cfg.ood_families, cfg.test_size) if cfg.ood_families else []}
+    splits.update(_serve({f: family_pool(f) for f in cfg.ood_families}, ood, f"{cfg.seed}/ood"))
+    return splits
+
+
+def reference_outputs(solution: str, name: str, inputs: Sequence[Sequence[Any]]) -> list[Any]:
+    """Return values of the trusted reference ``solution`` (our own generated source) on ``inputs``."""
+    namespace: dict[str, Any] = {}
+    exec(solution, namespace)  # trusted: built by expand() from FAMILY_OPS, never model output
+    return [namespace[name](*json.loads(json.dumps(list(args)))) for args in inputs]
+
+
+# --------------------------------------------------------------------------- values
+
+
+def encode_value(value: Any, depth: int = 0) -> Any:
+    """A JSON-ready, type-tagged copy of a plain value; TypeError for anything else.
+
+    Exact types only (a subclass of int with a lying ``__eq__`` is refused); tuples, dicts,
+    non-finite floats and bools are tagged so that ``True`` never equals ``1`` and ``(1,)`` never
+    equals ``[1]``. This function's source also runs inside the sandbox (see :func:`harness`).
+    """
+    kind = type(value)
+    if depth > 32:
+        raise TypeError("value nested too deeply")
+    if value is None or kind is str:
+        return value
+    if kind is bool:
+        return {"bool": value}
+    if kind is int:
+        return value
+    if kind is float:
+        return value if value == value and value not in (float("inf"), float("-inf")) else {"float": repr(value)}
+    if kind is list:
+        return [encode_value(v, depth + 1) for v in value]
+    if kind is tuple:
+        return {"tuple": [encode_value(v, depth + 1) for v in value]}
+    if kind is dict:
+        return {"dict": [[encode_value(k, depth + 1), encode_value(v, depth + 1)] for k, v in value.items()]}
+    raise TypeError("unsupported return type " + kind.__name__)
+
+
+# Read once, at import: the harness must embed the encoder this process runs, even if the file
+# changes on disk during a long run.
+_ENCODER_SOURCE = inspect.getsource(encode_value)
+
+
+def same_value(got: Any, expected: Any) -> bool:
+    """Equality of two encoded values: floats within 1e-9 (relative), everything else exact by type."""
+    if isinstance(expected, float) or isinstance(got, float):
+        if type(got) not in (int, float) or type(expected) not in (int, float):
+            return False
+        return math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-9)
+    if type(got) is not type(expected):
+        return False
+    if isinstance(expected, list):
+        return len(got) == len(expected) and all(same_value(g, e) for g, e in zip(got, expected))
+    if isinstance(expected, dict):
+        return got.keys() == expected.keys() and all(same_value(got[k], expected[k]) for k in expected)
+    return got == expected
+
+
+# --------------------------------------------------------------------------- code extraction
+
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_FENCED = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL)
+_UNCLOSED = re.compile(r"```[ \t]*[\w+#.-]*[^\n]*\n((?:(?!```).)*)\Z", re.DOTALL)
+_IMPORT = re.compile(r"^[ \t]*(?:import [\w., ]+|from [\w.]+ import [\w., ()*]+)[ \t]*$", re.MULTILINE)
+
+
+def _def_line(name: str) -> re.Pattern[str]:
+    return re.compile(rf"^([ \t]*)def[ \t]+{re.escape(name)}[ \t]*\(", re.MULTILINE)
+
+
+def extract_function_code(completion: str, name: str) -> str:
+    """The code that defines ``name`` in a model's completion ("" if none does).
+
+    In order of preference: the last fenced block (closed, or left open by the token limit) that
+    defines ``name``; else the function cut out of the text (the ``def`` line, then every line
+    indented deeper or blank, up to the first line that is not), with the import lines found
+    before it. Common indentation is removed. A ``<think>`` section is ignored.
+    """
+    text = _THINK.sub("", completion)
+    pattern = _def_line(name)
+    blocks = [body for _, body in _FENCED.findall(text)]
+    unclosed = _UNCLOSED.search(_FENCED.sub("", text))
+    if unclosed:
+        blocks.append(unclosed.group(1))
+    for block in reversed(blocks):
+        if pattern.search(block):
+            return textwrap.dedent(block).strip("\n") + "\n"
+    return _cut_function(text, pattern)
+
+
+def _cut_function(text: str, pattern: re.Pattern[str]) -> str:
+    """The function starting at the last ``def name(`` of ``text`` (without fences), or ""."""
+    text = text.replace("```", "\n")
+    # "Sure! def f(x):" -> the def on a line of its own.
+    text = re.sub(r"(?<=\S)[ \t]+(?=def[ \t]+\w+[ \t]*\()", "\n", text)
+    matches = list(pattern.finditer(text))
+    if not matches:
+        return ""
+    match = matches[-1]
+    indent = len(match.group(1).expandtabs())
+    lines = text[match.start() :].splitlines()
+    kept = [lines[0]]
+    for line in lines[1:]:
+        if line.strip() and len(line) - len(line.lstrip()) <= indent:
+            break
+        kept.append(line)
+    imports = [m.group(0).strip() for m in _IMPORT.finditer(text[: match.start()])]
+    function = textwrap.dedent("\n".join(kept)).rstrip()
+    return "\n".join(imports + [function]) + "\n"
+
+
+# --------------------------------------------------------------------------- the sandboxed harness
+
+_HARNESS = r'''
+import json as _json, os as _os, sys as _sys
+_report_fd = _os.dup(1)  # our channel; the candidate's prints go to /dev/null
+_null = _os.open(_os.devnull, _os.O_WRONLY)
+_os.dup2(_null, 1)
+_sys.stdout = open(_os.devnull, "w")
+_dumps, _loads, _type, _repr = _json.dumps, _json.loads, type, repr
+
+{encoder}
+
+def _report(line):
+    _os.write(_report_fd, (MARKER + _dumps(line) + "\n").encode())
+    _os._exit(0)  # skip atexit handlers the candidate may have registered
+
+_namespace = {{"__name__": "__candidate__"}}
+try:
+    exec(compile(CODE, "candidate.py", "exec"), _namespace)
+except BaseException as _exc:  # SystemExit too: a program that exits early did not define anything useful
+    if NAME not in _namespace:
+        _report({{"error": "definition failed: " + _type(_exc).__name__}})
+_function = _namespace.get(NAME)
+if not callable(_function):
+    _report({{"error": "no function " + NAME}})
+_outputs = []
+for _args in _loads(INPUTS):
+    try:
+        _outputs.append({{"value": encode_value(_function(*_args))}})
+    except BaseException as _exc:
+        _outputs.append({{"error": _type(_exc).__name__}})
+_report({{"outputs": _outputs}})
+'''
+
+
+def harness(code: str, name: str, inputs: Sequence[Sequence[Any]], marker: str) -> str:
+    """The program the sandbox runs: define ``code``, call ``name`` on each input, report the
+    encoded return values on one line starting with ``marker``. No expected value is in it."""
+    header = f"CODE = {code!r}\nNAME = {name!r}\nINPUTS = {json.dumps([list(a) for a in inputs])!r}\nMARKER = {marker!r}\n"
+    # The future import keeps the encoder's annotations unevaluated (``Any`` is not defined there).
+    return "from __future__ import annotations\n" + header + _HARNESS.format(encoder=_ENCODER_SOURCE)
+
+
+class RunReport(NamedTuple):
+    """What the sandboxed harness reported for one candidate."""
+
+    outputs: tuple[Any, ...] | None
+    """Per input: ``{"value": encoded}`` or ``{"error": exception name}``; None if the run failed."""
+    status: str
+    """The sandbox status ("timeout", "memory", "error" when the run failed without a report, "ok"
+    when it reported outputs), else "no code" (nothing to run), "not defined" (syntax error, crash
+    before the definition, or no such function), "no report" or "bad report"."""
+    detail: str = ""
+    """Why there are no outputs (harness error, last stderr line)."""
+
+
+def parse_report(stdout: str, marker: str) -> dict[str, Any] | None:
+    """The harness's report: the JSON after the last line starting with ``marker`` (json only)."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(marker):
+            try:
+                report = json.loads(line[len(marker) :])
+            except ValueError:
+                return None
+            return report if isinstance(report, dict) else None
+    return None
+
+
+def run_candidate(code: str, name: str, inputs: Sequence[Sequence[Any]], config: SandboxConfig) -> RunReport:
+    """Run one candidate in the sandbox on ``inputs`` and collect its return values.
+
+    The one place that talks to the sandbox: swap it for a batched API without touching the rest.
+    """
+    if not code.strip():
+        return RunReport(None, "no code", "no definition of the function found")
+    marker = f"@@pyfunc-{secrets.token_hex(8)}@@"
+    result = execute(harness(code, name, inputs, marker), "", config)
+    report = parse_report(result.stdout, marker)
+    if report is None:
+        tail = result.stderr.strip().splitlines()[-1:] or [""]
+        return RunReport(None, result.status if not result.ok else "no report", tail[0][:200])
+    if "error" in report:  # the code did not compile, failed before defining the function, or lacks it
+        return RunReport(None, "not defined", str(report["error"])[:200])
+    outputs = report.get("outputs")
+    if not isinstance(outputs, list) or len(outputs) != len(inputs):
+        return RunReport(None, "bad report", "")
+    return RunReport(tuple(outputs), result.status)
+
+
+def outputs_pass(outputs: Sequence[Any] | None, expected: Sequence[Any]) -> bool:
+    """True if every reported output is a value equal to the expected one."""
+    if outputs is None or len(outputs) != len(expected):
+        return False
+    return all(isinstance(o, dict) and "value" in o and same_value(o["value"], e) for o, e in zip(outputs, expected))
+
+
+# --------------------------------------------------------------------------- task
+
+
+@register_task("pyfunc")
+class PyFuncTask(Task):
+    """Procedural Python function writing (splits: train, validation, test, ood).
+
+    Options are :class:`PyFuncConfig` fields (``get_task("pyfunc", seed=0, test_size=100)``), or a
+    whole ``config=``, plus ``system_prompt=``, ``timeout_s=``/``memory_mb=`` (sandbox limits per
+    run) and ``workers=`` (sandbox runs in parallel in :meth:`reward_batch`).
+    """
+
+    splits: ClassVar[tuple[str, ...]] = SPLITS + ("ood",)
+    instruction: ClassVar[str] = " Reply with the function in a ```python code block."
+    cot_instruction: ClassVar[str] = " Think step by step, then give the function in a ```python code block."
+
+    def __init__(
+        self,
+        config: PyFuncConfig | None = None,
+        *,
+        system_prompt: str | None = None,
+        timeout_s: float = 4.0,
+        memory_mb: int = 512,
+        workers: int = 4,
+        **overrides: Any,
+    ) -> None:
+        known = {f.name for f in fields(PyFuncConfig)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            accepted = sorted(known | {"config", "system_prompt", "timeout_s", "memory_mb", "workers"})
+            raise ValueError(f"task 'pyfunc' has no option(s) {unknown}; accepted: {accepted}")
+        if not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+        self.config = replace(config or PyFuncConfig(), **overrides)
+        self.system_prompt = resolve_system_prompt(system_prompt)
+        self.sandbox = SandboxConfig(timeout_s=timeout_s, memory_mb=memory_mb)
+        self.workers = workers
+        self._splits: dict[str, list[Problem]] | None = None
+        # Outputs by (code, entry point, inputs): reward and extract_answer share one sandbox run.
+        self._run = functools.lru_cache(maxsize=8192)(self._run_uncached)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Picklable for worker processes (Ray, DDP): the cache and the built splits stay behind.
+        return {k: v for k, v in self.__dict__.items() if k not in ("_run", "_splits")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _splits=None)
+        self._run = functools.lru_cache(maxsize=8192)(self._run_uncached)
+
+    def load(self, split: str) -> list[Problem]:
+        self.check_split(split)
+        if self._splits is None:  # built once: all splits come from one allocation
+            self._splits = build_splits(self.config)
+        return list(self._splits[split])
+
+    def prompt(self, problem: Problem, cot: bool = False) -> list[dict[str, str]]:
+        suffix = self.cot_instruction if cot else self.instruction
+        return chat_messages(self.system_prompt, problem.question + suffix)
+
+    def _run_uncached(self, code: str, name: str, inputs_json: str) -> RunReport:
+        return run_candidate(code, name, json.loads(inputs_json), self.sandbox)
+
+    def outputs(self, problem: Problem, completion: str) -> RunReport:
+        """The sandboxed run of ``completion``'s code on ``problem``'s test inputs (cached)."""
+        name = problem.meta["entry_point"]
+        code = extract_function_code(completion, name)
+        return self._run(code, name, json.dumps(problem.meta["inputs"]))
+
+    def reward(self, problem: Problem, completion: str) -> float:
+        report = self.outputs(problem, completion)
+        return 1.0 if outputs_pass(report.outputs, problem.meta["expected"]) else 0.0
+
+    def reward_batch(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[float]:
+        """:meth:`reward` of each ``(problem, completion)`` pair, ``workers`` sandbox runs at a time
+        (each completion still gets its own isolated interpreter)."""
+        if len(problems) != len(completions):
+            raise ValueError(f"got {len(problems)} problems for {len(completions)} completions")
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            return list(pool.map(self.reward, problems, completions))
+
+    def extract_answer(self, problem: Problem, completion: str) -> str:
+        """The function's behaviour on the tests (JSON of its outputs), so that majority voting
+        groups programs that act alike; "" when the code could not be run."""
+        report = self.outputs(problem, completion)
+        return "" if report.outputs is None else json.dumps(report.outputs, sort_keys=True)
