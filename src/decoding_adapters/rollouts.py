@@ -109,7 +109,7 @@ def concat_results(parts: Sequence[tuple[list[int], DecodeResult]], num_rows: in
         max_prob=gather("max_prob", 0.0),
         stopped_at_eos=gather("stopped_at_eos", False),
         texts=texts,
-        budgets=gather("budgets", 0),
+        token_budgets=gather("token_budgets", 0),
         features=gather("features", 0.0) if with_features else None,
         prompts=prompts,
     )
