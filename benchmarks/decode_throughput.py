@@ -1,114 +1,165 @@
-"""Decode throughput on the default model: HF ``generate()`` vs our loop with a fixed action vs our
-loop with a per-token adapter (a 3-layer MLP on the hidden state choosing among 4 actions).
+"""Decode throughput on the default model, side by side in one run (issue 14).
 
-Two workloads, timed side by side and interleaved over ``--repeats`` rounds (median kept; these
-machines are noisy):
+For each batch size (default 32 and 128), every row generates exactly ``--new-tokens`` tokens (EOS
+suppressed), so all methods do the same LM work:
 
-- ``natural`` (the headline): rows stop at EOS or after ``--new-tokens``. The prompts mix short
-  arithmetic questions and open explanations, so rows finish at very different steps. Our loop
-  drops finished rows from the batch and the KV cache; ``generate()`` keeps computing them until
-  the last row ends. Tokens/s counts useful tokens (up to and including EOS) of each method.
-- ``fixed``: every row generates exactly ``--new-tokens`` tokens (EOS suppressed), so all three
-  do the same LM work and the ratio isolates per-step overhead.
+- ``hf_fp32`` / ``hf_bf16``: HF ``generate()`` (T = 1 sampling);
+- ``loop_fp32`` / ``loop_bf16``: our ``decode()`` with one fixed action (T = 1);
+- ``adapter_<dtype>``: our loop with a per-token adapter (a 3-layer MLP on the hidden state choosing
+  among 4 actions) in the faster dtype: ``adapter_overhead`` = 1 - adapter / loop tok/s.
 
-Last line: one JSON object (headline keys from ``natural``; ``*_fixed`` keys from ``fixed``).
+Methods are interleaved over ``--repeats`` rounds and the median is kept (shared machines are
+noisy). The same run times a ``[M x hidden] @ [hidden x intermediate]`` matmul (M = batch) in fp32
+and bf16: the attainable GFLOP/s divided by the LM's FLOPs per token (from its config: every weight
+matrix twice, LM head included) is the matmul-bound limit in tok/s; ``frac_bf16_limit`` is the best
+loop's tok/s over the bf16 limit. Finally the greedy accuracy of the default task (arithmetic) on
+the same ``--accuracy-problems`` test problems at ``--accuracy-tokens`` tokens in fp32 and bf16.
 
-    .venv/bin/python benchmarks/decode_throughput.py [--batch 32] [--new-tokens 128]
+Last line: one JSON object with every figure.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/decode_throughput.py [--batches 32,128] [--new-tokens 128]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import time
 
 import torch
 
-from decoding_adapters.actions import PRESETS, ActionSet, DecodingAction
+from decoding_adapters.actions import GREEDY, PRESETS, ActionSet, DecodingAction
 from decoding_adapters.decoding import decode
-from decoding_adapters.models import ModelSpec, load_frozen_lm
+from decoding_adapters.models import FrozenLM, ModelSpec, load_frozen_lm
 from decoding_adapters.policies import TokenPolicy, TokenPolicyChooser, TokenPolicyConfig
+from decoding_adapters.tasks import get_task
 
 TOPICS = ["photosynthesis", "the water cycle", "prime numbers", "gravity", "volcanoes", "the moon", "magnets", "rainbows"]
 
 
 def prompt_mix(batch: int) -> list[list[dict]]:
     """Half short arithmetic questions (the default task), half open explanations."""
-    from decoding_adapters.tasks import get_task
-
     task = get_task("arithmetic")
     short = [task.prompt(p) for p in task.load("test")[: batch - batch // 2]]
     long = [[{"role": "user", "content": f"Explain {TOPICS[i % len(TOPICS)]} to a child."}] for i in range(batch // 2)]
     return [c for pair in zip(short, long) for c in pair] + short[len(long):]
 
 
-def useful_tokens(generated: torch.Tensor, eos_ids: list[int]) -> int:
-    """Tokens per row up to and including the first EOS (all of them if none), summed."""
-    is_eos = torch.isin(generated, torch.tensor(eos_ids))
-    first = torch.where(is_eos.any(1), is_eos.float().argmax(1) + 1, torch.full((len(generated),), generated.shape[1]))
-    return int(first.sum())
+def flops_per_token(config) -> int:
+    """2 x the multiply-adds of every weight matrix a token passes through (attention over the cache
+    excluded: it is small next to these at the lengths measured here)."""
+    hidden, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    head_dim = getattr(config, "head_dim", None) or hidden // config.num_attention_heads
+    q_out, kv_out = config.num_attention_heads * head_dim, config.num_key_value_heads * head_dim
+    per_layer = hidden * q_out + 2 * hidden * kv_out + q_out * hidden + 3 * hidden * inter
+    return 2 * (layers * per_layer + hidden * config.vocab_size)
+
+
+def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype, seconds: float = 1.0) -> float:
+    """Attainable GFLOP/s of ``[m x k] @ [k x n]`` (best of the timed calls after a warm-up)."""
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    for _ in range(3):
+        a @ b
+    best, start = float("inf"), time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * m * k * n / best / 1e9
+
+
+def greedy_accuracy(lm: FrozenLM, problems, tokens: int, batch: int = 64) -> float:
+    task = get_task("arithmetic")
+    prompts = lm.encode_chat([task.prompt(p) for p in problems])
+    rewards = []
+    for start in range(0, len(problems), batch):
+        result = decode(lm, prompts[start:start + batch], ActionSet([GREEDY]), row_actions=0, token_budget=tokens)
+        rewards += [task.reward(p, text) for p, text in zip(problems[start:start + batch], result.texts)]
+    return sum(rewards) / len(rewards)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2")
-    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--batches", default="32,128", help="comma-separated batch sizes (empty: accuracy only)")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--accuracy-problems", type=int, default=200, help="0 skips the fp32 vs bf16 accuracy check")
+    parser.add_argument("--accuracy-tokens", type=int, default=24)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    batches = [int(b) for b in args.batches.split(",") if b]  # "" runs the accuracy check only
 
-    lm = load_frozen_lm(ModelSpec(name_or_path=args.model))
-    prompts = lm.encode_chat(prompt_mix(args.batch))
-    ids, mask = lm.pad(prompts)
+    lms = {"fp32": load_frozen_lm(ModelSpec(name_or_path=args.model))}
+    lms["bf16"] = FrozenLM(copy.deepcopy(lms["fp32"].model).to(torch.bfloat16), lms["fp32"].tokenizer, lms["fp32"].spec)
+    config = lms["fp32"].model.config
+    flops = flops_per_token(config)
     temperature_one = ActionSet([DecodingAction(temperature=1.0)])
     token_actions = ActionSet(PRESETS["math-token"])
-    policy = TokenPolicy(TokenPolicyConfig(hidden_size=lm.hidden_size, num_actions=4, token_budget=args.new_tokens)).eval()
+    policy = TokenPolicy(TokenPolicyConfig(hidden_size=config.hidden_size, num_actions=4, token_budget=args.new_tokens)).eval()
+    summary: dict = {"new_tokens": args.new_tokens, "threads": args.threads, "flops_per_token": flops}
 
-    def hf_generate(fixed: bool) -> int:
-        length = {"min_new_tokens": args.new_tokens} if fixed else {}
-        with torch.inference_mode():
-            out = lm.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.new_tokens, do_sample=True,
-                                    temperature=1.0, top_k=0, top_p=1.0, pad_token_id=lm.tokenizer.pad_token_id, **length)
-        return useful_tokens(out[:, ids.shape[1]:], [] if fixed else lm.eos_token_ids)
+    for batch in batches:
+        prompts = lms["fp32"].encode_chat(prompt_mix(batch))
 
-    def loop(fixed: bool, chooser) -> int:
-        stop = [] if fixed else None
-        if chooser is None:
-            result = decode(lm, prompts, temperature_one, row_actions=0, token_budget=args.new_tokens, stop_token_ids=stop)
-        else:
-            result = decode(lm, prompts, token_actions, chooser=chooser, token_budget=args.new_tokens, stop_token_ids=stop)
-        return int(result.lengths.sum())
+        def hf(lm: FrozenLM) -> int:
+            ids, mask = lm.pad(prompts)
+            with torch.inference_mode():
+                lm.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.new_tokens,
+                                  min_new_tokens=args.new_tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                                  pad_token_id=lm.tokenizer.pad_token_id)
+            return batch * args.new_tokens
 
-    runs = {
-        "hf_generate": lambda fixed: hf_generate(fixed),
-        "loop_fixed": lambda fixed: loop(fixed, None),
-        "loop_adapter": lambda fixed: loop(fixed, TokenPolicyChooser(policy)),
-    }
-    rates: dict[tuple[str, str], list[float]] = {}
-    loop(True, None)  # warm-up
-    for r in range(args.repeats):
-        for workload in ("natural", "fixed"):
+        def loop(lm: FrozenLM, chooser=None) -> int:
+            if chooser is None:
+                result = decode(lm, prompts, temperature_one, row_actions=0, token_budget=args.new_tokens, stop_token_ids=[])
+            else:
+                result = decode(lm, prompts, token_actions, chooser=chooser, token_budget=args.new_tokens, stop_token_ids=[])
+            return int(result.lengths.sum())
+
+        runs = {"hf_fp32": lambda: hf(lms["fp32"]), "loop_fp32": lambda: loop(lms["fp32"]),
+                "hf_bf16": lambda: hf(lms["bf16"]), "loop_bf16": lambda: loop(lms["bf16"]),
+                "adapter_bf16": lambda: loop(lms["bf16"], TokenPolicyChooser(policy))}
+        rates: dict[str, list[float]] = {}
+        for lm in lms.values():  # warm-up
+            decode(lm, prompts[:4], temperature_one, row_actions=0, token_budget=4)
+        for r in range(args.repeats):
             for name, fn in runs.items():
                 start = time.perf_counter()
-                tokens = fn(workload == "fixed")
-                rate = tokens / (time.perf_counter() - start)
-                rates.setdefault((workload, name), []).append(rate)
-                print(f"round {r + 1} {workload:7s} {name:13s} {rate:8.1f} tok/s ({tokens} tokens)", flush=True)
-    median = {key: statistics.median(v) for key, v in rates.items()}
-    summary = {}
-    for workload, suffix in (("natural", ""), ("fixed", "_fixed")):
-        hf, fixed, adapter = (median[(workload, n)] for n in runs)
+                tokens = fn()
+                rates.setdefault(name, []).append(tokens / (time.perf_counter() - start))
+                print(f"batch {batch:4d} round {r + 1} {name:13s} {rates[name][-1]:8.1f} tok/s", flush=True)
+        median = {name: statistics.median(v) for name, v in rates.items()}
+        gflops = {dt: matmul_gflops(batch, config.hidden_size, config.intermediate_size, dtype)
+                  for dt, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
+        limit = {dt: g * 1e9 / flops for dt, g in gflops.items()}
+        best = max(median["loop_fp32"], median["loop_bf16"])
+        for name, value in median.items():
+            summary[f"{name}_tok_s_b{batch}"] = round(value, 1)
         summary.update({
-            f"hf_generate_tok_s{suffix}": round(hf, 1), f"loop_fixed_tok_s{suffix}": round(fixed, 1),
-            f"loop_adapter_tok_s{suffix}": round(adapter, 1), f"loop_vs_hf{suffix}": round(fixed / hf, 3),
-            f"adapter_vs_fixed{suffix}": round(adapter / fixed, 3),
+            f"loop_vs_hf_fp32_b{batch}": round(median["loop_fp32"] / median["hf_fp32"], 3),
+            f"loop_vs_hf_bf16_b{batch}": round(median["loop_bf16"] / median["hf_bf16"], 3),
+            f"adapter_overhead_b{batch}": round(1 - median["adapter_bf16"] / median["loop_bf16"], 3),
+            f"matmul_gflops_fp32_b{batch}": round(gflops["fp32"], 1), f"matmul_gflops_bf16_b{batch}": round(gflops["bf16"], 1),
+            f"limit_tok_s_bf16_b{batch}": round(limit["bf16"], 1), f"frac_bf16_limit_b{batch}": round(best / limit["bf16"], 3),
         })
-        print(f"{workload}: loop / HF generate {fixed / hf:.2f}x (target >= 1.5x), adapter / fixed {adapter / fixed:.3f} "
-              f"(target >= 0.95)")
-    summary.update({"batch": args.batch, "new_tokens": args.new_tokens, "threads": args.threads})
+        print(f"batch {batch}: loop / HF generate fp32 {median['loop_fp32'] / median['hf_fp32']:.2f}x, bf16 "
+              f"{median['loop_bf16'] / median['hf_bf16']:.2f}x (target >= 1.5x); adapter overhead "
+              f"{1 - median['adapter_bf16'] / median['loop_bf16']:.1%} (target <= 5%); matmul {gflops['bf16']:.0f} GFLOP/s bf16 "
+              f"= {limit['bf16']:.0f} tok/s limit, best loop {best:.0f} tok/s = {best / limit['bf16']:.0%} of it (target >= 50%)",
+              flush=True)
+
+    if args.accuracy_problems:
+        problems = get_task("arithmetic").load("test")[: args.accuracy_problems]
+        for dt, lm in lms.items():
+            start = time.perf_counter()
+            summary[f"greedy_accuracy_{dt}"] = round(greedy_accuracy(lm, problems, args.accuracy_tokens), 4)
+            print(f"greedy accuracy {dt}: {summary[f'greedy_accuracy_{dt}']:.3f} on {len(problems)} test problems at "
+                  f"{args.accuracy_tokens} tokens ({time.perf_counter() - start:.0f} s)", flush=True)
+        summary.update({"accuracy_problems": len(problems), "accuracy_tokens": args.accuracy_tokens})
     print(json.dumps(summary))
 
 

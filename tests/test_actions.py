@@ -12,12 +12,15 @@ from transformers.generation.logits_process import (
 )
 
 from decoding_adapters.actions import (
+    ACTION_STREAM,
     PRESETS,
     ActionSet,
     DecodingAction,
     apply_top_k,
     apply_top_p,
     candidate_pool,
+    counter_uniform,
+    inverse_cdf_sample,
     load_action_set,
     sample,
     token_logprobs,
@@ -146,3 +149,61 @@ def test_per_row_generators_make_rows_independent_of_the_batch():
 def test_token_logprobs_under_the_transformed_distribution():
     logits = torch.tensor([[0.0, 0.0, -float("inf")]])
     assert token_logprobs(logits, torch.tensor([0])).item() == pytest.approx(math.log(0.5))
+
+
+def _splitmix_reference(seed: int, step: int, stream: int) -> float:
+    """counter_uniform in plain Python integers (unsigned 64-bit arithmetic)."""
+    mask = (1 << 64) - 1
+
+    def mix(x):
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+        return x ^ (x >> 31)
+
+    key = mix((seed + stream * 0x9E3779B97F4A7C15) & mask)
+    return (mix((key + (step + 1) * 0x9E3779B97F4A7C15) & mask) >> 11) / 2.0 ** 53
+
+
+def test_counter_uniform_is_splitmix64_of_seed_step_and_stream():
+    seeds = [0, 1, 2**62 + 12345, 7_345_918_273_645_123]
+    for step, stream in ((0, 0), (5, 0), (5, 1), (1000, 1)):
+        got = counter_uniform(torch.tensor(seeds), step, stream).tolist()
+        assert got == [_splitmix_reference(s, step, stream) for s in seeds], (step, stream)
+
+
+def test_counter_uniform_is_uniform_and_streams_differ():
+    seeds = torch.arange(20000)
+    u = counter_uniform(seeds, 3)
+    assert ((u >= 0) & (u < 1)).all()
+    observed = torch.histc(u.float(), bins=20, min=0, max=1)
+    chi2 = ((observed - 1000) ** 2 / 1000).sum().item()
+    assert chi2 < 19 + 5 * math.sqrt(38) + 10
+    assert not torch.equal(u, counter_uniform(seeds, 4)) and not torch.equal(u, counter_uniform(seeds, 3, ACTION_STREAM))
+    u32 = counter_uniform(seeds, 3, dtype=torch.float32)
+    assert u32.dtype == torch.float32 and (u32 < 1).all()
+    # one row's draws do not depend on which rows share its batch
+    assert torch.equal(counter_uniform(seeds[5:9], 3), u[5:9])
+
+
+def test_inverse_cdf_sampling_over_several_blocks_matches_the_weights():
+    """A 1,000-token vocabulary split into blocks of 64 (not a multiple): chi-square on grouped
+    frequencies, and zero-weight tokens (including whole blocks and block edges) never drawn."""
+    gen = torch.Generator().manual_seed(4)
+    weights = torch.rand(1000, generator=gen) ** 3
+    weights[64:128] = 0  # a whole empty block
+    weights[[0, 63, 511, 999]] = 0  # block edges and the last token
+    draws = 50000
+    tokens = inverse_cdf_sample(weights.expand(draws, -1), torch.rand(draws, generator=gen, dtype=torch.float64), block=64)
+    assert weights[tokens].gt(0).all()
+    observed = torch.bincount(tokens, minlength=1000).float().view(50, 20).sum(1)  # 50 groups of 20 tokens
+    expected = (weights / weights.sum() * draws).view(50, 20).sum(1)
+    support = expected > 0
+    chi2 = (((observed - expected) ** 2) / expected)[support].sum().item()
+    dof = int(support.sum()) - 1
+    assert chi2 < dof + 5 * math.sqrt(2 * dof) + 10
+
+
+def test_inverse_cdf_sampling_at_the_extremes_of_the_uniform():
+    weights = torch.tensor([[0.0, 1.0, 0.0, 2.0, 0.0], [0.0, 1.0, 0.0, 2.0, 0.0]])
+    tokens = inverse_cdf_sample(weights, torch.tensor([0.0, 1.0 - 2.0 ** -53]), block=2)
+    assert tokens.tolist() == [1, 3]

@@ -1,9 +1,13 @@
 """The decode loop: parity with HF generate, batch-shrinking invariance, seeds, choosers, EOS."""
 
+import copy
+
+import pytest
 import torch
 
 from decoding_adapters.actions import PRESETS, ActionSet, DecodingAction
 from decoding_adapters.decoding import StepFeatures, decode
+from decoding_adapters.models import FrozenLM
 
 TOKEN_ACTIONS = ActionSet(PRESETS["math-token"])
 
@@ -90,3 +94,41 @@ def test_budget_and_stop_reasons(tiny_lm, tiny_prompts):
                     token_budget=[1, 2, 3, 4])
     assert result.lengths.tolist() == [1, 2, 3, 4]
     assert all(t.stop_reason == "budget" for t in result.trajectories())
+
+
+@pytest.fixture(scope="module")
+def tiny_lm_bf16(tiny_lm):
+    return FrozenLM(copy.deepcopy(tiny_lm.model).to(torch.bfloat16), tiny_lm.tokenizer)
+
+
+def test_bf16_greedy_matches_hf_generate_in_bf16(tiny_lm_bf16, tiny_prompts):
+    assert tiny_lm_bf16.dtype == torch.bfloat16 and tiny_lm_bf16.supports_row_cache
+    result = decode(tiny_lm_bf16, tiny_prompts, TOKEN_ACTIONS, row_actions=0, token_budget=20)
+    ids, mask = tiny_lm_bf16.pad(tiny_prompts)
+    ref = tiny_lm_bf16.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=20, do_sample=False,
+                                      pad_token_id=tiny_lm_bf16.tokenizer.pad_token_id)
+    for row in range(len(tiny_prompts)):
+        n = int(result.lengths[row])
+        assert result.tokens[row, :n].tolist() == ref[row, ids.shape[1]:ids.shape[1] + n].tolist()
+
+
+def test_bf16_rows_do_not_depend_on_their_batch_mates(tiny_lm_bf16, tiny_prompts):
+    budgets = [3, 12, 5, 12, 1, 9]
+    together = _sampled(tiny_lm_bf16, tiny_prompts, token_budget=budgets)
+    for row in (1, 3, 5):
+        alone = decode(tiny_lm_bf16, [tiny_prompts[[0, 0, 1, 1, 2, 3][row]]], TOKEN_ACTIONS, row_actions=[2, 3, 1, 2, 3, 2][row],
+                       row_seeds=[11 + row], token_budget=budgets[row])
+        assert alone.tokens[0].tolist() == together.tokens[row, : budgets[row]].tolist()
+
+
+def test_hf_forward_fallback_decodes_the_same_tokens(tiny_lm, tiny_prompts, monkeypatch):
+    """Architectures without the row cache go through HF's forward and DynamicCache: same rows."""
+    lean = _sampled(tiny_lm, tiny_prompts, token_budget=[3, 16, 5, 16, 1, 9])
+    monkeypatch.setattr(FrozenLM, "supports_row_cache", property(lambda self: False))
+    fallback = _sampled(tiny_lm, tiny_prompts, token_budget=[3, 16, 5, 16, 1, 9])
+    assert torch.equal(lean.tokens, fallback.tokens) and torch.equal(lean.lengths, fallback.lengths)
+
+
+def test_token_budgets_are_recorded(tiny_lm, tiny_prompts):
+    result = decode(tiny_lm, tiny_prompts, TOKEN_ACTIONS, row_actions=0, token_budget=[2, 4, 6, 8])
+    assert result.token_budgets.tolist() == [2, 4, 6, 8]

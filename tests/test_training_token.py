@@ -71,7 +71,7 @@ class PomdpRollouts(Rollouts):
             prompt_of_row=torch.tensor(request.prompt_of_row), tokens=torch.zeros(n, T, dtype=torch.long),
             lengths=torch.full((n,), T), actions=actions, entropy=entropy, max_prob=max_prob,
             stopped_at_eos=torch.zeros(n, dtype=torch.bool), texts=["1" if w else "0" for w in win.tolist()],
-            budgets=torch.full((n,), T), features=feats if record_features else None, prompts=request.prompts,
+            token_budgets=torch.full((n,), T), features=feats if record_features else None, prompts=request.prompts,
         )
 
 

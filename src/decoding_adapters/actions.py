@@ -14,9 +14,10 @@ Edge cases, decided and tested:
   we never divide by a tiny temperature.
 - top-k keeps every token tied with the k-th largest logit (HF behaviour), so a row may keep > k.
 - top-p keeps the smallest set whose mass is >= p, and always the most likely token (HF).
-- sampling is an exponential race, ``argmax(p / q)`` with ``q ~ Exp(1)``: the same distribution as
-  ``multinomial`` but the noise for a row can come from that row's own ``torch.Generator``, so a
-  row's tokens do not depend on which other rows share its batch.
+- sampling is the inverse CDF at one uniform per row (``inverse_cdf_sample``): one draw per row per
+  step, so a row's token depends on its own uniform only. The decode loop makes those uniforms with
+  a counter-based generator (``counter_uniform``: a hash of the row's seed and the step), so a
+  row's tokens do not depend on which other rows share its batch, without a generator per row.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ __all__ = [
     "apply_min_p",
     "transform_logits",
     "sample",
+    "sampling_weights",
+    "inverse_cdf_sample",
+    "counter_uniform",
+    "TOKEN_STREAM",
+    "ACTION_STREAM",
     "token_logprobs",
 ]
 
@@ -282,39 +288,110 @@ def transform_logits(
     return logits
 
 
-def _exponential_noise(probs: torch.Tensor, greedy: torch.Tensor, generator) -> torch.Tensor:
-    """``Exp(1)`` noise shaped like ``probs``. ``generator`` is one ``torch.Generator`` for the whole
-    batch, or a list with one per row: then row ``i`` draws from ``generator[i]`` only, and only when
-    it samples (greedy rows draw nothing), so its stream never depends on the other rows."""
+# ---- randomness: a counter-based generator, one stream per row -------------------------------
+
+_GOLDEN = 0x9E3779B97F4A7C15  # splitmix64's increment (2^64 / golden ratio)
+_MIX1, _MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+TOKEN_STREAM, ACTION_STREAM = 0, 1
+"""Stream ids of ``counter_uniform``: the token draw and the chooser's action draw of a step."""
+
+
+def _int64(value: int) -> int:
+    """``value`` mod 2^64 as a signed 64-bit integer (torch's int64 arithmetic wraps the same way)."""
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 (``>>`` on a signed tensor is arithmetic)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def _mix64(x: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finaliser on int64 ``x`` (bijective; every output bit depends on every input bit)."""
+    x = (x ^ _shift_right(x, 30)) * _int64(_MIX1)
+    x = (x ^ _shift_right(x, 27)) * _int64(_MIX2)
+    return x ^ _shift_right(x, 31)
+
+
+def counter_uniform(seeds: torch.Tensor, step: int, stream: int = TOKEN_STREAM, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """One U[0, 1) draw per row, a pure function of ``(seeds[i], step, stream)``: long ``[B]`` -> ``[B]``.
+
+    A counter-based generator (splitmix64 applied twice: once to ``seed`` and ``stream``, once to
+    that key plus the step), computed for the whole batch in a few int64 tensor ops. A row's draws
+    therefore depend on its seed and the step only, never on its batch-mates, and need no
+    ``torch.Generator`` per row. float64 draws carry 53 random bits, float32 draws 24 (so a float32
+    draw is never rounded up to 1)."""
+    bits = {torch.float64: 53, torch.float32: 24}.get(dtype)
+    if bits is None:
+        raise ValueError(f"counter_uniform makes float32 or float64 draws, not {dtype}")
+    key = _mix64(seeds.long() + _int64(stream * _GOLDEN))
+    z = _mix64(key + _int64((step + 1) * _GOLDEN))
+    return _shift_right(z, 64 - bits).to(dtype) * 2.0 ** -bits
+
+
+# ---- sampling ---------------------------------------------------------------------------------
+
+
+def sampling_weights(transformed_logits: torch.Tensor) -> torch.Tensor:
+    """Unnormalised probabilities ``exp(x - max x)`` of ``[batch, vocab]`` logits (``-inf`` -> 0)."""
+    return (transformed_logits - transformed_logits.amax(dim=-1, keepdim=True)).exp()
+
+
+def inverse_cdf_sample(weights: torch.Tensor, uniform: torch.Tensor, block: int = 256) -> torch.Tensor:
+    """Token per row, long ``[batch]``, drawn from ``weights / weights.sum()`` by the inverse CDF at
+    ``uniform`` (``[batch]`` in [0, 1)).
+
+    Two levels, so that the CDF is exact to float64 without a float64 cumsum over the vocabulary:
+    block sums of ``block`` tokens pick the block, then a cumsum inside that block picks the token.
+    A token of weight 0 is never returned (rounding at a boundary falls back to the last positive
+    entry)."""
+    rows, vocab = weights.shape
+    blocks_n = -(-vocab // block)
+    if blocks_n * block != vocab:
+        weights = torch.nn.functional.pad(weights, (0, blocks_n * block - vocab))
+    blocks = weights.view(rows, blocks_n, block)
+    block_cdf = blocks.sum(-1, dtype=torch.float64).cumsum(-1)  # [rows, blocks]
+    target = (uniform.to(torch.float64) * block_cdf[:, -1]).unsqueeze(-1)  # [rows, 1]
+    b = torch.minimum(torch.searchsorted(block_cdf, target, right=True),
+                      torch.searchsorted(block_cdf, block_cdf[:, -1:].contiguous()))  # first block reaching the total = last with mass
+    below = torch.where(b > 0, block_cdf.gather(-1, (b - 1).clamp(min=0)), torch.zeros_like(target))
+    inner = blocks.gather(1, b.unsqueeze(-1).expand(rows, 1, block)).squeeze(1).to(torch.float64).cumsum(-1)  # [rows, block]
+    j = torch.minimum(torch.searchsorted(inner, target - below, right=True), torch.searchsorted(inner, inner[:, -1:].contiguous()))
+    return (b * block + j).squeeze(-1)
+
+
+def _uniforms(rows: int, generator, device) -> torch.Tensor:
+    """One float64 uniform per row from ``generator`` (one for the batch, or a list with one per row:
+    then row ``i`` draws from ``generator[i]`` only, so its stream never depends on the other rows)."""
     if not isinstance(generator, (list, tuple)):
-        return torch.empty_like(probs).exponential_(generator=generator)
-    if len(generator) != probs.shape[0]:
-        raise ValueError(f"got {len(generator)} generators for {probs.shape[0]} rows")
-    noise = torch.ones_like(probs)
-    for row in (~greedy).nonzero().squeeze(-1).tolist():
-        noise[row].exponential_(generator=generator[row])
-    return noise
+        return torch.rand(rows, generator=generator, dtype=torch.float64, device=device)
+    if len(generator) != rows:
+        raise ValueError(f"got {len(generator)} generators for {rows} rows")
+    return torch.cat([torch.rand(1, generator=g, dtype=torch.float64, device=device) for g in generator])
 
 
 def sample(
     raw_logits: torch.Tensor,
     transformed_logits: torch.Tensor,
     greedy: torch.Tensor,
-    generator: torch.Generator | Sequence[torch.Generator] | None,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
     *,
+    uniform: torch.Tensor | None = None,
     all_greedy: bool = False,
 ) -> torch.Tensor:
     """Next token per row, long ``[batch]``.
 
     Greedy rows take ``argmax(raw_logits)``; the others are drawn from ``softmax(transformed_logits)``
-    by an exponential race with noise from ``generator`` (see ``_exponential_noise``). With
-    ``all_greedy`` no noise is drawn at all.
-    """
+    by the inverse CDF at one uniform per row: ``uniform`` (``[batch]``, e.g. from
+    ``counter_uniform``) or drawn from ``generator`` (see ``_uniforms``). With ``all_greedy`` nothing
+    is drawn at all. Inputs are not modified."""
     greedy_tokens = raw_logits.argmax(dim=-1)
     if all_greedy:
         return greedy_tokens
-    probs = transformed_logits.softmax(dim=-1)
-    sampled = (probs / _exponential_noise(probs, greedy, generator)).argmax(dim=-1)
+    if uniform is None:
+        uniform = _uniforms(raw_logits.shape[0], generator, raw_logits.device)
+    sampled = inverse_cdf_sample(sampling_weights(transformed_logits.float()), uniform)
     return torch.where(greedy, greedy_tokens, sampled)
 
 

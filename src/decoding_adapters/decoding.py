@@ -6,14 +6,22 @@ active row:
 
     features (hidden, entropy, max-prob, step, remaining budget) -> chooser -> action index per row
     -> per-row logit transforms -> sample -> stop rows at EOS / token budget -> drop finished rows
-    from the batch and the cache (``index_select``), so the work shrinks as rows finish.
+    from the batch and the cache, so the work shrinks as rows finish.
 
 Without a chooser each row keeps one fixed action: the static-decoding baseline.
 
-Randomness: every row owns a ``torch.Generator`` seeded from its own seed, and all of a row's
-random draws (token noise, and the ``uniform`` handed to the chooser for its action draw) come
-from it. A row's output therefore depends only on its prompt, its seed and its actions — not on
-the batch it shares, on when other rows finish, or on how rows are spread across workers.
+Speed (issue 14). For Llama-architecture LMs the loop owns a preallocated ``RowKVCache`` (written
+in place, shrunk by moving only the rows that finish) and runs a lean step without HF's per-call
+bookkeeping (``FrozenLM.step_with_row_cache``); other LMs use HF's forward and ``DynamicCache``.
+A step does only the work its actions need: all-greedy steps draw nothing; steps without top-k /
+top-p / min-p rows skip those transforms and reuse the base softmax's exponentials when every
+sampling row has T = 1. The per-step Python work does not grow with the number of rows.
+
+Randomness: a row's draws are a counter-based hash of (its seed, the step, the stream)
+(``actions.counter_uniform``): one uniform for its token (inverse CDF) and one handed to the
+chooser for its action draw. A row's output therefore depends only on its prompt, its seed and its
+actions — not on the batch it shares, on when other rows finish, or on how rows are spread across
+workers (up to the rounding of batched matmuls).
 """
 
 from __future__ import annotations
@@ -24,8 +32,8 @@ from typing import Callable, Literal, Sequence
 
 import torch
 
-from .actions import ActionSet, sample, transform_logits
-from .models import FrozenLM, positions_from_mask
+from .actions import ACTION_STREAM, TOKEN_STREAM, ActionSet, counter_uniform, inverse_cdf_sample, sampling_weights, transform_logits
+from .models import FrozenLM
 
 __all__ = ["StepFeatures", "Chooser", "DecodeResult", "Trajectory", "decode", "row_seed", "base_entropy"]
 
@@ -35,7 +43,7 @@ class StepFeatures:
     """What a per-step chooser sees for the ``B`` rows still active at step ``step``."""
 
     hidden: torch.Tensor
-    """``[B, hidden]`` final hidden state of the last token (the state that produced the logits)."""
+    """``[B, hidden]`` float32 final hidden state of the last token (the state that produced the logits)."""
     entropy: torch.Tensor
     """``[B]`` entropy (nats) of the base next-token distribution ``softmax(logits)``."""
     max_prob: torch.Tensor
@@ -47,7 +55,7 @@ class StepFeatures:
     rows: torch.Tensor
     """``[B]`` long, the global row index of each active row."""
     uniform: torch.Tensor
-    """``[B]`` one U(0, 1) draw per row from that row's generator, for a reproducible action draw."""
+    """``[B]`` float32, one U[0, 1) draw per row from that row's own stream, for a reproducible action draw."""
 
 
 Chooser = Callable[[StepFeatures], torch.Tensor]
@@ -81,7 +89,7 @@ class DecodeResult:
     max_prob: torch.Tensor  # [N, T] float
     stopped_at_eos: torch.Tensor  # [N] bool
     texts: list[str]  # decoded without special tokens
-    budgets: torch.Tensor  # [N] long
+    token_budgets: torch.Tensor  # [N] long, the token budget of each row
     features: torch.Tensor | None = None  # [N, T, hidden] float when recorded
     prompts: list[list[int]] = field(default_factory=list)
 
@@ -120,9 +128,21 @@ def row_seed(*keys) -> int:
 
 def base_entropy(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Entropy and max probability ``[B]`` of ``softmax(logits)`` for ``[B, V]`` logits."""
-    logp = logits.float().log_softmax(-1)
-    p = logp.exp()
-    return -(p * logp).nan_to_num().sum(-1), p.amax(-1)
+    entropy, max_prob, _, _ = _base_stats(logits.float())
+    return entropy, max_prob
+
+
+def _base_stats(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Entropy ``[B]``, max probability ``[B]``, and, for reuse by the sampler, the shifted logits
+    ``x - max x`` and their exponentials (unnormalised probabilities) ``[B, V]``, from float32 logits.
+
+    ``H = log S - sum(w * x') / S`` with ``x' = x - max x``, ``w = exp(x')``, ``S = sum(w)``: the
+    same value as ``-sum(p log p)`` in fewer passes over the vocabulary; ``max p = 1 / S``."""
+    shifted = logits - logits.amax(dim=-1, keepdim=True)
+    weights = shifted.exp()
+    total = weights.sum(-1)
+    entropy = total.log() - (weights * shifted).nansum(-1) / total  # nansum: 0 * -inf on masked logits
+    return entropy, total.reciprocal(), shifted, weights
 
 
 class _Recorder:
@@ -203,33 +223,27 @@ def decode(
         raise ValueError(f"got {len(seeds)} row seeds for {n} rows")
 
     device = lm.device
-    generators = [torch.Generator(device).manual_seed(int(s)) for s in seeds]
+    seeds_dev = torch.tensor(seeds, dtype=torch.long, device=device)
     stop_ids = torch.tensor(list(stop_token_ids) if stop_token_ids is not None else lm.eos_token_ids, device=device)
     steps = int(budgets.max())
     rec = _Recorder(n, steps, lm.hidden_size, record_features)
 
-    # Prefill each distinct prompt once, then fan the cache out to the rows.
-    ids, mask = lm.pad(prompts)
-    positions = positions_from_mask(mask)
-    hidden, logits, cache = lm.forward(ids, mask, positions)
-    fan_out = rows_prompt.to(device)
-    if not torch.equal(rows_prompt, torch.arange(len(prompts))):
-        cache.batch_select_indices(fan_out)
-        hidden, logits, mask, positions = hidden[fan_out], logits[fan_out], mask[fan_out], positions[fan_out]
-    next_position = positions[:, -1] + 1
+    fan_out = None if torch.equal(rows_prompt, torch.arange(len(prompts))) else rows_prompt
+    hidden, logits, state = lm.start_decode(prompts, fan_out, max_new_tokens=steps)
     active = torch.arange(n)  # global row index of each batch row (CPU)
+    active_dev = active.to(device)
     budgets_dev = budgets.to(device)
 
     for t in range(steps):
-        entropy, max_prob = base_entropy(logits)
-        remaining = budgets_dev[active.to(device)] - t
+        entropy, max_prob, shifted, weights = _base_stats(logits)
+        remaining = budgets_dev[active_dev] - t
         if chooser is not None:
-            uniform = torch.cat([torch.rand(1, generator=generators[r], device=device) for r in active.tolist()])
-            features = StepFeatures(hidden, entropy, max_prob, t, remaining, active, uniform)
+            uniform = counter_uniform(seeds_dev[active_dev], t, ACTION_STREAM, dtype=torch.float32)
+            features = StepFeatures(hidden.float(), entropy, max_prob, t, remaining, active, uniform)
             action_index = chooser(features).to(device=device, dtype=torch.long)
         else:
             action_index = static_actions[active].to(device)
-        tokens = _sample_step(logits, action_set, action_index, [generators[r] for r in active.tolist()])
+        tokens = _sample_step(logits, shifted, weights, action_set, action_index, seeds_dev[active_dev], t)
         rec.write(active, t, tokens, action_index, entropy, max_prob, hidden if record_features else None)
 
         at_eos = torch.isin(tokens, stop_ids)
@@ -238,13 +252,10 @@ def decode(
         if bool(done.all()):
             break
         if bool(done.any()):  # shrink the batch and the cache to the rows still running
-            keep = (~done).nonzero().squeeze(-1)
-            cache.batch_select_indices(keep)
-            tokens, mask, next_position = tokens[keep], mask[keep], next_position[keep]
-            active = active[keep.cpu()]
-        mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
-        hidden, logits, cache = lm.forward(tokens.unsqueeze(1), mask, next_position.unsqueeze(1), cache)
-        next_position = next_position + 1
+            order = state.drop(done)
+            tokens, active_dev = tokens[order], active_dev[order]
+            active = active[order.cpu()]
+        hidden, logits = state.step(tokens)
 
     texts = lm.tokenizer.batch_decode(
         [rec.tokens[i, : rec.lengths[i]].tolist() for i in range(n)], skip_special_tokens=True
@@ -258,22 +269,29 @@ def decode(
         max_prob=rec.max_prob,
         stopped_at_eos=rec.eos,
         texts=texts,
-        budgets=budgets,
+        token_budgets=budgets,
         features=rec.features,
         prompts=prompts,
     )
 
 
-def _sample_step(logits: torch.Tensor, action_set: ActionSet, action_index: torch.Tensor, generators) -> torch.Tensor:
-    """Transform and sample one step for the batch, skipping transforms no row uses."""
+def _sample_step(logits: torch.Tensor, shifted: torch.Tensor, weights: torch.Tensor, action_set: ActionSet,
+                 action_index: torch.Tensor, seeds: torch.Tensor, step: int) -> torch.Tensor:
+    """Next token per row for one step, doing only the work the rows' actions need.
+
+    ``shifted`` / ``weights``: ``logits - max`` and its exponentials from ``_base_stats`` (reused
+    when every sampling row has T = 1 and no truncation); ``seeds``: the rows' seeds (``[B]`` long)."""
     params = action_set.params(action_index)
+    greedy_tokens = logits.argmax(-1)
     if action_set.all_greedy or bool(params.greedy.all()):
-        return logits.argmax(-1)
-    transformed = transform_logits(
-        logits,
-        params,
-        use_top_k=action_set.uses_top_k and bool((params.top_k > 0).any()),
-        use_top_p=action_set.uses_top_p and bool((params.top_p < 1).any()),
-        use_min_p=action_set.uses_min_p and bool((params.min_p > 0).any()),
-    )
-    return sample(logits, transformed, params.greedy, generators)
+        return greedy_tokens
+    use_top_k = action_set.uses_top_k and bool((params.top_k > 0).any())
+    use_top_p = action_set.uses_top_p and bool((params.top_p < 1).any())
+    use_min_p = action_set.uses_min_p and bool((params.min_p > 0).any())
+    if use_top_k or use_top_p or use_min_p:
+        transformed = transform_logits(logits, params, use_top_k=use_top_k, use_top_p=use_top_p, use_min_p=use_min_p)
+        weights = sampling_weights(transformed)
+    elif not bool((params.temperature == 1).all()):  # greedy rows carry T = 1
+        weights = (shifted / params.temperature.unsqueeze(-1)).exp()  # exp((x - max x) / T)
+    sampled = inverse_cdf_sample(weights, counter_uniform(seeds, step, TOKEN_STREAM))
+    return torch.where(params.greedy, greedy_tokens, sampled)

@@ -134,7 +134,7 @@ def concat_results(
         max_prob=gather("max_prob", 0.0),
         stopped_at_eos=gather("stopped_at_eos", False),
         texts=texts,
-        budgets=gather("budgets", 0),
+        token_budgets=gather("token_budgets", 0),
         features=gather("features", 0.0) if with_features else None,
         prompts=prompts,
     )

@@ -292,7 +292,7 @@ class VLLMRollouts(Rollouts):
             tokens=tokens, lengths=torch.tensor([min(len(r), steps) for r in rows], dtype=torch.long), actions=actions,
             entropy=torch.zeros(n, steps), max_prob=torch.zeros(n, steps),  # not reported by vLLM
             stopped_at_eos=torch.tensor([c.finish_reason == "stop" for c in completions], dtype=torch.bool),
-            texts=[c.text for c in completions], budgets=budgets, features=None, prompts=request.prompts,
+            texts=[c.text for c in completions], token_budgets=budgets, features=None, prompts=request.prompts,
         )
 
     def _tokens_of(self, completion) -> list[int]:

@@ -159,7 +159,7 @@ def rollout_batch_from_result(result: DecodeResult, advantages: torch.Tensor, ma
         raise ValueError("token-level training needs rollouts recorded with record_features=True")
     valid = result.valid_mask()
     steps = torch.arange(valid.shape[1]).expand_as(valid)
-    remaining = result.budgets.unsqueeze(1) - steps
+    remaining = result.token_budgets.unsqueeze(1) - steps
     rows = torch.arange(valid.shape[0]).unsqueeze(1).expand_as(valid)
     return TokenBatch(
         hidden=result.features[valid],

@@ -1,0 +1,113 @@
+"""A preallocated KV cache owned by the decode loop, with per-row shrinking.
+
+HF's ``DynamicCache`` grows by concatenation (every step copies every layer's whole cache) and drops
+finished rows with ``index_select`` (another full copy). This cache is allocated once for the whole
+decode and written in place:
+
+- **Layout.** ``keys`` and ``values`` are ``[layers, rows, kv_heads, capacity, head_dim]``. The prompts
+  are left-padded to one width ``W``, so every row's step ``t`` lives in the same column ``W + t``: a
+  step writes one column for the live rows, and attention reads the view ``[:live, :, :length]``
+  (no gather, no copy). ``valid`` ``[rows, capacity]`` is the per-row attention mask (False on the
+  left padding).
+- **Shrinking.** Live rows always occupy slots ``[0, live)``. When rows finish, each finished slot
+  below the new live count is refilled by one still-running row from above it ("swap-remove"), so
+  a step copies as many rows as finished, never the whole cache. ``drop`` returns the new order of
+  the surviving rows so that the caller can permute its own per-row state the same way.
+
+Row order inside the batch carries no meaning: a row's numbers depend on its own slot only.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+__all__ = ["RowKVCache"]
+
+
+class RowKVCache:
+    """Preallocated keys and values for ``rows`` sequences of up to ``capacity`` positions."""
+
+    def __init__(self, num_layers: int, rows: int, kv_heads: int, capacity: int, head_dim: int,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
+        if min(num_layers, rows, kv_heads, capacity, head_dim) < 1:
+            raise ValueError("every dimension of a KV cache must be >= 1")
+        shape = (num_layers, rows, kv_heads, capacity, head_dim)
+        # empty, not zeros: a column is always written before it is read (reads stop at ``length``).
+        self.keys = torch.empty(shape, dtype=dtype, device=device)
+        self.values = torch.empty(shape, dtype=dtype, device=device)
+        self.valid = torch.zeros(rows, capacity, dtype=torch.bool, device=device)
+        self.length = 0
+        """Columns filled so far (the same for every row)."""
+        self.live = rows
+        """Rows still decoding; they occupy slots ``[0, live)``."""
+
+    @property
+    def capacity(self) -> int:
+        return self.keys.shape[3]
+
+    @classmethod
+    def from_prefill(cls, layer_kv: Sequence[tuple[torch.Tensor, torch.Tensor]], prompt_mask: torch.Tensor,
+                     fan_out: torch.Tensor | None, capacity: int) -> "RowKVCache":
+        """A cache holding a prefill's keys and values, fanned out to rows.
+
+        ``layer_kv``: per layer ``(keys, values)``, each ``[prompts, kv_heads, W, head_dim]``;
+        ``prompt_mask``: ``[prompts, W]`` (1 on real tokens); ``fan_out``: ``[rows]`` prompt index of
+        each row (None: one row per prompt); ``capacity``: ``W`` plus the new tokens to come.
+        """
+        k0 = layer_kv[0][0]
+        prompts, kv_heads, width, head_dim = k0.shape
+        if capacity < width:
+            raise ValueError(f"capacity {capacity} is smaller than the prompt width {width}")
+        if fan_out is None:
+            fan_out = torch.arange(prompts, device=k0.device)
+        cache = cls(len(layer_kv), len(fan_out), kv_heads, capacity, head_dim, k0.dtype, k0.device)
+        for layer, (k, v) in enumerate(layer_kv):
+            cache.keys[layer, :, :, :width].copy_(k[fan_out])
+            cache.values[layer, :, :, :width].copy_(v[fan_out])
+        cache.valid[:, :width] = prompt_mask[fan_out].bool()
+        cache.length = width
+        return cache
+
+    def open_column(self) -> torch.Tensor:
+        """Make column ``length`` visible to the live rows (the token being fed now) and return the
+        attention mask ``[live, 1, 1, length + 1]`` (bool, True = attend) for this step."""
+        if self.length >= self.capacity:
+            raise ValueError(f"the KV cache is full ({self.capacity} positions)")
+        self.valid[: self.live, self.length] = True
+        return self.valid[: self.live, None, None, : self.length + 1]
+
+    def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store one step's ``[live, kv_heads, 1, head_dim]`` keys and values in column ``length`` and
+        return the layer's keys and values so far, views ``[live, kv_heads, length + 1, head_dim]``."""
+        column = self.length
+        self.keys[layer, : self.live, :, column] = keys[:, :, 0]
+        self.values[layer, : self.live, :, column] = values[:, :, 0]
+        return self.keys[layer, : self.live, :, : column + 1], self.values[layer, : self.live, :, : column + 1]
+
+    def close_column(self) -> None:
+        """The step has been written in every layer: advance to the next column."""
+        self.length += 1
+
+    def drop(self, done: torch.Tensor) -> torch.Tensor:
+        """Remove the live rows flagged in ``done`` (bool ``[live]``).
+
+        Returns ``order`` (long ``[new_live]``): new slot ``i`` holds the row that was in slot
+        ``order[i]``. Only the rows that move are copied (``#finished`` at most).
+        """
+        if done.shape != (self.live,):
+            raise ValueError(f"done must have one flag per live row ({self.live}), got shape {tuple(done.shape)}")
+        keep = ~done
+        new_live = int(keep.sum())
+        holes = done[:new_live].nonzero().squeeze(-1)  # finished slots that stay inside [0, new_live)
+        movers = keep[new_live:].nonzero().squeeze(-1) + new_live  # running rows beyond it
+        order = torch.arange(new_live, device=done.device)
+        if len(holes):
+            columns = slice(0, self.length)
+            self.keys[:, holes, :, columns] = self.keys[:, movers, :, columns]
+            self.values[:, holes, :, columns] = self.values[:, movers, :, columns]
+            self.valid[holes] = self.valid[movers]
+            order[holes] = movers
+        self.live = new_live
+        return order
