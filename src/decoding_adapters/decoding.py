@@ -32,7 +32,15 @@ from typing import Callable, Literal, Sequence
 
 import torch
 
-from .actions import ACTION_STREAM, TOKEN_STREAM, ActionSet, counter_uniform, inverse_cdf_sample, sampling_weights, transform_logits
+from .actions import (
+    ACTION_STREAM,
+    TOKEN_STREAM,
+    ActionSet,
+    counter_uniform,
+    inverse_cdf_sample,
+    sampling_weights,
+    transform_logits,
+)
 from .models import FrozenLM
 
 __all__ = ["StepFeatures", "Chooser", "DecodeResult", "Trajectory", "decode", "row_seed", "base_entropy"]
