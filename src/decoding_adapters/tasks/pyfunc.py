@@ -33,7 +33,7 @@ import random
 import re
 import secrets
 import textwrap
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar, NamedTuple
