@@ -2,8 +2,8 @@
 
 The code counterpart of :mod:`~decoding_adapters.tasks.arithmetic`, sized for
 SmolLM2-135M-Instruct (calibration: ``benchmarks/calibrate_pyfunc.py``, numbers in
-``docs/pyfunc_calibration.md``): on the first 80 test problems greedy decoding solves 44% at a
-32-token budget (48% at 48) and four samples at T=0.5 solve 59% (61%). A problem asks for one named function ("Write a Python function
+``docs/pyfunc_calibration.md``): on the 200 test problems greedy decoding solves 44.5% at a
+32-token budget (47% at 48) and four samples at T=0.5 solve 59% (63.5%). A problem asks for one named function ("Write a Python function
 `add_to(x)` that returns x plus 7."); the completion's code is extracted, run in
 :mod:`decoding_adapters.sandbox` on the problem's test inputs, and passes when every return value
 equals the reference solution's.
