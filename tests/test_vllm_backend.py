@@ -69,7 +69,7 @@ def test_run_builds_one_request_per_row_and_a_decode_result():
     assert result.stopped_at_eos.tolist() == [True, False, True]
     assert result.actions[2, :3].tolist() == [2, 2, 2] and result.actions[2, 3] == -1
     assert float(result.entropy.abs().sum()) == 0.0 and result.features is None
-    assert result.budgets.tolist() == [8, 3, 5] and result.prompt_of_row.tolist() == [0, 1, 1]
+    assert result.token_budgets.tolist() == [8, 3, 5] and result.prompt_of_row.tolist() == [0, 1, 1]
 
 
 def test_chooser_and_features_are_refused_clearly():
