@@ -23,6 +23,8 @@ from decoding_adapters.decoding import _base_stats
 from decoding_adapters.models import FrozenLM, ModelSpec, load_frozen_lm
 from decoding_adapters.tasks import get_task
 
+from decode_throughput import flops_per_token  # noqa: E402  (same directory)
+
 
 CLOCK = time.perf_counter
 
@@ -76,6 +78,15 @@ def main() -> None:
                 out[f"{key}_tok_s_{name}_b{batch}"] = round(batch / value, 1)
             print(f"batch {batch} {name}: HF forward step {times['hf_step'] * 1e3:.1f} ms, lean step "
                   f"{times['lean_step'] * 1e3:.1f} ms ({times['hf_step'] / times['lean_step']:.2f}x)", flush=True)
+        config = lm32.model.config
+        a = torch.randn(batch, config.hidden_size).to(torch.bfloat16)
+        b = torch.randn(config.hidden_size, config.intermediate_size).to(torch.bfloat16)
+        matmul = best_of(lambda: a @ b, 5 * args.steps)
+        limit = 2 * batch * config.hidden_size * config.intermediate_size / matmul / flops_per_token(config)
+        lean_bf16 = out[f"lean_step_tok_s_bf16_b{batch}"]
+        out.update({f"limit_tok_s_bf16_b{batch}": round(limit, 1), f"lean_step_frac_bf16_limit_b{batch}": round(lean_bf16 / limit, 3)})
+        print(f"batch {batch}: bf16 matmul limit {limit:.0f} tok/s; the lean bf16 step alone runs at {lean_bf16:.0f} tok/s "
+              f"= {lean_bf16 / limit:.0%} of it", flush=True)
         logits = logits.float()
         generators = [torch.Generator().manual_seed(i) for i in range(batch)]
         seeds = torch.arange(batch)
