@@ -93,7 +93,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",") if b]  # "" runs the accuracy check only
 
-    lms = {"fp32": load_frozen_lm(ModelSpec(name_or_path=args.model))}
+    lms = {"fp32": load_frozen_lm(ModelSpec(name_or_path=args.model, dtype="float32"))}
     lms["bf16"] = FrozenLM(copy.deepcopy(lms["fp32"].model).to(torch.bfloat16), lms["fp32"].tokenizer, lms["fp32"].spec)
     config = lms["fp32"].model.config
     flops = flops_per_token(config)

@@ -48,7 +48,7 @@ def tiny_dir(tmp_path_factory, tiny_lm):
 @pytest.fixture(scope="module")
 def loaded_lm(tiny_dir):
     """The tiny LM as every worker sees it: loaded back from its directory."""
-    return load_frozen_lm(ModelSpec(name_or_path=str(tiny_dir)))
+    return load_frozen_lm(ModelSpec(name_or_path=str(tiny_dir), dtype="float32"))
 
 
 def _request(prompts, rows_per_prompt=3, actions=True) -> RolloutRequest:
@@ -73,7 +73,7 @@ def test_ray_rollouts_equal_hf_rollouts(ray_cluster, tiny_dir, loaded_lm, tiny_p
     aset = ActionSet(PRESETS["mix"])
     policy = TokenPolicy(TokenPolicyConfig(hidden_size=loaded_lm.hidden_size, num_actions=len(aset), token_budget=10,
                                            width=16, dropout=0.0)).eval()
-    rollouts = RayRollouts(ModelSpec(name_or_path=str(tiny_dir)), aset, workers=2, batch_rows=4)
+    rollouts = RayRollouts(ModelSpec(name_or_path=str(tiny_dir), dtype="float32"), aset, workers=2, batch_rows=4)
     try:
         assert len(rollouts.worker_info) == 2 and all(w["threads"] == 1 for w in rollouts.worker_info)
         hf = HFRollouts(loaded_lm, aset, batch_rows=64)
@@ -129,7 +129,7 @@ def test_ddp_step_matches_single_process(ray_cluster, tiny_dir, loaded_lm, tmp_p
 
     config = _config()
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this test module
-    out = train_token_ddp(config, ModelSpec(name_or_path=str(tiny_dir)), DigitTask(), tmp_path / "ddp", workers=2,
+    out = train_token_ddp(config, ModelSpec(name_or_path=str(tiny_dir), dtype="float32"), DigitTask(), tmp_path / "ddp", workers=2,
                           batch_rows=8, progress=False)
 
     aset = ActionSet(PRESETS[config.actions])

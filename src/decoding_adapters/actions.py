@@ -342,8 +342,9 @@ def inverse_cdf_sample(weights: torch.Tensor, uniform: torch.Tensor, block: int 
     """Token per row, long ``[batch]``, drawn from ``weights / weights.sum()`` by the inverse CDF at
     ``uniform`` (``[batch]`` in [0, 1)).
 
-    Two levels, so that the CDF is exact to float64 without a float64 cumsum over the vocabulary:
-    block sums of ``block`` tokens pick the block, then a cumsum inside that block picks the token.
+    Two levels, so that no long float32 cumsum swallows small probabilities: float32 sums of
+    ``block`` tokens (relative error ~1e-7 of a block's mass) accumulated in float64 pick the block,
+    then a float64 cumsum inside that block picks the token.
     A token of weight 0 is never returned (rounding at a boundary falls back to the last positive
     entry)."""
     rows, vocab = weights.shape
@@ -351,7 +352,7 @@ def inverse_cdf_sample(weights: torch.Tensor, uniform: torch.Tensor, block: int 
     if blocks_n * block != vocab:
         weights = torch.nn.functional.pad(weights, (0, blocks_n * block - vocab))
     blocks = weights.view(rows, blocks_n, block)
-    block_cdf = blocks.sum(-1, dtype=torch.float64).cumsum(-1)  # [rows, blocks]
+    block_cdf = blocks.sum(-1).to(torch.float64).cumsum(-1)  # [rows, blocks]; float32 sums of <= block entries
     target = (uniform.to(torch.float64) * block_cdf[:, -1]).unsqueeze(-1)  # [rows, 1]
     b = torch.minimum(torch.searchsorted(block_cdf, target, right=True),
                       torch.searchsorted(block_cdf, block_cdf[:, -1:].contiguous()))  # first block reaching the total = last with mass

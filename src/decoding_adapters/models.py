@@ -52,9 +52,11 @@ class ModelSpec:
     """``smollm2`` (embedded default), a ``.gguf`` file, a local HF directory, or a hub id."""
     device: str = "cpu"
     """torch device; ``auto`` picks cuda when available."""
-    dtype: str = "float32"
+    dtype: str = "auto"
     """weights and KV-cache dtype: float32, bfloat16, float16, or auto (``resolve_dtype``: bfloat16
-    where the device computes it natively, float32 elsewhere)."""
+    where the device computes it natively, float32 elsewhere). auto is the default because on the
+    development CPU bf16 decodes ~2x faster with no loss of greedy accuracy on the default task
+    (200 test problems, 24 tokens: fp32 0.415, bf16 0.460; ``benchmarks/decode_throughput.py``)."""
 
     def __post_init__(self) -> None:
         if self.dtype not in ("float32", "bfloat16", "float16", "auto"):

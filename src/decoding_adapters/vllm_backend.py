@@ -182,7 +182,7 @@ def sampling_params_dict(action: DecodingAction, max_tokens: int, seed: int | No
 
 
 def _default_dtype(spec: ModelSpec) -> str:
-    return "bfloat16" if spec.dtype == "float32" else spec.dtype
+    return "bfloat16" if spec.dtype in ("float32", "auto") else spec.dtype
 
 
 _ENGINES: dict[tuple[str, str], tuple[Any, dict[str, Any]]] = {}

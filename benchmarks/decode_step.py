@@ -1,0 +1,104 @@
+"""Per-step cost of the decode loop's parts, best of many single steps (robust on a loaded machine).
+
+For each dtype and batch: one LM step through HF's forward with ``DynamicCache`` (the old path)
+vs the lean step with the preallocated ``RowKVCache``; and one sampling step the old way (an
+exponential per vocabulary entry from per-row ``torch.Generator``s) vs the new way (counter-based
+uniform, inverse CDF). Every figure (wall or, with ``--clock cpu``, CPU time) is the minimum over ``--steps`` timed steps, interleaved, so a
+load spike on a shared machine does not count. Last line: JSON.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/decode_step.py [--batches 32,128] [--steps 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+
+import torch
+
+from decoding_adapters.actions import counter_uniform, inverse_cdf_sample
+from decoding_adapters.decoding import _base_stats
+from decoding_adapters.models import FrozenLM, ModelSpec, load_frozen_lm
+from decoding_adapters.tasks import get_task
+
+from decode_throughput import flops_per_token  # noqa: E402  (same directory)
+
+
+CLOCK = time.perf_counter
+
+
+def best_of(fn, n: int) -> float:
+    best = float("inf")
+    for _ in range(n):
+        t = CLOCK()
+        fn()
+        best = min(best, CLOCK() - t)
+    return best
+
+
+def old_sample(logits: torch.Tensor, generators) -> torch.Tensor:
+    probs = logits.softmax(-1)
+    noise = torch.ones_like(probs)
+    for row, g in enumerate(generators):
+        noise[row].exponential_(generator=g)
+    return (probs / noise).argmax(-1)
+
+
+@torch.inference_mode()
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", default="32,128")
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="cpu: process CPU time, a measure of work that other processes' load does not inflate "
+                             "(meaningful with --threads 1)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    lm32 = load_frozen_lm(ModelSpec(dtype="float32"))
+    lms = {"fp32": lm32, "bf16": FrozenLM(copy.deepcopy(lm32.model).to(torch.bfloat16), lm32.tokenizer, lm32.spec)}
+    task = get_task("arithmetic")
+    out = {"threads": args.threads, "clock": args.clock}
+    for batch in [int(b) for b in args.batches.split(",")]:
+        prompts = lm32.encode_chat([task.prompt(p) for p in task.load("test")[:batch]])
+        for name, lm in lms.items():
+            _, logits, dyn = lm.start_decode(prompts, None, args.steps + 2, row_cache=False)
+            _, _, row = lm.start_decode(prompts, None, args.steps + 2, row_cache=True)
+            tokens = logits.argmax(-1)
+            times = {"hf_step": float("inf"), "lean_step": float("inf")}
+            for _ in range(args.steps):  # interleaved, one step each
+                times["hf_step"] = min(times["hf_step"], best_of(lambda: dyn.step(tokens), 1))
+                times["lean_step"] = min(times["lean_step"], best_of(lambda: row.step(tokens), 1))
+            for key, value in times.items():
+                out[f"{key}_ms_{name}_b{batch}"] = round(value * 1e3, 2)
+                out[f"{key}_tok_s_{name}_b{batch}"] = round(batch / value, 1)
+            print(f"batch {batch} {name}: HF forward step {times['hf_step'] * 1e3:.1f} ms, lean step "
+                  f"{times['lean_step'] * 1e3:.1f} ms ({times['hf_step'] / times['lean_step']:.2f}x)", flush=True)
+        config = lm32.model.config
+        a = torch.randn(batch, config.hidden_size).to(torch.bfloat16)
+        b = torch.randn(config.hidden_size, config.intermediate_size).to(torch.bfloat16)
+        matmul = best_of(lambda: a @ b, 5 * args.steps)
+        limit = 2 * batch * config.hidden_size * config.intermediate_size / matmul / flops_per_token(config)
+        lean_bf16 = out[f"lean_step_tok_s_bf16_b{batch}"]
+        out.update({f"limit_tok_s_bf16_b{batch}": round(limit, 1), f"lean_step_frac_bf16_limit_b{batch}": round(lean_bf16 / limit, 3)})
+        print(f"batch {batch}: bf16 matmul limit {limit:.0f} tok/s; the lean bf16 step alone runs at {lean_bf16:.0f} tok/s "
+              f"= {lean_bf16 / limit:.0%} of it", flush=True)
+        logits = logits.float()
+        generators = [torch.Generator().manual_seed(i) for i in range(batch)]
+        seeds = torch.arange(batch)
+        old = best_of(lambda: old_sample(logits, generators), args.steps)
+        new = best_of(lambda: inverse_cdf_sample(_base_stats(logits)[3], counter_uniform(seeds, 0)), args.steps)
+        stats = best_of(lambda: _base_stats(logits), args.steps)
+        out.update({f"sample_old_ms_b{batch}": round(old * 1e3, 2), f"sample_new_ms_b{batch}": round(new * 1e3, 2),
+                    f"base_stats_ms_b{batch}": round(stats * 1e3, 2)})
+        print(f"batch {batch} sampling: old {old * 1e3:.1f} ms, new {new * 1e3:.1f} ms (of which entropy/max-prob/"
+              f"softmax {stats * 1e3:.1f} ms)", flush=True)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
