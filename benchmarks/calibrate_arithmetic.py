@@ -71,12 +71,27 @@ def run_model(task, problems, args) -> list[dict]:
         t0, n = time.perf_counter(), 1 if temp == 0 else args.samples
         for start in range(0, len(order), args.batch_size):
             idx = order[start : start + args.batch_size]
-            outs = generate(tok, model, [texts[i] for i in idx], temperature=temp, samples=n,
-                            max_new_tokens=args.max_new_tokens, seed=args.seed + start)
+            outs = generate(
+                tok,
+                model,
+                [texts[i] for i in idx],
+                temperature=temp,
+                samples=n,
+                max_new_tokens=args.max_new_tokens,
+                seed=args.seed + start,
+            )
             for j, i in enumerate(idx):
                 p = problems[i]
-                records.append({"temperature": temp, "index": i, "family": p.meta["family"], "question": p.question,
-                                "answer": p.answer, "completions": outs[j * n : (j + 1) * n]})
+                records.append(
+                    {
+                        "temperature": temp,
+                        "index": i,
+                        "family": p.meta["family"],
+                        "question": p.question,
+                        "answer": p.answer,
+                        "completions": outs[j * n : (j + 1) * n],
+                    }
+                )
         print(f"T={temp}: {time.perf_counter() - t0:.0f}s", flush=True)
     return records
 
@@ -85,7 +100,9 @@ def summarise(records: list[dict], samples: int) -> dict[str, dict]:
     """Per family and overall: greedy accuracy, and pass@1 / pass@k per sampling temperature."""
     rewards = defaultdict(dict)  # (family, index) -> temperature -> [0/1 per completion]
     for r in records:
-        rewards[r["family"], r["index"]][r["temperature"]] = [score_arithmetic(c, r["answer"]) for c in r["completions"]]
+        rewards[r["family"], r["index"]][r["temperature"]] = [
+            score_arithmetic(c, r["answer"]) for c in r["completions"]
+        ]
     temps = sorted({r["temperature"] for r in records} - {0.0})
 
     def row(keys):

@@ -30,7 +30,7 @@ def run_model(task: PyFuncTask, problems, args) -> tuple[list[dict], float]:
     """One record per (temperature, problem): completions at every budget. Returns the decode seconds too."""
     import torch
 
-    from decoding_adapters.actions import ActionSet, DecodingAction, GREEDY
+    from decoding_adapters.actions import GREEDY, ActionSet, DecodingAction
     from decoding_adapters.decoding import row_seed
     from decoding_adapters.models import load_frozen_lm
     from decoding_adapters.rollouts import HFRollouts, RolloutRequest, encode_problems

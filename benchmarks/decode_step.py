@@ -17,14 +17,12 @@ import json
 import time
 
 import torch
+from decode_throughput import flops_per_token  # noqa: E402  (same directory)
 
 from decoding_adapters.actions import counter_uniform, inverse_cdf_sample
 from decoding_adapters.decoding import _base_stats
 from decoding_adapters.models import FrozenLM, ModelSpec, load_frozen_lm
 from decoding_adapters.tasks import get_task
-
-from decode_throughput import flops_per_token  # noqa: E402  (same directory)
-
 
 CLOCK = time.perf_counter
 
@@ -52,9 +50,13 @@ def main() -> None:
     parser.add_argument("--batches", default="32,128")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
-                        help="cpu: process CPU time, a measure of work that other processes' load does not inflate "
-                             "(meaningful with --threads 1)")
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="cpu: process CPU time, a measure of work that other processes' load does not inflate "
+        "(meaningful with --threads 1)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     global CLOCK
@@ -76,27 +78,46 @@ def main() -> None:
             for key, value in times.items():
                 out[f"{key}_ms_{name}_b{batch}"] = round(value * 1e3, 2)
                 out[f"{key}_tok_s_{name}_b{batch}"] = round(batch / value, 1)
-            print(f"batch {batch} {name}: HF forward step {times['hf_step'] * 1e3:.1f} ms, lean step "
-                  f"{times['lean_step'] * 1e3:.1f} ms ({times['hf_step'] / times['lean_step']:.2f}x)", flush=True)
+            print(
+                f"batch {batch} {name}: HF forward step {times['hf_step'] * 1e3:.1f} ms, lean step "
+                f"{times['lean_step'] * 1e3:.1f} ms ({times['hf_step'] / times['lean_step']:.2f}x)",
+                flush=True,
+            )
         config = lm32.model.config
         a = torch.randn(batch, config.hidden_size).to(torch.bfloat16)
         b = torch.randn(config.hidden_size, config.intermediate_size).to(torch.bfloat16)
         matmul = best_of(lambda: a @ b, 5 * args.steps)
         limit = 2 * batch * config.hidden_size * config.intermediate_size / matmul / flops_per_token(config)
         lean_bf16 = out[f"lean_step_tok_s_bf16_b{batch}"]
-        out.update({f"limit_tok_s_bf16_b{batch}": round(limit, 1), f"lean_step_frac_bf16_limit_b{batch}": round(lean_bf16 / limit, 3)})
-        print(f"batch {batch}: bf16 matmul limit {limit:.0f} tok/s; the lean bf16 step alone runs at {lean_bf16:.0f} tok/s "
-              f"= {lean_bf16 / limit:.0%} of it", flush=True)
+        out.update(
+            {
+                f"limit_tok_s_bf16_b{batch}": round(limit, 1),
+                f"lean_step_frac_bf16_limit_b{batch}": round(lean_bf16 / limit, 3),
+            }
+        )
+        print(
+            f"batch {batch}: bf16 matmul limit {limit:.0f} tok/s; the lean bf16 step alone runs at {lean_bf16:.0f} tok/s "
+            f"= {lean_bf16 / limit:.0%} of it",
+            flush=True,
+        )
         logits = logits.float()
         generators = [torch.Generator().manual_seed(i) for i in range(batch)]
         seeds = torch.arange(batch)
         old = best_of(lambda: old_sample(logits, generators), args.steps)
         new = best_of(lambda: inverse_cdf_sample(_base_stats(logits)[3], counter_uniform(seeds, 0)), args.steps)
         stats = best_of(lambda: _base_stats(logits), args.steps)
-        out.update({f"sample_old_ms_b{batch}": round(old * 1e3, 2), f"sample_new_ms_b{batch}": round(new * 1e3, 2),
-                    f"base_stats_ms_b{batch}": round(stats * 1e3, 2)})
-        print(f"batch {batch} sampling: old {old * 1e3:.1f} ms, new {new * 1e3:.1f} ms (of which entropy/max-prob/"
-              f"softmax {stats * 1e3:.1f} ms)", flush=True)
+        out.update(
+            {
+                f"sample_old_ms_b{batch}": round(old * 1e3, 2),
+                f"sample_new_ms_b{batch}": round(new * 1e3, 2),
+                f"base_stats_ms_b{batch}": round(stats * 1e3, 2),
+            }
+        )
+        print(
+            f"batch {batch} sampling: old {old * 1e3:.1f} ms, new {new * 1e3:.1f} ms (of which entropy/max-prob/"
+            f"softmax {stats * 1e3:.1f} ms)",
+            flush=True,
+        )
     print(json.dumps(out))
 
 

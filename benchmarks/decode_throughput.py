@@ -36,7 +36,16 @@ from decoding_adapters.models import FrozenLM, ModelSpec, load_frozen_lm
 from decoding_adapters.policies import TokenPolicy, TokenPolicyChooser, TokenPolicyConfig
 from decoding_adapters.tasks import get_task
 
-TOPICS = ["photosynthesis", "the water cycle", "prime numbers", "gravity", "volcanoes", "the moon", "magnets", "rainbows"]
+TOPICS = [
+    "photosynthesis",
+    "the water cycle",
+    "prime numbers",
+    "gravity",
+    "volcanoes",
+    "the moon",
+    "magnets",
+    "rainbows",
+]
 
 
 def prompt_mix(batch: int) -> list[list[dict]]:
@@ -44,7 +53,7 @@ def prompt_mix(batch: int) -> list[list[dict]]:
     task = get_task("arithmetic")
     short = [task.prompt(p) for p in task.load("test")[: batch - batch // 2]]
     long = [[{"role": "user", "content": f"Explain {TOPICS[i % len(TOPICS)]} to a child."}] for i in range(batch // 2)]
-    return [c for pair in zip(short, long) for c in pair] + short[len(long):]
+    return [c for pair in zip(short, long) for c in pair] + short[len(long) :]
 
 
 def flops_per_token(config) -> int:
@@ -75,8 +84,8 @@ def greedy_accuracy(lm: FrozenLM, problems, tokens: int, batch: int = 64) -> flo
     prompts = lm.encode_chat([task.prompt(p) for p in problems])
     rewards = []
     for start in range(0, len(problems), batch):
-        result = decode(lm, prompts[start:start + batch], ActionSet([GREEDY]), row_actions=0, token_budget=tokens)
-        rewards += [task.reward(p, text) for p, text in zip(problems[start:start + batch], result.texts)]
+        result = decode(lm, prompts[start : start + batch], ActionSet([GREEDY]), row_actions=0, token_budget=tokens)
+        rewards += [task.reward(p, text) for p, text in zip(problems[start : start + batch], result.texts)]
     return sum(rewards) / len(rewards)
 
 
@@ -99,7 +108,9 @@ def main() -> None:
     flops = flops_per_token(config)
     temperature_one = ActionSet([DecodingAction(temperature=1.0)])
     token_actions = ActionSet(PRESETS["math-token"])
-    policy = TokenPolicy(TokenPolicyConfig(hidden_size=config.hidden_size, num_actions=4, token_budget=args.new_tokens)).eval()
+    policy = TokenPolicy(
+        TokenPolicyConfig(hidden_size=config.hidden_size, num_actions=4, token_budget=args.new_tokens)
+    ).eval()
     summary: dict = {"new_tokens": args.new_tokens, "threads": args.threads, "flops_per_token": flops}
 
     for batch in batches:
@@ -108,21 +119,37 @@ def main() -> None:
         def hf(lm: FrozenLM) -> int:
             ids, mask = lm.pad(prompts)
             with torch.inference_mode():
-                lm.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.new_tokens,
-                                  min_new_tokens=args.new_tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                                  pad_token_id=lm.tokenizer.pad_token_id)
+                lm.model.generate(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    max_new_tokens=args.new_tokens,
+                    min_new_tokens=args.new_tokens,
+                    do_sample=True,
+                    temperature=1.0,
+                    top_k=0,
+                    top_p=1.0,
+                    pad_token_id=lm.tokenizer.pad_token_id,
+                )
             return batch * args.new_tokens
 
         def loop(lm: FrozenLM, chooser=None) -> int:
             if chooser is None:
-                result = decode(lm, prompts, temperature_one, row_actions=0, token_budget=args.new_tokens, stop_token_ids=[])
+                result = decode(
+                    lm, prompts, temperature_one, row_actions=0, token_budget=args.new_tokens, stop_token_ids=[]
+                )
             else:
-                result = decode(lm, prompts, token_actions, chooser=chooser, token_budget=args.new_tokens, stop_token_ids=[])
+                result = decode(
+                    lm, prompts, token_actions, chooser=chooser, token_budget=args.new_tokens, stop_token_ids=[]
+                )
             return int(result.lengths.sum())
 
-        runs = {"hf_fp32": lambda: hf(lms["fp32"]), "loop_fp32": lambda: loop(lms["fp32"]),
-                "hf_bf16": lambda: hf(lms["bf16"]), "loop_bf16": lambda: loop(lms["bf16"]),
-                "adapter_bf16": lambda: loop(lms["bf16"], TokenPolicyChooser(policy))}
+        runs = {
+            "hf_fp32": lambda: hf(lms["fp32"]),
+            "loop_fp32": lambda: loop(lms["fp32"]),
+            "hf_bf16": lambda: hf(lms["bf16"]),
+            "loop_bf16": lambda: loop(lms["bf16"]),
+            "adapter_bf16": lambda: loop(lms["bf16"], TokenPolicyChooser(policy)),
+        }
         rates: dict[str, list[float]] = {}
         for lm in lms.values():  # warm-up
             decode(lm, prompts[:4], temperature_one, row_actions=0, token_budget=4)
@@ -133,32 +160,43 @@ def main() -> None:
                 rates.setdefault(name, []).append(tokens / (time.perf_counter() - start))
                 print(f"batch {batch:4d} round {r + 1} {name:13s} {rates[name][-1]:8.1f} tok/s", flush=True)
         median = {name: statistics.median(v) for name, v in rates.items()}
-        gflops = {dt: matmul_gflops(batch, config.hidden_size, config.intermediate_size, dtype)
-                  for dt, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
+        gflops = {
+            dt: matmul_gflops(batch, config.hidden_size, config.intermediate_size, dtype)
+            for dt, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+        }
         limit = {dt: g * 1e9 / flops for dt, g in gflops.items()}
         best = max(median["loop_fp32"], median["loop_bf16"])
         for name, value in median.items():
             summary[f"{name}_tok_s_b{batch}"] = round(value, 1)
-        summary.update({
-            f"loop_vs_hf_fp32_b{batch}": round(median["loop_fp32"] / median["hf_fp32"], 3),
-            f"loop_vs_hf_bf16_b{batch}": round(median["loop_bf16"] / median["hf_bf16"], 3),
-            f"adapter_overhead_b{batch}": round(1 - median["adapter_bf16"] / median["loop_bf16"], 3),
-            f"matmul_gflops_fp32_b{batch}": round(gflops["fp32"], 1), f"matmul_gflops_bf16_b{batch}": round(gflops["bf16"], 1),
-            f"limit_tok_s_bf16_b{batch}": round(limit["bf16"], 1), f"frac_bf16_limit_b{batch}": round(best / limit["bf16"], 3),
-        })
-        print(f"batch {batch}: loop / HF generate fp32 {median['loop_fp32'] / median['hf_fp32']:.2f}x, bf16 "
-              f"{median['loop_bf16'] / median['hf_bf16']:.2f}x (target >= 1.5x); adapter overhead "
-              f"{1 - median['adapter_bf16'] / median['loop_bf16']:.1%} (target <= 5%); matmul {gflops['bf16']:.0f} GFLOP/s bf16 "
-              f"= {limit['bf16']:.0f} tok/s limit, best loop {best:.0f} tok/s = {best / limit['bf16']:.0%} of it (target >= 50%)",
-              flush=True)
+        summary.update(
+            {
+                f"loop_vs_hf_fp32_b{batch}": round(median["loop_fp32"] / median["hf_fp32"], 3),
+                f"loop_vs_hf_bf16_b{batch}": round(median["loop_bf16"] / median["hf_bf16"], 3),
+                f"adapter_overhead_b{batch}": round(1 - median["adapter_bf16"] / median["loop_bf16"], 3),
+                f"matmul_gflops_fp32_b{batch}": round(gflops["fp32"], 1),
+                f"matmul_gflops_bf16_b{batch}": round(gflops["bf16"], 1),
+                f"limit_tok_s_bf16_b{batch}": round(limit["bf16"], 1),
+                f"frac_bf16_limit_b{batch}": round(best / limit["bf16"], 3),
+            }
+        )
+        print(
+            f"batch {batch}: loop / HF generate fp32 {median['loop_fp32'] / median['hf_fp32']:.2f}x, bf16 "
+            f"{median['loop_bf16'] / median['hf_bf16']:.2f}x (target >= 1.5x); adapter overhead "
+            f"{1 - median['adapter_bf16'] / median['loop_bf16']:.1%} (target <= 5%); matmul {gflops['bf16']:.0f} GFLOP/s bf16 "
+            f"= {limit['bf16']:.0f} tok/s limit, best loop {best:.0f} tok/s = {best / limit['bf16']:.0%} of it (target >= 50%)",
+            flush=True,
+        )
 
     if args.accuracy_problems:
         problems = get_task("arithmetic").load("test")[: args.accuracy_problems]
         for dt, lm in lms.items():
             start = time.perf_counter()
             summary[f"greedy_accuracy_{dt}"] = round(greedy_accuracy(lm, problems, args.accuracy_tokens), 4)
-            print(f"greedy accuracy {dt}: {summary[f'greedy_accuracy_{dt}']:.3f} on {len(problems)} test problems at "
-                  f"{args.accuracy_tokens} tokens ({time.perf_counter() - start:.0f} s)", flush=True)
+            print(
+                f"greedy accuracy {dt}: {summary[f'greedy_accuracy_{dt}']:.3f} on {len(problems)} test problems at "
+                f"{args.accuracy_tokens} tokens ({time.perf_counter() - start:.0f} s)",
+                flush=True,
+            )
         summary.update({"accuracy_problems": len(problems), "accuracy_tokens": args.accuracy_tokens})
     print(json.dumps(summary))
 

@@ -43,8 +43,13 @@ def build_request(lm, prompts: int, samples: int, budget: int, seed: int) -> Rol
     problems = task.load("validation")[:prompts]
     encoded, _ = encode_problems(lm, task, problems)
     rows = [(p, s) for p in range(len(problems)) for s in range(samples)]
-    return RolloutRequest(encoded, [p for p, _ in rows], [row_seed(seed, "bench", problems[p].id, s) for p, s in rows],
-                          budget, [0] * len(rows))
+    return RolloutRequest(
+        encoded,
+        [p for p, _ in rows],
+        [row_seed(seed, "bench", problems[p].id, s) for p, s in rows],
+        budget,
+        [0] * len(rows),
+    )
 
 
 class Threads:
@@ -95,8 +100,11 @@ def main() -> None:
     backends, startup = {"hf": hf, "hf-1t": Threads(hf, 1)}, {"hf": 0.0, "hf-1t": 0.0}
     for workers in (1, 2):
         name = f"ray-{workers}"
-        backends[name], startup[name] = timed(lambda: RayRollouts(spec, actions, workers=workers, batch_rows=args.batch_rows,
-                                                                  cpus_per_worker=cores / workers))
+        backends[name], startup[name] = timed(
+            lambda: RayRollouts(
+                spec, actions, workers=workers, batch_rows=args.batch_rows, cpus_per_worker=cores / workers
+            )
+        )
     for backend in backends.values():
         backend.run(warmup)
 
@@ -120,21 +128,41 @@ def main() -> None:
 
     figures = {}
     hf_rate = tokens["hf"] / min(seconds["hf"])
-    print(f"{request.num_rows} rows ({args.prompts} prompts x {args.samples}), budget {args.token_budget}, "
-          f"{cores} cores, load average {load_before[0]:.2f} before / {load_after[0]:.2f} after")
+    print(
+        f"{request.num_rows} rows ({args.prompts} prompts x {args.samples}), budget {args.token_budget}, "
+        f"{cores} cores, load average {load_before[0]:.2f} before / {load_after[0]:.2f} after"
+    )
     print(f"{'backend':8} {'startup s':>9} {'best s':>7} {'median s':>9} {'tok/s':>7} {'vs hf':>6}  identical rows")
     for name in backends:
         best, median = min(seconds[name]), statistics.median(seconds[name])
         rate = tokens[name] / best
-        figures[name] = {"startup_s": round(startup[name], 2), "seconds": [round(s, 3) for s in seconds[name]],
-                         "tokens": tokens[name], "tokens_per_s_best": round(rate, 1),
-                         "tokens_per_s_median": round(tokens[name] / median, 1), "speedup_vs_hf_best": round(rate / hf_rate, 3),
-                         "identical_to_hf": identical[name]}
-        print(f"{name:8} {startup[name]:9.1f} {best:7.2f} {median:9.2f} {rate:7.1f} {rate / hf_rate:6.2f}  {identical[name]}")
-    print(json.dumps({"benchmark": "rollout_scaling", "model": args.model, "rows": request.num_rows,
-                      "token_budget": args.token_budget, "cores": cores, "rounds": args.rounds,
-                      "load_avg_before": round(load_before[0], 2), "load_avg_after": round(load_after[0], 2),
-                      "results": figures}))
+        figures[name] = {
+            "startup_s": round(startup[name], 2),
+            "seconds": [round(s, 3) for s in seconds[name]],
+            "tokens": tokens[name],
+            "tokens_per_s_best": round(rate, 1),
+            "tokens_per_s_median": round(tokens[name] / median, 1),
+            "speedup_vs_hf_best": round(rate / hf_rate, 3),
+            "identical_to_hf": identical[name],
+        }
+        print(
+            f"{name:8} {startup[name]:9.1f} {best:7.2f} {median:9.2f} {rate:7.1f} {rate / hf_rate:6.2f}  {identical[name]}"
+        )
+    print(
+        json.dumps(
+            {
+                "benchmark": "rollout_scaling",
+                "model": args.model,
+                "rows": request.num_rows,
+                "token_budget": args.token_budget,
+                "cores": cores,
+                "rounds": args.rounds,
+                "load_avg_before": round(load_before[0], 2),
+                "load_avg_after": round(load_after[0], 2),
+                "results": figures,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

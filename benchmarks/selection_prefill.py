@@ -35,9 +35,19 @@ from decoding_adapters.tasks import get_task
 def timed_run(lm, task, problems, actions, args, share: bool, folder: Path):
     path = folder / f"{'shared' if share else 'unshared'}-{time.monotonic_ns()}.jsonl"  # fresh table: no resume
     start = time.perf_counter()
-    table = evaluate_pool(lm, task, problems, actions, samples=args.samples, token_budget=args.token_budget,
-                          seed=args.seed, table_path=path, batch_rows=args.batch_rows, progress=False,
-                          share_prefill=share)
+    table = evaluate_pool(
+        lm,
+        task,
+        problems,
+        actions,
+        samples=args.samples,
+        token_budget=args.token_budget,
+        seed=args.seed,
+        table_path=path,
+        batch_rows=args.batch_rows,
+        progress=False,
+        share_prefill=share,
+    )
     return time.perf_counter() - start, table
 
 
@@ -53,8 +63,13 @@ def main() -> None:
     parser.add_argument("--batch-rows", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice); "
-                        "1 avoids thread-barrier stalls on a CPU shared with other jobs")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads (default: torch's choice); "
+        "1 avoids thread-barrier stalls on a CPU shared with other jobs",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -65,15 +80,26 @@ def main() -> None:
     problems = task.load("validation")[: args.problems]
     actions = list(PRESETS[args.actions])[: args.num_actions]
     rows = len(problems) * len(actions) * args.samples
-    print(f"{lm.spec.name_or_path} on {args.device}, {torch.get_num_threads()} threads: {len(problems)} problems x "
-          f"{len(actions)} actions x {args.samples} samples = {rows} rows, token budget {args.token_budget}, "
-          f"batch rows {args.batch_rows}")
+    print(
+        f"{lm.spec.name_or_path} on {args.device}, {torch.get_num_threads()} threads: {len(problems)} problems x "
+        f"{len(actions)} actions x {args.samples} samples = {rows} rows, token budget {args.token_budget}, "
+        f"batch rows {args.batch_rows}"
+    )
     times = {True: [], False: []}
     tables = {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        evaluate_pool(lm, task, problems[:1], actions[:1], samples=1, token_budget=2, seed=0,
-                      table_path=folder / "warmup.jsonl", progress=False)  # warm-up
+        evaluate_pool(
+            lm,
+            task,
+            problems[:1],
+            actions[:1],
+            samples=1,
+            token_budget=2,
+            seed=0,
+            table_path=folder / "warmup.jsonl",
+            progress=False,
+        )  # warm-up
         for _ in range(args.repeats):
             for share in (True, False):
                 seconds, tables[share] = timed_run(lm, task, problems, actions, args, share, folder)
@@ -82,20 +108,41 @@ def main() -> None:
     shared, unshared = min(times[True]), min(times[False])
     _, _, r_shared = tables[True].to_matrix()
     _, _, r_unshared = tables[False].to_matrix()
-    same = sum(tables[True].outcomes(p, a) == tables[False].outcomes(p, a)
-               for p in tables[True].problem_ids for a in tables[True].action_names)
+    same = sum(
+        tables[True].outcomes(p, a) == tables[False].outcomes(p, a)
+        for p in tables[True].problem_ids
+        for a in tables[True].action_names
+    )
     cells = len(problems) * len(actions)
     print(f"shared prefill:    {shared:.2f} s ({rows / shared:.1f} rows/s)")
     print(f"without sharing:   {unshared:.2f} s ({rows / unshared:.1f} rows/s)")
     print(f"speed-up:          {unshared / shared:.2f}x")
-    print(f"identical outcomes in {same}/{cells} (problem, action) cells; mean reward {r_shared.mean():.3f} vs "
-          f"{r_unshared.mean():.3f}")
-    print(json.dumps({"benchmark": "selection_prefill", "model": lm.spec.name_or_path, "device": args.device,
-                      "threads": torch.get_num_threads(), "problems": len(problems), "actions": len(actions),
-                      "samples": args.samples, "rows": rows, "token_budget": args.token_budget,
-                      "batch_rows": args.batch_rows, "repeats": args.repeats,
-                      "shared_s": round(shared, 3), "unshared_s": round(unshared, 3),
-                      "speedup": round(unshared / shared, 3), "identical_cells": same, "cells": cells}))
+    print(
+        f"identical outcomes in {same}/{cells} (problem, action) cells; mean reward {r_shared.mean():.3f} vs "
+        f"{r_unshared.mean():.3f}"
+    )
+    print(
+        json.dumps(
+            {
+                "benchmark": "selection_prefill",
+                "model": lm.spec.name_or_path,
+                "device": args.device,
+                "threads": torch.get_num_threads(),
+                "problems": len(problems),
+                "actions": len(actions),
+                "samples": args.samples,
+                "rows": rows,
+                "token_budget": args.token_budget,
+                "batch_rows": args.batch_rows,
+                "repeats": args.repeats,
+                "shared_s": round(shared, 3),
+                "unshared_s": round(unshared, 3),
+                "speedup": round(unshared / shared, 3),
+                "identical_cells": same,
+                "cells": cells,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -39,7 +39,9 @@ from decoding_adapters.server import ServerLimits, create_app
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=DEFAULT_MODEL, help="frozen LM (default: the embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--adapter", default=None, help="adapter directory (default: an untrained token adapter in a temp dir)")
+    p.add_argument(
+        "--adapter", default=None, help="adapter directory (default: an untrained token adapter in a temp dir)"
+    )
     p.add_argument("--device", default="cpu")
     p.add_argument("--concurrency", default="1,8", help="comma-separated numbers of concurrent clients")
     p.add_argument("--requests", type=int, default=16, help="requests per concurrency level")
@@ -51,10 +53,18 @@ def parse_args() -> argparse.Namespace:
 def untrained_token_adapter(lm, directory: Path, token_budget: int) -> Path:
     torch.manual_seed(0)
     actions = ActionSet(PRESETS["math-token"])
-    policy = TokenPolicy(TokenPolicyConfig(hidden_size=lm.hidden_size, num_actions=len(actions), token_budget=token_budget))
-    config = AdapterConfig(kind="token", policy=dataclasses.asdict(policy.config), actions=actions.to_json(),
-                           base_model=lm.spec.name_or_path, base_fingerprint=lm.fingerprint(), budgets=[token_budget],
-                           task="untrained (benchmark)")
+    policy = TokenPolicy(
+        TokenPolicyConfig(hidden_size=lm.hidden_size, num_actions=len(actions), token_budget=token_budget)
+    )
+    config = AdapterConfig(
+        kind="token",
+        policy=dataclasses.asdict(policy.config),
+        actions=actions.to_json(),
+        base_model=lm.spec.name_or_path,
+        base_fingerprint=lm.fingerprint(),
+        budgets=[token_budget],
+        task="untrained (benchmark)",
+    )
     return save_adapter(directory, policy, config)
 
 
@@ -90,8 +100,12 @@ def run_level(url: str, clients: int, requests: int, max_tokens: int) -> dict:
     def one(i: int) -> tuple[float, int]:
         if not hasattr(local, "client"):
             local.client = httpx.Client(base_url=url, timeout=300)
-        body = {"model": "bench", "messages": [{"role": "user", "content": f"What is {17 + i} + {3 * i}?"}],
-                "max_tokens": max_tokens, "seed": i}
+        body = {
+            "model": "bench",
+            "messages": [{"role": "user", "content": f"What is {17 + i} + {3 * i}?"}],
+            "max_tokens": max_tokens,
+            "seed": i,
+        }
         start = time.perf_counter()
         r = local.client.post("/v1/chat/completions", json=body)
         r.raise_for_status()
@@ -106,10 +120,17 @@ def run_level(url: str, clients: int, requests: int, max_tokens: int) -> dict:
     latencies = [lat for lat, _ in results]
     tokens = sum(n for _, n in results)
     batches = after["batches"] - health["batches"]
-    return {"clients": clients, "requests": requests, "wall_s": round(wall, 3), "requests_per_s": round(requests / wall, 3),
-            "completion_tokens_per_s": round(tokens / wall, 1), "p50_s": round(percentile(latencies, 0.5), 3),
-            "p95_s": round(percentile(latencies, 0.95), 3), "decode_calls": batches,
-            "mean_rows_per_call": round((after["rows"] - health["rows"]) / max(batches, 1), 2)}
+    return {
+        "clients": clients,
+        "requests": requests,
+        "wall_s": round(wall, 3),
+        "requests_per_s": round(requests / wall, 3),
+        "completion_tokens_per_s": round(tokens / wall, 1),
+        "p50_s": round(percentile(latencies, 0.5), 3),
+        "p95_s": round(percentile(latencies, 0.95), 3),
+        "decode_calls": batches,
+        "mean_rows_per_call": round((after["rows"] - health["rows"]) / max(batches, 1), 2),
+    }
 
 
 def main() -> None:
@@ -126,19 +147,38 @@ def main() -> None:
         generator = AdaptiveGenerator.from_pretrained(adapter, model=lm)
         limits = ServerLimits(max_batch=args.max_batch, max_tokens_limit=max(args.max_tokens, 512))
         with BackgroundServer(create_app(generator, limits)) as url:
-            httpx.post(f"{url}/v1/chat/completions", timeout=300,  # warm-up, not timed
-                       json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}).raise_for_status()
+            httpx.post(
+                f"{url}/v1/chat/completions",
+                timeout=300,  # warm-up, not timed
+                json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
+            ).raise_for_status()
             rows = [run_level(url, c, args.requests, args.max_tokens) for c in levels]
-    print(f"model {args.model} ({lm.device}, loaded in {load_s:.1f} s), adapter {generator.name} ({generator.kind}), "
-          f"max_tokens {args.max_tokens}, {torch.get_num_threads()} torch threads")
+    print(
+        f"model {args.model} ({lm.device}, loaded in {load_s:.1f} s), adapter {generator.name} ({generator.kind}), "
+        f"max_tokens {args.max_tokens}, {torch.get_num_threads()} torch threads"
+    )
     print(f"{'clients':>7} {'req/s':>7} {'tok/s':>7} {'p50 s':>7} {'p95 s':>7} {'calls':>6} {'rows/call':>9}")
     for r in rows:
-        print(f"{r['clients']:>7} {r['requests_per_s']:>7.2f} {r['completion_tokens_per_s']:>7.1f} {r['p50_s']:>7.3f} "
-              f"{r['p95_s']:>7.3f} {r['decode_calls']:>6} {r['mean_rows_per_call']:>9.2f}")
+        print(
+            f"{r['clients']:>7} {r['requests_per_s']:>7.2f} {r['completion_tokens_per_s']:>7.1f} {r['p50_s']:>7.3f} "
+            f"{r['p95_s']:>7.3f} {r['decode_calls']:>6} {r['mean_rows_per_call']:>9.2f}"
+        )
     speedup = rows[-1]["requests_per_s"] / rows[0]["requests_per_s"] if len(rows) > 1 else 1.0
-    print(json.dumps({"benchmark": "serve_load", "model": args.model, "adapter": generator.name, "kind": generator.kind,
-                      "untrained_adapter": args.adapter is None, "max_tokens": args.max_tokens, "levels": rows,
-                      "throughput_ratio_last_vs_first": round(speedup, 2), "torch_threads": torch.get_num_threads()}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "serve_load",
+                "model": args.model,
+                "adapter": generator.name,
+                "kind": generator.kind,
+                "untrained_adapter": args.adapter is None,
+                "max_tokens": args.max_tokens,
+                "levels": rows,
+                "throughput_ratio_last_vs_first": round(speedup, 2),
+                "torch_threads": torch.get_num_threads(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

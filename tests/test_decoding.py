@@ -15,11 +15,16 @@ TOKEN_ACTIONS = ActionSet(PRESETS["math-token"])
 def test_greedy_matches_hf_generate_token_for_token(tiny_lm, tiny_prompts):
     result = decode(tiny_lm, tiny_prompts, TOKEN_ACTIONS, row_actions=0, token_budget=20)
     ids, mask = tiny_lm.pad(tiny_prompts)
-    ref = tiny_lm.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=20, do_sample=False,
-                                 pad_token_id=tiny_lm.tokenizer.pad_token_id)
+    ref = tiny_lm.model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=20,
+        do_sample=False,
+        pad_token_id=tiny_lm.tokenizer.pad_token_id,
+    )
     for row in range(len(tiny_prompts)):
         n = int(result.lengths[row])
-        assert result.tokens[row, :n].tolist() == ref[row, ids.shape[1]:ids.shape[1] + n].tolist()
+        assert result.tokens[row, :n].tolist() == ref[row, ids.shape[1] : ids.shape[1] + n].tolist()
     assert (result.lengths == 20).all() or result.stopped_at_eos.any()
 
 
@@ -28,24 +33,44 @@ def test_greedy_matches_hf_generate_with_eos(tiny_lm, tiny_prompts):
     stop = [tiny_lm.tokenizer.convert_tokens_to_ids(c) for c in ".,r"]
     result = decode(tiny_lm, tiny_prompts, TOKEN_ACTIONS, row_actions=0, token_budget=25, stop_token_ids=stop)
     ids, mask = tiny_lm.pad(tiny_prompts)
-    ref = tiny_lm.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=25, do_sample=False,
-                                 eos_token_id=stop, pad_token_id=tiny_lm.tokenizer.pad_token_id)
+    ref = tiny_lm.model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=25,
+        do_sample=False,
+        eos_token_id=stop,
+        pad_token_id=tiny_lm.tokenizer.pad_token_id,
+    )
     assert result.stopped_at_eos.any() and len(set(result.lengths.tolist())) > 1
     for row in range(len(tiny_prompts)):
         n = int(result.lengths[row])
-        assert result.tokens[row, :n].tolist() == ref[row, ids.shape[1]:ids.shape[1] + n].tolist()
+        assert result.tokens[row, :n].tolist() == ref[row, ids.shape[1] : ids.shape[1] + n].tolist()
 
 
 def _sampled(lm, prompts, **kw):
-    return decode(lm, prompts, TOKEN_ACTIONS, prompt_of_row=[0, 0, 1, 1, 2, 3], row_actions=[2, 3, 1, 2, 3, 2],
-                  row_seeds=[11, 12, 13, 14, 15, 16], **kw)
+    return decode(
+        lm,
+        prompts,
+        TOKEN_ACTIONS,
+        prompt_of_row=[0, 0, 1, 1, 2, 3],
+        row_actions=[2, 3, 1, 2, 3, 2],
+        row_seeds=[11, 12, 13, 14, 15, 16],
+        **kw,
+    )
 
 
 def test_same_seed_same_output_and_different_seed_differs(tiny_lm, tiny_prompts):
     a, b = _sampled(tiny_lm, tiny_prompts, token_budget=16), _sampled(tiny_lm, tiny_prompts, token_budget=16)
     assert torch.equal(a.tokens, b.tokens)
-    c = decode(tiny_lm, tiny_prompts, TOKEN_ACTIONS, prompt_of_row=[0, 0, 1, 1, 2, 3], row_actions=[2, 3, 1, 2, 3, 2],
-               seed=99, token_budget=16)
+    c = decode(
+        tiny_lm,
+        tiny_prompts,
+        TOKEN_ACTIONS,
+        prompt_of_row=[0, 0, 1, 1, 2, 3],
+        row_actions=[2, 3, 1, 2, 3, 2],
+        seed=99,
+        token_budget=16,
+    )
     assert not torch.equal(a.tokens, c.tokens)
 
 
@@ -57,17 +82,36 @@ def test_shrinking_the_batch_changes_no_rows_output(tiny_lm, tiny_prompts):
     seeds = [11, 12, 13, 14, 15, 16]
     prompt_of_row, actions = [0, 0, 1, 1, 2, 3], [2, 3, 1, 2, 3, 2]
     for row in range(6):
-        alone = decode(tiny_lm, [tiny_prompts[prompt_of_row[row]]], TOKEN_ACTIONS, row_actions=actions[row],
-                       row_seeds=[seeds[row]], token_budget=budgets[row])
+        alone = decode(
+            tiny_lm,
+            [tiny_prompts[prompt_of_row[row]]],
+            TOKEN_ACTIONS,
+            row_actions=actions[row],
+            row_seeds=[seeds[row]],
+            token_budget=budgets[row],
+        )
         assert alone.tokens[0, : alone.lengths[0]].tolist() == together.tokens[row, : together.lengths[row]].tolist()
         assert int(together.lengths[row]) == budgets[row]
 
 
 def test_shared_prefill_equals_separate_prompts(tiny_lm, tiny_prompts):
-    shared = decode(tiny_lm, tiny_prompts[:2], TOKEN_ACTIONS, prompt_of_row=[0, 0, 1], row_actions=2,
-                    row_seeds=[1, 2, 3], token_budget=12)
-    separate = decode(tiny_lm, [tiny_prompts[0], tiny_prompts[0], tiny_prompts[1]], TOKEN_ACTIONS, row_actions=2,
-                      row_seeds=[1, 2, 3], token_budget=12)
+    shared = decode(
+        tiny_lm,
+        tiny_prompts[:2],
+        TOKEN_ACTIONS,
+        prompt_of_row=[0, 0, 1],
+        row_actions=2,
+        row_seeds=[1, 2, 3],
+        token_budget=12,
+    )
+    separate = decode(
+        tiny_lm,
+        [tiny_prompts[0], tiny_prompts[0], tiny_prompts[1]],
+        TOKEN_ACTIONS,
+        row_actions=2,
+        row_seeds=[1, 2, 3],
+        token_budget=12,
+    )
     assert torch.equal(shared.tokens, separate.tokens)
 
 
@@ -90,8 +134,9 @@ def test_chooser_sees_features_and_its_actions_are_recorded(tiny_lm, tiny_prompt
 
 
 def test_budget_and_stop_reasons(tiny_lm, tiny_prompts):
-    result = decode(tiny_lm, tiny_prompts, ActionSet([DecodingAction(temperature=1.0)]), row_actions=0,
-                    token_budget=[1, 2, 3, 4])
+    result = decode(
+        tiny_lm, tiny_prompts, ActionSet([DecodingAction(temperature=1.0)]), row_actions=0, token_budget=[1, 2, 3, 4]
+    )
     assert result.lengths.tolist() == [1, 2, 3, 4]
     assert all(t.stop_reason == "budget" for t in result.trajectories())
 
@@ -105,19 +150,30 @@ def test_bf16_greedy_matches_hf_generate_in_bf16(tiny_lm_bf16, tiny_prompts):
     assert tiny_lm_bf16.dtype == torch.bfloat16 and tiny_lm_bf16.supports_row_cache
     result = decode(tiny_lm_bf16, tiny_prompts, TOKEN_ACTIONS, row_actions=0, token_budget=20)
     ids, mask = tiny_lm_bf16.pad(tiny_prompts)
-    ref = tiny_lm_bf16.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=20, do_sample=False,
-                                      pad_token_id=tiny_lm_bf16.tokenizer.pad_token_id)
+    ref = tiny_lm_bf16.model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=20,
+        do_sample=False,
+        pad_token_id=tiny_lm_bf16.tokenizer.pad_token_id,
+    )
     for row in range(len(tiny_prompts)):
         n = int(result.lengths[row])
-        assert result.tokens[row, :n].tolist() == ref[row, ids.shape[1]:ids.shape[1] + n].tolist()
+        assert result.tokens[row, :n].tolist() == ref[row, ids.shape[1] : ids.shape[1] + n].tolist()
 
 
 def test_bf16_rows_do_not_depend_on_their_batch_mates(tiny_lm_bf16, tiny_prompts):
     budgets = [3, 12, 5, 12, 1, 9]
     together = _sampled(tiny_lm_bf16, tiny_prompts, token_budget=budgets)
     for row in (1, 3, 5):
-        alone = decode(tiny_lm_bf16, [tiny_prompts[[0, 0, 1, 1, 2, 3][row]]], TOKEN_ACTIONS, row_actions=[2, 3, 1, 2, 3, 2][row],
-                       row_seeds=[11 + row], token_budget=budgets[row])
+        alone = decode(
+            tiny_lm_bf16,
+            [tiny_prompts[[0, 0, 1, 1, 2, 3][row]]],
+            TOKEN_ACTIONS,
+            row_actions=[2, 3, 1, 2, 3, 2][row],
+            row_seeds=[11 + row],
+            token_budget=budgets[row],
+        )
         assert alone.tokens[0].tolist() == together.tokens[row, : budgets[row]].tolist()
 
 

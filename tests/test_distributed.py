@@ -54,7 +54,9 @@ def loaded_lm(tiny_dir):
 def _request(prompts, rows_per_prompt=3, actions=True) -> RolloutRequest:
     rows = [(p, g) for p in range(len(prompts)) for g in range(rows_per_prompt)]
     return RolloutRequest(
-        prompts=prompts, prompt_of_row=[p for p, _ in rows], row_seeds=[row_seed(3, p, g) for p, g in rows],
+        prompts=prompts,
+        prompt_of_row=[p for p, _ in rows],
+        row_seeds=[row_seed(3, p, g) for p, g in rows],
         token_budget=[6 + (i % 5) for i in range(len(rows))],
         row_actions=[i % len(PRESETS["mix"]) for i in range(len(rows))] if actions else None,
     )
@@ -71,8 +73,11 @@ def test_select_rows_reindexes_prompts(tiny_prompts):
 
 def test_ray_rollouts_equal_hf_rollouts(ray_cluster, tiny_dir, loaded_lm, tiny_prompts):
     aset = ActionSet(PRESETS["mix"])
-    policy = TokenPolicy(TokenPolicyConfig(hidden_size=loaded_lm.hidden_size, num_actions=len(aset), token_budget=10,
-                                           width=16, dropout=0.0)).eval()
+    policy = TokenPolicy(
+        TokenPolicyConfig(
+            hidden_size=loaded_lm.hidden_size, num_actions=len(aset), token_budget=10, width=16, dropout=0.0
+        )
+    ).eval()
     rollouts = RayRollouts(ModelSpec(name_or_path=str(tiny_dir), dtype="float32"), aset, workers=2, batch_rows=4)
     try:
         assert len(rollouts.worker_info) == 2 and all(w["threads"] == 1 for w in rollouts.worker_info)
@@ -116,9 +121,23 @@ class DigitTask(Task):
 def _config():
     from decoding_adapters.training.token import TokenTrainConfig
 
-    return TokenTrainConfig(token_budget=8, steps=1, prompts_per_step=4, group_size=3, lr=1e-2, dropout=0.0,
-                            policy_width=16, filter_samples=2, filter_min_pass=-1.0, filter_max_pass=2.0,
-                            max_train_prompts=8, val_every=1, val_problems=4, checkpoint_every=1, seed=5)
+    return TokenTrainConfig(
+        token_budget=8,
+        steps=1,
+        prompts_per_step=4,
+        group_size=3,
+        lr=1e-2,
+        dropout=0.0,
+        policy_width=16,
+        filter_samples=2,
+        filter_min_pass=-1.0,
+        filter_max_pass=2.0,
+        max_train_prompts=8,
+        val_every=1,
+        val_problems=4,
+        checkpoint_every=1,
+        seed=5,
+    )
 
 
 @pytest.mark.slow
@@ -129,8 +148,15 @@ def test_ddp_step_matches_single_process(ray_cluster, tiny_dir, loaded_lm, tmp_p
 
     config = _config()
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this test module
-    out = train_token_ddp(config, ModelSpec(name_or_path=str(tiny_dir), dtype="float32"), DigitTask(), tmp_path / "ddp", workers=2,
-                          batch_rows=8, progress=False)
+    out = train_token_ddp(
+        config,
+        ModelSpec(name_or_path=str(tiny_dir), dtype="float32"),
+        DigitTask(),
+        tmp_path / "ddp",
+        workers=2,
+        batch_rows=8,
+        progress=False,
+    )
 
     aset = ActionSet(PRESETS[config.actions])
     ref = TokenTrainer(config, loaded_lm, DigitTask(), HFRollouts(loaded_lm, aset, 8), tmp_path / "ref", progress=False)

@@ -9,8 +9,13 @@ from decoding_adapters.models import DynamicCacheState, RowCacheState
 
 def _filled_cache(rows=6, width=3, capacity=8, layers=2, heads=2, head_dim=4):
     gen = torch.Generator().manual_seed(0)
-    kv = [(torch.randn(rows, heads, width, head_dim, generator=gen), torch.randn(rows, heads, width, head_dim, generator=gen))
-          for _ in range(layers)]
+    kv = [
+        (
+            torch.randn(rows, heads, width, head_dim, generator=gen),
+            torch.randn(rows, heads, width, head_dim, generator=gen),
+        )
+        for _ in range(layers)
+    ]
     mask = torch.ones(rows, width, dtype=torch.long)
     mask[0, 0] = 0  # row 0 is left-padded
     return RowKVCache.from_prefill(kv, mask, None, capacity), kv

@@ -29,8 +29,16 @@ __all__ = ["RowKVCache"]
 class RowKVCache:
     """Preallocated keys and values for ``rows`` sequences of up to ``capacity`` positions."""
 
-    def __init__(self, num_layers: int, rows: int, kv_heads: int, capacity: int, head_dim: int,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        num_layers: int,
+        rows: int,
+        kv_heads: int,
+        capacity: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ):
         if min(num_layers, rows, kv_heads, capacity, head_dim) < 1:
             raise ValueError("every dimension of a KV cache must be >= 1")
         shape = (num_layers, rows, kv_heads, capacity, head_dim)
@@ -48,8 +56,13 @@ class RowKVCache:
         return self.keys.shape[3]
 
     @classmethod
-    def from_prefill(cls, layer_kv: Sequence[tuple[torch.Tensor, torch.Tensor]], prompt_mask: torch.Tensor,
-                     fan_out: torch.Tensor | None, capacity: int) -> "RowKVCache":
+    def from_prefill(
+        cls,
+        layer_kv: Sequence[tuple[torch.Tensor, torch.Tensor]],
+        prompt_mask: torch.Tensor,
+        fan_out: torch.Tensor | None,
+        capacity: int,
+    ) -> "RowKVCache":
         """A cache holding a prefill's keys and values, fanned out to rows.
 
         ``layer_kv``: per layer ``(keys, values)``, each ``[prompts, kv_heads, W, head_dim]``;
