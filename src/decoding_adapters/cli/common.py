@@ -5,7 +5,9 @@ and a training run's output directory. Each group is derived from one dataclass
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from ..actions import ActionSet
@@ -28,6 +30,8 @@ __all__ = [
     "build_task",
     "build_rollouts",
     "task_options",
+    "check_output_dir",
+    "load_problems",
 ]
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -47,6 +51,12 @@ class TaskOptions:
     """system prompt preset (e.g. qwen3-math-nothink) or literal text"""
     max_problems: int | None = None
     """use at most this many problems of the split"""
+
+    def __post_init__(self) -> None:
+        if self.max_problems is not None and self.max_problems < 1:  # 0 would silently mean "all"
+            raise ValueError(f"--max-problems must be >= 1 (or none for all), got {self.max_problems}")
+        if not 0.0 <= self.cot_ratio <= 1.0:
+            raise ValueError(f"--cot-ratio must be in [0, 1], got {self.cot_ratio}")
 
 
 @dataclass(frozen=True)
@@ -115,7 +125,39 @@ def task_options(args) -> dict:
 
 
 def build_task(args):
+    build_config(TaskOptions, args)  # validates the task options given (e.g. --max-problems 0)
     return get_task(args.task, **task_options(args))
+
+
+def load_problems(task, split: str, max_problems: int | None = None) -> list:
+    """``task.load(split)`` cut to ``max_problems``, refusing an empty split: called before the
+    model loads, so a missing, empty or unreadable data file costs no model load."""
+    problems = task.load(split)[:max_problems]
+    if not problems:
+        raise ValueError(f"task {task.name!r} has no problems in split {split!r}: check --data")
+    return problems
+
+
+def check_output_dir(out: str | Path, finished: tuple[str, ...] = (), *, force: bool = False,
+                     option: str = "--out") -> Path:
+    """Pre-flight for an output directory, before any model load or decoding: ``out`` must be a
+    directory (or not exist yet) that can be created and written, and must not already hold a
+    finished result (any of the ``finished`` file names) unless ``force``."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{option} {path} is a file, not a directory: name a directory for the outputs")
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise ValueError(f"{option} {path}: {existing} is a file, so the directory cannot be created")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {path}: {existing} is not writable")
+    done = [name for name in finished if (path / name).exists()]
+    if done and not force:
+        raise ValueError(
+            f"{option} {path} already holds a finished result ({', '.join(done)}): pass --force to overwrite it "
+            "or choose another directory"
+        )
+    return path
 
 
 def build_rollouts(args, lm, action_set: ActionSet) -> Rollouts:
