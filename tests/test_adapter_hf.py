@@ -57,7 +57,7 @@ def save_token_adapter(directory, lm, action=None, features="hidden", seed=0):
         actions=[a.to_dict() for a in ACTIONS],
         base_model="tiny",
         base_fingerprint=lm.fingerprint(),
-        budgets=[16],
+        token_budget=16,
         task="arithmetic",
     )
     save_adapter(directory, policy, config)
@@ -74,7 +74,7 @@ def save_sequence_adapter(directory, lm, action=None):
         actions=[a.to_dict() for a in ACTIONS],
         base_model="tiny",
         base_fingerprint=lm.fingerprint(),
-        budgets=[1, 2, 4],
+        parallel_budgets=[1, 2, 4],
     )
     save_adapter(directory, policy, config)
     return directory

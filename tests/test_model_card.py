@@ -27,7 +27,7 @@ def _saved(tmp_path, training=None):
         actions=[a.to_dict() for a in actions],
         base_model="HuggingFaceTB/SmolLM2-135M-Instruct",
         base_fingerprint={"hidden_size": 8, "vocab_size": 99},
-        budgets=[32],
+        token_budget=32,
         task="gsm8k",
         training=training or {"steps": 40, "lr": 0.001, "seed": 3},
     )

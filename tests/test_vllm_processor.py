@@ -95,7 +95,7 @@ def _save(directory, features="entropy") -> str:
         actions=[a.to_dict() for a in ACTIONS],
         base_model="tiny",
         base_fingerprint={"hidden_size": 16, "vocab_size": VOCAB},
-        budgets=[32],
+        token_budget=32,
     )
     save_adapter(directory, policy, config)
     return str(directory)
@@ -182,7 +182,7 @@ def test_vllm_engine_runs_the_entropy_adapter_forced_greedy(tmp_path, tiny_model
         actions=[a.to_dict() for a in ACTIONS],
         base_model=str(tiny_model_dir),
         base_fingerprint={},
-        budgets=[32],
+        token_budget=32,
     )
     save_adapter(tmp_path / "greedy", policy, config)
     llm = vllm.LLM(
