@@ -414,5 +414,6 @@ class SequenceTrainer(TrainingLoop):
             parallel_budgets=list(self.config.parallel_budgets),
             task=self.task_name,
             training=asdict(self.config),
+            lm_dtype=self.lm.fingerprint().get("dtype"),
         )
         return save_adapter(self.out_dir, self.policy, config)

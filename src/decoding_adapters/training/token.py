@@ -421,5 +421,6 @@ class TokenTrainer(TrainingLoop):
             token_budget=self.config.token_budget,
             task=self.task_name,
             training=asdict(self.config),
+            lm_dtype=self.lm.fingerprint().get("dtype"),
         )
         return save_adapter(self.out_dir, self.policy, config)
