@@ -5,12 +5,11 @@ and a training run's output directory. Each group is derived from one dataclass
 from __future__ import annotations
 
 import argparse
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from ..actions import ActionSet
+from ..io import check_output_dir
 from ..models import ModelSpec, load_frozen_lm
 from ..rollout_backends import make_rollouts
 from ..rollouts import Rollouts
@@ -136,28 +135,6 @@ def load_problems(task, split: str, max_problems: int | None = None) -> list:
     if not problems:
         raise ValueError(f"task {task.name!r} has no problems in split {split!r}: check --data")
     return problems
-
-
-def check_output_dir(out: str | Path, finished: tuple[str, ...] = (), *, force: bool = False,
-                     option: str = "--out") -> Path:
-    """Pre-flight for an output directory, before any model load or decoding: ``out`` must be a
-    directory (or not exist yet) that can be created and written, and must not already hold a
-    finished result (any of the ``finished`` file names) unless ``force``."""
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{option} {path} is a file, not a directory: name a directory for the outputs")
-    existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
-    if not existing.is_dir():
-        raise ValueError(f"{option} {path}: {existing} is a file, so the directory cannot be created")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"{option} {path}: {existing} is not writable")
-    done = [name for name in finished if (path / name).exists()]
-    if done and not force:
-        raise ValueError(
-            f"{option} {path} already holds a finished result ({', '.join(done)}): pass --force to overwrite it "
-            "or choose another directory"
-        )
-    return path
 
 
 def build_rollouts(args, lm, action_set: ActionSet) -> Rollouts:
