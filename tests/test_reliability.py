@@ -6,16 +6,22 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pytest
 
 from conftest import make_tiny_lm
 from decoding_adapters import actions as actions_module
-from decoding_adapters.actions import PRESETS, ActionSet, DecodingAction, load_action_set
+from decoding_adapters.actions import GREEDY, PRESETS, ActionSet, DecodingAction, load_action_set
 from decoding_adapters.cli import main
+from decoding_adapters.models import ModelSpec, load_frozen_lm
 from decoding_adapters.policies import AdapterConfig, TokenPolicy, TokenPolicyConfig, load_adapter, save_adapter
+from decoding_adapters.selection import evaluate_pool
+from decoding_adapters.tasks import get_task
 from decoding_adapters.tasks.base import read_jsonl
+from decoding_adapters.training.common import check_resume
+from decoding_adapters.training.sequence import SequenceTrainConfig, reward_source
+from decoding_adapters.training.token import TokenTrainConfig
 
 
 def _write(path, text: str | bytes):
@@ -210,3 +216,115 @@ def test_lm_dtype_is_recorded_old_files_load_and_a_mismatch_warns_once(tmp_path,
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load_adapter(trained_in_bf16, tiny_lm)  # once is enough
+
+
+# ---------------------------------------------------------------- select-actions: the outcome table's header
+
+
+def _select_args(model_dir, out, *extra):
+    return ["select-actions", "--model", str(model_dir), "--task", "arithmetic", "--pool", "mix",
+            "--pool-subsample", "2", "--k", "1", "--samples", "1", "--max-problems", "2", "--token-budget", "2",
+            "--no-progress", "--out", str(out), *extra]
+
+
+@pytest.fixture(scope="module")
+def selected(tiny_model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("select")
+    assert main(_select_args(tiny_model_dir, out)) == 0
+    return out
+
+
+def test_select_actions_header_records_what_determines_an_outcome(selected):
+    header = json.loads((selected / "outcomes.jsonl").read_text().splitlines()[0])["header"]
+    assert header["data"]["split"] == "validation" and len(header["data"]["digest"]) == 64
+    assert {"system_prompt", "prompts", "cot_ratio", "token_budget", "seed", "samples", "model"} <= set(header)
+
+
+@pytest.mark.parametrize(
+    "extra, field",
+    [(["--system-prompt", "Answer with a number only."], "system_prompt"), (["--cot-ratio", "0.5"], "cot_ratio"),
+     (["--seed", "1"], "seed"), (["--samples", "2"], "samples")],
+)
+def test_select_actions_refuses_to_resume_with_other_settings(tiny_model_dir, selected, tmp_path, capsys,
+                                                              extra, field):
+    out = tmp_path / "sel"
+    out.mkdir()
+    (out / "outcomes.jsonl").write_bytes((selected / "outcomes.jsonl").read_bytes())
+    assert main(_select_args(tiny_model_dir, out, *extra)) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{field}: stored" in err and "Traceback" not in err and len(err.splitlines()) == 1
+    assert main(_select_args(tiny_model_dir, out, "--max-problems", "3")) == 0  # more of the same split resumes
+
+
+def test_outcome_table_refuses_other_data_under_the_same_ids(tiny_lm, tmp_path):
+    """Problem ids are positional for generated and file tasks: the same ids with other questions
+    (another --data file) must not reuse the stored outcomes."""
+    task = get_task("arithmetic")
+    problems = task.load("validation")[:2]
+    others = [replace(p, question=p.question + " ") for p in task.load("validation")[2:4]]
+    others = [replace(o, id=p.id) for o, p in zip(others, problems)]
+    settings = dict(samples=1, token_budget=2, seed=0, progress=False)
+    evaluate_pool(tiny_lm, task, problems, [GREEDY], table_path=tmp_path / "t.jsonl", **settings)
+    with pytest.raises(ValueError, match="data: stored"):
+        evaluate_pool(tiny_lm, task, others, [GREEDY], table_path=tmp_path / "t.jsonl", **settings)
+
+
+# ---------------------------------------------------------------- offline replay checks the table
+
+
+def test_replay_refuses_a_table_decoded_under_other_settings(selected, tiny_model_dir):
+    tiny_lm = load_frozen_lm(ModelSpec(str(tiny_model_dir)))  # the LM the table was decoded with
+    task, table = get_task("arithmetic"), str(selected / "outcomes.jsonl")
+    action_set = ActionSet(load_action_set(selected / "actions.json"))
+    ok = SequenceTrainConfig(actions=str(selected / "actions.json"), replay=table, token_budget=2, seed=5)
+    assert reward_source(ok, task, action_set, lm=tiny_lm).offline  # another training seed is fine without CoT
+    for change, field in [({"token_budget": 3}, "token_budget"), ({"cot_ratio": 0.3}, "cot_ratio")]:
+        with pytest.raises(ValueError, match=f"{field}: stored.*offline replay refused"):
+            reward_source(replace(ok, **change), task, action_set, lm=tiny_lm)
+    with pytest.raises(ValueError, match="model: stored"):
+        reward_source(ok, task, action_set, lm=make_tiny_lm(hidden_size=48))
+    with pytest.raises(ValueError, match="task: stored"):
+        reward_source(ok, get_task("pyfunc"), action_set, lm=tiny_lm)
+    with pytest.raises(ValueError, match="prompts: stored"):
+        reward_source(ok, get_task("arithmetic", system_prompt="Be brief."), action_set, lm=tiny_lm)
+
+
+def test_replay_through_the_cli_refuses_a_mismatch_and_records_lm_dtype(tiny_model_dir, selected, tmp_path, capsys):
+    args = ["train-sequence", "--model", str(tiny_model_dir), "--task", "arithmetic", "--replay",
+            str(selected / "outcomes.jsonl"), "--actions", str(selected / "actions.json"), "--steps", "1",
+            "--prompts-per-step", "2", "--budgets", "1", "--val-problems", "2"]
+    assert main([*args, "--token-budget", "3", "--out", str(tmp_path / "bad")]) == 2
+    assert "token_budget: stored 2 vs now 3" in capsys.readouterr().err
+    assert main([*args, "--token-budget", "2", "--out", str(tmp_path / "seq")]) == 0
+    assert load_adapter(tmp_path / "seq")[1].lm_dtype == "float32"
+
+
+# ---------------------------------------------------------------- --resume compares the configs
+
+
+def test_check_resume_classifies_every_change():
+    saved = asdict(TokenTrainConfig(steps=4))
+    assert check_resume(saved, TokenTrainConfig(steps=4), step=4) == []
+    assert check_resume(saved, TokenTrainConfig(steps=8, val_every=3), step=4) == ["steps 4 -> 8", "val_every 10 -> 3"]
+    for change in ({"lr": 0.1}, {"token_budget": 16}, {"actions": "mix"}, {"seed": 1}, {"group_size": 4}):
+        with pytest.raises(ValueError, match=f"{next(iter(change))} .* would change the run"):
+            check_resume(saved, TokenTrainConfig(steps=4, **change), step=4)
+    with pytest.raises(ValueError, match="steps 2 < the 3 steps already done"):
+        check_resume(saved, TokenTrainConfig(steps=2), step=3)
+
+
+def test_resume_refuses_changed_options_and_allows_more_steps(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "tok"
+    args = ["train-token", "--model", str(tiny_model_dir), "--task", "arithmetic", "--token-budget", "2",
+            "--val-problems", "2", "--max-train-prompts", "4", "--prompts-per-step", "1", "--group-size", "2",
+            "--filter-samples", "0", "--out", str(out)]
+    assert main([*args, "--steps", "1"]) == 0
+    assert load_adapter(out)[1].lm_dtype == "float32"
+    capsys.readouterr()
+    for change in (["--lr", "0.1"], ["--token-budget", "3"], ["--actions", "mix"], ["--seed", "2"]):
+        assert main([*args, "--steps", "1", *change, "--resume"]) == 2
+        err = capsys.readouterr().err
+        assert "would change the run" in err and "Traceback" not in err
+    assert main([*args, "--steps", "2", "--resume"]) == 0
+    steps = [json.loads(line)["step"] for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert steps == [1, 2] or steps == [0, 1, 2]

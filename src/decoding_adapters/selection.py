@@ -79,6 +79,7 @@ __all__ = [
     "ReplayEnvironment",
     "write_outputs",
     "table_header",
+    "check_table",
     "header_differences",
     "check_replay_header",
 ]
@@ -243,12 +244,24 @@ def header_differences(stored: dict, now: dict, keys=None) -> str:
     return ", ".join(f"{k}: stored {show(stored.get(k))} vs now {show(now.get(k))}" for k in differ)
 
 
+def check_table(path: str | Path, header: dict, ignore: Sequence[str] = ()) -> OutcomeTable | None:
+    """The stored table at ``path`` (None if there is none), refusing one written with other
+    settings than ``header`` (fields in ``ignore`` aside: a pre-flight before the model loads
+    cannot know its fingerprint yet)."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    table = OutcomeTable.load(path)
+    keys = [k for k in sorted(set(header) | set(table.header)) if k not in ignore]
+    diff = header_differences(table.header, header, keys) if table.header else ""
+    if diff:
+        raise ValueError(f"{path} holds outcomes for other settings ({diff}); use another output folder or delete it")
+    return table
+
+
 def _open_table(path: Path, header: dict) -> OutcomeTable:
     """The stored table at ``path`` (empty if none), refusing one written with other settings."""
-    table = OutcomeTable.load(path) if path.exists() else OutcomeTable(header, path)
-    if table.header and table.header != header:
-        diff = header_differences(table.header, header)
-        raise ValueError(f"{path} holds outcomes for other settings ({diff}); use another output folder or delete it")
+    table = check_table(path, header) or OutcomeTable(header, path)
     table.header = header
     return table
 

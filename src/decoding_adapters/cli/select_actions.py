@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from ..actions import ActionSet
-from ..selection import build_pool, evaluate_pool, select_actions, write_outputs
+from ..selection import build_pool, check_table, evaluate_pool, select_actions, table_header, write_outputs
 from ..tasks.base import problems_digest
 from .common import (
     add_model_arguments,
@@ -61,6 +61,9 @@ def run_cli(args) -> int:
     problems = split[: args.max_problems]
     # the whole split's digest: a run over more of it (a larger --max-problems) still resumes
     data = {"split": args.split, "count": len(split), "digest": problems_digest(split)}
+    # pre-flight: a stored table written with other settings is refused before the model loads
+    settings = dict(token_budget=args.token_budget, seed=args.seed, cot_ratio=args.cot_ratio, samples=args.samples)
+    check_table(out / "outcomes.jsonl", table_header(task, None, problems, data=data, **settings), ignore=("model",))
     lm = build_lm(args)
     rollouts = build_rollouts(args, lm, ActionSet(pool))
     start = time.perf_counter()
