@@ -319,7 +319,6 @@ def test_resume_refuses_changed_options_and_allows_more_steps(tiny_model_dir, tm
             "--val-problems", "2", "--max-train-prompts", "4", "--prompts-per-step", "1", "--group-size", "2",
             "--filter-samples", "0", "--out", str(out)]
     assert main([*args, "--steps", "1"]) == 0
-    assert load_adapter(out)[1].lm_dtype == "float32"
     capsys.readouterr()
     for change in (["--lr", "0.1"], ["--token-budget", "3"], ["--actions", "mix"], ["--seed", "2"]):
         assert main([*args, "--steps", "1", *change, "--resume"]) == 2
@@ -328,3 +327,11 @@ def test_resume_refuses_changed_options_and_allows_more_steps(tiny_model_dir, tm
     assert main([*args, "--steps", "2", "--resume"]) == 0
     steps = [json.loads(line)["step"] for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert steps == [1, 2] or steps == [0, 1, 2]
+    assert load_adapter(out)[1].lm_dtype == "float32"
+
+
+def test_damaged_checkpoint_is_one_line(tmp_path, capsys):
+    (tmp_path / "checkpoint.pt").write_bytes(b"PK\x03\x04 torn")
+    code = main(["train-token", *NO_MODEL, "--out", str(tmp_path), "--resume"])
+    err = capsys.readouterr().err
+    assert code == 2 and "checkpoint.pt is unreadable" in err and "Traceback" not in err

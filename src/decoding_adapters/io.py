@@ -83,7 +83,13 @@ class Checkpoint:
         atomic_write(self.path, lambda tmp: torch.save(state, tmp))
 
     def load(self) -> dict[str, Any]:
-        return torch.load(self.path, map_location="cpu", weights_only=False)
+        try:
+            state = torch.load(self.path, map_location="cpu", weights_only=False)
+        except Exception as err:  # torch raises RuntimeError / UnpicklingError / EOFError on a damaged file
+            raise ValueError(f"{self.path} is unreadable ({type(err).__name__}); delete it to start over") from None
+        if not isinstance(state, dict) or "step" not in state or "config" not in state:
+            raise ValueError(f"{self.path} is not a training checkpoint (no step and config)")
+        return state
 
 
 def check_output_dir(out: str | Path, finished: tuple[str, ...] = (), *, force: bool = False,
