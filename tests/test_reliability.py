@@ -335,3 +335,20 @@ def test_damaged_checkpoint_is_one_line(tmp_path, capsys):
     code = main(["train-token", *NO_MODEL, "--out", str(tmp_path), "--resume"])
     err = capsys.readouterr().err
     assert code == 2 and "checkpoint.pt is unreadable" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("config_cls", [SequenceTrainConfig, TokenTrainConfig])
+@pytest.mark.parametrize(
+    "change",
+    [{"token_budget": 0}, {"lr": 0.0}, {"lr": math.inf}, {"entropy_coef": math.nan}, {"ema_decay": 1.0},
+     {"policy_temperature": 0.0}, {"max_train_prompts": 0}, {"val_problems": 0}, {"cot_ratio": 1.5}],
+)
+def test_trainer_configs_reject_values_they_used_to_accept(config_cls, change):
+    with pytest.raises(ValueError, match=next(iter(change))):
+        config_cls(**change)
+
+
+def test_bad_trainer_value_through_the_cli_before_the_model_loads(tmp_path, capsys):
+    assert main(["train-token", *NO_MODEL, "--lr", "nan", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "lr must be" in err and "nonexistent" not in err

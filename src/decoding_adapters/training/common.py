@@ -4,6 +4,7 @@ log come from ``io``), seeding, prompt batches and the validation split."""
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from dataclasses import asdict, fields
@@ -28,6 +29,7 @@ __all__ = [
     "RESUME_EXTENDS",
     "RESUME_HARMLESS",
     "check_resume",
+    "check_shared_fields",
 ]
 
 
@@ -94,6 +96,28 @@ def check_resume(saved: dict, config, step: int, where: str | Path = "the checkp
             f"{', '.join(sorted(RESUME_HARMLESS))} may change), or start a new --out"
         )
     return allowed
+
+
+def check_shared_fields(config) -> None:
+    """Value checks on the fields both trainer configs share (called from their ``__post_init__``,
+    so every entry point gets them): values that would otherwise be accepted silently and fail,
+    or do nothing, much later."""
+    if config.token_budget < 1:
+        raise ValueError(f"token_budget must be >= 1, got {config.token_budget}")
+    if not (math.isfinite(config.lr) and config.lr > 0):
+        raise ValueError(f"lr must be a finite number > 0, got {config.lr}")
+    if not (math.isfinite(config.entropy_coef) and config.entropy_coef >= 0):
+        raise ValueError(f"entropy_coef must be a finite number >= 0, got {config.entropy_coef}")
+    if not 0 <= config.ema_decay < 1:
+        raise ValueError(f"ema_decay must be in [0, 1), got {config.ema_decay}")
+    if not (math.isfinite(config.policy_temperature) and config.policy_temperature > 0):
+        raise ValueError(f"policy_temperature must be a finite number > 0, got {config.policy_temperature}")
+    if config.max_train_prompts is not None and config.max_train_prompts < 1:  # 0 would mean "all" nowhere
+        raise ValueError(f"max_train_prompts must be >= 1 or None (all), got {config.max_train_prompts}")
+    if config.val_problems < 1:
+        raise ValueError(f"val_problems must be >= 1, got {config.val_problems}")
+    if not 0 <= config.cot_ratio <= 1:
+        raise ValueError(f"cot_ratio must be in [0, 1], got {config.cot_ratio}")
 
 
 def action_histogram(actions: torch.Tensor, num_actions: int) -> list[float]:

@@ -41,6 +41,7 @@ from ..selection import OutcomeTable, ReplayEnvironment, check_replay_header
 from .common import (
     TrainingLoop,
     action_histogram,
+    check_shared_fields,
     load_split,
     sample_prompt_batch,
     seed_everything,
@@ -119,6 +120,7 @@ class SequenceTrainConfig:
             raise ValueError("prompts_per_step, val_every and checkpoint_every must be >= 1 and steps >= 0")
         if self.replay and self.metric in ("majority", "mix"):
             raise ValueError("offline replay stores rewards, not answers: majority vote (and mix) need live rollouts")
+        check_shared_fields(self)
 
 
 def inference_reward(rewards: Sequence[float], answers: Sequence[str] | None, metric: str) -> float:
