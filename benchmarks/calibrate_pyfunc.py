@@ -57,10 +57,16 @@ def run_model(task: PyFuncTask, problems, args) -> tuple[list[dict], float]:
     by_key: dict[tuple[int, int], dict] = {}
     for row in range(request.num_rows):
         p, a = prompt_of_row[row], row_actions[row]
-        rec = by_key.setdefault((p, a), {
-            "temperature": temps[a], "index": problems[p].id, "id": problems[p].id, "family": problems[p].meta["family"],
-            "completions": {str(b): [] for b in args.budgets},
-        })
+        rec = by_key.setdefault(
+            (p, a),
+            {
+                "temperature": temps[a],
+                "index": problems[p].id,
+                "id": problems[p].id,
+                "family": problems[p].meta["family"],
+                "completions": {str(b): [] for b in args.budgets},
+            },
+        )
         tokens = result.tokens[row, : int(result.lengths[row])].tolist()
         for b in args.budgets:
             rec["completions"][str(b)].append(lm.tokenizer.decode(tokens[:b], skip_special_tokens=True))
@@ -127,12 +133,19 @@ def sandbox_throughput(problems, records: list[dict], workers: list[int], limit:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--families", help="comma-separated families, equal weights, test split (default: the default mixture)")
+    parser.add_argument(
+        "--families", help="comma-separated families, equal weights, test split (default: the default mixture)"
+    )
     parser.add_argument("--per-family", type=int, default=16, help="problems per family with --families")
     parser.add_argument("--split", default="test", help="split of the default config to calibrate on (test or ood)")
     parser.add_argument("--limit", type=int, default=None, help="N problems of the split (from --offset)")
-    parser.add_argument("--offset", type=int, default=0, help="skip the first problems (to extend a run; "
-                        "concatenate the dumps and --rescore them with --limit covering both)")
+    parser.add_argument(
+        "--offset",
+        type=int,
+        default=0,
+        help="skip the first problems (to extend a run; "
+        "concatenate the dumps and --rescore them with --limit covering both)",
+    )
     parser.add_argument("--temperatures", type=float, nargs="*", default=[0.5, 1.0])
     parser.add_argument("--samples", type=int, default=4, help="k of pass@k")
     parser.add_argument("--budgets", type=int, nargs="+", default=[32, 48], help="token budgets (max new tokens)")
@@ -140,7 +153,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared 2-core box)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=4, help="sandbox runs in parallel when scoring")
-    parser.add_argument("--throughput", type=int, nargs="*", default=[1, 2, 4], help="worker counts to time the sandbox with")
+    parser.add_argument(
+        "--throughput", type=int, nargs="*", default=[1, 2, 4], help="worker counts to time the sandbox with"
+    )
     parser.add_argument("--throughput-programs", type=int, default=200)
     parser.add_argument("--dump", help="write every completion and reward to this JSONL file")
     parser.add_argument("--rescore", help="summarise a --dump file with the current verifier (no model)")
@@ -149,8 +164,9 @@ def main() -> None:
     if args.families:
         names = args.families.split(",")
         # No train/validation: the whole pool of each family is available to the test split.
-        cfg = PyFuncConfig(families=names, ood_families={}, test_size=args.per_family * len(names),
-                           train_size=0, validation_size=0)
+        cfg = PyFuncConfig(
+            families=names, ood_families={}, test_size=args.per_family * len(names), train_size=0, validation_size=0
+        )
         split = "test"
     else:
         cfg, split = PyFuncConfig(), args.split
@@ -167,7 +183,9 @@ def main() -> None:
     score(task, problems, records)
     verify_s = time.perf_counter() - t0
     n_programs = sum(len(cs) for r in records for cs in r["completions"].values())
-    print(f"verified {n_programs} completions ({args.workers} workers, cached duplicates) in {verify_s:.0f}s", flush=True)
+    print(
+        f"verified {n_programs} completions ({args.workers} workers, cached duplicates) in {verify_s:.0f}s", flush=True
+    )
     if args.dump and not args.rescore:
         with open(args.dump, "w", encoding="utf-8") as handle:
             handle.writelines(json.dumps(r) + "\n" for r in records)
@@ -175,14 +193,24 @@ def main() -> None:
     tables = {b: summarise(records, b, args.samples) for b in budgets}
     for b in budgets:
         print_table(tables[b], b)
-    throughput = sandbox_throughput(problems, records, args.throughput, args.throughput_programs) if args.throughput else {}
+    throughput = (
+        sandbox_throughput(problems, records, args.throughput, args.throughput_programs) if args.throughput else {}
+    )
     rows = sum(len(r["completions"][budgets[-1]]) for r in records)
-    timing = {"decode_s": decode_s, "rows": rows, "max_budget": int(budgets[-1]), "verify_s": verify_s,
-              "sandbox_programs_per_s": throughput}
+    timing = {
+        "decode_s": decode_s,
+        "rows": rows,
+        "max_budget": int(budgets[-1]),
+        "verify_s": verify_s,
+        "sandbox_programs_per_s": throughput,
+    }
     if decode_s:
         timing["decode_rows_per_s"] = rows / decode_s
-        print(f"decode: {rows / decode_s:.2f} rows/s at {budgets[-1]} tokens; "
-              f"sandbox: {max(throughput.values(), default=0):.1f} programs/s", flush=True)
+        print(
+            f"decode: {rows / decode_s:.2f} rows/s at {budgets[-1]} tokens; "
+            f"sandbox: {max(throughput.values(), default=0):.1f} programs/s",
+            flush=True,
+        )
     source = {"rescored": args.rescore} if args.rescore else {"config": cfg.to_dict(), "split": split}
     print(json.dumps({**source, "offset": args.offset, "limit": args.limit, "tables": tables, "timing": timing}))
 

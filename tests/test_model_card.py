@@ -6,8 +6,15 @@ import dataclasses
 import json
 
 from decoding_adapters.actions import PRESETS
-from decoding_adapters.model_card import add_evaluation, render_model_card
-from decoding_adapters.policies import AdapterConfig, TokenPolicy, TokenPolicyConfig, load_adapter, save_adapter
+from decoding_adapters.model_card import render_model_card
+from decoding_adapters.policies import (
+    AdapterConfig,
+    TokenPolicy,
+    TokenPolicyConfig,
+    add_evaluation,
+    load_adapter,
+    save_adapter,
+)
 
 RESULTS = {
     "Greedy": {

@@ -148,9 +148,15 @@ def test_prompt_names_the_function_and_asks_for_a_code_block(problem) -> None:
         ("```python\ndef f(x):\n    return x + 1\n", "def f(x):\n    return x + 1\n"),  # cut by the token limit
         ("Sure! def f(x):\n    return x + 1\nThis function adds one.", "def f(x):\n    return x + 1\n"),
         ("  def f(x):\n      return x + 1\n", "def f(x):\n    return x + 1\n"),  # indented
-        ("import math\n\ndef f(x):\n    return math.floor(x)\n\nprint(f(2))", "import math\ndef f(x):\n    return math.floor(x)\n"),
-        ("```python\ndef g(x):\n    return 0\n```\n```python\ndef f(x):\n    return 1\n```\n```python\nprint(f(1))\n```",
-         "def f(x):\n    return 1\n"),
+        (
+            "import math\n\ndef f(x):\n    return math.floor(x)\n\nprint(f(2))",
+            "import math\ndef f(x):\n    return math.floor(x)\n",
+        ),
+        (
+            "```python\ndef g(x):\n    return 0\n```\n```python\ndef f(x):\n    return 1\n```\n"
+            "```python\nprint(f(1))\n```",
+            "def f(x):\n    return 1\n",
+        ),
         ("<think>def f(x): return 0</think>no code here", ""),
         ("I cannot write that function.", ""),
     ],
@@ -186,7 +192,7 @@ def test_the_harness_holds_inputs_but_never_expected_values(problem) -> None:
     program = harness("def decorate(word):\n    return 1\n", "decorate", problem.meta["inputs"], "@@m@@")
     for value in problem.meta["expected"]:
         assert repr(value) not in program and json.dumps(value) not in program
-    assert parse_report("noise\n@@m@@{\"outputs\": []}\n", "@@m@@") == {"outputs": []}
+    assert parse_report('noise\n@@m@@{"outputs": []}\n', "@@m@@") == {"outputs": []}
     assert parse_report("@@m@@not json", "@@m@@") is None
 
 
@@ -203,23 +209,41 @@ sys.__stdout__.write('@@pyfunc-0000000000000000@@{"outputs": [{"value": "x"}]}\\
 CASES = [
     ("correct, fenced", "```python\ndef decorate(word):\n    return word + 'ok'\n```", 1.0),
     ("correct, other spelling", "```python\ndef decorate(word):\n    return f'{word}ok'\n```", 1.0),
-    ("extra text around bare code",
-     "Sure! Here is the function:\ndef decorate(word):\n    return word + 'ok'\nIt appends 'ok'.", 1.0),
+    (
+        "extra text around bare code",
+        "Sure! Here is the function:\ndef decorate(word):\n    return word + 'ok'\nIt appends 'ok'.",
+        1.0,
+    ),
     ("indented bare code", "    def decorate(word):\n        result = word + 'ok'\n        return result\n", 1.0),
     ("closing fence cut off", "```python\ndef decorate(word):\n    return word + 'ok'", 1.0),
-    ("example usage that crashes after the definition",
-     "```python\ndef decorate(word):\n    return word + 'ok'\nprint(decorate(input()))\n```", 1.0),
+    (
+        "example usage that crashes after the definition",
+        "```python\ndef decorate(word):\n    return word + 'ok'\nprint(decorate(input()))\n```",
+        1.0,
+    ),
     ("wrong", "```python\ndef decorate(word):\n    return word + 'OK'\n```", 0.0),
-    ("wrong on some inputs", "```python\ndef decorate(word):\n    return 'hellook' if word == 'hello' else word\n```", 0.0),
+    (
+        "wrong on some inputs",
+        "```python\ndef decorate(word):\n    return 'hellook' if word == 'hello' else word\n```",
+        0.0,
+    ),
     ("syntax error", "```python\ndef decorate(word)\n    return word + 'ok'\n```", 0.0),
     ("prints instead of returns", "```python\ndef decorate(word):\n    print(word + 'ok')\n```", 0.0),
     ("wrong name", "```python\ndef add_ok(word):\n    return word + 'ok'\n```", 0.0),
     ("raises", "```python\ndef decorate(word):\n    raise ValueError(word)\n```", 0.0),
     ("exits before the tests", "```python\nimport sys\ndef decorate(word):\n    sys.exit(0)\n```", 0.0),
     ("forging: prints a pass and a fake report", f"```python\n{FORGE}```", 0.0),
-    ("forging: os._exit(0) right away", "```python\nimport os\nos._exit(0)\ndef decorate(word):\n    return word\n```", 0.0),
-    ("forging: object that equals everything",
-     "```python\nclass A(str):\n    def __eq__(self, o):\n        return True\ndef decorate(word):\n    return A(word)\n```", 0.0),
+    (
+        "forging: os._exit(0) right away",
+        "```python\nimport os\nos._exit(0)\ndef decorate(word):\n    return word\n```",
+        0.0,
+    ),
+    (
+        "forging: object that equals everything",
+        "```python\nclass A(str):\n    def __eq__(self, o):\n        return True\n"
+        "def decorate(word):\n    return A(word)\n```",
+        0.0,
+    ),
     ("no code", "I am not sure how to do that.", 0.0),
 ]
 
@@ -255,7 +279,10 @@ def test_reward_batch_matches_reward_and_extract_answer_groups_equal_behaviour(t
 
 
 def test_reference_solutions_pass_in_the_sandbox(task) -> None:
-    problems = [next(p for p in task.load(s) if p.meta["family"] == f)
-                for s, families in (("test", TRAIN_FAMILIES), ("ood", OOD_FAMILIES)) for f in families]
+    problems = [
+        next(p for p in task.load(s) if p.meta["family"] == f)
+        for s, families in (("test", TRAIN_FAMILIES), ("ood", OOD_FAMILIES))
+        for f in families
+    ]
     completions = [f"```python\n{p.answer}```" for p in problems]
     assert task.reward_batch(problems, completions) == [1.0] * len(problems)

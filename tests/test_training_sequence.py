@@ -8,14 +8,14 @@ from conftest import FakeLM
 from decoding_adapters.actions import ActionSet, DecodingAction
 from decoding_adapters.policies import load_adapter
 from decoding_adapters.protocols import LanguageModel, VerifiableTask
-from decoding_adapters.tasks import Problem
+from decoding_adapters.tasks import Problem, Task
 from decoding_adapters.training.sequence import RewardSource, SequenceTrainConfig, SequenceTrainer, inference_reward
 
 DIM = 8
 ACTIONS = ActionSet([DecodingAction(do_sample=False), DecodingAction(temperature=1.0)])
 
 
-class ClusterTask:
+class ClusterTask(Task):
     """Problems in two context clusters; meta['cluster'] in {0, 1}."""
 
     name = "synthetic"

@@ -12,7 +12,7 @@ from decoding_adapters.decoding import DecodeResult, StepFeatures
 from decoding_adapters.policies import TokenPolicyChooser, load_adapter
 from decoding_adapters.protocols import LanguageModel, VerifiableTask
 from decoding_adapters.rollouts import Rollouts
-from decoding_adapters.tasks import Problem
+from decoding_adapters.tasks import Problem, Task
 from decoding_adapters.training.token import (
     TokenBatch,
     TokenTrainConfig,
@@ -25,7 +25,7 @@ H, T = 6, 5
 ACTIONS = ActionSet([DecodingAction(do_sample=False), DecodingAction(temperature=0.5), DecodingAction(temperature=1.0)])
 
 
-class FakeTask:
+class FakeTask(Task):
     name = "pomdp"
 
     def load(self, split):

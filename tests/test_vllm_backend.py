@@ -8,7 +8,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import decoding_adapters.models as models
 import decoding_adapters.vllm_backend as vllm_backend
 from decoding_adapters.actions import (
     PRESETS,
@@ -157,7 +156,7 @@ def test_one_engine_per_model_is_shared_across_action_sets(monkeypatch):
             started.append((model, kwargs))
 
     monkeypatch.setattr(vllm_backend, "_import_vllm", lambda: SimpleNamespace(LLM=FakeEngine, SamplingParams=dict))
-    monkeypatch.setattr(models, "_locate", lambda name: f"/models/{name}")
+    monkeypatch.setattr(vllm_backend, "locate_model", lambda name: f"/models/{name}")
     release_engines()
     try:
         config = VLLMConfig(gpu_memory_utilization=0.4)

@@ -78,7 +78,7 @@ def run(argv: list[str] | None = None) -> Path:
     if code:
         raise SystemExit(code)
 
-    from decoding_adapters.model_card import add_evaluation
+    from decoding_adapters.policies import add_evaluation
 
     card = add_evaluation(adapter_dir, eval_dir)
     print(f"model card with the evaluation table: {card}")

@@ -33,8 +33,11 @@ import torch
 
 from .actions import DecodingAction
 from .decoding import row_seed
+from .generator import AdaptiveGenerator
+from .integrations.hf import AdapterLogitsProcessor
 from .models import FrozenLM, ModelSpec, load_frozen_lm
 from .policies import AdapterConfig, categorical_from_uniform, check_compatible, load_adapter
+from .vllm_backend import sampling_params_dict
 
 __all__ = ["Adapter", "Prompt"]
 
@@ -245,8 +248,6 @@ class Adapter:
 
         ``seed`` (optional) gives prompt i the vLLM seed ``row_seed(seed, i)``; ``extra`` is merged into
         every dict (e.g. ``stop_token_ids``)."""
-        from .vllm_backend import sampling_params_dict
-
         chosen, _ = self.choose(prompts, n, deterministic=deterministic, seed=seed or 0)
         out = []
         for i, a in enumerate(chosen):
@@ -271,8 +272,6 @@ class Adapter:
     # ---- this project's own decode loop ---------------------------------------------------------
     def generator(self, max_batch_rows: int = 64):
         """An ``AdaptiveGenerator`` (this project's batched decode loop, as behind ``generate``/``serve``)."""
-        from .generator import AdaptiveGenerator
-
         if self.lm is None:
             raise ValueError(
                 "the project's decode loop needs the LM: load with Adapter.from_pretrained(dir, lm=...) or bind one"
@@ -285,8 +284,6 @@ class Adapter:
     ):
         """Token adapter: an ``AdapterLogitsProcessor`` for ``model.generate`` (a context manager that
         installs the hidden-state hook on enter and removes it on exit); see ``integrations.hf``."""
-        from .integrations.hf import AdapterLogitsProcessor
-
         self._require("token", "a per-token logits processor")
         self.check_model(model, tokenizer)
         return AdapterLogitsProcessor(self, model, token_budget=token_budget, deterministic=deterministic, seed=seed)

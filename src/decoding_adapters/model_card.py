@@ -6,7 +6,7 @@ the kind of adapter and its inputs, the action set (in policy-output order), the
 and copy-paste usage. The evaluation table is added when results are known: passed as
 ``evaluation=`` (``evaluate``'s ``results.json`` content: ``{method: {metric: {mean, ci_low,
 ci_high}}}``), or found as ``results.json`` / ``eval/results.json`` inside the adapter directory;
-``add_evaluation(adapter_dir, eval_dir)`` rewrites the card after an ``evaluate`` run.
+``policies.add_evaluation(adapter_dir, eval_dir)`` rewrites the card after an ``evaluate`` run.
 
 The card opens with Hugging Face hub metadata (YAML front matter) so the directory can be uploaded
 as it is; ``base_model`` is only stated there when it looks like a hub id.
@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from .actions import DecodingAction
 
-__all__ = ["render_model_card", "write_model_card", "add_evaluation", "MODEL_CARD_NAME"]
+__all__ = ["render_model_card", "write_model_card", "read_results", "MODEL_CARD_NAME"]
 
 MODEL_CARD_NAME = "README.md"
 _EVAL_FILES = ("results.json", "eval/results.json")
@@ -216,18 +216,13 @@ def write_model_card(directory: str | Path, config, evaluation: Mapping | None =
     return path
 
 
-def add_evaluation(adapter_dir: str | Path, eval_dir_or_results: str | Path | Mapping) -> Path:
-    """Rewrite the card of ``adapter_dir`` with an evaluation table (an ``evaluate`` output directory,
-    a ``results.json`` path, or the results mapping)."""
-    from .policies import AdapterConfig
-
-    adapter_dir = Path(adapter_dir)
-    results = eval_dir_or_results
-    if not isinstance(results, Mapping):
-        path = Path(results)
-        path = path / "results.json" if path.is_dir() else path
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} not found: point at an `evaluate` output directory or its results.json")
-        results = json.loads(path.read_text())
-    config = AdapterConfig(**json.loads((adapter_dir / "adapter.json").read_text()))
-    return write_model_card(adapter_dir, config, results)
+def read_results(eval_dir_or_results: str | Path | Mapping) -> Mapping:
+    """An evaluation's results mapping from an ``evaluate`` output directory, a ``results.json``
+    path, or the mapping itself."""
+    if isinstance(eval_dir_or_results, Mapping):
+        return eval_dir_or_results
+    path = Path(eval_dir_or_results)
+    path = path / "results.json" if path.is_dir() else path
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: point at an `evaluate` output directory or its results.json")
+    return json.loads(path.read_text())

@@ -160,7 +160,9 @@ def _convert_gguf(gguf: Path) -> Path:
     return target
 
 
-def _locate(name_or_path: str) -> str:
+def locate_model(name_or_path: str) -> str:
+    """A loadable location for ``name_or_path``: a local HF directory (a GGUF is converted once and
+    cached), or a hub id for transformers to resolve."""
     gguf = resolve_gguf(name_or_path)
     if gguf is not None:
         return str(_convert_gguf(gguf))
@@ -177,7 +179,6 @@ def _locate(name_or_path: str) -> str:
     return name_or_path  # a hub id
 
 
-locate_model = _locate  # public name: a local model directory (a GGUF converted once) or a hub id
 
 
 class FrozenLM:
@@ -419,7 +420,7 @@ def load_frozen_lm(spec: ModelSpec | str | None = None) -> FrozenLM:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     spec = ModelSpec(name_or_path=spec) if isinstance(spec, str) else (spec or ModelSpec())
-    location = _locate(spec.name_or_path)
+    location = locate_model(spec.name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(location)
         model = AutoModelForCausalLM.from_pretrained(location, dtype=spec.torch_dtype)

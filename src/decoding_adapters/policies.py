@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal
@@ -29,7 +30,7 @@ from torch import nn
 from .actions import DecodingAction
 from .decoding import StepFeatures
 from .io import atomic_write, write_json
-from .model_card import write_model_card
+from .model_card import read_results, write_model_card
 
 __all__ = [
     "SequencePolicyConfig",
@@ -39,6 +40,7 @@ __all__ = [
     "TokenPolicyChooser",
     "AdapterConfig",
     "save_adapter",
+    "add_evaluation",
     "load_adapter",
     "read_adapter_config",
     "categorical_from_uniform",
@@ -337,6 +339,14 @@ def save_adapter(directory: str | Path, policy: nn.Module, config: AdapterConfig
     write_json(directory / "adapter.json", asdict(config))  # last: its presence marks a complete adapter
     write_model_card(directory, config)  # README.md beside adapter.json: the directory describes itself
     return directory
+
+
+def add_evaluation(adapter_dir: str | Path, eval_dir_or_results: str | Path | Mapping) -> Path:
+    """Rewrite the model card of ``adapter_dir`` with an evaluation table (an ``evaluate`` output
+    directory, a ``results.json`` path, or the results mapping)."""
+    adapter_dir = Path(adapter_dir)
+    config = read_adapter_config(adapter_dir)
+    return write_model_card(adapter_dir, config, read_results(eval_dir_or_results))
 
 
 def load_adapter(directory: str | Path, lm=None) -> tuple[nn.Module, AdapterConfig]:

@@ -185,8 +185,7 @@ def encode_problems(lm, task, problems, cot_ratio: float = 0.0, seed: int = 0) -
 
 
 def score_rows(task, problems, result: DecodeResult) -> torch.Tensor:
-    """Verifiable reward ``[N]`` of every row: ``task.reward(problem of its prompt, text)``."""
-    return torch.tensor(
-        [task.reward(problems[int(p)], text) for p, text in zip(result.prompt_of_row, result.texts)],
-        dtype=torch.float32,
-    )
+    """Verifiable reward ``[N]`` of every row: ``task.reward(problem of its prompt, text)``, scored
+    as one batch (``task.reward_batch``) so that sandboxed verifiers run several programs at once."""
+    rewards = task.reward_batch([problems[int(p)] for p in result.prompt_of_row], result.texts)
+    return torch.tensor(rewards, dtype=torch.float32)

@@ -474,8 +474,9 @@ def _run_chunk(rollouts, task, chunk, prompts, problems, actions, seed, token_bu
     request, rows = _chunk_request(chunk, prompts, problems, actions, seed, token_budget, share_prefill)
     result = rollouts.run(request)
     records = []
+    rewards = task.reward_batch([problems[pi] for pi, _, _, _ in rows], result.texts)
     for i, (pi, a, _, stored) in enumerate(rows):
-        reward, length = float(task.reward(problems[pi], result.texts[i])), int(result.lengths[i])
+        reward, length = float(rewards[i]), int(result.lengths[i])
         records += [
             {"problem": problems[pi].id, "action": actions[a].name, "sample": s, "reward": reward, "length": length}
             for s in stored

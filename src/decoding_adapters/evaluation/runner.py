@@ -133,7 +133,7 @@ def _record(result: DecodeResult, r: int, tokenizer, actions: list[DecodingActio
 
 
 def _score(task, problems, keys_problem: list[int], result: DecodeResult) -> torch.Tensor:
-    return torch.tensor([float(task.reward(problems[p], text)) for p, text in zip(keys_problem, result.texts)])
+    return torch.tensor(task.reward_batch([problems[p] for p in keys_problem], result.texts), dtype=torch.float32)
 
 
 def _row_seed_of(cfg: EvalConfig, key: Key, problems) -> int:

@@ -49,7 +49,7 @@ from typing import Any
 import torch
 
 from ..decoding import base_entropy
-from ..policies import TokenPolicy, categorical_from_uniform
+from ..policies import TokenPolicy, categorical_from_uniform, load_adapter
 from .rows import ActionTable
 
 __all__ = ["EntropyAdapterLogitsProcessor", "entropy_adapter_step", "EXTRA_ARGS_KEY", "vllm_processor_available"]
@@ -103,8 +103,6 @@ class _LoadedAdapter:
     """An entropy-only adapter's policy and action table on the processor's device."""
 
     def __init__(self, path: str, device):
-        from ..policies import load_adapter
-
         policy, config = load_adapter(path)
         _check_entropy_adapter(config.kind, config.policy, path)
         self.policy = policy.to(device).eval()

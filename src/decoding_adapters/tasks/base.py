@@ -123,6 +123,11 @@ class Task(ABC):
     def reward(self, problem: Problem, completion: str) -> float:
         """1.0 if ``completion`` answers ``problem`` correctly, else 0.0; never raises."""
 
+    def reward_batch(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[float]:
+        """:meth:`reward` of each ``(problem, completion)`` pair; tasks whose verifier is slow (a
+        sandbox run per program) override it to score several at once."""
+        return [self.reward(p, c) for p, c in zip(problems, completions)]
+
     def extract_answer(self, problem: Problem, completion: str) -> str:
         """The answer ``completion`` states, normalised so that equal answers compare equal (for
         majority voting); "" when it states none. Default: the stripped completion."""

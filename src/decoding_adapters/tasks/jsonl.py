@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Union
 
+from ._verifier_worker import wants_meta
 from .base import (
     SPLITS,
     Problem,
@@ -56,6 +57,7 @@ from .base import (
     resolve_system_prompt,
     validate_data_option,
 )
+from .math import extract_boxed
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +72,6 @@ Verifier = Union[str, Callable[..., Any], None]
 def exact_match(completion: str, answer: str) -> float:
     """The default verifier: the completion's last non-empty line (or its last ``\\boxed{...}``),
     stripped, trailing period removed, case-insensitive, equals the gold answer."""
-    from .math import extract_boxed
-
     text = extract_boxed(completion)
     if text is None:
         lines = [line.strip() for line in completion.strip().splitlines() if line.strip()]
@@ -196,8 +196,6 @@ class VerifierRunner:
 
     # ---- thread -------------------------------------------------------------------------------
     def _call_thread(self, completion, answer, meta) -> tuple[float, str | None]:
-        from ._verifier_worker import wants_meta
-
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="verifier")
         args = (completion, answer) + ((meta,) if wants_meta(self.fn) else ())
