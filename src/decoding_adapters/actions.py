@@ -71,7 +71,7 @@ class DecodingAction:
     do_sample: bool = True
     """False means greedy (exact argmax); the other fields are then ignored."""
     temperature: float = 1.0
-    """Softmax temperature, >= 0; 0 means greedy."""
+    """Softmax temperature in [0, MAX_TEMPERATURE] (10); 0 means greedy."""
     top_k: int | None = None
     """Keep the k most likely tokens (and ties with the k-th); None = off."""
     top_p: float | None = None
