@@ -83,5 +83,8 @@ def test_adapter_json_written_before_the_budget_split_still_loads(tmp_path, tiny
     data.pop("token_budget"), data.pop("parallel_budgets")
     (tmp_path / "adapter.json").write_text(json.dumps({**data, "budgets": [24]}))
     assert load_adapter(tmp_path)[1].token_budget == 24
-    old_sequence = AdapterConfig.from_dict({**data, "kind": "sequence", "budgets": [1, 2, 4]})
+    sequence_policy = {"embed_dim": tiny_lm.hidden_size, "num_actions": 4}
+    old_sequence = AdapterConfig.from_dict(
+        {**data, "kind": "sequence", "policy": sequence_policy, "budgets": [1, 2, 4]}
+    )
     assert old_sequence.parallel_budgets == [1, 2, 4] and old_sequence.token_budget is None

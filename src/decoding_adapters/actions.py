@@ -32,6 +32,7 @@ import torch
 
 __all__ = [
     "DecodingAction",
+    "MAX_TEMPERATURE",
     "ActionSet",
     "SamplingParams",
     "PRESETS",
@@ -52,6 +53,17 @@ __all__ = [
 ]
 
 
+MAX_TEMPERATURE = 10.0
+"""Largest accepted sampling temperature. The paper's pool stops at 1.25; at T = 10 a typical LM
+distribution is already close to uniform over its vocabulary, so anything larger (50, ``1e999``)
+is a mistake, and a non-finite value would also be written to JSON as non-standard ``Infinity``."""
+
+
+def _is_number(value) -> bool:
+    """A real number that is not a bool (``True`` is an ``int`` in Python, never a temperature or a k)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class DecodingAction:
     """One decoding configuration. ``None`` switches a truncation off."""
@@ -59,7 +71,7 @@ class DecodingAction:
     do_sample: bool = True
     """False means greedy (exact argmax); the other fields are then ignored."""
     temperature: float = 1.0
-    """Softmax temperature, >= 0; 0 means greedy."""
+    """Softmax temperature in [0, MAX_TEMPERATURE] (10); 0 means greedy."""
     top_k: int | None = None
     """Keep the k most likely tokens (and ties with the k-th); None = off."""
     top_p: float | None = None
@@ -68,16 +80,23 @@ class DecodingAction:
     """Drop tokens with probability < min_p * max probability, in [0, 1); None or 0 = off."""
 
     def __post_init__(self) -> None:
+        # Types first: JSON gives strings, nulls and booleans where numbers belong, and Python
+        # would compare ``True >= 1`` or fail on ``"hot" >= 0`` with a TypeError.
         if not isinstance(self.do_sample, bool):
             raise ValueError(f"do_sample must be a bool, got {self.do_sample!r}")
-        if not self.temperature >= 0:  # also rejects NaN
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k is not None and (int(self.top_k) != self.top_k or self.top_k < 1):
-            raise ValueError(f"top_k must be an integer >= 1 or None, got {self.top_k}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1] or None, got {self.top_p} (top_p=0 would keep no token)")
-        if self.min_p is not None and not 0 <= self.min_p < 1:
-            raise ValueError(f"min_p must be in [0, 1) or None, got {self.min_p}")
+        if not _is_number(self.temperature):
+            raise ValueError(f"temperature must be a number, got {self.temperature!r}")
+        if not (0 <= self.temperature <= MAX_TEMPERATURE):  # also rejects NaN and infinities
+            raise ValueError(
+                f"temperature must be in [0, {MAX_TEMPERATURE:g}], got {self.temperature!r} "
+                f"(above {MAX_TEMPERATURE:g} sampling is near-uniform noise: a typo, not a strategy)"
+            )
+        if self.top_k is not None and (not _is_number(self.top_k) or int(self.top_k) != self.top_k or self.top_k < 1):
+            raise ValueError(f"top_k must be an integer >= 1 or None, got {self.top_k!r}")
+        if self.top_p is not None and (not _is_number(self.top_p) or not 0 < self.top_p <= 1):
+            raise ValueError(f"top_p must be in (0, 1] or None, got {self.top_p!r} (top_p=0 would keep no token)")
+        if self.min_p is not None and (not _is_number(self.min_p) or not 0 <= self.min_p < 1):
+            raise ValueError(f"min_p must be in [0, 1) or None, got {self.min_p!r}")
 
     @property
     def is_greedy(self) -> bool:
@@ -102,6 +121,8 @@ class DecodingAction:
 
     @classmethod
     def from_dict(cls, d: dict) -> "DecodingAction":
+        if not isinstance(d, dict):
+            raise ValueError(f"a decoding action must be a JSON object of its fields, got {d!r}")
         unknown = set(d) - {"do_sample", "temperature", "top_k", "top_p", "min_p"}
         if unknown:
             raise ValueError(f"unknown decoding-action fields {sorted(unknown)}")
@@ -153,11 +174,27 @@ def load_action_set(spec: str | Path | Sequence[DecodingAction]) -> list[Decodin
         raise ValueError(
             f"action set {str(spec)!r} is neither a preset ({', '.join([*PRESETS, 'pool'])}) nor an existing JSON file"
         )
-    data = json.loads(path.read_text())
-    items = data["actions"] if isinstance(data, dict) else data
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not a JSON action file ({err})") from None
+    if isinstance(data, dict):
+        if "actions" not in data:
+            raise ValueError(f"{path}: a JSON object action file needs an 'actions' list (as select-actions writes)")
+        items = data["actions"]
+    else:
+        items = data
+    if not isinstance(items, list):
+        raise ValueError(f"{path}: expected a list of actions (or {{\"actions\": [...]}}), got {type(items).__name__}")
     if not items:
         raise ValueError(f"{path}: the action set is empty")
-    return [DecodingAction.from_dict(d) for d in items]
+    actions = []
+    for i, item in enumerate(items):
+        try:
+            actions.append(DecodingAction.from_dict(item))
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"{path}: action {i}: {err}") from None
+    return actions
 
 
 @dataclass(frozen=True)

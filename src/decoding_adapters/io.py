@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["atomic_write", "write_json", "write_text", "JsonlLog", "Checkpoint"]
+__all__ = ["atomic_write", "write_json", "write_text", "JsonlLog", "Checkpoint", "check_output_dir"]
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
@@ -83,4 +83,32 @@ class Checkpoint:
         atomic_write(self.path, lambda tmp: torch.save(state, tmp))
 
     def load(self) -> dict[str, Any]:
-        return torch.load(self.path, map_location="cpu", weights_only=False)
+        try:
+            state = torch.load(self.path, map_location="cpu", weights_only=False)
+        except Exception as err:  # torch raises RuntimeError / UnpicklingError / EOFError on a damaged file
+            raise ValueError(f"{self.path} is unreadable ({type(err).__name__}); delete it to start over") from None
+        if not isinstance(state, dict) or "step" not in state or "config" not in state:
+            raise ValueError(f"{self.path} is not a training checkpoint (no step and config)")
+        return state
+
+
+def check_output_dir(out: str | Path, finished: tuple[str, ...] = (), *, force: bool = False,
+                     option: str = "--out") -> Path:
+    """Pre-flight for an output directory, before any model load or decoding: ``out`` must be a
+    directory (or not exist yet) that can be created and written, and must not already hold a
+    finished result (any of the ``finished`` file names) unless ``force``."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{option} {path} is a file, not a directory: name a directory for the outputs")
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise ValueError(f"{option} {path}: {existing} is a file, so the directory cannot be created")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {path}: {existing} is not writable")
+    done = [name for name in finished if (path / name).exists()]
+    if done and not force:
+        raise ValueError(
+            f"{option} {path} already holds a finished result ({', '.join(done)}): pass --force to overwrite it "
+            "or choose another directory"
+        )
+    return path

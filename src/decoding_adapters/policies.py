@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal
 
@@ -41,6 +42,7 @@ __all__ = [
     "save_adapter",
     "add_evaluation",
     "load_adapter",
+    "read_adapter_config",
     "categorical_from_uniform",
 ]
 
@@ -266,15 +268,40 @@ class AdapterConfig:
     """Token budget b of training (token adapters)."""
     task: str = ""
     training: dict = field(default_factory=dict)
+    lm_dtype: str | None = None
+    """dtype of the frozen LM's weights in training (e.g. ``bfloat16``): the policy's input features
+    were computed in it, so using the adapter with another dtype warns (once). None in files written
+    before it was recorded (then read from ``base_fingerprint`` when that has it)."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("sequence", "token"):
             raise ValueError(f"adapter kind must be 'sequence' or 'token', got {self.kind!r}")
+        for name, typ in (("policy", dict), ("actions", list), ("base_fingerprint", dict), ("base_model", str)):
+            if not isinstance(getattr(self, name), typ):
+                raise ValueError(f"adapter field {name!r} must be a {typ.__name__}, got {getattr(self, name)!r}")
+        if self.lm_dtype is None:
+            self.lm_dtype = self.base_fingerprint.get("dtype")
+        try:
+            shape = (SequencePolicyConfig if self.kind == "sequence" else TokenPolicyConfig)(**self.policy)
+        except TypeError as err:  # a missing or unknown policy field
+            raise ValueError(f"adapter 'policy' does not describe a {self.kind} policy: {err}") from None
+        actions = self.action_list  # validates every action
+        if shape.num_actions != len(actions):
+            raise ValueError(f"adapter policy has {shape.num_actions} outputs but {len(actions)} actions are listed")
+        width = shape.embed_dim if self.kind == "sequence" else shape.hidden_size
+        hidden = self.base_fingerprint.get("hidden_size")
+        if hidden is not None and width != hidden and (self.kind == "sequence" or shape.features == "hidden"):
+            raise ValueError(
+                f"adapter policy expects LM features of size {width} but base_fingerprint.hidden_size is {hidden}"
+            )
 
     @classmethod
     def from_dict(cls, data: dict) -> "AdapterConfig":
         """Read ``adapter.json``, including files written before ``budgets`` was split into
-        ``parallel_budgets`` (sequence) and ``token_budget`` (token)."""
+        ``parallel_budgets`` (sequence) and ``token_budget`` (token). Anything but an object with
+        exactly the known fields (the required ones present) is a ValueError."""
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object of adapter fields, got {type(data).__name__}")
         data = dict(data)
         if "budgets" in data:
             old = list(data.pop("budgets") or [])
@@ -282,6 +309,15 @@ class AdapterConfig:
                 data.setdefault("token_budget", old[0] if old else None)
             else:
                 data.setdefault("parallel_budgets", old)
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(data) - set(known))
+        missing = [n for n, f in known.items() if n not in data and f.default is MISSING
+                   and f.default_factory is MISSING]
+        if unknown or missing:
+            raise ValueError(
+                "adapter fields do not match"
+                + (f"; unknown: {unknown}" if unknown else "") + (f"; missing: {missing}" if missing else "")
+            )
         return cls(**data)
 
     @property
@@ -309,7 +345,7 @@ def add_evaluation(adapter_dir: str | Path, eval_dir_or_results: str | Path | Ma
     """Rewrite the model card of ``adapter_dir`` with an evaluation table (an ``evaluate`` output
     directory, a ``results.json`` path, or the results mapping)."""
     adapter_dir = Path(adapter_dir)
-    config = AdapterConfig.from_dict(json.loads((adapter_dir / "adapter.json").read_text()))
+    config = read_adapter_config(adapter_dir)
     return write_model_card(adapter_dir, config, read_results(eval_dir_or_results))
 
 
@@ -320,16 +356,52 @@ def load_adapter(directory: str | Path, lm=None) -> tuple[nn.Module, AdapterConf
         raise FileNotFoundError(
             f"{directory} holds no adapter.json: point at a directory written by save_adapter / train-*."
         )
-    config = AdapterConfig.from_dict(json.loads((directory / "adapter.json").read_text()))
+    config = read_adapter_config(directory)
     if lm is not None:
         check_compatible(config, lm)
     policy = config.build_policy()
-    policy.load_state_dict(load_file(str(directory / "adapter.safetensors")))
+    weights = directory / "adapter.safetensors"
+    try:
+        state = load_file(str(weights))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{weights} not found: the adapter directory is incomplete") from None
+    except Exception as err:  # safetensors raises its own error type on a truncated or corrupt file
+        raise ValueError(f"{weights}: unreadable weights ({err}); the file is truncated or corrupt") from None
+    try:
+        policy.load_state_dict(state)
+    except RuntimeError as err:  # missing, unexpected or mis-shaped tensors
+        first = str(err).strip().splitlines()[0]
+        raise ValueError(f"{weights} does not fit the policy {directory / 'adapter.json'} describes: {first}") from None
     return policy.eval(), config
 
 
+def read_adapter_config(directory: str | Path) -> AdapterConfig:
+    """``DIR/adapter.json`` as an ``AdapterConfig``; any problem is a one-line ValueError naming the file."""
+    path = Path(directory) / "adapter.json"
+    try:
+        return AdapterConfig.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, TypeError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{path}: {err}") from None
+
+
+_DTYPE_WARNED: set[tuple[str, str, str]] = set()
+
+
 def check_compatible(config: AdapterConfig, lm) -> None:
+    """Refuse an LM whose hidden or vocabulary size differs from the adapter's base model; warn
+    (once per base model and dtype pair) when its dtype differs from the one used in training."""
     want, have = config.base_fingerprint, lm.fingerprint()
+    dtype = have.get("dtype")
+    if config.lm_dtype and dtype and dtype != config.lm_dtype:
+        key = (config.base_model, config.lm_dtype, dtype)
+        if key not in _DTYPE_WARNED:
+            _DTYPE_WARNED.add(key)
+            warnings.warn(
+                f"adapter for {config.base_model!r} was trained with the LM in {config.lm_dtype} and is used with "
+                f"{dtype}: its input features shift slightly, so its choices may differ (use --dtype "
+                f"{config.lm_dtype} to match)",
+                stacklevel=2,
+            )
     for key in ("hidden_size", "vocab_size"):
         if key in want and want[key] != have[key]:
             raise ValueError(

@@ -26,9 +26,14 @@ Pieces:
 
 Table file format (``outcomes.jsonl``), one JSON object per line:
 
-- line 1, the header: ``{"header": {"format": "decoding-adapters/outcomes", "version": 1, "task": ...,
-  "token_budget": ..., "seed": ..., "cot_ratio": ..., "model": {...}}}``. Resuming with other
-  settings is refused (a ValueError naming the differences): their outcomes would not mix.
+- line 1, the header (:func:`table_header`): ``{"header": {"format": "decoding-adapters/outcomes",
+  "version": 2, "task": ..., "model": {...}, "data": {"split"?, "count", "digest"}, "system_prompt":
+  ..., "prompts": digest of a probe problem's rendered prompts, "cot_ratio": ..., "token_budget":
+  ..., "seed": ..., "samples": ...}}``: everything that determines an outcome (problem ids are
+  positional in some tasks, so the data and prompt settings must be part of it). Resuming with
+  other settings is refused (a one-line ValueError naming the fields that differ): their outcomes
+  would not mix. Offline replay checks the header against the trainer's settings the same way
+  (:func:`check_replay_header`).
 - every other line, one sample: ``{"problem": id, "action": action name, "sample": i,
   "reward": r, "length": generated tokens (EOS included)}``.
 
@@ -40,6 +45,7 @@ deterministic: one decode is stored for all their samples.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -55,6 +61,7 @@ from .actions import GREEDY, ActionSet, DecodingAction, load_action_set
 from .decoding import row_seed
 from .io import write_json, write_text
 from .rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
+from .tasks.base import problems_digest
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +78,14 @@ __all__ = [
     "build_pool",
     "ReplayEnvironment",
     "write_outputs",
+    "table_header",
+    "check_table",
+    "header_differences",
+    "check_replay_header",
 ]
 
 TABLE_FORMAT = "decoding-adapters/outcomes"
-TABLE_VERSION = 1
+TABLE_VERSION = 2
 TIE_TOLERANCE = 1e-12
 """Marginal gains within this of the best count as tied (sums of equal values taken in another
 order may differ in the last bit); ties go to the lowest index."""
@@ -221,15 +232,105 @@ class _TableWriter:
         self._file.close()
 
 
+def header_differences(stored: dict, now: dict, keys=None) -> str:
+    """``"key: stored X vs now Y, ..."`` for the ``keys`` (default: all) on which two headers differ."""
+    keys = sorted(set(stored) | set(now)) if keys is None else list(keys)
+    differ = [k for k in keys if stored.get(k) != now.get(k)]
+
+    def show(value) -> str:
+        text = repr(value)
+        return text if len(text) <= 80 else text[:77] + "..."
+
+    return ", ".join(f"{k}: stored {show(stored.get(k))} vs now {show(now.get(k))}" for k in differ)
+
+
+def check_table(path: str | Path, header: dict, ignore: Sequence[str] = ()) -> OutcomeTable | None:
+    """The stored table at ``path`` (None if there is none), refusing one written with other
+    settings than ``header`` (fields in ``ignore`` aside: a pre-flight before the model loads
+    cannot know its fingerprint yet)."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    table = OutcomeTable.load(path)
+    keys = [k for k in sorted(set(header) | set(table.header)) if k not in ignore]
+    diff = header_differences(table.header, header, keys) if table.header else ""
+    if diff:
+        raise ValueError(f"{path} holds outcomes for other settings ({diff}); use another output folder or delete it")
+    return table
+
+
 def _open_table(path: Path, header: dict) -> OutcomeTable:
     """The stored table at ``path`` (empty if none), refusing one written with other settings."""
-    table = OutcomeTable.load(path) if path.exists() else OutcomeTable(header, path)
-    if table.header and table.header != header:
-        keys = sorted(k for k in set(header) | set(table.header) if header.get(k) != table.header.get(k))
-        diff = ", ".join(f"{k}: stored {table.header.get(k)!r} vs now {header.get(k)!r}" for k in keys)
-        raise ValueError(f"{path} holds outcomes for other settings ({diff}); use another output folder or delete it")
+    table = check_table(path, header) or OutcomeTable(header, path)
     table.header = header
     return table
+
+
+def _prompts_digest(task, problem) -> str:
+    """SHA-256 of the chat messages ``task`` renders for ``problem`` with and without chain of
+    thought: changes when the system prompt, the prompt template or the CoT instruction do."""
+    messages = [task.prompt(problem, cot=False), task.prompt(problem, cot=True)]
+    return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
+
+
+def table_header(task, lm, problems, *, token_budget: int, seed: int, cot_ratio: float, samples: int,
+                 data: dict | None = None) -> dict:
+    """The header of an outcome table: everything that determines its outcomes (module docstring).
+    ``data`` describes where ``problems`` come from (``{"split", "count", "digest"}`` of the whole
+    split, so that a run over more of the split resumes); default: the problems themselves."""
+    if data is None:
+        data = {"count": len(problems), "digest": problems_digest(problems)}
+    return {
+        "format": TABLE_FORMAT,
+        "version": TABLE_VERSION,
+        "task": getattr(task, "name", str(task)),
+        "model": lm.fingerprint() if lm is not None else None,
+        "data": dict(data),
+        "system_prompt": getattr(task, "system_prompt", None),
+        "prompts": _prompts_digest(task, problems[0]) if problems else None,
+        "cot_ratio": cot_ratio,
+        "token_budget": token_budget,
+        "seed": seed,
+        "samples": samples,
+    }
+
+
+def check_replay_header(table: OutcomeTable, *, task, lm=None, token_budget: int, seed: int,
+                        cot_ratio: float) -> None:
+    """Refuse to replay a table whose outcomes were decoded under other settings than the
+    trainer's (task, model, data, prompts, token budget, seed, CoT ratio): its rewards would
+    describe another experiment. One-line ValueError naming the fields that differ."""
+    header, path = table.header, table.path
+    # The seed: in replay the trainer's seed draws the policy's weights, batches and stored samples,
+    # never a decode, so training several seeds on one table is the intended use. It must match
+    # only when chain of thought is on: which prompts get CoT is drawn from the seed.
+    if header.get("version") != TABLE_VERSION:
+        raise ValueError(
+            f"{path}: outcome table version {header.get('version')!r} records too little to check it against this "
+            f"run (version {TABLE_VERSION} does): re-run select-actions into a new folder"
+        )
+    now = {"task": getattr(task, "name", str(task)), "token_budget": token_budget, "cot_ratio": cot_ratio}
+    if cot_ratio > 0 or header.get("cot_ratio"):
+        now["seed"] = seed
+    if lm is not None:
+        now["model"] = lm.fingerprint()
+    data = header.get("data") or {}
+    if data.get("split"):  # the header describes the whole split
+        problems = task.load(data["split"])
+    else:  # the header describes the table's own problems: find them in the task's splits by id
+        wanted, found = set(table.problem_ids), {}
+        for split in getattr(task, "splits", ()):
+            try:
+                found.update((p.id, p) for p in task.load(split) if p.id in wanted and p.id not in found)
+            except (ValueError, FileNotFoundError):  # a split this data does not provide
+                continue
+        problems = [found[i] for i in table.problem_ids if i in found]
+    now["data"] = {**data, "count": len(problems), "digest": problems_digest(problems)}
+    if problems:
+        now["prompts"] = _prompts_digest(task, problems[0])
+    diff = header_differences(header, now, keys=now)
+    if diff:
+        raise ValueError(f"{path} was decoded under other settings than this run ({diff}): offline replay refused")
 
 
 # ============================================================================ pool evaluation
@@ -305,6 +406,7 @@ def evaluate_pool(
     cot_ratio: float = 0.0,
     share_prefill: bool = True,
     on_chunk: Callable[[int, int], None] | None = None,
+    data: dict | None = None,
 ) -> OutcomeTable:
     """Decode ``samples`` samples of every action on every problem and store reward and length.
 
@@ -318,18 +420,12 @@ def evaluate_pool(
         batch_rows: rows per request; whole problems are grouped up to this many rows.
         share_prefill: False gives every row its own copy of the prompt (benchmarks only).
         on_chunk: called as ``on_chunk(chunks_done, chunks_total)`` after each chunk is on disk.
+        data: where ``problems`` come from, recorded in the header (see :func:`table_header`).
     """
     _check_inputs(problems, actions, samples, token_budget, rollouts)
     rollouts = rollouts or HFRollouts(lm, ActionSet(actions), batch_rows)
-    header = {
-        "format": TABLE_FORMAT,
-        "version": TABLE_VERSION,
-        "task": getattr(task, "name", str(task)),
-        "token_budget": token_budget,
-        "seed": seed,
-        "cot_ratio": cot_ratio,
-        "model": lm.fingerprint() if lm is not None else None,
-    }
+    header = table_header(task, lm, problems, token_budget=token_budget, seed=seed, cot_ratio=cot_ratio,
+                          samples=samples, data=data)
     path = Path(table_path)
     table = _open_table(path, header)
     pending = [(i, jobs) for i, p in enumerate(problems) if (jobs := _pending_jobs(table, p.id, actions, samples))]

@@ -46,6 +46,12 @@ typical flow:
 """
 
 
+USER_ERRORS = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+"""Exceptions that mean bad input (an option, a file): reported as one line naming the problem.
+Library code raises ValueError with the file's name for a malformed file (action set, adapter.json,
+data, checkpoint, outcome table), so nothing else needs catching here."""
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The full parser; only ``command``'s module is imported (all of them when None), so that
     ``decoding-adapters --help`` and each sub-command start quickly."""
@@ -83,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args._run(args) or 0)
-    except (ValueError, FileNotFoundError) as err:  # user errors: one clear line, no traceback
+    except USER_ERRORS as err:  # user errors: one clear line, no traceback
         print(f"decoding-adapters {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

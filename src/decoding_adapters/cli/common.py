@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..actions import ActionSet
+from ..io import check_output_dir
 from ..models import ModelSpec, load_frozen_lm
 from ..rollout_backends import make_rollouts
 from ..rollouts import Rollouts
@@ -28,6 +29,8 @@ __all__ = [
     "build_task",
     "build_rollouts",
     "task_options",
+    "check_output_dir",
+    "load_problems",
 ]
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -47,6 +50,12 @@ class TaskOptions:
     """system prompt preset (e.g. qwen3-math-nothink) or literal text"""
     max_problems: int | None = None
     """use at most this many problems of the split"""
+
+    def __post_init__(self) -> None:
+        if self.max_problems is not None and self.max_problems < 1:  # 0 would silently mean "all"
+            raise ValueError(f"--max-problems must be >= 1 (or none for all), got {self.max_problems}")
+        if not 0.0 <= self.cot_ratio <= 1.0:
+            raise ValueError(f"--cot-ratio must be in [0, 1], got {self.cot_ratio}")
 
 
 @dataclass(frozen=True)
@@ -115,7 +124,17 @@ def task_options(args) -> dict:
 
 
 def build_task(args):
+    build_config(TaskOptions, args)  # validates the task options given (e.g. --max-problems 0)
     return get_task(args.task, **task_options(args))
+
+
+def load_problems(task, split: str, max_problems: int | None = None) -> list:
+    """``task.load(split)`` cut to ``max_problems``, refusing an empty split: called before the
+    model loads, so a missing, empty or unreadable data file costs no model load."""
+    problems = task.load(split)[:max_problems]
+    if not problems:
+        raise ValueError(f"task {task.name!r} has no problems in split {split!r}: check --data")
+    return problems
 
 
 def build_rollouts(args, lm, action_set: ActionSet) -> Rollouts:

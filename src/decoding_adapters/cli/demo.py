@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..demo import SIZES, DemoConfig, run_demo
+from .common import check_output_dir
 from .config_args import add_config_arguments, build_config
 
 
@@ -35,5 +36,6 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 def run_cli(args) -> int:
     cfg = build_config(DemoConfig, args, base=SIZES[args.size])
+    check_output_dir(args.out)  # pre-flight: a file or unwritable --out fails now, not after a stage
     run_demo(args.out, cfg, model=args.model, progress=args.progress)
     return 0

@@ -27,6 +27,7 @@ from ..evaluation import (
 )
 from ..report import write_report
 from ..rollouts import HFRollouts, Rollouts
+from . import common as cli_common
 from .common import add_model_arguments, add_rollout_arguments, add_task_arguments, build_lm, build_rollouts, build_task
 from .config_args import add_config_arguments, build_config
 
@@ -58,6 +59,8 @@ class EvaluateOptions:
     """progress bars"""
     report: bool = False
     """also write report.md and figures into --out"""
+    force: bool = False
+    """overwrite a finished evaluation in --out (without it, an existing results.json is refused)"""
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -154,8 +157,11 @@ def _best_action(args, lm, task, actions, cfg: EvalConfig, factory) -> DecodingA
 
 def run_cli(args) -> int:
     cfg = build_config(EvalConfig, args)
-    lm, task = build_lm(args), build_task(args)
-    problems = task.load(args.split)[: args.max_problems] if args.max_problems else task.load(args.split)
+    # pre-flight, before any model load or decoding: the output directory and the problems
+    cli_common.check_output_dir(args.out, ("results.json", "eval_details.json"), force=args.force)
+    task = build_task(args)
+    problems = cli_common.load_problems(task, args.split, args.max_problems)
+    lm = build_lm(args)
 
     def factory(action_set: ActionSet, per_token: bool) -> Rollouts:
         if per_token and args.backend == "vllm":  # vLLM cannot run a per-token chooser

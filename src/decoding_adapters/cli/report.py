@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from ..io import check_output_dir
 from ..report import load_evaluation, verdicts, write_report
 from .config_args import add_config_arguments
 
@@ -44,6 +45,7 @@ def _parse_logs(values: Sequence[str]) -> dict[str, str]:
 
 
 def run_cli(args) -> int:
+    check_output_dir(args.out or args.eval)  # pre-flight (a report is regenerated from the evaluation: no --force)
     results, details = load_evaluation(args.eval)
     names = [n.strip() for n in args.action_names.split(",")] if args.action_names else None
     path = write_report(args.out or args.eval, results, details, _parse_logs(args.train_log), names, title=args.title)

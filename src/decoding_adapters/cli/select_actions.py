@@ -5,11 +5,20 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..actions import ActionSet
-from ..selection import build_pool, evaluate_pool, select_actions, write_outputs
-from .common import add_model_arguments, add_rollout_arguments, add_task_arguments, build_lm, build_rollouts, build_task
+from ..selection import build_pool, check_table, evaluate_pool, select_actions, table_header, write_outputs
+from ..tasks.base import problems_digest
+from .common import (
+    add_model_arguments,
+    add_rollout_arguments,
+    add_task_arguments,
+    build_lm,
+    build_rollouts,
+    build_task,
+    check_output_dir,
+    load_problems,
+)
 from .config_args import add_config_arguments
 
 
@@ -46,16 +55,23 @@ def run_cli(args) -> int:
     pool = build_pool(args.pool, args.pool_subsample, args.add_greedy)
     if not 1 <= args.k <= len(pool):
         raise ValueError(f"--k must be in [1, {len(pool)}] (the pool size), got {args.k}")
+    out = check_output_dir(args.out)  # pre-flight: before the model loads (re-running resumes, so no --force)
     task = build_task(args)
-    problems = task.load(args.split)[: args.max_problems]
+    split = load_problems(task, args.split)
+    problems = split[: args.max_problems]
+    # the whole split's digest: a run over more of it (a larger --max-problems) still resumes
+    data = {"split": args.split, "count": len(split), "digest": problems_digest(split)}
+    # pre-flight: a stored table written with other settings is refused before the model loads
+    settings = dict(token_budget=args.token_budget, seed=args.seed, cot_ratio=args.cot_ratio, samples=args.samples)
+    check_table(out / "outcomes.jsonl", table_header(task, None, problems, data=data, **settings), ignore=("model",))
     lm = build_lm(args)
     rollouts = build_rollouts(args, lm, ActionSet(pool))
-    out = Path(args.out)
     start = time.perf_counter()
     try:
         table = evaluate_pool(lm, task, problems, pool, samples=args.samples, token_budget=args.token_budget,
                               seed=args.seed, table_path=out / "outcomes.jsonl", rollouts=rollouts,
-                              batch_rows=args.batch_rows, progress=args.progress, cot_ratio=args.cot_ratio)
+                              batch_rows=args.batch_rows, progress=args.progress, cot_ratio=args.cot_ratio,
+                              data=data)
     finally:
         rollouts.close()
     _, names, R = table.to_matrix()

@@ -20,7 +20,7 @@ def run_cli(args) -> int:
     config = resolve_config(args, SequenceTrainConfig)
 
     def make_trainer(config, lm, task, rollouts, action_set):
-        rewards = reward_source(config, task, action_set, rollouts)
+        rewards = reward_source(config, task, action_set, rollouts, lm=lm)
         return SequenceTrainer(config, lm, task, rewards, args.out, task_name=args.task)
 
     return run_training(args, config, make_trainer, "sequence adapter", needs_rollouts=not config.replay)

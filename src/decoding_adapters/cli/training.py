@@ -6,7 +6,7 @@ import argparse
 
 from ..actions import ActionSet, load_action_set
 from ..io import Checkpoint
-from ..training.common import config_from_dict
+from ..training.common import check_resume
 from .common import (
     add_model_arguments,
     add_rollout_arguments,
@@ -15,6 +15,8 @@ from .common import (
     build_lm,
     build_rollouts,
     build_task,
+    check_output_dir,
+    load_problems,
 )
 from .config_args import add_config_arguments, build_config
 
@@ -35,10 +37,22 @@ def configure_training_parser(p: argparse.ArgumentParser, config_cls: type, titl
 
 
 def resolve_config(args, config_cls):
-    """The run's config: from the command line, or from the checkpoint when resuming."""
-    if args.resume and Checkpoint(args.out).exists():
-        return config_from_dict(config_cls, Checkpoint(args.out).load()["config"])
-    return build_config(config_cls, args)
+    """The run's config, from the command line, after the pre-flight checks that need no model:
+    ``--out`` is a directory; an existing run there is refused without ``--resume``; with it, the
+    options must match the checkpoint's (``training.common.check_resume``: only options that
+    extend the run may change, and the change is reported); the action set and the task's
+    training data load."""
+    config = build_config(config_cls, args)
+    check_output_dir(args.out)
+    checkpoint = Checkpoint(args.out)
+    if checkpoint.exists():
+        if not args.resume:
+            raise ValueError(f"{args.out} already holds a run: pass --resume to continue it or choose another --out")
+        state = checkpoint.load()
+        check_resume(state["config"], config, state["step"], checkpoint.path)  # the trainer logs allowed changes
+    load_action_set(config.actions)
+    load_problems(build_task(args), "train")
+    return config
 
 
 def run_training(args, config, make_trainer, what: str, needs_rollouts: bool = True) -> int:

@@ -247,9 +247,10 @@ def read_jsonl(
 ) -> list[dict[str, Any]]:
     """Read a JSON-lines file of objects, checking that each has ``required_fields``.
 
-    Blank lines are ignored. A line that is not a JSON object, or lacks a field, raises a
-    ValueError naming the file, the 1-based line number and the field; with ``skip_bad=True``
-    such lines are dropped instead and one warning reports how many.
+    Blank lines are ignored. A line that is not UTF-8, not a JSON object, or lacks a field, raises
+    a ValueError naming the file, the 1-based line number and the field; with ``skip_bad=True``
+    such lines are dropped instead and one warning reports how many. A file with no row at all is
+    a ValueError too (an empty data set would otherwise surface much later, after the model loads).
     """
     path = Path(path)
     if not path.is_file():
@@ -257,8 +258,15 @@ def read_jsonl(
             f"JSONL file not found: {path} (check the path, or pass the task data=<path to a JSONL file>)"
         )
     rows, bad = [], 0
-    with path.open(encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
+    with path.open("rb") as handle:  # bytes: a line that is not UTF-8 is reported with its number
+        for lineno, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                if not skip_bad:
+                    raise ValueError(f"{path}:{lineno}: not valid UTF-8 (byte {err.start + 1} of the line)") from None
+                bad += 1
+                continue
             if not line.strip():
                 continue
             try:
@@ -269,6 +277,8 @@ def read_jsonl(
                 bad += 1
     if bad:
         warnings.warn(f"skipped {bad} bad line(s) in {path}", stacklevel=2)
+    if not rows:
+        raise ValueError(f"{path} holds no data rows (an empty file, or only blank or bad lines)")
     return rows
 
 

@@ -3,6 +3,8 @@ log come from ``io``), seeding, prompt batches and the validation split."""
 
 from __future__ import annotations
 
+import logging
+import math
 import random
 import time
 from dataclasses import asdict, fields
@@ -14,6 +16,8 @@ from tqdm.auto import tqdm
 from ..decoding import row_seed
 from ..io import Checkpoint, JsonlLog
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "TrainingLoop",
     "step_generator",
@@ -22,6 +26,10 @@ __all__ = [
     "config_from_dict",
     "action_histogram",
     "load_split",
+    "RESUME_EXTENDS",
+    "RESUME_HARMLESS",
+    "check_resume",
+    "check_shared_fields",
 ]
 
 
@@ -52,6 +60,64 @@ def config_from_dict(cls, data: dict):
     names = {f.name for f in fields(cls)}
     data = {RENAMED_FIELDS.get(k, k) if RENAMED_FIELDS.get(k) in names else k: v for k, v in data.items()}
     return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in names})
+
+
+RESUME_EXTENDS = frozenset({"steps"})
+"""Config fields a resumed run may raise: the run goes on further, what it did stays valid."""
+RESUME_HARMLESS = frozenset({"val_every", "checkpoint_every"})
+"""Config fields a resumed run may change freely: they change when the run validates or writes a
+checkpoint, never the weights it trains. Every other field (lr, token budget, actions, seed, ...)
+alters the run: a resumed run that changed one would be neither the old run nor a new one."""
+
+
+def check_resume(saved: dict, config, step: int, where: str | Path = "the checkpoint") -> list[str]:
+    """Compare a checkpoint's config (``saved``, as stored) with the config of the run asked to
+    resume it, field by field. Raises a one-line ValueError naming every field that would alter
+    the run (and ``steps`` below the ``step`` already done); returns descriptions of the allowed
+    changes (``"steps 4 -> 8"``), for the caller to report."""
+    before = config_from_dict(type(config), saved)
+    refused, allowed = [], []
+    for f in fields(config):
+        old, new = getattr(before, f.name), getattr(config, f.name)
+        if old == new:
+            continue
+        change = f"{f.name} {old!r} -> {new!r}"
+        if f.name in RESUME_HARMLESS or (f.name in RESUME_EXTENDS and new >= old):
+            allowed.append(change)
+        else:
+            refused.append(change)
+    if getattr(config, "steps", step) < step:
+        refused.append(f"steps {config.steps} < the {step} steps already done")
+    if refused:
+        note = f" (allowed: {', '.join(allowed)})" if allowed else ""
+        raise ValueError(
+            f"cannot resume {where}: {'; '.join(refused)} would change the run{note}. Resume with the options it "
+            f"was started with (only {', '.join(sorted(RESUME_EXTENDS))} may grow and "
+            f"{', '.join(sorted(RESUME_HARMLESS))} may change), or start a new --out"
+        )
+    return allowed
+
+
+def check_shared_fields(config) -> None:
+    """Value checks on the fields both trainer configs share (called from their ``__post_init__``,
+    so every entry point gets them): values that would otherwise be accepted silently and fail,
+    or do nothing, much later."""
+    if config.token_budget < 1:
+        raise ValueError(f"token_budget must be >= 1, got {config.token_budget}")
+    if not (math.isfinite(config.lr) and config.lr > 0):
+        raise ValueError(f"lr must be a finite number > 0, got {config.lr}")
+    if not (math.isfinite(config.entropy_coef) and config.entropy_coef >= 0):
+        raise ValueError(f"entropy_coef must be a finite number >= 0, got {config.entropy_coef}")
+    if not 0 <= config.ema_decay < 1:
+        raise ValueError(f"ema_decay must be in [0, 1), got {config.ema_decay}")
+    if not (math.isfinite(config.policy_temperature) and config.policy_temperature > 0):
+        raise ValueError(f"policy_temperature must be a finite number > 0, got {config.policy_temperature}")
+    if config.max_train_prompts is not None and config.max_train_prompts < 1:  # 0 would mean "all" nowhere
+        raise ValueError(f"max_train_prompts must be >= 1 or None (all), got {config.max_train_prompts}")
+    if config.val_problems < 1:
+        raise ValueError(f"val_problems must be >= 1, got {config.val_problems}")
+    if not 0 <= config.cot_ratio <= 1:
+        raise ValueError(f"cot_ratio must be in [0, 1], got {config.cot_ratio}")
 
 
 def action_histogram(actions: torch.Tensor, num_actions: int) -> list[float]:
@@ -96,10 +162,9 @@ class TrainingLoop:
         cfg = self.config
         if resume and self.checkpoint.exists():
             state = self.checkpoint.load()
-            if config_from_dict(type(cfg), state["config"]) != cfg:
-                raise ValueError(
-                    "the checkpoint was written with a different configuration; resume with the same options"
-                )
+            for change in check_resume(state["config"], cfg, state["step"], self.checkpoint.path):
+                log.info("resuming %s with %s (allowed: it does not alter the steps already done)",
+                         self.out_dir, change)
             self.restore(state)
             self.step = state["step"]
         elif self.checkpoint.exists():

@@ -37,10 +37,11 @@ from ..decoding import row_seed
 from ..io import atomic_write
 from ..policies import AdapterConfig, SequencePolicy, SequencePolicyConfig, save_adapter
 from ..rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
-from ..selection import OutcomeTable, ReplayEnvironment
+from ..selection import OutcomeTable, ReplayEnvironment, check_replay_header
 from .common import (
     TrainingLoop,
     action_histogram,
+    check_shared_fields,
     load_split,
     sample_prompt_batch,
     seed_everything,
@@ -119,6 +120,7 @@ class SequenceTrainConfig:
             raise ValueError("prompts_per_step, val_every and checkpoint_every must be >= 1 and steps >= 0")
         if self.replay and self.metric in ("majority", "mix"):
             raise ValueError("offline replay stores rewards, not answers: majority vote (and mix) need live rollouts")
+        check_shared_fields(self)
 
 
 def inference_reward(rewards: Sequence[float], answers: Sequence[str] | None, metric: str) -> float:
@@ -221,11 +223,18 @@ class ReplayRewards:
 
 
 def reward_source(
-    config: SequenceTrainConfig, task, action_set: ActionSet, rollouts: Rollouts | None = None
+    config: SequenceTrainConfig, task, action_set: ActionSet, rollouts: Rollouts | None = None, lm=None
 ) -> RewardSource:
-    """Replay from ``config.replay`` when set, else live rollouts (which ``rollouts`` must then be)."""
+    """Replay from ``config.replay`` when set, else live rollouts (which ``rollouts`` must then be).
+    A replay table decoded under other settings than ``config`` (and ``lm``, when given) is refused
+    (``selection.check_replay_header``)."""
     if config.replay:
-        return ReplayRewards(OutcomeTable.load(config.replay), action_set, config.seed)
+        if not Path(config.replay).is_file():
+            raise FileNotFoundError(f"replay table {config.replay} not found (select-actions writes outcomes.jsonl)")
+        table = OutcomeTable.load(config.replay)
+        check_replay_header(table, task=task, lm=lm, token_budget=config.token_budget, seed=config.seed,
+                            cot_ratio=config.cot_ratio)
+        return ReplayRewards(table, action_set, config.seed)
     if rollouts is None:
         raise ValueError("live sequence-level training needs a rollout engine (or replay=outcomes.jsonl)")
     return LiveRewards(rollouts, task, config.token_budget, config.seed)
@@ -407,5 +416,6 @@ class SequenceTrainer(TrainingLoop):
             parallel_budgets=list(self.config.parallel_budgets),
             task=self.task_name,
             training=asdict(self.config),
+            lm_dtype=self.lm.fingerprint().get("dtype"),
         )
         return save_adapter(self.out_dir, self.policy, config)

@@ -35,6 +35,7 @@ from ..rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
 from .common import (
     TrainingLoop,
     action_histogram,
+    check_shared_fields,
     load_split,
     sample_prompt_batch,
     seed_everything,
@@ -127,6 +128,7 @@ class TokenTrainConfig:
             raise ValueError("mask_max_prob must be in (0, 1]")
         if self.val_every < 1 or self.checkpoint_every < 1:
             raise ValueError("val_every and checkpoint_every must be >= 1")
+        check_shared_fields(self)
 
 
 @dataclass
@@ -421,5 +423,6 @@ class TokenTrainer(TrainingLoop):
             token_budget=self.config.token_budget,
             task=self.task_name,
             training=asdict(self.config),
+            lm_dtype=self.lm.fingerprint().get("dtype"),
         )
         return save_adapter(self.out_dir, self.policy, config)
