@@ -9,12 +9,13 @@ import warnings
 from dataclasses import asdict, replace
 
 import pytest
+import torch
 
 from conftest import make_tiny_lm
 from decoding_adapters import actions as actions_module
 from decoding_adapters.actions import GREEDY, PRESETS, ActionSet, DecodingAction, load_action_set
 from decoding_adapters.cli import main
-from decoding_adapters.models import ModelSpec, load_frozen_lm
+from decoding_adapters.models import ModelSpec, load_frozen_lm, resolve_dtype
 from decoding_adapters.policies import AdapterConfig, TokenPolicy, TokenPolicyConfig, load_adapter, save_adapter
 from decoding_adapters.selection import evaluate_pool
 from decoding_adapters.tasks import get_task
@@ -22,6 +23,9 @@ from decoding_adapters.tasks.base import read_jsonl
 from decoding_adapters.training.common import check_resume
 from decoding_adapters.training.sequence import SequenceTrainConfig, reward_source
 from decoding_adapters.training.token import TokenTrainConfig
+
+# The CLI loads the LM with dtype "auto": bfloat16 on CPUs with native bf16, float32 elsewhere.
+AUTO_DTYPE = str(resolve_dtype("auto", torch.device("cpu"))).removeprefix("torch.")
 
 
 def _write(path, text: str | bytes):
@@ -296,7 +300,7 @@ def test_replay_through_the_cli_refuses_a_mismatch_and_records_lm_dtype(tiny_mod
     assert main([*args, "--token-budget", "3", "--out", str(tmp_path / "bad")]) == 2
     assert "token_budget: stored 2 vs now 3" in capsys.readouterr().err
     assert main([*args, "--token-budget", "2", "--out", str(tmp_path / "seq")]) == 0
-    assert load_adapter(tmp_path / "seq")[1].lm_dtype == "float32"
+    assert load_adapter(tmp_path / "seq")[1].lm_dtype == AUTO_DTYPE
 
 
 # ---------------------------------------------------------------- --resume compares the configs
@@ -327,7 +331,7 @@ def test_resume_refuses_changed_options_and_allows_more_steps(tiny_model_dir, tm
     assert main([*args, "--steps", "2", "--resume"]) == 0
     steps = [json.loads(line)["step"] for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert steps == [1, 2] or steps == [0, 1, 2]
-    assert load_adapter(out)[1].lm_dtype == "float32"
+    assert load_adapter(out)[1].lm_dtype == AUTO_DTYPE
 
 
 def test_damaged_checkpoint_is_one_line(tmp_path, capsys):
