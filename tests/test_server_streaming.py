@@ -31,10 +31,13 @@ class SlowGenerator(AdaptiveGenerator):
 
     def run(self, prepared, deterministic_policy=True, on_tokens=None):
         if on_tokens is not None:
-            inner = on_tokens
+            inner, explode = on_tokens, any("EXPLODE" in str(p.prompt) for p in prepared)
+            steps = iter(range(10**6))
 
             def on_tokens(events):
                 time.sleep(self.step_delay_s)
+                if explode and next(steps) == 3:  # a decode that fails after its first tokens went out
+                    raise RuntimeError("the GPU caught fire")
                 return inner(events)
 
         return super().run(prepared, deterministic_policy, on_tokens)
@@ -198,6 +201,46 @@ def test_errors_before_the_first_token_are_ordinary_responses(client, base_url):
     r = httpx.post(f"{base_url}/v1/completions", json={"prompt": "x" * 500, "max_tokens": 32, "stream": True},
                    timeout=30)
     assert r.status_code == 400 and r.headers["content-type"].startswith("application/json")
+
+
+def test_a_decode_failing_mid_stream_ends_it_with_an_error_event(client, base_url):
+    chunks = []
+    stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "EXPLODE"}],
+                                            max_tokens=20, seed=1, stream=True)
+    with pytest.raises(openai.APIError, match="generation failed"):
+        for chunk in stream:
+            chunks.append(chunk)
+    assert any(c.choices and c.choices[0].delta.content for c in chunks)  # it had started
+    texts, reasons, *_ = _collect_chat(client.chat.completions.create(**CHAT, seed=2, stream=True))
+    assert reasons[0] in ("stop", "length")  # the server streams on
+
+
+def test_generator_reports_tokens_across_chunks_for_both_kinds(tmp_path, tiny_lm):
+    base = save_tiny_base(tiny_lm, tmp_path / "base")
+    for kind in ("sequence", "token"):
+        adapter = make_adapter(tmp_path / kind, tiny_lm, kind, base_model=str(base))
+        gen = AdaptiveGenerator.from_pretrained(adapter, model=tiny_lm, max_batch_rows=2)  # 3 prompts x 2: 3 decodes
+        prepared = gen.prepare(["a", "bb", "ccc"], token_budget=6, parallel_budget=2, seed=3)
+        seen: dict[tuple[int, int], list] = {}
+
+        def on_tokens(events, seen=seen):
+            for e in events:
+                seen.setdefault((e.prompt, e.completion), []).append(e)
+            return [(1, 0)] if any(e.prompt == 1 for e in events) else None  # stop completion 0 of prompt 1 at once
+
+        outs = gen.run(prepared, on_tokens=on_tokens)
+        assert sorted(seen) == [(p, j) for p in range(3) for j in range(2)]
+        assert len(seen[(1, 0)]) == 1 and outs[1].completion_tokens[0] == 1 and outs[1].finish_reasons[0] == "length"
+        plain = gen.run(prepared)
+        for (p, j), events in seen.items():
+            if kind == "sequence":
+                assert {e.action for e in events} == {plain[p].action_index}
+            if (p, j) == (1, 0):
+                continue
+            assert [e.finish_reason for e in events[:-1]] == [None] * (len(events) - 1)
+            assert events[-1].finish_reason == plain[p].finish_reasons[j]
+            text = tiny_lm.tokenizer.decode([e.token_id for e in events], skip_special_tokens=True)
+            assert text == plain[p].completions[j] and len(events) == plain[p].completion_tokens[j]
 
 
 # ---- the incremental detokenizer -----------------------------------------------------------------

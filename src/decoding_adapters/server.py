@@ -19,23 +19,36 @@ How this departs from the OpenAI API:
   are trained on chat prompts); choice ``i * n + j`` is completion j of prompt i, as in OpenAI.
 - ``seed`` makes a request reproducible; without one the server draws a seed and reports it.
 - ``stop`` strings are applied to the finished text (it is cut at the first one; finish_reason
-  ``stop``). ``logprobs`` are not supported (400).
-- **Streaming is not token by token**: generation is batched, so the stream is sent once the request's
-  completions are finished — per choice a role chunk (chat), one chunk with the whole text and a
-  chunk with ``finish_reason``; then a usage chunk if ``stream_options.include_usage``; then
-  ``data: [DONE]``. Because the result is awaited before the stream opens, errors are ordinary 4xx
-  responses, never half-sent streams.
+  ``stop``); a streamed row is also *stopped in the decode* where its text meets one, so its
+  ``usage`` counts the tokens up to there (a non-streamed row is decoded to its end, then cut).
+  ``logprobs`` are not supported (400).
+
+Streaming (``"stream": true``) is token by token, OpenAI's Server-Sent Events: chat sends a role
+chunk per choice, then ``delta.content`` chunks as tokens are decoded, then per choice a chunk with
+an empty delta and its ``finish_reason`` (``stop`` or ``length``); completions send ``text`` chunks
+and a last empty one with the ``finish_reason``. With ``stream_options.include_usage`` every chunk has
+``"usage": null`` and a last chunk with no choices carries the usage. Then ``data: [DONE]``. The
+``decoding_adapter`` field rides on the last chunk (per choice: action counts and the actions; a
+sequence adapter's ``action_probs`` only in non-streamed responses). Text is detokenized
+incrementally — bytes of an unfinished UTF-8 character and text that may begin a stop string are
+held back until they are settled — so the chunks add up to the non-streamed text for the same seed.
+A request is validated and tokenized before its stream opens, so its own errors are ordinary 4xx
+responses; a failure after the first token is sent as an ``{"error": ...}`` event (the ``openai``
+client raises it). A client that disconnects mid-stream has its rows stopped at the next decode
+step (a queued one never starts); its batch-mates are unaffected.
 
 Batching: the model is not thread-safe, so one background asyncio task owns it. Handlers validate a
 request (pydantic + limits) and queue it. The worker takes the oldest waiting request, waits
 ``batch_wait_ms`` for company, then merges waiting requests (in order, up to ``max_batch`` rows =
 prompts x n) into **one** ``AdaptiveGenerator.run`` call on a single dedicated thread, so the event
 loop keeps accepting requests while the model works; requests that arrive meanwhile form the next
-batch. Every request keeps its own seeds, so its result does not depend on its batch-mates.
-Tokenizing happens on that thread too; a request whose own preparation fails there, for any reason
+batch. Every request keeps its own seeds, so its result does not depend on its batch-mates. Streams
+batch like any request: after every decode step the worker's ``on_tokens`` callback (on the decode
+thread) hands each streaming request its rows' new tokens (``JobStream``), which posts text events
+to the request's handler on the event loop. Tokenizing happens on that thread too; a request whose own preparation fails there, for any reason
 (prompt plus max_tokens over the model's context, text the tokenizer refuses), gets a 400 without
 touching the others, and if a merged decode fails each request is retried alone, so one bad request
-cannot fail its neighbours.
+cannot fail its neighbours (a stream whose first tokens are already out ends with an error event instead).
 """
 
 from __future__ import annotations
