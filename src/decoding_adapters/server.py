@@ -35,20 +35,23 @@ held back until they are settled — so the chunks add up to the non-streamed te
 A request is validated and tokenized before its stream opens, so its own errors are ordinary 4xx
 responses; a failure after the first token is sent as an ``{"error": ...}`` event (the ``openai``
 client raises it). A client that disconnects mid-stream has its rows stopped at the next decode
-step (a queued one never starts); its batch-mates are unaffected.
+step (a queued one never starts); its batch-mates are unaffected. Batching is per decode call, not
+continuous: a request that arrives while a batch decodes joins the next one, so its first token
+waits for the running batch to end.
 
 Batching: the model is not thread-safe, so one background asyncio task owns it. Handlers validate a
 request (pydantic + limits) and queue it. The worker takes the oldest waiting request, waits
 ``batch_wait_ms`` for company, then merges waiting requests (in order, up to ``max_batch`` rows =
 prompts x n) into **one** ``AdaptiveGenerator.run`` call on a single dedicated thread, so the event
 loop keeps accepting requests while the model works; requests that arrive meanwhile form the next
-batch. Every request keeps its own seeds, so its result does not depend on its batch-mates. Streams
-batch like any request: after every decode step the worker's ``on_tokens`` callback (on the decode
-thread) hands each streaming request its rows' new tokens (``JobStream``), which posts text events
-to the request's handler on the event loop. Tokenizing happens on that thread too; a request whose own preparation fails there, for any reason
-(prompt plus max_tokens over the model's context, text the tokenizer refuses), gets a 400 without
-touching the others, and if a merged decode fails each request is retried alone, so one bad request
-cannot fail its neighbours (a stream whose first tokens are already out ends with an error event instead).
+batch. Every request keeps its own seeds, so its result does not depend on its batch-mates.
+Tokenizing happens on the decode thread too; a request whose own preparation fails there, for any
+reason (prompt plus max_tokens over the model's context, text the tokenizer refuses), gets a 400
+without touching the others, and if a merged decode fails each request is retried alone, so one bad
+request cannot fail its neighbours (a stream whose first tokens are already out ends with an error
+event instead). Streams batch like any request: after every decode step the worker's ``on_tokens``
+callback (on the decode thread) hands each streaming request its rows' new tokens (``JobStream``),
+which posts text events to the request's handler on the event loop.
 """
 
 from __future__ import annotations
