@@ -43,7 +43,7 @@ from .actions import (
 )
 from .models import FrozenLM
 
-__all__ = ["StepFeatures", "Chooser", "DecodeResult", "Trajectory", "decode", "row_seed", "base_entropy"]
+__all__ = ["StepFeatures", "Chooser", "StepTokens", "DecodeResult", "Trajectory", "decode", "row_seed", "base_entropy"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,29 @@ class StepFeatures:
 
 Chooser = Callable[[StepFeatures], torch.Tensor]
 """Maps step features to an action index per row (long ``[B]``)."""
+
+
+@dataclass(frozen=True)
+class StepTokens:
+    """What ``decode(..., on_step=...)`` reports after each step: the tokens just produced by the
+    ``B`` rows that were active (all CPU tensors, for streaming them out while decoding goes on)."""
+
+    step: int
+    """0-based index of these tokens in their rows."""
+    rows: torch.Tensor
+    """``[B]`` long, the global row index of each row."""
+    tokens: torch.Tensor
+    """``[B]`` long, the token each row produced (an EOS token included)."""
+    actions: torch.Tensor
+    """``[B]`` long, the action index that produced it."""
+    finished: torch.Tensor
+    """``[B]`` bool, this token ends the row (EOS or token budget)."""
+    at_eos: torch.Tensor
+    """``[B]`` bool, this token is a stop token (a finished row that is not at EOS hit its budget)."""
+
+
+StepCallback = Callable[[StepTokens], "Sequence[int] | None"]
+"""Called after every step; may return global row indices to stop now (e.g. a client went away)."""
 
 
 @dataclass
@@ -198,6 +221,7 @@ def decode(
     seed: int = 0,
     record_features: bool = False,
     stop_token_ids: Sequence[int] | None = None,
+    on_step: StepCallback | None = None,
 ) -> DecodeResult:
     """Decode every row; see the module docstring.
 
@@ -210,6 +234,9 @@ def decode(
         row_seeds: one seed per row (default ``row_seed(seed, row)``).
         record_features: keep the hidden state of every step (``[N, T, hidden]``, for training).
         stop_token_ids: ids that end a row (default: the LM's EOS ids).
+        on_step: called after each step with the tokens just produced (``StepTokens``), e.g. to
+            stream them; it may return global row indices to stop now: those rows end after this
+            step as if their budget ran out (``stopped_at_eos`` False), the others are unaffected.
     """
     prompts = [list(p) for p in prompts]
     rows_prompt = torch.arange(len(prompts)) if prompt_of_row is None else torch.as_tensor(prompt_of_row, dtype=torch.long)
@@ -257,6 +284,10 @@ def decode(
         at_eos = torch.isin(tokens, stop_ids)
         done = at_eos | (remaining <= 1)
         rec.eos[active[at_eos.cpu()]] = True
+        if on_step is not None:
+            cancel = on_step(StepTokens(t, active, tokens.cpu(), action_index.cpu(), done.cpu(), at_eos.cpu()))
+            if cancel is not None and len(cancel) > 0:
+                done = done | torch.isin(active, torch.as_tensor(cancel, dtype=torch.long).reshape(-1)).to(device)
         if bool(done.all()):
             break
         if bool(done.any()):  # shrink the batch and the cache to the rows still running

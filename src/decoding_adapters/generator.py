@@ -31,12 +31,12 @@ import json
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal, Sequence, Union
+from typing import Callable, Collection, Literal, Sequence, Union
 
 import torch
 
 from .actions import ActionSet
-from .decoding import DecodeResult, decode, row_seed
+from .decoding import DecodeResult, StepTokens, decode, row_seed
 from .models import FrozenLM, ModelSpec, load_frozen_lm
 from .policies import (
     AdapterConfig,
@@ -46,7 +46,7 @@ from .policies import (
     save_adapter,
 )
 
-__all__ = ["AdaptiveGenerator", "Generation", "PreparedPrompt", "Prompt", "format_generations"]
+__all__ = ["AdaptiveGenerator", "Generation", "PreparedPrompt", "Prompt", "TokenEvent", "format_generations"]
 
 Prompt = Union[str, list[dict]]
 """A user message as text, or a chat (list of ``{"role", "content"}`` messages)."""
@@ -120,6 +120,27 @@ class PreparedPrompt:
     seed: int
     index: int
     """Position of the prompt in its own call: with ``seed`` it keys the row seeds."""
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One new token of one completion, reported by ``run(..., on_tokens=...)`` while decoding."""
+
+    prompt: int
+    """Position of the prompt in the list given to ``run``."""
+    completion: int
+    """Which of its ``parallel_budget`` completions (j)."""
+    token_id: int
+    """The token (an EOS token included: it decodes to no text)."""
+    action: int
+    """Index of the action that produced it (into ``action_names``)."""
+    finish_reason: Literal["stop", "length"] | None
+    """Set on the completion's last token: ``"stop"`` (EOS) or ``"length"`` (token budget)."""
+
+
+TokenCallback = Callable[[list[TokenEvent]], "Collection[tuple[int, int]] | None"]
+"""Gets each step's new tokens; may return ``(prompt, completion)`` pairs to stop now (their
+Generation then ends there with finish reason ``"length"``)."""
 
 
 def _as_chat(prompt: Prompt, position: int) -> list[dict]:
@@ -280,12 +301,20 @@ class AdaptiveGenerator:
             for i, (prompt, p) in enumerate(zip(prompts, ids))
         ]
 
-    def run(self, prepared: Sequence[PreparedPrompt], deterministic_policy: bool = True) -> list[Generation]:
+    def run(
+        self,
+        prepared: Sequence[PreparedPrompt],
+        deterministic_policy: bool = True,
+        on_tokens: TokenCallback | None = None,
+    ) -> list[Generation]:
         """Decode prepared prompts (possibly from several calls) in as few decode calls as
-        ``max_batch_rows`` allows; one ``Generation`` per prepared prompt, in order."""
+        ``max_batch_rows`` allows; one ``Generation`` per prepared prompt, in order.
+
+        ``on_tokens``: called after every decode step with the new tokens (``TokenEvent``s), for
+        streaming; it may return ``(prompt, completion)`` pairs to stop early."""
         out: list[Generation] = []
         for chunk in self._chunks(list(prepared)):
-            out += self._decode_chunk(chunk, deterministic_policy)
+            out += self._decode_chunk(chunk, deterministic_policy, on_tokens, offset=len(out))
         return out
 
     def _chunks(self, prepared: list[PreparedPrompt]) -> list[list[PreparedPrompt]]:
@@ -299,7 +328,9 @@ class AdaptiveGenerator:
             rows += p.parallel_budget
         return [c for c in chunks if c]
 
-    def _decode_chunk(self, chunk: list[PreparedPrompt], deterministic: bool) -> list[Generation]:
+    def _decode_chunk(
+        self, chunk: list[PreparedPrompt], deterministic: bool, on_tokens: TokenCallback | None = None, offset: int = 0
+    ) -> list[Generation]:
         prompt_of_row = [i for i, p in enumerate(chunk) for _ in range(p.parallel_budget)]
         chosen = probs = None
         if self.kind == "sequence":
@@ -313,6 +344,7 @@ class AdaptiveGenerator:
             chooser=TokenPolicyChooser(self.policy, deterministic=deterministic) if chosen is None else None,
             token_budget=[p.token_budget for p in chunk for _ in range(p.parallel_budget)],
             row_seeds=[row_seed(p.seed, p.index, j) for p in chunk for j in range(p.parallel_budget)],
+            on_step=None if on_tokens is None else _step_reporter(chunk, offset, on_tokens),
         )
         return self._split(chunk, result, chosen, probs)
 
@@ -353,6 +385,24 @@ class AdaptiveGenerator:
                 )
             )
         return out
+
+
+def _step_reporter(chunk: list[PreparedPrompt], offset: int, on_tokens: TokenCallback) -> Callable:
+    """decode's ``on_step`` for one chunk: rows -> ``TokenEvent``s keyed by (prompt position in
+    ``run``'s list, completion), and the pairs ``on_tokens`` wants stopped -> rows."""
+    keys = [(offset + i, j) for i, p in enumerate(chunk) for j in range(p.parallel_budget)]
+    row_of = {key: row for row, key in enumerate(keys)}
+
+    def on_step(step: StepTokens) -> list[int] | None:
+        columns = (step.rows, step.tokens, step.actions, step.finished, step.at_eos)
+        events = [
+            TokenEvent(*keys[row], token, action, ("stop" if eos else "length") if finished else None)
+            for row, token, action, finished, eos in zip(*(c.tolist() for c in columns))
+        ]
+        stop = on_tokens(events)
+        return [row_of[key] for key in stop if key in row_of] if stop else None
+
+    return on_step
 
 
 def _check_input_size(config: AdapterConfig, lm: FrozenLM) -> None:

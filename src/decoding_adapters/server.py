@@ -19,12 +19,25 @@ How this departs from the OpenAI API:
   are trained on chat prompts); choice ``i * n + j`` is completion j of prompt i, as in OpenAI.
 - ``seed`` makes a request reproducible; without one the server draws a seed and reports it.
 - ``stop`` strings are applied to the finished text (it is cut at the first one; finish_reason
-  ``stop``). ``logprobs`` are not supported (400).
-- **Streaming is not token by token**: generation is batched, so the stream is sent once the request's
-  completions are finished — per choice a role chunk (chat), one chunk with the whole text and a
-  chunk with ``finish_reason``; then a usage chunk if ``stream_options.include_usage``; then
-  ``data: [DONE]``. Because the result is awaited before the stream opens, errors are ordinary 4xx
-  responses, never half-sent streams.
+  ``stop``); a streamed row is also *stopped in the decode* where its text meets one, so its
+  ``usage`` counts the tokens up to there (a non-streamed row is decoded to its end, then cut).
+  ``logprobs`` are not supported (400).
+
+Streaming (``"stream": true``) is token by token, OpenAI's Server-Sent Events: chat sends a role
+chunk per choice, then ``delta.content`` chunks as tokens are decoded, then per choice a chunk with
+an empty delta and its ``finish_reason`` (``stop`` or ``length``); completions send ``text`` chunks
+and a last empty one with the ``finish_reason``. With ``stream_options.include_usage`` every chunk has
+``"usage": null`` and a last chunk with no choices carries the usage. Then ``data: [DONE]``. The
+``decoding_adapter`` field rides on the last chunk (per choice: action counts and the actions; a
+sequence adapter's ``action_probs`` only in non-streamed responses). Text is detokenized
+incrementally — bytes of an unfinished UTF-8 character and text that may begin a stop string are
+held back until they are settled — so the chunks add up to the non-streamed text for the same seed.
+A request is validated and tokenized before its stream opens, so its own errors are ordinary 4xx
+responses; a failure after the first token is sent as an ``{"error": ...}`` event (the ``openai``
+client raises it). A client that disconnects mid-stream has its rows stopped at the next decode
+step (a queued one never starts); its batch-mates are unaffected. Batching is per decode call, not
+continuous: a request that arrives while a batch decodes joins the next one, so its first token
+waits for the running batch to end.
 
 Batching: the model is not thread-safe, so one background asyncio task owns it. Handlers validate a
 request (pydantic + limits) and queue it. The worker takes the oldest waiting request, waits
@@ -32,10 +45,13 @@ request (pydantic + limits) and queue it. The worker takes the oldest waiting re
 prompts x n) into **one** ``AdaptiveGenerator.run`` call on a single dedicated thread, so the event
 loop keeps accepting requests while the model works; requests that arrive meanwhile form the next
 batch. Every request keeps its own seeds, so its result does not depend on its batch-mates.
-Tokenizing happens on that thread too; a request whose own preparation fails there, for any reason
-(prompt plus max_tokens over the model's context, text the tokenizer refuses), gets a 400 without
-touching the others, and if a merged decode fails each request is retried alone, so one bad request
-cannot fail its neighbours.
+Tokenizing happens on the decode thread too; a request whose own preparation fails there, for any
+reason (prompt plus max_tokens over the model's context, text the tokenizer refuses), gets a 400
+without touching the others, and if a merged decode fails each request is retried alone, so one bad
+request cannot fail its neighbours (a stream whose first tokens are already out ends with an error
+event instead). Streams batch like any request: after every decode step the worker's ``on_tokens``
+callback (on the decode thread) hands each streaming request its rows' new tokens (``JobStream``),
+which posts text events to the request's handler on the event loop.
 """
 
 from __future__ import annotations
@@ -46,11 +62,12 @@ import logging
 import secrets
 import time
 import uuid
-from collections import deque
+from collections import Counter, defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, Sequence
+from functools import partial
+from typing import Annotated, Any, AsyncIterator, Literal, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -260,10 +277,188 @@ class Job:
     max_tokens: int
     seed: int
     future: asyncio.Future | None = field(default=None, repr=False)
+    stream: JobStream | None = field(default=None, repr=False)
+    """Set for a streaming request: its rows' tokens go out as they are produced."""
 
     @property
     def rows(self) -> int:
         return len(self.prompts) * self.n
+
+
+class IncrementalDetokenizer:
+    """The text of one completion as its tokens arrive, never cutting a character in two.
+
+    A byte-level tokenizer spreads a multi-byte character (an accented letter, an emoji) over
+    several tokens, and decoding a prefix of them ends in U+FFFD. As vLLM does, each new token is
+    decoded within a short window of recent tokens (``ids[prefix:]`` against ``ids[prefix:read]``,
+    which also keeps SentencePiece's leading spaces right) and its text is released only when it
+    does not end in U+FFFD. ``finish`` releases whatever the whole completion decodes to beyond the
+    text released so far, so the streamed text adds up to the non-streamed text."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.prefix = self.read = 0
+        self.text = ""
+        """Everything released so far."""
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def push(self, token_id: int) -> str:
+        """Add a token; the text it completes ("" while a character is still incomplete)."""
+        self.ids.append(token_id)
+        before = self._decode(self.ids[self.prefix : self.read])
+        after = self._decode(self.ids[self.prefix :])
+        if len(after) <= len(before) or after.endswith("\ufffd"):
+            return ""
+        delta = after[len(before) :]
+        self.prefix, self.read = self.read, len(self.ids)
+        self.text += delta
+        return delta
+
+    def finish(self) -> str:
+        """The completion ended: the rest of its text (held bytes included, as the full decode has them)."""
+        full = self._decode(self.ids)
+        if not full.startswith(self.text):
+            log.debug("streamed text %r is not a prefix of the full decode %r", self.text, full)
+            return ""
+        delta = full[len(self.text) :]
+        self.text = full
+        return delta
+
+
+def _first_stop(text: str, stops: Sequence[str]) -> int | None:
+    cuts = [text.find(s) for s in stops if s in text]
+    return min(cuts) if cuts else None
+
+
+def _held_back(text: str, stops: Sequence[str]) -> int:
+    """Characters at the end of ``text`` that could be the start of a stop string (not sent yet)."""
+    held = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), held, -1):
+            if text.endswith(s[:k]):
+                held = k
+                break
+    return held
+
+
+@dataclass
+class _RowStream:
+    detokenizer: IncrementalDetokenizer
+    sent: int = 0
+    """Characters of ``detokenizer.text`` already sent."""
+    tokens: int = 0
+    actions: list[int] = field(default_factory=list)
+    finished: bool = False
+
+
+class JobStream:
+    """A streaming request's share of a batched decode.
+
+    On the decode thread, ``take`` turns its rows' new tokens into events — ``("text", choice,
+    text)``, ``("finish", choice, reason)``, finally ``("done", usage, adapter_choices)`` — and
+    posts each step's events to ``queue`` on the event loop, where the request's handler turns
+    them into SSE chunks. Text that could begin a stop string is held back until it cannot; a row
+    that meets one is finished (``stop``) and stopped in the decode. When the client goes away the
+    handler sets ``cancelled`` and the row's next step stops them all, freeing their batch rows."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, n: int, stop: str | list[str] | None,
+                 echo: Sequence[str] | None, action_names: Sequence[str], kind: str) -> None:
+        self.loop, self.n, self.echo, self.action_names, self.kind = loop, n, echo, list(action_names), kind
+        self.stops = [stop] if isinstance(stop, str) else list(stop or [])
+        self.queue: asyncio.Queue[list[tuple]] = asyncio.Queue()
+        self.rows: list[_RowStream] = []
+        self.prompt_tokens = 0
+        self.cancelled = False
+        """Set by the handler (event loop) when the client has gone away."""
+        self.received = False
+        """Decode thread: a token has arrived (a failed decode can no longer be retried unseen)."""
+        self.done = False
+        """Every row finished, or the stream failed: nothing more is posted."""
+
+    def _post(self, events: list[tuple]) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, events)
+        except RuntimeError:  # the loop is closed: the server is gone, and the client with it
+            self.done = True
+
+    # -- decode thread --
+    def start(self, tokenizer, prompt_tokens: Sequence[int]) -> None:
+        """The request is prepared (its response can start): one row per prompt x n."""
+        self.rows = [_RowStream(IncrementalDetokenizer(tokenizer)) for _ in range(len(prompt_tokens) * self.n)]
+        self.prompt_tokens = sum(prompt_tokens)
+        events: list[tuple] = [("start",)]
+        if self.echo is not None:
+            events += [("text", i, self.echo[i // self.n]) for i in range(len(self.rows))]
+        self._post(events)
+
+    def take(self, tokens: list[tuple[int, Any]]) -> list[tuple[int, int]]:
+        """``(prompt k of this job, TokenEvent)`` pairs of one step; returns the ``(k, j)`` rows to stop."""
+        self.received = True
+        if self.done:
+            return []
+        if self.cancelled:
+            self.done = True
+            return [(k, event.completion) for k, event in tokens]
+        events, stop = [], []
+        for k, event in tokens:
+            index = k * self.n + event.completion
+            row = self.rows[index]
+            if row.finished:
+                continue
+            row.tokens += 1
+            row.actions.append(event.action)
+            row.detokenizer.push(event.token_id)
+            reason = event.finish_reason
+            if reason is not None:
+                row.detokenizer.finish()
+            text = row.detokenizer.text
+            cut = _first_stop(text, self.stops)
+            if cut is not None:  # the text ends before the stop string, and so does the row
+                text, safe = text[:cut], cut
+                if reason is None:
+                    stop.append((k, event.completion))
+                reason = "stop"
+            else:
+                safe = len(text) if reason is not None else len(text) - _held_back(text, self.stops)
+            if safe > row.sent:
+                events.append(("text", index, text[row.sent : safe]))
+                row.sent = safe
+            if reason is not None:
+                row.finished = True
+                events.append(("finish", index, reason))
+        if all(row.finished for row in self.rows):
+            self.done = True
+            events.append(("done", self._usage(), self._adapter_choices()))
+        if events:
+            self._post(events)
+        return stop
+
+    def _usage(self) -> dict:
+        completion = sum(row.tokens for row in self.rows)
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": completion,
+                "total_tokens": self.prompt_tokens + completion}
+
+    def _adapter_choices(self) -> list[dict]:
+        out = []
+        for index, row in enumerate(self.rows):
+            names = [self.action_names[a] for a in row.actions]
+            info: dict = {"index": index, "action_counts": dict(Counter(names).most_common())}
+            if self.kind == "sequence":
+                info["action"] = names[0] if names else None
+            else:
+                info["token_actions"] = row.actions
+            out.append(info)
+        return out
+
+    # -- either thread --
+    def fail(self, err: ApiError) -> None:
+        """End the stream with an error (before it started: the handler answers it as an ordinary 4xx/5xx)."""
+        if not self.done:
+            self.done = True
+            self._post([("error", err)])
 
 
 class BatchingWorker:
@@ -271,7 +466,8 @@ class BatchingWorker:
 
     def __init__(self, generator, limits: ServerLimits, deterministic_policy: bool = True):
         self.generator, self.limits, self.deterministic_policy = generator, limits, deterministic_policy
-        self.stats = {"requests": 0, "batches": 0, "rows": 0, "max_rows_in_batch": 0, "failed_batches": 0}
+        self.stats = {"requests": 0, "batches": 0, "rows": 0, "max_rows_in_batch": 0, "failed_batches": 0,
+                      "streams": 0, "disconnected_rows": 0}
         self._pending: deque[Job] = deque()
         self._running: list[Job] = []  # the batch on the decode thread
         self._task: asyncio.Task | None = None
@@ -299,13 +495,29 @@ class BatchingWorker:
             except asyncio.CancelledError:
                 pass
         for job in unfinished:
-            if not job.future.done():
+            if job.stream is not None:
+                job.stream.fail(ApiError(503, "server is shutting down", type="server_error"))
+            elif not job.future.done():
                 job.future.set_exception(ApiError(503, "server is shutting down", type="server_error"))
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def submit(self, job: Job):
         """Queue ``job`` and wait for its list of ``Generation``s (or its error)."""
+        self._enqueue(job)
+        return await job.future
+
+    async def submit_stream(self, job: Job) -> list[tuple]:
+        """Queue a streaming ``job`` (``job.stream`` set) and wait until it is prepared: returns its
+        first events; a request that fails before that raises its ``ApiError`` (an ordinary response)."""
+        self._enqueue(job)
+        self.stats["streams"] += 1
+        first = await job.stream.queue.get()
+        if first[0][0] == "error":
+            raise first[0][1]
+        return first
+
+    def _enqueue(self, job: Job) -> None:
         if not self.alive:
             raise ApiError(503, "the generation worker is not running", type="server_error")
         if len(self._pending) >= self.limits.max_queue:
@@ -314,7 +526,6 @@ class BatchingWorker:
         job.future = asyncio.get_running_loop().create_future()
         self._pending.append(job)
         self._wakeup.set()
-        return await job.future
 
     async def _loop(self) -> None:
         while True:
@@ -335,12 +546,25 @@ class BatchingWorker:
             finally:
                 self._running = []
             for job, outcome in zip(batch, outcomes):
-                if job.future.done():  # the client went away
-                    continue
-                if isinstance(outcome, BaseException):
-                    job.future.set_exception(outcome)
-                else:
-                    job.future.set_result(outcome)
+                self._deliver(job, outcome)
+
+    @staticmethod
+    def _deliver(job: Job, outcome) -> None:
+        if job.stream is not None:  # its results went out while decoding; only a failure is left to say
+            if isinstance(outcome, BaseException):
+                job.stream.fail(outcome if isinstance(outcome, ApiError) else
+                                ApiError(500, f"generation failed: {outcome}", type="server_error"))
+            elif not job.stream.done:
+                job.stream.fail(ApiError(500, "the decode ended before the stream's completions", type="server_error"))
+            if not job.future.done():
+                job.future.set_result(None)
+            return
+        if job.future.done():  # the client went away
+            return
+        if isinstance(outcome, BaseException):
+            job.future.set_exception(outcome)
+        else:
+            job.future.set_result(outcome)
 
     def _take_batch(self) -> list[Job]:
         """The oldest waiting jobs whose rows fit in ``max_batch`` (the first one always)."""
@@ -370,10 +594,11 @@ class BatchingWorker:
                 log.warning("request %d of a batch failed in preparation: %s: %s", i, type(err).__name__, err)
                 outcomes[i] = ApiError(400, f"the request could not be prepared: {type(err).__name__}: {err}",
                                        param="prompt", code="invalid_value")
+        self._start_streams(batch, prepared, outcomes)
         merged = [p for i in prepared for p in prepared[i]]
         self._count(batch, prepared)
         try:
-            gens = self.generator.run(merged, self.deterministic_policy) if merged else []
+            gens = self._decode(merged, self._stream_callback(batch, prepared, list(prepared))) if merged else []
         except Exception:
             log.exception("merged decode of %d requests failed; retrying each alone", len(prepared))
             self.stats["failed_batches"] += 1
@@ -386,12 +611,59 @@ class BatchingWorker:
 
     def _run_alone(self, batch, prepared: dict, outcomes: list) -> list:
         for i in prepared:
+            stream = batch[i].stream
+            if stream is not None and stream.received:  # its first tokens are out: a rerun would repeat them
+                outcomes[i] = ApiError(500, "generation failed while streaming", type="server_error")
+                continue
             try:
-                outcomes[i] = self.generator.run(prepared[i], self.deterministic_policy)
+                outcomes[i] = self._decode(prepared[i], self._stream_callback(batch, prepared, [i]))
             except Exception as err:
                 log.exception("request failed")
                 outcomes[i] = ApiError(500, f"generation failed: {err.__class__.__name__}: {err}", type="server_error")
         return outcomes
+
+    def _decode(self, prepared: list, on_tokens) -> list:
+        if on_tokens is None:  # no stream in this batch: the plain call
+            return self.generator.run(prepared, self.deterministic_policy)
+        return self.generator.run(prepared, self.deterministic_policy, on_tokens=on_tokens)
+
+    def _start_streams(self, batch: list[Job], prepared: dict, outcomes: list) -> None:
+        """Streams whose request is prepared can open their response now; the others fail now."""
+        for i, job in enumerate(batch):
+            if job.stream is None:
+                continue
+            if i in prepared:
+                job.stream.start(self.generator.lm.tokenizer, [len(p.prompt_ids) for p in prepared[i]])
+            else:
+                job.stream.fail(outcomes[i])
+
+    def _stream_callback(self, batch: list[Job], prepared: dict, order: list[int]):
+        """``on_tokens`` for a decode of the jobs ``order`` (their prepared prompts concatenated in that
+        order): hands each streaming job its rows' tokens, and returns the rows its stream stops."""
+        streams = {i: batch[i].stream for i in order if batch[i].stream is not None}
+        if not streams:
+            return None
+        owner, first = [], {}  # merged prompt position -> (job, its prompt k); job -> its first position
+        for i in order:
+            first[i] = len(owner)
+            owner += [(i, k) for k in range(len(prepared[i]))]
+
+        def on_tokens(events) -> list[tuple[int, int]]:
+            by_job = defaultdict(list)
+            for event in events:
+                i, k = owner[event.prompt]
+                if i in streams:
+                    by_job[i].append((k, event))
+            stop = []
+            for i, tokens in by_job.items():
+                stream = streams[i]
+                rows = stream.take(tokens)
+                if stream.cancelled:
+                    self.stats["disconnected_rows"] += len(rows)
+                stop += [(first[i] + k, j) for k, j in rows]
+            return stop
+
+        return on_tokens
 
     def _count(self, batch: list[Job], prepared: dict) -> None:
         rows = sum(batch[i].rows for i in prepared)
@@ -499,35 +771,67 @@ def _chat_body(meta: dict, choices: list[Choice], usage: dict, adapter: dict) ->
          "logprobs": None} for c in choices]}
 
 
-def _completion_chunks(meta: dict, choices: list[Choice], usage: dict | None, adapter: dict) -> list[dict]:
-    chunk = {**meta, "object": "text_completion"}
-    events = []
-    for c in choices:
-        events.append({**chunk, "choices": [{"index": c.index, "text": c.text, "finish_reason": None, "logprobs": None}]})
-        events.append({**chunk, "choices": [{"index": c.index, "text": "", "finish_reason": c.finish_reason, "logprobs": None}]})
-    events[-1]["decoding_adapter"] = adapter
-    if usage is not None:
-        events.append({**chunk, "choices": [], "usage": usage})
-    return events
+def _stream_chunks(events: list[tuple], meta: dict, chat: bool, include_usage: bool, adapter: dict,
+                   num_choices: int) -> tuple[list[dict], bool]:
+    """OpenAI chunks for one step's events of a stream, and whether the stream is over.
 
+    Chat: a role chunk per choice first, then ``delta.content`` chunks, then a chunk with an empty
+    delta and the ``finish_reason``; completions: ``text`` chunks, then an empty text with the
+    ``finish_reason``. With ``include_usage`` every chunk has ``"usage": null`` and a last chunk with
+    no choices carries the usage. ``decoding_adapter`` rides on the last chunk."""
+    base = {**meta, "object": "chat.completion.chunk" if chat else "text_completion"}
+    if include_usage:
+        base["usage"] = None
 
-def _chat_chunks(meta: dict, choices: list[Choice], usage: dict | None, adapter: dict) -> list[dict]:
-    chunk = {**meta, "object": "chat.completion.chunk"}
-    events = []
-    for c in choices:
-        for delta in ({"role": "assistant", "content": ""}, {"content": c.text}):
-            events.append({**chunk, "choices": [{"index": c.index, "delta": delta, "finish_reason": None, "logprobs": None}]})
-        events.append({**chunk, "choices": [{"index": c.index, "delta": {}, "finish_reason": c.finish_reason, "logprobs": None}]})
-    events[-1]["decoding_adapter"] = adapter
-    if usage is not None:
-        events.append({**chunk, "choices": [], "usage": usage})
-    return events
+    def choice(index: int, content: str | None, finish_reason: str | None, role: bool = False) -> dict:
+        if chat:
+            delta = {"role": "assistant", "content": ""} if role else ({} if content is None else {"content": content})
+            body = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        else:
+            body = {"index": index, "text": content or "", "logprobs": None, "finish_reason": finish_reason}
+        return {**base, "choices": [body]}
 
-
-async def _sse(events: list[dict]):
+    chunks, over = [], False
     for event in events:
-        yield f"data: {json.dumps(event)}\n\n"
-    yield "data: [DONE]\n\n"
+        kind = event[0]
+        if kind == "start":
+            chunks += [choice(i, None, None, role=True) for i in range(num_choices)] if chat else []
+        elif kind == "text":
+            chunks.append(choice(event[1], event[2], None))
+        elif kind == "finish":
+            chunks.append(choice(event[1], None, event[2]))
+        elif kind == "done":
+            over, (usage, choices) = True, event[1:]
+            if include_usage:
+                chunks.append({**base, "choices": [], "usage": usage})
+            if chunks:
+                chunks[-1]["decoding_adapter"] = {**adapter, "choices": choices}
+        elif kind == "error":
+            err: ApiError = event[1]
+            chunks.append({"error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}})
+            over = True
+    return chunks, over
+
+
+async def _sse(first: list[tuple], stream: JobStream, job: Job, to_chunks) -> AsyncIterator[str]:
+    """The SSE body of a stream: chunks as the decode thread posts events, then ``[DONE]``. Leaving
+    early (the client went away: the response task is cancelled) marks the stream cancelled, so its
+    rows stop at the next decode step, or never start when it was still queued."""
+    try:
+        events = first
+        while True:
+            chunks, over = to_chunks(events)
+            for chunk in chunks:
+                yield f"data: {json.dumps(chunk)}\n\n"
+            if over:
+                break
+            events = await stream.queue.get()
+        yield "data: [DONE]\n\n"
+    finally:
+        if not stream.done:
+            stream.cancelled = True
+        if job.future is not None and not job.future.done():
+            job.future.cancel()
 
 
 def _validation_message(err: RequestValidationError) -> tuple[str, str | None]:
@@ -573,18 +877,29 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
 
     app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes)  # outermost: before the API key
 
+    def response_meta(req: _Common, chat: bool) -> dict:
+        return {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
+                "model": req.model or model_name}
+
     async def answer(req: _Common, job: Job, echo: Sequence[str] | None, chat: bool):
+        if req.stream:
+            return await stream(req, job, echo, chat)
         gens = await worker.submit(job)
         choices = _choices(gens, req, echo)
-        body_fn, chunks_fn = (_chat_body, _chat_chunks) if chat else (_completion_body, _completion_chunks)
-        meta = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
-                "model": req.model or model_name}
+        body_fn = _chat_body if chat else _completion_body
         adapter, usage = _adapter_field(generator, req, job.seed, choices, deterministic_policy), _usage(gens)
-        if not req.stream:
-            return body_fn(meta, choices, usage, adapter)
+        return body_fn(response_meta(req, chat), choices, usage, adapter)
+
+    async def stream(req: _Common, job: Job, echo: Sequence[str] | None, chat: bool):
+        job.stream = JobStream(asyncio.get_running_loop(), job.n, req.stop, echo, generator.action_set.names,
+                               generator.kind)
+        first = await worker.submit_stream(job)  # errors before the first token are ordinary responses
         include_usage = req.stream_options is not None and req.stream_options.include_usage
-        events = chunks_fn(meta, choices, usage if include_usage else None, adapter)
-        return StreamingResponse(_sse(events), media_type="text/event-stream",
+        adapter = _adapter_field(generator, req, job.seed, [], deterministic_policy)
+        del adapter["choices"]
+        to_chunks = partial(_stream_chunks, meta=response_meta(req, chat), chat=chat, include_usage=include_usage,
+                            adapter=adapter, num_choices=job.rows)
+        return StreamingResponse(_sse(first, job.stream, job, to_chunks), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     @app.post("/v1/completions")

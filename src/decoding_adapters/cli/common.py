@@ -5,6 +5,8 @@ and a training run's output directory. Each group is derived from one dataclass
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from dataclasses import dataclass
 from typing import Literal
 
@@ -50,6 +52,10 @@ class TaskOptions:
     """system prompt preset (e.g. qwen3-math-nothink) or literal text"""
     max_problems: int | None = None
     """use at most this many problems of the split"""
+    verifier: str | None = None
+    """your own task's verifier as module:function, e.g. mypkg.check:score (task jsonl; default: exact match)"""
+    verifier_timeout_s: float | None = None
+    """seconds one verifier call may take before it scores 0 (task jsonl; default 10)"""
 
     def __post_init__(self) -> None:
         if self.max_problems is not None and self.max_problems < 1:  # 0 would silently mean "all"
@@ -120,6 +126,13 @@ def task_options(args) -> dict:
         options["data"] = args.data
     if args.system_prompt is not None:
         options["system_prompt"] = args.system_prompt
+    # --verifier / --verifier-timeout-s reach tasks that take them (jsonl); get_task names any task that does not
+    for name in ("verifier", "verifier_timeout_s"):
+        if getattr(args, name, None) is not None:
+            options[name] = getattr(args, name)
+    if options.get("verifier") and "" not in sys.path and os.getcwd() not in sys.path:
+        # `module:function` from the current folder, as with `python -m` (a console script lacks it)
+        sys.path.append(os.getcwd())
     return options
 
 

@@ -25,6 +25,7 @@ from ..evaluation import (
     select_best_action,
     static_method,
 )
+from ..policies import add_evaluation
 from ..report import write_report
 from ..rollouts import HFRollouts, Rollouts
 from . import common as cli_common
@@ -177,4 +178,16 @@ def run_cli(args) -> int:
     print(f"\nwrote {paths['results']} and {paths['details']}")
     if args.report:
         print(f"report: {write_report(args.out, ev.results, ev.details)}")
+    _add_evaluation_to_cards(args.adapter, args.out)
     return 0
+
+
+def _add_evaluation_to_cards(adapter_specs: Sequence[str], eval_dir: str) -> None:
+    """Rewrite the model card of every adapter directory scored here with this evaluation's table;
+    a card that cannot be written (a read-only directory) is a warning, not a failed evaluation."""
+    for _, path in _parse_adapter_args(adapter_specs):
+        for adapter_dir in path.split(","):
+            try:
+                print(f"model card: {add_evaluation(adapter_dir, eval_dir)}")
+            except (OSError, ValueError, TypeError) as err:
+                log.warning("could not add the evaluation to the model card of %s: %s", adapter_dir, err)
