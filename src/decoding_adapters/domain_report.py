@@ -1,0 +1,368 @@
+"""Tables for mixed-domain training and out-of-distribution evaluation (issue 15), from several
+evaluations of the same adapters.
+
+Input everywhere: ``evaluations``, a mapping ``"task:split"`` -> ``(results, details)`` as
+``evaluate`` writes them (``results.json``, ``eval_details.json``), where ``details["config"]["ood"]``
+holds each adapter's training task (``evaluation.ood``). Methods are matched across evaluations by
+what they are (level, variant, and whether they were trained on the evaluated domain alone, on a
+mix containing it, or on something else), not by name.
+
+- :func:`mixed_domain_table`: the paper's mixed-domain table side by side: for each domain's own
+  test split, Best, Mixed, the single-domain adapters and the mixed-domain adapters, with the
+  difference to Best and its paired 95% interval;
+- :func:`gain_table`: single-domain gain vs mixed gain over Best, and mixed minus single (paired);
+- :func:`ood_table`: every OOD evaluation of an adapter (held-out families, another task), its gain
+  over Best there and its in-distribution gain for comparison;
+- :func:`pattern_notes`: whether the paper's pattern holds (mixed gains smaller than single-domain
+  gains; OOD gains kept), counted over the cells above.
+
+Every figure is computed from the evaluations; nothing is fixed in advance.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, NamedTuple, Sequence
+
+from .evaluation.ood import training_domains
+from .report import compare
+from .stats import format_interval
+
+__all__ = [
+    "Evaluations",
+    "AdapterRow",
+    "adapter_rows",
+    "mixed_domain_table",
+    "gain_table",
+    "ood_table",
+    "pattern_notes",
+    "domains_markdown",
+]
+
+Evaluations = Mapping[str, tuple[Mapping, Mapping]]
+"""``"task:split"`` -> ``(results, details)``."""
+
+VARIANT_ORDER = {"sequence": 0, "token": 1}
+ROLE_ORDER = {"w/o budget": 0, "w/ budget": 1, "entropy-only": 2}
+
+
+class AdapterRow(NamedTuple):
+    """One adapter column of an evaluation, described by what it is."""
+
+    name: str
+    """Method name in the evaluation."""
+    level: str
+    """``sequence`` or ``token``."""
+    role: str
+    """``w/ budget``, ``w/o budget`` or ``entropy-only``."""
+    train_task: str
+    """What it was trained on (``adapter.json`` ``task``)."""
+    trained: str
+    """``single`` (on the evaluated task alone), ``mix`` (a mix containing it) or ``other``."""
+    ood: bool | None
+    """Whether this evaluation is out of distribution for it."""
+    label: str
+    """``train task -> eval task[:split]``."""
+
+
+def _split_key(key: str) -> tuple[str, str]:
+    task, _, split = key.rpartition(":")
+    return (task, split) if task else (key, "test")
+
+
+def adapter_rows(key: str, details: Mapping) -> list[AdapterRow]:
+    """The adapters of the evaluation ``key`` (``"task:split"``), in table order."""
+    task, _ = _split_key(key)
+    labels = (details.get("config") or {}).get("ood") or {}
+    methods = details.get("methods") or {}
+    rows = []
+    for name, label in labels.items():
+        info = methods.get(name, {})
+        train = label.get("train_task", "")
+        domains = training_domains(train)
+        trained = "single" if domains == [task] else "mix" if task in domains else "other"
+        rows.append(
+            AdapterRow(name, info.get("level", "sequence"), info.get("role", ""), train, trained, label.get("ood"),
+                       label.get("label", ""))
+        )
+    return sorted(rows, key=lambda r: (VARIANT_ORDER.get(r.level, 9), ROLE_ORDER.get(r.role, 9), r.trained))
+
+
+def _metrics(evaluations: Evaluations, metrics: Sequence[str] | None) -> list[str]:
+    if metrics:
+        return list(metrics)
+    results = next(iter(evaluations.values()))[0]
+    return [m for m in next(iter(results.values())) if m.startswith("pass@")]
+
+
+def _value(results: Mapping, name: str, metric: str) -> str:
+    entry = results.get(name, {}).get(metric)
+    if entry is None:
+        return "-"
+    low, high = entry.get("ci_low"), entry.get("ci_high")
+    return format_interval(
+        entry["mean"] * 100, None if low is None else low * 100, None if high is None else high * 100
+    )
+
+
+def _delta(results, details, name: str, baseline: str, metric: str) -> dict | None:
+    if name not in results or baseline not in results:
+        return None
+    conf = (details.get("config") or {}).get("confidence", 0.95)
+    return compare(results, details, name, baseline, metric, conf)
+
+
+def _delta_text(c: Mapping | None) -> str:
+    if c is None:
+        return "-"
+    text = f"{c['diff'] * 100:+.1f}"
+    if not math.isnan(c["low"]):
+        text += f" [{c['low'] * 100:+.1f}, {c['high'] * 100:+.1f}]"
+    if not math.isnan(c["low"]) and c["low"] > 0:
+        text += " ✔"
+    elif not math.isnan(c["high"]) and c["high"] < 0:
+        text += " ✘"
+    return text
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _variant(r: AdapterRow) -> str:
+    return f"{'Seq' if r.level == 'sequence' else 'Token'} {r.role}"
+
+
+def _in_domain(evaluations: Evaluations, domains: Sequence[str]) -> list[tuple[str, str]]:
+    """``(domain, key)`` of each domain's own test evaluation present in ``evaluations``."""
+    return [(d, f"{d}:test") for d in domains if f"{d}:test" in evaluations]
+
+
+def _row_keys(evaluations: Evaluations, cells: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    keys: dict[tuple[str, str, str], None] = {}
+    for _, key in cells:
+        for r in adapter_rows(key, evaluations[key][1]):
+            if r.trained in ("single", "mix"):
+                keys[(r.level, r.role, r.trained)] = None
+    return sorted(keys, key=lambda k: (VARIANT_ORDER.get(k[0], 9), ROLE_ORDER.get(k[1], 9), k[2] != "single"))
+
+
+def _find(evaluations: Evaluations, key: str, level: str, role: str, trained: str) -> AdapterRow | None:
+    for r in adapter_rows(key, evaluations[key][1]):
+        if (r.level, r.role, r.trained) == (level, role, trained):
+            return r
+    return None
+
+
+def mixed_domain_table(
+    evaluations: Evaluations, domains: Sequence[str], metrics: Sequence[str] | None = None, baseline: str = "Best"
+) -> str:
+    """Markdown: per metric, Best / Mixed / single-domain / mixed-domain adapters on each domain's own
+    test split, value ± CI and Δ vs ``baseline`` with its paired interval. "" without those evaluations."""
+    cells = _in_domain(evaluations, domains)
+    if not cells:
+        return ""
+    header = ["metric", "method", "trained on"]
+    for d, _ in cells:
+        header += [f"{d} (%)", f"Δ vs {baseline} [95% CI]"]
+    lines = [_row(header), _row(["---", "---", "---"] + ["---:"] * (2 * len(cells)))]
+    for metric in _metrics(evaluations, metrics):
+        label = metric.replace("pass@", "Pass@")
+        for static in ("Best", "Mixed"):
+            row = [label, static, "-"]
+            for _, key in cells:
+                results, details = evaluations[key]
+                row += [_value(results, static, metric),
+                        "" if static == baseline else _delta_text(_delta(results, details, static, baseline, metric))]
+            lines.append(_row(row))
+        for level, role, trained in _row_keys(evaluations, cells):
+            found = [(_find(evaluations, key, level, role, trained), key) for _, key in cells]
+            name = _variant(AdapterRow("", level, role, "", trained, None, ""))
+            where = ", ".join(dict.fromkeys(r.train_task for r, _ in found if r)) if trained == "mix" else "its domain"
+            row = [label, name, f"{trained}: {where}"]
+            for r, key in found:
+                results, details = evaluations[key]
+                row += ["-", "-"] if r is None else [
+                    _value(results, r.name, metric), _delta_text(_delta(results, details, r.name, baseline, metric))
+                ]
+            lines.append(_row(row))
+    return "\n".join(lines)
+
+
+def _mix_minus_single(evaluations, key, single: AdapterRow, mix: AdapterRow, metric: str) -> dict | None:
+    results, details = evaluations[key]
+    return _delta(results, details, mix.name, single.name, metric)
+
+
+def gain_table(
+    evaluations: Evaluations, domains: Sequence[str], metrics: Sequence[str] | None = None, baseline: str = "Best"
+) -> str:
+    """Markdown: for each adapter variant, domain and metric, the gain over ``baseline`` of the
+    single-domain adapter, of the mixed-domain adapter, and mixed minus single (paired per problem)."""
+    cells = _in_domain(evaluations, domains)
+    variants = {(lv, rl) for lv, rl, _ in _row_keys(evaluations, cells)}
+    lines = [
+        _row(["metric", "adapter", "domain", f"single − {baseline}", f"mix − {baseline}", "mix − single"]),
+        _row(["---", "---", "---", "---:", "---:", "---:"]),
+    ]
+    count = 0
+    for metric in _metrics(evaluations, metrics):
+        for level, role in sorted(variants, key=lambda v: (VARIANT_ORDER.get(v[0], 9), ROLE_ORDER.get(v[1], 9))):
+            for d, key in cells:
+                single = _find(evaluations, key, level, role, "single")
+                mix = _find(evaluations, key, level, role, "mix")
+                if single is None or mix is None:
+                    continue
+                results, details = evaluations[key]
+                lines.append(_row([
+                    metric.replace("pass@", "Pass@"),
+                    _variant(single),
+                    d,
+                    _delta_text(_delta(results, details, single.name, baseline, metric)),
+                    _delta_text(_delta(results, details, mix.name, baseline, metric)),
+                    _delta_text(_mix_minus_single(evaluations, key, single, mix, metric)),
+                ]))
+                count += 1
+    return "\n".join(lines) if count else ""
+
+
+def _ood_entries(evaluations: Evaluations):
+    for key, (_, details) in evaluations.items():
+        for r in adapter_rows(key, details):
+            if r.ood:
+                yield key, r
+
+
+def _in_distribution_gain(evaluations: Evaluations, r: AdapterRow, metric: str, baseline: str) -> dict | None:
+    """The gain over ``baseline`` of the adapter ``r`` on the test split of its own training task
+    (for a mix: the first domain whose evaluation holds it)."""
+    for d in training_domains(r.train_task):
+        key = f"{d}:test"
+        if key not in evaluations:
+            continue
+        results, details = evaluations[key]
+        for other in adapter_rows(key, details):
+            if (other.level, other.role, other.train_task) == (r.level, r.role, r.train_task):
+                return _delta(results, details, other.name, baseline, metric)
+    return None
+
+
+def ood_table(evaluations: Evaluations, metrics: Sequence[str] | None = None, baseline: str = "Best") -> str:
+    """Markdown: every adapter evaluated out of distribution (``train -> eval``), pass@k there, its
+    gain over that evaluation's ``baseline`` (paired), and its gain in distribution for comparison."""
+    entries = list(_ood_entries(evaluations))
+    if not entries:
+        return ""
+    lines = [
+        _row(["metric", "OOD (train task -> eval)", "adapter", "pass@k (%)", f"{baseline} (%)",
+              f"Δ vs {baseline} OOD [95% CI]", f"Δ vs {baseline} in distribution"]),
+        _row(["---", "---", "---", "---:", "---:", "---:", "---:"]),
+    ]
+    for metric in _metrics(evaluations, metrics):
+        for key, r in entries:
+            results, details = evaluations[key]
+            lines.append(_row([
+                metric.replace("pass@", "Pass@"),
+                f"`{r.label}`",
+                _variant(r),
+                _value(results, r.name, metric),
+                _value(results, baseline, metric),
+                _delta_text(_delta(results, details, r.name, baseline, metric)),
+                _delta_text(_in_distribution_gain(evaluations, r, metric, baseline)),
+            ]))
+    return "\n".join(lines)
+
+
+def _sign(c: Mapping | None) -> str:
+    if c is None:
+        return "missing"
+    if not math.isnan(c["low"]) and c["low"] > 0:
+        return "better"
+    if not math.isnan(c["high"]) and c["high"] < 0:
+        return "worse"
+    return "ahead" if c["diff"] > 0 else "behind" if c["diff"] < 0 else "tie"
+
+
+def pattern_notes(
+    evaluations: Evaluations, domains: Sequence[str], metrics: Sequence[str] | None = None, baseline: str = "Best"
+) -> list[str]:
+    """The closing note: does the paper's pattern hold here? Counted over (variant, domain, metric)
+    cells: (1) the mixed-domain adapter's gain over ``baseline`` is smaller than the single-domain
+    adapter's; (2) adapters keep a non-negative gain over ``baseline`` out of distribution."""
+    cells = _in_domain(evaluations, domains)
+    smaller = total = significant = 0
+    single_positive = mix_positive = 0
+    for metric in _metrics(evaluations, metrics):
+        for level, role in dict.fromkeys((lv, rl) for lv, rl, _ in _row_keys(evaluations, cells)):
+            for _, key in cells:
+                single = _find(evaluations, key, level, role, "single")
+                mix = _find(evaluations, key, level, role, "mix")
+                if single is None or mix is None:
+                    continue
+                results, details = evaluations[key]
+                s = _delta(results, details, single.name, baseline, metric)
+                m = _delta(results, details, mix.name, baseline, metric)
+                diff = _mix_minus_single(evaluations, key, single, mix, metric)
+                total += 1
+                smaller += m["diff"] < s["diff"]
+                significant += _sign(diff) == "worse"
+                single_positive += s["diff"] > 0
+                mix_positive += m["diff"] > 0
+    notes = []
+    if total:
+        notes.append(
+            f"- **Mixed vs single-domain training** ({total} cells: adapter variant × domain × metric): the "
+            f"mixed-domain adapter's gain over {baseline} is smaller than the single-domain adapter's in "
+            f"{smaller}/{total} cells ({significant} with a paired interval of mix − single below zero). "
+            f"Gains over {baseline} are positive for {single_positive}/{total} single-domain and "
+            f"{mix_positive}/{total} mixed-domain cells. The paper's pattern (mixed gains positive but smaller) "
+            + ("**holds**" if smaller > total / 2 and mix_positive > total / 2 else "**does not clearly hold**")
+            + " here."
+        )
+    ood = kept = ood_better = ood_worse = 0
+    for metric in _metrics(evaluations, metrics):
+        for key, r in _ood_entries(evaluations):
+            results, details = evaluations[key]
+            c = _delta(results, details, r.name, baseline, metric)
+            if c is None:
+                continue
+            ood += 1
+            kept += c["diff"] >= 0
+            ood_better += _sign(c) == "better"
+            ood_worse += _sign(c) == "worse"
+    if ood:
+        notes.append(
+            f"- **Out of distribution** ({ood} cells: adapter × OOD evaluation × metric): the adapter's gain over "
+            f"{baseline} is ≥ 0 in {kept}/{ood} cells (significantly better in {ood_better}, significantly worse in "
+            f"{ood_worse}). The paper's pattern (OOD gains kept) "
+            + ("**holds**" if kept > ood / 2 and ood_worse == 0 else "**does not clearly hold**")
+            + " here."
+        )
+    return notes
+
+
+def domains_markdown(
+    evaluations: Evaluations, domains: Sequence[str], metrics: Sequence[str] | None = None, baseline: str = "Best"
+) -> str:
+    """The mixed-domain and OOD sections of a report (headings, tables, notes), for the demo or
+    reproduce report to include; "" when the evaluations hold neither."""
+    parts = []
+    mixed = mixed_domain_table(evaluations, domains, metrics, baseline)
+    if mixed:
+        parts += ["## Mixed-domain training", "", mixed, "",
+                  f"Δ: adapter minus {baseline} in points, with the 95% interval of the paired per-problem difference; "
+                  "✔ / ✘: the interval excludes zero. 'single' adapters were trained on the evaluated domain alone, "
+                  "'mix' adapters on the balanced mixture.", ""]
+        gains = gain_table(evaluations, domains, metrics, baseline)
+        if gains:
+            parts += ["### Single-domain vs mixed-domain gains", "", gains, ""]
+    ood = ood_table(evaluations, metrics, baseline)
+    if ood:
+        parts += ["## Out-of-distribution evaluation", "", ood, "",
+                  f"OOD: the adapter is scored on a task it was not trained on, or on held-out families (`:ood`). "
+                  f"{baseline} is the best static action of the *evaluated* task's validation split where there is "
+                  "one (see the setup).", ""]
+    notes = pattern_notes(evaluations, domains, metrics, baseline)
+    if notes:
+        parts += ["## Does the paper's pattern hold?", "", *notes, ""]
+    return "\n".join(parts)
