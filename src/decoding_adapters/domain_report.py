@@ -233,10 +233,15 @@ def _ood_entries(evaluations: Evaluations):
                 yield key, r
 
 
-def _in_distribution_gain(evaluations: Evaluations, r: AdapterRow, metric: str, baseline: str) -> dict | None:
-    """The gain over ``baseline`` of the adapter ``r`` on the test split of its own training task
-    (for a mix: the first domain whose evaluation holds it)."""
-    for d in training_domains(r.train_task):
+def _in_distribution_gain(
+    evaluations: Evaluations, key: str, r: AdapterRow, metric: str, baseline: str
+) -> dict | None:
+    """The gain over ``baseline`` of the adapter ``r`` on the test split of its own training task:
+    the evaluated task's when ``r`` trained on it (``arithmetic:ood``: ``arithmetic:test``), else
+    the first of its training domains that was evaluated."""
+    domains = training_domains(r.train_task)
+    task, _ = _split_key(key)
+    for d in sorted(domains, key=lambda d: d != task):
         key = f"{d}:test"
         if key not in evaluations:
             continue
@@ -268,7 +273,7 @@ def ood_table(evaluations: Evaluations, metrics: Sequence[str] | None = None, ba
                 _value(results, r.name, metric),
                 _value(results, baseline, metric),
                 _delta_text(_delta(results, details, r.name, baseline, metric)),
-                _delta_text(_in_distribution_gain(evaluations, r, metric, baseline)),
+                _delta_text(_in_distribution_gain(evaluations, key, r, metric, baseline)),
             ]))
     return "\n".join(lines)
 

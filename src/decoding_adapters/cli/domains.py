@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 from ..studies.domains import SIZES, DomainsConfig, run_domains
@@ -37,8 +36,21 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, DomainsConfig, title="stage sizes (override the --size preset)", overrides_only=True)
 
 
+def reproduce_command(args, cfg: DomainsConfig) -> str:
+    """The command that reproduces this run: the options, plus every size that differs from the preset."""
+    parts = ["decoding-adapters", "domains", "--out", args.out, "--size", args.size]
+    if args.model != "smollm2":
+        parts += ["--model", args.model]
+    preset = SIZES[args.size]
+    for f in fields(DomainsConfig):
+        value = getattr(cfg, f.name)
+        if value != getattr(preset, f.name):
+            text = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+            parts += [f"--{f.name.replace('_', '-')}", text]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
 def run_cli(args) -> int:
     cfg = build_config(DomainsConfig, args, base=SIZES[args.size])
-    command = "decoding-adapters " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    run_domains(args.out, cfg, model=args.model, progress=args.progress, command=command)
+    run_domains(args.out, cfg, model=args.model, progress=args.progress, command=reproduce_command(args, cfg))
     return 0
