@@ -14,6 +14,8 @@ from decoding_adapters.tasks import MixTask
 from decoding_adapters.tasks.mix import domain_of
 from decoding_adapters.training.common import group_quotas, prompt_groups, sample_prompt_batch
 from decoding_adapters.training.sequence import SequenceTrainConfig, SequenceTrainer
+from decoding_adapters.training.token import TokenTrainConfig, TokenTrainer
+from test_training_token import PomdpRollouts, T
 
 SMALL = {"arithmetic": {"train_size": 40, "validation_size": 8, "test_size": 4},
          "pyfunc": {"train_size": 10, "validation_size": 8, "test_size": 4}}
@@ -88,3 +90,24 @@ def test_sequence_trainer_balances_a_mix_per_step(tmp_path):
     for step in rewards.steps:
         assert Counter(step) == {"arithmetic": 3, "pyfunc": 3}
     assert trainer.task_name == "arithmetic+pyfunc"
+
+
+
+def test_token_trainer_balances_a_mix_per_step(tmp_path, monkeypatch):
+    mix = MixTask("arithmetic+pyfunc", options=SMALL)  # 40 arithmetic vs 10 pyfunc training problems
+    config = TokenTrainConfig(token_budget=T, steps=3, prompts_per_step=4, group_size=2, filter_samples=0,
+                              val_every=1000, val_problems=2, checkpoint_every=1000, policy_width=8,
+                              max_train_prompts=50)
+    trainer = TokenTrainer(config, FakeLM(6), mix, PomdpRollouts(), tmp_path, progress=False)
+    steps = []
+    original = TokenTrainer._request
+
+    def recording(self, problems, samples, key):
+        if key[0] == "train":
+            steps.append([domain_of(p) for p in problems])
+        return original(self, problems, samples, key)
+
+    monkeypatch.setattr(TokenTrainer, "_request", recording)
+    trainer.train()
+    assert len(steps) == 3
+    assert all(Counter(step) == {"arithmetic": 2, "pyfunc": 2} for step in steps)
