@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 
 from decoding_adapters.domain_report import (
     adapter_rows,
     domains_markdown,
     gain_table,
+    load_evaluations,
     mixed_domain_table,
     ood_table,
     pattern_notes,
@@ -108,3 +110,11 @@ def test_markdown_sections_and_empty_inputs():
     only_static = {"arithmetic:test": evaluation("arithmetic", "test", {"Best": ([0.5] * N, None, "static")})}
     assert ood_table(only_static) == "" and gain_table(only_static, ("arithmetic",)) == ""
     assert statistics.fmean(shifted(0.4, 0.0)) == 0.4
+
+
+def test_load_evaluations_reads_a_study_directory(tmp_path):
+    evals = study(0.1, 0.1)
+    (tmp_path / "results.json").write_text(json.dumps({k: r for k, (r, _) in evals.items()}))
+    (tmp_path / "eval_details.json").write_text(json.dumps({k: d for k, (_, d) in evals.items()}))
+    loaded = load_evaluations(tmp_path)
+    assert domains_markdown(loaded, ("arithmetic", "pyfunc")) == domains_markdown(evals, ("arithmetic", "pyfunc"))

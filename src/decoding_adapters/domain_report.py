@@ -21,7 +21,9 @@ Every figure is computed from the evaluations; nothing is fixed in advance.
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Mapping, NamedTuple, Sequence
 
 from .evaluation.ood import training_domains
@@ -37,6 +39,7 @@ __all__ = [
     "ood_table",
     "pattern_notes",
     "domains_markdown",
+    "load_evaluations",
 ]
 
 Evaluations = Mapping[str, tuple[Mapping, Mapping]]
@@ -63,6 +66,18 @@ class AdapterRow(NamedTuple):
     """Whether this evaluation is out of distribution for it."""
     label: str
     """``train task -> eval task[:split]``."""
+
+
+def load_evaluations(directory: str | Path) -> dict[str, tuple[dict, dict]]:
+    """The evaluations of a domains study directory (its ``results.json`` and ``eval_details.json``,
+    both keyed ``"task:split"``), e.g. ``docs/domains``, for :func:`domains_markdown`."""
+    directory = Path(directory)
+    results = json.loads((directory / "results.json").read_text())
+    details = json.loads((directory / "eval_details.json").read_text())
+    missing = sorted(set(results) - set(details))
+    if missing:
+        raise ValueError(f"{directory}: eval_details.json has no details for {missing}")
+    return {key: (results[key], details[key]) for key in results}
 
 
 def _split_key(key: str) -> tuple[str, str]:
