@@ -283,14 +283,24 @@ def run_domains(out: str | Path, cfg: DomainsConfig, *, model: str = "smollm2", 
             evaluations[eval_key(d, split)] = _evaluate(lm, out, cfg, d, split, mix.name, actions, model, progress)
 
     _log(started, "report")
-    write_domains_report(out, evaluations, cfg, model=model, command=command,
-                         minutes=(time.perf_counter() - started) / 60)
+    wall = _add_wall_time(out, (time.perf_counter() - started) / 60)
+    write_domains_report(out, evaluations, cfg, model=model, command=command, minutes=wall["minutes"],
+                         runs=wall["runs"])
     _log(started, f"done: {out / 'report.md'}")
     return {key: results for key, (results, _) in evaluations.items()}
 
 
+def _add_wall_time(out: Path, minutes: float) -> dict:
+    """Add this run's minutes to ``wall_time.json`` (a resumed study is timed over all its runs)."""
+    path = out / "wall_time.json"
+    total = json.loads(path.read_text()) if path.is_file() else {"minutes": 0.0, "runs": 0}
+    total = {"minutes": round(total["minutes"] + minutes, 2), "runs": total["runs"] + 1}
+    write_json(path, total)
+    return total
+
+
 def write_domains_report(out: Path, evaluations: dict, cfg: DomainsConfig, *, model: str, command: str,
-                         minutes: float) -> Path:
+                         minutes: float, runs: int = 1) -> Path:
     """``report.md``, ``results.json`` (``{"task:split": results}``) and ``eval_details.json``
     (``{"task:split": details}``, trajectories dropped to keep it small) in ``out``."""
     write_json(out / "results.json", {key: results for key, (results, _) in evaluations.items()})
@@ -318,7 +328,8 @@ def write_domains_report(out: Path, evaluations: dict, cfg: DomainsConfig, *, mo
         f"- evaluation: {cfg.eval_problems} problems per split, k = {list(cfg.eval_k)}, "
         f"n = {max(cfg.eval_k)} samples, {cfg.seeds} evaluation seed(s) and {cfg.seeds} training seed(s) per "
         "adapter; intervals: 95% Student-t over problems; Δ: paired per-problem differences",
-        f"- wall time: {minutes:.1f} min on this machine",
+        f"- wall time: {minutes:.1f} min on this machine, over {runs} run(s) of the command (a re-run reuses "
+        "finished stages)",
         "",
         domains_markdown(evaluations, DOMAINS),
         "## Every evaluation",
