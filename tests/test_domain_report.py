@@ -95,11 +95,23 @@ def test_ood_table_compares_with_the_in_distribution_gain():
 
 def test_pattern_notes_follow_the_numbers():
     holds = pattern_notes(study(0.1, 0.1), ("arithmetic", "pyfunc"))
-    assert "2/2 cells" in holds[0] and "**holds**" in holds[0]
-    assert "**holds**" in holds[1]
+    assert "sequence level** (2 cells" in holds[0] and "smaller in 2/2" in holds[0] and "**holds**" in holds[0]
+    assert "stays ≥ 0 in 2" in holds[1] and "**holds**" in holds[1]
     reversed_ = pattern_notes(study(0.3, -0.2), ("arithmetic", "pyfunc"))
-    assert "0/2 cells" in reversed_[0] and "does not clearly hold" in reversed_[0]
-    assert "does not clearly hold" in reversed_[1]
+    assert "smaller in 0/2" in reversed_[0] and "**does not hold**" in reversed_[0]
+    assert "**does not hold**" in reversed_[1]
+
+
+def test_pattern_notes_say_when_there_is_nothing_to_test():
+    evals = study(0.1, 0.1)
+    for key in ("arithmetic:test", "pyfunc:test"):  # single-domain adapters no better than Best
+        results, details = evals[key]
+        name = next(n for n in results if n.startswith("Seq [") and "mix" not in n)
+        base = evaluation(key.split(":")[0], "test", {name: (shifted(0.4, 0.0), key.split(":")[0], "sequence")})
+        results[name], details["per_problem"][name] = base[0][name], base[1]["per_problem"][name]
+    notes = pattern_notes(evals, ("arithmetic", "pyfunc"))
+    assert "**cannot be confirmed**" in notes[0]
+    assert "**cannot be tested**" in notes[1]
 
 
 def test_markdown_sections_and_empty_inputs():
