@@ -40,6 +40,7 @@ __all__ = [
     "token_table",
     "all_methods_table",
     "verdicts",
+    "ood_lines",
     "write_report",
 ]
 
@@ -571,12 +572,23 @@ def _setup_lines(results, details) -> list[str]:
         ("CoT ratio", cfg.get("cot_ratio")),
     ]
     lines = [f"- {k}: `{v}`" for k, v in items if v is not None]
+    lines += ood_lines(cfg.get("ood"))
     conf = cfg.get("confidence", 0.95)
     lines.append(
         f"- uncertainty: mean ± half-width of a {conf:.0%} Student-t interval over problems (each problem's value "
         "averaged over seeds); pass@k uses the unbiased estimator on n samples. Verdicts use paired per-problem "
         "differences. Pass@k values are percentages."
     )
+    return lines
+
+
+def ood_lines(labels: Mapping | None) -> list[str]:
+    """Setup lines naming each adapter's training task and whether this evaluation is OOD for it
+    (``eval_details.json`` ``config.ood``, see ``evaluation.ood``)."""
+    lines = []
+    for name, label in (labels or {}).items():
+        kind = {True: "**OOD**", False: "in distribution", None: "training task unknown"}[label.get("ood")]
+        lines.append(f"- {name}: {kind} (`{label.get('label')}`)")
     return lines
 
 

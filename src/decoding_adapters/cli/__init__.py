@@ -27,6 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train-token": ("decoding_adapters.cli.train_token", "train a token-level (POMDP) adapter"),
     "evaluate": ("decoding_adapters.cli.evaluate", "pass@k of static baselines and adapters with confidence intervals"),
     "report": ("decoding_adapters.cli.report", "write report.md, results.json and figures from an evaluation"),
+    "domains": (
+        "decoding_adapters.cli.domains",
+        "study: adapters trained on arithmetic, pyfunc and their mix, evaluated per domain and out of distribution",
+    ),
     "generate": ("decoding_adapters.cli.generate", "decode prompts with a trained adapter"),
     "serve": ("decoding_adapters.cli.serve", "OpenAI-compatible HTTP server that decodes with an adapter"),
 }

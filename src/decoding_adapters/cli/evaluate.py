@@ -21,6 +21,7 @@ from ..evaluation import (
     format_table,
     greedy_method,
     mixed_method,
+    ood_labels,
     resolve_best_action,
     select_best_action,
     static_method,
@@ -46,7 +47,8 @@ class EvaluateOptions:
     several comma-separated directories (the same adapter trained with different seeds) are used one per
     evaluation seed"""
     split: str = "test"
-    """task split to evaluate on"""
+    """task split to evaluate on ('ood': the held-out families of arithmetic and pyfunc); an adapter trained on
+    another task or evaluated on 'ood' is labelled out of distribution (train task -> eval task)"""
     actions: str | None = None
     """action set (preset or JSON) for Best/Mixed; default: the first sequence adapter's, else 'math'"""
     best_action: str | None = None
@@ -172,6 +174,10 @@ def run_cli(args) -> int:
     adapters = load_adapter_methods(args.adapter, lm)
     methods = _baseline_methods(args, lm, task, adapters, cfg, factory) + adapters
     meta = {"task": args.task, "split": args.split, "model": args.name_or_path, "num_problems": len(problems)}
+    meta["ood"] = ood_labels(adapters, task.name, args.split)  # train task -> eval task, per adapter
+    for name, label in meta["ood"].items():
+        if label["ood"]:
+            print(f"{name}: out of distribution ({label['label']})")
     ev = evaluate(lm, task, problems, methods, cfg, rollouts_factory=factory, progress=args.progress, meta=meta)
     paths = ev.write(args.out)
     print(format_table(ev.results, cfg.metrics))

@@ -47,6 +47,9 @@ Output (``Evaluation.write``):
   sequence-adapter choices and a sample of trajectories (text, token ids, token strings, per-token
   action indices into the method's action list, base entropies, max-probs) for the figures.
 
+Out of distribution: ``ood`` labels each adapter ``train task -> eval task[:split]`` and says
+whether that is OOD (another task, or the ``ood`` split of held-out families).
+
 Modules: ``methods`` (``EvalConfig``, ``Method`` and its constructors), ``runner`` (typed keys,
 decoding, scoring, ``evaluate``); the statistics are the leaf module ``decoding_adapters.stats``.
 """
@@ -61,6 +64,7 @@ from .methods import (
     resolve_best_action,
     static_method,
 )
+from .ood import ood_label, ood_labels
 from .runner import Evaluation, StaticKey, TokenKey, evaluate, format_table, select_best_action
 
 __all__ = [
@@ -78,4 +82,6 @@ __all__ = [
     "select_best_action",
     "resolve_best_action",
     "format_table",
+    "ood_label",
+    "ood_labels",
 ]

@@ -2,12 +2,13 @@
 
 Importing this package registers the built-in tasks, so ``get_task(name, **options)`` works for
 every name in ``available_tasks()``: ``arithmetic`` (the embedded default), ``pyfunc`` (the embedded
-code task), ``math``, ``gsm8k``, and the code tasks when ``tasks/code.py`` is present.
+code task), ``math``, ``gsm8k``, ``mix`` (``arithmetic+pyfunc``: several tasks as one), and
+the code tasks when ``tasks/code.py`` is present.
 """
 
 import importlib
 
-from . import arithmetic, math, pyfunc  # noqa: F401  (importing registers the tasks)
+from . import arithmetic, math, mix, pyfunc  # noqa: F401  (importing registers the tasks)
 from .arithmetic import ArithmeticConfig, ArithmeticTask
 from .base import (
     SPLITS,
@@ -32,6 +33,7 @@ from .base import (
     resolve_system_prompt,
 )
 from .math import GSM8KTask, MathTask, score_gsm8k, score_math
+from .mix import MixTask
 from .pyfunc import PyFuncConfig, PyFuncTask
 
 
@@ -54,6 +56,7 @@ __all__ = [
     "ArithmeticTask",
     "GSM8KTask",
     "MathTask",
+    "MixTask",
     "PyFuncConfig",
     "PyFuncTask",
     "score_gsm8k",

@@ -173,8 +173,11 @@ def available_tasks() -> list[str]:
 
 
 def get_task(name: str, **options: Any) -> Task:
-    """Build the task registered as ``name`` with keyword ``options`` (its constructor's fields)."""
+    """Build the task registered as ``name`` with keyword ``options`` (its constructor's fields); a
+    name joining tasks with ``+`` (``"arithmetic+pyfunc"``, ``"arithmetic:2+pyfunc:1"``) is a ``MixTask``."""
     cls = _REGISTRY.get(name)
+    if cls is None and "+" in str(name) and "mix" in _REGISTRY:  # "arithmetic+pyfunc": tasks/mix.py
+        return _REGISTRY["mix"](tasks=name, **options)
     if cls is None:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(available_tasks())}")
     accepted = {f.name for f in fields(cls)} if hasattr(cls, "__dataclass_fields__") else None

@@ -7,6 +7,7 @@ import logging
 import math
 import random
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
 
@@ -23,6 +24,8 @@ __all__ = [
     "step_generator",
     "seed_everything",
     "sample_prompt_batch",
+    "group_quotas",
+    "prompt_groups",
     "config_from_dict",
     "action_histogram",
     "load_split",
@@ -45,9 +48,63 @@ def seed_everything(seed: int, *keys) -> None:
     random.seed(s)
 
 
-def sample_prompt_batch(num_prompts: int, batch: int, generator: torch.Generator) -> list[int]:
-    """``batch`` distinct prompt indices (all of them when there are fewer)."""
-    return torch.randperm(num_prompts, generator=generator)[: min(batch, num_prompts)].tolist()
+def sample_prompt_batch(
+    num_prompts: int,
+    batch: int,
+    generator: torch.Generator,
+    groups: Sequence[str] | None = None,
+    weights: Mapping[str, float] | None = None,
+) -> list[int]:
+    """``batch`` distinct prompt indices (all of them when there are fewer).
+
+    With ``groups`` (a label per prompt, e.g. its domain in a task mix), every step is balanced:
+    each group gets its share of ``batch`` by ``weights`` (equal when None; :func:`group_quotas`),
+    drawn without replacement within the group; indices come group by group."""
+    if groups is None:
+        return torch.randperm(num_prompts, generator=generator)[: min(batch, num_prompts)].tolist()
+    if len(groups) != num_prompts:
+        raise ValueError(f"got {len(groups)} group labels for {num_prompts} prompts")
+    members: dict[str, list[int]] = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    quotas = group_quotas({g: len(m) for g, m in members.items()}, batch, weights)
+    picked: list[int] = []
+    for g, m in members.items():
+        picked += [m[j] for j in torch.randperm(len(m), generator=generator)[: quotas[g]].tolist()]
+    return picked
+
+
+def group_quotas(sizes: Mapping[str, int], batch: int, weights: Mapping[str, float] | None = None) -> dict[str, int]:
+    """Prompts per group in a batch of ``batch``: proportional to ``weights`` (largest remainder,
+    ties to the earlier group), never more than a group holds; what a full group cannot take goes
+    to the others by the same rule. Sums to ``min(batch, sum(sizes))``."""
+    weights = {g: float((weights or {}).get(g, 1.0)) for g in sizes}
+    quotas, left = dict.fromkeys(sizes, 0), min(batch, sum(sizes.values()))
+    while left > 0:
+        open_groups = [g for g in sizes if quotas[g] < sizes[g] and weights[g] > 0]
+        if not open_groups:
+            break
+        total = sum(weights[g] for g in open_groups)
+        exact = {g: left * weights[g] / total for g in open_groups}
+        share = {g: min(int(exact[g]), sizes[g] - quotas[g]) for g in open_groups}
+        rest = left - sum(share.values())
+        for g in sorted(open_groups, key=lambda g: -(exact[g] - int(exact[g]))):  # stable: ties in order
+            if rest > 0 and quotas[g] + share[g] < sizes[g]:
+                share[g], rest = share[g] + 1, rest - 1
+        for g in open_groups:
+            quotas[g] += share[g]
+        given = sum(share.values())
+        if given == 0:
+            break
+        left -= given
+    return quotas
+
+
+def prompt_groups(task, problems: Sequence) -> dict:
+    """``sample_prompt_batch``'s grouping for ``task``'s ``problems``: a task mix balances its
+    domains in every step (``MixTask.prompt_groups``); other tasks: none (``{}``)."""
+    grouping = getattr(task, "prompt_groups", None)
+    return grouping(problems) if callable(grouping) else {}
 
 
 RENAMED_FIELDS = {"budgets": "parallel_budgets"}

@@ -43,6 +43,7 @@ from .common import (
     action_histogram,
     check_shared_fields,
     load_split,
+    prompt_groups,
     sample_prompt_batch,
     seed_everything,
     step_generator,
@@ -338,7 +339,10 @@ class SequenceTrainer(TrainingLoop):
         gen = step_generator(cfg.seed, "step", self.step)
         # the step's bandit rounds: prompts, a parallel budget B (and a metric) for each
         problems = [
-            self.train_problems[i] for i in sample_prompt_batch(len(self.train_problems), cfg.prompts_per_step, gen)
+            self.train_problems[i]
+            for i in sample_prompt_batch(
+                len(self.train_problems), cfg.prompts_per_step, gen, **prompt_groups(self.task, self.train_problems)
+            )
         ]
         prompts, emb, cot = self._encode(problems)
         choices = cfg.parallel_budgets

@@ -37,6 +37,7 @@ from .common import (
     action_histogram,
     check_shared_fields,
     load_split,
+    prompt_groups,
     sample_prompt_batch,
     seed_everything,
     step_generator,
@@ -309,7 +310,10 @@ class TokenTrainer(TrainingLoop):
         prompts under the current policy, their rewards, and the loss's inputs."""
         cfg = self.config
         picked = sample_prompt_batch(
-            len(self.train_problems), cfg.prompts_per_step, step_generator(cfg.seed, "batch", step)
+            len(self.train_problems),
+            cfg.prompts_per_step,
+            step_generator(cfg.seed, "batch", step),
+            **prompt_groups(self.task, self.train_problems),
         )
         problems = [self.train_problems[i] for i in picked]
         self.policy.eval()
