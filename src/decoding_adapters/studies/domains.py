@@ -173,13 +173,15 @@ def _select(lm, mix, cfg: DomainsConfig, out: Path, progress: bool) -> tuple[Pat
 # ---- stages 2 and 3: adapters ------------------------------------------------------------------
 
 
-def _train_sequence(lm, task, cfg: DomainsConfig, actions: Path, table: Path, out: Path, seed: int, budget: bool):
+def _train_sequence(lm, task, mix, cfg: DomainsConfig, actions: Path, table: Path, out: Path, seed: int, budget: bool):
+    """A sequence adapter on ``task`` (one domain or the mix) by replay of the mix's table: the table
+    is checked against the mix it was decoded for, and the trainer draws ``task``'s problems from it."""
     config = SequenceTrainConfig(
         actions=str(actions), parallel_budgets=cfg.seq_budgets, use_budget=budget, token_budget=cfg.token_budget,
         steps=cfg.seq_steps, prompts_per_step=cfg.seq_prompts_per_step, val_every=max(1, cfg.seq_steps // 10),
         checkpoint_every=max(1, cfg.seq_steps // 4), replay=str(table), seed=seed,
     )
-    rewards = reward_source(config, task, ActionSet(load_action_set(actions)))
+    rewards = reward_source(config, mix, ActionSet(load_action_set(actions)), lm=lm)
     SequenceTrainer(config, lm, task, rewards, out, task_name=task.name, progress=False).train(resume=True)
 
 
@@ -267,7 +269,7 @@ def run_domains(out: str | Path, cfg: DomainsConfig, *, model: str = "smollm2", 
             for budget, tag in ((True, "budget"), (False, "nobudget")):
                 directory = out / f"seq-{_slug(name)}-{tag}-s{seed}"
                 if not _finished(directory):
-                    _train_sequence(lm, task, cfg, actions[name], table, directory, seed, budget)
+                    _train_sequence(lm, task, mix, cfg, actions[name], table, directory, seed, budget)
 
     for name, task in tasks.items():
         _log(started, f"token adapter on {name}")
