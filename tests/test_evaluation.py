@@ -270,9 +270,30 @@ def test_cli_evaluate_end_to_end(tmp_path, tiny_lm, capsys, monkeypatch):
     )
     assert code == 0
     results = json.loads((out / "results.json").read_text())
-    assert set(results) == {"Greedy", "Best", "Mixed", "Seq w/ budget", "mine"}
+    # the token table's rows: per-token Mixed (the paper's token-level Mixed) and the best token action
+    best_token = next(n for n in results if n.startswith("Best token action ("))
+    assert set(results) == {"Greedy", "Best", "Mixed", "Mixed (per token)", best_token, "Seq w/ budget", "mine"}
     assert set(results["mine"]) == {"pass@1", "pass@2", "mean_length"}
     details = json.loads((out / "eval_details.json").read_text())
     assert details["config"]["num_problems"] == 2 and details["methods"]["mine"]["kind"] == "token"
+    assert details["methods"]["Mixed (per token)"]["per_token"] is True
+    assert details["methods"][best_token]["role"] == "best token action"
     printed = capsys.readouterr().out
     assert "pass@2" in printed and "Seq w/ budget" in printed
+
+
+def test_token_level_mixed_draws_an_action_at_every_token(tiny_lm):
+    """Issue 13: the token-level Mixed is a uniform draw over the token actions at every token (the
+    per-sequence mixture keeps one action per sample and has its own row)."""
+    from decoding_adapters.evaluation import token_mixed_method
+
+    actions = list(PRESETS["math-token"])
+    per_token, per_seq = token_mixed_method(actions), mixed_method(actions, name="Mixed per sequence")
+    cfg = EvalConfig(k_values=(1, 2), seeds=1, token_budget=12, keep_trajectories=6)
+    ev = evaluate(tiny_lm, HasOneTask(), HasOneTask().load("test"), [per_token, per_seq], cfg)
+    switching = [len(set(t["actions"])) for t in ev.details["trajectories"]["Mixed (per token)"] if t["length"] > 4]
+    assert switching and max(switching) > 1
+    assert all(len(set(t["actions"])) == 1 for t in ev.details["trajectories"]["Mixed per sequence"])
+    assert ev.details["methods"]["Mixed (per token)"]["level"] == "token"
+    usage = ev.details["action_usage"]["Mixed (per token)"]
+    assert len(usage) == 4 and abs(sum(usage) - 1) < 1e-9

@@ -208,3 +208,25 @@ def test_report_cli(tmp_path, monkeypatch, capsys):
     assert (out / "report.md").is_file() and is_png(out / "pass_at_k.png") and is_png(out / "training_seq.png")
     assert "beats Best" in capsys.readouterr().out
     assert cli.main(["report", "--eval", str(tmp_path / "nothing"), "--out", str(out)]) == 2
+
+
+def test_token_verdict_compares_with_greedy_per_token_mixed_and_the_best_token_action():
+    """Issue 13: a token adapter is compared with Greedy and with the per-token Mixed (not only the
+    stronger of the two), and the best single token action is printed too."""
+    extra = {
+        "Mixed (per token)": ("mixed", "mixed", "token", ACTIONS),
+        "Best token action (T=0.5)": ("static", "best token action", "token", ["T=0.5"]),
+    }
+    METHODS.update(extra)
+    try:
+        results, details = fake_evaluation({"Token w/ budget": 0.1})
+    finally:
+        for name in extra:
+            METHODS.pop(name)
+    lines = [v for v in verdicts(results, details) if v.startswith("- **Token w/ budget")]
+    assert len(lines) == 3
+    assert [b for b in ("Greedy", "Mixed (per token)", "Best token action (T=0.5)") if any(b in v for v in lines)] == [
+        "Greedy", "Mixed (per token)", "Best token action (T=0.5)"
+    ]
+    head = token_table(results, details).splitlines()[0]
+    assert "| Greedy | Mixed (per token)" in head and "Best token action" in head

@@ -5,8 +5,11 @@
   ("w/ budget"), or x = e ("w/o budget"); an MLP maps x to logits over K actions.
 - ``TokenPolicy`` (POMDP, Alg. "Token-Level Decoding Adapter"): x_t = [h_t ; phi(b_t)] with h_t the
   LM's last hidden state and phi a small encoding of the remaining token budget; a 3-layer SiLU MLP
-  with dropout 0.1. Variants: w/o budget (x_t = h_t) and the entropy-only ablation
-  (x_t = [entropy of the base distribution (; phi(b_t))]).
+  with dropout 0.1. Variants: w/o budget (x_t = h_t) and the entropy-only ablation, which observes
+  only the entropy of the base distribution (x_t = [H_t]; adapters saved before this was fixed also
+  saw phi(b_t) and keep doing so: ``entropy_sees_budget``).
+- ``UniformChooser``: the token-level Mixed baseline, a uniform draw over the token action set at
+  every token.
 
 Both return ``softmax(logits / T)`` with a policy temperature T, and ``select`` returns the argmax
 (deterministic) or a sample plus the probabilities. Adapters are saved as safetensors + JSON
@@ -36,6 +39,7 @@ __all__ = [
     "TokenPolicyConfig",
     "TokenPolicy",
     "TokenPolicyChooser",
+    "UniformChooser",
     "AdapterConfig",
     "save_adapter",
     "load_adapter",
@@ -170,13 +174,17 @@ class TokenPolicyConfig:
     features: Literal["hidden", "entropy"] = "hidden"
     """'hidden': x_t = h_t; 'entropy': the ablation that sees only the base distribution's entropy."""
     use_budget: bool = True
-    """Append phi(b_t), the remaining-budget encoding."""
+    """Append phi(b_t), the remaining-budget encoding (features='hidden' only: the entropy-only
+    ablation observes the entropy alone, whatever this says)."""
     token_budget: int = 128
     """b, used to scale phi(b_t)."""
     width: int = 256
     layers: int = 3
     dropout: float = 0.1
     temperature: float = 1.0
+    entropy_sees_budget: bool = False
+    """Legacy: entropy-only adapters saved before issue 13 also observed phi(b_t); True keeps such an
+    adapter's input (set by ``AdapterConfig.from_dict`` for old files, never for new ones)."""
 
     def __post_init__(self) -> None:
         if self.features not in ("hidden", "entropy"):
@@ -187,9 +195,14 @@ class TokenPolicyConfig:
             raise ValueError("policy temperature must be > 0")
 
     @property
+    def sees_budget(self) -> bool:
+        """Whether x_t includes phi(b_t): w/ budget with hidden states (and legacy entropy adapters)."""
+        return self.use_budget and (self.features == "hidden" or self.entropy_sees_budget)
+
+    @property
     def input_dim(self) -> int:
         base = self.hidden_size if self.features == "hidden" else 1
-        return base + (2 if self.use_budget else 0)
+        return base + (2 if self.sees_budget else 0)
 
 
 class TokenPolicy(_PolicyBase):
@@ -208,7 +221,7 @@ class TokenPolicy(_PolicyBase):
     def observation(self, hidden: torch.Tensor, entropy: torch.Tensor, remaining: torch.Tensor) -> torch.Tensor:
         """x_t ``[..., input_dim]`` from hidden ``[..., H]``, entropy ``[...]``, remaining budget ``[...]``."""
         parts = [self.norm(hidden.float())] if self.config.features == "hidden" else [entropy.float().unsqueeze(-1)]
-        if self.config.use_budget:
+        if self.config.sees_budget:
             frac = remaining.float() / self.config.token_budget
             # phi(b_t): linear and log fractions of the budget left, so both ends are resolved.
             parts += [
@@ -238,6 +251,19 @@ class TokenPolicyChooser:
         if self.deterministic:
             return probs.argmax(-1)
         return categorical_from_uniform(probs, f.uniform.to(device))
+
+
+class UniformChooser:
+    """The token-level Mixed baseline as a chooser: each token's action uniform over K, from the row's
+    own uniform draw (reproducible, independent of the batch)."""
+
+    def __init__(self, num_actions: int):
+        if num_actions < 1:
+            raise ValueError("a uniform chooser needs at least one action")
+        self.k = num_actions
+
+    def __call__(self, f: StepFeatures) -> torch.Tensor:
+        return (f.uniform * self.k).long().clamp(max=self.k - 1)
 
 
 # ---- save / load ---------------------------------------------------------------------------------
@@ -274,6 +300,11 @@ class AdapterConfig:
         """Read ``adapter.json``, including files written before ``budgets`` was split into
         ``parallel_budgets`` (sequence) and ``token_budget`` (token)."""
         data = dict(data)
+        policy = dict(data.get("policy") or {})
+        if data.get("kind") == "token" and policy.get("features") == "entropy" and "entropy_sees_budget" not in policy:
+            # saved before the entropy-only ablation stopped observing phi(b_t): keep its input shape
+            policy["entropy_sees_budget"] = bool(policy.get("use_budget", True))
+            data["policy"] = policy
         if "budgets" in data:
             old = list(data.pop("budgets") or [])
             if data.get("kind") == "token":

@@ -17,13 +17,16 @@ from ..evaluation import (
     EvalConfig,
     Method,
     adapter_method,
+    best_token_action_method,
     evaluate,
     format_table,
     greedy_method,
     mixed_method,
     resolve_best_action,
     select_best_action,
+    sequence_mixture_of_token_actions,
     static_method,
+    token_mixed_method,
 )
 from ..report import write_report
 from ..rollouts import HFRollouts, Rollouts
@@ -52,8 +55,11 @@ class EvaluateOptions:
     the validation split; 'none' drops Best. Default: best_single of --actions, else auto"""
     best_problems: int = 32
     """validation problems used by --best-action auto"""
-    baselines: str = "greedy,best,mixed"
-    """static baselines to include (comma-separated)"""
+    baselines: str = "greedy,best,mixed,best-token"
+    """static baselines to include (comma-separated): greedy, best, mixed (per sequence over --actions; with
+    token adapters also the per-token Mixed over their action set, the paper's token-level Mixed),
+    best-token (with token adapters: the best single token action, chosen on the validation split),
+    token-actions (with token adapters: one static row per token action)"""
     progress: bool = True
     """progress bars"""
     report: bool = False
@@ -98,11 +104,14 @@ def load_adapter_methods(specs: Sequence[str], lm) -> list[Method]:
     return methods
 
 
+BASELINES = ("greedy", "best", "mixed", "best-token", "token-actions")
+
+
 def _baseline_methods(args, lm, task, adapters: list[Method], cfg: EvalConfig, factory) -> list[Method]:
     wanted = {b.strip().lower() for b in args.baselines.split(",") if b.strip()}
-    unknown = wanted - {"greedy", "best", "mixed"}
+    unknown = wanted - set(BASELINES)
     if unknown:
-        raise ValueError(f"unknown baseline(s) {sorted(unknown)}: choose from greedy, best, mixed")
+        raise ValueError(f"unknown baseline(s) {sorted(unknown)}: choose from {', '.join(BASELINES)}")
     actions = _base_actions(args, adapters)
     out = [greedy_method()] if "greedy" in wanted else []
     if "best" in wanted:
@@ -111,11 +120,33 @@ def _baseline_methods(args, lm, task, adapters: list[Method], cfg: EvalConfig, f
             out.append(static_method(best))
     if "mixed" in wanted:
         out.append(mixed_method(actions))
-        token_sets = {tuple(m.actions) for m in adapters if m.kind == "token"} - {tuple(actions)}
-        for i, token_actions in enumerate(sorted(token_sets, key=str)):
-            out.append(
-                mixed_method(token_actions, name="Mixed (token actions)" + (f" {i + 1}" if i else ""), level="token")
-            )
+    out += _token_baselines(args, lm, task, adapters, cfg, factory, wanted, actions)
+    return out
+
+
+def _token_baselines(args, lm, task, adapters, cfg, factory, wanted, actions) -> list[Method]:
+    """The token table's static rows for the (first) token action set: per-token Mixed (the paper's
+    token-level Mixed), the per-sequence mixture of the token actions (its own row, when that set
+    differs from --actions), the best single token action (chosen on validation), and optionally one
+    row per token action."""
+    token_sets = list(dict.fromkeys(tuple(m.actions) for m in adapters if m.kind == "token"))
+    if len(token_sets) > 1:
+        log.warning("token adapters use %d action sets: token baselines use the first", len(token_sets))
+    if not token_sets:
+        return []
+    token_actions, out = list(token_sets[0]), []
+    if "mixed" in wanted:
+        out.append(token_mixed_method(token_actions))
+        if tuple(token_actions) != tuple(actions):
+            out.append(sequence_mixture_of_token_actions(token_actions))
+    if "best-token" in wanted:
+        best = _auto_best(args, lm, task, token_actions, cfg, factory)
+        out.append(best_token_action_method(best))
+    if "token-actions" in wanted:
+        for a in token_actions:
+            row = static_method(a, name=f"Token action {a.name}", role="token action")
+            row.level = "token"
+            out.append(row)
     return out
 
 
@@ -142,13 +173,18 @@ def _best_action(args, lm, task, actions, cfg: EvalConfig, factory) -> DecodingA
         if best is None:
             raise ValueError(f"{spec} has no best_single entry")
         return best
+    return _auto_best(args, lm, task, actions, cfg, factory)
+
+
+def _auto_best(args, lm, task, actions, cfg: EvalConfig, factory) -> DecodingAction:
+    """The action with the best pass@1 on the validation split (train where there is none; never test)."""
     split = "validation" if "validation" in getattr(task, "splits", ()) else "train"
     problems = task.load(split)[: args.best_problems]
-    log.info("choosing Best among %d actions on %d %s problems", len(actions), len(problems), split)
+    log.info("choosing the best of %d actions on %d %s problems", len(actions), len(problems), split)
     best, scores = select_best_action(
         lm, task, problems, actions, samples=min(4, cfg.n), config=cfg, rollouts_factory=factory
     )
-    log.info("Best = %s (validation pass@1 by action: %s)", best.name, {k: round(v, 3) for k, v in scores.items()})
+    log.info("best = %s (validation pass@1 by action: %s)", best.name, {k: round(v, 3) for k, v in scores.items()})
     return best
 
 

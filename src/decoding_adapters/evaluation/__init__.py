@@ -6,7 +6,12 @@ Methods (each a :class:`Method`), evaluated on the same problems and seeds:
   outcome stands for all ``n`` samples (``c = n`` or ``0``): pass@k is the same for every k.
 - ``Best``: one static action (the best single action on validation: ``best_single`` of
   ``select-actions``' ``actions.json``, or :func:`select_best_action`).
-- ``Mixed``: every sample draws its action uniformly from an action set (seeded, per sample).
+- ``Mixed``: every sample draws its action uniformly from an action set (seeded, per sample): the
+  sequence-level Mixed. Over the token action set this per-sequence mixture has its own row
+  (``Mixed per sequence (token actions)``).
+- ``Mixed (per token)``: the paper's token-level Mixed, a uniform draw over the token action set at
+  every token (``UniformChooser`` on the row's action stream), role 'mixed', level 'token'.
+- ``Best token action``: the best single action of the token action set, chosen on validation.
 - sequence adapters (w/ and w/o budget): for each ``k`` the policy picks an action deterministically
   from (prompt embedding, ``B = k``); ``n`` samples under that action give pass@k. A w/o-budget
   adapter picks the same action for every k.
@@ -56,10 +61,13 @@ from .methods import (
     Method,
     adapter_method,
     adapter_role,
+    best_token_action_method,
     greedy_method,
     mixed_method,
     resolve_best_action,
+    sequence_mixture_of_token_actions,
     static_method,
+    token_mixed_method,
 )
 from .runner import Evaluation, StaticKey, TokenKey, evaluate, format_table, select_best_action
 
@@ -69,6 +77,9 @@ __all__ = [
     "greedy_method",
     "static_method",
     "mixed_method",
+    "token_mixed_method",
+    "sequence_mixture_of_token_actions",
+    "best_token_action_method",
     "adapter_method",
     "adapter_role",
     "Evaluation",

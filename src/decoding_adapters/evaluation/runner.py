@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from ..actions import GREEDY, ActionSet, DecodingAction
 from ..decoding import DecodeResult, row_seed
 from ..io import write_json
-from ..policies import TokenPolicyChooser
+from ..policies import TokenPolicyChooser, UniformChooser
 from ..rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
 from ..stats import finite_or_none, format_interval, mean_ci, pass_at_k
 from .methods import EvalConfig, Method, static_method
@@ -67,7 +67,7 @@ def _mixed_action(method: Method, cfg: EvalConfig, s: int, pid: str, j: int) -> 
 def _sample_keys(method: Method, cfg: EvalConfig, s: int, i: int, pid: str, choices) -> list[list[Key]]:
     """For each k (in ``cfg.k_values`` order) the n keys of the samples pass@k is computed from."""
     n, ks = cfg.n, cfg.k_values
-    if method.kind == "token":
+    if method.decodes_per_token:
         keys = [TokenKey(method.name, s, i, j) for j in range(n)]
         return [keys] * len(ks)
     if method.kind == "sequence":
@@ -204,7 +204,7 @@ def _decode_token(method: Method, s, prompts, problems, task, cfg, rollouts: Rol
         rollouts,
         store,
         progress,
-        chooser=TokenPolicyChooser(method.policy_for(s)),
+        chooser=UniformChooser(len(method.actions)) if method.per_token else TokenPolicyChooser(method.policy_for(s)),
         actions=method.actions,
     )
     counts = store.token_counts.setdefault(method.name, Counter())
@@ -230,7 +230,7 @@ def _static_actions(methods: Sequence[Method], choices: dict) -> list[DecodingAc
     """Every action static rows will use (greedy canonicalised), in first-use order."""
     seen: dict[DecodingAction, None] = {}
     for m in methods:
-        if m.kind == "token":
+        if m.decodes_per_token:
             continue
         pool = (
             [a for per_seed in choices[m.name] for per_problem in per_seed for a in per_problem]
@@ -302,7 +302,7 @@ def evaluate(
     store.wanted = {k for keys in display.values() for k in keys}
     static_set = _static_actions(methods, choices)
     static_rollouts = factory(ActionSet(static_set), False) if static_set else None
-    token_rollouts = {m.name: factory(ActionSet(m.actions), True) for m in methods if m.kind == "token"}
+    token_rollouts = {m.name: factory(ActionSet(m.actions), True) for m in methods if m.decodes_per_token}
     try:
         for s in tqdm(range(cfg.seeds), desc="evaluate (seeds)", unit="seed", disable=not progress):
             needed = _keys_for_seed(methods, cfg, s, problems, choices)
@@ -312,7 +312,7 @@ def evaluate(
             )
             _decode_static(todo, prompts, problems, task, cfg, static_rollouts, store, progress and f"static s={s}")
             for m in methods:
-                if m.kind == "token":
+                if m.decodes_per_token:
                     _decode_token(
                         m,
                         s,
@@ -446,8 +446,8 @@ def _method_lengths(m: Method, cfg, problems, choices, store: _Store) -> list[in
 
 
 def _action_usage(m: Method, cfg, problems, choices, store: _Store) -> list[float]:
-    """Share of each of the method's actions: over tokens (token adapters) or over samples."""
-    if m.kind == "token":
+    """Share of each of the method's actions: over tokens (token adapters, per-token Mixed) or over samples."""
+    if m.decodes_per_token:
         counts = store.token_counts.get(m.name, Counter())
         total = sum(counts.values()) or 1
         return [counts.get(a, 0) / total for a in range(len(m.actions))]

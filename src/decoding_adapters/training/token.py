@@ -29,8 +29,8 @@ from typing import Literal
 import torch
 
 from ..actions import ActionSet
-from ..decoding import DecodeResult, StepFeatures, row_seed
-from ..policies import AdapterConfig, TokenPolicy, TokenPolicyChooser, TokenPolicyConfig, save_adapter
+from ..decoding import DecodeResult, row_seed
+from ..policies import AdapterConfig, TokenPolicy, TokenPolicyChooser, TokenPolicyConfig, UniformChooser, save_adapter
 from ..rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
 from .common import (
     TrainingLoop,
@@ -195,17 +195,6 @@ def token_loss(
     return loss, {"entropy": float(entropy.detach().mean())}
 
 
-class UniformChooser:
-    """The Mixed static baseline as a chooser: each token's action uniform over K, from the row's
-    own uniform draw (reproducible)."""
-
-    def __init__(self, num_actions: int):
-        self.k = num_actions
-
-    def __call__(self, f: StepFeatures) -> torch.Tensor:
-        return (f.uniform * self.k).long().clamp(max=self.k - 1)
-
-
 class TokenTrainer(TrainingLoop):
     """Trains a ``TokenPolicy`` on a task with a rollout backend; resumable from ``out_dir``."""
 
@@ -237,7 +226,7 @@ class TokenTrainer(TrainingLoop):
                     hidden_size=lm.hidden_size,
                     num_actions=len(self.action_set),
                     features=config.features,
-                    use_budget=config.use_budget,
+                    use_budget=config.use_budget and config.features == "hidden",  # entropy-only sees H_t alone
                     token_budget=config.token_budget,
                     width=config.policy_width,
                     layers=config.policy_layers,
