@@ -106,7 +106,7 @@ def test_write_report_end_to_end(tmp_path):
     assert set(saved) == set(METHODS)
     for entry in saved.values():
         for value in entry.values():
-            assert set(value) == {"mean", "ci_low", "ci_high"} and value["ci_low"] <= value["mean"] <= value["ci_high"]
+            assert {"mean", "ci_low", "ci_high"} <= set(value) and value["ci_low"] <= value["mean"] <= value["ci_high"]
     pngs = [
         "pass_at_k.png",
         "training_token_run.png",
@@ -230,3 +230,21 @@ def test_token_verdict_compares_with_greedy_per_token_mixed_and_the_best_token_a
     ]
     head = token_table(results, details).splitlines()[0]
     assert "| Greedy | Mixed (per token)" in head and "Best token action" in head
+
+
+def test_paper_style_binomial_interval_column(tmp_path):
+    """Issue 13: results.json carries the paper's ± (normal-approximation binomial over all (problem,
+    run) outcomes) and the report prints it; ±1.25 at 71.7% with ~5,000 outcomes as in the paper."""
+    from decoding_adapters.evaluation import binomial_halfwidth
+    from decoding_adapters.report import paper_interval_table
+
+    assert binomial_halfwidth(0.717, 4985) * 100 == pytest.approx(1.25, abs=0.005)
+    results, details = fake_evaluation(problems=20, seeds=3)
+    entry = results["Greedy"]["pass@1"]
+    assert entry["outcomes"] == 60
+    assert entry["binomial_halfwidth"] == pytest.approx(1.959964 * math.sqrt(entry["mean"] * (1 - entry["mean"]) / 60))
+    assert "binomial_halfwidth" not in results["Greedy"]["mean_length"]
+    table = paper_interval_table(results)
+    assert f"{entry['mean'] * 100:.2f} ± {entry['binomial_halfwidth'] * 100:.2f}" in table
+    report = write_report(tmp_path, results, details).read_text()
+    assert "## Paper-style intervals" in report

@@ -40,6 +40,7 @@ __all__ = [
     "token_table",
     "all_methods_table",
     "verdicts",
+    "paper_interval_table",
     "write_report",
 ]
 
@@ -279,6 +280,26 @@ def all_methods_table(results: Mapping, details: Mapping | None = None) -> str:
     for name, res in results.items():
         kind = info[name]["kind"] + (f" ({info[name]['role']})" if info[name]["kind"] in ("sequence", "token") else "")
         lines.append(_row([name, kind] + [_fmt_entry(res.get(m), m, name in tops[m]) for m in metrics]))
+    return "\n".join(lines)
+
+
+def paper_interval_table(results: Mapping) -> str:
+    """Every method by pass@k as ``mean ± h`` with h the paper-style half-width (normal-approximation
+    binomial over all (problem, run) outcomes, ``binomial_halfwidth`` in results.json); '' when the
+    results carry none (written before issue 13)."""
+    metrics = [m for m in _metrics(results) if m.startswith("pass@")]
+    if not any("binomial_halfwidth" in (res.get(m) or {}) for res in results.values() for m in metrics):
+        return ""
+    lines = [_row(["Method"] + [_metric_label(m) for m in metrics] + ["Outcomes"]),
+             _row(["---"] + ["---:"] * (len(metrics) + 1))]
+    for name, res in results.items():
+        cells = [name]
+        for m in metrics:
+            e = res.get(m) or {}
+            h = e.get("binomial_halfwidth")
+            cells.append("–" if h is None else f"{e['mean'] * 100:.2f} ± {h * 100:.2f}")
+        outcomes = next((res[m].get("outcomes") for m in metrics if res.get(m)), None)
+        lines.append(_row(cells + ["–" if outcomes is None else str(outcomes)]))
     return "\n".join(lines)
 
 
@@ -676,6 +697,19 @@ def _markdown(title, results, details, figs) -> str:
             "",
         ]
     parts += ["## All methods", "", all_methods_table(results, details), ""]
+    paper = paper_interval_table(results)
+    if paper:
+        parts += [
+            "## Paper-style intervals",
+            "",
+            paper,
+            "",
+            "± is the paper's interval: a normal-approximation binomial 95% interval over all (problem, run) "
+            "outcomes, z·sqrt(p(1-p)/N). It ignores problem-to-problem variation, so it is narrower than the "
+            "Student-t intervals above; use it only to compare with the paper's tables (verdicts use paired "
+            "per-problem differences).",
+            "",
+        ]
     seeds = seed_table(results, details)
     if seeds:
         parts += ["## Across-seed spread", "", seeds, ""]

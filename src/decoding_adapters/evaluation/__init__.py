@@ -33,20 +33,26 @@ Uncertainty (``mean_ci``): for each method and metric we average each problem's 
 seeds, then report the mean over problems with a two-sided Student-t interval (``confidence``,
 default 95%) computed from the spread of those per-problem values: mean ± t_{P-1} · sd / sqrt(P).
 This counts problem-to-problem variation as well as sampling noise, the right interval when the
-problems are a sample of a larger population. It is wider than a binomial interval over all
-``P × seeds`` Bernoulli runs: the paper's ±1.2 at ~72% on 500 problems × 3 runs matches
-sqrt(p(1-p)/1500), a binomial standard error; ``eval_details.json`` gives that number too
-(``binomial_se``), along with the across-seed spread (``seed_means``, ``seed_std``: the mean over
-problems computed separately for each seed). With one problem the interval is undefined (null).
-Intervals of pass@k are clipped to [0, 1] (then no longer symmetric: tables print
-``mean [low, high]`` instead of ``mean ± half-width``). Differences between two methods on the
-same problems use :func:`stats.paired_ci` (a t interval on per-problem differences), which is
-what the report uses to say whether an adapter beats a baseline.
+problems are a sample of a larger population; with one problem it is undefined (null). Intervals
+of pass@k are clipped to [0, 1] (then no longer symmetric: tables print ``mean [low, high]``
+instead of ``mean ± half-width``). Differences between two methods on the same problems use
+:func:`stats.paired_ci` (a t interval on per-problem differences), which is what the report uses to
+say whether an adapter beats a baseline.
+
+The paper's ± is a different interval: a normal-approximation binomial interval at 95% over all
+(problem, run) outcomes, z · sqrt(p(1-p)/N) with z ≈ 1.96 (e.g. ±1.25 at 71.7% matches N ≈ 5,000
+outcomes; it is a 95% interval, not one standard error). It treats every outcome as an independent
+draw and is therefore narrower. Each pass@k entry of ``results.json`` carries it as
+``binomial_halfwidth`` (a fraction, like the mean) with ``outcomes`` = problems × seeds, so a table
+can be compared with the paper's; verdicts never use it. ``eval_details.json`` also gives the
+binomial standard error (``binomial_se``) and the across-seed spread (``seed_means``, ``seed_std``:
+the mean over problems computed separately for each seed).
 
 Output (``Evaluation.write``):
 
 - ``results.json``: ``{method: {metric: {"mean", "ci_low", "ci_high"}}}``, metrics ``pass@k`` for
-  each k and ``mean_length``; pass@k as fractions in [0, 1], lengths in tokens.
+  each k and ``mean_length``; pass@k as fractions in [0, 1] (plus ``binomial_halfwidth`` and
+  ``outcomes``: the paper-style interval), lengths in tokens.
 - ``eval_details.json``: config, problems, method descriptions (kind, role, level, action names),
   per-problem values (``[problem][seed]``), seed means, generation lengths, action usage,
   sequence-adapter choices and a sample of trajectories (text, token ids, token strings, per-token
@@ -69,7 +75,7 @@ from .methods import (
     static_method,
     token_mixed_method,
 )
-from .runner import Evaluation, StaticKey, TokenKey, evaluate, format_table, select_best_action
+from .runner import Evaluation, StaticKey, TokenKey, binomial_halfwidth, evaluate, format_table, select_best_action
 
 __all__ = [
     "EvalConfig",
@@ -89,4 +95,5 @@ __all__ = [
     "select_best_action",
     "resolve_best_action",
     "format_table",
+    "binomial_halfwidth",
 ]

@@ -23,7 +23,15 @@ from ..rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
 from ..stats import finite_or_none, format_interval, mean_ci, pass_at_k
 from .methods import EvalConfig, Method, static_method
 
-__all__ = ["Evaluation", "StaticKey", "TokenKey", "evaluate", "select_best_action", "format_table"]
+__all__ = [
+    "Evaluation",
+    "StaticKey",
+    "TokenKey",
+    "evaluate",
+    "select_best_action",
+    "format_table",
+    "binomial_halfwidth",
+]
 
 log = logging.getLogger(__name__)
 
@@ -364,6 +372,17 @@ def _problem_values(
     return out
 
 
+def binomial_halfwidth(p: float, outcomes: int, confidence: float = 0.95) -> float:
+    """Half-width of the normal-approximation binomial interval, ``z * sqrt(p (1 - p) / outcomes)``,
+    over ``outcomes`` (problem, run) results: the ± of the paper's tables (e.g. 71.7% over ~5,000
+    outcomes gives ±1.25 points at 95%). It treats every outcome as an independent Bernoulli draw, so
+    it ignores problem-to-problem variation and is narrower than ``mean_ci``'s interval."""
+    if outcomes < 1:
+        raise ValueError("a binomial interval needs at least one outcome")
+    z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+    return z * math.sqrt(min(max(p * (1 - p), 0.0), 0.25) / outcomes)
+
+
 def _summarise(per_problem: dict[str, list[list[float]]], cfg: EvalConfig) -> tuple[dict, dict]:
     """results entry ``{metric: {mean, ci_low, ci_high}}`` and extra summary statistics."""
     entry, extra = {}, {}
@@ -374,6 +393,9 @@ def _summarise(per_problem: dict[str, list[list[float]]], cfg: EvalConfig) -> tu
         entry[metric] = {"mean": mean, "ci_low": finite_or_none(low), "ci_high": finite_or_none(high)}
         seed_means = [statistics.fmean(r[s] for r in rows) for s in range(cfg.seeds)]
         runs = len(rows) * cfg.seeds
+        if metric.startswith("pass@"):  # the paper's ± (comparable with its tables; not used for verdicts)
+            entry[metric]["binomial_halfwidth"] = binomial_halfwidth(mean, runs, cfg.confidence)
+            entry[metric]["outcomes"] = runs
         extra[metric] = {
             "seed_means": seed_means,
             "seed_std": statistics.stdev(seed_means) if len(seed_means) > 1 else 0.0,
