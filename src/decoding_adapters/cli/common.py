@@ -65,6 +65,9 @@ class RolloutOptions:
     """join an existing Ray cluster instead of starting a local one"""
     seed: int = 0
     """base seed of every row's randomness"""
+    gpu_memory_utilization: float = 0.5
+    """share of the GPU's memory the vLLM engine may take, in (0, 1] (backend vllm; vLLM's own 0.92 leaves
+    no room for the HF copy of the LM on the same GPU)"""
 
 
 @dataclass(frozen=True)
@@ -127,4 +130,5 @@ def build_rollouts(args, lm, action_set: ActionSet) -> Rollouts:
         workers=args.workers,
         ray_address=args.ray_address,
         model_spec=lm.spec,
+        gpu_memory_utilization=getattr(args, "gpu_memory_utilization", None),
     )

@@ -29,6 +29,7 @@ from ..evaluation import (
     token_mixed_method,
 )
 from ..report import write_report
+from ..rollout_backends import check_backend_actions
 from ..rollouts import HFRollouts, Rollouts
 from .common import add_model_arguments, add_rollout_arguments, add_task_arguments, build_lm, build_rollouts, build_task
 from .config_args import add_config_arguments, build_config
@@ -199,6 +200,8 @@ def run_cli(args) -> int:
         return build_rollouts(args, lm, action_set)
 
     adapters = load_adapter_methods(args.adapter, lm)
+    # every action set a static row may use, checked against the backend before any engine starts
+    check_backend_actions(args.backend, [_base_actions(args, adapters)] + [m.actions for m in adapters])
     methods = _baseline_methods(args, lm, task, adapters, cfg, factory) + adapters
     meta = {"task": args.task, "split": args.split, "model": args.name_or_path, "num_problems": len(problems)}
     ev = evaluate(lm, task, problems, methods, cfg, rollouts_factory=factory, progress=args.progress, meta=meta)
