@@ -55,13 +55,16 @@ class PomdpRollouts(Rollouts):
     def run(self, request, chooser=None, *, record_features=False, progress=False):
         n = request.num_rows
         gens = [torch.Generator().manual_seed(s % (2**62)) for s in request.row_seeds]
+        seeds = torch.tensor(request.row_seeds, dtype=torch.long)
         feats = torch.stack([torch.randn(T, H, generator=g) for g in gens])  # [n, T, H]
         max_prob = torch.tensor([0.5 if t % 3 else 0.99 for t in range(T)]).expand(n, T).clone()
         entropy = torch.ones(n, T)
         actions = torch.zeros(n, T, dtype=torch.long)
         for t in range(T):
             u = torch.stack([torch.rand(1, generator=g)[0] for g in gens])
-            f = StepFeatures(feats[:, t], entropy[:, t], max_prob[:, t], t, torch.full((n,), T - t), torch.arange(n), u)
+            f = StepFeatures(
+                feats[:, t], entropy[:, t], max_prob[:, t], t, torch.full((n,), T - t), torch.arange(n), u, seeds
+            )
             actions[:, t] = chooser(f)
         right = torch.where(feats[..., 0] > feats[..., 1], 2, 0)
         matters = max_prob < 0.95
@@ -200,3 +203,47 @@ def test_resume_after_a_kill_loses_at_most_one_checkpoint_interval(tmp_path, mon
     for k, v in reference.policy.state_dict().items():
         torch.testing.assert_close(v, resumed.policy.state_dict()[k])
     assert [r["step"] for r in resumed.log.read()] == [0, 1, 2, 3, 4, 5, 6]
+
+
+def test_rollout_and_loss_see_the_same_dropped_out_policy(tiny_lm, tiny_prompts):
+    """Issue 13: with dropout 0.1 the rollout's chooser and the loss's recomputation use identical
+    masks, so the log-prob of each chosen action recomputed by the loss (train mode, with gradients)
+    equals the one it was drawn from. Before, rollouts ran dropout-free and the loss drew fresh masks."""
+    from decoding_adapters.actions import PRESETS
+    from decoding_adapters.decoding import decode
+    from decoding_adapters.policies import TokenPolicy, TokenPolicyConfig
+
+    torch.manual_seed(0)
+    policy = TokenPolicy(TokenPolicyConfig(hidden_size=tiny_lm.hidden_size, num_actions=4, token_budget=6, dropout=0.1))
+    seen = {}  # (row seed, step) -> log-prob of the chosen action at rollout time
+
+    class Recording(TokenPolicyChooser):
+        def __call__(self, f):
+            action = super().__call__(f)
+            obs = self.policy.observation(f.hidden, f.entropy, f.remaining_budget)
+            with torch.no_grad():
+                logp = self.policy.log_probs(obs, dropout_key=(f.seeds, torch.full_like(f.seeds, f.step)))
+            for seed, lp in zip(f.seeds.tolist(), logp.gather(1, action[:, None])[:, 0].tolist()):
+                seen[(seed, f.step)] = lp
+            return action
+
+    row_seeds = [11, 12, 13, 14]
+    policy.eval()
+    result = decode(tiny_lm, tiny_prompts, ActionSet(PRESETS["math-token"]), prompt_of_row=[0, 0, 1, 1],
+                    chooser=Recording(policy, training_dropout=True), token_budget=6, row_seeds=row_seeds,
+                    record_features=True)
+    batch = rollout_batch_from_result(result, torch.ones(4), 1.0, row_seeds)
+    policy.train()
+    obs = policy.observation(batch.hidden, batch.entropy, batch.remaining)
+    recomputed = policy.log_probs(obs, dropout_key=batch.dropout_key(torch.ones_like(batch.decision), "cpu"))
+    recomputed = recomputed.gather(1, batch.actions[:, None])[:, 0]
+    rollout = torch.tensor([seen[(s, t)] for s, t in zip(batch.seed.tolist(), batch.step.tolist())])
+    torch.testing.assert_close(recomputed.detach(), rollout, atol=1e-5, rtol=0)
+    assert recomputed.requires_grad
+    # the masks matter: without them (eval mode) the log-probs differ, and the token_loss uses them
+    policy.eval()
+    plain = policy.log_probs(obs).gather(1, batch.actions[:, None])[:, 0]
+    assert not torch.allclose(plain.detach(), rollout, atol=1e-4)
+    loss_keyed, _ = token_loss(policy, batch, len(batch.actions), 0.0)
+    expected = -(recomputed * batch.advantage).sum() / len(batch.actions)
+    torch.testing.assert_close(loss_keyed.detach(), expected.detach(), atol=1e-5, rtol=1e-5)

@@ -56,6 +56,25 @@ def _mlp(sizes: list[int], dropout: float) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+DROPOUT_STREAM = 2
+"""Stream id of the token policy's dropout masks (``actions``' token and action draws use 0 and 1)."""
+
+
+def counter_dropout_keep(seeds: torch.Tensor, steps: torch.Tensor, layer: int, width: int, p: float) -> torch.Tensor:
+    """Dropout keep-mask ``[N, width]`` (bool) for rows keyed by (row seed ``seeds [N]``, decode step
+    ``steps [N]``) at dropout layer ``layer``: a pure function of those keys (splitmix64 counters, as
+    ``actions.counter_uniform``), so a rollout and a later recomputation of the same step draw the
+    identical mask, whatever the batch."""
+    from .actions import _GOLDEN, _int64, _mix64, _shift_right  # the counter generator's mixing steps
+
+    key = _mix64(seeds.long() + _int64(DROPOUT_STREAM * _GOLDEN))
+    key = _mix64(key + (steps.long() + 1) * _int64(_GOLDEN))
+    key = _mix64(key + _int64((layer + 1) * _GOLDEN)).unsqueeze(-1)
+    cols = (torch.arange(width, device=key.device, dtype=torch.long) + 1) * _int64(_GOLDEN)
+    uniform = _shift_right(_mix64(key + cols), 40).float() * 2.0**-24  # [N, width] in [0, 1)
+    return uniform >= p
+
+
 def categorical_from_uniform(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF draw: one category per row of ``probs [B, K]`` from ``uniform [B]``."""
     cdf = probs.cumsum(-1)
@@ -69,12 +88,12 @@ def categorical_from_uniform(probs: torch.Tensor, uniform: torch.Tensor) -> torc
 class _PolicyBase(nn.Module):
     temperature: float
 
-    def probs(self, *args) -> torch.Tensor:
-        return (self(*args) / self.temperature).softmax(-1)
+    def probs(self, *args, **kwargs) -> torch.Tensor:
+        return (self(*args, **kwargs) / self.temperature).softmax(-1)
 
-    def log_probs(self, *args) -> torch.Tensor:
+    def log_probs(self, *args, **kwargs) -> torch.Tensor:
         """``log pi(. | x)`` ``[N, K]`` (with gradients: what the REINFORCE loss differentiates)."""
-        return (self(*args) / self.temperature).log_softmax(-1)
+        return (self(*args, **kwargs) / self.temperature).log_softmax(-1)
 
     def select(self, *args, deterministic: bool = False, generator: torch.Generator | None = None):
         """(action ``[N]``, probabilities ``[N, K]``): argmax if deterministic, else a sample."""
@@ -230,24 +249,47 @@ class TokenPolicy(_PolicyBase):
             ]
         return torch.cat(parts, dim=-1)
 
-    def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        return self.mlp(observation)
+    def forward(
+        self, observation: torch.Tensor, dropout_key: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """Logits ``[N, K]``. With ``dropout_key = (row seeds [N], steps [N])`` the dropout layers use
+        counter-based masks keyed by (seed, step, layer) whatever the module's mode (training: the
+        rollout and the loss see the same dropped-out policy); without it, ``nn.Dropout`` as usual
+        (on in train mode, off in eval mode)."""
+        if dropout_key is None or self.config.dropout == 0:
+            return self.mlp(observation)
+        seeds, steps = (k.to(observation.device) for k in dropout_key)
+        x, p = observation, self.config.dropout
+        for i, layer in enumerate(self.mlp):
+            if isinstance(layer, nn.Dropout):
+                x = x * counter_dropout_keep(seeds, steps, i, x.shape[-1], p).to(x.dtype) / (1 - p)
+            else:
+                x = layer(x)
+        return x
 
 
 class TokenPolicyChooser:
-    """Wraps a ``TokenPolicy`` as the decode loop's per-step chooser (eval mode, no grad).
+    """Wraps a ``TokenPolicy`` as the decode loop's per-step chooser (no grad).
 
     The action draw uses the loop's per-row uniforms, so it is reproducible and independent of the
-    batch. ``deterministic`` takes the argmax instead."""
+    batch. ``deterministic`` takes the argmax instead. ``training_dropout``: the training rollouts'
+    behaviour policy, with dropout masks keyed by (row seed, step) (``TokenPolicy.forward``'s
+    ``dropout_key``), the masks the loss recomputes; off, the policy runs as its module mode says
+    (eval: no dropout, the served policy)."""
 
-    def __init__(self, policy: TokenPolicy, deterministic: bool = False):
-        self.policy, self.deterministic = policy, deterministic
+    def __init__(self, policy: TokenPolicy, deterministic: bool = False, training_dropout: bool = False):
+        self.policy, self.deterministic, self.training_dropout = policy, deterministic, training_dropout
 
     def __call__(self, f: StepFeatures) -> torch.Tensor:
         device = next(self.policy.parameters()).device
         obs = self.policy.observation(f.hidden.to(device), f.entropy.to(device), f.remaining_budget.to(device))
+        key = None
+        if self.training_dropout:
+            if f.seeds is None:
+                raise ValueError("training dropout needs the rows' seeds in the step features")
+            key = (f.seeds, torch.full_like(f.seeds, f.step))
         with torch.no_grad():
-            probs = self.policy.probs(obs)
+            probs = self.policy.probs(obs, dropout_key=key) if key is not None else self.policy.probs(obs)
         if self.deterministic:
             return probs.argmax(-1)
         return categorical_from_uniform(probs, f.uniform.to(device))
