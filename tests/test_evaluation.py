@@ -300,3 +300,33 @@ def test_token_level_mixed_draws_an_action_at_every_token(tiny_lm):
     assert ev.details["methods"]["Mixed (per token)"]["level"] == "token"
     usage = ev.details["action_usage"]["Mixed (per token)"]
     assert len(usage) == 4 and abs(sum(usage) - 1) < 1e-9
+
+
+def test_policy_mode_both_reports_sample_and_argmax_rows(tmp_path, tiny_lm):
+    """Issue 13: `evaluate --policy-mode both` gives one row per mode; a sampling sequence adapter draws
+    its action per seed (argmax: the same action in every seed)."""
+    from decoding_adapters.cli.evaluate import load_adapter_methods
+
+    actions = [a.to_dict() for a in PRESETS["math-token"]]
+    torch.manual_seed(0)
+    seq = SequencePolicy(SequencePolicyConfig(embed_dim=tiny_lm.hidden_size, num_actions=4, temperature=5.0))
+    save_adapter(tmp_path / "seq", seq, AdapterConfig("sequence", seq.config.__dict__, actions, "tiny",
+                                                       tiny_lm.fingerprint()))
+    methods = load_adapter_methods([str(tmp_path / "seq")], tiny_lm, "both")
+    assert [(m.name, m.policy_mode) for m in methods] == [
+        ("Seq w/ budget [sample]", "sample"), ("Seq w/ budget [argmax]", "argmax")
+    ]
+    assert [m.policy_mode for m in load_adapter_methods([str(tmp_path / "seq")], tiny_lm)] == ["argmax"]
+    with pytest.raises(ValueError, match="policy-mode"):
+        load_adapter_methods([str(tmp_path / "seq")], tiny_lm, "greedy")
+    cfg = EvalConfig(k_values=(1,), seeds=4, token_budget=2, keep_trajectories=0)
+    problems = HasOneTask().load("test")
+    ev = evaluate(tiny_lm, HasOneTask(), problems, methods, cfg)
+    assert ev.details["methods"]["Seq w/ budget [sample]"]["policy_mode"] == "sample"
+    from decoding_adapters.evaluation.runner import _sequence_choices
+
+    prompts = [tiny_lm.encode_chat([HasOneTask().prompt(p)])[0] for p in problems]
+    sampled = _sequence_choices(methods[0], tiny_lm, prompts, cfg, problems)
+    argmax = _sequence_choices(methods[1], tiny_lm, prompts, cfg, problems)
+    assert all(per_seed == argmax[0] for per_seed in argmax)
+    assert any(per_seed != sampled[0] for per_seed in sampled)  # a flat policy (T=5) draws differently

@@ -41,6 +41,9 @@ __all__ = [
     "TokenPolicyChooser",
     "UniformChooser",
     "AdapterConfig",
+    "POLICY_MODES",
+    "default_policy_mode",
+    "resolve_policy_mode",
     "save_adapter",
     "load_adapter",
     "categorical_from_uniform",
@@ -311,6 +314,41 @@ class UniformChooser:
 # ---- save / load ---------------------------------------------------------------------------------
 
 
+POLICY_MODES = ("sample", "argmax")
+"""How a trained adapter picks its action when it is used: a draw from pi, or its most likely action."""
+
+
+def default_policy_mode(kind: str) -> str:
+    """The mode an adapter of ``kind`` is evaluated and served with unless told otherwise.
+
+    The paper's pseudocode (``SeqSelectStrategy`` / ``TokSelectStrategy``) offers both (a
+    ``deterministic`` flag) and does not say which its tables use; we follow what each level's text
+    describes and what REINFORCE optimises:
+
+    - token adapters: ``sample``. REINFORCE maximises the expected reward of the *stochastic* policy
+      (every training rollout draws s_t ~ Categorical(p_t)); its argmax is a different policy that
+      was never trained nor validated. The paper's token-level analysis describes how the learned
+      policy *allocates* stochasticity across tokens, i.e. its distribution over actions.
+    - sequence adapters: ``argmax``. The paper's sequence-level adapter "commits to a single decoding
+      strategy per prompt" for a given parallel budget; validation during training takes the argmax.
+
+    ``evaluate``, ``generate``, ``serve``, ``AdaptiveGenerator`` and ``Adapter`` all default to the
+    adapter's stored ``policy_mode`` (this default for files that predate it), so the number a report
+    prints describes what a user gets by default."""
+    if kind not in ("sequence", "token"):
+        raise ValueError(f"adapter kind must be 'sequence' or 'token', got {kind!r}")
+    return "sample" if kind == "token" else "argmax"
+
+
+def resolve_policy_mode(mode: str | None, kind: str) -> str:
+    """``mode`` checked against :data:`POLICY_MODES`, or the default of ``kind`` when None."""
+    if mode is None:
+        return default_policy_mode(kind)
+    if mode not in POLICY_MODES:
+        raise ValueError(f"policy_mode must be one of {list(POLICY_MODES)}, got {mode!r}")
+    return mode
+
+
 @dataclass
 class AdapterConfig:
     """Everything needed to use a trained adapter again (saved as ``adapter.json``)."""
@@ -332,10 +370,23 @@ class AdapterConfig:
     """Token budget b of training (token adapters)."""
     task: str = ""
     training: dict = field(default_factory=dict)
+    policy_mode: str | None = None
+    """'sample' or 'argmax': the mode it is evaluated and served with (None: the kind's default,
+    :func:`default_policy_mode`; files written before this field get that default)."""
+    trained_on: dict | None = None
+    """``tasks.problems_record`` (count, digest, content hashes) of the problems it was trained on."""
+    selected_on: dict | None = None
+    """Sequence adapters: ``problems_record`` of the problems its action set was selected on."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("sequence", "token"):
             raise ValueError(f"adapter kind must be 'sequence' or 'token', got {self.kind!r}")
+        self.policy_mode = resolve_policy_mode(self.policy_mode, self.kind)
+
+    @property
+    def seen_hashes(self) -> set[str]:
+        """Content hashes of every problem it was trained or selected on (empty when not recorded)."""
+        return {h for rec in (self.trained_on, self.selected_on) if rec for h in rec.get("content_hashes", [])}
 
     @classmethod
     def from_dict(cls, data: dict) -> "AdapterConfig":

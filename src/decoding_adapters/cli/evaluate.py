@@ -61,6 +61,9 @@ class EvaluateOptions:
     token adapters also the per-token Mixed over their action set, the paper's token-level Mixed),
     best-token (with token adapters: the best single token action, chosen on the validation split),
     token-actions (with token adapters: one static row per token action)"""
+    policy_mode: str | None = None
+    """how adapters pick actions: sample, argmax, or both (two rows per adapter, named '... [sample]' and
+    '... [argmax]'); default: each adapter's stored policy_mode, the mode generate and serve use"""
     progress: bool = True
     """progress bars"""
     report: bool = False
@@ -94,14 +97,21 @@ def _unique_name(name: str, taken: set[str], source: str) -> str:
     return candidate
 
 
-def load_adapter_methods(specs: Sequence[str], lm) -> list[Method]:
+def load_adapter_methods(specs: Sequence[str], lm, policy_mode: str | None = None) -> list[Method]:
+    """One method per --adapter; ``policy_mode`` 'both' gives two (sample and argmax rows)."""
+    if policy_mode not in (None, "sample", "argmax", "both"):
+        raise ValueError(f"--policy-mode must be sample, argmax or both, got {policy_mode!r}")
+    modes = ["sample", "argmax"] if policy_mode == "both" else [policy_mode]
     methods, taken = [], set()
     for name, path in _parse_adapter_args(specs):
         dirs = path.split(",")  # DIR1,DIR2,...: one adapter per evaluation seed
-        m = adapter_method(dirs if len(dirs) > 1 else path, lm, name=name or None)
-        m.name = _unique_name(m.name, taken, path)
-        taken.add(m.name)
-        methods.append(m)
+        for mode in modes:
+            m = adapter_method(dirs if len(dirs) > 1 else path, lm, name=name or None, policy_mode=mode)
+            if policy_mode == "both":
+                m.name = f"{m.name} [{m.policy_mode}]"
+            m.name = _unique_name(m.name, taken, path)
+            taken.add(m.name)
+            methods.append(m)
     return methods
 
 
@@ -199,7 +209,7 @@ def run_cli(args) -> int:
             return HFRollouts(lm, action_set, args.batch_rows)
         return build_rollouts(args, lm, action_set)
 
-    adapters = load_adapter_methods(args.adapter, lm)
+    adapters = load_adapter_methods(args.adapter, lm, args.policy_mode)
     # every action set a static row may use, checked against the backend before any engine starts
     check_backend_actions(args.backend, [_base_actions(args, adapters)] + [m.actions for m in adapters])
     methods = _baseline_methods(args, lm, task, adapters, cfg, factory) + adapters

@@ -12,11 +12,17 @@ Methods (each a :class:`Method`), evaluated on the same problems and seeds:
 - ``Mixed (per token)``: the paper's token-level Mixed, a uniform draw over the token action set at
   every token (``UniformChooser`` on the row's action stream), role 'mixed', level 'token'.
 - ``Best token action``: the best single action of the token action set, chosen on validation.
-- sequence adapters (w/ and w/o budget): for each ``k`` the policy picks an action deterministically
-  from (prompt embedding, ``B = k``); ``n`` samples under that action give pass@k. A w/o-budget
-  adapter picks the same action for every k.
+- sequence adapters (w/ and w/o budget): for each ``k`` the policy picks an action from (prompt
+  embedding, ``B = k``); ``n`` samples under that action give pass@k. A w/o-budget adapter picks
+  the same action for every k (in argmax mode).
 - token adapters (w/ budget, w/o budget, entropy-only): ``n`` samples with
-  ``TokenPolicyChooser(policy)`` (actions sampled from the policy at every token).
+  ``TokenPolicyChooser(policy)`` choosing an action at every token.
+
+How an adapter picks (``Method.policy_mode``) is the adapter's stored ``policy_mode`` unless the
+caller overrides it: 'sample' (a draw from pi; the token adapters' default) or 'argmax' (the
+sequence adapters' default); see ``policies.default_policy_mode``. ``generate``, ``serve``,
+``AdaptiveGenerator`` and ``Adapter`` use the same stored mode by default, so a reported number
+describes what a user gets. ``eval_details.json`` records each method's mode.
 
 ``n = max(k_values)`` samples per problem and seed; pass@k uses the unbiased estimator
 :func:`stats.pass_at_k` on those ``n``. ``mean_length`` is the mean number of generated tokens (EOS

@@ -11,7 +11,7 @@ from typing import Literal, Sequence
 import torch
 
 from ..actions import GREEDY, DecodingAction
-from ..policies import AdapterConfig, load_adapter
+from ..policies import AdapterConfig, load_adapter, resolve_policy_mode
 from ..stats import check_int
 
 __all__ = [
@@ -96,6 +96,9 @@ class Method:
     seed_policies: list[torch.nn.Module] | None = None
     """One adapter per evaluation seed (e.g. trained with seeds 0, 1, 2): seed s uses
     ``seed_policies[s % len]``; None means ``policy`` for every seed."""
+    policy_mode: str | None = None
+    """Adapters: 'sample' (draw from pi) or 'argmax'; None: the adapter's stored mode (the mode it is
+    served with by default, ``policies.default_policy_mode``)."""
     per_token: bool = False
     """mixed only: draw the action uniformly at *every token* (the paper's token-level Mixed,
     ``UniformChooser``) instead of once per sample (the per-sequence mixture)."""
@@ -111,6 +114,9 @@ class Method:
             raise ValueError(f"static method {self.name!r} needs exactly one action")
         if self.kind in ("sequence", "token") and self.policy is None:
             raise ValueError(f"adapter method {self.name!r} needs a policy")
+        if self.kind in ("sequence", "token"):
+            stored = self.adapter.policy_mode if self.adapter is not None else None
+            self.policy_mode = resolve_policy_mode(self.policy_mode or stored, self.kind)
         if self.per_token and self.kind != "mixed":
             raise ValueError(f"method {self.name!r}: only a mixed method can draw its action per token")
 
@@ -140,6 +146,7 @@ class Method:
             "action_dicts": [a.to_dict() for a in self.actions],
             "source": self.source,
             "per_token": self.per_token,
+            "policy_mode": self.policy_mode,
         }
         if self.adapter is not None:
             out["adapter_policy"] = dict(self.adapter.policy)
@@ -186,9 +193,12 @@ def adapter_role(config: AdapterConfig) -> str:
     return "w/ budget" if config.policy.get("use_budget", True) else "w/o budget"
 
 
-def adapter_method(directory: str | Path | Sequence[str | Path], lm=None, name: str | None = None) -> Method:
+def adapter_method(
+    directory: str | Path | Sequence[str | Path], lm=None, name: str | None = None, policy_mode: str | None = None
+) -> Method:
     """Load the adapter in ``directory`` (checked against ``lm``) as a method. A list of directories
-    (the same adapter trained with different seeds) gives one adapter per evaluation seed."""
+    (the same adapter trained with different seeds) gives one adapter per evaluation seed.
+    ``policy_mode``: 'sample' or 'argmax' (None: the adapter's stored mode)."""
     directories = [directory] if isinstance(directory, (str, Path)) else list(directory)
     loaded = [load_adapter(d, lm) for d in directories]
     policy, config = loaded[0]
@@ -207,6 +217,7 @@ def adapter_method(directory: str | Path | Sequence[str | Path], lm=None, name: 
         adapter=config,
         source=", ".join(map(str, directories)),
         seed_policies=[p for p, _ in loaded] if len(loaded) > 1 else None,
+        policy_mode=policy_mode,
     )
 
 

@@ -212,7 +212,9 @@ def _decode_token(method: Method, s, prompts, problems, task, cfg, rollouts: Rol
         rollouts,
         store,
         progress,
-        chooser=UniformChooser(len(method.actions)) if method.per_token else TokenPolicyChooser(method.policy_for(s)),
+        chooser=UniformChooser(len(method.actions))
+        if method.per_token
+        else TokenPolicyChooser(method.policy_for(s), deterministic=method.policy_mode == "argmax"),
         actions=method.actions,
     )
     counts = store.token_counts.setdefault(method.name, Counter())
@@ -220,18 +222,28 @@ def _decode_token(method: Method, s, prompts, problems, task, cfg, rollouts: Rol
         counts.update(result.actions[result.valid_mask()].tolist())
 
 
-def _sequence_choices(method: Method, lm, prompts, cfg: EvalConfig) -> list[list[list[DecodingAction]]]:
+def _sequence_choices(method: Method, lm, prompts, cfg: EvalConfig, problems) -> list[list[list[DecodingAction]]]:
     """``[seed][problem][k index]``: the action the sequence adapter (of that seed) picks for budget
-    k, deterministically."""
+    k: its argmax (policy_mode 'argmax', the same in every seed) or a draw from pi with the uniform
+    of ``row_seed(cfg.seed, seed, problem id, k, "policy")`` (policy_mode 'sample')."""
     pooling = (method.adapter.embedding or {}).get("pooling", "mean") if method.adapter else "mean"
     emb = lm.prompt_embeddings(prompts, pooling=pooling)
-    by_policy: dict[int, list[list[DecodingAction]]] = {}
-    for policy in method.all_policies:
-        per_k = [policy.choose(emb, torch.full((len(prompts),), k))[0].tolist() for k in cfg.k_values]
-        by_policy[id(policy)] = [
-            [method.actions[per_k[ki][i]] for ki in range(len(cfg.k_values))] for i in range(len(prompts))
-        ]
-    return [by_policy[id(method.policy_for(s))] for s in range(cfg.seeds)]
+    out = []
+    for s in range(cfg.seeds):
+        policy = method.policy_for(s)
+        per_k = []
+        for k in cfg.k_values:
+            budgets = torch.full((len(prompts),), k)
+            if method.policy_mode == "sample":
+                uniform = torch.stack(
+                    [torch.rand((), generator=torch.Generator().manual_seed(row_seed(cfg.seed, s, p.id, k, "policy")))
+                     for p in problems]
+                )
+                per_k.append(policy.choose(emb, budgets, deterministic=False, uniform=uniform)[0].tolist())
+            else:
+                per_k.append(policy.choose(emb, budgets)[0].tolist())
+        out.append([[method.actions[per_k[ki][i]] for ki in range(len(cfg.k_values))] for i in range(len(prompts))])
+    return out
 
 
 def _static_actions(methods: Sequence[Method], choices: dict) -> list[DecodingAction]:
@@ -299,7 +311,7 @@ def evaluate(
         raise ValueError("nothing to evaluate: no problems")
     factory = rollouts_factory or _default_factory(lm, batch_rows)
     prompts, cot = encode_problems(lm, task, problems, cfg.cot_ratio, cfg.seed)
-    choices = {m.name: _sequence_choices(m, lm, prompts, cfg) for m in methods if m.kind == "sequence"}
+    choices = {m.name: _sequence_choices(m, lm, prompts, cfg, problems) for m in methods if m.kind == "sequence"}
     _warn_token_budgets(methods, cfg)
     modes = {id(p): p.training for m in methods for p in m.all_policies}
     for m in methods:
