@@ -330,3 +330,35 @@ def test_policy_mode_both_reports_sample_and_argmax_rows(tmp_path, tiny_lm):
     argmax = _sequence_choices(methods[1], tiny_lm, prompts, cfg, problems)
     assert all(per_seed == argmax[0] for per_seed in argmax)
     assert any(per_seed != sampled[0] for per_seed in sampled)  # a flat policy (T=5) draws differently
+
+
+def test_evaluate_refuses_to_score_an_adapter_on_its_training_problems(tmp_path, tiny_lm):
+    """Issue 13: an adapter that recorded its training problems is not scored on them unless
+    allow_train_overlap, and then the details and the report say so. Old adapter.json files (no
+    record) keep loading and are not refused."""
+    from decoding_adapters.evaluation import adapter_method
+    from decoding_adapters.report import write_report
+    from decoding_adapters.tasks import problems_record
+
+    task = HasOneTask()
+    problems = task.load("test")
+    tok = TokenPolicy(TokenPolicyConfig(hidden_size=tiny_lm.hidden_size, num_actions=4, token_budget=2))
+    actions = [a.to_dict() for a in PRESETS["math-token"]]
+    config = AdapterConfig("token", tok.config.__dict__, actions, "tiny", tiny_lm.fingerprint(),
+                           trained_on=problems_record(problems[:2]))
+    save_adapter(tmp_path / "tok", tok, config)
+    cfg = EvalConfig(k_values=(1,), seeds=1, token_budget=2, keep_trajectories=0)
+    method = adapter_method(tmp_path / "tok", tiny_lm)
+    with pytest.raises(ValueError, match="trained or selected on: Token w/ budget: 2 of 3 problems"):
+        evaluate(tiny_lm, task, problems, [method], cfg)
+    evaluate(tiny_lm, task, problems[2:], [method], cfg)  # disjoint problems: fine
+    ev = evaluate(tiny_lm, task, problems, [greedy_method(), method], cfg, allow_train_overlap=True)
+    assert ev.details["config"]["allow_train_overlap"] is True
+    assert ev.details["config"]["train_overlap"] == {"Token w/ budget": 2}
+    report = write_report(tmp_path / "r", ev.results, ev.details).read_text()
+    assert "--allow-train-overlap was given" in report and "Token w/ budget on 2 problem(s)" in report
+    old = json.loads((tmp_path / "tok" / "adapter.json").read_text())
+    for key in ("trained_on", "selected_on", "policy_mode"):
+        old.pop(key)
+    (tmp_path / "tok" / "adapter.json").write_text(json.dumps(old))
+    assert adapter_method(tmp_path / "tok", tiny_lm).seen_hashes == set()

@@ -247,3 +247,41 @@ def test_rollout_and_loss_see_the_same_dropped_out_policy(tiny_lm, tiny_prompts)
     loss_keyed, _ = token_loss(policy, batch, len(batch.actions), 0.0)
     expected = -(recomputed * batch.advantage).sum() / len(batch.actions)
     torch.testing.assert_close(loss_keyed.detach(), expected.detach(), atol=1e-5, rtol=1e-5)
+
+
+class SplitTask(FakeTask):
+    """FakeTask with named splits whose questions are distinct per split (or shared, to overlap)."""
+
+    splits = ("train", "validation", "test")
+
+    def __init__(self, overlap: bool = False):
+        self.overlap = overlap
+
+    def check_split(self, split):
+        assert split in self.splits
+
+    def split_sources(self):
+        return {}
+
+    def load(self, split):
+        tag = "train" if self.overlap and split == "test" else split
+        return [Problem(id=f"{split}{i}", question=f"{tag} question {i}", answer="a") for i in range(16)]
+
+
+def test_trainer_start_checks_disjoint_splits_and_the_adapter_records_its_problems(tmp_path):
+    """Issue 13: a trainer refuses to start on overlapping splits, and the saved adapter records
+    (count, digest, content hashes) of what it was trained on."""
+    from decoding_adapters.tasks import problems_record
+
+    bad = TokenTrainer(TokenTrainConfig(token_budget=T, steps=0, filter_samples=0, val_problems=4),
+                       FakeLM(H), SplitTask(overlap=True), PomdpRollouts(), tmp_path / "bad", progress=False)
+    with pytest.raises(ValueError, match="overlap"):
+        bad.prepare()
+    cfg = TokenTrainConfig(token_budget=T, steps=0, filter_samples=0, val_problems=4, max_train_prompts=8)
+    good = TokenTrainer(cfg, FakeLM(H), SplitTask(), PomdpRollouts(), tmp_path / "good", progress=False)
+    good.prepare()
+    good.save()
+    _, config = load_adapter(tmp_path / "good")
+    assert config.trained_on == problems_record(SplitTask().load("train")[:8])
+    assert config.trained_on["count"] == 8 and config.selected_on is None
+    assert config.seen_hashes == set(config.trained_on["content_hashes"])

@@ -28,7 +28,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .actions import DecodingAction
+from .actions import _GOLDEN, DecodingAction, _int64, _mix64, _shift_right  # the counter generator's mixing
 from .decoding import StepFeatures
 from .io import atomic_write, write_json
 from .model_card import write_model_card
@@ -68,8 +68,6 @@ def counter_dropout_keep(seeds: torch.Tensor, steps: torch.Tensor, layer: int, w
     ``steps [N]``) at dropout layer ``layer``: a pure function of those keys (splitmix64 counters, as
     ``actions.counter_uniform``), so a rollout and a later recomputation of the same step draw the
     identical mask, whatever the batch."""
-    from .actions import _GOLDEN, _int64, _mix64, _shift_right  # the counter generator's mixing steps
-
     key = _mix64(seeds.long() + _int64(DROPOUT_STREAM * _GOLDEN))
     key = _mix64(key + (steps.long() + 1) * _int64(_GOLDEN))
     key = _mix64(key + _int64((layer + 1) * _GOLDEN)).unsqueeze(-1)

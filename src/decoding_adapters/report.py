@@ -623,6 +623,13 @@ def _setup_lines(results, details) -> list[str]:
         ("CoT ratio", cfg.get("cot_ratio")),
     ]
     lines = [f"- {k}: `{v}`" for k, v in items if v is not None]
+    overlap = cfg.get("train_overlap") or {}
+    if cfg.get("allow_train_overlap"):
+        scored = "; ".join(f"{name} on {n} problem(s)" for name, n in overlap.items()) or "none was"
+        lines.append(
+            "- **--allow-train-overlap was given**: adapters could be scored on problems they were trained or "
+            f"selected on ({scored}); such numbers are in-sample."
+        )
     conf = cfg.get("confidence", 0.95)
     lines.append(
         f"- uncertainty: mean ± half-width of a {conf:.0%} Student-t interval over problems (each problem's value "

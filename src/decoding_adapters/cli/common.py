@@ -40,7 +40,9 @@ class TaskOptions:
     task: str = "arithmetic"
     """registered task name (arithmetic, math, gsm8k, humaneval, codecontests)"""
     data: str | None = None
-    """JSONL data path for tasks that read files (math, gsm8k, codecontests)"""
+    """JSONL data for tasks that read files (math, gsm8k, codecontests, jsonl): 'train=a.jsonl,test=b.jsonl'
+    names a file per split (validation is carved from train by content hash); a single file is divided
+    80/10/10 into train/validation/test by content hash, never reused whole"""
     cot_ratio: float = 0.0
     """fraction of prompts that get a chain-of-thought instruction (paper: 0.3)"""
     system_prompt: str | None = None

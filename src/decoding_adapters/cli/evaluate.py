@@ -31,6 +31,7 @@ from ..evaluation import (
 from ..report import write_report
 from ..rollout_backends import check_backend_actions
 from ..rollouts import HFRollouts, Rollouts
+from ..tasks import check_disjoint
 from .common import add_model_arguments, add_rollout_arguments, add_task_arguments, build_lm, build_rollouts, build_task
 from .config_args import add_config_arguments, build_config
 
@@ -64,6 +65,9 @@ class EvaluateOptions:
     policy_mode: str | None = None
     """how adapters pick actions: sample, argmax, or both (two rows per adapter, named '... [sample]' and
     '... [argmax]'); default: each adapter's stored policy_mode, the mode generate and serve use"""
+    allow_train_overlap: bool = False
+    """score adapters even on problems they were trained or selected on (refused otherwise; the report
+    then states that this was given)"""
     progress: bool = True
     """progress bars"""
     report: bool = False
@@ -201,7 +205,10 @@ def _auto_best(args, lm, task, actions, cfg: EvalConfig, factory) -> DecodingAct
 
 def run_cli(args) -> int:
     cfg = build_config(EvalConfig, args)
-    lm, task = build_lm(args), build_task(args)
+    task = build_task(args)
+    if args.split in getattr(task, "splits", ()):  # splits share no problem (by content): checked first
+        check_disjoint(task)
+    lm = build_lm(args)
     problems = task.load(args.split)[: args.max_problems] if args.max_problems else task.load(args.split)
 
     def factory(action_set: ActionSet, per_token: bool) -> Rollouts:
@@ -214,7 +221,11 @@ def run_cli(args) -> int:
     check_backend_actions(args.backend, [_base_actions(args, adapters)] + [m.actions for m in adapters])
     methods = _baseline_methods(args, lm, task, adapters, cfg, factory) + adapters
     meta = {"task": args.task, "split": args.split, "model": args.name_or_path, "num_problems": len(problems)}
-    ev = evaluate(lm, task, problems, methods, cfg, rollouts_factory=factory, progress=args.progress, meta=meta)
+    ev = evaluate(lm, task, problems, methods, cfg, rollouts_factory=factory, progress=args.progress, meta=meta,
+                  allow_train_overlap=args.allow_train_overlap)
+    if ev.details["config"].get("train_overlap"):
+        log.warning("--allow-train-overlap: %s scored on problems it was trained or selected on",
+                    ", ".join(ev.details["config"]["train_overlap"]))
     paths = ev.write(args.out)
     print(format_table(ev.results, cfg.metrics))
     print(f"\nwrote {paths['results']} and {paths['details']}")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..actions import ActionSet
 from ..selection import build_pool, evaluate_pool, select_actions, write_outputs
+from ..tasks import check_disjoint, problems_record
 from .common import add_model_arguments, add_rollout_arguments, add_task_arguments, build_lm, build_rollouts, build_task
 from .config_args import add_config_arguments
 
@@ -47,6 +48,7 @@ def run_cli(args) -> int:
     if not 1 <= args.k <= len(pool):
         raise ValueError(f"--k must be in [1, {len(pool)}] (the pool size), got {args.k}")
     task = build_task(args)
+    check_disjoint(task)  # issue 13: selection problems are never train/test problems of another split
     problems = task.load(args.split)[: args.max_problems]
     lm = build_lm(args)
     rollouts = build_rollouts(args, lm, ActionSet(pool))
@@ -62,7 +64,7 @@ def run_cli(args) -> int:
     selection = select_actions(R, args.k)
     meta = {"task": task.name, "split": args.split, "problems": len(problems), "samples": args.samples,
             "token_budget": args.token_budget, "seed": args.seed, "model": lm.fingerprint(),
-            "seconds": round(time.perf_counter() - start, 1)}
+            "seconds": round(time.perf_counter() - start, 1), "selected_on": problems_record(problems)}
     markdown = write_outputs(out, pool, selection, meta)
     print(markdown)
     print(f"wrote {out / 'actions.json'}, {out / 'selection.md'}, {out / 'selection.png'}")

@@ -4,7 +4,7 @@ evaluation samples and summarises (``EvalConfig``). See the package docstring.""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Sequence
 
@@ -99,6 +99,9 @@ class Method:
     policy_mode: str | None = None
     """Adapters: 'sample' (draw from pi) or 'argmax'; None: the adapter's stored mode (the mode it is
     served with by default, ``policies.default_policy_mode``)."""
+    seen_hashes: set[str] = field(default_factory=set)
+    """Adapters: content hashes of the problems they were trained or selected on (all seeds'
+    adapters): ``evaluate`` refuses to score them there unless told to."""
     per_token: bool = False
     """mixed only: draw the action uniformly at *every token* (the paper's token-level Mixed,
     ``UniformChooser``) instead of once per sample (the per-sequence mixture)."""
@@ -218,6 +221,7 @@ def adapter_method(
         source=", ".join(map(str, directories)),
         seed_policies=[p for p, _ in loaded] if len(loaded) > 1 else None,
         policy_mode=policy_mode,
+        seen_hashes=set().union(*(c.seen_hashes for _, c in loaded)),
     )
 
 

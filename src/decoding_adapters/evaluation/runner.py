@@ -21,6 +21,7 @@ from ..io import write_json
 from ..policies import TokenPolicyChooser, UniformChooser
 from ..rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
 from ..stats import finite_or_none, format_interval, mean_ci, pass_at_k
+from ..tasks import content_hash
 from .methods import EvalConfig, Method, static_method
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "select_best_action",
     "format_table",
     "binomial_halfwidth",
+    "train_overlap",
 ]
 
 log = logging.getLogger(__name__)
@@ -303,12 +305,26 @@ def evaluate(
     batch_rows: int = 64,
     progress: bool = False,
     meta: dict | None = None,
+    allow_train_overlap: bool = False,
 ) -> Evaluation:
-    """Evaluate ``methods`` on ``problems`` (a list of ``tasks.Problem``); see the module docstring."""
+    """Evaluate ``methods`` on ``problems`` (a list of ``tasks.Problem``); see the module docstring.
+
+    An adapter is never scored on problems it was trained or selected on (by content hash, as
+    recorded in its adapter.json): that raises a ValueError, unless ``allow_train_overlap``, in which
+    case ``eval_details.json`` records the overlap and the report states it."""
     cfg = config or EvalConfig()
     _check_methods(methods)
     if not problems:
         raise ValueError("nothing to evaluate: no problems")
+    overlap = train_overlap(methods, problems)
+    if overlap and not allow_train_overlap:
+        raise ValueError(
+            "refusing to score adapters on problems they were trained or selected on: "
+            + "; ".join(f"{name}: {n} of {len(problems)} problems" for name, n in overlap.items())
+            + ". Evaluate on another split or file, or pass --allow-train-overlap (allow_train_overlap=True); "
+            "the report then says so."
+        )
+    meta = {**(meta or {}), "allow_train_overlap": bool(allow_train_overlap), "train_overlap": overlap}
     factory = rollouts_factory or _default_factory(lm, batch_rows)
     prompts, cot = encode_problems(lm, task, problems, cfg.cot_ratio, cfg.seed)
     choices = {m.name: _sequence_choices(m, lm, prompts, cfg, problems) for m in methods if m.kind == "sequence"}
@@ -351,7 +367,18 @@ def evaluate(
         for m in methods:  # give a policy that was training back in training mode
             for p in m.all_policies:
                 p.train(modes[id(p)])
-    return _assemble(methods, cfg, problems, cot, choices, store, display, meta or {})
+    return _assemble(methods, cfg, problems, cot, choices, store, display, meta)
+
+
+def train_overlap(methods: Sequence[Method], problems) -> dict[str, int]:
+    """``{adapter method: number of problems it was trained or selected on}`` (only those with any)."""
+    hashes = [content_hash(p) for p in problems] if any(m.seen_hashes for m in methods) else []
+    out = {}
+    for m in methods:
+        n = sum(h in m.seen_hashes for h in hashes) if m.seen_hashes else 0
+        if n:
+            out[m.name] = n
+    return out
 
 
 def _warn_token_budgets(methods, cfg: EvalConfig) -> None:

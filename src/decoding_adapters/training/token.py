@@ -38,6 +38,7 @@ from ..actions import ActionSet
 from ..decoding import DecodeResult, row_seed
 from ..policies import AdapterConfig, TokenPolicy, TokenPolicyChooser, TokenPolicyConfig, UniformChooser, save_adapter
 from ..rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
+from ..tasks import check_disjoint, problems_record
 from .common import (
     TrainingLoop,
     action_histogram,
@@ -270,6 +271,8 @@ class TokenTrainer(TrainingLoop):
     def prepare(self) -> dict:
         """Load splits and filter training prompts by probe pass rate; returns a summary."""
         cfg = self.config
+        if hasattr(self.task, "splits"):  # train, validation and test share no problem (by content)
+            check_disjoint(self.task)
         self.val_problems = load_split(self.task, "validation")[: cfg.val_problems]
         val_ids = {p.id for p in self.val_problems}
         problems = [p for p in self.task.load("train") if p.id not in val_ids][: cfg.max_train_prompts]
@@ -438,5 +441,6 @@ class TokenTrainer(TrainingLoop):
             token_budget=self.config.token_budget,
             task=self.task_name,
             training=asdict(self.config),
+            trained_on=problems_record(self.train_problems) if self.train_problems else None,
         )
         return save_adapter(self.out_dir, self.policy, config)
