@@ -248,3 +248,25 @@ def test_paper_style_binomial_interval_column(tmp_path):
     assert f"{entry['mean'] * 100:.2f} ± {entry['binomial_halfwidth'] * 100:.2f}" in table
     report = write_report(tmp_path, results, details).read_text()
     assert "## Paper-style intervals" in report
+
+
+def test_a_per_sequence_mixture_is_never_labelled_the_per_token_mixed():
+    """A level-'token' mixture drawn once per sample (per_token False in eval_details) is labelled
+    as the per-sequence mixture, and the per-token Mixed is preferred as the token table's Mixed."""
+    extra = {
+        "Mixed (token actions)": ("mixed", "mixed", "token", ACTIONS),
+        "Mixed (per token)": ("mixed", "mixed", "token", ACTIONS),
+    }
+    METHODS.update(extra)
+    try:
+        results, details = fake_evaluation()
+    finally:
+        for name in extra:
+            METHODS.pop(name)
+    details["methods"]["Mixed (token actions)"]["per_token"] = False
+    details["methods"]["Mixed (per token)"]["per_token"] = True
+    head = token_table(results, details).splitlines()[0]
+    assert "| Mixed (per token) |" in head and "Mixed (per token)<br><sub>Mixed (token actions)" not in head
+    assert any("than Mixed (per token)" in v or "beat Mixed (per token)" in v for v in verdicts(results, details))
+    del results["Mixed (per token)"], details["methods"]["Mixed (per token)"]
+    assert "Mixed (per sequence)<br><sub>Mixed (token actions)</sub>" in token_table(results, details).splitlines()[0]

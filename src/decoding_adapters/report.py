@@ -216,12 +216,22 @@ def sequence_table(results: Mapping, details: Mapping | None = None) -> str:
     return "\n".join(lines)
 
 
+def _token_mixed(info) -> str | None:
+    """The token table's Mixed: the per-token mixture (``per_token`` in eval_details), else a mixture
+    of the token level, else any Mixed (results written before issue 13 carry no ``per_token``)."""
+    return (
+        _first(info, role="mixed", level="token", per_token=True)
+        or _first(info, role="mixed", level="token")
+        or _first(info, role="mixed")
+    )
+
+
 def _token_statics(info) -> list[str]:
     """The token table's static columns: Greedy, per-token Mixed, best token action, the per-sequence
     mixture of the token actions, then any single token-action rows."""
     named = [
         _first(info, role="greedy"),
-        _first(info, role="mixed", level="token") or _first(info, role="mixed"),
+        _token_mixed(info),
         _first(info, role="best token action"),
         _first(info, role="mixed per sequence"),
     ]
@@ -250,8 +260,8 @@ def token_table(results: Mapping, details: Mapping | None = None) -> str:
     head = ["Metric", "Setting"]
     for n in static:
         label = _TOKEN_LABELS.get(info[n]["role"], n)
-        if info[n]["role"] == "mixed" and info[n].get("level") != "token":
-            label = "Mixed"  # only a per-sequence mixture was evaluated
+        if info[n]["role"] == "mixed" and (info[n].get("level") != "token" or info[n].get("per_token") is False):
+            label = "Mixed (per sequence)" if info[n].get("per_token") is False else "Mixed"
         head.append(label if label == n else f"{label}<br><sub>{n}</sub>")
     for lab, n in zip(_column_labels(adapters, info), adapters):
         head += [lab if lab == n else f"{lab}<br><sub>{n}</sub>", "Δ" if base else ""]
@@ -402,7 +412,7 @@ def _baselines_for(info, level) -> list[str]:
     if level == "sequence":
         first = _first(info, role="best") or (statics[0] if statics else None)
         return [first] if first else []
-    mixed = _first(info, role="mixed", level="token") or _first(info, role="mixed")
+    mixed = _token_mixed(info)
     named = [n for n in (_first(info, role="greedy"), mixed, _first(info, role="best token action")) if n]
     return list(dict.fromkeys(named)) or statics[:1]
 
