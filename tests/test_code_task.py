@@ -7,7 +7,7 @@ import json
 import pytest
 
 from decoding_adapters.sandbox import SandboxConfig
-from decoding_adapters.tasks.base import get_task
+from decoding_adapters.tasks.base import content_hash, get_task
 from decoding_adapters.tasks.code import (
     CodeContestsTask,
     HumanEvalTask,
@@ -184,15 +184,16 @@ def contests(tmp_path):
 
 
 def test_codecontests_loads_records(contests):
-    task = CodeContestsTask(data=contests)
+    task = CodeContestsTask(data={"test": contests})
     problems = task.load("test")  # the record without tests is skipped
-    assert [p.id for p in problems] == ["sum_two"]
+    assert [p.meta["name"] for p in problems] == ["sum_two"]
+    assert [p.id for p in problems] == [f"codecontests/{content_hash(problems[0])}"]
     assert len(problems[0].meta["tests"]) == 4 and problems[0].answer.startswith("print(sum")
     assert "standard input" in task.prompt(problems[0])[-1]["content"]
 
 
 def test_codecontests_rewards(contests):
-    task = CodeContestsTask(data=contests, timeout_s=1.0)
+    task = CodeContestsTask(data={"test": contests}, timeout_s=1.0)
     problem = task.load("test")[0]
     assert task.reward(problem, CORRECT) == 1.0
     assert task.reward(problem, WRONG_ON_PRIVATE) == 0.0  # passes the public test only
@@ -201,10 +202,10 @@ def test_codecontests_rewards(contests):
 
 
 def test_codecontests_test_selection(contests):
-    public_only = CodeContestsTask(data=contests, test_sets="public_tests")
+    public_only = CodeContestsTask(data={"test": contests}, test_sets="public_tests")
     problem = public_only.load("test")[0]
     assert len(problem.meta["tests"]) == 1 and public_only.reward(problem, WRONG_ON_PRIVATE) == 1.0
-    first_two = CodeContestsTask(data=contests, max_tests=2)
+    first_two = CodeContestsTask(data={"test": contests}, max_tests=2)
     assert first_two.reward(first_two.load("test")[0], WRONG_ON_PRIVATE) == 1.0
 
 
@@ -213,9 +214,9 @@ def test_codecontests_long_correct_output_is_not_truncated(tmp_path):
     record = {"description": "Print 0..29999, one per line.", "public_tests": {"input": [""], "output": [big]}}
     path = tmp_path / "big.jsonl"
     path.write_text(json.dumps(record) + "\n")
-    task = CodeContestsTask(data=path, timeout_s=20.0)
+    task = CodeContestsTask(data={"test": path}, timeout_s=20.0)
     problem = task.load("test")[0]
-    assert problem.id == "test/0"
+    assert problem.id.startswith("codecontests/") and problem.meta["name"] == "0"
     assert task.reward(problem, "```python\nprint('\\n'.join(map(str, range(30000))))\n```") == 1.0
 
 
@@ -223,10 +224,10 @@ def test_codecontests_bad_records_name_the_file(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps({"public_tests": {"input": ["1"], "output": ["1"]}}) + "\n")
     with pytest.raises(ValueError, match=r"bad\.jsonl.*description"):
-        CodeContestsTask(data=path).load("test")
+        CodeContestsTask(data={"test": path}).load("test")
     path.write_text(json.dumps({"description": "x", "public_tests": {"input": ["1"], "output": []}}) + "\n")
     with pytest.raises(ValueError, match="public_tests"):
-        CodeContestsTask(data=path).load("test")
+        CodeContestsTask(data={"test": path}).load("test")
 
 
 def test_codecontests_options_are_validated():
@@ -255,3 +256,24 @@ def test_outputs_match(expected, actual, same):
 
 def test_normalise_output():
     assert normalise_output("a  \nb\t\n\n") == ["a", "b"]
+
+
+def test_code_tasks_plan_content_disjoint_splits(tmp_path):
+    """Issue 13: one codecontests file is divided 80/10/10 by content hash (never reused whole as
+    every split); humaneval's default is {"test": the package's copy}."""
+    from decoding_adapters.tasks import check_disjoint
+
+    path = tmp_path / "many.jsonl"
+    rows = [{"description": f"Print {i}.", "public_tests": {"input": [""], "output": [str(i)]}} for i in range(60)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = CodeContestsTask(data=str(path))
+    assert task.splits == ("train", "validation", "test")
+    sizes = {s: len(task.load(s)) for s in task.splits}
+    assert sum(sizes.values()) == 60 and sizes["train"] > sizes["test"] > 0
+    hashes = check_disjoint(task)
+    assert not set(hashes["train"]) & set(hashes["test"])
+    split = CodeContestsTask(data=f"train={path},test={path}")
+    with pytest.raises(ValueError, match="overlap"):
+        check_disjoint(split)
+    humaneval = HumanEvalTask()
+    assert set(humaneval.split_sources()) == {"test"} and humaneval.splits == ("test",)

@@ -156,9 +156,12 @@ def test_evaluation_structure(evaluation, tmp_path):
     assert list(ev.results) == [m.name for m in methods]
     for name, res in ev.results.items():
         assert list(res) == metrics
-        for entry in res.values():
-            assert set(entry) == {"mean", "ci_low", "ci_high"}
+        for metric, entry in res.items():
+            paper = {"binomial_halfwidth", "outcomes"} if metric.startswith("pass@") else set()
+            assert set(entry) == {"mean", "ci_low", "ci_high"} | paper
             assert entry["ci_low"] <= entry["mean"] <= entry["ci_high"]
+            if paper:  # 3 problems x cfg.seeds runs
+                assert entry["outcomes"] == 3 * cfg.seeds and entry["binomial_halfwidth"] >= 0
         assert 1 <= res["mean_length"]["mean"] <= cfg.token_budget
         assert len(ev.details["per_problem"][name]["pass@1"]) == 3
         assert all(len(v) == cfg.seeds for v in ev.details["per_problem"][name]["pass@1"])
@@ -270,9 +273,92 @@ def test_cli_evaluate_end_to_end(tmp_path, tiny_lm, capsys, monkeypatch):
     )
     assert code == 0
     results = json.loads((out / "results.json").read_text())
-    assert set(results) == {"Greedy", "Best", "Mixed", "Seq w/ budget", "mine"}
+    # the token table's rows: per-token Mixed (the paper's token-level Mixed) and the best token action
+    best_token = next(n for n in results if n.startswith("Best token action ("))
+    assert set(results) == {"Greedy", "Best", "Mixed", "Mixed (per token)", best_token, "Seq w/ budget", "mine"}
     assert set(results["mine"]) == {"pass@1", "pass@2", "mean_length"}
     details = json.loads((out / "eval_details.json").read_text())
     assert details["config"]["num_problems"] == 2 and details["methods"]["mine"]["kind"] == "token"
+    assert details["methods"]["Mixed (per token)"]["per_token"] is True
+    assert details["methods"][best_token]["role"] == "best token action"
     printed = capsys.readouterr().out
     assert "pass@2" in printed and "Seq w/ budget" in printed
+
+
+def test_token_level_mixed_draws_an_action_at_every_token(tiny_lm):
+    """Issue 13: the token-level Mixed is a uniform draw over the token actions at every token (the
+    per-sequence mixture keeps one action per sample and has its own row)."""
+    from decoding_adapters.evaluation import token_mixed_method
+
+    actions = list(PRESETS["math-token"])
+    per_token, per_seq = token_mixed_method(actions), mixed_method(actions, name="Mixed per sequence")
+    cfg = EvalConfig(k_values=(1, 2), seeds=1, token_budget=12, keep_trajectories=6)
+    ev = evaluate(tiny_lm, HasOneTask(), HasOneTask().load("test"), [per_token, per_seq], cfg)
+    switching = [len(set(t["actions"])) for t in ev.details["trajectories"]["Mixed (per token)"] if t["length"] > 4]
+    assert switching and max(switching) > 1
+    assert all(len(set(t["actions"])) == 1 for t in ev.details["trajectories"]["Mixed per sequence"])
+    assert ev.details["methods"]["Mixed (per token)"]["level"] == "token"
+    usage = ev.details["action_usage"]["Mixed (per token)"]
+    assert len(usage) == 4 and abs(sum(usage) - 1) < 1e-9
+
+
+def test_policy_mode_both_reports_sample_and_argmax_rows(tmp_path, tiny_lm):
+    """Issue 13: `evaluate --policy-mode both` gives one row per mode; a sampling sequence adapter draws
+    its action per seed (argmax: the same action in every seed)."""
+    from decoding_adapters.cli.evaluate import load_adapter_methods
+
+    actions = [a.to_dict() for a in PRESETS["math-token"]]
+    torch.manual_seed(0)
+    seq = SequencePolicy(SequencePolicyConfig(embed_dim=tiny_lm.hidden_size, num_actions=4, temperature=5.0))
+    save_adapter(tmp_path / "seq", seq, AdapterConfig("sequence", seq.config.__dict__, actions, "tiny",
+                                                       tiny_lm.fingerprint()))
+    methods = load_adapter_methods([str(tmp_path / "seq")], tiny_lm, "both")
+    assert [(m.name, m.policy_mode) for m in methods] == [
+        ("Seq w/ budget [sample]", "sample"), ("Seq w/ budget [argmax]", "argmax")
+    ]
+    assert [m.policy_mode for m in load_adapter_methods([str(tmp_path / "seq")], tiny_lm)] == ["argmax"]
+    with pytest.raises(ValueError, match="policy-mode"):
+        load_adapter_methods([str(tmp_path / "seq")], tiny_lm, "greedy")
+    cfg = EvalConfig(k_values=(1,), seeds=4, token_budget=2, keep_trajectories=0)
+    problems = HasOneTask().load("test")
+    ev = evaluate(tiny_lm, HasOneTask(), problems, methods, cfg)
+    assert ev.details["methods"]["Seq w/ budget [sample]"]["policy_mode"] == "sample"
+    from decoding_adapters.evaluation.runner import _sequence_choices
+
+    prompts = [tiny_lm.encode_chat([HasOneTask().prompt(p)])[0] for p in problems]
+    sampled = _sequence_choices(methods[0], tiny_lm, prompts, cfg, problems)
+    argmax = _sequence_choices(methods[1], tiny_lm, prompts, cfg, problems)
+    assert all(per_seed == argmax[0] for per_seed in argmax)
+    assert any(per_seed != sampled[0] for per_seed in sampled)  # a flat policy (T=5) draws differently
+
+
+def test_evaluate_refuses_to_score_an_adapter_on_its_training_problems(tmp_path, tiny_lm):
+    """Issue 13: an adapter that recorded its training problems is not scored on them unless
+    allow_train_overlap, and then the details and the report say so. Old adapter.json files (no
+    record) keep loading and are not refused."""
+    from decoding_adapters.evaluation import adapter_method
+    from decoding_adapters.report import write_report
+    from decoding_adapters.tasks import problems_record
+
+    task = HasOneTask()
+    problems = task.load("test")
+    tok = TokenPolicy(TokenPolicyConfig(hidden_size=tiny_lm.hidden_size, num_actions=4, token_budget=2))
+    actions = [a.to_dict() for a in PRESETS["math-token"]]
+    config = AdapterConfig("token", tok.config.__dict__, actions, "tiny", tiny_lm.fingerprint(),
+                           trained_on=problems_record(problems[:2]))
+    save_adapter(tmp_path / "tok", tok, config)
+    cfg = EvalConfig(k_values=(1,), seeds=1, token_budget=2, keep_trajectories=0)
+    method = adapter_method(tmp_path / "tok", tiny_lm)
+    with pytest.raises(ValueError, match="trained or selected on: Token w/ budget: 2 of 3 problems"):
+        evaluate(tiny_lm, task, problems, [method], cfg)
+    evaluate(tiny_lm, task, problems[2:], [method], cfg)  # disjoint problems: fine
+    ev = evaluate(tiny_lm, task, problems, [greedy_method(), method], cfg, allow_train_overlap=True)
+    assert ev.details["config"]["allow_train_overlap"] is True
+    assert ev.details["config"]["train_overlap"] == {"Token w/ budget": 2}
+    report = write_report(tmp_path / "r", ev.results, ev.details).read_text()
+    assert "--allow-train-overlap was given" in report and "Token w/ budget on 2 problem(s)" in report
+    old = json.loads((tmp_path / "tok" / "adapter.json").read_text())
+    for key in ("trained_on", "selected_on", "policy_mode"):
+        old.pop(key)
+    (tmp_path / "tok" / "adapter.json").write_text(json.dumps(old))
+    assert adapter_method(tmp_path / "tok", tiny_lm).seen_hashes == set()

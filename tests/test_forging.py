@@ -133,7 +133,7 @@ def contests():
     with open(path, "w") as handle:
         handle.write(json.dumps(RECORD) + "\n")
     os.chmod(path, 0o644)
-    task = CodeContestsTask(data=path, timeout_s=20.0)
+    task = CodeContestsTask(data={"test": path}, timeout_s=20.0)  # one path alone would be split 80/10/10
     yield task, task.load("test")[0], path
     shutil.rmtree(directory)
 

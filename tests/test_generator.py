@@ -198,3 +198,36 @@ def test_generate_cli(adapters, capsys, cli_main):
     assert g["kind"] == "sequence" and g["action"] in g["action_names"]
     assert main(["generate", "--adapter", str(adapters["sequence"]), "Hi", "--token-budget", "0"]) == 2  # clear error
     assert "token_budget" in capsys.readouterr().err
+
+
+def test_evaluated_mode_is_the_served_default(adapters, tiny_lm, tmp_path):
+    """Issue 13: one policy_mode, stored in the adapter, is the default of evaluate, generate,
+    AdaptiveGenerator, Adapter and serve: token adapters sample (what evaluation measures), sequence
+    adapters take the argmax. Before, generate/serve/Adapter took the argmax for token adapters too."""
+    from decoding_adapters.adapter import Adapter
+    from decoding_adapters.evaluation import adapter_method
+    from decoding_adapters.policies import default_policy_mode, load_adapter
+    from decoding_adapters.server import BatchingWorker, ServerLimits
+
+    assert (default_policy_mode("token"), default_policy_mode("sequence")) == ("sample", "argmax")
+    for kind, mode in (("token", "sample"), ("sequence", "argmax")):
+        _, config = load_adapter(adapters[kind])
+        assert config.policy_mode == mode and json.loads((adapters[kind] / "adapter.json").read_text())[
+            "policy_mode"] == mode
+        gen = AdaptiveGenerator.from_pretrained(adapters[kind], model=tiny_lm)
+        assert gen.policy_mode == mode and gen.deterministic() == (mode == "argmax")
+        assert BatchingWorker(gen, ServerLimits()).deterministic_policy == (mode == "argmax")
+        assert Adapter.from_pretrained(adapters[kind], lm=tiny_lm).deterministic() == (mode == "argmax")
+        assert adapter_method(adapters[kind], tiny_lm).policy_mode == mode
+    gen = AdaptiveGenerator.from_pretrained(adapters["token"], model=tiny_lm)
+    default = gen.generate(PROMPTS, token_budget=8, parallel_budget=2, seed=3)
+    sampled = gen.generate(PROMPTS, token_budget=8, parallel_budget=2, seed=3, deterministic_policy=False)
+    argmax = gen.generate(PROMPTS, token_budget=8, parallel_budget=2, seed=3, deterministic_policy=True)
+    assert [g.token_actions for g in default] == [g.token_actions for g in sampled]
+    assert [g.token_actions for g in default] != [g.token_actions for g in argmax]
+    # an adapter.json written before the field loads with its kind's default; a bad mode is refused
+    old = json.loads((adapters["token"] / "adapter.json").read_text())
+    old.pop("policy_mode")
+    assert AdapterConfig.from_dict(old).policy_mode == "sample"
+    with pytest.raises(ValueError, match="policy_mode"):
+        AdapterConfig.from_dict({**old, "policy_mode": "greedy"})

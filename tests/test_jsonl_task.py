@@ -172,29 +172,32 @@ def test_cli_runs_the_jsonl_task_from_data_spec(user_dir, tiny_model_dir, capsys
     from decoding_adapters import cli
 
     out = user_dir / "eval"
-    code = cli.main(
-        [
-            "evaluate",
-            "--task",
-            "jsonl",
-            "--data",
-            f"train={user_dir / 'train.jsonl'},test={user_dir / 'test.jsonl'}",
-            "--model",
-            str(tiny_model_dir),
-            "--token-budget",
-            "2",
-            "--baselines",
-            "greedy",
-            "--actions",
-            "math-token",
-            "--k",
-            "1",
-            "--seeds",
-            "1",
-            "--no-progress",
-            "--out",
-            str(out),
-        ]
-    )
+    argv = [
+        "evaluate",
+        "--task",
+        "jsonl",
+        "--data",
+        f"train={user_dir / 'train.jsonl'},test={user_dir / 'test.jsonl'}",
+        "--model",
+        str(tiny_model_dir),
+        "--token-budget",
+        "2",
+        "--baselines",
+        "greedy",
+        "--actions",
+        "math-token",
+        "--k",
+        "1",
+        "--seeds",
+        "1",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
+    # issue 13: the fixture's test file repeats a train question: evaluate refuses overlapping splits
+    assert cli.main(argv) != 0
+    assert "splits overlap in 1 problem(s)" in capsys.readouterr().err
+    (user_dir / "test.jsonl").write_text(json.dumps({"question": "Capital of Italy?", "answer": "Rome"}) + "\n")
+    code = cli.main(argv)
     assert code == 0
     assert json.loads((out / "results.json").read_text())["Greedy"]["pass@1"]["mean"] == 0.0

@@ -88,3 +88,29 @@ def test_adapter_json_written_before_the_budget_split_still_loads(tmp_path, tiny
         {**data, "kind": "sequence", "policy": sequence_policy, "budgets": [1, 2, 4]}
     )
     assert old_sequence.parallel_budgets == [1, 2, 4] and old_sequence.token_budget is None
+
+
+def test_entropy_only_ablation_observes_only_the_entropy():
+    """Issue 13: the entropy-only ablation sees H_t alone; before, it also saw phi(b_t)."""
+    torch.manual_seed(0)
+    policy = TokenPolicy(TokenPolicyConfig(hidden_size=8, num_actions=4, features="entropy", use_budget=True))
+    assert policy.config.input_dim == 1
+    h, e = torch.randn(5, 8), torch.rand(5)
+    early = policy.observation(h, e, torch.full((5,), 30))
+    late = policy.observation(h, e, torch.full((5,), 1))
+    assert early.shape == (5, 1) and torch.equal(early, late) and torch.equal(early[:, 0], e)
+    # the hidden-state adapter w/ budget still sees phi(b_t)
+    hidden = TokenPolicy(TokenPolicyConfig(hidden_size=8, num_actions=4))
+    assert not torch.equal(hidden.observation(h, e, torch.full((5,), 30)), hidden.observation(h, e, torch.ones(5)))
+
+
+def test_old_entropy_only_adapters_keep_loading(tmp_path):
+    """An adapter.json written before the fix (no entropy_sees_budget, use_budget True) loads with its
+    3-input policy and keeps seeing phi(b_t)."""
+    legacy = TokenPolicyConfig(hidden_size=8, num_actions=4, features="entropy", entropy_sees_budget=True)
+    policy = TokenPolicy(legacy)
+    fields = {k: v for k, v in legacy.__dict__.items() if k != "entropy_sees_budget"}
+    actions = [a.to_dict() for a in PRESETS["math-token"]]
+    save_adapter(tmp_path, policy, AdapterConfig("token", fields, actions, "m", {}))
+    loaded, config = load_adapter(tmp_path)
+    assert config.policy["entropy_sees_budget"] is True and loaded.config.input_dim == 3

@@ -106,7 +106,7 @@ def test_write_report_end_to_end(tmp_path):
     assert set(saved) == set(METHODS)
     for entry in saved.values():
         for value in entry.values():
-            assert set(value) == {"mean", "ci_low", "ci_high"} and value["ci_low"] <= value["mean"] <= value["ci_high"]
+            assert {"mean", "ci_low", "ci_high"} <= set(value) and value["ci_low"] <= value["mean"] <= value["ci_high"]
     pngs = [
         "pass_at_k.png",
         "training_token_run.png",
@@ -208,3 +208,65 @@ def test_report_cli(tmp_path, monkeypatch, capsys):
     assert (out / "report.md").is_file() and is_png(out / "pass_at_k.png") and is_png(out / "training_seq.png")
     assert "beats Best" in capsys.readouterr().out
     assert cli.main(["report", "--eval", str(tmp_path / "nothing"), "--out", str(out)]) == 2
+
+
+def test_token_verdict_compares_with_greedy_per_token_mixed_and_the_best_token_action():
+    """Issue 13: a token adapter is compared with Greedy and with the per-token Mixed (not only the
+    stronger of the two), and the best single token action is printed too."""
+    extra = {
+        "Mixed (per token)": ("mixed", "mixed", "token", ACTIONS),
+        "Best token action (T=0.5)": ("static", "best token action", "token", ["T=0.5"]),
+    }
+    METHODS.update(extra)
+    try:
+        results, details = fake_evaluation({"Token w/ budget": 0.1})
+    finally:
+        for name in extra:
+            METHODS.pop(name)
+    lines = [v for v in verdicts(results, details) if v.startswith("- **Token w/ budget")]
+    assert len(lines) == 3
+    assert [b for b in ("Greedy", "Mixed (per token)", "Best token action (T=0.5)") if any(b in v for v in lines)] == [
+        "Greedy", "Mixed (per token)", "Best token action (T=0.5)"
+    ]
+    head = token_table(results, details).splitlines()[0]
+    assert "| Greedy | Mixed (per token)" in head and "Best token action" in head
+
+
+def test_paper_style_binomial_interval_column(tmp_path):
+    """Issue 13: results.json carries the paper's ± (normal-approximation binomial over all (problem,
+    run) outcomes) and the report prints it; ±1.25 at 71.7% with ~5,000 outcomes as in the paper."""
+    from decoding_adapters.evaluation import binomial_halfwidth
+    from decoding_adapters.report import paper_interval_table
+
+    assert binomial_halfwidth(0.717, 4985) * 100 == pytest.approx(1.25, abs=0.005)
+    results, details = fake_evaluation(problems=20, seeds=3)
+    entry = results["Greedy"]["pass@1"]
+    assert entry["outcomes"] == 60
+    assert entry["binomial_halfwidth"] == pytest.approx(1.959964 * math.sqrt(entry["mean"] * (1 - entry["mean"]) / 60))
+    assert "binomial_halfwidth" not in results["Greedy"]["mean_length"]
+    table = paper_interval_table(results)
+    assert f"{entry['mean'] * 100:.2f} ± {entry['binomial_halfwidth'] * 100:.2f}" in table
+    report = write_report(tmp_path, results, details).read_text()
+    assert "## Paper-style intervals" in report
+
+
+def test_a_per_sequence_mixture_is_never_labelled_the_per_token_mixed():
+    """A level-'token' mixture drawn once per sample (per_token False in eval_details) is labelled
+    as the per-sequence mixture, and the per-token Mixed is preferred as the token table's Mixed."""
+    extra = {
+        "Mixed (token actions)": ("mixed", "mixed", "token", ACTIONS),
+        "Mixed (per token)": ("mixed", "mixed", "token", ACTIONS),
+    }
+    METHODS.update(extra)
+    try:
+        results, details = fake_evaluation()
+    finally:
+        for name in extra:
+            METHODS.pop(name)
+    details["methods"]["Mixed (token actions)"]["per_token"] = False
+    details["methods"]["Mixed (per token)"]["per_token"] = True
+    head = token_table(results, details).splitlines()[0]
+    assert "| Mixed (per token) |" in head and "Mixed (per token)<br><sub>Mixed (token actions)" not in head
+    assert any("than Mixed (per token)" in v or "beat Mixed (per token)" in v for v in verdicts(results, details))
+    del results["Mixed (per token)"], details["methods"]["Mixed (per token)"]
+    assert "Mixed (per sequence)<br><sub>Mixed (token actions)</sub>" in token_table(results, details).splitlines()[0]

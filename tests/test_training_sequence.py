@@ -170,3 +170,20 @@ def test_majority_vote_compares_extracted_answers():
     math_task = get_task("math")
     half = math_task.extract_answer(problem, r"\boxed{\frac{1}{2}}")
     assert math_task.extract_answer(problem, r"so \boxed{\frac12}") == half
+
+
+def test_selection_record_is_read_from_select_actions_output(tmp_path):
+    """Issue 13: a sequence adapter records the problems its action set was selected on, read from
+    the actions.json that select-actions writes (selection_data.selected_on); presets record none."""
+    import json
+
+    from decoding_adapters.tasks import Problem, problems_record
+    from decoding_adapters.training.sequence import selection_record
+
+    record = problems_record([Problem(id="a", question="What is 1+1?", answer="2")])
+    path = tmp_path / "actions.json"
+    path.write_text(json.dumps({"actions": [], "selection_data": {"task": "x", "selected_on": record}}))
+    assert selection_record(str(path)) == record
+    assert selection_record("math") is None
+    path.write_text(json.dumps({"actions": []}))
+    assert selection_record(str(path)) is None

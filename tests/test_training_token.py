@@ -55,13 +55,16 @@ class PomdpRollouts(Rollouts):
     def run(self, request, chooser=None, *, record_features=False, progress=False):
         n = request.num_rows
         gens = [torch.Generator().manual_seed(s % (2**62)) for s in request.row_seeds]
+        seeds = torch.tensor(request.row_seeds, dtype=torch.long)
         feats = torch.stack([torch.randn(T, H, generator=g) for g in gens])  # [n, T, H]
         max_prob = torch.tensor([0.5 if t % 3 else 0.99 for t in range(T)]).expand(n, T).clone()
         entropy = torch.ones(n, T)
         actions = torch.zeros(n, T, dtype=torch.long)
         for t in range(T):
             u = torch.stack([torch.rand(1, generator=g)[0] for g in gens])
-            f = StepFeatures(feats[:, t], entropy[:, t], max_prob[:, t], t, torch.full((n,), T - t), torch.arange(n), u)
+            f = StepFeatures(
+                feats[:, t], entropy[:, t], max_prob[:, t], t, torch.full((n,), T - t), torch.arange(n), u, seeds
+            )
             actions[:, t] = chooser(f)
         right = torch.where(feats[..., 0] > feats[..., 1], 2, 0)
         matters = max_prob < 0.95
@@ -200,3 +203,85 @@ def test_resume_after_a_kill_loses_at_most_one_checkpoint_interval(tmp_path, mon
     for k, v in reference.policy.state_dict().items():
         torch.testing.assert_close(v, resumed.policy.state_dict()[k])
     assert [r["step"] for r in resumed.log.read()] == [0, 1, 2, 3, 4, 5, 6]
+
+
+def test_rollout_and_loss_see_the_same_dropped_out_policy(tiny_lm, tiny_prompts):
+    """Issue 13: with dropout 0.1 the rollout's chooser and the loss's recomputation use identical
+    masks, so the log-prob of each chosen action recomputed by the loss (train mode, with gradients)
+    equals the one it was drawn from. Before, rollouts ran dropout-free and the loss drew fresh masks."""
+    from decoding_adapters.actions import PRESETS
+    from decoding_adapters.decoding import decode
+    from decoding_adapters.policies import TokenPolicy, TokenPolicyConfig
+
+    torch.manual_seed(0)
+    policy = TokenPolicy(TokenPolicyConfig(hidden_size=tiny_lm.hidden_size, num_actions=4, token_budget=6, dropout=0.1))
+    seen = {}  # (row seed, step) -> log-prob of the chosen action at rollout time
+
+    class Recording(TokenPolicyChooser):
+        def __call__(self, f):
+            action = super().__call__(f)
+            obs = self.policy.observation(f.hidden, f.entropy, f.remaining_budget)
+            with torch.no_grad():
+                logp = self.policy.log_probs(obs, dropout_key=(f.seeds, torch.full_like(f.seeds, f.step)))
+            for seed, lp in zip(f.seeds.tolist(), logp.gather(1, action[:, None])[:, 0].tolist()):
+                seen[(seed, f.step)] = lp
+            return action
+
+    row_seeds = [11, 12, 13, 14]
+    policy.eval()
+    result = decode(tiny_lm, tiny_prompts, ActionSet(PRESETS["math-token"]), prompt_of_row=[0, 0, 1, 1],
+                    chooser=Recording(policy, training_dropout=True), token_budget=6, row_seeds=row_seeds,
+                    record_features=True)
+    batch = rollout_batch_from_result(result, torch.ones(4), 1.0, row_seeds)
+    policy.train()
+    obs = policy.observation(batch.hidden, batch.entropy, batch.remaining)
+    recomputed = policy.log_probs(obs, dropout_key=batch.dropout_key(torch.ones_like(batch.decision), "cpu"))
+    recomputed = recomputed.gather(1, batch.actions[:, None])[:, 0]
+    rollout = torch.tensor([seen[(s, t)] for s, t in zip(batch.seed.tolist(), batch.step.tolist())])
+    torch.testing.assert_close(recomputed.detach(), rollout, atol=1e-5, rtol=0)
+    assert recomputed.requires_grad
+    # the masks matter: without them (eval mode) the log-probs differ, and the token_loss uses them
+    policy.eval()
+    plain = policy.log_probs(obs).gather(1, batch.actions[:, None])[:, 0]
+    assert not torch.allclose(plain.detach(), rollout, atol=1e-4)
+    loss_keyed, _ = token_loss(policy, batch, len(batch.actions), 0.0)
+    expected = -(recomputed * batch.advantage).sum() / len(batch.actions)
+    torch.testing.assert_close(loss_keyed.detach(), expected.detach(), atol=1e-5, rtol=1e-5)
+
+
+class SplitTask(FakeTask):
+    """FakeTask with named splits whose questions are distinct per split (or shared, to overlap)."""
+
+    splits = ("train", "validation", "test")
+
+    def __init__(self, overlap: bool = False):
+        self.overlap = overlap
+
+    def check_split(self, split):
+        assert split in self.splits
+
+    def split_sources(self):
+        return {}
+
+    def load(self, split):
+        tag = "train" if self.overlap and split == "test" else split
+        return [Problem(id=f"{split}{i}", question=f"{tag} question {i}", answer="a") for i in range(16)]
+
+
+def test_trainer_start_checks_disjoint_splits_and_the_adapter_records_its_problems(tmp_path):
+    """Issue 13: a trainer refuses to start on overlapping splits, and the saved adapter records
+    (count, digest, content hashes) of what it was trained on."""
+    from decoding_adapters.tasks import problems_record
+
+    bad = TokenTrainer(TokenTrainConfig(token_budget=T, steps=0, filter_samples=0, val_problems=4),
+                       FakeLM(H), SplitTask(overlap=True), PomdpRollouts(), tmp_path / "bad", progress=False)
+    with pytest.raises(ValueError, match="overlap"):
+        bad.prepare()
+    cfg = TokenTrainConfig(token_budget=T, steps=0, filter_samples=0, val_problems=4, max_train_prompts=8)
+    good = TokenTrainer(cfg, FakeLM(H), SplitTask(), PomdpRollouts(), tmp_path / "good", progress=False)
+    good.prepare()
+    good.save()
+    _, config = load_adapter(tmp_path / "good")
+    assert config.trained_on == problems_record(SplitTask().load("train")[:8])
+    assert config.trained_on["count"] == 8 and config.selected_on is None
+    assert config.seen_hashes == set(config.trained_on["content_hashes"])

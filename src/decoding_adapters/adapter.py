@@ -171,6 +171,17 @@ class Adapter:
         return f"Adapter({self.name!r}, kind={self.kind}, base_model={base!r}, actions={self.action_names})"
 
     # ---- sequence adapter: one action per prompt ----------------------------------------------
+    @property
+    def policy_mode(self) -> str:
+        """'sample' or 'argmax': how the adapter picks actions by default (stored in adapter.json;
+        the mode ``evaluate`` reports by default; see ``policies.default_policy_mode``)."""
+        return self.config.policy_mode
+
+    def deterministic(self, deterministic: bool | None = None) -> bool:
+        """``deterministic``, or (None) whether the adapter's stored mode is argmax. Every method
+        here that takes ``deterministic`` defaults to None: the adapter's mode."""
+        return self.policy_mode == "argmax" if deterministic is None else bool(deterministic)
+
     def _require(self, kind: str, what: str) -> None:
         if self.kind != kind:
             other = (
@@ -182,13 +193,15 @@ class Adapter:
 
     @torch.inference_mode()
     def choose(
-        self, prompts: Prompt | Sequence[Prompt], n: int = 1, *, deterministic: bool = True, seed: int = 0
+        self, prompts: Prompt | Sequence[Prompt], n: int = 1, *, deterministic: bool | None = None, seed: int = 0
     ) -> tuple[list[int], torch.Tensor]:
         """Sequence adapter: the action index per prompt and pi(a | e, B=n) ``[P, K]`` (CPU).
 
         ``deterministic`` takes the most likely action; otherwise prompt i's action is drawn with the
-        uniform of ``row_seed(seed, i, "policy")`` (as ``AdaptiveGenerator`` does)."""
+        uniform of ``row_seed(seed, i, "policy")`` (as ``AdaptiveGenerator`` does); None: the
+        adapter's stored ``policy_mode``."""
         self._require("sequence", "choosing one action per prompt")
+        deterministic = self.deterministic(deterministic)
         if self.lm is None:
             raise ValueError(
                 "a sequence adapter chooses from the LM's prompt embedding: load it with "
@@ -217,7 +230,7 @@ class Adapter:
         n: int = 1,
         *,
         max_new_tokens: int | None = None,
-        deterministic: bool = True,
+        deterministic: bool | None = None,
         seed: int = 0,
         **extra,
     ) -> list:
@@ -241,7 +254,7 @@ class Adapter:
         *,
         max_tokens: int = 128,
         seed: int | None = None,
-        deterministic: bool = True,
+        deterministic: bool | None = None,
         **extra,
     ) -> list[dict]:
         """Sequence adapter: vLLM ``SamplingParams`` keyword arguments per prompt (no vLLM needed).
@@ -280,13 +293,21 @@ class Adapter:
 
     # ---- token adapter: one action per token ---------------------------------------------------
     def logits_processor(
-        self, model, *, tokenizer=None, token_budget: int | None = None, deterministic: bool = True, seed: int = 0
+        self,
+        model,
+        *,
+        tokenizer=None,
+        token_budget: int | None = None,
+        deterministic: bool | None = None,
+        seed: int = 0,
     ):
         """Token adapter: an ``AdapterLogitsProcessor`` for ``model.generate`` (a context manager that
         installs the hidden-state hook on enter and removes it on exit); see ``integrations.hf``."""
         self._require("token", "a per-token logits processor")
         self.check_model(model, tokenizer)
-        return AdapterLogitsProcessor(self, model, token_budget=token_budget, deterministic=deterministic, seed=seed)
+        return AdapterLogitsProcessor(
+            self, model, token_budget=token_budget, deterministic=self.deterministic(deterministic), seed=seed
+        )
 
 
 def generation_kwargs(action: DecodingAction, n: int = 1) -> dict:

@@ -64,6 +64,9 @@ class StepFeatures:
     """``[B]`` long, the global row index of each active row."""
     uniform: torch.Tensor
     """``[B]`` float32, one U[0, 1) draw per row from that row's own stream, for a reproducible action draw."""
+    seeds: torch.Tensor | None = None
+    """``[B]`` long, each row's seed: with ``step`` it keys any further per-row randomness of a chooser
+    (e.g. the token policy's dropout masks in training), independent of the batch."""
 
 
 Chooser = Callable[[StepFeatures], torch.Tensor]
@@ -274,7 +277,9 @@ def decode(
         remaining = budgets_dev[active_dev] - t
         if chooser is not None:
             uniform = counter_uniform(seeds_dev[active_dev], t, ACTION_STREAM, dtype=torch.float32)
-            features = StepFeatures(hidden.float(), entropy, max_prob, t, remaining, active, uniform)
+            features = StepFeatures(
+                hidden.float(), entropy, max_prob, t, remaining, active, uniform, seeds_dev[active_dev]
+            )
             action_index = chooser(features).to(device=device, dtype=torch.long)
         else:
             action_index = static_actions[active].to(device)

@@ -5,12 +5,13 @@
     out[0].completions   # 4 strings
     out[0].actions       # sequence adapter: one action name; token adapter: names per token per completion
 
-How the adapter decides:
-- **sequence adapter**: one action per prompt from (prompt embedding e, parallel budget B): the
-  argmax of pi(a | e, B) by default, a draw with ``deterministic_policy=False``. All B completions
-  of that prompt are decoded with the chosen action.
+How the adapter decides (by default in the adapter's stored ``policy_mode``, the mode ``evaluate``
+reports by default: a draw from pi for token adapters, the argmax for sequence adapters; see
+``policies.default_policy_mode``; ``deterministic_policy=True/False`` overrides it):
+- **sequence adapter**: one action per prompt from (prompt embedding e, parallel budget B), the
+  argmax of pi(a | e, B) or a draw. All B completions of that prompt use the chosen action.
 - **token adapter**: an action at every generated token of every completion, from the LM's hidden
-  state (and the remaining token budget): argmax by default, a draw otherwise.
+  state (and the remaining token budget): a draw from pi, or its argmax.
 
 A prompt is a string (sent as one user message through the chat template, as in training) or a
 chat: a list of ``{"role", "content"}`` messages.
@@ -259,6 +260,7 @@ class AdaptiveGenerator:
             "actions": self.action_set.names,
             "device": str(self.lm.device),
             "max_context": self.max_context,
+            "policy_mode": self.policy_mode,
         }
 
     # ---- generation --------------------------------------------------------------------------
@@ -268,11 +270,12 @@ class AdaptiveGenerator:
         token_budget: int | None = None,
         parallel_budget: int = 1,
         seed: int = 0,
-        deterministic_policy: bool = True,
+        deterministic_policy: bool | None = None,
     ) -> list[Generation]:
         """Decode ``parallel_budget`` completions of at most ``token_budget`` new tokens per prompt.
 
-        ``deterministic_policy``: take the adapter's most likely action (default) or sample it.
+        ``deterministic_policy``: take the adapter's most likely action (True) or sample it (False);
+        None (default): the adapter's stored ``policy_mode`` (:attr:`policy_mode`).
         Returns one ``Generation`` per prompt, in order."""
         return self.run(self.prepare(prompts, token_budget, parallel_budget, seed), deterministic_policy)
 
@@ -301,20 +304,32 @@ class AdaptiveGenerator:
             for i, (prompt, p) in enumerate(zip(prompts, ids))
         ]
 
+    @property
+    def policy_mode(self) -> str:
+        """'sample' or 'argmax': how the adapter picks actions unless a call says otherwise (stored in
+        the adapter; the mode ``evaluate`` reports by default)."""
+        return self.config.policy_mode
+
+    def deterministic(self, deterministic_policy: bool | None = None) -> bool:
+        """``deterministic_policy``, or the adapter's mode when it is None."""
+        return self.policy_mode == "argmax" if deterministic_policy is None else bool(deterministic_policy)
+
     def run(
         self,
         prepared: Sequence[PreparedPrompt],
-        deterministic_policy: bool = True,
+        deterministic_policy: bool | None = None,
         on_tokens: TokenCallback | None = None,
     ) -> list[Generation]:
         """Decode prepared prompts (possibly from several calls) in as few decode calls as
         ``max_batch_rows`` allows; one ``Generation`` per prepared prompt, in order.
+        ``deterministic_policy`` None: the adapter's ``policy_mode``.
 
         ``on_tokens``: called after every decode step with the new tokens (``TokenEvent``s), for
         streaming; it may return ``(prompt, completion)`` pairs to stop early."""
+        deterministic = self.deterministic(deterministic_policy)
         out: list[Generation] = []
         for chunk in self._chunks(list(prepared)):
-            out += self._decode_chunk(chunk, deterministic_policy, on_tokens, offset=len(out))
+            out += self._decode_chunk(chunk, deterministic, on_tokens, offset=len(out))
         return out
 
     def _chunks(self, prepared: list[PreparedPrompt]) -> list[list[PreparedPrompt]]:

@@ -5,8 +5,11 @@
   ("w/ budget"), or x = e ("w/o budget"); an MLP maps x to logits over K actions.
 - ``TokenPolicy`` (POMDP, Alg. "Token-Level Decoding Adapter"): x_t = [h_t ; phi(b_t)] with h_t the
   LM's last hidden state and phi a small encoding of the remaining token budget; a 3-layer SiLU MLP
-  with dropout 0.1. Variants: w/o budget (x_t = h_t) and the entropy-only ablation
-  (x_t = [entropy of the base distribution (; phi(b_t))]).
+  with dropout 0.1. Variants: w/o budget (x_t = h_t) and the entropy-only ablation, which observes
+  only the entropy of the base distribution (x_t = [H_t]; adapters saved before this was fixed also
+  saw phi(b_t) and keep doing so: ``entropy_sees_budget``).
+- ``UniformChooser``: the token-level Mixed baseline, a uniform draw over the token action set at
+  every token.
 
 Both return ``softmax(logits / T)`` with a policy temperature T, and ``select`` returns the argmax
 (deterministic) or a sample plus the probabilities. Adapters are saved as safetensors + JSON
@@ -27,7 +30,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .actions import DecodingAction
+from .actions import _GOLDEN, DecodingAction, _int64, _mix64, _shift_right  # the counter generator's mixing
 from .decoding import StepFeatures
 from .io import atomic_write, write_json
 from .model_card import read_results, write_model_card
@@ -38,7 +41,11 @@ __all__ = [
     "TokenPolicyConfig",
     "TokenPolicy",
     "TokenPolicyChooser",
+    "UniformChooser",
     "AdapterConfig",
+    "POLICY_MODES",
+    "default_policy_mode",
+    "resolve_policy_mode",
     "save_adapter",
     "add_evaluation",
     "load_adapter",
@@ -56,6 +63,23 @@ def _mlp(sizes: list[int], dropout: float) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+DROPOUT_STREAM = 2
+"""Stream id of the token policy's dropout masks (``actions``' token and action draws use 0 and 1)."""
+
+
+def counter_dropout_keep(seeds: torch.Tensor, steps: torch.Tensor, layer: int, width: int, p: float) -> torch.Tensor:
+    """Dropout keep-mask ``[N, width]`` (bool) for rows keyed by (row seed ``seeds [N]``, decode step
+    ``steps [N]``) at dropout layer ``layer``: a pure function of those keys (splitmix64 counters, as
+    ``actions.counter_uniform``), so a rollout and a later recomputation of the same step draw the
+    identical mask, whatever the batch."""
+    key = _mix64(seeds.long() + _int64(DROPOUT_STREAM * _GOLDEN))
+    key = _mix64(key + (steps.long() + 1) * _int64(_GOLDEN))
+    key = _mix64(key + _int64((layer + 1) * _GOLDEN)).unsqueeze(-1)
+    cols = (torch.arange(width, device=key.device, dtype=torch.long) + 1) * _int64(_GOLDEN)
+    uniform = _shift_right(_mix64(key + cols), 40).float() * 2.0**-24  # [N, width] in [0, 1)
+    return uniform >= p
+
+
 def categorical_from_uniform(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF draw: one category per row of ``probs [B, K]`` from ``uniform [B]``."""
     cdf = probs.cumsum(-1)
@@ -69,12 +93,12 @@ def categorical_from_uniform(probs: torch.Tensor, uniform: torch.Tensor) -> torc
 class _PolicyBase(nn.Module):
     temperature: float
 
-    def probs(self, *args) -> torch.Tensor:
-        return (self(*args) / self.temperature).softmax(-1)
+    def probs(self, *args, **kwargs) -> torch.Tensor:
+        return (self(*args, **kwargs) / self.temperature).softmax(-1)
 
-    def log_probs(self, *args) -> torch.Tensor:
+    def log_probs(self, *args, **kwargs) -> torch.Tensor:
         """``log pi(. | x)`` ``[N, K]`` (with gradients: what the REINFORCE loss differentiates)."""
-        return (self(*args) / self.temperature).log_softmax(-1)
+        return (self(*args, **kwargs) / self.temperature).log_softmax(-1)
 
     def select(self, *args, deterministic: bool = False, generator: torch.Generator | None = None):
         """(action ``[N]``, probabilities ``[N, K]``): argmax if deterministic, else a sample."""
@@ -174,13 +198,17 @@ class TokenPolicyConfig:
     features: Literal["hidden", "entropy"] = "hidden"
     """'hidden': x_t = h_t; 'entropy': the ablation that sees only the base distribution's entropy."""
     use_budget: bool = True
-    """Append phi(b_t), the remaining-budget encoding."""
+    """Append phi(b_t), the remaining-budget encoding (features='hidden' only: the entropy-only
+    ablation observes the entropy alone, whatever this says)."""
     token_budget: int = 128
     """b, used to scale phi(b_t)."""
     width: int = 256
     layers: int = 3
     dropout: float = 0.1
     temperature: float = 1.0
+    entropy_sees_budget: bool = False
+    """Legacy: entropy-only adapters saved before issue 13 also observed phi(b_t); True keeps such an
+    adapter's input (set by ``AdapterConfig.from_dict`` for old files, never for new ones)."""
 
     def __post_init__(self) -> None:
         if self.features not in ("hidden", "entropy"):
@@ -191,9 +219,14 @@ class TokenPolicyConfig:
             raise ValueError("policy temperature must be > 0")
 
     @property
+    def sees_budget(self) -> bool:
+        """Whether x_t includes phi(b_t): w/ budget with hidden states (and legacy entropy adapters)."""
+        return self.use_budget and (self.features == "hidden" or self.entropy_sees_budget)
+
+    @property
     def input_dim(self) -> int:
         base = self.hidden_size if self.features == "hidden" else 1
-        return base + (2 if self.use_budget else 0)
+        return base + (2 if self.sees_budget else 0)
 
 
 class TokenPolicy(_PolicyBase):
@@ -212,7 +245,7 @@ class TokenPolicy(_PolicyBase):
     def observation(self, hidden: torch.Tensor, entropy: torch.Tensor, remaining: torch.Tensor) -> torch.Tensor:
         """x_t ``[..., input_dim]`` from hidden ``[..., H]``, entropy ``[...]``, remaining budget ``[...]``."""
         parts = [self.norm(hidden.float())] if self.config.features == "hidden" else [entropy.float().unsqueeze(-1)]
-        if self.config.use_budget:
+        if self.config.sees_budget:
             frac = remaining.float() / self.config.token_budget
             # phi(b_t): linear and log fractions of the budget left, so both ends are resolved.
             parts += [
@@ -221,30 +254,101 @@ class TokenPolicy(_PolicyBase):
             ]
         return torch.cat(parts, dim=-1)
 
-    def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        return self.mlp(observation)
+    def forward(
+        self, observation: torch.Tensor, dropout_key: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """Logits ``[N, K]``. With ``dropout_key = (row seeds [N], steps [N])`` the dropout layers use
+        counter-based masks keyed by (seed, step, layer) whatever the module's mode (training: the
+        rollout and the loss see the same dropped-out policy); without it, ``nn.Dropout`` as usual
+        (on in train mode, off in eval mode)."""
+        if dropout_key is None or self.config.dropout == 0:
+            return self.mlp(observation)
+        seeds, steps = (k.to(observation.device) for k in dropout_key)
+        x, p = observation, self.config.dropout
+        for i, layer in enumerate(self.mlp):
+            if isinstance(layer, nn.Dropout):
+                x = x * counter_dropout_keep(seeds, steps, i, x.shape[-1], p).to(x.dtype) / (1 - p)
+            else:
+                x = layer(x)
+        return x
 
 
 class TokenPolicyChooser:
-    """Wraps a ``TokenPolicy`` as the decode loop's per-step chooser (eval mode, no grad).
+    """Wraps a ``TokenPolicy`` as the decode loop's per-step chooser (no grad).
 
     The action draw uses the loop's per-row uniforms, so it is reproducible and independent of the
-    batch. ``deterministic`` takes the argmax instead."""
+    batch. ``deterministic`` takes the argmax instead. ``training_dropout``: the training rollouts'
+    behaviour policy, with dropout masks keyed by (row seed, step) (``TokenPolicy.forward``'s
+    ``dropout_key``), the masks the loss recomputes; off, the policy runs as its module mode says
+    (eval: no dropout, the served policy)."""
 
-    def __init__(self, policy: TokenPolicy, deterministic: bool = False):
-        self.policy, self.deterministic = policy, deterministic
+    def __init__(self, policy: TokenPolicy, deterministic: bool = False, training_dropout: bool = False):
+        self.policy, self.deterministic, self.training_dropout = policy, deterministic, training_dropout
 
     def __call__(self, f: StepFeatures) -> torch.Tensor:
         device = next(self.policy.parameters()).device
         obs = self.policy.observation(f.hidden.to(device), f.entropy.to(device), f.remaining_budget.to(device))
+        key = None
+        if self.training_dropout:
+            if f.seeds is None:
+                raise ValueError("training dropout needs the rows' seeds in the step features")
+            key = (f.seeds, torch.full_like(f.seeds, f.step))
         with torch.no_grad():
-            probs = self.policy.probs(obs)
+            probs = self.policy.probs(obs, dropout_key=key) if key is not None else self.policy.probs(obs)
         if self.deterministic:
             return probs.argmax(-1)
         return categorical_from_uniform(probs, f.uniform.to(device))
 
 
+class UniformChooser:
+    """The token-level Mixed baseline as a chooser: each token's action uniform over K, from the row's
+    own uniform draw (reproducible, independent of the batch)."""
+
+    def __init__(self, num_actions: int):
+        if num_actions < 1:
+            raise ValueError("a uniform chooser needs at least one action")
+        self.k = num_actions
+
+    def __call__(self, f: StepFeatures) -> torch.Tensor:
+        return (f.uniform * self.k).long().clamp(max=self.k - 1)
+
+
 # ---- save / load ---------------------------------------------------------------------------------
+
+
+POLICY_MODES = ("sample", "argmax")
+"""How a trained adapter picks its action when it is used: a draw from pi, or its most likely action."""
+
+
+def default_policy_mode(kind: str) -> str:
+    """The mode an adapter of ``kind`` is evaluated and served with unless told otherwise.
+
+    The paper's pseudocode (``SeqSelectStrategy`` / ``TokSelectStrategy``) offers both (a
+    ``deterministic`` flag) and does not say which its tables use; we follow what each level's text
+    describes and what REINFORCE optimises:
+
+    - token adapters: ``sample``. REINFORCE maximises the expected reward of the *stochastic* policy
+      (every training rollout draws s_t ~ Categorical(p_t)); its argmax is a different policy that
+      was never trained nor validated. The paper's token-level analysis describes how the learned
+      policy *allocates* stochasticity across tokens, i.e. its distribution over actions.
+    - sequence adapters: ``argmax``. The paper's sequence-level adapter "commits to a single decoding
+      strategy per prompt" for a given parallel budget; validation during training takes the argmax.
+
+    ``evaluate``, ``generate``, ``serve``, ``AdaptiveGenerator`` and ``Adapter`` all default to the
+    adapter's stored ``policy_mode`` (this default for files that predate it), so the number a report
+    prints describes what a user gets by default."""
+    if kind not in ("sequence", "token"):
+        raise ValueError(f"adapter kind must be 'sequence' or 'token', got {kind!r}")
+    return "sample" if kind == "token" else "argmax"
+
+
+def resolve_policy_mode(mode: str | None, kind: str) -> str:
+    """``mode`` checked against :data:`POLICY_MODES`, or the default of ``kind`` when None."""
+    if mode is None:
+        return default_policy_mode(kind)
+    if mode not in POLICY_MODES:
+        raise ValueError(f"policy_mode must be one of {list(POLICY_MODES)}, got {mode!r}")
+    return mode
 
 
 @dataclass
@@ -272,6 +376,13 @@ class AdapterConfig:
     """dtype of the frozen LM's weights in training (e.g. ``bfloat16``): the policy's input features
     were computed in it, so using the adapter with another dtype warns (once). None in files written
     before it was recorded (then read from ``base_fingerprint`` when that has it)."""
+    policy_mode: str | None = None
+    """'sample' or 'argmax': the mode it is evaluated and served with (None: the kind's default,
+    :func:`default_policy_mode`; files written before this field get that default)."""
+    trained_on: dict | None = None
+    """``tasks.problems_record`` (count, digest, content hashes) of the problems it was trained on."""
+    selected_on: dict | None = None
+    """Sequence adapters: ``problems_record`` of the problems its action set was selected on."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("sequence", "token"):
@@ -294,6 +405,12 @@ class AdapterConfig:
             raise ValueError(
                 f"adapter policy expects LM features of size {width} but base_fingerprint.hidden_size is {hidden}"
             )
+        self.policy_mode = resolve_policy_mode(self.policy_mode, self.kind)
+
+    @property
+    def seen_hashes(self) -> set[str]:
+        """Content hashes of every problem it was trained or selected on (empty when not recorded)."""
+        return {h for rec in (self.trained_on, self.selected_on) if rec for h in rec.get("content_hashes", [])}
 
     @classmethod
     def from_dict(cls, data: dict) -> "AdapterConfig":
@@ -303,6 +420,11 @@ class AdapterConfig:
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object of adapter fields, got {type(data).__name__}")
         data = dict(data)
+        policy = dict(data.get("policy") or {})
+        if data.get("kind") == "token" and policy.get("features") == "entropy" and "entropy_sees_budget" not in policy:
+            # saved before the entropy-only ablation stopped observing phi(b_t): keep its input shape
+            policy["entropy_sees_budget"] = bool(policy.get("use_budget", True))
+            data["policy"] = policy
         if "budgets" in data:
             old = list(data.pop("budgets") or [])
             if data.get("kind") == "token":

@@ -41,6 +41,7 @@ __all__ = [
     "all_methods_table",
     "verdicts",
     "ood_lines",
+    "paper_interval_table",
     "write_report",
 ]
 
@@ -99,8 +100,12 @@ def _infer(name: str) -> dict:
     low = name.lower()
     if low.startswith("greedy"):
         return {"kind": "greedy", "role": "greedy", "level": "static"}
+    if low.startswith("best token action"):
+        return {"kind": "static", "role": "best token action", "level": "token"}
     if low.startswith("best"):
         return {"kind": "static", "role": "best", "level": "static"}
+    if low.startswith("mixed per sequence"):
+        return {"kind": "mixed", "role": "mixed per sequence", "level": "token"}
     if low.startswith("mixed"):
         return {"kind": "mixed", "role": "mixed", "level": "token" if "token" in low else "static"}
     level = "token" if "token" in low or "tok" in low else "sequence"
@@ -212,17 +217,53 @@ def sequence_table(results: Mapping, details: Mapping | None = None) -> str:
     return "\n".join(lines)
 
 
+def _token_mixed(info) -> str | None:
+    """The token table's Mixed: the per-token mixture (``per_token`` in eval_details), else a mixture
+    of the token level, else any Mixed (results written before issue 13 carry no ``per_token``)."""
+    return (
+        _first(info, role="mixed", level="token", per_token=True)
+        or _first(info, role="mixed", level="token")
+        or _first(info, role="mixed")
+    )
+
+
+def _token_statics(info) -> list[str]:
+    """The token table's static columns: Greedy, per-token Mixed, best token action, the per-sequence
+    mixture of the token actions, then any single token-action rows."""
+    named = [
+        _first(info, role="greedy"),
+        _token_mixed(info),
+        _first(info, role="best token action"),
+        _first(info, role="mixed per sequence"),
+    ]
+    rows = [n for n, i in info.items() if i.get("role") == "token action"]
+    return list(dict.fromkeys(n for n in named + rows if n))
+
+
+_TOKEN_LABELS = {
+    "greedy": "Greedy",
+    "mixed": "Mixed (per token)",
+    "best token action": "Best token action",
+    "mixed per sequence": "Mixed (per sequence)",
+}
+
+
 def token_table(results: Mapping, details: Mapping | None = None) -> str:
-    """Paper-style markdown table: Greedy / Mixed vs token-level adapters, each with a Δ vs Greedy column."""
+    """Paper-style markdown table: Greedy / per-token Mixed / best token action vs token-level adapters,
+    each adapter with a Δ vs Greedy column."""
     info = method_info(results, details)
     adapters = _adapters(info, "token")
     if not adapters:
         return ""
     greedy = _first(info, role="greedy")
-    mixed = _first(info, role="mixed", level="token") or _first(info, role="mixed")
     base = greedy or _first(info, role="best")
-    static = [n for n in (greedy, mixed) if n]
-    head = ["Metric", "Setting"] + ["Greedy" if n == greedy else "Mixed" for n in static]
+    static = _token_statics(info)
+    head = ["Metric", "Setting"]
+    for n in static:
+        label = _TOKEN_LABELS.get(info[n]["role"], n)
+        if info[n]["role"] == "mixed" and (info[n].get("level") != "token" or info[n].get("per_token") is False):
+            label = "Mixed (per sequence)" if info[n].get("per_token") is False else "Mixed"
+        head.append(label if label == n else f"{label}<br><sub>{n}</sub>")
     for lab, n in zip(_column_labels(adapters, info), adapters):
         head += [lab if lab == n else f"{lab}<br><sub>{n}</sub>", "Δ" if base else ""]
     lines = [_row(head), _row(["---", "---"] + ["---:"] * (len(head) - 2))]
@@ -250,6 +291,26 @@ def all_methods_table(results: Mapping, details: Mapping | None = None) -> str:
     for name, res in results.items():
         kind = info[name]["kind"] + (f" ({info[name]['role']})" if info[name]["kind"] in ("sequence", "token") else "")
         lines.append(_row([name, kind] + [_fmt_entry(res.get(m), m, name in tops[m]) for m in metrics]))
+    return "\n".join(lines)
+
+
+def paper_interval_table(results: Mapping) -> str:
+    """Every method by pass@k as ``mean ± h`` with h the paper-style half-width (normal-approximation
+    binomial over all (problem, run) outcomes, ``binomial_halfwidth`` in results.json); '' when the
+    results carry none (written before issue 13)."""
+    metrics = [m for m in _metrics(results) if m.startswith("pass@")]
+    if not any("binomial_halfwidth" in (res.get(m) or {}) for res in results.values() for m in metrics):
+        return ""
+    lines = [_row(["Method"] + [_metric_label(m) for m in metrics] + ["Outcomes"]),
+             _row(["---"] + ["---:"] * (len(metrics) + 1))]
+    for name, res in results.items():
+        cells = [name]
+        for m in metrics:
+            e = res.get(m) or {}
+            h = e.get("binomial_halfwidth")
+            cells.append("–" if h is None else f"{e['mean'] * 100:.2f} ± {h * 100:.2f}")
+        outcomes = next((res[m].get("outcomes") for m in metrics if res.get(m)), None)
+        lines.append(_row(cells + ["–" if outcomes is None else str(outcomes)]))
     return "\n".join(lines)
 
 
@@ -328,32 +389,33 @@ def _diff_text(metric: str, c: Mapping) -> str:
 
 
 def verdicts(results: Mapping, details: Mapping | None = None, confidence: float | None = None) -> list[str]:
-    """One markdown paragraph per adapter: how it compares with its baseline on every pass@k."""
+    """One markdown paragraph per adapter and baseline: how it compares on every pass@k. Sequence
+    adapters: vs Best. Token adapters: vs Greedy and vs the per-token Mixed (the paper's token
+    table), and vs the best single token action (chosen on validation) where it was evaluated."""
     info = method_info(results, details)
     confidence = confidence or (details or {}).get("config", {}).get("confidence", 0.95)
     metrics = [m for m in _metrics(results) if m.startswith("pass@")]
     out = []
     for level in ("sequence", "token"):
-        baseline = _baseline_for(info, results, level, metrics)
+        baselines = _baselines_for(info, level)
         for name in _adapters(info, level):
-            if baseline is None:
+            if not baselines:
                 out.append(f"- **{name}**: no static baseline was evaluated, so no comparison is made.")
                 continue
-            out.append(_adapter_verdict(results, details, name, baseline, metrics, confidence))
+            out += [_adapter_verdict(results, details, name, b, metrics, confidence) for b in baselines]
     return out
 
 
-def _baseline_for(info, results, level, metrics) -> str | None:
-    """Sequence adapters: Best (the paper's reference). Token adapters: the stronger (first pass@k)
-    of Greedy and the token-level Mixed (the paper's token table), falling back to any static method."""
+def _baselines_for(info, level) -> list[str]:
+    """Sequence adapters: Best (the paper's reference). Token adapters: Greedy, the token-level
+    Mixed and the best token action, those evaluated; any static method when none was."""
     statics = [n for n, i in info.items() if i["kind"] in ("greedy", "static", "mixed")]
     if level == "sequence":
-        return _first(info, role="best") or (statics[0] if statics else None)
-    mixed = _first(info, role="mixed", level="token") or _first(info, role="mixed")
-    candidates = [n for n in (_first(info, role="greedy"), mixed) if n] or statics
-    if not candidates or not metrics:
-        return candidates[0] if candidates else None
-    return max(candidates, key=lambda n: results[n].get(metrics[0], {}).get("mean", -1.0))
+        first = _first(info, role="best") or (statics[0] if statics else None)
+        return [first] if first else []
+    mixed = _token_mixed(info)
+    named = [n for n in (_first(info, role="greedy"), mixed, _first(info, role="best token action")) if n]
+    return list(dict.fromkeys(named)) or statics[:1]
 
 
 def _adapter_verdict(results, details, name, baseline, metrics, confidence) -> str:
@@ -573,6 +635,13 @@ def _setup_lines(results, details) -> list[str]:
     ]
     lines = [f"- {k}: `{v}`" for k, v in items if v is not None]
     lines += ood_lines(cfg.get("ood"))
+    overlap = cfg.get("train_overlap") or {}
+    if cfg.get("allow_train_overlap"):
+        scored = "; ".join(f"{name} on {n} problem(s)" for name, n in overlap.items()) or "none was"
+        lines.append(
+            "- **--allow-train-overlap was given**: adapters could be scored on problems they were trained or "
+            f"selected on ({scored}); such numbers are in-sample."
+        )
     conf = cfg.get("confidence", 0.95)
     lines.append(
         f"- uncertainty: mean ± half-width of a {conf:.0%} Student-t interval over problems (each problem's value "
@@ -628,9 +697,10 @@ def _markdown(title, results, details, figs) -> str:
         parts += [
             "## Verdict",
             "",
-            "Sequence-level adapters are compared with Best, token-level adapters with the stronger of Greedy and "
-            "Mixed. Differences are adapter minus baseline in points, with the interval of the paired per-problem "
-            "difference; ✔ / ✘ mark intervals that exclude zero (significantly better / worse).",
+            "Sequence-level adapters are compared with Best; token-level adapters with Greedy, with the per-token "
+            "Mixed (a uniform draw over the token actions at every token) and with the best single token action "
+            "(chosen on validation). Differences are adapter minus baseline in points, with the interval of the "
+            "paired per-problem difference; ✔ / ✘ mark intervals that exclude zero (significantly better / worse).",
             "",
             *verdict,
             "",
@@ -656,6 +726,19 @@ def _markdown(title, results, details, figs) -> str:
             "",
         ]
     parts += ["## All methods", "", all_methods_table(results, details), ""]
+    paper = paper_interval_table(results)
+    if paper:
+        parts += [
+            "## Paper-style intervals",
+            "",
+            paper,
+            "",
+            "± is the paper's interval: a normal-approximation binomial 95% interval over all (problem, run) "
+            "outcomes, z·sqrt(p(1-p)/N). It ignores problem-to-problem variation, so it is narrower than the "
+            "Student-t intervals above; use it only to compare with the paper's tables (verdicts use paired "
+            "per-problem differences).",
+            "",
+        ]
     seeds = seed_table(results, details)
     if seeds:
         parts += ["## Across-seed spread", "", seeds, ""]

@@ -464,7 +464,8 @@ class JobStream:
 class BatchingWorker:
     """Owns the generator: merges queued jobs into batched ``run`` calls on one thread."""
 
-    def __init__(self, generator, limits: ServerLimits, deterministic_policy: bool = True):
+    def __init__(self, generator, limits: ServerLimits, deterministic_policy: bool | None = None):
+        deterministic_policy = _served_mode(generator, deterministic_policy)
         self.generator, self.limits, self.deterministic_policy = generator, limits, deterministic_policy
         self.stats = {"requests": 0, "batches": 0, "rows": 0, "max_rows_in_batch": 0, "failed_batches": 0,
                       "streams": 0, "disconnected_rows": 0}
@@ -849,11 +850,21 @@ def _validation_message(err: RequestValidationError) -> tuple[str, str | None]:
 # ---- the app ---------------------------------------------------------------------------------------
 
 
-def create_app(generator, limits: ServerLimits | None = None, *, deterministic_policy: bool = True,
+def _served_mode(generator, deterministic_policy: bool | None) -> bool:
+    """``deterministic_policy``, or (None) the adapter's stored policy_mode: what ``evaluate`` reports."""
+    if deterministic_policy is not None:
+        return bool(deterministic_policy)
+    resolve = getattr(generator, "deterministic", None)
+    return resolve(None) if callable(resolve) else True
+
+
+def create_app(generator, limits: ServerLimits | None = None, *, deterministic_policy: bool | None = None,
                model_name: str | None = None, api_key: str | None = None) -> FastAPI:
     """The FastAPI app serving ``generator`` (an ``AdaptiveGenerator``). Its batching worker starts
-    and stops with the app's lifespan (uvicorn runs it)."""
+    and stops with the app's lifespan (uvicorn runs it). ``deterministic_policy`` None: the
+    adapter's stored policy_mode (argmax for sequence adapters, sampled for token adapters)."""
     limits = limits or ServerLimits()
+    deterministic_policy = _served_mode(generator, deterministic_policy)
     worker = BatchingWorker(generator, limits, deterministic_policy)
     model_name = model_name or generator.name
     started = int(time.time())

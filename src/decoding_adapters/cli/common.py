@@ -45,7 +45,9 @@ class TaskOptions:
     task: str = "arithmetic"
     """registered task name (arithmetic, math, gsm8k, humaneval, codecontests)"""
     data: str | None = None
-    """JSONL data path for tasks that read files (math, gsm8k, codecontests)"""
+    """JSONL data for tasks that read files (math, gsm8k, codecontests, jsonl): 'train=a.jsonl,test=b.jsonl'
+    names a file per split (validation is carved from train by content hash); a single file is divided
+    80/10/10 into train/validation/test by content hash, never reused whole"""
     cot_ratio: float = 0.0
     """fraction of prompts that get a chain-of-thought instruction (paper: 0.3)"""
     system_prompt: str | None = None
@@ -80,6 +82,9 @@ class RolloutOptions:
     """join an existing Ray cluster instead of starting a local one"""
     seed: int = 0
     """base seed of every row's randomness"""
+    gpu_memory_utilization: float = 0.5
+    """share of the GPU's memory the vLLM engine may take, in (0, 1] (backend vllm; vLLM's own 0.92 leaves
+    no room for the HF copy of the LM on the same GPU)"""
 
 
 @dataclass(frozen=True)
@@ -159,4 +164,5 @@ def build_rollouts(args, lm, action_set: ActionSet) -> Rollouts:
         workers=args.workers,
         ray_address=args.ray_address,
         model_spec=lm.spec,
+        gpu_memory_utilization=getattr(args, "gpu_memory_utilization", None),
     )

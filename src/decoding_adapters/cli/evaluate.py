@@ -17,6 +17,7 @@ from ..evaluation import (
     EvalConfig,
     Method,
     adapter_method,
+    best_token_action_method,
     evaluate,
     format_table,
     greedy_method,
@@ -24,11 +25,15 @@ from ..evaluation import (
     ood_labels,
     resolve_best_action,
     select_best_action,
+    sequence_mixture_of_token_actions,
     static_method,
+    token_mixed_method,
 )
 from ..policies import add_evaluation
 from ..report import write_report
+from ..rollout_backends import check_backend_actions
 from ..rollouts import HFRollouts, Rollouts
+from ..tasks import check_disjoint
 from . import common as cli_common
 from .common import add_model_arguments, add_rollout_arguments, add_task_arguments, build_lm, build_rollouts, build_task
 from .config_args import add_config_arguments, build_config
@@ -56,8 +61,17 @@ class EvaluateOptions:
     the validation split; 'none' drops Best. Default: best_single of --actions, else auto"""
     best_problems: int = 32
     """validation problems used by --best-action auto"""
-    baselines: str = "greedy,best,mixed"
-    """static baselines to include (comma-separated)"""
+    baselines: str = "greedy,best,mixed,best-token"
+    """static baselines to include (comma-separated): greedy, best, mixed (per sequence over --actions; with
+    token adapters also the per-token Mixed over their action set, the paper's token-level Mixed),
+    best-token (with token adapters: the best single token action, chosen on the validation split),
+    token-actions (with token adapters: one static row per token action)"""
+    policy_mode: str | None = None
+    """how adapters pick actions: sample, argmax, or both (two rows per adapter, named '... [sample]' and
+    '... [argmax]'); default: each adapter's stored policy_mode, the mode generate and serve use"""
+    allow_train_overlap: bool = False
+    """score adapters even on problems they were trained or selected on (refused otherwise; the report
+    then states that this was given)"""
     progress: bool = True
     """progress bars"""
     report: bool = False
@@ -93,22 +107,32 @@ def _unique_name(name: str, taken: set[str], source: str) -> str:
     return candidate
 
 
-def load_adapter_methods(specs: Sequence[str], lm) -> list[Method]:
+def load_adapter_methods(specs: Sequence[str], lm, policy_mode: str | None = None) -> list[Method]:
+    """One method per --adapter; ``policy_mode`` 'both' gives two (sample and argmax rows)."""
+    if policy_mode not in (None, "sample", "argmax", "both"):
+        raise ValueError(f"--policy-mode must be sample, argmax or both, got {policy_mode!r}")
+    modes = ["sample", "argmax"] if policy_mode == "both" else [policy_mode]
     methods, taken = [], set()
     for name, path in _parse_adapter_args(specs):
         dirs = path.split(",")  # DIR1,DIR2,...: one adapter per evaluation seed
-        m = adapter_method(dirs if len(dirs) > 1 else path, lm, name=name or None)
-        m.name = _unique_name(m.name, taken, path)
-        taken.add(m.name)
-        methods.append(m)
+        for mode in modes:
+            m = adapter_method(dirs if len(dirs) > 1 else path, lm, name=name or None, policy_mode=mode)
+            if policy_mode == "both":
+                m.name = f"{m.name} [{m.policy_mode}]"
+            m.name = _unique_name(m.name, taken, path)
+            taken.add(m.name)
+            methods.append(m)
     return methods
+
+
+BASELINES = ("greedy", "best", "mixed", "best-token", "token-actions")
 
 
 def _baseline_methods(args, lm, task, adapters: list[Method], cfg: EvalConfig, factory) -> list[Method]:
     wanted = {b.strip().lower() for b in args.baselines.split(",") if b.strip()}
-    unknown = wanted - {"greedy", "best", "mixed"}
+    unknown = wanted - set(BASELINES)
     if unknown:
-        raise ValueError(f"unknown baseline(s) {sorted(unknown)}: choose from greedy, best, mixed")
+        raise ValueError(f"unknown baseline(s) {sorted(unknown)}: choose from {', '.join(BASELINES)}")
     actions = _base_actions(args, adapters)
     out = [greedy_method()] if "greedy" in wanted else []
     if "best" in wanted:
@@ -117,11 +141,33 @@ def _baseline_methods(args, lm, task, adapters: list[Method], cfg: EvalConfig, f
             out.append(static_method(best))
     if "mixed" in wanted:
         out.append(mixed_method(actions))
-        token_sets = {tuple(m.actions) for m in adapters if m.kind == "token"} - {tuple(actions)}
-        for i, token_actions in enumerate(sorted(token_sets, key=str)):
-            out.append(
-                mixed_method(token_actions, name="Mixed (token actions)" + (f" {i + 1}" if i else ""), level="token")
-            )
+    out += _token_baselines(args, lm, task, adapters, cfg, factory, wanted, actions)
+    return out
+
+
+def _token_baselines(args, lm, task, adapters, cfg, factory, wanted, actions) -> list[Method]:
+    """The token table's static rows for the (first) token action set: per-token Mixed (the paper's
+    token-level Mixed), the per-sequence mixture of the token actions (its own row, when that set
+    differs from --actions), the best single token action (chosen on validation), and optionally one
+    row per token action."""
+    token_sets = list(dict.fromkeys(tuple(m.actions) for m in adapters if m.kind == "token"))
+    if len(token_sets) > 1:
+        log.warning("token adapters use %d action sets: token baselines use the first", len(token_sets))
+    if not token_sets:
+        return []
+    token_actions, out = list(token_sets[0]), []
+    if "mixed" in wanted:
+        out.append(token_mixed_method(token_actions))
+        if tuple(token_actions) != tuple(actions):
+            out.append(sequence_mixture_of_token_actions(token_actions))
+    if "best-token" in wanted:
+        best = _auto_best(args, lm, task, token_actions, cfg, factory)
+        out.append(best_token_action_method(best))
+    if "token-actions" in wanted:
+        for a in token_actions:
+            row = static_method(a, name=f"Token action {a.name}", role="token action")
+            row.level = "token"
+            out.append(row)
     return out
 
 
@@ -148,21 +194,28 @@ def _best_action(args, lm, task, actions, cfg: EvalConfig, factory) -> DecodingA
         if best is None:
             raise ValueError(f"{spec} has no best_single entry")
         return best
+    return _auto_best(args, lm, task, actions, cfg, factory)
+
+
+def _auto_best(args, lm, task, actions, cfg: EvalConfig, factory) -> DecodingAction:
+    """The action with the best pass@1 on the validation split (train where there is none; never test)."""
     split = "validation" if "validation" in getattr(task, "splits", ()) else "train"
     problems = task.load(split)[: args.best_problems]
-    log.info("choosing Best among %d actions on %d %s problems", len(actions), len(problems), split)
+    log.info("choosing the best of %d actions on %d %s problems", len(actions), len(problems), split)
     best, scores = select_best_action(
         lm, task, problems, actions, samples=min(4, cfg.n), config=cfg, rollouts_factory=factory
     )
-    log.info("Best = %s (validation pass@1 by action: %s)", best.name, {k: round(v, 3) for k, v in scores.items()})
+    log.info("best = %s (validation pass@1 by action: %s)", best.name, {k: round(v, 3) for k, v in scores.items()})
     return best
 
 
 def run_cli(args) -> int:
     cfg = build_config(EvalConfig, args)
-    # pre-flight, before any model load or decoding: the output directory and the problems
+    # pre-flight, before any model load or decoding: the output directory, disjoint splits, the problems
     cli_common.check_output_dir(args.out, ("results.json", "eval_details.json"), force=args.force)
     task = build_task(args)
+    if args.split in getattr(task, "splits", ()):  # splits share no problem (by content): checked first
+        check_disjoint(task)
     problems = cli_common.load_problems(task, args.split, args.max_problems)
     lm = build_lm(args)
 
@@ -171,14 +224,20 @@ def run_cli(args) -> int:
             return HFRollouts(lm, action_set, args.batch_rows)
         return build_rollouts(args, lm, action_set)
 
-    adapters = load_adapter_methods(args.adapter, lm)
+    adapters = load_adapter_methods(args.adapter, lm, args.policy_mode)
+    # every action set a static row may use, checked against the backend before any engine starts
+    check_backend_actions(args.backend, [_base_actions(args, adapters)] + [m.actions for m in adapters])
     methods = _baseline_methods(args, lm, task, adapters, cfg, factory) + adapters
     meta = {"task": args.task, "split": args.split, "model": args.name_or_path, "num_problems": len(problems)}
     meta["ood"] = ood_labels(adapters, task.name, args.split)  # train task -> eval task, per adapter
     for name, label in meta["ood"].items():
         if label["ood"]:
             print(f"{name}: out of distribution ({label['label']})")
-    ev = evaluate(lm, task, problems, methods, cfg, rollouts_factory=factory, progress=args.progress, meta=meta)
+    ev = evaluate(lm, task, problems, methods, cfg, rollouts_factory=factory, progress=args.progress, meta=meta,
+                  allow_train_overlap=args.allow_train_overlap)
+    if ev.details["config"].get("train_overlap"):
+        log.warning("--allow-train-overlap: %s scored on problems it was trained or selected on",
+                    ", ".join(ev.details["config"]["train_overlap"]))
     paths = ev.write(args.out)
     print(format_table(ev.results, cfg.metrics))
     print(f"\nwrote {paths['results']} and {paths['details']}")

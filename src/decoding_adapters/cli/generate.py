@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 
 from ..generator import DEFAULT_TOKEN_BUDGET, AdaptiveGenerator, format_generations
+from ..policies import POLICY_MODES
 from .common import add_model_arguments
 from .config_args import add_config_arguments
 
@@ -28,10 +29,20 @@ class GenerateOptions:
     """completions per prompt (B)"""
     seed: int = 0
     """seed of the completions"""
-    sample_policy: bool = False
-    """sample the adapter's actions instead of taking the most likely"""
+    policy_mode: str | None = None
+    """how the adapter picks actions: sample or argmax (default: the adapter's stored policy_mode, the mode
+    evaluate reports: sample for token adapters, argmax for sequence adapters)"""
     json: bool = False
     """print one JSON document instead of readable text"""
+
+
+def deterministic_from_mode(policy_mode: str | None) -> bool | None:
+    """--policy-mode as the generator's ``deterministic_policy`` (None: the adapter's stored mode)."""
+    if policy_mode is None:
+        return None
+    if policy_mode not in POLICY_MODES:
+        raise ValueError(f"--policy-mode must be one of {list(POLICY_MODES)}, got {policy_mode!r}")
+    return policy_mode == "argmax"
 
 
 def add_generator_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,7 +69,7 @@ def run_cli(args) -> int:
         token_budget=args.token_budget,
         parallel_budget=args.parallel_budget,
         seed=args.seed,
-        deterministic_policy=not args.sample_policy,
+        deterministic_policy=deterministic_from_mode(args.policy_mode),
     )
     if args.json:
         print(json.dumps({"adapter": gen.describe(), "generations": [g.to_dict() for g in outs]}, indent=2))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..actions import ActionSet
 from ..selection import build_pool, check_table, evaluate_pool, select_actions, table_header, write_outputs
+from ..tasks import check_disjoint, problems_record
 from ..tasks.base import problems_digest
 from .common import (
     add_model_arguments,
@@ -57,6 +58,7 @@ def run_cli(args) -> int:
         raise ValueError(f"--k must be in [1, {len(pool)}] (the pool size), got {args.k}")
     out = check_output_dir(args.out)  # pre-flight: before the model loads (re-running resumes, so no --force)
     task = build_task(args)
+    check_disjoint(task)  # issue 13: selection problems are never train/test problems of another split
     split = load_problems(task, args.split)
     problems = split[: args.max_problems]
     # the whole split's digest: a run over more of it (a larger --max-problems) still resumes
@@ -78,7 +80,7 @@ def run_cli(args) -> int:
     selection = select_actions(R, args.k)
     meta = {"task": task.name, "split": args.split, "problems": len(problems), "samples": args.samples,
             "token_budget": args.token_budget, "seed": args.seed, "model": lm.fingerprint(),
-            "seconds": round(time.perf_counter() - start, 1)}
+            "seconds": round(time.perf_counter() - start, 1), "selected_on": problems_record(problems)}
     markdown = write_outputs(out, pool, selection, meta)
     print(markdown)
     print(f"wrote {out / 'actions.json'}, {out / 'selection.md'}, {out / 'selection.png'}")

@@ -13,7 +13,7 @@ from typing import Literal
 
 from ..server import ServerLimits, create_app
 from .config_args import add_config_arguments, build_config
-from .generate import add_generator_model_arguments, generator_from_args
+from .generate import add_generator_model_arguments, deterministic_from_mode, generator_from_args
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +28,9 @@ class ServeOptions:
     """address to listen on (the server has no TLS; keep it local or add --api-key)"""
     port: int = 8000
     """port to listen on"""
-    sample_policy: bool = False
-    """sample the adapter's actions instead of taking the most likely"""
+    policy_mode: str | None = None
+    """how the adapter picks actions: sample or argmax (default: the adapter's stored policy_mode, the mode
+    evaluate reports: sample for token adapters, argmax for sequence adapters)"""
     served_model_name: str | None = None
     """model id in responses and /v1/models (default: adapter directory name)"""
     api_key: str | None = field(default_factory=lambda: os.environ.get("DECODING_ADAPTERS_API_KEY"))
@@ -51,8 +52,8 @@ def run_cli(args) -> int:
     generator = generator_from_args(args)
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         log.warning("listening on %s without --api-key: anyone who can reach this port can use the model", args.host)
-    app = create_app(generator, limits, deterministic_policy=not args.sample_policy, model_name=args.served_model_name,
-                     api_key=args.api_key)
+    app = create_app(generator, limits, deterministic_policy=deterministic_from_mode(args.policy_mode),
+                     model_name=args.served_model_name, api_key=args.api_key)
     print(f"serving adapter {generator.name} ({generator.kind}) on http://{args.host}:{args.port}/v1", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0

@@ -6,12 +6,23 @@ Methods (each a :class:`Method`), evaluated on the same problems and seeds:
   outcome stands for all ``n`` samples (``c = n`` or ``0``): pass@k is the same for every k.
 - ``Best``: one static action (the best single action on validation: ``best_single`` of
   ``select-actions``' ``actions.json``, or :func:`select_best_action`).
-- ``Mixed``: every sample draws its action uniformly from an action set (seeded, per sample).
-- sequence adapters (w/ and w/o budget): for each ``k`` the policy picks an action deterministically
-  from (prompt embedding, ``B = k``); ``n`` samples under that action give pass@k. A w/o-budget
-  adapter picks the same action for every k.
+- ``Mixed``: every sample draws its action uniformly from an action set (seeded, per sample): the
+  sequence-level Mixed. Over the token action set this per-sequence mixture has its own row
+  (``Mixed per sequence (token actions)``).
+- ``Mixed (per token)``: the paper's token-level Mixed, a uniform draw over the token action set at
+  every token (``UniformChooser`` on the row's action stream), role 'mixed', level 'token'.
+- ``Best token action``: the best single action of the token action set, chosen on validation.
+- sequence adapters (w/ and w/o budget): for each ``k`` the policy picks an action from (prompt
+  embedding, ``B = k``); ``n`` samples under that action give pass@k. A w/o-budget adapter picks
+  the same action for every k (in argmax mode).
 - token adapters (w/ budget, w/o budget, entropy-only): ``n`` samples with
-  ``TokenPolicyChooser(policy)`` (actions sampled from the policy at every token).
+  ``TokenPolicyChooser(policy)`` choosing an action at every token.
+
+How an adapter picks (``Method.policy_mode``) is the adapter's stored ``policy_mode`` unless the
+caller overrides it: 'sample' (a draw from pi; the token adapters' default) or 'argmax' (the
+sequence adapters' default); see ``policies.default_policy_mode``. ``generate``, ``serve``,
+``AdaptiveGenerator`` and ``Adapter`` use the same stored mode by default, so a reported number
+describes what a user gets. ``eval_details.json`` records each method's mode.
 
 ``n = max(k_values)`` samples per problem and seed; pass@k uses the unbiased estimator
 :func:`stats.pass_at_k` on those ``n``. ``mean_length`` is the mean number of generated tokens (EOS
@@ -28,20 +39,26 @@ Uncertainty (``mean_ci``): for each method and metric we average each problem's 
 seeds, then report the mean over problems with a two-sided Student-t interval (``confidence``,
 default 95%) computed from the spread of those per-problem values: mean ± t_{P-1} · sd / sqrt(P).
 This counts problem-to-problem variation as well as sampling noise, the right interval when the
-problems are a sample of a larger population. It is wider than a binomial interval over all
-``P × seeds`` Bernoulli runs: the paper's ±1.2 at ~72% on 500 problems × 3 runs matches
-sqrt(p(1-p)/1500), a binomial standard error; ``eval_details.json`` gives that number too
-(``binomial_se``), along with the across-seed spread (``seed_means``, ``seed_std``: the mean over
-problems computed separately for each seed). With one problem the interval is undefined (null).
-Intervals of pass@k are clipped to [0, 1] (then no longer symmetric: tables print
-``mean [low, high]`` instead of ``mean ± half-width``). Differences between two methods on the
-same problems use :func:`stats.paired_ci` (a t interval on per-problem differences), which is
-what the report uses to say whether an adapter beats a baseline.
+problems are a sample of a larger population; with one problem it is undefined (null). Intervals
+of pass@k are clipped to [0, 1] (then no longer symmetric: tables print ``mean [low, high]``
+instead of ``mean ± half-width``). Differences between two methods on the same problems use
+:func:`stats.paired_ci` (a t interval on per-problem differences), which is what the report uses to
+say whether an adapter beats a baseline.
+
+The paper's ± is a different interval: a normal-approximation binomial interval at 95% over all
+(problem, run) outcomes, z · sqrt(p(1-p)/N) with z ≈ 1.96 (e.g. ±1.25 at 71.7% matches N ≈ 5,000
+outcomes; it is a 95% interval, not one standard error). It treats every outcome as an independent
+draw and is therefore narrower. Each pass@k entry of ``results.json`` carries it as
+``binomial_halfwidth`` (a fraction, like the mean) with ``outcomes`` = problems × seeds, so a table
+can be compared with the paper's; verdicts never use it. ``eval_details.json`` also gives the
+binomial standard error (``binomial_se``) and the across-seed spread (``seed_means``, ``seed_std``:
+the mean over problems computed separately for each seed).
 
 Output (``Evaluation.write``):
 
 - ``results.json``: ``{method: {metric: {"mean", "ci_low", "ci_high"}}}``, metrics ``pass@k`` for
-  each k and ``mean_length``; pass@k as fractions in [0, 1], lengths in tokens.
+  each k and ``mean_length``; pass@k as fractions in [0, 1] (plus ``binomial_halfwidth`` and
+  ``outcomes``: the paper-style interval), lengths in tokens.
 - ``eval_details.json``: config, problems, method descriptions (kind, role, level, action names),
   per-problem values (``[problem][seed]``), seed means, generation lengths, action usage,
   sequence-adapter choices and a sample of trajectories (text, token ids, token strings, per-token
@@ -59,13 +76,16 @@ from .methods import (
     Method,
     adapter_method,
     adapter_role,
+    best_token_action_method,
     greedy_method,
     mixed_method,
     resolve_best_action,
+    sequence_mixture_of_token_actions,
     static_method,
+    token_mixed_method,
 )
 from .ood import ood_label, ood_labels
-from .runner import Evaluation, StaticKey, TokenKey, evaluate, format_table, select_best_action
+from .runner import Evaluation, StaticKey, TokenKey, binomial_halfwidth, evaluate, format_table, select_best_action
 
 __all__ = [
     "EvalConfig",
@@ -73,6 +93,9 @@ __all__ = [
     "greedy_method",
     "static_method",
     "mixed_method",
+    "token_mixed_method",
+    "sequence_mixture_of_token_actions",
+    "best_token_action_method",
     "adapter_method",
     "adapter_role",
     "Evaluation",
@@ -84,4 +107,5 @@ __all__ = [
     "format_table",
     "ood_label",
     "ood_labels",
+    "binomial_halfwidth",
 ]

@@ -4,14 +4,14 @@ evaluation samples and summarises (``EvalConfig``). See the package docstring.""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Sequence
 
 import torch
 
 from ..actions import GREEDY, DecodingAction
-from ..policies import AdapterConfig, load_adapter
+from ..policies import AdapterConfig, load_adapter, resolve_policy_mode
 from ..stats import check_int
 
 __all__ = [
@@ -21,6 +21,9 @@ __all__ = [
     "greedy_method",
     "static_method",
     "mixed_method",
+    "token_mixed_method",
+    "sequence_mixture_of_token_actions",
+    "best_token_action_method",
     "adapter_method",
     "adapter_role",
     "resolve_best_action",
@@ -93,6 +96,15 @@ class Method:
     seed_policies: list[torch.nn.Module] | None = None
     """One adapter per evaluation seed (e.g. trained with seeds 0, 1, 2): seed s uses
     ``seed_policies[s % len]``; None means ``policy`` for every seed."""
+    policy_mode: str | None = None
+    """Adapters: 'sample' (draw from pi) or 'argmax'; None: the adapter's stored mode (the mode it is
+    served with by default, ``policies.default_policy_mode``)."""
+    seen_hashes: set[str] = field(default_factory=set)
+    """Adapters: content hashes of the problems they were trained or selected on (all seeds'
+    adapters): ``evaluate`` refuses to score them there unless told to."""
+    per_token: bool = False
+    """mixed only: draw the action uniformly at *every token* (the paper's token-level Mixed,
+    ``UniformChooser``) instead of once per sample (the per-sequence mixture)."""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -105,6 +117,16 @@ class Method:
             raise ValueError(f"static method {self.name!r} needs exactly one action")
         if self.kind in ("sequence", "token") and self.policy is None:
             raise ValueError(f"adapter method {self.name!r} needs a policy")
+        if self.kind in ("sequence", "token"):
+            stored = self.adapter.policy_mode if self.adapter is not None else None
+            self.policy_mode = resolve_policy_mode(self.policy_mode or stored, self.kind)
+        if self.per_token and self.kind != "mixed":
+            raise ValueError(f"method {self.name!r}: only a mixed method can draw its action per token")
+
+    @property
+    def decodes_per_token(self) -> bool:
+        """Whether a chooser picks this method's action at every token (token adapters, per-token Mixed)."""
+        return self.kind == "token" or self.per_token
 
     @property
     def action_names(self) -> list[str]:
@@ -126,6 +148,8 @@ class Method:
             "actions": self.action_names,
             "action_dicts": [a.to_dict() for a in self.actions],
             "source": self.source,
+            "per_token": self.per_token,
+            "policy_mode": self.policy_mode,
         }
         if self.adapter is not None:
             out["adapter_policy"] = dict(self.adapter.policy)
@@ -141,7 +165,28 @@ def static_method(action: DecodingAction, name: str = "Best", role: str = "best"
 
 
 def mixed_method(actions: Sequence[DecodingAction], name: str = "Mixed", level: str = "static") -> Method:
+    """A uniform mixture drawn once per sample (per sequence): the sequence-level Mixed."""
     return Method(name, "mixed", list(actions), role="mixed", level=level)
+
+
+def token_mixed_method(actions: Sequence[DecodingAction], name: str = "Mixed (per token)") -> Method:
+    """The paper's token-level Mixed: a fixed uniform mixture over the token action set drawn at
+    every token (``UniformChooser``), role 'mixed', level 'token'."""
+    return Method(name, "mixed", list(actions), role="mixed", level="token", per_token=True)
+
+
+def sequence_mixture_of_token_actions(actions: Sequence[DecodingAction]) -> Method:
+    """The token action set mixed once per sample: its own row, not the token-level Mixed."""
+    name = "Mixed per sequence (token actions)"
+    return Method(name, "mixed", list(actions), role="mixed per sequence", level="token")
+
+
+def best_token_action_method(action: DecodingAction) -> Method:
+    """The best single action of the token action set (chosen on validation, never on test)."""
+    return Method(
+        f"Best token action ({action.name})", "greedy" if action.is_greedy else "static", [action],
+        role="best token action", level="token",
+    )
 
 
 def adapter_role(config: AdapterConfig) -> str:
@@ -151,9 +196,12 @@ def adapter_role(config: AdapterConfig) -> str:
     return "w/ budget" if config.policy.get("use_budget", True) else "w/o budget"
 
 
-def adapter_method(directory: str | Path | Sequence[str | Path], lm=None, name: str | None = None) -> Method:
+def adapter_method(
+    directory: str | Path | Sequence[str | Path], lm=None, name: str | None = None, policy_mode: str | None = None
+) -> Method:
     """Load the adapter in ``directory`` (checked against ``lm``) as a method. A list of directories
-    (the same adapter trained with different seeds) gives one adapter per evaluation seed."""
+    (the same adapter trained with different seeds) gives one adapter per evaluation seed.
+    ``policy_mode``: 'sample' or 'argmax' (None: the adapter's stored mode)."""
     directories = [directory] if isinstance(directory, (str, Path)) else list(directory)
     loaded = [load_adapter(d, lm) for d in directories]
     policy, config = loaded[0]
@@ -172,6 +220,8 @@ def adapter_method(directory: str | Path | Sequence[str | Path], lm=None, name: 
         adapter=config,
         source=", ".join(map(str, directories)),
         seed_policies=[p for p, _ in loaded] if len(loaded) > 1 else None,
+        policy_mode=policy_mode,
+        seen_hashes=set().union(*(c.seen_hashes for _, c in loaded)),
     )
 
 

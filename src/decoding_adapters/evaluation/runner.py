@@ -18,12 +18,22 @@ from tqdm.auto import tqdm
 from ..actions import GREEDY, ActionSet, DecodingAction
 from ..decoding import DecodeResult, row_seed
 from ..io import write_json
-from ..policies import TokenPolicyChooser
+from ..policies import TokenPolicyChooser, UniformChooser
 from ..rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
 from ..stats import finite_or_none, format_interval, mean_ci, pass_at_k
+from ..tasks import content_hash
 from .methods import EvalConfig, Method, static_method
 
-__all__ = ["Evaluation", "StaticKey", "TokenKey", "evaluate", "select_best_action", "format_table"]
+__all__ = [
+    "Evaluation",
+    "StaticKey",
+    "TokenKey",
+    "evaluate",
+    "select_best_action",
+    "format_table",
+    "binomial_halfwidth",
+    "train_overlap",
+]
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +77,7 @@ def _mixed_action(method: Method, cfg: EvalConfig, s: int, pid: str, j: int) -> 
 def _sample_keys(method: Method, cfg: EvalConfig, s: int, i: int, pid: str, choices) -> list[list[Key]]:
     """For each k (in ``cfg.k_values`` order) the n keys of the samples pass@k is computed from."""
     n, ks = cfg.n, cfg.k_values
-    if method.kind == "token":
+    if method.decodes_per_token:
         keys = [TokenKey(method.name, s, i, j) for j in range(n)]
         return [keys] * len(ks)
     if method.kind == "sequence":
@@ -204,7 +214,9 @@ def _decode_token(method: Method, s, prompts, problems, task, cfg, rollouts: Rol
         rollouts,
         store,
         progress,
-        chooser=TokenPolicyChooser(method.policy_for(s)),
+        chooser=UniformChooser(len(method.actions))
+        if method.per_token
+        else TokenPolicyChooser(method.policy_for(s), deterministic=method.policy_mode == "argmax"),
         actions=method.actions,
     )
     counts = store.token_counts.setdefault(method.name, Counter())
@@ -212,25 +224,35 @@ def _decode_token(method: Method, s, prompts, problems, task, cfg, rollouts: Rol
         counts.update(result.actions[result.valid_mask()].tolist())
 
 
-def _sequence_choices(method: Method, lm, prompts, cfg: EvalConfig) -> list[list[list[DecodingAction]]]:
+def _sequence_choices(method: Method, lm, prompts, cfg: EvalConfig, problems) -> list[list[list[DecodingAction]]]:
     """``[seed][problem][k index]``: the action the sequence adapter (of that seed) picks for budget
-    k, deterministically."""
+    k: its argmax (policy_mode 'argmax', the same in every seed) or a draw from pi with the uniform
+    of ``row_seed(cfg.seed, seed, problem id, k, "policy")`` (policy_mode 'sample')."""
     pooling = (method.adapter.embedding or {}).get("pooling", "mean") if method.adapter else "mean"
     emb = lm.prompt_embeddings(prompts, pooling=pooling)
-    by_policy: dict[int, list[list[DecodingAction]]] = {}
-    for policy in method.all_policies:
-        per_k = [policy.choose(emb, torch.full((len(prompts),), k))[0].tolist() for k in cfg.k_values]
-        by_policy[id(policy)] = [
-            [method.actions[per_k[ki][i]] for ki in range(len(cfg.k_values))] for i in range(len(prompts))
-        ]
-    return [by_policy[id(method.policy_for(s))] for s in range(cfg.seeds)]
+    out = []
+    for s in range(cfg.seeds):
+        policy = method.policy_for(s)
+        per_k = []
+        for k in cfg.k_values:
+            budgets = torch.full((len(prompts),), k)
+            if method.policy_mode == "sample":
+                uniform = torch.stack(
+                    [torch.rand((), generator=torch.Generator().manual_seed(row_seed(cfg.seed, s, p.id, k, "policy")))
+                     for p in problems]
+                )
+                per_k.append(policy.choose(emb, budgets, deterministic=False, uniform=uniform)[0].tolist())
+            else:
+                per_k.append(policy.choose(emb, budgets)[0].tolist())
+        out.append([[method.actions[per_k[ki][i]] for ki in range(len(cfg.k_values))] for i in range(len(prompts))])
+    return out
 
 
 def _static_actions(methods: Sequence[Method], choices: dict) -> list[DecodingAction]:
     """Every action static rows will use (greedy canonicalised), in first-use order."""
     seen: dict[DecodingAction, None] = {}
     for m in methods:
-        if m.kind == "token":
+        if m.decodes_per_token:
             continue
         pool = (
             [a for per_seed in choices[m.name] for per_problem in per_seed for a in per_problem]
@@ -283,15 +305,29 @@ def evaluate(
     batch_rows: int = 64,
     progress: bool = False,
     meta: dict | None = None,
+    allow_train_overlap: bool = False,
 ) -> Evaluation:
-    """Evaluate ``methods`` on ``problems`` (a list of ``tasks.Problem``); see the module docstring."""
+    """Evaluate ``methods`` on ``problems`` (a list of ``tasks.Problem``); see the module docstring.
+
+    An adapter is never scored on problems it was trained or selected on (by content hash, as
+    recorded in its adapter.json): that raises a ValueError, unless ``allow_train_overlap``, in which
+    case ``eval_details.json`` records the overlap and the report states it."""
     cfg = config or EvalConfig()
     _check_methods(methods)
     if not problems:
         raise ValueError("nothing to evaluate: no problems")
+    overlap = train_overlap(methods, problems)
+    if overlap and not allow_train_overlap:
+        raise ValueError(
+            "refusing to score adapters on problems they were trained or selected on: "
+            + "; ".join(f"{name}: {n} of {len(problems)} problems" for name, n in overlap.items())
+            + ". Evaluate on another split or file, or pass --allow-train-overlap (allow_train_overlap=True); "
+            "the report then says so."
+        )
+    meta = {**(meta or {}), "allow_train_overlap": bool(allow_train_overlap), "train_overlap": overlap}
     factory = rollouts_factory or _default_factory(lm, batch_rows)
     prompts, cot = encode_problems(lm, task, problems, cfg.cot_ratio, cfg.seed)
-    choices = {m.name: _sequence_choices(m, lm, prompts, cfg) for m in methods if m.kind == "sequence"}
+    choices = {m.name: _sequence_choices(m, lm, prompts, cfg, problems) for m in methods if m.kind == "sequence"}
     _warn_token_budgets(methods, cfg)
     modes = {id(p): p.training for m in methods for p in m.all_policies}
     for m in methods:
@@ -302,7 +338,7 @@ def evaluate(
     store.wanted = {k for keys in display.values() for k in keys}
     static_set = _static_actions(methods, choices)
     static_rollouts = factory(ActionSet(static_set), False) if static_set else None
-    token_rollouts = {m.name: factory(ActionSet(m.actions), True) for m in methods if m.kind == "token"}
+    token_rollouts = {m.name: factory(ActionSet(m.actions), True) for m in methods if m.decodes_per_token}
     try:
         for s in tqdm(range(cfg.seeds), desc="evaluate (seeds)", unit="seed", disable=not progress):
             needed = _keys_for_seed(methods, cfg, s, problems, choices)
@@ -312,7 +348,7 @@ def evaluate(
             )
             _decode_static(todo, prompts, problems, task, cfg, static_rollouts, store, progress and f"static s={s}")
             for m in methods:
-                if m.kind == "token":
+                if m.decodes_per_token:
                     _decode_token(
                         m,
                         s,
@@ -331,7 +367,18 @@ def evaluate(
         for m in methods:  # give a policy that was training back in training mode
             for p in m.all_policies:
                 p.train(modes[id(p)])
-    return _assemble(methods, cfg, problems, cot, choices, store, display, meta or {})
+    return _assemble(methods, cfg, problems, cot, choices, store, display, meta)
+
+
+def train_overlap(methods: Sequence[Method], problems) -> dict[str, int]:
+    """``{adapter method: number of problems it was trained or selected on}`` (only those with any)."""
+    hashes = [content_hash(p) for p in problems] if any(m.seen_hashes for m in methods) else []
+    out = {}
+    for m in methods:
+        n = sum(h in m.seen_hashes for h in hashes) if m.seen_hashes else 0
+        if n:
+            out[m.name] = n
+    return out
 
 
 def _warn_token_budgets(methods, cfg: EvalConfig) -> None:
@@ -364,6 +411,17 @@ def _problem_values(
     return out
 
 
+def binomial_halfwidth(p: float, outcomes: int, confidence: float = 0.95) -> float:
+    """Half-width of the normal-approximation binomial interval, ``z * sqrt(p (1 - p) / outcomes)``,
+    over ``outcomes`` (problem, run) results: the ± of the paper's tables (e.g. 71.7% over ~5,000
+    outcomes gives ±1.25 points at 95%). It treats every outcome as an independent Bernoulli draw, so
+    it ignores problem-to-problem variation and is narrower than ``mean_ci``'s interval."""
+    if outcomes < 1:
+        raise ValueError("a binomial interval needs at least one outcome")
+    z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+    return z * math.sqrt(min(max(p * (1 - p), 0.0), 0.25) / outcomes)
+
+
 def _summarise(per_problem: dict[str, list[list[float]]], cfg: EvalConfig) -> tuple[dict, dict]:
     """results entry ``{metric: {mean, ci_low, ci_high}}`` and extra summary statistics."""
     entry, extra = {}, {}
@@ -374,6 +432,9 @@ def _summarise(per_problem: dict[str, list[list[float]]], cfg: EvalConfig) -> tu
         entry[metric] = {"mean": mean, "ci_low": finite_or_none(low), "ci_high": finite_or_none(high)}
         seed_means = [statistics.fmean(r[s] for r in rows) for s in range(cfg.seeds)]
         runs = len(rows) * cfg.seeds
+        if metric.startswith("pass@"):  # the paper's ± (comparable with its tables; not used for verdicts)
+            entry[metric]["binomial_halfwidth"] = binomial_halfwidth(mean, runs, cfg.confidence)
+            entry[metric]["outcomes"] = runs
         extra[metric] = {
             "seed_means": seed_means,
             "seed_std": statistics.stdev(seed_means) if len(seed_means) > 1 else 0.0,
@@ -446,8 +507,8 @@ def _method_lengths(m: Method, cfg, problems, choices, store: _Store) -> list[in
 
 
 def _action_usage(m: Method, cfg, problems, choices, store: _Store) -> list[float]:
-    """Share of each of the method's actions: over tokens (token adapters) or over samples."""
-    if m.kind == "token":
+    """Share of each of the method's actions: over tokens (token adapters, per-token Mixed) or over samples."""
+    if m.decodes_per_token:
         counts = store.token_counts.get(m.name, Counter())
         total = sum(counts.values()) or 1
         return [counts.get(a, 0) / total for a in range(len(m.actions))]

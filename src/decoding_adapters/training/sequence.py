@@ -24,6 +24,7 @@ one, and tests pass their own. The loss is ``training.reinforce.reinforce_loss``
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -38,6 +39,7 @@ from ..io import atomic_write
 from ..policies import AdapterConfig, SequencePolicy, SequencePolicyConfig, save_adapter
 from ..rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
 from ..selection import OutcomeTable, ReplayEnvironment, check_replay_header
+from ..tasks import check_disjoint, problems_record
 from .common import (
     TrainingLoop,
     action_histogram,
@@ -304,6 +306,8 @@ class SequenceTrainer(TrainingLoop):
 
     def _prepare(self) -> None:
         cfg = self.config
+        if hasattr(self.task, "splits"):  # train, validation and test share no problem (by content)
+            check_disjoint(self.task)
         self.val_problems = load_split(self.task, "validation")[: cfg.val_problems]
         val_ids = {p.id for p in self.val_problems}
         self.train_problems = [p for p in self.task.load("train") if p.id not in val_ids][: cfg.max_train_prompts]
@@ -421,5 +425,21 @@ class SequenceTrainer(TrainingLoop):
             task=self.task_name,
             training=asdict(self.config),
             lm_dtype=self.lm.fingerprint().get("dtype"),
+            trained_on=problems_record(self.train_problems) if self.train_problems else None,
+            selected_on=selection_record(self.config.actions),
         )
         return save_adapter(self.out_dir, self.policy, config)
+
+
+def selection_record(actions) -> dict | None:
+    """``problems_record`` of the problems an action set was selected on: ``selection_data.selected_on``
+    of a ``select-actions`` actions.json; None for a preset or a file that does not record it."""
+    path = Path(actions) if isinstance(actions, (str, Path)) else None
+    if path is None or path.suffix != ".json" or not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    record = (data.get("selection_data") or {}).get("selected_on") if isinstance(data, dict) else None
+    return record if isinstance(record, dict) else None

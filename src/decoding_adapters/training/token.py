@@ -14,9 +14,15 @@ How this departs from textbook REINFORCE (each choice follows the paper's stabil
   ``-(A * log pi(a_t | x_t) + beta * H(pi(. | x_t)))`` divided by the number of unmasked steps in
   the *whole* batch, so splitting a batch into micro-batches (or across DDP workers) leaves the
   gradient unchanged.
-- **Recomputed log-probs.** Rollouts run the policy in eval mode without gradients and record the
-  observations; the loss recomputes log-probs in train mode (dropout on), as a one-step
-  on-policy update.
+- **Dropout, on-policy.** The policy keeps the paper's dropout 0.1, and rollouts and loss see the
+  *same* dropped-out policy: every dropout mask is a counter-based function of (the row's seed,
+  the decode step, the layer) (``policies.counter_dropout_keep``). The rollout's chooser draws the
+  action under those masks (``TokenPolicyChooser(training_dropout=True)``, no gradients), and the
+  loss recomputes the log-prob of that action from the recorded observation under the identical
+  masks (``TokenBatch.seed``/``step``), with gradients: the recomputed log-prob equals the one the
+  action was sampled from, so the update is exactly on-policy (one optimiser step per batch).
+  (Before issue 13, rollouts ran with dropout off and the loss with fresh random masks.)
+  Validation, evaluation and serving use the policy with dropout off (module eval mode).
 """
 
 from __future__ import annotations
@@ -29,9 +35,10 @@ from typing import Literal
 import torch
 
 from ..actions import ActionSet
-from ..decoding import DecodeResult, StepFeatures, row_seed
-from ..policies import AdapterConfig, TokenPolicy, TokenPolicyChooser, TokenPolicyConfig, save_adapter
+from ..decoding import DecodeResult, row_seed
+from ..policies import AdapterConfig, TokenPolicy, TokenPolicyChooser, TokenPolicyConfig, UniformChooser, save_adapter
 from ..rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
+from ..tasks import check_disjoint, problems_record
 from .common import (
     TrainingLoop,
     action_histogram,
@@ -94,7 +101,8 @@ class TokenTrainConfig:
     policy_layers: int = 3
     """Linear layers of the policy MLP."""
     dropout: float = 0.1
-    """Dropout of the policy MLP (on in the loss, off in rollouts)."""
+    """Dropout of the policy MLP in training (rollouts and loss share masks keyed by row seed and step);
+    off in validation, evaluation and serving."""
     policy_temperature: float = 1.0
     """Softmax temperature of the policy."""
     filter_samples: int = 4
@@ -145,19 +153,30 @@ class TokenBatch:
     advantage: torch.Tensor  # [S] float, the row's advantage broadcast to its steps
     decision: torch.Tensor  # [S] bool, True where the step carries gradient (not masked)
     row: torch.Tensor  # [S] long, which rollout row each step belongs to
+    seed: torch.Tensor | None = None  # [S] long, the row's seed: with ``step`` it keys the dropout masks
+    step: torch.Tensor | None = None  # [S] long, the decode step
 
     def select_rows(self, rows: torch.Tensor) -> "TokenBatch":
         keep = torch.isin(self.row, rows)
-        names = ("hidden", "entropy", "remaining", "actions", "advantage", "decision", "row")
-        return TokenBatch(*(getattr(self, f)[keep] for f in names))
+        names = ("hidden", "entropy", "remaining", "actions", "advantage", "decision", "row", "seed", "step")
+        return TokenBatch(*(None if getattr(self, f) is None else getattr(self, f)[keep] for f in names))
+
+    def dropout_key(self, take: torch.Tensor, device) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(seeds, steps) of the steps ``take``: the rollout's dropout masks; None if not recorded."""
+        if self.seed is None or self.step is None:
+            return None
+        return self.seed[take].to(device), self.step[take].to(device)
 
     @property
     def num_decisions(self) -> int:
         return int(self.decision.sum())
 
 
-def rollout_batch_from_result(result: DecodeResult, advantages: torch.Tensor, mask_max_prob: float) -> TokenBatch:
-    """Flatten a decode (recorded with features) and per-row advantages into a TokenBatch."""
+def rollout_batch_from_result(
+    result: DecodeResult, advantages: torch.Tensor, mask_max_prob: float, row_seeds=None
+) -> TokenBatch:
+    """Flatten a decode (recorded with features) and per-row advantages into a TokenBatch.
+    ``row_seeds`` (the request's, one per row) let the loss recompute the rollout's dropout masks."""
     if result.features is None:
         raise ValueError("token-level training needs rollouts recorded with record_features=True")
     valid = result.valid_mask()
@@ -172,7 +191,14 @@ def rollout_batch_from_result(result: DecodeResult, advantages: torch.Tensor, ma
         advantage=advantages.unsqueeze(1).expand_as(valid)[valid].float(),
         decision=result.max_prob[valid] <= mask_max_prob,
         row=rows[valid],
+        seed=None if row_seeds is None else _per_step(torch.as_tensor(list(row_seeds), dtype=torch.long), valid),
+        step=steps[valid],
     )
+
+
+def _per_step(per_row: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``[N]`` row values broadcast to the ``[S]`` valid steps."""
+    return per_row.unsqueeze(1).expand_as(valid)[valid]
 
 
 def token_loss(
@@ -188,25 +214,15 @@ def token_loss(
     obs = policy.observation(
         batch.hidden[take].to(device), batch.entropy[take].to(device), batch.remaining[take].to(device)
     )
+    key = batch.dropout_key(take, device)  # the rollout's masks: the log-prob the action was drawn from
     loss, entropy = reinforce_loss(
-        policy.log_probs(obs),
+        policy.log_probs(obs, dropout_key=key) if key is not None else policy.log_probs(obs),
         batch.actions[take].to(device),
         batch.advantage[take].to(device),
         entropy_coef,
         normalizer,
     )
     return loss, {"entropy": float(entropy.detach().mean())}
-
-
-class UniformChooser:
-    """The Mixed static baseline as a chooser: each token's action uniform over K, from the row's
-    own uniform draw (reproducible)."""
-
-    def __init__(self, num_actions: int):
-        self.k = num_actions
-
-    def __call__(self, f: StepFeatures) -> torch.Tensor:
-        return (f.uniform * self.k).long().clamp(max=self.k - 1)
 
 
 class TokenTrainer(TrainingLoop):
@@ -240,7 +256,7 @@ class TokenTrainer(TrainingLoop):
                     hidden_size=lm.hidden_size,
                     num_actions=len(self.action_set),
                     features=config.features,
-                    use_budget=config.use_budget,
+                    use_budget=config.use_budget and config.features == "hidden",  # entropy-only sees H_t alone
                     token_budget=config.token_budget,
                     width=config.policy_width,
                     layers=config.policy_layers,
@@ -258,6 +274,8 @@ class TokenTrainer(TrainingLoop):
     def prepare(self) -> dict:
         """Load splits and filter training prompts by probe pass rate; returns a summary."""
         cfg = self.config
+        if hasattr(self.task, "splits"):  # train, validation and test share no problem (by content)
+            check_disjoint(self.task)
         self.val_problems = load_split(self.task, "validation")[: cfg.val_problems]
         val_ids = {p.id for p in self.val_problems}
         problems = [p for p in self.task.load("train") if p.id not in val_ids][: cfg.max_train_prompts]
@@ -318,14 +336,16 @@ class TokenTrainer(TrainingLoop):
         problems = [self.train_problems[i] for i in picked]
         self.policy.eval()
         request = self._request(problems, cfg.group_size, ("train", step))
-        result = self.rollouts.run(request, TokenPolicyChooser(self.policy), record_features=True)
+        chooser = TokenPolicyChooser(self.policy, training_dropout=True)  # the masks the loss recomputes
+        result = self.rollouts.run(request, chooser, record_features=True)
         rewards = score_rows(self.task, problems, result)
         if cfg.baseline == "group":
             advantages = group_advantages(rewards, cfg.group_size)
         else:
             base, self.ema_baseline = ema_update(self.ema_baseline, float(rewards.mean()), cfg.ema_decay)
             advantages = rewards - base
-        return rollout_batch_from_result(result, advantages, cfg.mask_max_prob), rewards, result
+        batch = rollout_batch_from_result(result, advantages, cfg.mask_max_prob, request.row_seeds)
+        return batch, rewards, result
 
     def update(self, batch: TokenBatch) -> dict:
         """loss -> step: one optimiser step on ``batch``. The loss covers this process's rows (all of
@@ -428,5 +448,6 @@ class TokenTrainer(TrainingLoop):
             task=self.task_name,
             training=asdict(self.config),
             lm_dtype=self.lm.fingerprint().get("dtype"),
+            trained_on=problems_record(self.train_problems) if self.train_problems else None,
         )
         return save_adapter(self.out_dir, self.policy, config)
