@@ -233,7 +233,7 @@ def test_random_token_adapter_picks_the_same_actions_as_our_loop(tmp_path, tiny_
     with torch.no_grad():
         adapter.policy.mlp[-1].weight.mul_(50)  # sharper preferences, so that the argmax moves between steps
     model, inputs = tiny_lm.model, _inputs(tiny_lm, tiny_prompts)
-    with adapter.logits_processor(model, token_budget=6) as lp:
+    with adapter.logits_processor(model, token_budget=6, deterministic=True) as lp:  # argmax, like the chooser below
         model.generate(**_inputs(tiny_lm, tiny_prompts[:1]), max_new_tokens=3, **lp.generate_kwargs())
         out = model.generate(**inputs, max_new_tokens=6, **lp.generate_kwargs())  # a second call starts afresh
     ours = decode(

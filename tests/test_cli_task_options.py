@@ -25,9 +25,12 @@ def user_dir(tmp_path, monkeypatch):
     """Data files and a verifier module in the current folder, which is NOT on sys.path (as for the
     `decoding-adapters` console script): the CLI must find the module there by itself."""
     (tmp_path / "cliverify.py").write_text(textwrap.dedent(VERIFIER))
-    rows = [{"question": "Capital of France?", "answer": "Paris"}, {"question": "2+3?", "answer": "5"}]
-    for split in ("train", "test"):
-        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rows = {  # disjoint splits: evaluate refuses a test split that shares problems with train
+        "train": [{"question": "Capital of France?", "answer": "Paris"}, {"question": "2+3?", "answer": "5"}],
+        "test": [{"question": "Capital of Italy?", "answer": "Rome"}, {"question": "4+4?", "answer": "8"}],
+    }
+    for split, split_rows in rows.items():
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in split_rows))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     sys.modules.pop("cliverify", None)

@@ -8,14 +8,14 @@ from conftest import FakeLM
 from decoding_adapters.actions import ActionSet, DecodingAction
 from decoding_adapters.policies import load_adapter
 from decoding_adapters.protocols import LanguageModel, VerifiableTask
-from decoding_adapters.tasks import Problem, Task
+from decoding_adapters.tasks import Problem
 from decoding_adapters.training.sequence import RewardSource, SequenceTrainConfig, SequenceTrainer, inference_reward
 
 DIM = 8
 ACTIONS = ActionSet([DecodingAction(do_sample=False), DecodingAction(temperature=1.0)])
 
 
-class ClusterTask(Task):
+class ClusterTask:
     """Problems in two context clusters; meta['cluster'] in {0, 1}."""
 
     name = "synthetic"
@@ -36,6 +36,9 @@ class ClusterTask(Task):
         return [{"role": "user", "content": problem.question}]
 
     def reward(self, problem, completion):  # rewards come from SyntheticRewards
+        raise AssertionError("the synthetic trainer never decodes")
+
+    def reward_batch(self, problems, completions):
         raise AssertionError("the synthetic trainer never decodes")
 
     def extract_answer(self, problem, completion):

@@ -12,7 +12,7 @@ from decoding_adapters.decoding import DecodeResult, StepFeatures
 from decoding_adapters.policies import TokenPolicyChooser, load_adapter
 from decoding_adapters.protocols import LanguageModel, VerifiableTask
 from decoding_adapters.rollouts import Rollouts
-from decoding_adapters.tasks import Problem, Task
+from decoding_adapters.tasks import Problem
 from decoding_adapters.training.token import (
     TokenBatch,
     TokenTrainConfig,
@@ -25,7 +25,7 @@ H, T = 6, 5
 ACTIONS = ActionSet([DecodingAction(do_sample=False), DecodingAction(temperature=0.5), DecodingAction(temperature=1.0)])
 
 
-class FakeTask(Task):
+class FakeTask:
     name = "pomdp"
 
     def load(self, split):
@@ -36,6 +36,9 @@ class FakeTask(Task):
 
     def reward(self, problem, completion):
         return float(completion == "1")
+
+    def reward_batch(self, problems, completions):
+        return [self.reward(p, c) for p, c in zip(problems, completions)]
 
     def extract_answer(self, problem, completion):
         return completion.strip()
