@@ -48,7 +48,8 @@ Output (``Evaluation.write``):
   action indices into the method's action list, base entropies, max-probs) for the figures.
 
 Modules: ``methods`` (``EvalConfig``, ``Method`` and its constructors), ``runner`` (typed keys,
-decoding, scoring, ``evaluate``); the statistics are the leaf module ``decoding_adapters.stats``.
+decoding, scoring, ``evaluate``), ``truncation`` (greedy lengths and the fraction of rows a token
+budget cuts off, to choose the budget on validation); the statistics are the leaf module ``decoding_adapters.stats``.
 """
 
 from .methods import (
@@ -62,6 +63,7 @@ from .methods import (
     static_method,
 )
 from .runner import Evaluation, StaticKey, TokenKey, evaluate, format_table, select_best_action
+from .truncation import TruncationStats, choose_token_budget, greedy_truncation, truncation_stats
 
 __all__ = [
     "EvalConfig",
@@ -78,4 +80,8 @@ __all__ = [
     "select_best_action",
     "resolve_best_action",
     "format_table",
+    "TruncationStats",
+    "truncation_stats",
+    "greedy_truncation",
+    "choose_token_budget",
 ]
