@@ -11,8 +11,8 @@ from decoding_adapters.cli import main
 from decoding_adapters.demo import FULL, REPRODUCE_SIZES, DemoConfig, estimate_minutes, target_lines
 
 
-def _run(out, model_dir):
-    return main(["reproduce", "--size", "smoke", "--out", str(out), "--model", str(model_dir), "--no-progress"])
+def _run(out, model_dir, *extra):
+    return main(["reproduce", "--size", "smoke", "--out", str(out), "--model", str(model_dir), "--no-progress", *extra])
 
 
 def test_smoke_runs_every_stage_and_resumes_after_a_kill(tiny_model_dir, tmp_path, capsys, monkeypatch):
@@ -32,7 +32,7 @@ def test_smoke_runs_every_stage_and_resumes_after_a_kill(tiny_model_dir, tmp_pat
     adapter_time = (out / "seq-budget-s1" / "adapter.safetensors").stat().st_mtime
     monkeypatch.setattr(demo, "_train_token", original)
     capsys.readouterr()
-    assert _run(out, tiny_model_dir) == 0
+    assert _run(out, tiny_model_dir, "--publish", str(tmp_path / "docs")) == 0
     printed = capsys.readouterr().out
     assert "reproduce finished" in printed and "min left" in printed
     # finished stages were reused, not redone
@@ -55,6 +55,8 @@ def test_smoke_runs_every_stage_and_resumes_after_a_kill(tiny_model_dir, tmp_pat
     for heading in ("Token budget and truncation", "Training curves", "Targets (issue 16)", "Cost"):
         assert f"## {heading}" in report
     assert (out / "report" / "training_curves.png").is_file()
+    published = {p.name for p in (tmp_path / "docs").iterdir()}
+    assert {"report.md", "results.json", "eval_details.json", "truncation.json", "selection.png"} <= published
 
 
 def test_plan_prints_an_estimate_without_running(capsys):
