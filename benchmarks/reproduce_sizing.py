@@ -46,7 +46,8 @@ def main() -> None:
     tokens = stats[-1].mean_length * stats[-1].rows
     figures["greedy"] = {"stats": [s.to_dict() for s in stats], "tokens_per_cpu_second": tokens / (cpu2 - cpu)}
     for s in stats:
-        print(f"budget {s.token_budget:4d}: greedy mean length {s.mean_length:5.1f}, truncated {s.truncated_fraction:.0%}")
+        print(f"budget {s.token_budget:4d}: greedy mean length {s.mean_length:5.1f}, "
+              f"truncated {s.truncated_fraction:.0%}")
     actions = ActionSet(list(PRESETS["math-token"]))
     rollouts = HFRollouts(lm, actions, 128)
     problems = validation[:32]

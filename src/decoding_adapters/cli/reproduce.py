@@ -27,7 +27,8 @@ What runs (``full``):
    cost (minutes per stage, tokens per training step, steps per minute), figures.
 
 Measurements behind the plan (issue 16, on this 2-core machine while five other jobs ran, load
-average 10, so from CPU time of one thread; ``demo.estimate_minutes`` holds the constants):
+average 10, so from CPU time of one thread: ``benchmarks/reproduce_sizing.py``;
+``demo.estimate_minutes`` holds the constants):
 
 - greedy on the 100 validation problems at budgets 16/24/32/48/64/96: mean length 14.6 / 20.5 /
   25.3 / 32.5 / 35.7 / 39.3 tokens, stopped by the budget 77 / 70 / 52 / 30 / 15 / 7% of rows:
