@@ -17,9 +17,9 @@ What runs (``full``):
    validation problems x 1 sample; K = 6 by greedy coverage, with the coverage-vs-top-K figure;
    the same table picks Best and the best single token action.
 2. sequence adapters w/ and w/o budget, **live rollouts**, B in {1, 2, 4, 8}, 3 seeds, 12 steps x
-   8 prompts (~30 completions a step), validated live on 16 problems 4 times.
+   8 prompts (~30 completions a step), validated live on 12 problems 4 times.
 3. token adapters w/ budget, w/o budget, entropy-only, 3 seeds, up to 20 steps x 4 prompts x G=4,
-   validation on 32 problems every 4 steps, early stop after 2 validations without improvement
+   validation on 24 problems every 4 steps, early stop after 2 validations without improvement
    (best validated weights kept); the report has every seed's validation curve.
 4. evaluation on 200 test problems x 3 seeds x 4 samples, pass@1/2/4: Greedy, Best, Mixed,
    Mixed (token actions), Best token action, and the five adapters.
@@ -35,12 +35,13 @@ average 10, so from CPU time of one thread: ``benchmarks/reproduce_sizing.py``;
   the model keeps talking after the answer, so "greedy not truncated" needs about 128 tokens;
 - decode throughput, 128 sampled rows of 32 validation prompts at budget 48: 130 (T=0.5), 151
   (T=1), 152 (T=1.25) tokens per CPU-second; greedy 100 rows at 96: 84 (the batch shrinks as rows
-  finish); mean sampled length 57 / 74 / 89% of the budget. The plan takes 220 tokens/s for the
-  two cores (1.5 x one thread), 75% of the budget per sampled row, +15% for token-adapter rollouts
+  finish); 128 rows of the 180 pool (top-k / top-p / min-p mixed) at budget 16: 96; mean sampled
+  length 57 / 74 / 89% of the budget. The plan takes 220 tokens/s for the two cores (1.5 x one
+  thread), 75% of the budget per sampled row, +50% for pool rows, +15% for token-adapter rollouts
   (features recorded, policy run per step) and 1 s per small decode call.
 
-Plan at the expected budget of 48 (``--plan``): load 0.5, budget 0.4, selection 3.9, sequence
-11.4, token 17.8, evaluation 55.9, report 1 — **about 91 minutes**. The evaluation dominates: 200
+Plan at the expected budget of 48 (``--plan``): load 0.5, budget 0.4, selection 5.9, sequence
+10.4, token 16.7, evaluation 55.9, report 1 — **about 91 minutes**. The evaluation dominates: 200
 problems x 3 seeds x n samples for every sampled method (~7 of them once shared rows are counted).
 
 What was cut to fit (each is a field of ``DemoConfig``; ``--size complete`` restores them all):
@@ -55,7 +56,7 @@ What was cut to fit (each is a field of ``DemoConfig``; ``--size complete`` rest
   was compute-starved.
 
 ``--size complete`` (the uncut study: budget chosen at <= 2% truncation from 48..192, pass@8,
-selection on 32 x 4, 60 steps of each adapter) plans at about 17 hours on this CPU.
+selection on 32 x 4, 60 steps of each adapter) plans at about 18 hours on this CPU.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class ReproduceOptions:
     out: str = "runs/reproduce"
     """output directory (re-run the same command to resume)"""
     size: Literal["full", "complete", "smoke"] = "full"
-    """stage sizes: full (issue 16's study cut to ~90 min on 2 cores), complete (uncut, ~16 h there), smoke (tests)"""
+    """stage sizes: full (issue 16's study cut to ~90 min on 2 cores), complete (uncut, ~18 h there), smoke (tests)"""
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""
     plan: bool = False
