@@ -635,6 +635,19 @@ def truncation_section(stats: Sequence[Mapping], chosen: int | None = None, max_
     return text + "\n\n" + "\n".join(lines)
 
 
+def _step_records(path: Path) -> list[dict]:
+    """Every training-step record of a JSONL log (torn lines skipped)."""
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and "step" in rec and "reward" in rec:
+            out.append(rec)
+    return out
+
+
 def training_curve_section(out_dir: str | Path, runs: Mapping[str, Sequence[str | Path]],
                            file: str = "training_curves.png") -> str:
     """Markdown: the validation-reward curve of every training run (``{method: [log of each seed]}``),
@@ -649,7 +662,7 @@ def training_curve_section(out_dir: str | Path, runs: Mapping[str, Sequence[str 
         for seed, path in enumerate(paths):
             if not Path(path).is_file():
                 continue
-            records = [r for r in load_training_log(path) if r.get("step", 0) > 0]
+            records = [r for r in _step_records(Path(path)) if r.get("step", 0) > 0]
             val = [(r["step"], r["val_reward"]) for r in records if "val_reward" in r]
             if not records:
                 continue
