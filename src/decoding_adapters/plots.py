@@ -26,6 +26,7 @@ __all__ = [
     "method_color",
     "plot_pass_at_k",
     "plot_training",
+    "plot_validation_curves",
     "plot_entropy_modulation",
     "plot_lengths",
     "plot_sequence_choices",
@@ -615,3 +616,25 @@ def action_trace_html(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(parts), encoding="utf-8")
     return path
+
+
+# ---- validation curves of several runs ------------------------------------------------------------
+
+
+@_styled
+def plot_validation_curves(curves: Mapping[str, Sequence[tuple[float, float]]], path) -> Path:
+    """Validation reward against training step, one line per run (``{run: [(step, reward)]}``)."""
+    fig = _figure(7.5, 4.2)
+    ax = fig.add_subplot()
+    if not any(curves.values()):
+        _no_data(ax)
+    for i, (name, points) in enumerate(curves.items()):
+        if points:
+            steps, values = zip(*points)
+            ax.plot(steps, values, "o-", color=method_color(i), label=name, markersize=3)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("validation reward")
+    ax.set_title("Validation reward during training")
+    if any(curves.values()):
+        ax.legend(loc="best", fontsize=8, ncol=2)
+    return _save(fig, path)

@@ -43,6 +43,8 @@ __all__ = [
     "ood_lines",
     "paper_interval_table",
     "write_report",
+    "truncation_section",
+    "training_curve_section",
 ]
 
 
@@ -669,6 +671,7 @@ def write_report(
     action_names: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
     *,
     title: str = "Decoding adapters: evaluation report",
+    sections: Sequence[tuple[str, str]] = (),
 ) -> Path:
     """Write ``report.md``, ``results.json`` and the figures into ``out_dir``; returns report.md's path.
 
@@ -678,6 +681,8 @@ def write_report(
         training_logs: ``{name: path to a JSONL training log}``.
         action_names: names of the actions in the training logs: one list for all, or by log name;
             default: from ``adapter.json`` next to each log.
+        sections: extra ``(heading, markdown)`` sections placed before the figures (e.g.
+            :func:`truncation_section`, :func:`training_curve_section`).
     """
     if not results:
         raise ValueError("no results to report")
@@ -686,11 +691,79 @@ def write_report(
     write_json(out / "results.json", dict(results))
     info = method_info(results, details)
     figs = _figures(out, results, details, info, training_logs, action_names or {})
-    text = _markdown(title, results, details, figs)
+    text = _markdown(title, results, details, figs, sections)
     return write_text(out / "report.md", text)
 
 
-def _markdown(title, results, details, figs) -> str:
+def truncation_section(stats: Sequence[Mapping], chosen: int | None = None, max_truncated: float | None = None,
+                       split: str = "validation") -> str:
+    """Markdown: greedy mean length and fraction of rows stopped by the budget, per token budget
+    (``TruncationStats.to_dict()`` rows), and which budget was chosen from them."""
+    if not stats:
+        return ""
+    lines = [
+        _row(["token budget", "rows", "greedy mean length", "stopped by the budget (%)", "longest"]),
+        _row(["---:", "---:", "---:", "---:", "---:"]),
+    ]
+    for st in sorted(stats, key=lambda r: r["token_budget"]):
+        mark = " (chosen)" if st["token_budget"] == chosen else ""
+        lines.append(_row([f"{st['token_budget']}{mark}", st["rows"], f"{st['mean_length']:.1f}",
+                           f"{st['truncated_fraction'] * 100:.1f}", st["max_length"]]))
+    text = f"Greedy decoding on {stats[0]['rows']} {split} problems, decoded once at the largest budget."
+    if chosen is not None and max_truncated is not None:
+        text += (f" The budget used everywhere is the smallest whose greedy truncated fraction is at most "
+                 f"{max_truncated * 100:.0f}%: **{chosen}** (chosen on {split}, never on test).")
+    return text + "\n\n" + "\n".join(lines)
+
+
+def _step_records(path: Path) -> list[dict]:
+    """Every training-step record of a JSONL log (torn lines skipped)."""
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and "step" in rec and "reward" in rec:
+            out.append(rec)
+    return out
+
+
+def training_curve_section(out_dir: str | Path, runs: Mapping[str, Sequence[str | Path]],
+                           file: str = "training_curves.png") -> str:
+    """Markdown: the validation-reward curve of every training run (``{method: [log of each seed]}``),
+    with a table of steps run, early stops, best step and best and last validation reward; writes
+    the figure into ``out_dir``."""
+    curves, lines = {}, [
+        _row(["run", "steps", "stopped early", "best step", "best val reward", "last val reward",
+              "s / step"]),
+        _row(["---", "---:", "---", "---:", "---:", "---:", "---:"]),
+    ]
+    for name, paths in runs.items():
+        for seed, path in enumerate(paths):
+            if not Path(path).is_file():
+                continue
+            records = [r for r in _step_records(Path(path)) if r.get("step", 0) > 0]
+            val = [(r["step"], r["val_reward"]) for r in records if "val_reward" in r]
+            if not records:
+                continue
+            curves[f"{name} s{seed}"] = val
+            stop = next((r["early_stop"] for r in records if "early_stop" in r), None)
+            best = max(val, key=lambda v: v[1], default=(None, math.nan))
+            step_best = stop["best_step"] if stop else best[0]
+            best_val = stop["best_val_reward"] if stop else best[1]
+            seconds = statistics.fmean(r.get("seconds", math.nan) for r in records)
+            lines.append(_row([f"{name} s{seed}", records[-1]["step"], "yes" if stop else "no", step_best,
+                               f"{best_val:.3f}", f"{val[-1][1]:.3f}" if val else "–", f"{seconds:.1f}"]))
+    if not curves:
+        return ""
+    plots.plot_validation_curves(curves, Path(out_dir) / file)
+    return (f"![validation reward during training]({file})\n\nValidation reward (policy-sampled rollouts on held-out "
+            "validation problems) against the training step for every run; an early-stopped run keeps the weights "
+            "of its best step.\n\n" + "\n".join(lines))
+
+
+def _markdown(title, results, details, figs, sections=()) -> str:
     parts = [f"# {title}", "", "## Setup", "", *_setup_lines(results, details), ""]
     verdict = verdicts(results, details)
     if verdict:
@@ -742,6 +815,9 @@ def _markdown(title, results, details, figs) -> str:
     seeds = seed_table(results, details)
     if seeds:
         parts += ["## Across-seed spread", "", seeds, ""]
+    for heading, body in sections:
+        if body:
+            parts += [f"## {heading}", "", body, ""]
     parts += ["## Figures", ""]
     for heading, file, caption in figs:
         parts += [f"### {heading}", ""]

@@ -19,6 +19,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "decoding_adapters.cli.demo",
         "the main job: select actions, train both adapters, evaluate, write a report",
     ),
+    "reproduce": (
+        "decoding_adapters.cli.reproduce",
+        "issue 16's study: the demo at full size (whole pool, live rollouts, early stopping, 200 test problems)",
+    ),
     "select-actions": (
         "decoding_adapters.cli.select_actions",
         "evaluate a candidate pool and pick K complementary actions",

@@ -68,7 +68,8 @@ Out of distribution: ``ood`` labels each adapter ``train task -> eval task[:spli
 whether that is OOD (another task, or the ``ood`` split of held-out families).
 
 Modules: ``methods`` (``EvalConfig``, ``Method`` and its constructors), ``runner`` (typed keys,
-decoding, scoring, ``evaluate``); the statistics are the leaf module ``decoding_adapters.stats``.
+decoding, scoring, ``evaluate``), ``truncation`` (greedy lengths and the fraction of rows a token
+budget cuts off, to choose the budget on validation); the statistics are the leaf module ``decoding_adapters.stats``.
 """
 
 from .methods import (
@@ -86,6 +87,7 @@ from .methods import (
 )
 from .ood import ood_label, ood_labels
 from .runner import Evaluation, StaticKey, TokenKey, binomial_halfwidth, evaluate, format_table, select_best_action
+from .truncation import TruncationStats, choose_token_budget, greedy_truncation, truncation_stats
 
 __all__ = [
     "EvalConfig",
@@ -108,4 +110,8 @@ __all__ = [
     "ood_label",
     "ood_labels",
     "binomial_halfwidth",
+    "TruncationStats",
+    "truncation_stats",
+    "greedy_truncation",
+    "choose_token_budget",
 ]

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "TrainingLoop",
+    "EarlyStopping",
     "step_generator",
     "seed_everything",
     "sample_prompt_batch",
@@ -202,7 +203,14 @@ class TrainingLoop:
     ``val_every`` steps, a JSONL record per step, an atomic checkpoint every ``checkpoint_every``
     steps and at the end, then ``save`` (the adapter). Subclasses set ``config`` (with ``steps``,
     ``val_every``, ``checkpoint_every``, ``seed``), ``out_dir``, ``progress`` and ``step``, and
-    implement ``start`` / ``train_step`` / ``validate`` / ``state`` / ``restore`` / ``save``."""
+    implement ``start`` / ``train_step`` / ``validate`` / ``state`` / ``restore`` / ``save``.
+
+    Early stopping (a config with ``patience > 0``, e.g. ``TokenTrainConfig``): after each
+    validation the loop keeps the best validation reward and a copy of ``self.policy``'s weights at
+    that point; when ``patience`` validations in a row have not beaten the best by more than
+    ``min_improvement``, training stops, the best weights are put back and saved. The stop and the
+    best step are logged (``early_stop`` record) and kept in the checkpoint, so a resumed run that
+    had stopped stays stopped."""
 
     name = "train"
 
@@ -210,6 +218,7 @@ class TrainingLoop:
         self.out_dir, self.progress, self.step = Path(out_dir), progress, 0
         self.checkpoint = Checkpoint(self.out_dir)
         self.log = JsonlLog(self.out_dir / "train_log.jsonl")
+        self.early = EarlyStopping()
 
     def start(self) -> dict | None:
         """Work before step 1 of a fresh run; a returned dict is logged as step 0."""
@@ -224,6 +233,7 @@ class TrainingLoop:
                          self.out_dir, change)
             self.restore(state)
             self.step = state["step"]
+            self.early = EarlyStopping.from_state(state.get("early_stopping"))
         elif self.checkpoint.exists():
             raise ValueError(
                 f"{self.out_dir} already holds a run: pass --resume to continue it or choose another --out"
@@ -235,7 +245,8 @@ class TrainingLoop:
                 self.log.append({"step": 0, **summary})
         self.log.truncate_after(self.step)
         bar = tqdm(total=cfg.steps, initial=self.step, desc=self.name, unit="step", disable=not self.progress)
-        while self.step < cfg.steps:
+        patience = getattr(cfg, "patience", 0)  # only configs that declare it stop early
+        while self.step < cfg.steps and not self.early.stopped:
             started = time.perf_counter()
             seed_everything(cfg.seed, "dropout", self.step)
             record = self.train_step()
@@ -243,10 +254,56 @@ class TrainingLoop:
             record = {"step": self.step, **record, "seconds": time.perf_counter() - started}
             if self.step % cfg.val_every == 0 or self.step == cfg.steps:
                 record["val_reward"] = self.validate()
+                if patience > 0 and self.early.observe(
+                    record["val_reward"], self.step, self.policy, patience, getattr(cfg, "min_improvement", 0.0)
+                ):
+                    record["early_stop"] = {"best_step": self.early.best_step, "best_val_reward": self.early.best}
             self.log.append(record)
             bar.set_postfix(reward=f"{record['reward']:.2f}", val=f"{record.get('val_reward', float('nan')):.2f}")
             bar.update(1)
-            if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps:
-                self.checkpoint.save({"step": self.step, "config": asdict(cfg), **self.state()})
+            if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps or self.early.stopped:
+                self.checkpoint.save(
+                    {"step": self.step, "config": asdict(cfg), **self.state(), "early_stopping": self.early.state()}
+                )
         bar.close()
+        if patience > 0 and self.early.best_policy is not None:
+            self.policy.load_state_dict(self.early.best_policy)  # the adapter is the best validated one
         return self.save()
+
+
+class EarlyStopping:
+    """Best validation reward so far, the weights at that point and validations since (see
+    ``TrainingLoop``). A NaN validation reward (no validation problems) never counts as better."""
+
+    def __init__(self):
+        self.best = float("-inf")
+        self.best_step = 0
+        self.since_best = 0
+        self.stopped = False
+        self.best_policy: dict | None = None
+
+    def observe(self, value: float, step: int, policy: torch.nn.Module, patience: int, min_improvement: float) -> bool:
+        """Record a validation reward; True when this one ends training."""
+        if value == value and value > self.best + min_improvement:  # value == value: not NaN
+            self.best, self.best_step, self.since_best = value, step, 0
+            self.best_policy = {k: v.detach().clone() for k, v in policy.state_dict().items()}
+        else:
+            self.since_best += 1
+        self.stopped = self.since_best >= patience
+        return self.stopped
+
+    def state(self) -> dict:
+        return {
+            "best": self.best,
+            "best_step": self.best_step,
+            "since_best": self.since_best,
+            "stopped": self.stopped,
+            "best_policy": self.best_policy,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict | None) -> "EarlyStopping":
+        early = cls()
+        for key, value in (state or {}).items():
+            setattr(early, key, value)
+        return early

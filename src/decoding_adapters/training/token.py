@@ -119,6 +119,11 @@ class TokenTrainConfig:
     """Validation problems (held out of training)."""
     checkpoint_every: int = 5
     """Write checkpoint.pt every this many steps (and after the last)."""
+    patience: int = 0
+    """Early stopping: stop after this many validations without a better validation reward and keep
+    the best validated weights (0: train every step)."""
+    min_improvement: float = 0.0
+    """Early stopping: a validation reward must beat the best by more than this to count as better."""
     cot_ratio: float = 0.0
     """Fraction of prompts given a chain-of-thought instruction (fixed per prompt)."""
     bf16: bool = False
@@ -138,6 +143,8 @@ class TokenTrainConfig:
         if self.val_every < 1 or self.checkpoint_every < 1:
             raise ValueError("val_every and checkpoint_every must be >= 1")
         check_shared_fields(self)
+        if self.patience < 0 or self.min_improvement < 0:
+            raise ValueError("patience and min_improvement must be >= 0")
 
 
 @dataclass

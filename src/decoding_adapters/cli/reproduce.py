@@ -1,0 +1,130 @@
+"""``reproduce``: the study of issue 16 — does adaptive decoding beat static decoding on the
+default model, with intervals narrow enough to tell? It is the demo's stage runner
+(``demo.run_demo``) at ``REPRODUCE_SIZES`` (``--size full`` = ``demo --size full``): a separate
+command so that the README's headline table names one command with its own output directory, and
+so that its sizes (``full``, ``complete``, ``smoke``) do not mix with the demo's.
+
+    decoding-adapters reproduce --out runs/reproduce --publish docs/reproduce   # ~90 min on 2 cores; resumable
+    decoding-adapters reproduce --plan                        # the stage-by-stage estimate, no work
+    decoding-adapters reproduce --size smoke --model DIR      # every stage on a tiny model (tests)
+
+What runs (``full``):
+
+0. token budget: greedy on 100 validation problems, decoded once at 96 tokens; the smallest of
+   32/48/64/96 that stops at most 35% of greedy rows before EOS is used everywhere after
+   (chosen on validation; the report lists mean greedy length and truncated fraction per budget).
+1. action selection on the **whole** 180-config pool plus greedy (181 candidates) on 8
+   validation problems x 1 sample; K = 6 by greedy coverage, with the coverage-vs-top-K figure;
+   the same table picks Best and the best single token action.
+2. sequence adapters w/ and w/o budget, **live rollouts**, B in {1, 2, 4, 8}, 3 seeds, 12 steps x
+   8 prompts (~30 completions a step), validated live on 12 problems 4 times.
+3. token adapters w/ budget, w/o budget, entropy-only, 3 seeds, up to 20 steps x 4 prompts x G=4,
+   validation on 24 problems every 4 steps, early stop after 2 validations without improvement
+   (best validated weights kept); the report has every seed's validation curve.
+4. evaluation on 200 test problems x 3 seeds x 4 samples, pass@1/2/4: Greedy, Best, Mixed,
+   Mixed (per token), Mixed per sequence (token actions), Best token action, and the five adapters.
+5. report: paired intervals, the issue's targets, seed spread, truncation, training curves,
+   cost (minutes per stage, tokens per training step, steps per minute), figures.
+
+Measurements behind the plan (issue 16, on this 2-core machine while five other jobs ran, load
+average 10, so from CPU time of one thread: ``benchmarks/reproduce_sizing.py``;
+``demo.estimate_minutes`` holds the constants):
+
+- greedy on the 100 validation problems at budgets 16/24/32/48/64/96: mean length 14.6 / 20.5 /
+  25.3 / 32.5 / 35.7 / 39.3 tokens, stopped by the budget 77 / 70 / 52 / 30 / 15 / 7% of rows:
+  the model keeps talking after the answer, so "greedy not truncated" needs about 128 tokens;
+- decode throughput, 128 sampled rows of 32 validation prompts at budget 48: 130 (T=0.5), 151
+  (T=1), 152 (T=1.25) tokens per CPU-second; greedy 100 rows at 96: 84 (the batch shrinks as rows
+  finish); 128 rows of the 180 pool (top-k / top-p / min-p mixed) at budget 16: 96; mean sampled
+  length 57 / 74 / 89% of the budget. The plan takes 220 tokens/s for the two cores (1.5 x one
+  thread), 75% of the budget per sampled row, +50% for pool rows, +15% for token-adapter rollouts
+  (features recorded, policy run per step) and 1 s per small decode call.
+
+Plan at the expected budget of 48 (``--plan``): load 0.5, budget 0.4, selection 5.9, sequence
+10.4, token 16.7, evaluation 55.9, report 1 — **about 91 minutes**. The evaluation dominates: 200
+problems x 3 seeds x n samples for every sampled method (~7 of them once shared rows are counted).
+
+What was cut to fit (each is a field of ``DemoConfig``; ``--size complete`` restores them all):
+
+- the token budget: greedy truncation allowed up to 35% (expected choice 48: 30% of greedy rows
+  cut, mean greedy length 32.5) instead of ~2% (128 tokens). At 64 (15%) the plan is 119 min, at
+  96 (7%) 199 min;
+- pass@8: n = 4 samples per problem and seed (pass@1/2/4); n = 8 doubles the evaluation (+56 min);
+- action selection on 8 validation problems x 1 sample (the coverage estimate is coarse);
+- short training: sequence adapters 12 live steps, token adapters at most 20 steps of 16 rollouts.
+  The report's cost section gives tokens per step and steps per minute, to say whether training
+  was compute-starved.
+
+``--size complete`` (the uncut study: budget chosen at <= 2% truncation from 48..192, pass@8,
+selection on 32 x 4, 60 steps of each adapter) plans at about 18 hours on this CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from ..demo import REPRODUCE_SIZES, DemoConfig, estimate_minutes, run_demo
+from .config_args import add_config_arguments, build_config
+
+
+@dataclass(frozen=True)
+class ReproduceOptions:
+    """reproduce"""
+
+    out: str = "runs/reproduce"
+    """output directory (re-run the same command to resume)"""
+    size: Literal["full", "complete", "smoke"] = "full"
+    """stage sizes: full (issue 16's study cut to ~90 min on 2 cores), complete (uncut, ~18 h there), smoke (tests)"""
+    model: str = "smollm2"
+    """frozen LM (see `train-token --help`)"""
+    plan: bool = False
+    """print the stage-by-stage time estimate and exit"""
+    publish: str | None = None
+    """after the run, copy the report, its figures, eval_details.json, the truncation figures and the
+    action selection into this directory (e.g. docs/reproduce)"""
+    progress: bool = True
+    """progress bars"""
+
+
+def format_plan(cfg: DemoConfig) -> str:
+    plan = estimate_minutes(cfg)
+    lines = [f"{stage:>9}: {minutes:6.1f} min" for stage, minutes in plan.items()]
+    note = " (before the budget stage picks one)" if cfg.token_budget_candidates else ""
+    return "\n".join(lines + [f"{'total':>9}: {sum(plan.values()):6.1f} min at token budget {cfg.token_budget}{note}"])
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    add_config_arguments(p, ReproduceOptions)
+    add_config_arguments(p, DemoConfig, title="stage sizes (override the --size preset)", overrides_only=True)
+
+
+def run_cli(args) -> int:
+    cfg = build_config(DemoConfig, args, base=REPRODUCE_SIZES[args.size])
+    if args.plan:
+        print(format_plan(cfg))
+        return 0
+    run_demo(args.out, cfg, model=args.model, progress=args.progress, label="reproduce")
+    if args.publish:
+        print(f"published {len(publish(Path(args.out), Path(args.publish)))} files to {args.publish}")
+    return 0
+
+
+def publish(out: Path, target: Path) -> list[Path]:
+    """Copy what the README's headline cites from a finished run ``out`` into ``target``: the
+    report directory (report.md, results.json, figures, traces), the evaluation's
+    eval_details.json (per-problem outcomes: every paired interval can be recomputed from it), the
+    run's configuration and stage minutes, the truncation figures and the action selection."""
+    sources = [p for p in sorted((out / "report").iterdir()) if p.is_file()]
+    sources += [out / "eval" / "eval_details.json", out / "demo_config.json", out / "stage_minutes.json",
+                out / "budget" / "truncation.json"]
+    sources += [out / "actions" / name for name in ("selection.md", "selection.png", "actions.json")]
+    target.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for source in sources:
+        if source.is_file():
+            copied.append(Path(shutil.copy2(source, target / source.name)))
+    return copied
