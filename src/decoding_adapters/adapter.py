@@ -98,15 +98,17 @@ class Adapter:
         lm: FrozenLM | ModelSpec | str | None = None,
         *,
         device: str = "cpu",
-        dtype: str = "float32",
+        dtype: str | None = None,
     ) -> "Adapter":
         """Load the adapter saved in ``directory`` (``adapter.json`` + ``adapter.safetensors``).
 
         ``lm``: a ``FrozenLM``, a ``ModelSpec``, a model name/path (loaded on ``device`` in ``dtype``;
         ``"base"`` loads the adapter's own base model), or None. A model whose hidden size or
-        vocabulary differs from the adapter's base model raises ``ValueError``."""
+        vocabulary differs from the adapter's base model raises ``ValueError``. ``dtype`` None: the
+        dtype the adapter was trained with (``lm_dtype``), else ``auto``."""
         directory = Path(directory)
         policy, config = load_adapter(directory)
+        dtype = dtype or config.lm_dtype or "auto"
         if isinstance(lm, str) and lm == "base":
             lm = config.base_model
         if isinstance(lm, (str, ModelSpec)):

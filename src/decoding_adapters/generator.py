@@ -210,7 +210,7 @@ class AdaptiveGenerator:
         model: FrozenLM | ModelSpec | str | None = None,
         *,
         device: str = "cpu",
-        dtype: str = "float32",
+        dtype: str | None = None,
         max_batch_rows: int = 64,
     ) -> "AdaptiveGenerator":
         """Load the adapter in ``adapter_dir`` and its frozen LM.
@@ -218,9 +218,11 @@ class AdaptiveGenerator:
         ``model``: a loaded ``FrozenLM``, a ``ModelSpec``, a model name/path (loaded with ``device`` and
         ``dtype``), or None for the adapter's own base model (``config.base_model``; a relative path is
         also looked for next to the adapter). A model whose hidden size or vocabulary differs from
-        the adapter's base model raises ``ValueError``."""
+        the adapter's base model raises ``ValueError``. ``dtype`` None: the dtype the adapter was
+        trained with (``lm_dtype``), else ``auto``."""
         adapter_dir = Path(adapter_dir)
         policy, config = load_adapter(adapter_dir)
+        dtype = dtype or config.lm_dtype or "auto"
         lm = (
             model
             if isinstance(model, FrozenLM)
