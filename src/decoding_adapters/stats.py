@@ -11,7 +11,16 @@ import math
 import statistics
 from typing import Sequence
 
-__all__ = ["check_int", "pass_at_k", "t_quantile", "mean_ci", "paired_ci", "finite_or_none", "format_interval"]
+__all__ = [
+    "check_int",
+    "pass_at_k",
+    "t_quantile",
+    "mean_ci",
+    "paired_ci",
+    "binomial_halfwidth",
+    "finite_or_none",
+    "format_interval",
+]
 
 
 def check_int(name: str, value) -> int:
@@ -115,6 +124,17 @@ def paired_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) 
     if len(a) != len(b):
         raise ValueError(f"paired values need equal lengths, got {len(a)} and {len(b)}")
     return mean_ci([x - y for x, y in zip(a, b)], confidence)
+
+
+def binomial_halfwidth(p: float, outcomes: int, confidence: float = 0.95) -> float:
+    """Half-width of the normal-approximation binomial interval, ``z * sqrt(p (1 - p) / outcomes)``,
+    over ``outcomes`` (problem, run) results: the ± of the paper's tables (e.g. 71.7% over ~5,000
+    outcomes gives ±1.25 points at 95%). It treats every outcome as an independent Bernoulli draw, so
+    it ignores problem-to-problem variation and is narrower than ``mean_ci``'s interval."""
+    if outcomes < 1:
+        raise ValueError("a binomial interval needs at least one outcome")
+    z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+    return z * math.sqrt(min(max(p * (1 - p), 0.0), 0.25) / outcomes)
 
 
 def finite_or_none(x: float) -> float | None:

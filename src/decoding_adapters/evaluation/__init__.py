@@ -72,6 +72,7 @@ decoding, scoring, ``evaluate``), ``truncation`` (greedy lengths and the fractio
 budget cuts off, to choose the budget on validation); the statistics are the leaf module ``decoding_adapters.stats``.
 """
 
+from ..stats import binomial_halfwidth
 from .methods import (
     EvalConfig,
     Method,
@@ -86,7 +87,7 @@ from .methods import (
     token_mixed_method,
 )
 from .ood import ood_label, ood_labels
-from .runner import Evaluation, StaticKey, TokenKey, binomial_halfwidth, evaluate, format_table, select_best_action
+from .runner import Evaluation, StaticKey, TokenKey, evaluate, format_table, select_best_action
 from .truncation import TruncationStats, choose_token_budget, greedy_truncation, truncation_stats
 
 __all__ = [

@@ -20,7 +20,7 @@ from ..decoding import DecodeResult, row_seed
 from ..io import write_json
 from ..policies import TokenPolicyChooser, UniformChooser
 from ..rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
-from ..stats import finite_or_none, format_interval, mean_ci, pass_at_k
+from ..stats import binomial_halfwidth, finite_or_none, format_interval, mean_ci, pass_at_k
 from ..tasks import content_hash
 from .methods import EvalConfig, Method, static_method
 
@@ -31,7 +31,6 @@ __all__ = [
     "evaluate",
     "select_best_action",
     "format_table",
-    "binomial_halfwidth",
     "train_overlap",
 ]
 
@@ -409,17 +408,6 @@ def _problem_values(
         lengths.append(statistics.fmean(store.length[key] for key in keys))
     out["mean_length"] = statistics.fmean(lengths)
     return out
-
-
-def binomial_halfwidth(p: float, outcomes: int, confidence: float = 0.95) -> float:
-    """Half-width of the normal-approximation binomial interval, ``z * sqrt(p (1 - p) / outcomes)``,
-    over ``outcomes`` (problem, run) results: the ± of the paper's tables (e.g. 71.7% over ~5,000
-    outcomes gives ±1.25 points at 95%). It treats every outcome as an independent Bernoulli draw, so
-    it ignores problem-to-problem variation and is narrower than ``mean_ci``'s interval."""
-    if outcomes < 1:
-        raise ValueError("a binomial interval needs at least one outcome")
-    z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
-    return z * math.sqrt(min(max(p * (1 - p), 0.0), 0.25) / outcomes)
 
 
 def _summarise(per_problem: dict[str, list[list[float]]], cfg: EvalConfig) -> tuple[dict, dict]:
