@@ -3,8 +3,10 @@
 For each dtype and batch: one LM step through HF's forward with ``DynamicCache`` (the old path)
 vs the lean step with the preallocated ``RowKVCache``; and one sampling step the old way (an
 exponential per vocabulary entry from per-row ``torch.Generator``s) vs the new way (counter-based
-uniform, inverse CDF). Every figure (wall or, with ``--clock cpu``, CPU time) is the minimum over ``--steps`` timed steps, interleaved, so a
-load spike on a shared machine does not count. Last line: JSON.
+uniform, inverse CDF). First, the entropy/max-prob pass over [128, vocab] logits with glibc's
+allocator defaults and then with ``cpu_allocator.keep_freed_memory`` (as the CLI runs). Every figure
+(wall or, with ``--clock cpu``, CPU time) is the minimum over ``--steps`` timed steps, interleaved,
+so a load spike on a shared machine does not count. Last line: JSON.
 
     PYTHONPATH=src .venv/bin/python benchmarks/decode_step.py [--batches 32,128] [--steps 12]
 """
@@ -20,6 +22,7 @@ import torch
 from decode_throughput import flops_per_token  # noqa: E402  (same directory)
 
 from decoding_adapters.actions import counter_uniform, inverse_cdf_sample
+from decoding_adapters.cpu_allocator import keep_freed_memory
 from decoding_adapters.decoding import _base_stats
 from decoding_adapters.models import FrozenLM, ModelSpec, load_frozen_lm
 from decoding_adapters.tasks import get_task
@@ -61,10 +64,18 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     global CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    # The allocator first: vocabulary-wide temporaries with glibc's defaults, then with freed memory kept
+    # (a process-wide setting that cannot be undone, so everything after runs with it, as the CLI does).
+    vocab_logits = torch.randn(128, 49152) * 3
+    out_alloc = {"base_stats_ms_b128_malloc_default": round(best_of(lambda: _base_stats(vocab_logits), args.steps) * 1e3, 2)}
+    out_alloc["malloc_keeps_freed_memory"] = keep_freed_memory()
+    out_alloc["base_stats_ms_b128_malloc_kept"] = round(best_of(lambda: _base_stats(vocab_logits), args.steps) * 1e3, 2)
+    print(f"entropy/max-prob pass at batch 128: {out_alloc['base_stats_ms_b128_malloc_default']} ms with glibc's "
+          f"defaults, {out_alloc['base_stats_ms_b128_malloc_kept']} ms with freed memory kept", flush=True)
     lm32 = load_frozen_lm(ModelSpec(dtype="float32"))
     lms = {"fp32": lm32, "bf16": FrozenLM(copy.deepcopy(lm32.model).to(torch.bfloat16), lm32.tokenizer, lm32.spec)}
     task = get_task("arithmetic")
-    out = {"threads": args.threads, "clock": args.clock}
+    out = {"threads": args.threads, "clock": args.clock, "attention": lm32.model.config._attn_implementation, **out_alloc}
     for batch in [int(b) for b in args.batches.split(",")]:
         prompts = lm32.encode_chat([task.prompt(p) for p in task.load("test")[:batch]])
         for name, lm in lms.items():

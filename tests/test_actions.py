@@ -56,7 +56,8 @@ def test_presets_and_pool_match_the_paper():
 
 def test_load_action_set_from_file_and_errors(tmp_path):
     path = tmp_path / "a.json"
-    path.write_text('{"actions": [{"do_sample": false, "temperature": 0.0, "top_k": null, "top_p": null, "min_p": null}]}')
+    path.write_text('{"actions": [{"do_sample": false, "temperature": 0.0, '
+                    '"top_k": null, "top_p": null, "min_p": null}]}')
     assert load_action_set(path)[0].is_greedy
     with pytest.raises(ValueError, match="neither a preset"):
         load_action_set("no-such-preset")
@@ -178,7 +179,8 @@ def test_counter_uniform_is_uniform_and_streams_differ():
     observed = torch.histc(u.float(), bins=20, min=0, max=1)
     chi2 = ((observed - 1000) ** 2 / 1000).sum().item()
     assert chi2 < 19 + 5 * math.sqrt(38) + 10
-    assert not torch.equal(u, counter_uniform(seeds, 4)) and not torch.equal(u, counter_uniform(seeds, 3, ACTION_STREAM))
+    assert (not torch.equal(u, counter_uniform(seeds, 4))
+            and not torch.equal(u, counter_uniform(seeds, 3, ACTION_STREAM)))
     u32 = counter_uniform(seeds, 3, dtype=torch.float32)
     assert u32.dtype == torch.float32 and (u32 < 1).all()
     # one row's draws do not depend on which rows share its batch
@@ -193,7 +195,8 @@ def test_inverse_cdf_sampling_over_several_blocks_matches_the_weights():
     weights[64:128] = 0  # a whole empty block
     weights[[0, 63, 511, 999]] = 0  # block edges and the last token
     draws = 50000
-    tokens = inverse_cdf_sample(weights.expand(draws, -1), torch.rand(draws, generator=gen, dtype=torch.float64), block=64)
+    tokens = inverse_cdf_sample(weights.expand(draws, -1), torch.rand(draws, generator=gen, dtype=torch.float64),
+                                block=64)
     assert weights[tokens].gt(0).all()
     observed = torch.bincount(tokens, minlength=1000).float().view(50, 20).sum(1)  # 50 groups of 20 tokens
     expected = (weights / weights.sum() * draws).view(50, 20).sum(1)

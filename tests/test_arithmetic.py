@@ -99,7 +99,8 @@ def test_family_schedule_keeps_the_mixture_in_every_prefix() -> None:
 
 
 def test_allocate_blocks_is_exact_when_the_pool_suffices_and_proportional_otherwise() -> None:
-    assert allocate_blocks(100, {"test": 20, "validation": 10, "train": 50}) == {"test": 20, "validation": 10, "train": 50}
+    assert allocate_blocks(100, {"test": 20, "validation": 10, "train": 50}) == {
+        "test": 20, "validation": 10, "train": 50}
     shares = allocate_blocks(10, {"test": 20, "validation": 10, "train": 70})
     assert sum(shares.values()) == 10 and shares == {"test": 2, "validation": 1, "train": 7}
     assert allocate_blocks(3, {"test": 1, "validation": 1, "train": 100}) == {"test": 1, "validation": 1, "train": 1}
@@ -241,7 +242,8 @@ def test_default_splits_are_byte_identical_to_before_the_ood_split() -> None:
     task = ArithmeticTask()
     assert {s: _digest(task.load(s)) for s in SPLITS} == _DEFAULT_DIGESTS
     task.load("ood")
-    custom = ArithmeticTask(seed=3, families=["add_1digit", "sub_2digit", "add_chain"], test_size=50, ood_families=["sub_word"])
+    custom = ArithmeticTask(seed=3, families=["add_1digit", "sub_2digit", "add_chain"], test_size=50,
+                            ood_families=["sub_word"])
     assert _digest(custom.load("test")) == "0b96b7d6f88cb98365f9ad3b64137e72d120f20300df4a6b186bf13c65d91d9c"
 
 

@@ -12,39 +12,39 @@ from decoding_adapters.models import FrozenLM
 TOKEN_ACTIONS = ActionSet(PRESETS["math-token"])
 
 
-def test_greedy_matches_hf_generate_token_for_token(tiny_lm, tiny_prompts):
-    result = decode(tiny_lm, tiny_prompts, TOKEN_ACTIONS, row_actions=0, token_budget=20)
-    ids, mask = tiny_lm.pad(tiny_prompts)
-    ref = tiny_lm.model.generate(
-        input_ids=ids,
-        attention_mask=mask,
-        max_new_tokens=20,
-        do_sample=False,
-        pad_token_id=tiny_lm.tokenizer.pad_token_id,
-    )
-    for row in range(len(tiny_prompts)):
+@pytest.fixture(scope="module", params=["float32/sdpa", "float32/eager", "bfloat16/sdpa", "bfloat16/eager"])
+def any_lm(request, tiny_lm):
+    """The tiny LM in each dtype and HF attention implementation the lean step follows."""
+    dtype, attention = request.param.split("/")
+    model = copy.deepcopy(tiny_lm.model).to(getattr(torch, dtype))
+    model.set_attn_implementation(attention)
+    lm = FrozenLM(model, tiny_lm.tokenizer)
+    assert lm.supports_row_cache and lm.model.config._attn_implementation == attention
+    return lm
+
+
+def _assert_matches_generate(lm, prompts, result, max_new_tokens, **generate_kw):
+    ids, mask = lm.pad(prompts)
+    ref = lm.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
+                            pad_token_id=lm.tokenizer.pad_token_id, **generate_kw)
+    for row in range(len(prompts)):
         n = int(result.lengths[row])
         assert result.tokens[row, :n].tolist() == ref[row, ids.shape[1] : ids.shape[1] + n].tolist()
+
+
+def test_greedy_matches_hf_generate_token_for_token(any_lm, tiny_prompts):
+    """fp32: token-identical to generate(); bf16: identical to generate() run in bf16 on the same rows."""
+    result = decode(any_lm, tiny_prompts, TOKEN_ACTIONS, row_actions=0, token_budget=20)
+    _assert_matches_generate(any_lm, tiny_prompts, result, 20)
     assert (result.lengths == 20).all() or result.stopped_at_eos.any()
 
 
-def test_greedy_matches_hf_generate_with_eos(tiny_lm, tiny_prompts):
+def test_greedy_matches_hf_generate_with_eos(any_lm, tiny_prompts):
     """Stop on a frequent token so rows end at different steps (and the batch shrinks)."""
-    stop = [tiny_lm.tokenizer.convert_tokens_to_ids(c) for c in ".,r"]
-    result = decode(tiny_lm, tiny_prompts, TOKEN_ACTIONS, row_actions=0, token_budget=25, stop_token_ids=stop)
-    ids, mask = tiny_lm.pad(tiny_prompts)
-    ref = tiny_lm.model.generate(
-        input_ids=ids,
-        attention_mask=mask,
-        max_new_tokens=25,
-        do_sample=False,
-        eos_token_id=stop,
-        pad_token_id=tiny_lm.tokenizer.pad_token_id,
-    )
+    stop = [any_lm.tokenizer.convert_tokens_to_ids(c) for c in ".,r"]
+    result = decode(any_lm, tiny_prompts, TOKEN_ACTIONS, row_actions=0, token_budget=25, stop_token_ids=stop)
     assert result.stopped_at_eos.any() and len(set(result.lengths.tolist())) > 1
-    for row in range(len(tiny_prompts)):
-        n = int(result.lengths[row])
-        assert result.tokens[row, :n].tolist() == ref[row, ids.shape[1] : ids.shape[1] + n].tolist()
+    _assert_matches_generate(any_lm, tiny_prompts, result, 25, eos_token_id=stop)
 
 
 def _sampled(lm, prompts, **kw):
@@ -144,22 +144,6 @@ def test_budget_and_stop_reasons(tiny_lm, tiny_prompts):
 @pytest.fixture(scope="module")
 def tiny_lm_bf16(tiny_lm):
     return FrozenLM(copy.deepcopy(tiny_lm.model).to(torch.bfloat16), tiny_lm.tokenizer)
-
-
-def test_bf16_greedy_matches_hf_generate_in_bf16(tiny_lm_bf16, tiny_prompts):
-    assert tiny_lm_bf16.dtype == torch.bfloat16 and tiny_lm_bf16.supports_row_cache
-    result = decode(tiny_lm_bf16, tiny_prompts, TOKEN_ACTIONS, row_actions=0, token_budget=20)
-    ids, mask = tiny_lm_bf16.pad(tiny_prompts)
-    ref = tiny_lm_bf16.model.generate(
-        input_ids=ids,
-        attention_mask=mask,
-        max_new_tokens=20,
-        do_sample=False,
-        pad_token_id=tiny_lm_bf16.tokenizer.pad_token_id,
-    )
-    for row in range(len(tiny_prompts)):
-        n = int(result.lengths[row])
-        assert result.tokens[row, :n].tolist() == ref[row, ids.shape[1] : ids.shape[1] + n].tolist()
 
 
 def test_bf16_rows_do_not_depend_on_their_batch_mates(tiny_lm_bf16, tiny_prompts):

@@ -174,12 +174,14 @@ def _write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def test_math_task_from_one_file(tmp_path: Path) -> None:
-    data = _write_jsonl(tmp_path / "m.jsonl", [{"problem": "1+1?", "answer": "2", "level": "Level 1", "type": "Algebra"}])
+    data = _write_jsonl(tmp_path / "m.jsonl",
+                        [{"problem": "1+1?", "answer": "2", "level": "Level 1", "type": "Algebra"}])
     task = get_task("math", data=f"test={data}", system_prompt="qwen3-math-nothink")
     problems = task.load("test")
     assert problems[0].id == f"math/{content_hash('1+1?')}" and problems[0].meta["type"] == "Algebra"
     assert task.splits == ("test",)  # a file named for one split is that split only
-    assert get_task("math", data={"train": data}).load("train") == [Problem(problems[0].id, "1+1?", "2", problems[0].meta)]
+    assert get_task("math", data={"train": data}).load("train") == [
+        Problem(problems[0].id, "1+1?", "2", problems[0].meta)]
     messages = task.prompt(problems[0])
     assert messages[0] == {"role": "system", "content": "Provide the final answer within \\boxed{}. /nothink"}
     assert messages[1]["content"].endswith(task.instruction) and task.cot_instruction not in messages[1]["content"]
@@ -212,7 +214,8 @@ def test_gsm8k_task_answer_is_the_number(tmp_path: Path) -> None:
     assert task.reward(problem, "There are \\boxed{8}.") == 0.0
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "math" / "test500.jsonl").is_file(), reason=f"MATH data not found under {SHARED_DATA}")
+@pytest.mark.skipif(not (SHARED_DATA / "math" / "test500.jsonl").is_file(),
+                    reason=f"MATH data not found under {SHARED_DATA}")
 def test_math_default_files_and_gold_self_consistency() -> None:
     task = get_task("math")
     problems = task.load("test")
@@ -222,7 +225,8 @@ def test_math_default_files_and_gold_self_consistency() -> None:
     assert wrong == []
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "gsm8k" / "test.jsonl").is_file(), reason=f"GSM8K data not found under {SHARED_DATA}")
+@pytest.mark.skipif(not (SHARED_DATA / "gsm8k" / "test.jsonl").is_file(),
+                    reason=f"GSM8K data not found under {SHARED_DATA}")
 def test_gsm8k_default_files_and_gold_self_consistency() -> None:
     task = get_task("gsm8k")
     problems = task.load("test")

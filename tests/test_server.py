@@ -47,7 +47,8 @@ class BackgroundServer:
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory, tiny_lm):
     root = tmp_path_factory.mktemp("served")
-    adapter = make_adapter(root / "tiny-token", tiny_lm, "token", base_model=str(save_tiny_base(tiny_lm, root / "base")))
+    adapter = make_adapter(root / "tiny-token", tiny_lm, "token",
+                           base_model=str(save_tiny_base(tiny_lm, root / "base")))
     generator = AdaptiveGenerator.from_pretrained(adapter, model=tiny_lm)
     with BackgroundServer(create_app(generator, LIMITS, deterministic_policy=False)) as url:
         yield url
@@ -65,7 +66,8 @@ def http(base_url):
 
 
 def test_completions(client):
-    resp = client.completions.create(model="tiny-token", prompt="What is 2+3?", max_tokens=8, n=2, seed=1, temperature=0.2)
+    resp = client.completions.create(model="tiny-token", prompt="What is 2+3?", max_tokens=8, n=2, seed=1,
+                                     temperature=0.2)
     assert len(resp.choices) == 2 and [c.index for c in resp.choices] == [0, 1]
     assert all(isinstance(c.text, str) and c.finish_reason in ("stop", "length") for c in resp.choices)
     assert resp.object == "text_completion" and resp.model == "tiny-token"
@@ -154,7 +156,8 @@ def test_health_and_models(client, http):
     ("/v1/completions", {"prompt": "hi", "seed": "1"}, 400, "seed"),
     ("/v1/completions", {"prompt": "hi", "echo": "yes"}, 400, "echo"),
     ("/v1/completions", {"prompt": "hi", "temperature": "0.5"}, 400, "temperature"),
-    ("/v1/completions", {"prompt": "hi", "stream": True, "stream_options": {"include_usage": "yes"}}, 400, "include_usage"),
+    ("/v1/completions", {"prompt": "hi", "stream": True, "stream_options": {"include_usage": "yes"}}, 400,
+     "include_usage"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, 400, "content"),
 ])
 def test_bad_requests_get_openai_errors(http, path, body, status, needle):
@@ -179,7 +182,8 @@ def test_twenty_concurrent_requests_are_batched(client, http):
 
     def one(i: int):
         if i % 2:
-            r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"Q{i}"}], max_tokens=6, seed=i)
+            r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"Q{i}"}],
+                                               max_tokens=6, seed=i)
             return r.choices[0].message.content
         return client.completions.create(model="m", prompt=f"P{i}", max_tokens=6, n=2, seed=i).choices[1].text
 
@@ -262,7 +266,8 @@ def test_lone_surrogate_fails_only_its_own_request(http):
         responses = list(pool.map(post, bodies))
     assert [r.status_code for r in responses] == [200, 200, 400, 200, 200, 200], [r.text for r in responses]
     assert "surrogate" in responses[2].json()["error"]["message"]
-    completion = http.post("/v1/completions", content=_raw_post(http, "", {"prompt": ["ok", "\udfff"]}), headers=headers)
+    completion = http.post("/v1/completions", content=_raw_post(http, "", {"prompt": ["ok", "\udfff"]}),
+                           headers=headers)
     assert completion.status_code == 400 and completion.json()["error"]["param"] == "prompt"
 
 

@@ -114,7 +114,11 @@ def test_read_jsonl_reads_objects_and_skips_blank_lines(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "bad_line,message",
-    [("{not json", r"d\.jsonl:2: not valid JSON"), ("[1, 2]", r"d\.jsonl:2: expected a JSON object"), ('{"b": 1}', r"d\.jsonl:2: missing field 'a'")],
+    [
+        ("{not json", r"d\.jsonl:2: not valid JSON"),
+        ("[1, 2]", r"d\.jsonl:2: expected a JSON object"),
+        ('{"b": 1}', r"d\.jsonl:2: missing field 'a'"),
+    ],
 )
 def test_read_jsonl_names_file_line_and_field(tmp_path: Path, bad_line: str, message: str) -> None:
     path = _write(tmp_path / "d.jsonl", [json.dumps({"a": 1}), bad_line, json.dumps({"a": 2})])

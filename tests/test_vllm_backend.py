@@ -64,15 +64,16 @@ class FakeLLM:
         for i, p in enumerate(sampling_params):
             stops = p["max_tokens"] > 3
             ids = [10 + i] * (2 if stops else p["max_tokens"])
-            completion = SimpleNamespace(token_ids=tuple(ids), text="x" * len(ids), finish_reason="stop" if stops else "length",
-                                         stop_reason=None)
+            completion = SimpleNamespace(token_ids=tuple(ids), text="x" * len(ids),
+                                         finish_reason="stop" if stops else "length", stop_reason=None)
             out.append(SimpleNamespace(outputs=[completion]))
         return out
 
 
 def _rollouts(llm):
     tok = SimpleNamespace(eos_token_id=EOS)
-    return VLLMRollouts(ModelSpec(name_or_path="fake"), ActionSet(PRESETS["mix"]), tok, llm=llm, sampling_params_cls=dict)
+    return VLLMRollouts(ModelSpec(name_or_path="fake"), ActionSet(PRESETS["mix"]), tok, llm=llm,
+                        sampling_params_cls=dict)
 
 
 def test_run_builds_one_request_per_row_and_a_decode_result():
@@ -143,7 +144,8 @@ def test_vllm_config_validates_and_builds_engine_arguments():
     assert kwargs == {"gpu_memory_utilization": 0.5, "dtype": "bfloat16", "enable_prefix_caching": True,
                       "enforce_eager": False}
     assert VLLMConfig(dtype="float32", max_model_len=2048).engine_kwargs(ModelSpec())["max_model_len"] == 2048
-    for bad in (dict(gpu_memory_utilization=0.0), dict(gpu_memory_utilization=1.5), dict(dtype="int8"), dict(max_model_len=0)):
+    for bad in (dict(gpu_memory_utilization=0.0), dict(gpu_memory_utilization=1.5), dict(dtype="int8"),
+                dict(max_model_len=0)):
         with pytest.raises(ValueError):
             VLLMConfig(**bad)
 
@@ -179,7 +181,8 @@ def test_real_sampling_params_accept_every_preset_action():
             assert params.temperature == 0.0
         else:
             assert params.temperature == pytest.approx(action.temperature)
-            assert params.top_p == pytest.approx(action.top_p or 1.0) and params.min_p == pytest.approx(action.min_p or 0.0)
+            assert (params.top_p == pytest.approx(action.top_p or 1.0)
+                    and params.min_p == pytest.approx(action.min_p or 0.0))
 
 
 # ---- processor order: ours / HF / vLLM V0 versus vLLM V1 ---------------------------------------

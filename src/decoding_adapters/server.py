@@ -184,7 +184,8 @@ class ChatMessage(BaseModel):
         content = self.content or ""
         if not isinstance(content, str):
             if any(part.type != "text" or part.text is None for part in content):
-                raise ApiError(400, "only text content parts are supported", param="messages", code="unsupported_content")
+                raise ApiError(400, "only text content parts are supported", param="messages",
+                               code="unsupported_content")
             content = "".join(part.text for part in content)
         return {"role": "system" if self.role == "developer" else self.role, "content": content}
 
@@ -484,7 +485,8 @@ class BatchingWorker:
 
     async def start(self) -> None:
         self._wakeup = asyncio.Event()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")  # the only thread touching the model
+        # the only thread touching the model
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
         self._task = asyncio.create_task(self._loop(), name="batching-worker")
 
     async def stop(self) -> None:
@@ -522,8 +524,8 @@ class BatchingWorker:
         if not self.alive:
             raise ApiError(503, "the generation worker is not running", type="server_error")
         if len(self._pending) >= self.limits.max_queue:
-            raise ApiError(503, f"server busy: {len(self._pending)} requests are waiting; retry later", type="server_error",
-                           code="queue_full")
+            raise ApiError(503, f"server busy: {len(self._pending)} requests are waiting; retry later",
+                           type="server_error", code="queue_full")
         job.future = asyncio.get_running_loop().create_future()
         self._pending.append(job)
         self._wakeup.set()
@@ -587,7 +589,8 @@ class BatchingWorker:
         prepared = {}
         for i, job in enumerate(batch):
             try:
-                prepared[i] = self.generator.prepare(job.prompts, token_budget=job.max_tokens, parallel_budget=job.n, seed=job.seed)
+                prepared[i] = self.generator.prepare(job.prompts, token_budget=job.max_tokens, parallel_budget=job.n,
+                                                     seed=job.seed)
             except ValueError as err:  # this request's own input: a 400 for it alone
                 code = "context_length_exceeded" if "context" in str(err) else "invalid_value"
                 outcomes[i] = ApiError(400, str(err), param="prompt", code=code)
@@ -678,7 +681,8 @@ class BatchingWorker:
 # ---- request -> job -> response -----------------------------------------------------------------
 
 
-def _check_limits(req: _Common, num_prompts: int, prompt_chars: int, limits: ServerLimits, max_tokens: int | None) -> int:
+def _check_limits(req: _Common, num_prompts: int, prompt_chars: int, limits: ServerLimits,
+                  max_tokens: int | None) -> int:
     """The token budget of the request, after refusing what is over the limits."""
     if req.logprobs:
         raise ApiError(400, "logprobs are not supported by this server", param="logprobs", code="unsupported_parameter")
@@ -687,10 +691,12 @@ def _check_limits(req: _Common, num_prompts: int, prompt_chars: int, limits: Ser
         raise ApiError(400, f"max_tokens={max_tokens} is over this server's limit of {limits.max_tokens_limit}",
                        param="max_tokens", code="max_tokens_too_large")
     if num_prompts * req.n > limits.max_batch:
-        raise ApiError(400, f"{num_prompts} prompt(s) x n={req.n} = {num_prompts * req.n} completions is over this server's "
-                            f"limit of {limits.max_batch} per request", param="n", code="too_many_completions")
+        raise ApiError(400, f"{num_prompts} prompt(s) x n={req.n} = {num_prompts * req.n} completions is over "
+                            f"this server's limit of {limits.max_batch} per request",
+                       param="n", code="too_many_completions")
     if prompt_chars > limits.max_prompt_chars:
-        raise ApiError(413, f"the prompt has {prompt_chars} characters, over this server's limit of {limits.max_prompt_chars}",
+        raise ApiError(413, f"the prompt has {prompt_chars} characters, "
+                            f"over this server's limit of {limits.max_prompt_chars}",
                        param="prompt", code="prompt_too_long")
     stops = [req.stop] if isinstance(req.stop, str) else (req.stop or [])
     if len(stops) > 4 or any(not s for s in stops):
@@ -742,7 +748,8 @@ def _choices(gens, req: _Common, echo_prompts: Sequence[str] | None = None) -> l
                 text = echo_prompts[i] + text
             info: dict = {"index": len(out), "action_counts": counts[j]}
             if g.kind == "sequence":
-                info.update(action=g.action, action_probs=dict(zip(g.action_names, [round(p, 6) for p in g.action_probs])))
+                info.update(action=g.action,
+                            action_probs=dict(zip(g.action_names, [round(p, 6) for p in g.action_probs])))
             else:
                 info["token_actions"] = g.token_actions[j]
             out.append(Choice(len(out), text, "stop" if stopped else g.finish_reasons[j], info))
@@ -881,7 +888,8 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
 
     @app.middleware("http")
     async def guard(request: Request, call_next):
-        if api_key and request.url.path.startswith("/v1/") and request.headers.get("authorization") != f"Bearer {api_key}":
+        if (api_key and request.url.path.startswith("/v1/")
+                and request.headers.get("authorization") != f"Bearer {api_key}"):
             return ApiError(401, "missing or wrong API key (Authorization: Bearer ...)", type="authentication_error",
                             code="invalid_api_key").response()
         return await call_next(request)

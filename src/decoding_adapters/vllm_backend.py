@@ -138,7 +138,8 @@ def vllm_action_problems(actions: Sequence[DecodingAction] | ActionSet, n: int =
         label = f"action {index} ({action.name})"
         if action.is_greedy:
             if n > 1:
-                problems.append(f"{label}: vLLM runs greedy requests with n = 1 only (got n = {n}); submit one row per sample")
+                problems.append(f"{label}: vLLM runs greedy requests with n = 1 only (got n = {n}); "
+                                "submit one row per sample")
             continue
         if action.temperature > VLLM_MAX_TEMPERATURE:
             problems.append(f"{label}: vLLM rejects temperature > {VLLM_MAX_TEMPERATURE:g}")
@@ -231,9 +232,9 @@ class VLLMRollouts(Rollouts):
         **engine_kwargs: other ``vllm.LLM`` arguments.
     """
 
-    def __init__(self, model_spec: ModelSpec, action_set: ActionSet, tokenizer=None, *, config: VLLMConfig | None = None,
-                 dtype: str | None = None, llm: Any = None, sampling_params_cls: Callable[..., Any] | None = None,
-                 **engine_kwargs):
+    def __init__(self, model_spec: ModelSpec, action_set: ActionSet, tokenizer=None, *,
+                 config: VLLMConfig | None = None, dtype: str | None = None, llm: Any = None,
+                 sampling_params_cls: Callable[..., Any] | None = None, **engine_kwargs):
         check_vllm_actions(action_set)  # before any engine starts: a refused action fails fast
         sensitive = [a.name for a in action_set.actions if order_sensitive(a)]
         if sensitive:
@@ -268,7 +269,8 @@ class VLLMRollouts(Rollouts):
         if chooser is not None or request.row_actions is None:
             raise ValueError(CHOOSER_ERROR)
         if record_features:
-            raise ValueError("the vllm backend records no hidden states (record_features=True needs --backend hf or ray)")
+            raise ValueError("the vllm backend records no hidden states "
+                             "(record_features=True needs --backend hf or ray)")
         if min(request.row_actions) < 0 or max(request.row_actions) >= len(self.action_set):
             raise ValueError(f"row_actions must be in [0, {len(self.action_set)})")
         params = [self.sampling_params_cls(**d) for d in self.params_for_rows(request)]

@@ -13,6 +13,8 @@ import importlib
 import logging
 import sys
 
+from ..cpu_allocator import keep_freed_memory
+
 # sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": (
@@ -95,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
+    keep_freed_memory()  # an application-level allocator setting: see cpu_allocator
     try:
         return int(args._run(args) or 0)
     except USER_ERRORS as err:  # user errors: one clear line, no traceback
