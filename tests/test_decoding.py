@@ -7,7 +7,7 @@ import torch
 
 from decoding_adapters.actions import PRESETS, ActionSet, DecodingAction
 from decoding_adapters.decoding import StepFeatures, decode
-from decoding_adapters.models import FrozenLM
+from decoding_adapters.models import FrozenLM, ModelSpec, load_frozen_lm
 
 TOKEN_ACTIONS = ActionSet(PRESETS["math-token"])
 
@@ -172,3 +172,16 @@ def test_hf_forward_fallback_decodes_the_same_tokens(tiny_lm, tiny_prompts, monk
 def test_token_budgets_are_recorded(tiny_lm, tiny_prompts):
     result = decode(tiny_lm, tiny_prompts, TOKEN_ACTIONS, row_actions=0, token_budget=[2, 4, 6, 8])
     assert result.token_budgets.tolist() == [2, 4, 6, 8]
+
+
+@pytest.mark.parametrize("attention, expected", [("auto", "eager"), ("sdpa", "sdpa"), ("eager", "eager")])
+def test_loaded_llama_on_cpu_uses_the_attention_the_spec_asks_for(tiny_model_dir, attention, expected):
+    """auto: eager where the lean step runs (a Llama on CPU)."""
+    lm = load_frozen_lm(ModelSpec(str(tiny_model_dir), dtype="float32", attention=attention))
+    assert lm.model.config._attn_implementation == expected
+
+
+def test_auto_attention_keeps_hf_default_where_the_lean_step_does_not_run(tiny_model_dir, monkeypatch):
+    monkeypatch.setattr(FrozenLM, "supports_row_cache", property(lambda self: False))
+    lm = load_frozen_lm(ModelSpec(str(tiny_model_dir), dtype="float32"))
+    assert lm.model.config._attn_implementation == "sdpa"

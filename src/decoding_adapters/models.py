@@ -58,10 +58,13 @@ class ModelSpec:
     development CPU bf16 decodes ~2x faster with no loss of greedy accuracy on the default task
     (200 test problems, 24 tokens: fp32 0.415, bf16 0.460; ``benchmarks/decode_throughput.py``)."""
     attention: Literal["auto", "eager", "sdpa"] = "auto"
-    """HF attention implementation, followed by the lean decode step too: eager (matmul, float32
-    softmax, matmul) or sdpa (``scaled_dot_product_attention``). auto: eager on CPU, where one new
-    token against a short cache costs ~2.5x less CPU time than the SDPA kernel (bf16, batch 32:
-    0.14 vs 0.33 ms per layer), sdpa elsewhere."""
+    """HF attention implementation, which the lean decode step follows: eager (matmul, float32
+    softmax, matmul) or sdpa (``scaled_dot_product_attention``). auto: eager where the lean step
+    runs on CPU (Llama-architecture models), sdpa (HF's default) elsewhere. For one new token
+    against a short cache the lean step's eager attention costs less than the SDPA kernel (bf16,
+    batch 32, one thread: 0.14 vs 0.33 ms per layer; a whole step 58 vs 66 ms of CPU time), while
+    HF's own eager forward copies the cache to every query head (``repeat_kv``) and is slower than
+    its SDPA (``generate()`` bf16, batch 32: 213 vs 252 tok/s; ``benchmarks/decode_throughput.py``)."""
 
     def __post_init__(self) -> None:
         if self.dtype not in ("float32", "bfloat16", "float16", "auto"):
@@ -69,11 +72,6 @@ class ModelSpec:
         if self.attention not in ("auto", "eager", "sdpa"):
             raise ValueError(f"attention must be auto, eager or sdpa, got {self.attention!r}")
 
-    @property
-    def attn_implementation(self) -> str:
-        if self.attention != "auto":
-            return self.attention
-        return "eager" if self.torch_device.type == "cpu" else "sdpa"
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -457,11 +455,14 @@ def load_frozen_lm(spec: ModelSpec | str | None = None) -> FrozenLM:
     location = locate_model(spec.name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(location)
-        model = AutoModelForCausalLM.from_pretrained(location, dtype=spec.torch_dtype,
-                                                     attn_implementation=spec.attn_implementation)
+        attention = None if spec.attention == "auto" else spec.attention  # None: HF's default (sdpa)
+        model = AutoModelForCausalLM.from_pretrained(location, dtype=spec.torch_dtype, attn_implementation=attention)
     except OSError as err:
         raise FileNotFoundError(
             f"Could not load model {spec.name_or_path!r} ({err.__class__.__name__}): it is not a local directory or "
             f"GGUF file, and the hub is unreachable or lacks it; pass a local path or {DEFAULT_MODEL!r}."
         ) from err
-    return FrozenLM(model.to(spec.torch_device), tokenizer, spec)
+    lm = FrozenLM(model.to(spec.torch_device), tokenizer, spec)
+    if spec.attention == "auto" and lm.device.type == "cpu" and lm.supports_row_cache:
+        model.set_attn_implementation("eager")  # see ModelSpec.attention
+    return lm
