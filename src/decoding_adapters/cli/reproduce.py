@@ -4,7 +4,7 @@ default model, with intervals narrow enough to tell? It is the demo's stage runn
 command so that the README's headline table names one command with its own output directory, and
 so that its sizes (``full``, ``complete``, ``smoke``) do not mix with the demo's.
 
-    decoding-adapters reproduce --out runs/reproduce --publish docs/reproduce   # ~90 min on 2 cores; resumable
+    decoding-adapters reproduce --out runs/reproduce --publish docs/reproduce   # ~80 min on 2 cores; resumable
     decoding-adapters reproduce --plan                        # the stage-by-stage estimate, no work
     decoding-adapters reproduce --size smoke --model DIR      # every stage on a tiny model (tests)
 
@@ -18,10 +18,10 @@ What runs (``full``):
    the same table picks Best and the best single token action.
 2. sequence adapters w/ and w/o budget, **live rollouts**, B in {1, 2, 4, 8}, 3 seeds, 12 steps x
    8 prompts (~30 completions a step), validated live on 12 problems 4 times.
-3. token adapters w/ budget, w/o budget, entropy-only, 3 seeds, up to 20 steps x 4 prompts x G=4,
-   validation on 24 problems every 4 steps, early stop after 2 validations without improvement
+3. token adapters w/ budget, w/o budget, entropy-only, 3 seeds, up to 48 steps x 4 prompts x G=4,
+   validation on 48 problems every 4 steps, early stop after 3 validations without improvement
    (best validated weights kept); the report has every seed's validation curve.
-4. evaluation on 200 test problems x 3 seeds x 4 samples, pass@1/2/4: Greedy, Best, Mixed,
+4. evaluation on 200 test problems x 3 seeds x 8 samples, pass@1/2/4/8: Greedy, Best, Mixed,
    Mixed (per token), Mixed per sequence (token actions), Best token action, and the five adapters.
 5. report: paired intervals, the issue's targets, seed spread, truncation, training curves,
    cost (minutes per stage, tokens per training step, steps per minute), figures.
@@ -41,17 +41,23 @@ average 10, so from CPU time of one thread: ``benchmarks/reproduce_sizing.py``;
   (features recorded, policy run per step) and 1 s per small decode call.
 
 Plan at the expected budget of 48 (``--plan``): load 0.5, budget 0.4, selection 5.9, sequence
-10.4, token 16.7, evaluation 55.9, report 1 — **about 91 minutes**. The evaluation dominates: 200
+10.4, token 19.0, evaluation 44.5, report 1 — **about 82 minutes**. The evaluation dominates: 200
 problems x 3 seeds x n samples for every sampled method (~7 of them once shared rows are counted).
+
+The first full run (commit e3a434b, n = 4, token training capped at 20 steps with 24 validation
+problems and patience 2) took 55.4 min: its token stage 5.3 of 16.7 planned minutes and its
+evaluation 22.4 of 55.9, so ``EVALUATION_SCALE`` and ``TOKEN_STAGE_SCALE`` (``demo.py``) carry
+those ratios and the time saved bought back two cuts: pass@8 (n = 8) and longer token training
+(one seed was still improving at the 20-step cap; validation curves only, the test split was not
+used to choose).
 
 What was cut to fit (each is a field of ``DemoConfig``; ``--size complete`` restores them all):
 
 - the token budget: greedy truncation allowed up to 35% (expected choice 48: 30% of greedy rows
   cut, mean greedy length 32.5) instead of ~2% (128 tokens). At 64 (15%) the plan is 119 min, at
   96 (7%) 199 min;
-- pass@8: n = 4 samples per problem and seed (pass@1/2/4); n = 8 doubles the evaluation (+56 min);
 - action selection on 8 validation problems x 1 sample (the coverage estimate is coarse);
-- short training: sequence adapters 12 live steps, token adapters at most 20 steps of 16 rollouts.
+- short training: sequence adapters 12 live steps, token adapters at most 48 steps of 16 rollouts.
   The report's cost section gives tokens per step and steps per minute, to say whether training
   was compute-starved.
 
