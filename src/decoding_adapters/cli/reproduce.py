@@ -49,7 +49,8 @@ problems and patience 2) took 55.4 min: its token stage 5.3 of 16.7 planned minu
 evaluation 22.4 of 55.9, so ``EVALUATION_SCALE`` and ``TOKEN_STAGE_SCALE`` (``demo.py``) carry
 those ratios and the time saved bought back two cuts: pass@8 (n = 8) and longer token training
 (one seed was still improving at the 20-step cap; validation curves only, the test split was not
-used to choose).
+used to choose). The run published in docs/reproduce (commit fc9aa61) took 59.4 min: load 0.2,
+budget 0.2, selection 2.7, sequence 6.3, token 9.3, evaluation 40.6.
 
 What was cut to fit (each is a field of ``DemoConfig``; ``--size complete`` restores them all):
 
