@@ -132,7 +132,7 @@ def main() -> None:
         def hf(lm: FrozenLM, model=None) -> int:
             ids, mask = lm.pad(prompts)
             with torch.inference_mode():
-                (model or lm.model).generate(
+                (lm.model if model is None else model).generate(
                     input_ids=ids,
                     attention_mask=mask,
                     max_new_tokens=args.new_tokens,

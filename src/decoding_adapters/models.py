@@ -336,10 +336,10 @@ class FrozenLM:
         x = decoder.embed_tokens(tokens.unsqueeze(1))  # [live, 1, hidden]
         cos, sin = decoder.rotary_emb(x, positions.unsqueeze(1))  # [live, 1, head_dim]
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # broadcast over heads: [live, 1, 1, head_dim]
-        visible = cache.open_column()  # bool [live, 1, 1, length + 1]
+        mask = cache.open_column()  # bool [live, 1, 1, length + 1], True = attend
         eager = self.model.config._attn_implementation == "eager"
         if eager:  # HF's eager mask: additive, 0 where a row attends and -inf on its padding; one for all layers
-            visible = torch.zeros(visible.shape, dtype=x.dtype, device=x.device).masked_fill_(~visible, float("-inf"))
+            mask = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill_(~mask, float("-inf"))
         for index, layer in enumerate(decoder.layers):
             attn, mlp = layer.self_attn, layer.mlp
             h = layer.input_layernorm(x)
@@ -351,10 +351,10 @@ class FrozenLM:
             keys, values = cache.write(index, k, v)  # [live, kv_heads, length + 1, head_dim]
             q = q.reshape(live, keys.shape[1], attn.num_key_value_groups, attn.head_dim)
             if eager:  # HF's eager_attention_forward: scores [live, kv_heads, groups, length + 1]
-                scores = torch.matmul(q, keys.transpose(-1, -2)) * attn.scaling + visible
+                scores = torch.matmul(q, keys.transpose(-1, -2)) * attn.scaling + mask
                 o = torch.matmul(scores.softmax(-1, dtype=torch.float32).to(q.dtype), values)
             else:
-                o = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=attn.scaling)
+                o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling)
             x = x + F.linear(o.reshape(live, 1, -1), attn.o_proj.weight, attn.o_proj.bias)
             h = layer.post_attention_layernorm(x)
             gate = F.linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias)
