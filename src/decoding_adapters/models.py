@@ -351,7 +351,9 @@ class FrozenLM:
             keys, values = cache.write(index, k, v)  # [live, kv_heads, length + 1, head_dim]
             q = q.reshape(live, keys.shape[1], attn.num_key_value_groups, attn.head_dim)
             if eager:  # HF's eager_attention_forward: scores [live, kv_heads, groups, length + 1]
-                scores = torch.matmul(q, keys.transpose(-1, -2)) * attn.scaling + mask
+                # computed as (keys @ q^T)^T: keys is a [length + 1, head_dim] slice of a longer buffer,
+                # and as the right operand, transposed, it made bf16 bmm copy the layer's cache every step
+                scores = torch.matmul(keys, q.transpose(-1, -2)).transpose(-1, -2) * attn.scaling + mask
                 o = torch.matmul(scores.softmax(-1, dtype=torch.float32).to(q.dtype), values)
             else:
                 o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling)
