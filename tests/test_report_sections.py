@@ -10,8 +10,11 @@ def test_truncation_section_lists_every_budget_and_marks_the_choice():
              for b, m, f in ((48, 32.5, 0.30), (16, 14.6, 0.77))]
     text = truncation_section(stats, chosen=48, max_truncated=0.35)
     assert text.index("| 16 |") < text.index("| 48 (chosen) |") and "77.0" in text and "32.5" in text
-    assert "**48**" in text and "35%" in text
+    assert "**48**" in text and "35%" in text and "greedy accuracy" not in text
     assert truncation_section([]) == ""
+    scored = [dict(st, greedy_reward=r) for st, r in zip(stats, (0.455, 0.41))]
+    text = truncation_section(scored, chosen=48, max_truncated=0.35)
+    assert "greedy accuracy (%)" in text and "| 48 (chosen) | 100 | 32.5 | 30.0 | 48 | 45.5 |" in text
 
 
 def test_training_curve_section_reads_early_stops_and_writes_the_figure(tmp_path):

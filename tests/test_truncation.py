@@ -4,7 +4,8 @@ for every budget from one decode, and the budget chosen from them."""
 import pytest
 import torch
 
-from decoding_adapters.decoding import DecodeResult
+from decoding_adapters.actions import GREEDY, ActionSet
+from decoding_adapters.decoding import DecodeResult, decode
 from decoding_adapters.evaluation.truncation import (
     TruncationStats,
     choose_token_budget,
@@ -48,3 +49,23 @@ def test_greedy_truncation_on_the_tiny_model_is_consistent_across_budgets(tiny_l
     small, large = greedy_truncation(tiny_lm, task, problems, [2, 6], batch_rows=8)
     assert small.rows == large.rows == 4 and small.token_budget == 2
     assert small.truncated_fraction >= large.truncated_fraction and small.mean_length <= large.mean_length
+
+
+def test_greedy_reward_at_a_budget_scores_what_a_decode_at_that_budget_says(tiny_lm):
+    """Cutting the one decode at b and scoring it must equal decoding at b itself: the reward column
+    tells budgets that cut answers from budgets that only cut rows."""
+    arithmetic = get_task("arithmetic")
+    problems = arithmetic.load("validation")[:4]
+    scored: list[str] = []
+
+    class TextLength(type(arithmetic)):  # reward = length of the scored text, so every cut shows
+        def reward(self, problem, text):
+            scored.append(text)
+            return float(len(text))
+
+    stats = greedy_truncation(tiny_lm, TextLength(), problems, [2, 6], batch_rows=8)
+    prompts = tiny_lm.encode_chat([arithmetic.prompt(p) for p in problems])
+    for st in stats:
+        direct = decode(tiny_lm, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=st.token_budget)
+        assert st.greedy_reward == pytest.approx(sum(len(t) for t in direct.texts) / len(problems))
+    assert stats[0].greedy_reward < stats[1].greedy_reward and len(scored) == 8

@@ -697,18 +697,21 @@ def write_report(
 
 def truncation_section(stats: Sequence[Mapping], chosen: int | None = None, max_truncated: float | None = None,
                        split: str = "validation") -> str:
-    """Markdown: greedy mean length and fraction of rows stopped by the budget, per token budget
-    (``TruncationStats.to_dict()`` rows), and which budget was chosen from them."""
+    """Markdown: greedy mean length, fraction of rows stopped by the budget and (when scored) greedy
+    accuracy, per token budget (``TruncationStats.to_dict()`` rows), and which budget was chosen."""
     if not stats:
         return ""
+    scored = all(st.get("greedy_reward") is not None for st in stats)
     lines = [
-        _row(["token budget", "rows", "greedy mean length", "stopped by the budget (%)", "longest"]),
-        _row(["---:", "---:", "---:", "---:", "---:"]),
+        _row(["token budget", "rows", "greedy mean length", "stopped by the budget (%)", "longest"]
+             + (["greedy accuracy (%)"] if scored else [])),
+        _row(["---:"] * (6 if scored else 5)),
     ]
     for st in sorted(stats, key=lambda r: r["token_budget"]):
         mark = " (chosen)" if st["token_budget"] == chosen else ""
         lines.append(_row([f"{st['token_budget']}{mark}", st["rows"], f"{st['mean_length']:.1f}",
-                           f"{st['truncated_fraction'] * 100:.1f}", st["max_length"]]))
+                           f"{st['truncated_fraction'] * 100:.1f}", st["max_length"]]
+                          + ([f"{st['greedy_reward'] * 100:.1f}"] if scored else [])))
     text = f"Greedy decoding on {stats[0]['rows']} {split} problems, decoded once at the largest budget."
     if chosen is not None and max_truncated is not None:
         text += (f" The budget used everywhere is the smallest whose greedy truncated fraction is at most "

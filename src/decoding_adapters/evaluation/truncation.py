@@ -5,12 +5,14 @@ and evaluated at a budget where greedy is not truncated, chosen on validation, n
 Greedy decoding is deterministic and a row's first ``b`` tokens do not depend on the budget, so one
 decode at the largest candidate budget gives the statistics of every smaller budget: at budget
 ``b`` a row is *truncated* when it has not produced EOS within its first ``b`` tokens, and its
-length is ``min(length, b)``.
+length is ``min(length, b)``. ``greedy_truncation`` also scores each row's first ``b`` tokens, so a
+budget that cuts rows can be told from one that cuts answers (a truncated row may well have given
+its answer before the talk that the budget stops).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Sequence
 
 from ..actions import GREEDY, ActionSet
@@ -34,6 +36,8 @@ class TruncationStats:
     """Fraction of rows without EOS within their first b tokens (stopped by the budget)."""
     max_length: int
     """Longest capped row."""
+    greedy_reward: float | None = None
+    """Mean task reward of the rows cut at b (greedy accuracy at this budget); None if not scored."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -65,7 +69,8 @@ def truncation_table(result: DecodeResult, budgets: Sequence[int]) -> list[Trunc
 def greedy_truncation(
     lm, task, problems, budgets: Sequence[int], *, rollouts: Rollouts | None = None, batch_rows: int = 128
 ) -> list[TruncationStats]:
-    """Decode ``problems`` greedily once at ``max(budgets)`` and return the figures at every budget."""
+    """Decode ``problems`` greedily once at ``max(budgets)`` and return the figures at every budget,
+    each with the task reward of the rows cut at that budget."""
     if not problems:
         raise ValueError("no problems to measure truncation on")
     if not budgets or min(budgets) < 1:
@@ -82,7 +87,14 @@ def greedy_truncation(
         token_budget=max(budgets),
         row_actions=[greedy] * len(problems),
     )
-    return truncation_table(rollouts.run(request), budgets)
+    result = rollouts.run(request)
+    table = []
+    for stats in truncation_table(result, budgets):
+        cut = [result.tokens[i, : min(int(n), stats.token_budget)].tolist() for i, n in enumerate(result.lengths)]
+        texts = lm.tokenizer.batch_decode(cut, skip_special_tokens=True)
+        rewards = task.reward_batch(problems, texts)
+        table.append(replace(stats, greedy_reward=sum(rewards) / len(rewards)))
+    return table
 
 
 def choose_token_budget(stats: Sequence[TruncationStats], max_truncated: float = 0.02) -> int:
