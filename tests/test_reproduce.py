@@ -77,7 +77,7 @@ def test_bad_sizes_are_rejected():
     with pytest.raises(ValueError, match="replay"):
         DemoConfig(seq_budgets=(1, 8), select_samples=4)
     with pytest.raises(ValueError, match="tok_val_every"):
-        DemoConfig(tok_patience=2)
+        DemoConfig(tok_patience=2, tok_val_every=0)
 
 
 def test_targets_read_paired_differences():
