@@ -81,17 +81,22 @@ def flops_per_token(config) -> int:
     return 2 * (layers * per_layer + hidden * config.vocab_size)
 
 
-def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype, seconds: float = 1.0) -> float:
-    """Attainable GFLOP/s of ``[m x k] @ [k x n]`` (best of the timed calls after a warm-up)."""
-    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
-    for _ in range(3):
-        a @ b
+def best_seconds(fn, seconds: float, warmup: int = 1) -> float:
+    """Best wall time of ``fn()`` over calls repeated for ``seconds``, after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
     best, start = float("inf"), time.perf_counter()
     while time.perf_counter() - start < seconds:
         t = time.perf_counter()
-        a @ b
+        fn()
         best = min(best, time.perf_counter() - t)
-    return 2 * m * k * n / best / 1e9
+    return best
+
+
+def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype, seconds: float = 1.0) -> float:
+    """Attainable GFLOP/s of ``[m x k] @ [k x n]`` (best of the timed calls after a warm-up)."""
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    return 2 * m * k * n / best_seconds(lambda: a @ b, seconds, warmup=3) / 1e9
 
 
 def matmul_chain_seconds(model: torch.nn.Module, m: int, seconds: float = 2.0) -> float:
@@ -100,14 +105,7 @@ def matmul_chain_seconds(model: torch.nn.Module, m: int, seconds: float = 2.0) -
     weights = [module.weight for module in model.modules() if isinstance(module, torch.nn.Linear)]
     inputs = {w.shape[1]: torch.randn(m, w.shape[1]).to(w.dtype) for w in weights}
     with torch.inference_mode():
-        chain = lambda: [torch.nn.functional.linear(inputs[w.shape[1]], w) for w in weights]  # noqa: E731
-        chain()
-        best, start = float("inf"), time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            t = time.perf_counter()
-            chain()
-            best = min(best, time.perf_counter() - t)
-    return best
+        return best_seconds(lambda: [torch.nn.functional.linear(inputs[w.shape[1]], w) for w in weights], seconds)
 
 
 def greedy_accuracy(lm: FrozenLM, problems, tokens: int, batch: int = 64) -> float:
