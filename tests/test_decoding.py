@@ -12,13 +12,15 @@ from decoding_adapters.models import FrozenLM, ModelSpec, load_frozen_lm
 TOKEN_ACTIONS = ActionSet(PRESETS["math-token"])
 
 
-@pytest.fixture(scope="module", params=["float32/sdpa", "float32/eager", "bfloat16/sdpa", "bfloat16/eager"])
+@pytest.fixture(scope="module", params=["float32/sdpa/auto", "float32/eager/auto", "float32/eager/torch",
+                                        "bfloat16/sdpa/auto", "bfloat16/eager/auto"])
 def any_lm(request, tiny_lm):
-    """The tiny LM in each dtype and HF attention implementation the lean step follows."""
-    dtype, attention = request.param.split("/")
+    """The tiny LM in each dtype, HF attention implementation the lean step follows, and linear kernel
+    (auto is oneDNN in float32, ``F.linear`` in bf16)."""
+    dtype, attention, kernel = request.param.split("/")
     model = copy.deepcopy(tiny_lm.model).to(getattr(torch, dtype))
     model.set_attn_implementation(attention)
-    lm = FrozenLM(model, tiny_lm.tokenizer)
+    lm = FrozenLM(model, tiny_lm.tokenizer, ModelSpec("tiny", linear_kernel=kernel))
     assert lm.supports_row_cache and lm.model.config._attn_implementation == attention
     return lm
 

