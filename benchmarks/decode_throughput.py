@@ -6,7 +6,10 @@ suppressed), so all methods do the same LM work:
 - ``hf_fp32`` / ``hf_bf16``: HF ``generate()`` (T = 1 sampling) on the model as this project loads
   it (eager attention on CPU, ``ModelSpec.attention``); ``hf_<dtype>_sdpa``: the same with HF's
   default SDPA attention. The loop's ratio is taken against the faster of the two;
-- ``loop_fp32`` / ``loop_bf16``: our ``decode()`` with one fixed action (T = 1);
+- ``loop_fp32`` / ``loop_bf16``: our ``decode()`` with one fixed action (T = 1), each dtype with its
+  default linear kernel (``ModelSpec.linear_kernel``: oneDNN in fp32); ``loop_fp32_sgemm``: fp32 with
+  ``F.linear`` (MKL's sgemm, HF's own arithmetic), so ``onednn_vs_sgemm_fp32`` shows what the kernel
+  choice buys;
 - ``mixed_<dtype>``: our loop choosing uniformly at random among the 4 token actions (greedy,
   T = 0.5, 1, 1.25) at every token, i.e. the per-token Mixed baseline;
 - ``adapter_<dtype>``: the same actions chosen by a per-token adapter (a 3-layer MLP on the hidden
@@ -27,7 +30,8 @@ noisy). The same run times two matmul limits in bf16, both in tok/s at M = batch
 Both count only the new tokens, while the loops also prefill the prompts (``prompt_tokens``,
 padded, in the JSON), so neither fraction can reach 1. Finally the greedy accuracy of the default
 task (arithmetic) on the same ``--accuracy-problems`` test problems at ``--accuracy-tokens`` tokens in
-fp32 and bf16.
+fp32 (both kernels) and bf16, and ``greedy_rows_identical_onednn_vs_sgemm``: the fraction of those
+greedy rows whose text the fp32 kernel choice leaves unchanged.
 
 Last line: one JSON object with every figure.
 
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import statistics
 import time
@@ -108,14 +113,13 @@ def matmul_chain_seconds(model: torch.nn.Module, m: int, seconds: float = 2.0) -
         return best_seconds(lambda: [torch.nn.functional.linear(inputs[w.shape[1]], w) for w in weights], seconds)
 
 
-def greedy_accuracy(lm: FrozenLM, problems, tokens: int, batch: int = 64) -> float:
-    task = get_task("arithmetic")
-    prompts = lm.encode_chat([task.prompt(p) for p in problems])
-    rewards = []
+def greedy_texts(lm: FrozenLM, problems, tokens: int, batch: int = 64) -> list[str]:
+    prompts = lm.encode_chat([get_task("arithmetic").prompt(p) for p in problems])
+    texts = []
     for start in range(0, len(problems), batch):
-        result = decode(lm, prompts[start : start + batch], ActionSet([GREEDY]), row_actions=0, token_budget=tokens)
-        rewards += [task.reward(p, text) for p, text in zip(problems[start : start + batch], result.texts)]
-    return sum(rewards) / len(rewards)
+        chunk = prompts[start : start + batch]
+        texts += decode(lm, chunk, ActionSet([GREEDY]), row_actions=0, token_budget=tokens).texts
+    return texts
 
 
 def main() -> None:
@@ -139,6 +143,8 @@ def main() -> None:
     for dt, lm in lms.items():
         sdpa_models[dt] = copy.deepcopy(lm.model)
         sdpa_models[dt].set_attn_implementation("sdpa")
+    sgemm_spec = dataclasses.replace(lms["fp32"].spec, linear_kernel="torch")
+    lms["fp32_sgemm"] = FrozenLM(lms["fp32"].model, lms["fp32"].tokenizer, sgemm_spec)  # same weights
     config = lms["fp32"].model.config
     flops = flops_per_token(config)
     temperature_one = ActionSet([DecodingAction(temperature=1.0)])
@@ -182,6 +188,7 @@ def main() -> None:
             "hf_fp32": lambda: hf(lms["fp32"]),
             "hf_fp32_sdpa": lambda: hf(lms["fp32"], sdpa_models["fp32"]),
             "loop_fp32": lambda: loop(lms["fp32"]),
+            "loop_fp32_sgemm": lambda: loop(lms["fp32_sgemm"]),
             "hf_bf16": lambda: hf(lms["bf16"]),
             "hf_bf16_sdpa": lambda: hf(lms["bf16"], sdpa_models["bf16"]),
             "loop_bf16": lambda: loop(lms["bf16"]),
@@ -214,6 +221,7 @@ def main() -> None:
             {
                 f"loop_vs_hf_fp32_b{batch}": round(ratio["fp32"], 3),
                 f"loop_vs_hf_bf16_b{batch}": round(ratio["bf16"], 3),
+                f"onednn_vs_sgemm_fp32_b{batch}": round(median["loop_fp32"] / median["loop_fp32_sgemm"], 3),
                 f"adapter_overhead_b{batch}": round(adapter_overhead, 3),
                 f"actions_overhead_b{batch}": round(1 - median["mixed_bf16"] / median["loop_bf16"], 3),
                 f"matmul_gflops_fp32_b{batch}": round(gflops["fp32"], 1),
@@ -235,16 +243,23 @@ def main() -> None:
         )
 
     if args.accuracy_problems:
-        problems = get_task("arithmetic").load("test")[: args.accuracy_problems]
+        task = get_task("arithmetic")
+        problems = task.load("test")[: args.accuracy_problems]
+        texts = {}
         for dt, lm in lms.items():
             start = time.perf_counter()
-            summary[f"greedy_accuracy_{dt}"] = round(greedy_accuracy(lm, problems, args.accuracy_tokens), 4)
+            texts[dt] = greedy_texts(lm, problems, args.accuracy_tokens)
+            accuracy = sum(task.reward(p, t) for p, t in zip(problems, texts[dt])) / len(problems)
+            summary[f"greedy_accuracy_{dt}"] = round(accuracy, 4)
             print(
-                f"greedy accuracy {dt}: {summary[f'greedy_accuracy_{dt}']:.3f} on {len(problems)} test problems at "
+                f"greedy accuracy {dt}: {accuracy:.3f} on {len(problems)} test problems at "
                 f"{args.accuracy_tokens} tokens ({time.perf_counter() - start:.0f} s)",
                 flush=True,
             )
-        summary.update({"accuracy_problems": len(problems), "accuracy_tokens": args.accuracy_tokens})
+        identical = sum(a == b for a, b in zip(texts["fp32"], texts["fp32_sgemm"])) / len(problems)
+        print(f"fp32 greedy rows unchanged by the oneDNN kernel: {identical:.1%}", flush=True)
+        summary.update({"accuracy_problems": len(problems), "accuracy_tokens": args.accuracy_tokens,
+                        "greedy_rows_identical_onednn_vs_sgemm": round(identical, 4)})
     print(json.dumps(summary))
 
 
