@@ -57,8 +57,9 @@ class ModelSpec:
     dtype: str = "auto"
     """weights and KV-cache dtype: float32, bfloat16, float16, or auto (``resolve_dtype``: bfloat16
     where the device computes it natively, float32 elsewhere). auto is the default because on the
-    development CPU bf16 decodes ~2x faster with no loss of greedy accuracy on the default task
-    (200 test problems, 24 tokens: fp32 0.415, bf16 0.460; ``benchmarks/decode_throughput.py``)."""
+    development CPU bf16 decodes 1.4-1.6x faster than fp32 (batch 32 / 128, both with oneDNN
+    matmuls) with no loss of greedy accuracy on the default task (200 test problems, 24 tokens:
+    fp32 0.415, bf16 0.450; ``benchmarks/decode_throughput.py``)."""
     attention: Literal["auto", "eager", "sdpa"] = "auto"
     """HF attention implementation, which the lean decode step follows: eager (matmul, float32
     softmax, matmul) or sdpa (``scaled_dot_product_attention``). auto: eager where the lean step
@@ -109,7 +110,7 @@ def cpu_has_native_bf16() -> bool:
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     """The torch dtype for a ``ModelSpec.dtype`` name; ``auto`` is bfloat16 on CUDA devices that
-    support it and on CPUs with native bf16 (about 2.5x the fp32 matmul rate on the development
+    support it and on CPUs with native bf16 (about 2x oneDNN's fp32 matmul rate on the development
     machine), float32 otherwise."""
     if name != "auto":
         return getattr(torch, name)
