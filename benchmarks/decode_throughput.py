@@ -28,7 +28,11 @@ noisy). The same run times two matmul limits in bf16, both in tok/s at M = batch
   faster than this; ``frac_bf16_chain_limit`` = best loop / this.
 
 Both count only the new tokens, while the loops also prefill the prompts (``prompt_tokens``,
-padded, in the JSON), so neither fraction can reach 1. Finally the greedy accuracy of the default
+padded, in the JSON), so neither fraction can reach 1. Hence a third figure, ``floor``: the least
+time any loop could take for the same work, by parts (``decode_floor_seconds``: the steps' matmul
+chain, the prefill's matmul chain timed at its real M, and one read of the KV cache per step at the
+streaming read rate ``read_gb_s`` timed in the same run); ``floor_vs_bf16_limit`` says how much of
+the matmul limit even that floor reaches, ``frac_bf16_floor`` = best loop / floor. Finally the greedy accuracy of the default
 task (arithmetic) on the same ``--accuracy-problems`` test problems at ``--accuracy-tokens`` tokens in
 fp32 (both kernels) and bf16, and ``greedy_rows_identical_onednn_vs_sgemm``: the fraction of those
 greedy rows whose text the fp32 kernel choice leaves unchanged.
@@ -113,6 +117,29 @@ def matmul_chain_seconds(model: torch.nn.Module, m: int, seconds: float = 2.0) -
         return best_seconds(lambda: [torch.nn.functional.linear(inputs[w.shape[1]], w) for w in weights], seconds)
 
 
+def read_bytes_per_s(seconds: float = 1.0) -> float:
+    """Streaming read rate of this machine's memory: the best time of summing 512 MiB of float32."""
+    x = torch.ones(128 * 1024**2)
+    return x.numel() * x.element_size() / best_seconds(x.sum, seconds)
+
+
+def decode_floor_seconds(model, batch: int, width: int, new_tokens: int, chain_s: float, read_rate: float) -> dict:
+    """The least time any loop could decode ``batch`` rows of ``new_tokens`` after prompts padded to
+    ``width``, by parts: ``steps`` = the matmul chain at M = batch once per new token (``chain_s``);
+    ``prefill`` = the decoder's matmul chain timed at M = batch x width (the LM head left out);
+    ``attention`` = reading every layer's keys and values once per step (the cache holds width + t
+    columns at step t) at the machine's streaming read rate. No sampling, no small ops, no writes."""
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    column_bytes = batch * config.num_hidden_layers * 2 * config.num_key_value_heads * head_dim * model.dtype.itemsize
+    columns_read = sum(width + t for t in range(1, new_tokens + 1))
+    return {
+        "steps": new_tokens * chain_s,
+        "prefill": matmul_chain_seconds(model.get_decoder(), batch * width, seconds=2.0),
+        "attention": column_bytes * columns_read / read_rate,
+    }
+
+
 def greedy_texts(lm: FrozenLM, problems, tokens: int, batch: int = 64) -> list[str]:
     prompts = lm.encode_chat([get_task("arithmetic").prompt(p) for p in problems])
     texts = []
@@ -153,6 +180,8 @@ def main() -> None:
         TokenPolicyConfig(hidden_size=config.hidden_size, num_actions=4, token_budget=args.new_tokens)
     ).eval()
     summary: dict = {"new_tokens": args.new_tokens, "threads": args.threads, "flops_per_token": flops, "attention": attention}
+    read_rate = read_bytes_per_s()
+    summary["read_gb_s"] = round(read_rate / 1e9, 1)
 
     for batch in batches:
         prompts = lms["fp32"].encode_chat(prompt_mix(batch))
@@ -210,7 +239,11 @@ def main() -> None:
             for dt, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
         }
         limit = {dt: g * 1e9 / flops for dt, g in gflops.items()}
-        chain_limit = batch / matmul_chain_seconds(lms["bf16"].model, batch)
+        chain_s = matmul_chain_seconds(lms["bf16"].model, batch)
+        chain_limit = batch / chain_s
+        width = max(len(p) for p in prompts)
+        floor = decode_floor_seconds(lms["bf16"].model, batch, width, args.new_tokens, chain_s, read_rate)
+        floor_tok_s = batch * args.new_tokens / sum(floor.values())
         best = max(median["loop_fp32"], median["loop_bf16"])
         hf_best = {dt: max(median[f"hf_{dt}"], median[f"hf_{dt}_sdpa"]) for dt in ("fp32", "bf16")}
         ratio = {dt: median[f"loop_{dt}"] / hf_best[dt] for dt in ("fp32", "bf16")}
@@ -230,7 +263,11 @@ def main() -> None:
                 f"frac_bf16_limit_b{batch}": round(best / limit["bf16"], 3),
                 f"chain_limit_tok_s_bf16_b{batch}": round(chain_limit, 1),
                 f"frac_bf16_chain_limit_b{batch}": round(best / chain_limit, 3),
-                f"prompt_tokens_b{batch}": batch * max(len(p) for p in prompts),
+                f"prompt_tokens_b{batch}": batch * width,
+                f"floor_tok_s_bf16_b{batch}": round(floor_tok_s, 1),
+                f"floor_parts_s_bf16_b{batch}": {part: round(v, 2) for part, v in floor.items()},
+                f"frac_bf16_floor_b{batch}": round(best / floor_tok_s, 3),
+                f"floor_vs_bf16_limit_b{batch}": round(floor_tok_s / limit["bf16"], 3),
             }
         )
         print(
@@ -239,6 +276,13 @@ def main() -> None:
             f"matmul {gflops['bf16']:.0f} GFLOP/s bf16 = {limit['bf16']:.0f} tok/s limit, "
             f"best loop {best:.0f} tok/s = {best / limit['bf16']:.0%} of it (target >= 50%); "
             f"the LM's whole matmul chain alone {chain_limit:.0f} tok/s, best loop = {best / chain_limit:.0%} of it",
+            flush=True,
+        )
+        print(
+            f"batch {batch}: floor of any loop (steps' matmuls {floor['steps']:.1f} s + prefill's "
+            f"{floor['prefill']:.1f} s + KV reads {floor['attention']:.1f} s at {read_rate / 1e9:.0f} GB/s) = "
+            f"{floor_tok_s:.0f} tok/s = {floor_tok_s / limit['bf16']:.0%} of the matmul limit; best loop = "
+            f"{best / floor_tok_s:.0%} of the floor",
             flush=True,
         )
 
