@@ -19,7 +19,7 @@ Stages (each resumable: run the same command again after a kill and finished wor
 5. ``report/``: report.md (with the truncation, training-curve, target and cost sections),
    results.json, figures.
 
-Sizes are scaled for 2 CPU cores (``--size default`` takes about 15 minutes there: a budget stage
+Sizes are scaled for 2 CPU cores (``--size default`` takes about 14 minutes there: a budget stage
 over 32-96 tokens, then everything at the chosen budget, 64); ``--size tiny`` is for tests. The
 study of issue 16 is the ``reproduce`` command (``REPRODUCE_SIZES``: ``full`` and ``smoke``);
 ``--size full`` of the demo is the same configuration.
