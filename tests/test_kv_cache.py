@@ -91,14 +91,24 @@ def _run_states(lm, prompts, fan_out, steps, row_cache):
 
 @pytest.mark.parametrize("kernel", ["torch", "onednn"])
 def test_lean_row_cache_step_matches_hf_forward_with_dynamic_cache(tiny_lm, tiny_prompts, kernel):
-    """``torch`` runs HF's own arithmetic: equal to the last bit; oneDNN sums in another order."""
+    """HF's forward runs its linear layers through the same kernel as the lean step
+    (``FrozenLM.linear_kernel``), so the two agree to the last bit with either kernel."""
     lm = FrozenLM(tiny_lm.model, tiny_lm.tokenizer, ModelSpec("tiny", linear_kernel=kernel))
     fan_out = torch.tensor([0, 1, 1, 2, 3, 0])
     lean = _run_states(lm, tiny_prompts, fan_out, 7, row_cache=True)
     reference = _run_states(lm, tiny_prompts, fan_out, 7, row_cache=False)
-    tolerance = 0.0 if kernel == "torch" else 1e-5
     for (_, a), (_, b) in zip(lean, reference):
-        torch.testing.assert_close(a, b, equal_nan=True, rtol=tolerance, atol=tolerance)
+        torch.testing.assert_close(a, b, equal_nan=True, rtol=0, atol=0)
+
+
+def test_prefill_runs_every_linear_layer_through_the_chosen_kernel(tiny_lm, tiny_prompts):
+    lm = FrozenLM(tiny_lm.model, tiny_lm.tokenizer, ModelSpec("tiny", linear_kernel="onednn"))
+    calls, kernel = [], lm.linear
+    lm.linear = lambda *args: calls.append(args[1].shape) or kernel(*args)
+    lm.start_decode(tiny_prompts, None, max_new_tokens=2)
+    config = tiny_lm.model.config
+    assert len(calls) == 7 * config.num_hidden_layers + 1  # q, k, v, o, gate, up, down per layer; the LM head
+    assert calls[-1] == lm.lm_head.weight.shape
 
 
 def test_auto_linear_kernel_is_onednn_for_float32_on_cpu_only():

@@ -256,7 +256,7 @@ class FrozenLM:
         self.device = next(model.parameters()).device
         self.decoder = model.get_decoder()  # the transformer without the LM head
         self.lm_head = model.get_output_embeddings()
-        self.linear = resolve_linear_kernel(self.spec.linear_kernel, self.dtype, self.device)  # the lean step's
+        self.linear = resolve_linear_kernel(self.spec.linear_kernel, self.dtype, self.device)
 
     # ---- identity -------------------------------------------------------------------------
     @property
