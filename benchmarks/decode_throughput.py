@@ -17,8 +17,10 @@ suppressed), so all methods do the same LM work:
   cost; ``actions_overhead`` = 1 - mixed / loop is what per-token switching between temperatures and
   greedy costs over plain T = 1 sampling, whoever chooses.
 
-Methods are interleaved over ``--repeats`` rounds and the median is kept (shared machines are
-noisy). The same run times two matmul limits in bf16, both in tok/s at M = batch rows:
+Methods are interleaved over ``--repeats`` rounds, every other round in reverse order, and the
+median is kept (shared machines are noisy; with one round the order is fixed, and the last methods,
+Mixed and the adapter, can drift together with the machine). The same run times two matmul limits
+in bf16, both in tok/s at M = batch rows:
 
 - ``limit``: one ``[M x hidden] @ [hidden x intermediate]`` matmul timed alone (its weight stays in
   the CPU cache) in fp32 and bf16; its GFLOP/s divided by the LM's FLOPs per token (from its
@@ -228,7 +230,8 @@ def main() -> None:
         for lm in lms.values():  # warm-up
             decode(lm, prompts[:4], temperature_one, row_actions=0, token_budget=4)
         for r in range(args.repeats):
-            for name, fn in runs.items():
+            order = list(runs.items())
+            for name, fn in order if r % 2 == 0 else reversed(order):  # no method is always last
                 start = time.perf_counter()
                 tokens = fn()
                 rates.setdefault(name, []).append(tokens / (time.perf_counter() - start))
