@@ -34,10 +34,12 @@ padded, in the JSON), so neither fraction can reach 1. Hence a third figure, ``f
 time any loop could take for the same work, by parts (``decode_floor_seconds``: the steps' matmul
 chain, the prefill's matmul chain timed at its real M, and one read of the KV cache per step at the
 streaming read rate ``read_gb_s`` timed in the same run); ``floor_vs_bf16_limit`` says how much of
-the matmul limit even that floor reaches, ``frac_bf16_floor`` = best loop / floor. Finally the greedy accuracy of the default
-task (arithmetic) on the same ``--accuracy-problems`` test problems at ``--accuracy-tokens`` tokens in
-fp32 (both kernels) and bf16, and ``greedy_rows_identical_onednn_vs_sgemm``: the fraction of those
-greedy rows whose text the fp32 kernel choice leaves unchanged.
+the matmul limit even that floor reaches, ``frac_bf16_floor`` = best loop / floor.
+
+Finally the greedy accuracy of the default task (arithmetic) on the same ``--accuracy-problems``
+test problems at ``--accuracy-tokens`` tokens in fp32 (both kernels) and bf16, and
+``greedy_rows_identical_onednn_vs_sgemm``: the fraction of those greedy rows whose text the fp32
+kernel choice leaves unchanged.
 
 Last line: one JSON object with every figure.
 

@@ -139,7 +139,8 @@ class _LinearKernelMode(TorchFunctionMode):
 
 
 def resolve_linear_kernel(name: str, dtype: torch.dtype, device: torch.device) -> Callable:
-    """The function the lean step calls for a linear layer (``ModelSpec.linear_kernel``)."""
+    """The function every linear layer of the LM runs through where this project runs the LM: called
+    directly by the lean step, and by HF's modules inside ``FrozenLM.linear_kernel()`` (``ModelSpec.linear_kernel``)."""
     available = device.type == "cpu" and torch.backends.mkldnn.is_available() and hasattr(
         torch.ops.mkldnn, "_linear_pointwise")
     if name == "onednn" and not available:
