@@ -30,10 +30,10 @@ def run_model(task: PyFuncTask, problems, args) -> tuple[list[dict], float]:
     """One record per (temperature, problem): completions at every budget. Returns the decode seconds too."""
     import torch
 
-    from decoding_adapters.actions import GREEDY, ActionSet, DecodingAction
-    from decoding_adapters.decoding import row_seed
-    from decoding_adapters.models import load_frozen_lm
-    from decoding_adapters.rollouts import HFRollouts, RolloutRequest, encode_problems
+    from decoding_adapters.decoding.actions import GREEDY, ActionSet, DecodingAction
+    from decoding_adapters.decoding.loop import row_seed
+    from decoding_adapters.decoding.rollouts import HFRollouts, RolloutRequest, encode_problems
+    from decoding_adapters.lm.models import load_frozen_lm
 
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()

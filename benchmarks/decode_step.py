@@ -21,10 +21,10 @@ import time
 import torch
 from decode_throughput import flops_per_token  # noqa: E402  (same directory)
 
-from decoding_adapters.actions import counter_uniform, inverse_cdf_sample
-from decoding_adapters.cpu_allocator import keep_freed_memory
-from decoding_adapters.decoding import _base_stats
-from decoding_adapters.models import FrozenLM, ModelSpec, load_frozen_lm
+from decoding_adapters.decoding.actions import counter_uniform, inverse_cdf_sample
+from decoding_adapters.decoding.loop import _base_stats
+from decoding_adapters.lm.cpu_allocator import keep_freed_memory
+from decoding_adapters.lm.models import FrozenLM, ModelSpec, load_frozen_lm
 from decoding_adapters.tasks import get_task
 
 CLOCK = time.perf_counter

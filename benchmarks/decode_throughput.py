@@ -57,11 +57,11 @@ import time
 
 import torch
 
-from decoding_adapters.actions import GREEDY, PRESETS, ActionSet, DecodingAction
-from decoding_adapters.cpu_allocator import keep_freed_memory
-from decoding_adapters.decoding import decode
-from decoding_adapters.models import FrozenLM, ModelSpec, load_frozen_lm
-from decoding_adapters.policies import TokenPolicy, TokenPolicyChooser, TokenPolicyConfig, UniformChooser
+from decoding_adapters.decoding.actions import GREEDY, PRESETS, ActionSet, DecodingAction
+from decoding_adapters.decoding.loop import decode
+from decoding_adapters.lm.cpu_allocator import keep_freed_memory
+from decoding_adapters.lm.models import FrozenLM, ModelSpec, load_frozen_lm
+from decoding_adapters.policies.networks import TokenPolicy, TokenPolicyChooser, TokenPolicyConfig, UniformChooser
 from decoding_adapters.tasks import get_task
 
 TOPICS = [

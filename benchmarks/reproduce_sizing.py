@@ -16,11 +16,11 @@ import time
 
 import torch
 
-from decoding_adapters.actions import PRESETS, ActionSet
-from decoding_adapters.decoding import row_seed
+from decoding_adapters.decoding.actions import PRESETS, ActionSet
+from decoding_adapters.decoding.loop import row_seed
+from decoding_adapters.decoding.rollouts import HFRollouts, RolloutRequest, encode_problems
 from decoding_adapters.evaluation.truncation import greedy_truncation
-from decoding_adapters.models import load_frozen_lm
-from decoding_adapters.rollouts import HFRollouts, RolloutRequest, encode_problems
+from decoding_adapters.lm.models import load_frozen_lm
 from decoding_adapters.tasks import get_task
 
 

@@ -30,11 +30,11 @@ import time
 
 import torch
 
-from decoding_adapters.actions import ActionSet, DecodingAction
-from decoding_adapters.decoding import row_seed
-from decoding_adapters.distributed import RayRollouts, connect
-from decoding_adapters.models import ModelSpec, load_frozen_lm
-from decoding_adapters.rollouts import HFRollouts, RolloutRequest, encode_problems
+from decoding_adapters.decoding.actions import ActionSet, DecodingAction
+from decoding_adapters.decoding.loop import row_seed
+from decoding_adapters.decoding.ray_rollouts import RayRollouts, connect
+from decoding_adapters.decoding.rollouts import HFRollouts, RolloutRequest, encode_problems
+from decoding_adapters.lm.models import ModelSpec, load_frozen_lm
 from decoding_adapters.tasks import get_task
 
 

@@ -6,7 +6,7 @@
 Prints the active isolation layers, the median and 90th percentile wall time of one empty run
 (``pass``) run back to back, programs per second for ``execute_batch`` (a program that reads
 stdin and prints) and for ``call_function_batch`` (a function called 5 times), and a final JSON
-line with every figure. Runs against an older ``decoding_adapters.sandbox`` without the batch API
+line with every figure. Runs against an older ``decoding_adapters.sandbox.runner`` without the batch API
 too (then only the latency is measured), to give before/after figures.
 """
 
@@ -18,7 +18,7 @@ import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from decoding_adapters import sandbox
+from decoding_adapters.sandbox import runner as sandbox
 
 
 def main() -> None:

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 
-from decoding_adapters.actions import PRESETS
-from decoding_adapters.models import DEFAULT_MODEL, ModelSpec, load_frozen_lm
-from decoding_adapters.selection import evaluate_pool
+from decoding_adapters.decoding.actions import PRESETS
+from decoding_adapters.lm.models import DEFAULT_MODEL, ModelSpec, load_frozen_lm
+from decoding_adapters.selection.coverage import evaluate_pool
 from decoding_adapters.tasks import get_task
 
 

@@ -29,11 +29,11 @@ from pathlib import Path
 import httpx
 import torch
 
-from decoding_adapters.actions import PRESETS, ActionSet
-from decoding_adapters.generator import AdaptiveGenerator
-from decoding_adapters.models import DEFAULT_MODEL, ModelSpec, load_frozen_lm
-from decoding_adapters.policies import AdapterConfig, TokenPolicy, TokenPolicyConfig, save_adapter
-from decoding_adapters.server import ServerLimits, create_app
+from decoding_adapters.decoding.actions import PRESETS, ActionSet
+from decoding_adapters.lm.models import DEFAULT_MODEL, ModelSpec, load_frozen_lm
+from decoding_adapters.policies.networks import AdapterConfig, TokenPolicy, TokenPolicyConfig, save_adapter
+from decoding_adapters.serving.generator import AdaptiveGenerator
+from decoding_adapters.serving.server import ServerLimits, create_app
 
 
 def parse_args() -> argparse.Namespace:

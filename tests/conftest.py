@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from decoding_adapters.models import FrozenLM
+from decoding_adapters.lm.models import FrozenLM
 
 # Tiny models: one thread is faster (no fork-join overhead per small matmul) and steadier on a
 # shared 2-core machine.

@@ -1,5 +1,6 @@
-"""The package's layering: no import cycle, package imports only at module level, every module
-importable on its own, and the library never imports the CLI layer."""
+"""The package's layering: subpackages import only their own layer and the layers below it (the
+order of ``LAYERS``, the same as the README's diagram), no import cycle, package imports only at
+module level, and every module importable on its own."""
 
 from __future__ import annotations
 
@@ -32,6 +33,29 @@ def module_name(path: Path) -> str:
 
 
 MODULES = {module_name(p): p for p in sorted(PACKAGE_DIR.rglob("*.py"))}
+
+# Lowest first. A module may import modules of its own subpackage and of the subpackages before it.
+LAYERS = [
+    "core",  # standard-library utilities: files, logs, checkpoints, statistics
+    "sandbox",  # running untrusted programs
+    "tasks",  # data -> prompts -> verifiers
+    "lm",  # the frozen language model
+    "decoding",  # actions, sampling kernels, the decode loop, rollout engines
+    "policies",  # sequence and token adapters, save/load, model cards
+    "selection",  # coverage selection of an action set
+    "training",  # the REINFORCE trainers
+    "evaluation",  # methods, runner, pass@k
+    "reporting",  # tables, verdicts, figures
+    "serving",  # the Adapter handle, generation, server, integrations
+    "experiments",  # the stage pipeline and its presets
+    "cli",  # one thin module per sub-command
+]
+
+
+def layer_of(module: str) -> int:
+    """Index of the module's subpackage in ``LAYERS`` (-1 for the package's own ``__init__``)."""
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 else -1
 
 
 def _resolve(module: str, node: ast.ImportFrom) -> list[str]:
@@ -110,7 +134,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_sees_imports():
     """The analysis is live: known edges are found, and a planted cycle is reported."""
-    assert "decoding_adapters.rollouts" in GRAPH["decoding_adapters.training.token"]
+    assert "decoding_adapters.decoding.rollouts" in GRAPH["decoding_adapters.training.token"]
     assert "decoding_adapters.cli.config_args" in GRAPH["decoding_adapters.cli.common"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
@@ -132,10 +156,20 @@ def test_function_level_imports_are_only_optional_dependencies():
     assert not offenders, "imports inside functions:\n" + "\n".join(offenders)
 
 
-def test_the_library_does_not_import_the_cli():
-    library = [m for m in MODULES if not m.startswith(f"{PACKAGE}.cli")]
-    offenders = [m for m in library if any(e.startswith(f"{PACKAGE}.cli") for e in GRAPH[m])]
-    assert not offenders
+def test_every_module_lives_in_a_layer():
+    loose = [m for m in MODULES if m.count(".") == 1 and MODULES[m].name != "__init__.py"]
+    assert not loose, f"modules outside the layered subpackages: {loose}"
+    unknown = {m.split(".")[1] for m in MODULES if m.count(".") >= 1} - set(LAYERS)
+    assert not unknown, f"subpackages missing from LAYERS: {unknown}"
+
+
+def test_imports_run_downward_only():
+    upward = [f"{m} -> {e}" for m, edges in GRAPH.items() for e in edges if layer_of(e) > layer_of(m)]
+    assert not upward, "imports of a higher layer:\n" + "\n".join(sorted(upward))
+
+
+def test_an_upward_import_would_be_caught():
+    assert layer_of(f"{PACKAGE}.cli.demo") > layer_of(f"{PACKAGE}.experiments.demo") > layer_of(f"{PACKAGE}.lm.models")
 
 
 def test_every_module_imports_in_a_fresh_interpreter():
@@ -159,7 +193,7 @@ print(json.dumps(failures))
 
 
 def test_real_models_and_tasks_follow_the_protocols(tiny_lm):
-    from decoding_adapters.protocols import LanguageModel, VerifiableTask
+    from decoding_adapters.lm.protocols import LanguageModel, VerifiableTask
     from decoding_adapters.tasks import get_task
 
     assert isinstance(tiny_lm, LanguageModel)

@@ -78,7 +78,7 @@ def run(argv: list[str] | None = None) -> Path:
     if code:
         raise SystemExit(code)
 
-    from decoding_adapters.policies import add_evaluation
+    from decoding_adapters.policies.networks import add_evaluation
 
     card = add_evaluation(adapter_dir, eval_dir)
     print(f"model card with the evaluation table: {card}")
@@ -89,7 +89,7 @@ def run(argv: list[str] | None = None) -> Path:
 def show_in_transformers(adapter_dir: Path, model: str, token_budget: int) -> None:
     """Step 4: the trained adapter deciding inside transformers' own generate loop."""
     from decoding_adapters import Adapter
-    from decoding_adapters.models import load_frozen_lm
+    from decoding_adapters.lm.models import load_frozen_lm
 
     lm = load_frozen_lm(model)  # any HF causal LM + tokenizer with the adapter's hidden size and vocabulary
     adapter = Adapter.from_pretrained(adapter_dir)

@@ -6,7 +6,7 @@ first, so it must stay light (those modules import torch and transformers).
 
 import importlib
 
-_LAZY = {"AdaptiveGenerator": "generator", "Adapter": "adapter"}
+_LAZY = {"AdaptiveGenerator": "serving.generator", "Adapter": "serving.adapter"}
 
 
 def __getattr__(name):

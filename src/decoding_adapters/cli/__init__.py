@@ -13,7 +13,7 @@ import importlib
 import logging
 import sys
 
-from ..cpu_allocator import keep_freed_memory
+from ..lm.cpu_allocator import keep_freed_memory
 
 # sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -10,11 +10,11 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
-from ..actions import ActionSet
-from ..io import check_output_dir
-from ..models import ModelSpec, load_frozen_lm
-from ..rollout_backends import make_rollouts
-from ..rollouts import Rollouts
+from ..core.files import check_output_dir
+from ..decoding.actions import ActionSet
+from ..decoding.backends import make_rollouts
+from ..decoding.rollouts import Rollouts
+from ..lm.models import ModelSpec, load_frozen_lm
 from ..tasks import get_task
 from .config_args import add_config_arguments, build_config
 

@@ -10,7 +10,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Literal
 
-from ..demo import SIZES, DemoConfig, run_demo
+from ..experiments.demo import SIZES, DemoConfig, run_demo
 from .common import check_output_dir
 from .config_args import add_config_arguments, build_config
 

@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from ..studies.domains import SIZES, DomainsConfig, run_domains
+from ..experiments.domains import SIZES, DomainsConfig, run_domains
 from .config_args import add_config_arguments, build_config
 
 

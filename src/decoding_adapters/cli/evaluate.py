@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..actions import ActionSet, DecodingAction, load_action_set
+from ..decoding.actions import ActionSet, DecodingAction, load_action_set
+from ..decoding.backends import check_backend_actions
+from ..decoding.rollouts import HFRollouts, Rollouts
 from ..evaluation import (
     EvalConfig,
     Method,
@@ -29,10 +31,8 @@ from ..evaluation import (
     static_method,
     token_mixed_method,
 )
-from ..policies import add_evaluation
-from ..report import write_report
-from ..rollout_backends import check_backend_actions
-from ..rollouts import HFRollouts, Rollouts
+from ..policies.networks import add_evaluation
+from ..reporting.report import write_report
 from ..tasks import check_disjoint
 from . import common as cli_common
 from .common import add_model_arguments, add_rollout_arguments, add_task_arguments, build_lm, build_rollouts, build_task

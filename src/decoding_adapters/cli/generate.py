@@ -6,8 +6,8 @@ import argparse
 import json
 from dataclasses import dataclass, field
 
-from ..generator import DEFAULT_TOKEN_BUDGET, AdaptiveGenerator, format_generations
-from ..policies import POLICY_MODES
+from ..policies.networks import POLICY_MODES
+from ..serving.generator import DEFAULT_TOKEN_BUDGET, AdaptiveGenerator, format_generations
 from .common import add_model_arguments
 from .config_args import add_config_arguments
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..io import check_output_dir
-from ..report import load_evaluation, verdicts, write_report
+from ..core.files import check_output_dir
+from ..reporting.report import load_evaluation, verdicts, write_report
 from .config_args import add_config_arguments
 
 

@@ -74,7 +74,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..demo import REPRODUCE_SIZES, DemoConfig, estimate_minutes, run_demo
+from ..experiments.demo import REPRODUCE_SIZES, DemoConfig, estimate_minutes, run_demo
 from .config_args import add_config_arguments, build_config
 
 

@@ -6,8 +6,8 @@ import argparse
 import time
 from dataclasses import dataclass
 
-from ..actions import ActionSet
-from ..selection import build_pool, check_table, evaluate_pool, select_actions, table_header, write_outputs
+from ..decoding.actions import ActionSet
+from ..selection.coverage import build_pool, check_table, evaluate_pool, select_actions, table_header, write_outputs
 from ..tasks import check_disjoint, problems_record
 from ..tasks.base import problems_digest
 from .common import (

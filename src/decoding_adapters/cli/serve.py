@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..server import ServerLimits, create_app
+from ..serving.server import ServerLimits, create_app
 from .config_args import add_config_arguments, build_config
 from .generate import add_generator_model_arguments, deterministic_from_mode, generator_from_args
 

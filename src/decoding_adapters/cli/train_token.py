@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..distributed import TaskSpec
+from ..decoding.ray_rollouts import TaskSpec
 from ..training.ddp import train_token_ddp
 from ..training.token import TokenTrainConfig, TokenTrainer
 from .common import model_spec, task_options

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..actions import ActionSet, load_action_set
-from ..io import Checkpoint
+from ..core.files import Checkpoint
+from ..decoding.actions import ActionSet, load_action_set
 from ..training.common import check_resume
 from .common import (
     add_model_arguments,

@@ -69,10 +69,11 @@ whether that is OOD (another task, or the ``ood`` split of held-out families).
 
 Modules: ``methods`` (``EvalConfig``, ``Method`` and its constructors), ``runner`` (typed keys,
 decoding, scoring, ``evaluate``), ``truncation`` (greedy lengths and the fraction of rows a token
-budget cuts off, to choose the budget on validation); the statistics are the leaf module ``decoding_adapters.stats``.
+budget cuts off, to choose the budget on validation); the statistics are in
+``decoding_adapters.core.stats``.
 """
 
-from ..stats import binomial_halfwidth
+from ..core.stats import binomial_halfwidth
 from .methods import (
     EvalConfig,
     Method,

@@ -10,9 +10,9 @@ from typing import Literal, Sequence
 
 import torch
 
-from ..actions import GREEDY, DecodingAction
-from ..policies import AdapterConfig, load_adapter, resolve_policy_mode
-from ..stats import check_int
+from ..core.stats import check_int
+from ..decoding.actions import GREEDY, DecodingAction
+from ..policies.networks import AdapterConfig, load_adapter, resolve_policy_mode
 
 __all__ = [
     "EvalConfig",

@@ -15,12 +15,12 @@ from typing import Callable, NamedTuple, Sequence, Union
 import torch
 from tqdm.auto import tqdm
 
-from ..actions import GREEDY, ActionSet, DecodingAction
-from ..decoding import DecodeResult, row_seed
-from ..io import write_json
-from ..policies import TokenPolicyChooser, UniformChooser
-from ..rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
-from ..stats import binomial_halfwidth, finite_or_none, format_interval, mean_ci, pass_at_k
+from ..core.files import write_json
+from ..core.stats import binomial_halfwidth, finite_or_none, format_interval, mean_ci, pass_at_k
+from ..decoding.actions import GREEDY, ActionSet, DecodingAction
+from ..decoding.loop import DecodeResult, row_seed
+from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
+from ..policies.networks import TokenPolicyChooser, UniformChooser
 from ..tasks import content_hash
 from .methods import EvalConfig, Method, static_method
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Sequence
 
-from ..actions import GREEDY, ActionSet
-from ..decoding import DecodeResult, row_seed
-from ..rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
+from ..decoding.actions import GREEDY, ActionSet
+from ..decoding.loop import DecodeResult, row_seed
+from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
 
 __all__ = ["TruncationStats", "truncation_stats", "truncation_table", "greedy_truncation", "choose_token_budget"]
 

@@ -1,4 +1,4 @@
-"""Code generation tasks, verified by running the generated code in :mod:`decoding_adapters.sandbox`.
+"""Code generation tasks, verified by running the generated code in :mod:`decoding_adapters.sandbox.runner`.
 
 - ``humaneval``: complete a Python function from its signature and docstring; the completion
   passes if the problem's ``check(candidate)`` runs without error (the 164 problems ship inside
@@ -21,7 +21,7 @@ Both take the code from the completion with :func:`extract_code` (the last fence
 so a chat model may explain around its code.
 
 ``reward`` never raises for anything the completion does (syntax errors, crashes, timeouts are
-0.0). It does raise :class:`~decoding_adapters.sandbox.SandboxError` when the sandbox itself cannot
+0.0). It does raise :class:`~decoding_adapters.sandbox.runner.SandboxError` when the sandbox itself cannot
 run on this machine: silently scoring every completion 0.0 would hide a broken set-up.
 """
 
@@ -39,7 +39,7 @@ from pathlib import Path
 from types import CodeType
 from typing import Any, ClassVar
 
-from ..sandbox import FunctionSession, SandboxConfig, execute
+from ..sandbox.runner import FunctionSession, SandboxConfig, execute
 from .base import (
     Problem,
     SplitSource,
@@ -117,7 +117,7 @@ def humaneval_passes(prompt: str, code: str, test: str, entry_point: str, config
     The verdict cannot be forged by the code: ``check`` (trusted dataset code holding the
     expected values) runs here, in this process, with a stand-in ``candidate`` that sends each
     call's arguments to the sandboxed solution and gets back the literal it returned (see
-    :class:`~decoding_adapters.sandbox.FunctionSession`). The sandboxed process sees neither the
+    :class:`~decoding_adapters.sandbox.runner.FunctionSession`). The sandboxed process sees neither the
     tests nor the expected values, and nothing it prints or does to itself counts.
     """
     namespace: dict[str, Any] = {"__name__": "humaneval_check"}

@@ -5,7 +5,7 @@ SmolLM2-135M-Instruct (calibration: ``benchmarks/calibrate_pyfunc.py``, numbers 
 ``docs/pyfunc_calibration.md``): on the 200 test problems greedy decoding solves 44.5% at a
 32-token budget (47% at 48) and four samples at T=0.5 solve 59% (63.5%). A problem asks for one
 named function ("Write a Python function `add_to(x)` that returns x plus 7."); the completion's
-code is extracted, run in :mod:`decoding_adapters.sandbox` on the problem's test inputs, and
+code is extracted, run in :mod:`decoding_adapters.sandbox.runner` on the problem's test inputs, and
 passes when every return value equals the reference solution's.
 
 Splits: train, validation and test come from the training families (:data:`FAMILIES`, mixture
@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar, NamedTuple
 
-from ..sandbox import SandboxConfig, execute
+from ..sandbox.runner import SandboxConfig, execute
 from .arithmetic import allocate_blocks, family_schedule
 from .base import SPLITS, Problem, Task, chat_messages, register_task, resolve_system_prompt
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..decoding import row_seed
-from ..io import Checkpoint, JsonlLog
+from ..core.files import Checkpoint, JsonlLog
+from ..decoding.loop import row_seed
 
 log = logging.getLogger(__name__)
 

@@ -45,11 +45,11 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from ..actions import ActionSet, load_action_set
-from ..distributed import ShardedRollouts, TaskSpec, cluster_resource, connect, ray_module, wants_gpu
-from ..io import JsonlLog
-from ..models import ModelSpec, load_frozen_lm, locate_model
-from ..rollouts import HFRollouts
+from ..core.files import JsonlLog
+from ..decoding.actions import ActionSet, load_action_set
+from ..decoding.ray_rollouts import ShardedRollouts, TaskSpec, cluster_resource, connect, ray_module, wants_gpu
+from ..decoding.rollouts import HFRollouts
+from ..lm.models import ModelSpec, load_frozen_lm, locate_model
 from .common import seed_everything
 from .token import TokenBatch, TokenTrainer, token_loss
 

@@ -33,12 +33,12 @@ from typing import Literal, Protocol, Sequence, runtime_checkable
 
 import torch
 
-from ..actions import ActionSet
-from ..decoding import row_seed
-from ..io import atomic_write
-from ..policies import AdapterConfig, SequencePolicy, SequencePolicyConfig, save_adapter
-from ..rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
-from ..selection import OutcomeTable, ReplayEnvironment, check_replay_header
+from ..core.files import atomic_write
+from ..decoding.actions import ActionSet
+from ..decoding.loop import row_seed
+from ..decoding.rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
+from ..policies.networks import AdapterConfig, SequencePolicy, SequencePolicyConfig, save_adapter
+from ..selection.coverage import OutcomeTable, ReplayEnvironment, check_replay_header
 from ..tasks import check_disjoint, problems_record
 from .common import (
     TrainingLoop,

@@ -34,10 +34,17 @@ from typing import Literal
 
 import torch
 
-from ..actions import ActionSet
-from ..decoding import DecodeResult, row_seed
-from ..policies import AdapterConfig, TokenPolicy, TokenPolicyChooser, TokenPolicyConfig, UniformChooser, save_adapter
-from ..rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
+from ..decoding.actions import ActionSet
+from ..decoding.loop import DecodeResult, row_seed
+from ..decoding.rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
+from ..policies.networks import (
+    AdapterConfig,
+    TokenPolicy,
+    TokenPolicyChooser,
+    TokenPolicyConfig,
+    UniformChooser,
+    save_adapter,
+)
 from ..tasks import check_disjoint, problems_record
 from .common import (
     TrainingLoop,

@@ -1,0 +1,1 @@
+"""Standard-library utilities every layer uses: crash-safe files, logs and checkpoints; statistics."""

@@ -1,0 +1,345 @@
+"""The batched incremental decode loop and the trajectory record it returns.
+
+``decode`` prefills each *distinct* prompt once, fans the KV cache out to its rows (several samples
+or several actions of one prompt share the prefill), then decodes one token per step for every
+active row:
+
+    features (hidden, entropy, max-prob, step, remaining budget) -> chooser -> action index per row
+    -> per-row logit transforms -> sample -> stop rows at EOS / token budget -> drop finished rows
+    from the batch and the cache, so the work shrinks as rows finish.
+
+Without a chooser each row keeps one fixed action: the static-decoding baseline.
+
+Speed (issue 14). For Llama-architecture LMs the loop owns a preallocated ``RowKVCache`` (written
+in place, shrunk by moving only the rows that finish) and runs a lean step without HF's per-call
+bookkeeping (``FrozenLM.step_with_row_cache``); other LMs use HF's forward and ``DynamicCache``.
+A step does only the work its actions need: all-greedy steps draw nothing; steps without top-k /
+top-p / min-p rows skip those transforms and reuse the base softmax's exponentials when every
+sampling row has T = 1. The per-step Python work does not grow with the number of rows.
+
+Randomness: a row's draws are a counter-based hash of (its seed, the step, the stream)
+(``actions.counter_uniform``): one uniform for its token (inverse CDF) and one handed to the
+chooser for its action draw. A row's output therefore depends only on its prompt, its seed and its
+actions — not on the batch it shares, on when other rows finish, or on how rows are spread across
+workers (up to the rounding of batched matmuls).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Sequence
+
+import torch
+
+from ..lm.models import FrozenLM
+from .actions import (
+    ACTION_STREAM,
+    TOKEN_STREAM,
+    ActionSet,
+    counter_uniform,
+    inverse_cdf_sample,
+    sampling_weights,
+    transform_logits,
+)
+
+__all__ = ["StepFeatures", "Chooser", "StepTokens", "DecodeResult", "Trajectory", "decode", "row_seed", "base_entropy"]
+
+
+@dataclass(frozen=True)
+class StepFeatures:
+    """What a per-step chooser sees for the ``B`` rows still active at step ``step``."""
+
+    hidden: torch.Tensor
+    """``[B, hidden]`` float32 final hidden state of the last token (the state that produced the logits)."""
+    entropy: torch.Tensor
+    """``[B]`` entropy (nats) of the base next-token distribution ``softmax(logits)``."""
+    max_prob: torch.Tensor
+    """``[B]`` largest base next-token probability."""
+    step: int
+    """0-based index of the token about to be generated."""
+    remaining_budget: torch.Tensor
+    """``[B]`` long, tokens left including this one: ``b - t``."""
+    rows: torch.Tensor
+    """``[B]`` long, the global row index of each active row."""
+    uniform: torch.Tensor
+    """``[B]`` float32, one U[0, 1) draw per row from that row's own stream, for a reproducible action draw."""
+    seeds: torch.Tensor | None = None
+    """``[B]`` long, each row's seed: with ``step`` it keys any further per-row randomness of a chooser
+    (e.g. the token policy's dropout masks in training), independent of the batch."""
+
+
+Chooser = Callable[[StepFeatures], torch.Tensor]
+"""Maps step features to an action index per row (long ``[B]``)."""
+
+
+@dataclass(frozen=True)
+class StepTokens:
+    """What ``decode(..., on_step=...)`` reports after each step: the tokens just produced by the
+    ``B`` rows that were active (all CPU tensors, for streaming them out while decoding goes on)."""
+
+    step: int
+    """0-based index of these tokens in their rows."""
+    rows: torch.Tensor
+    """``[B]`` long, the global row index of each row."""
+    tokens: torch.Tensor
+    """``[B]`` long, the token each row produced (an EOS token included)."""
+    actions: torch.Tensor
+    """``[B]`` long, the action index that produced it."""
+    finished: torch.Tensor
+    """``[B]`` bool, this token ends the row (EOS or token budget)."""
+    at_eos: torch.Tensor
+    """``[B]`` bool, this token is a stop token (a finished row that is not at EOS hit its budget)."""
+
+
+StepCallback = Callable[[StepTokens], "Sequence[int] | None"]
+"""Called after every step; may return global row indices to stop now (e.g. a client went away)."""
+
+
+@dataclass
+class Trajectory:
+    """One generated row."""
+
+    prompt_index: int
+    prompt_ids: list[int]
+    token_ids: list[int]
+    text: str
+    actions: list[int]
+    entropies: list[float]
+    max_probs: list[float]
+    stop_reason: Literal["eos", "budget"]
+    features: torch.Tensor | None = None  # [len, hidden] when recorded
+
+
+@dataclass
+class DecodeResult:
+    """Batched record of a decode; step ``t`` of row ``i`` is valid for ``t < lengths[i]``."""
+
+    prompt_of_row: torch.Tensor  # [N] long
+    tokens: torch.Tensor  # [N, T] long, -1 past the end; includes the EOS token when one ended the row
+    lengths: torch.Tensor  # [N] long
+    actions: torch.Tensor  # [N, T] long, -1 past the end
+    entropy: torch.Tensor  # [N, T] float
+    max_prob: torch.Tensor  # [N, T] float
+    stopped_at_eos: torch.Tensor  # [N] bool
+    texts: list[str]  # decoded without special tokens
+    token_budgets: torch.Tensor  # [N] long, the token budget of each row
+    features: torch.Tensor | None = None  # [N, T, hidden] float when recorded
+    prompts: list[list[int]] = field(default_factory=list)
+
+    def valid_mask(self) -> torch.Tensor:
+        """``[N, T]`` True on generated steps."""
+        steps = torch.arange(self.tokens.shape[1])
+        return steps.unsqueeze(0) < self.lengths.unsqueeze(1)
+
+    def trajectories(self) -> list[Trajectory]:
+        out = []
+        for i in range(len(self.texts)):
+            n = int(self.lengths[i])
+            p = int(self.prompt_of_row[i])
+            out.append(
+                Trajectory(
+                    prompt_index=p,
+                    prompt_ids=self.prompts[p] if self.prompts else [],
+                    token_ids=self.tokens[i, :n].tolist(),
+                    text=self.texts[i],
+                    actions=self.actions[i, :n].tolist(),
+                    entropies=self.entropy[i, :n].tolist(),
+                    max_probs=self.max_prob[i, :n].tolist(),
+                    stop_reason="eos" if self.stopped_at_eos[i] else "budget",
+                    features=None if self.features is None else self.features[i, :n],
+                )
+            )
+        return out
+
+
+def row_seed(*keys) -> int:
+    """A 63-bit seed from any printable keys, e.g. ``row_seed(seed, problem_id, sample_index)``.
+    Stable across processes and machines (unlike ``hash``)."""
+    digest = hashlib.blake2b("\x1f".join(map(str, keys)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def base_entropy(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Entropy and max probability ``[B]`` of ``softmax(logits)`` for ``[B, V]`` logits."""
+    entropy, max_prob, _, _ = _base_stats(logits.float())
+    return entropy, max_prob
+
+
+def _base_stats(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Entropy ``[B]``, max probability ``[B]``, and, for reuse by the sampler, the shifted logits
+    ``x - max x`` and their exponentials (unnormalised probabilities) ``[B, V]``, from float32 logits.
+
+    ``H = log S - sum(w * x') / S`` with ``x' = x - max x``, ``w = exp(x')``, ``S = sum(w)``: the
+    same value as ``-sum(p log p)`` in fewer passes over the vocabulary; ``max p = 1 / S``."""
+    shifted = logits - logits.amax(dim=-1, keepdim=True)
+    weights = shifted.exp()
+    total = weights.sum(-1)
+    entropy = total.log() - (weights * shifted).nansum(-1) / total  # nansum: 0 * -inf on masked logits
+    return entropy, total.reciprocal(), shifted, weights
+
+
+class _Recorder:
+    """Preallocated ``[N, T]`` buffers written at the active rows' global indices each step."""
+
+    def __init__(self, n: int, steps: int, hidden: int, with_features: bool):
+        self.tokens = torch.full((n, steps), -1, dtype=torch.long)
+        self.actions = torch.full((n, steps), -1, dtype=torch.long)
+        self.entropy = torch.zeros(n, steps)
+        self.max_prob = torch.zeros(n, steps)
+        self.lengths = torch.zeros(n, dtype=torch.long)
+        self.eos = torch.zeros(n, dtype=torch.bool)
+        self.features = torch.zeros(n, steps, hidden) if with_features else None
+
+    def write(self, rows, t, tokens, actions, entropy, max_prob, hidden) -> None:
+        self.tokens[rows, t] = tokens.cpu()
+        self.actions[rows, t] = actions.cpu()
+        self.entropy[rows, t] = entropy.cpu()
+        self.max_prob[rows, t] = max_prob.cpu()
+        self.lengths[rows] = t + 1
+        if self.features is not None:
+            self.features[rows, t] = hidden.float().cpu()
+
+
+def _as_row_tensor(value, n: int, name: str) -> torch.Tensor:
+    t = torch.as_tensor(value, dtype=torch.long)
+    if t.dim() == 0:
+        t = t.expand(n).clone()
+    if t.shape != (n,):
+        raise ValueError(f"{name} must be a scalar or have one entry per row ({n}), got shape {tuple(t.shape)}")
+    return t
+
+
+@torch.inference_mode()
+def decode(
+    lm: FrozenLM,
+    prompts: Sequence[Sequence[int]],
+    action_set: ActionSet,
+    *,
+    prompt_of_row: Sequence[int] | torch.Tensor | None = None,
+    row_actions: int | Sequence[int] | torch.Tensor | None = None,
+    chooser: Chooser | None = None,
+    token_budget: int | Sequence[int] | torch.Tensor = 128,
+    row_seeds: Sequence[int] | None = None,
+    seed: int = 0,
+    record_features: bool = False,
+    stop_token_ids: Sequence[int] | None = None,
+    on_step: StepCallback | None = None,
+) -> DecodeResult:
+    """Decode every row; see the module docstring.
+
+    Args:
+        prompts: distinct prompts as token-id lists (prefilled once each).
+        prompt_of_row: for each output row, the index of its prompt (default: one row per prompt).
+        row_actions: fixed action index per row (or one for all); ignored when ``chooser`` is given.
+        chooser: per-step policy, ``StepFeatures -> action index [B]``.
+        token_budget: max new tokens, one for all rows or one per row.
+        row_seeds: one seed per row (default ``row_seed(seed, row)``).
+        record_features: keep the hidden state of every step (``[N, T, hidden]``, for training).
+        stop_token_ids: ids that end a row (default: the LM's EOS ids).
+        on_step: called after each step with the tokens just produced (``StepTokens``), e.g. to
+            stream them; it may return global row indices to stop now: those rows end after this
+            step as if their budget ran out (``stopped_at_eos`` False), the others are unaffected.
+    """
+    prompts = [list(p) for p in prompts]
+    if prompt_of_row is None:
+        rows_prompt = torch.arange(len(prompts))
+    else:
+        rows_prompt = torch.as_tensor(prompt_of_row, dtype=torch.long)
+    n = len(rows_prompt)
+    if n == 0:
+        raise ValueError("nothing to decode: no rows")
+    if rows_prompt.min() < 0 or rows_prompt.max() >= len(prompts):
+        raise ValueError("prompt_of_row refers to a prompt that does not exist")
+    if chooser is None and row_actions is None:
+        raise ValueError("give either a fixed action per row (row_actions) or a chooser")
+    budgets = _as_row_tensor(token_budget, n, "token_budget")
+    if budgets.min() < 1:
+        raise ValueError("token_budget must be >= 1")
+    static_actions = None if chooser is not None else _as_row_tensor(row_actions, n, "row_actions")
+    if static_actions is not None and (static_actions.min() < 0 or static_actions.max() >= len(action_set)):
+        raise ValueError(f"row_actions must be in [0, {len(action_set)})")
+    seeds = [row_seed(seed, i) for i in range(n)] if row_seeds is None else list(row_seeds)
+    if len(seeds) != n:
+        raise ValueError(f"got {len(seeds)} row seeds for {n} rows")
+
+    device = lm.device
+    seeds_dev = torch.tensor(seeds, dtype=torch.long, device=device)
+    stop_ids = torch.tensor(list(stop_token_ids) if stop_token_ids is not None else lm.eos_token_ids, device=device)
+    steps = int(budgets.max())
+    rec = _Recorder(n, steps, lm.hidden_size, record_features)
+
+    fan_out = None if torch.equal(rows_prompt, torch.arange(len(prompts))) else rows_prompt
+    hidden, logits, state = lm.start_decode(prompts, fan_out, max_new_tokens=steps)
+    active = torch.arange(n)  # global row index of each batch row (CPU)
+    active_dev = active.to(device)
+    budgets_dev = budgets.to(device)
+
+    for t in range(steps):
+        entropy, max_prob, shifted, weights = _base_stats(logits)
+        remaining = budgets_dev[active_dev] - t
+        if chooser is not None:
+            uniform = counter_uniform(seeds_dev[active_dev], t, ACTION_STREAM, dtype=torch.float32)
+            features = StepFeatures(
+                hidden.float(), entropy, max_prob, t, remaining, active, uniform, seeds_dev[active_dev]
+            )
+            action_index = chooser(features).to(device=device, dtype=torch.long)
+        else:
+            action_index = static_actions[active].to(device)
+        tokens = _sample_step(logits, shifted, weights, action_set, action_index, seeds_dev[active_dev], t)
+        rec.write(active, t, tokens, action_index, entropy, max_prob, hidden if record_features else None)
+
+        at_eos = torch.isin(tokens, stop_ids)
+        done = at_eos | (remaining <= 1)
+        rec.eos[active[at_eos.cpu()]] = True
+        if on_step is not None:
+            cancel = on_step(StepTokens(t, active, tokens.cpu(), action_index.cpu(), done.cpu(), at_eos.cpu()))
+            if cancel is not None and len(cancel) > 0:
+                done = done | torch.isin(active, torch.as_tensor(cancel, dtype=torch.long).reshape(-1)).to(device)
+        if bool(done.all()):
+            break
+        if bool(done.any()):  # shrink the batch and the cache to the rows still running
+            order = state.drop(done)
+            tokens, active_dev = tokens[order], active_dev[order]
+            active = active[order.cpu()]
+        hidden, logits = state.step(tokens)
+
+    texts = lm.tokenizer.batch_decode(
+        [rec.tokens[i, : rec.lengths[i]].tolist() for i in range(n)], skip_special_tokens=True
+    )
+    return DecodeResult(
+        prompt_of_row=rows_prompt,
+        tokens=rec.tokens,
+        lengths=rec.lengths,
+        actions=rec.actions,
+        entropy=rec.entropy,
+        max_prob=rec.max_prob,
+        stopped_at_eos=rec.eos,
+        texts=texts,
+        token_budgets=budgets,
+        features=rec.features,
+        prompts=prompts,
+    )
+
+
+def _sample_step(logits: torch.Tensor, shifted: torch.Tensor, weights: torch.Tensor, action_set: ActionSet,
+                 action_index: torch.Tensor, seeds: torch.Tensor, step: int) -> torch.Tensor:
+    """Next token per row for one step, doing only the work the rows' actions need.
+
+    ``shifted`` / ``weights``: ``logits - max`` and its exponentials from ``_base_stats`` (reused
+    when every sampling row has T = 1 and no truncation); ``seeds``: the rows' seeds (``[B]`` long)."""
+    params = action_set.params(action_index)
+    if action_set.all_greedy or bool(params.greedy.all()):
+        return logits.argmax(-1)
+    use_top_k = action_set.uses_top_k and bool((params.top_k > 0).any())
+    use_top_p = action_set.uses_top_p and bool((params.top_p < 1).any())
+    use_min_p = action_set.uses_min_p and bool((params.min_p > 0).any())
+    if use_top_k or use_top_p or use_min_p:
+        transformed = transform_logits(logits, params, use_top_k=use_top_k, use_top_p=use_top_p, use_min_p=use_min_p)
+        weights = sampling_weights(transformed)
+    elif not bool((params.temperature == 1).all()):  # greedy rows carry T = 1
+        weights = (shifted / params.temperature.unsqueeze(-1)).exp()  # exp((x - max x) / T)
+    sampled = inverse_cdf_sample(weights, counter_uniform(seeds, step, TOKEN_STREAM))
+    if action_set.uses_greedy and bool(params.greedy.any()):  # argmax is a full pass over [B, V]: only when needed
+        sampled = torch.where(params.greedy, logits.argmax(-1), sampled)
+    return sampled

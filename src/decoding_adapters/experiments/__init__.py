@@ -1,0 +1,1 @@
+"""End-to-end experiments composed of the library's stages: the demo, the reproduce run, the domain study."""

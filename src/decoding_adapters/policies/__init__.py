@@ -1,0 +1,1 @@
+"""The adapters' policies (sequence and token), their choosers, save/load and model cards."""

@@ -1,0 +1,228 @@
+"""Model cards: a ``README.md`` beside ``adapter.json`` so that an adapter directory describes itself.
+
+``save_adapter`` calls :func:`write_model_card` after writing the weights, so every adapter directory
+has one. The card holds, from ``AdapterConfig`` alone: the base model and its fingerprint, the task,
+the kind of adapter and its inputs, the action set (in policy-output order), the training settings,
+and copy-paste usage. The evaluation table is added when results are known: passed as
+``evaluation=`` (``evaluate``'s ``results.json`` content: ``{method: {metric: {mean, ci_low,
+ci_high}}}``), or found as ``results.json`` / ``eval/results.json`` inside the adapter directory;
+``policies.add_evaluation(adapter_dir, eval_dir)`` rewrites the card after an ``evaluate`` run.
+
+The card opens with Hugging Face hub metadata (YAML front matter) so the directory can be uploaded
+as it is; ``base_model`` is only stated there when it looks like a hub id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..decoding.actions import DecodingAction
+
+__all__ = ["render_model_card", "write_model_card", "read_results", "MODEL_CARD_NAME"]
+
+MODEL_CARD_NAME = "README.md"
+_EVAL_FILES = ("results.json", "eval/results.json")
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (dict, list)):
+        return "`" + json.dumps(value) + "`"
+    return "—" if value is None else str(value).replace("|", "\\|")
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    return lines + ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
+
+
+def _front_matter(config) -> list[str]:
+    lines = ["---", "library_name: decoding-adapters", "tags:", "- decoding-adapter", f"- {config.kind}-level"]
+    base = config.base_model
+    if base.count("/") == 1 and not base.startswith((".", "/", "~")) and not Path(base).exists():
+        lines.insert(1, f"base_model: {base}")
+    return lines + ["---", ""]
+
+
+def _inputs(config) -> str:
+    p = config.policy
+    if config.kind == "sequence":
+        budget = " and the parallel budget B (x = [e ; g(B)])" if p.get("use_budget", True) else " (x = e, no budget)"
+        pooling = config.embedding.get("pooling", "mean")
+        return f"one action per prompt from the LM's prompt embedding e ({pooling}-pooled final hidden state){budget}"
+    feature = (
+        "the LM's final hidden state h_t"
+        if p.get("features", "hidden") == "hidden"
+        else "the entropy of the base next-token distribution"
+    )
+    budget = f" and the remaining token budget b_t (b = {p.get('token_budget')})" if p.get("use_budget", True) else ""
+    return f"one action per generated token from {feature}{budget}"
+
+
+def _actions_table(config) -> list[str]:
+    rows = []
+    for i, d in enumerate(config.actions):
+        a = DecodingAction.from_dict(d)
+        if a.is_greedy:
+            rows.append([i, a.name, "greedy", None, None, None])
+        else:
+            rows.append([i, a.name, a.temperature, a.top_k, a.top_p, a.min_p])
+    return _table(["#", "action", "temperature", "top-k", "top-p", "min-p"], rows)
+
+
+def _evaluation_table(results: Mapping[str, Mapping]) -> list[str]:
+    metrics: list[str] = []
+    for per_method in results.values():
+        if isinstance(per_method, Mapping):
+            metrics += [m for m in per_method if m not in metrics and isinstance(per_method[m], Mapping)]
+    if not metrics:
+        return []
+    rows = []
+    for method, per_method in results.items():
+        if not isinstance(per_method, Mapping):
+            continue
+        row = [method]
+        for m in metrics:
+            s = per_method.get(m)
+            if not isinstance(s, Mapping) or "mean" not in s:
+                row.append(None)
+                continue
+            scale = 100.0 if m.startswith("pass@") else 1.0  # pass@k in percent, as the reports print it
+            half = (s["ci_high"] - s["ci_low"]) / 2 * scale if "ci_low" in s and "ci_high" in s else None
+            row.append(f"{s['mean'] * scale:.2f}" + (f" ± {half:.2f}" if half is not None else ""))
+        rows.append(row)
+    header = ["method"] + [f"{m} (%)" if m.startswith("pass@") else m for m in metrics]
+    return _table(header, rows) + ["", "Mean ± half-width of the 95% interval reported by `evaluate`."]
+
+
+def _usage(config, name: str) -> list[str]:
+    if config.kind == "token":
+        py = [
+            "from transformers import AutoModelForCausalLM, AutoTokenizer",
+            "from decoding_adapters import Adapter",
+            "",
+            f'adapter = Adapter.from_pretrained("{name}")',
+            f'model = AutoModelForCausalLM.from_pretrained("<{config.base_model}>")',
+            "with adapter.logits_processor(model) as lp:",
+            f"    out = model.generate(**inputs, max_new_tokens={config.policy.get('token_budget', 128)},"
+            " **lp.generate_kwargs())",
+        ]
+    else:
+        py = [
+            "from decoding_adapters import Adapter",
+            "",
+            f'adapter = Adapter.from_pretrained("{name}", lm="base")  # its own base model, for prompt embeddings',
+            'configs = adapter.generation_config(["What is 2+3?"], n=4, max_new_tokens=256)  # transformers',
+            'params = adapter.sampling_params(["What is 2+3?"], n=4, max_tokens=256)          # vLLM',
+        ]
+    return [
+        "```python",
+        *py,
+        "```",
+        "",
+        "or with this project's own decode loop:",
+        "",
+        "```bash",
+        f'decoding-adapters generate --adapter {name} "What is 2+3?"',
+        "```",
+    ]
+
+
+def render_model_card(config, directory: str | Path = "adapter", evaluation: Mapping | None = None) -> str:
+    """The model card text for ``config`` (an ``AdapterConfig``), with ``evaluation`` results if given."""
+    name = Path(directory).name or "adapter"
+    fp = {k: v for k, v in config.base_fingerprint.items() if k != "name_or_path"}
+    lines = _front_matter(config) + [
+        f"# Decoding adapter `{name}`",
+        "",
+        f"A **{config.kind}-level decoding adapter** trained with decoding-adapters "
+        f"(*Learning Adaptive LLM Decoding*): a small policy that picks how the frozen LM decodes — "
+        f"{_inputs(config)}. The LM itself is unchanged.",
+        "",
+        "## Base model and task",
+        "",
+        *_table(
+            ["", ""],
+            [
+                ["base model", f"`{config.base_model}`"],
+                ["fingerprint", fp],
+                ["task", config.task or "—"],
+                ["parallel budgets B seen in training", config.parallel_budgets or "—"],
+                ["token budget b of training", config.token_budget or "—"],
+            ],
+        ),
+        "",
+        "Loading it onto an LM with another hidden size or vocabulary fails with a clear error.",
+        "",
+        "## Actions",
+        "",
+        "Policy outputs, in order (processor order: temperature → top-k → top-p → min-p, as HF `generate`).",
+        "",
+        *_actions_table(config),
+        "",
+        "## Policy",
+        "",
+        *_table(["setting", "value"], [[k, v] for k, v in config.policy.items()]),
+        "",
+    ]
+    if config.training:
+        lines += [
+            "## Training settings",
+            "",
+            *_table(["setting", "value"], [[k, v] for k, v in config.training.items()]),
+            "",
+        ]
+    table = _evaluation_table(evaluation) if evaluation else []
+    if table:
+        lines += ["## Evaluation", "", *table, ""]
+    lines += [
+        "## Usage",
+        "",
+        *_usage(config, name),
+        "",
+        "Files: `adapter.safetensors` (policy weights), `adapter.json` (everything needed to use it again), "
+        "this `README.md`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _find_evaluation(directory: Path) -> dict | None:
+    for rel in _EVAL_FILES:
+        path = directory / rel
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            if isinstance(data, dict):
+                return data
+    return None
+
+
+def write_model_card(directory: str | Path, config, evaluation: Mapping | None = None) -> Path:
+    """Write ``README.md`` into the adapter ``directory`` (atomically) and return its path.
+
+    ``evaluation`` defaults to a ``results.json`` (or ``eval/results.json``) found in ``directory``."""
+    directory = Path(directory)
+    text = render_model_card(config, directory, evaluation if evaluation is not None else _find_evaluation(directory))
+    path, tmp = directory / MODEL_CARD_NAME, directory / f"{MODEL_CARD_NAME}.tmp{os.getpid()}"
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def read_results(eval_dir_or_results: str | Path | Mapping) -> Mapping:
+    """An evaluation's results mapping from an ``evaluate`` output directory, a ``results.json``
+    path, or the mapping itself."""
+    if isinstance(eval_dir_or_results, Mapping):
+        return eval_dir_or_results
+    path = Path(eval_dir_or_results)
+    path = path / "results.json" if path.is_dir() else path
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: point at an `evaluate` output directory or its results.json")
+    return json.loads(path.read_text())

@@ -1,0 +1,1 @@
+"""Tables, verdicts and figures from evaluation results."""

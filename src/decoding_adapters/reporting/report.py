@@ -1,0 +1,831 @@
+"""Write a report directory from an evaluation: ``report.md``, ``results.json`` and figures.
+
+Inputs are the files ``evaluate`` writes (``results.json``, ``eval_details.json``; see
+``decoding_adapters.evaluation``) and, optionally, training logs (JSONL, one record per step:
+``{"step", "reward", "entropy", "action_probs": [K floats], "val_reward"?}``; other lines are
+ignored). The report holds:
+
+- tables shaped like the paper's: static sampling (Best, Mixed) vs the sequence-level adapters
+  (w/o budget, w/ budget) with Δ absolute and relative vs Best; static (Greedy, Mixed) vs the
+  token-level adapters (w/o budget, w/ budget, entropy-only) with Δ vs Greedy; values are mean ±
+  CI half-width, pass@k in percent;
+- a plain verdict per adapter, from paired per-problem differences: whether it beats the baseline,
+  by how much, and whether the interval of the difference excludes zero;
+- figures: pass@k curves, action probabilities and validation reward over training, entropy
+  modulation, generation lengths, sequence-adapter choices, word clouds by action, and an HTML
+  action trace of token-adapter generations.
+
+Nothing in the text is fixed in advance: every claim is computed from the numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from ..core.files import write_json, write_text
+from ..core.stats import format_interval, paired_ci
+from ..decoding.actions import DecodingAction
+from . import plots
+
+__all__ = [
+    "load_evaluation",
+    "load_training_log",
+    "method_info",
+    "sequence_table",
+    "token_table",
+    "all_methods_table",
+    "verdicts",
+    "ood_lines",
+    "paper_interval_table",
+    "write_report",
+    "truncation_section",
+    "training_curve_section",
+]
+
+
+ROLE_ORDER = {"w/o budget": 0, "w/ budget": 1, "entropy-only": 2}
+
+
+# ---- inputs ---------------------------------------------------------------------------------------
+
+
+def load_evaluation(eval_dir: str | Path) -> tuple[dict, dict | None]:
+    """``(results, details)`` from an ``evaluate`` output directory (details None if absent)."""
+    eval_dir = Path(eval_dir)
+    path = eval_dir / "results.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{eval_dir} holds no results.json: point --eval at a directory written by `evaluate`")
+    details_path = eval_dir / "eval_details.json"
+    details = json.loads(details_path.read_text()) if details_path.is_file() else None
+    return json.loads(path.read_text()), details
+
+
+def load_training_log(path: str | Path) -> list[dict]:
+    """Records of a training log that carry ``action_probs``, in file order (torn lines skipped)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"training log not found: {path}")
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("action_probs"), list) and "step" in rec:
+            out.append(rec)
+    return out
+
+
+def _log_action_names(path: Path, records: list[dict], given) -> list[str]:
+    """Action names for a log: given explicitly, else from adapter.json next to the log."""
+    if given:
+        return list(given)
+    adapter = path.parent / "adapter.json"
+    if adapter.is_file():
+        try:
+            return [DecodingAction.from_dict(a).name for a in json.loads(adapter.read_text())["actions"]]
+        except (KeyError, ValueError, TypeError):
+            pass
+    k = max((len(r["action_probs"]) for r in records), default=0)
+    return [f"action {i}" for i in range(k)]
+
+
+# ---- which method is which ------------------------------------------------------------------------
+
+
+def _infer(name: str) -> dict:
+    low = name.lower()
+    if low.startswith("greedy"):
+        return {"kind": "greedy", "role": "greedy", "level": "static"}
+    if low.startswith("best token action"):
+        return {"kind": "static", "role": "best token action", "level": "token"}
+    if low.startswith("best"):
+        return {"kind": "static", "role": "best", "level": "static"}
+    if low.startswith("mixed per sequence"):
+        return {"kind": "mixed", "role": "mixed per sequence", "level": "token"}
+    if low.startswith("mixed"):
+        return {"kind": "mixed", "role": "mixed", "level": "token" if "token" in low else "static"}
+    level = "token" if "token" in low or "tok" in low else "sequence"
+    role = "entropy-only" if "entropy" in low else "w/o budget" if "w/o" in low or "without" in low else "w/ budget"
+    return {"kind": level, "role": role, "level": level}
+
+
+def method_info(results: Mapping, details: Mapping | None) -> dict[str, dict]:
+    """``{method: {kind, role, level, actions}}`` from details, or guessed from the names."""
+    known = (details or {}).get("methods", {})
+    return {name: {**_infer(name), "actions": [], **known.get(name, {})} for name in results}
+
+
+def _first(info, **match) -> str | None:
+    for name, i in info.items():
+        if all(i.get(k) == v for k, v in match.items()):
+            return name
+    return None
+
+
+def _adapters(info, level: str) -> list[str]:
+    names = [n for n, i in info.items() if i["kind"] == level]
+    return sorted(names, key=lambda n: (ROLE_ORDER.get(info[n]["role"], 9), list(info).index(n)))
+
+
+def _column_labels(names: Sequence[str], info) -> list[str]:
+    roles = [info[n]["role"] for n in names]
+    return [roles[i] if roles.count(roles[i]) == 1 and roles[i] else n for i, n in enumerate(names)]
+
+
+# ---- formatting -----------------------------------------------------------------------------------
+
+
+def _scale(metric: str) -> float:
+    return 100.0 if metric.startswith("pass@") else 1.0
+
+
+def _fmt_entry(entry: Mapping | None, metric: str, bold: bool = False) -> str:
+    if not entry:
+        return "–"
+    sc = _scale(metric)
+    low, high = entry.get("ci_low"), entry.get("ci_high")
+    text = format_interval(entry["mean"] * sc, None if low is None else low * sc, None if high is None else high * sc)
+    return f"**{text}**" if bold else text
+
+
+def _fmt_delta(value: float, base: float, metric: str) -> str:
+    s = _scale(metric)
+    diff = (value - base) * s
+    rel = f" ({_signed(diff / (base * s) * 100)}%)" if base else ""
+    if not metric.startswith("pass@"):
+        return f"{_signed(diff, 1)}{rel}"
+    arrow = "▲" if round(diff, 2) > 0 else "▼" if round(diff, 2) < 0 else "="
+    return f"{arrow} {_signed(diff)}{rel}"
+
+
+def _metric_label(metric: str) -> str:
+    return metric.replace("pass@", "Pass@") if metric.startswith("pass@") else "Mean length (tokens)"
+
+
+def _metrics(results: Mapping) -> list[str]:
+    first = next(iter(results.values()), {})
+    passes = sorted((m for m in first if m.startswith("pass@")), key=lambda m: int(m.split("@")[1]))
+    return passes + [m for m in first if not m.startswith("pass@")]
+
+
+def _best_of(results, names, metric) -> set[str]:
+    """The columns with the highest mean (pass@k only: a longer generation is not better)."""
+    cands = [n for n in names if results.get(n, {}).get(metric)]
+    if not metric.startswith("pass@") or not cands:
+        return set()
+    top = max(results[n][metric]["mean"] for n in cands)
+    return {n for n in cands if results[n][metric]["mean"] >= top - 1e-12}
+
+
+def _setting(details: Mapping | None) -> str:
+    ratio = (details or {}).get("config", {}).get("cot_ratio")
+    if ratio is None:
+        return ""
+    return "w/o CoT" if ratio == 0 else "CoT" if ratio == 1 else f"mix CoT ({ratio:g})"
+
+
+# ---- tables ---------------------------------------------------------------------------------------
+
+
+def sequence_table(results: Mapping, details: Mapping | None = None) -> str:
+    """Paper-style markdown table: Best / Mixed vs sequence-level adapters, Δ vs Best. '' if no adapter."""
+    info = method_info(results, details)
+    adapters = _adapters(info, "sequence")
+    if not adapters:
+        return ""
+    best = _first(info, role="best") or _first(info, role="greedy")
+    mixed = _first(info, role="mixed", level="static") or _first(info, role="mixed")
+    static = [n for n in (best, mixed) if n]
+    cols = static + adapters
+    labels = [f"{'Best' if n == best and info[n]['role'] == 'best' else _column_labels([n], info)[0].capitalize()}"
+              for n in static] + _column_labels(adapters, info)
+    head = ["Metric", "Setting"] + [f"{lab}<br><sub>{n}</sub>" if lab != n else lab for lab, n in zip(labels, cols)]
+    lines = [_row(head), _row(["---", "---"] + ["---:"] * len(cols))]
+    for metric in _metrics(results):
+        top = _best_of(results, cols, metric)
+        lines.append(_row([_metric_label(metric), _setting(details)] +
+                          [_fmt_entry(results[n].get(metric), metric, n in top) for n in cols]))
+        if best and results[best].get(metric):
+            base = results[best][metric]["mean"]
+            lines.append(_row(["", f"Δ abs. (rel.) vs {best}"] + [""] * len(static) +
+                              [_fmt_delta(results[n][metric]["mean"], base, metric) if results[n].get(metric) else ""
+                               for n in adapters]))
+    return "\n".join(lines)
+
+
+def _token_mixed(info) -> str | None:
+    """The token table's Mixed: the per-token mixture (``per_token`` in eval_details), else a mixture
+    of the token level, else any Mixed (results written before issue 13 carry no ``per_token``)."""
+    return (
+        _first(info, role="mixed", level="token", per_token=True)
+        or _first(info, role="mixed", level="token")
+        or _first(info, role="mixed")
+    )
+
+
+def _token_statics(info) -> list[str]:
+    """The token table's static columns: Greedy, per-token Mixed, best token action, the per-sequence
+    mixture of the token actions, then any single token-action rows."""
+    named = [
+        _first(info, role="greedy"),
+        _token_mixed(info),
+        _first(info, role="best token action"),
+        _first(info, role="mixed per sequence"),
+    ]
+    rows = [n for n, i in info.items() if i.get("role") == "token action"]
+    return list(dict.fromkeys(n for n in named + rows if n))
+
+
+_TOKEN_LABELS = {
+    "greedy": "Greedy",
+    "mixed": "Mixed (per token)",
+    "best token action": "Best token action",
+    "mixed per sequence": "Mixed (per sequence)",
+}
+
+
+def token_table(results: Mapping, details: Mapping | None = None) -> str:
+    """Paper-style markdown table: Greedy / per-token Mixed / best token action vs token-level adapters,
+    each adapter with a Δ vs Greedy column."""
+    info = method_info(results, details)
+    adapters = _adapters(info, "token")
+    if not adapters:
+        return ""
+    greedy = _first(info, role="greedy")
+    base = greedy or _first(info, role="best")
+    static = _token_statics(info)
+    head = ["Metric", "Setting"]
+    for n in static:
+        label = _TOKEN_LABELS.get(info[n]["role"], n)
+        if info[n]["role"] == "mixed" and (info[n].get("level") != "token" or info[n].get("per_token") is False):
+            label = "Mixed (per sequence)" if info[n].get("per_token") is False else "Mixed"
+        head.append(label if label == n else f"{label}<br><sub>{n}</sub>")
+    for lab, n in zip(_column_labels(adapters, info), adapters):
+        head += [lab if lab == n else f"{lab}<br><sub>{n}</sub>", "Δ" if base else ""]
+    lines = [_row(head), _row(["---", "---"] + ["---:"] * (len(head) - 2))]
+    for metric in _metrics(results):
+        top = _best_of(results, static + adapters, metric)
+        cells = [_metric_label(metric), _setting(details)] + [_fmt_entry(results[n].get(metric), metric, n in top)
+                                                               for n in static]
+        for n in adapters:
+            cells.append(_fmt_entry(results[n].get(metric), metric, n in top))
+            ok = base and results[n].get(metric) and results[base].get(metric)
+            cells.append(_fmt_delta(results[n][metric]["mean"], results[base][metric]["mean"], metric) if ok else "")
+        lines.append(_row(cells))
+    return "\n".join(lines)
+
+
+def all_methods_table(results: Mapping, details: Mapping | None = None) -> str:
+    """Every method (rows) by every metric (columns)."""
+    metrics = _metrics(results)
+    info = method_info(results, details)
+    lines = [
+        _row(["Method", "Kind"] + [_metric_label(m) for m in metrics]),
+        _row(["---", "---"] + ["---:"] * len(metrics)),
+    ]
+    tops = {m: _best_of(results, list(results), m) for m in metrics}
+    for name, res in results.items():
+        kind = info[name]["kind"] + (f" ({info[name]['role']})" if info[name]["kind"] in ("sequence", "token") else "")
+        lines.append(_row([name, kind] + [_fmt_entry(res.get(m), m, name in tops[m]) for m in metrics]))
+    return "\n".join(lines)
+
+
+def paper_interval_table(results: Mapping) -> str:
+    """Every method by pass@k as ``mean ± h`` with h the paper-style half-width (normal-approximation
+    binomial over all (problem, run) outcomes, ``binomial_halfwidth`` in results.json); '' when the
+    results carry none (written before issue 13)."""
+    metrics = [m for m in _metrics(results) if m.startswith("pass@")]
+    if not any("binomial_halfwidth" in (res.get(m) or {}) for res in results.values() for m in metrics):
+        return ""
+    lines = [_row(["Method"] + [_metric_label(m) for m in metrics] + ["Outcomes"]),
+             _row(["---"] + ["---:"] * (len(metrics) + 1))]
+    for name, res in results.items():
+        cells = [name]
+        for m in metrics:
+            e = res.get(m) or {}
+            h = e.get("binomial_halfwidth")
+            cells.append("–" if h is None else f"{e['mean'] * 100:.2f} ± {h * 100:.2f}")
+        outcomes = next((res[m].get("outcomes") for m in metrics if res.get(m)), None)
+        lines.append(_row(cells + ["–" if outcomes is None else str(outcomes)]))
+    return "\n".join(lines)
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(str(c).replace("|", "\\|") if "<br>" not in str(c) else str(c) for c in cells) + " |"
+
+
+def seed_table(results: Mapping, details: Mapping | None) -> str:
+    """Across-seed spread: the mean over problems computed separately for each seed."""
+    summary = (details or {}).get("summary", {})
+    metrics = [m for m in _metrics(results) if m.startswith("pass@")]
+    metrics = metrics[:1] + metrics[-1:] if len(metrics) > 1 else metrics
+    if not summary or not metrics:
+        return ""
+    lines = [
+        _row(["Method"] + [f"{_metric_label(m)}: per seed (sd)" for m in metrics]),
+        _row(["---"] + ["---"] * len(metrics)),
+    ]
+    for name in results:
+        cells = [name]
+        for m in metrics:
+            s = summary.get(name, {}).get(m)
+            cells.append(
+                "–"
+                if not s
+                else " / ".join(f"{v * 100:.1f}" for v in s["seed_means"]) + f" (sd {s['seed_std'] * 100:.2f})"
+            )
+        lines.append(_row(cells))
+    return "\n".join(lines)
+
+
+# ---- verdicts -------------------------------------------------------------------------------------
+
+
+def _per_problem_means(details, name, metric) -> list[float] | None:
+    rows = (details or {}).get("per_problem", {}).get(name, {}).get(metric)
+    return [statistics.fmean(r) for r in rows] if rows else None
+
+
+def compare(results, details, adapter: str, baseline: str, metric: str, confidence: float) -> dict:
+    """Adapter minus baseline on ``metric``: a paired interval over problems when per-problem values
+    exist; otherwise only the difference of means, judged by whether the two methods' intervals overlap."""
+    a, b = _per_problem_means(details, adapter, metric), _per_problem_means(details, baseline, metric)
+    if a and b and len(a) == len(b):
+        diff, low, high = paired_ci(a, b, confidence)
+        if metric.startswith("pass@"):  # a difference of probabilities lies in [-1, 1]
+            low, high = max(low, -1.0), min(high, 1.0)
+        return {"diff": diff, "low": low, "high": high, "paired": True, "separated": 0}
+    ra, rb = results[adapter][metric], results[baseline][metric]
+    separated = 0
+    if None not in (ra.get("ci_low"), ra.get("ci_high"), rb.get("ci_low"), rb.get("ci_high")):
+        separated = 1 if ra["ci_low"] > rb["ci_high"] else -1 if ra["ci_high"] < rb["ci_low"] else 0
+    return {"diff": ra["mean"] - rb["mean"], "low": math.nan, "high": math.nan, "paired": False, "separated": separated}
+
+
+def _outcome(c: Mapping) -> str:
+    """'better' / 'worse' when the interval of the difference excludes 0 (unpaired: when the two
+    intervals do not overlap), else 'ahead' / 'behind' / 'tie'."""
+    if (not math.isnan(c["low"]) and c["low"] > 0) or c.get("separated") == 1:
+        return "better"
+    if (not math.isnan(c["high"]) and c["high"] < 0) or c.get("separated") == -1:
+        return "worse"
+    return "ahead" if c["diff"] > 0 else "behind" if c["diff"] < 0 else "tie"
+
+
+def _signed(x: float, digits: int = 2) -> str:
+    """``+1.23`` / ``-1.23``, and ``+0.00`` rather than ``-0.00``."""
+    return f"{round(x, digits) + 0.0:+.{digits}f}"
+
+
+def _diff_text(metric: str, c: Mapping) -> str:
+    text = f"{metric.replace('pass@', 'Pass@')} {_signed(c['diff'] * 100)}"
+    if not math.isnan(c["low"]):
+        text += f" [{_signed(c['low'] * 100)}, {_signed(c['high'] * 100)}]"
+    return text + {"better": " ✔", "worse": " ✘"}.get(_outcome(c), "")
+
+
+def verdicts(results: Mapping, details: Mapping | None = None, confidence: float | None = None) -> list[str]:
+    """One markdown paragraph per adapter and baseline: how it compares on every pass@k. Sequence
+    adapters: vs Best. Token adapters: vs Greedy and vs the per-token Mixed (the paper's token
+    table), and vs the best single token action (chosen on validation) where it was evaluated."""
+    info = method_info(results, details)
+    confidence = confidence or (details or {}).get("config", {}).get("confidence", 0.95)
+    metrics = [m for m in _metrics(results) if m.startswith("pass@")]
+    out = []
+    for level in ("sequence", "token"):
+        baselines = _baselines_for(info, level)
+        for name in _adapters(info, level):
+            if not baselines:
+                out.append(f"- **{name}**: no static baseline was evaluated, so no comparison is made.")
+                continue
+            out += [_adapter_verdict(results, details, name, b, metrics, confidence) for b in baselines]
+    return out
+
+
+def _baselines_for(info, level) -> list[str]:
+    """Sequence adapters: Best (the paper's reference). Token adapters: Greedy, the token-level
+    Mixed and the best token action, those evaluated; any static method when none was."""
+    statics = [n for n, i in info.items() if i["kind"] in ("greedy", "static", "mixed")]
+    if level == "sequence":
+        first = _first(info, role="best") or (statics[0] if statics else None)
+        return [first] if first else []
+    mixed = _token_mixed(info)
+    named = [n for n in (_first(info, role="greedy"), mixed, _first(info, role="best token action")) if n]
+    return list(dict.fromkeys(named)) or statics[:1]
+
+
+def _adapter_verdict(results, details, name, baseline, metrics, confidence) -> str:
+    comps = {
+        m: compare(results, details, name, baseline, m, confidence)
+        for m in metrics
+        if results[name].get(m) and results[baseline].get(m)
+    }
+    outcomes = [_outcome(c) for c in comps.values()]
+    better, worse, n = outcomes.count("better"), outcomes.count("worse"), len(outcomes)
+    ahead = outcomes.count("ahead")
+    if n and better == n:
+        head = f"**{name} beats {baseline}** on every pass@k, and every difference is significant."
+    elif better:
+        head = f"**{name} beats {baseline} on {better} of {n} pass@k metrics** (significant); not on the others."
+    elif worse:
+        head = f"**{name} does not beat {baseline}**: it is significantly worse on {worse} of {n} pass@k metrics."
+    elif ahead:
+        head = (
+            f"**{name} does not beat {baseline}**: it is ahead on {ahead} of {n} pass@k metrics, "
+            "but no difference is significant."
+        )
+    else:
+        head = f"**{name} does not beat {baseline}**: it is level or behind on every pass@k, none significantly."
+    paired = all(c["paired"] for c in comps.values())
+    unit = (
+        f"paired {confidence:.0%} CI over problems"
+        if paired
+        else "no per-problem values: significant only where the two methods' intervals do not overlap"
+    )
+    return f"- {head}\n  Difference in points ({unit}): " + "; ".join(_diff_text(m, c) for m, c in comps.items()) + "."
+
+
+# ---- figures --------------------------------------------------------------------------------------
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "x"
+
+
+def _action_names(info, name) -> list[str]:
+    return list(info.get(name, {}).get("actions", []))
+
+
+def _figures(out: Path, results, details, info, training_logs, action_names) -> list[tuple[str, str, str]]:
+    """Make every figure the data allows; returns (heading, file name, caption) triples."""
+    static = [n for n, i in info.items() if i["kind"] in ("greedy", "static", "mixed")]
+    confidence = (details or {}).get("config", {}).get("confidence", 0.95)
+    figs = [
+        (
+            "Pass@k",
+            plots.plot_pass_at_k(results, out / "pass_at_k.png", static=static, confidence=confidence).name,
+            "Pass@k (%) against the number of parallel samples k, with confidence-interval bars; "
+            "static baselines dashed.",
+        )
+    ]
+    figs += _training_figures(out, training_logs or {}, action_names)
+    if details:
+        figs += _detail_figures(out, results, details, info)
+    return figs
+
+
+def _training_figures(out: Path, training_logs: Mapping[str, str | Path], action_names) -> list[tuple[str, str, str]]:
+    figs = []
+    for name, path in training_logs.items():
+        records = load_training_log(path)
+        given = action_names.get(name) if isinstance(action_names, Mapping) else action_names
+        names = _log_action_names(Path(path), records, given)
+        file = plots.plot_training(
+            records,
+            names,
+            out / f"training_{_slug(name)}.png",
+            title=f"Action distribution and reward during training: {name}",
+        )
+        n_val = sum(1 for r in records if "val_reward" in r)
+        figs.append(
+            (
+                f"Training: {name}",
+                file.name,
+                f"Mean action probabilities (stacked, left axis) over {len(records)} logged steps, with the validation "
+                f"reward ({n_val} evaluations) and the smoothed training reward (right axis); split into CoT / "
+                f"non-CoT / all prompts when the log records both.",
+            )
+        )
+    return figs
+
+
+def _static_reference(info, level: str) -> str | None:
+    if level == "token":
+        return (
+            _first(info, role="mixed", level="token")
+            or _first(info, role="mixed")
+            or _first(info, role="greedy")
+            or _first(info, role="best")
+        )
+    return _first(info, role="best") or _first(info, role="mixed") or _first(info, role="greedy")
+
+
+def _detail_figures(out: Path, results, details, info) -> list[tuple[str, str, str]]:
+    figs = []
+    trajs = details.get("trajectories", {})
+    lengths = details.get("lengths", {})
+    groups = []
+    for level, title in (("sequence", "Sequence level"), ("token", "Token level")):
+        adapters = _adapters(info, level)
+        if adapters:
+            ref = [
+                n
+                for n in (_first(info, role="greedy") if level == "token" else None, _static_reference(info, level))
+                if n
+            ]
+            groups.append((title, {n: lengths.get(n, []) for n in dict.fromkeys(ref + adapters)}))
+    if not groups:
+        groups = [("All methods", {n: lengths.get(n, []) for n in results})]
+    figs.append(
+        (
+            "Generation lengths",
+            plots.plot_lengths(groups, out / "lengths.png").name,
+            "Distribution of generation lengths (tokens) of a static reference and the adapters; "
+            "dashed lines mark means.",
+        )
+    )
+    choices = details.get("sequence_choices", {})
+    if choices:
+        file = plots.plot_sequence_choices(
+            choices, {n: _action_names(info, n) for n in choices}, out / "sequence_choices.png"
+        )
+        figs.append(
+            (
+                "Sequence-level choices",
+                file.name,
+                "Share of test problems for which each sequence adapter picks each action, at each parallel budget B.",
+            )
+        )
+    for name in _adapters(info, "token"):
+        figs += _token_figures(out, details, info, name, trajs)
+    return figs
+
+
+def _token_figures(out: Path, details, info, name: str, trajs) -> list[tuple[str, str, str]]:
+    figs, names, slug = [], _action_names(info, name), _slug(name)
+    if not names:
+        names = [
+            f"action {i}" for i in range(1 + max((a for t in trajs.get(name, []) for a in t["actions"]), default=0))
+        ]
+    ref = _static_reference(info, "token")
+    if ref:
+        file = plots.plot_entropy_modulation(
+            trajs.get(ref, []),
+            trajs.get(name, []),
+            names,
+            out / f"entropy_{slug}.png",
+            static_label=ref,
+            adapter_label=name,
+            static_action_names=_action_names(info, ref),
+        )
+        figs.append(
+            (
+                f"Entropy modulation: {name}",
+                file.name,
+                f"Entropy of the frozen LM's next-token distribution at the tokens generated by {ref} and by {name}: "
+                "(a) overall, (b) by the action taken, (c) the adapter's action mix per entropy quintile.",
+            )
+        )
+    file = plots.plot_wordclouds(
+        trajs.get(name, []), names, out / f"wordcloud_{slug}.png", title=f"Tokens by action: {name}"
+    )
+    figs.append(
+        (f"Word clouds: {name}", file.name, "Most frequent tokens generated under each action (size = frequency).")
+    )
+    html_file = _trace(out, details, name, names, trajs.get(name, []), slug)
+    figs.append((f"Action trace: {name}", html_file.name, "HTML page: example generations coloured by action."))
+    return figs
+
+
+def _pick_examples(trajectories: list[dict], count: int = 3) -> list[dict]:
+    """Prefer correct generations with many action switches among non-deterministic tokens."""
+
+    def switches(t):
+        acts = [a for a, p in zip(t["actions"], t.get("max_prob", [])) if p <= 0.95]
+        return sum(x != y for x, y in zip(acts, acts[1:]))
+
+    return sorted(
+        trajectories, key=lambda t: (t.get("correct", 0) >= 0.5, switches(t), t.get("length", 0)), reverse=True
+    )[:count]
+
+
+def _trace(out: Path, details, name, names, trajectories, slug) -> Path:
+    prompts = {p["id"]: p.get("question", "") for p in details.get("problems", [])}
+    examples = [(f"Example {i + 1}", t) for i, t in enumerate(_pick_examples(trajectories))]
+    intro = (
+        f"Generations of {name}. Each token is coloured by the decoding action the adapter chose for it; tokens where "
+        f"the frozen LM's top probability exceeds 0.95 are black, since the action barely changes them. "
+        f"Hover over a token for its action, entropy and max-probability."
+    )
+    return plots.action_trace_html(
+        examples, names, out / f"action_trace_{slug}.html", title=f"Action trace: {name}", intro=intro, prompts=prompts
+    )
+
+
+# ---- the report -----------------------------------------------------------------------------------
+
+
+def _setup_lines(results, details) -> list[str]:
+    cfg = (details or {}).get("config", {})
+    if not cfg:
+        return [f"Methods: {', '.join(results)}."]
+    items = [
+        ("task", cfg.get("task")),
+        ("split", cfg.get("split")),
+        ("model", cfg.get("model")),
+        ("problems", len((details or {}).get("problems", [])) or cfg.get("num_problems")),
+        ("seeds", cfg.get("seeds")),
+        ("samples per problem and seed (n)", cfg.get("n")),
+        ("token budget", cfg.get("token_budget")),
+        ("CoT ratio", cfg.get("cot_ratio")),
+    ]
+    lines = [f"- {k}: `{v}`" for k, v in items if v is not None]
+    lines += ood_lines(cfg.get("ood"))
+    overlap = cfg.get("train_overlap") or {}
+    if cfg.get("allow_train_overlap"):
+        scored = "; ".join(f"{name} on {n} problem(s)" for name, n in overlap.items()) or "none was"
+        lines.append(
+            "- **--allow-train-overlap was given**: adapters could be scored on problems they were trained or "
+            f"selected on ({scored}); such numbers are in-sample."
+        )
+    conf = cfg.get("confidence", 0.95)
+    lines.append(
+        f"- uncertainty: mean ± half-width of a {conf:.0%} Student-t interval over problems (each problem's value "
+        "averaged over seeds); pass@k uses the unbiased estimator on n samples. Verdicts use paired per-problem "
+        "differences. Pass@k values are percentages."
+    )
+    return lines
+
+
+def ood_lines(labels: Mapping | None) -> list[str]:
+    """Setup lines naming each adapter's training task and whether this evaluation is OOD for it
+    (``eval_details.json`` ``config.ood``, see ``evaluation.ood``)."""
+    lines = []
+    for name, label in (labels or {}).items():
+        kind = {True: "**OOD**", False: "in distribution", None: "training task unknown"}[label.get("ood")]
+        lines.append(f"- {name}: {kind} (`{label.get('label')}`)")
+    return lines
+
+
+def write_report(
+    out_dir: str | Path,
+    results: Mapping,
+    details: Mapping | None = None,
+    training_logs: Mapping[str, str | Path] | None = None,
+    action_names: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
+    *,
+    title: str = "Decoding adapters: evaluation report",
+    sections: Sequence[tuple[str, str]] = (),
+) -> Path:
+    """Write ``report.md``, ``results.json`` and the figures into ``out_dir``; returns report.md's path.
+
+    Args:
+        results: ``{method: {metric: {mean, ci_low, ci_high}}}`` (results.json).
+        details: eval_details.json (figures and paired verdicts need it; tables do not).
+        training_logs: ``{name: path to a JSONL training log}``.
+        action_names: names of the actions in the training logs: one list for all, or by log name;
+            default: from ``adapter.json`` next to each log.
+        sections: extra ``(heading, markdown)`` sections placed before the figures (e.g.
+            :func:`truncation_section`, :func:`training_curve_section`).
+    """
+    if not results:
+        raise ValueError("no results to report")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "results.json", dict(results))
+    info = method_info(results, details)
+    figs = _figures(out, results, details, info, training_logs, action_names or {})
+    text = _markdown(title, results, details, figs, sections)
+    return write_text(out / "report.md", text)
+
+
+def truncation_section(stats: Sequence[Mapping], chosen: int | None = None, max_truncated: float | None = None,
+                       split: str = "validation") -> str:
+    """Markdown: greedy mean length, fraction of rows stopped by the budget and (when scored) greedy
+    accuracy, per token budget (``TruncationStats.to_dict()`` rows), and which budget was chosen."""
+    if not stats:
+        return ""
+    scored = all(st.get("greedy_reward") is not None for st in stats)
+    lines = [
+        _row(["token budget", "rows", "greedy mean length", "stopped by the budget (%)", "longest"]
+             + (["greedy accuracy (%)"] if scored else [])),
+        _row(["---:"] * (6 if scored else 5)),
+    ]
+    for st in sorted(stats, key=lambda r: r["token_budget"]):
+        mark = " (chosen)" if st["token_budget"] == chosen else ""
+        lines.append(_row([f"{st['token_budget']}{mark}", st["rows"], f"{st['mean_length']:.1f}",
+                           f"{st['truncated_fraction'] * 100:.1f}", st["max_length"]]
+                          + ([f"{st['greedy_reward'] * 100:.1f}"] if scored else [])))
+    text = f"Greedy decoding on {stats[0]['rows']} {split} problems, decoded once at the largest budget."
+    if chosen is not None and max_truncated is not None:
+        text += (f" The budget used everywhere is the smallest whose greedy truncated fraction is at most "
+                 f"{max_truncated * 100:.0f}%: **{chosen}** (chosen on {split}, never on test).")
+    return text + "\n\n" + "\n".join(lines)
+
+
+def _step_records(path: Path) -> list[dict]:
+    """Every training-step record of a JSONL log (torn lines skipped)."""
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and "step" in rec and "reward" in rec:
+            out.append(rec)
+    return out
+
+
+def training_curve_section(out_dir: str | Path, runs: Mapping[str, Sequence[str | Path]],
+                           file: str = "training_curves.png") -> str:
+    """Markdown: the validation-reward curve of every training run (``{method: [log of each seed]}``),
+    with a table of steps run, early stops, best step and best and last validation reward; writes
+    the figure into ``out_dir``."""
+    curves, lines = {}, [
+        _row(["run", "steps", "stopped early", "best step", "best val reward", "last val reward",
+              "s / step"]),
+        _row(["---", "---:", "---", "---:", "---:", "---:", "---:"]),
+    ]
+    for name, paths in runs.items():
+        for seed, path in enumerate(paths):
+            if not Path(path).is_file():
+                continue
+            records = [r for r in _step_records(Path(path)) if r.get("step", 0) > 0]
+            val = [(r["step"], r["val_reward"]) for r in records if "val_reward" in r]
+            if not records:
+                continue
+            curves[f"{name} s{seed}"] = val
+            stop = next((r["early_stop"] for r in records if "early_stop" in r), None)
+            best = max(val, key=lambda v: v[1], default=(None, math.nan))
+            step_best = stop["best_step"] if stop else best[0]
+            best_val = stop["best_val_reward"] if stop else best[1]
+            seconds = statistics.fmean(r.get("seconds", math.nan) for r in records)
+            lines.append(_row([f"{name} s{seed}", records[-1]["step"], "yes" if stop else "no", step_best,
+                               f"{best_val:.3f}", f"{val[-1][1]:.3f}" if val else "–", f"{seconds:.1f}"]))
+    if not curves:
+        return ""
+    plots.plot_validation_curves(curves, Path(out_dir) / file)
+    return (f"![validation reward during training]({file})\n\nValidation reward (policy-sampled rollouts on held-out "
+            "validation problems) against the training step for every run; an early-stopped run keeps the weights "
+            "of its best step.\n\n" + "\n".join(lines))
+
+
+def _markdown(title, results, details, figs, sections=()) -> str:
+    parts = [f"# {title}", "", "## Setup", "", *_setup_lines(results, details), ""]
+    verdict = verdicts(results, details)
+    if verdict:
+        parts += [
+            "## Verdict",
+            "",
+            "Sequence-level adapters are compared with Best; token-level adapters with Greedy, with the per-token "
+            "Mixed (a uniform draw over the token actions at every token) and with the best single token action "
+            "(chosen on validation). Differences are adapter minus baseline in points, with the interval of the "
+            "paired per-problem difference; ✔ / ✘ mark intervals that exclude zero (significantly better / worse).",
+            "",
+            *verdict,
+            "",
+        ]
+    seq, tok = sequence_table(results, details), token_table(results, details)
+    if seq:
+        parts += [
+            "## Static sampling vs sequence-level adapter",
+            "",
+            seq,
+            "",
+            "Δ is the adapter minus Best: absolute in points (percent for pass@k), relative in % of Best. "
+            "Bold: the highest pass@k in the row.",
+            "",
+        ]
+    if tok:
+        parts += [
+            "## Static sampling vs token-level adapter",
+            "",
+            tok,
+            "",
+            "Δ is the adapter minus Greedy (the paper's primary static baseline for the token level).",
+            "",
+        ]
+    parts += ["## All methods", "", all_methods_table(results, details), ""]
+    paper = paper_interval_table(results)
+    if paper:
+        parts += [
+            "## Paper-style intervals",
+            "",
+            paper,
+            "",
+            "± is the paper's interval: a normal-approximation binomial 95% interval over all (problem, run) "
+            "outcomes, z·sqrt(p(1-p)/N). It ignores problem-to-problem variation, so it is narrower than the "
+            "Student-t intervals above; use it only to compare with the paper's tables (verdicts use paired "
+            "per-problem differences).",
+            "",
+        ]
+    seeds = seed_table(results, details)
+    if seeds:
+        parts += ["## Across-seed spread", "", seeds, ""]
+    for heading, body in sections:
+        if body:
+            parts += [f"## {heading}", "", body, ""]
+    parts += ["## Figures", ""]
+    for heading, file, caption in figs:
+        parts += [f"### {heading}", ""]
+        parts += [
+            f"[{file}]({file}): {caption}" if file.endswith(".html") else f"![{heading}]({file})\n\n{caption}",
+            "",
+        ]
+    return "\n".join(parts)

@@ -1,0 +1,1 @@
+"""Using a trained adapter: the ``Adapter`` handle, generation, the OpenAI-compatible server, integrations."""

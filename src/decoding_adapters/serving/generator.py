@@ -1,0 +1,470 @@
+"""Decode prompts with a trained adapter: the library behind ``generate`` and ``serve``.
+
+    gen = AdaptiveGenerator.from_pretrained("runs/tok")       # the adapter and its base model
+    out = gen.generate(["What is 2+3?"], token_budget=64, parallel_budget=4, seed=0)
+    out[0].completions   # 4 strings
+    out[0].actions       # sequence adapter: one action name; token adapter: names per token per completion
+
+How the adapter decides (by default in the adapter's stored ``policy_mode``, the mode ``evaluate``
+reports by default: a draw from pi for token adapters, the argmax for sequence adapters; see
+``policies.default_policy_mode``; ``deterministic_policy=True/False`` overrides it):
+- **sequence adapter**: one action per prompt from (prompt embedding e, parallel budget B), the
+  argmax of pi(a | e, B) or a draw. All B completions of that prompt use the chosen action.
+- **token adapter**: an action at every generated token of every completion, from the LM's hidden
+  state (and the remaining token budget): a draw from pi, or its argmax.
+
+A prompt is a string (sent as one user message through the chat template, as in training) or a
+chat: a list of ``{"role", "content"}`` messages.
+
+Reproducibility: completion j of prompt i in a call with seed s draws its tokens (and a token
+adapter's actions) from ``row_seed(s, i, j)``, and a sampling sequence policy draws prompt i's action
+from ``row_seed(s, i, "policy")``. So a completion depends on its prompt, s, i and j only — not on the
+other prompts of the call nor on how ``serve`` merges requests into one batch (up to float rounding
+of padded batch matmuls).
+
+``prepare`` (validate + tokenize) and ``run`` (one batched decode for many prepared prompts) are
+public so that the server can merge several requests into one decode call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Collection, Literal, Sequence, Union
+
+import torch
+
+from ..decoding.actions import ActionSet
+from ..decoding.loop import DecodeResult, StepTokens, decode, row_seed
+from ..lm.models import FrozenLM, ModelSpec, load_frozen_lm
+from ..policies.networks import (
+    AdapterConfig,
+    TokenPolicyChooser,
+    check_compatible,
+    load_adapter,
+    save_adapter,
+)
+
+__all__ = ["AdaptiveGenerator", "Generation", "PreparedPrompt", "Prompt", "TokenEvent", "format_generations"]
+
+Prompt = Union[str, list[dict]]
+"""A user message as text, or a chat (list of ``{"role", "content"}`` messages)."""
+
+DEFAULT_TOKEN_BUDGET = 128
+"""Token budget of a sequence adapter when none is given (a token adapter uses its training budget)."""
+
+
+@dataclass
+class Generation:
+    """The completions of one prompt and the decoding actions the adapter took for them."""
+
+    prompt: Prompt
+    """The prompt as given (text or chat)."""
+    completions: list[str]
+    """``parallel_budget`` completions, special tokens removed."""
+    kind: Literal["sequence", "token"]
+    """Which adapter decided: one action per prompt, or one per token."""
+    action_names: list[str]
+    """The adapter's action set, in policy-output order (indices below point into it)."""
+    finish_reasons: list[str]
+    """Per completion: ``"stop"`` (EOS) or ``"length"`` (token budget reached)."""
+    completion_tokens: list[int]
+    """Per completion: tokens generated (the EOS token included when one ended it)."""
+    prompt_tokens: int
+    """Tokens of the chat-formatted prompt."""
+    seed: int
+    """Seed of the call; completion j of prompt i used ``row_seed(seed, i, j)``."""
+    action_index: int | None = None
+    """Sequence adapter: the action chosen for this prompt."""
+    action_probs: list[float] | None = None
+    """Sequence adapter: pi(a | e, B) over the action set."""
+    token_actions: list[list[int]] | None = None
+    """Token adapter: per completion, the action index at each generated token."""
+
+    @property
+    def action(self) -> str | None:
+        """Sequence adapter: the name of the chosen action (None for a token adapter)."""
+        return None if self.action_index is None else self.action_names[self.action_index]
+
+    @property
+    def token_action_names(self) -> list[list[str]] | None:
+        """Token adapter: per completion, the action name at each generated token."""
+        if self.token_actions is None:
+            return None
+        return [[self.action_names[a] for a in row] for row in self.token_actions]
+
+    @property
+    def actions(self) -> str | list[list[str]] | None:
+        """The actions taken: one name (sequence adapter) or names per token per completion (token)."""
+        return self.action if self.kind == "sequence" else self.token_action_names
+
+    def action_counts(self) -> list[dict[str, int]]:
+        """Per completion, how many tokens each action produced (every token: the sequence action)."""
+        if self.token_actions is None:
+            return [{self.action: n} for n in self.completion_tokens]
+        return [dict(Counter(self.action_names[a] for a in row).most_common()) for row in self.token_actions]
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "action": self.action, "action_counts": self.action_counts()}
+
+
+@dataclass(frozen=True)
+class PreparedPrompt:
+    """One prompt, validated and tokenized, ready to be decoded together with others."""
+
+    prompt: Prompt
+    prompt_ids: tuple[int, ...]
+    parallel_budget: int
+    token_budget: int
+    seed: int
+    index: int
+    """Position of the prompt in its own call: with ``seed`` it keys the row seeds."""
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One new token of one completion, reported by ``run(..., on_tokens=...)`` while decoding."""
+
+    prompt: int
+    """Position of the prompt in the list given to ``run``."""
+    completion: int
+    """Which of its ``parallel_budget`` completions (j)."""
+    token_id: int
+    """The token (an EOS token included: it decodes to no text)."""
+    action: int
+    """Index of the action that produced it (into ``action_names``)."""
+    finish_reason: Literal["stop", "length"] | None
+    """Set on the completion's last token: ``"stop"`` (EOS) or ``"length"`` (token budget)."""
+
+
+TokenCallback = Callable[[list[TokenEvent]], "Collection[tuple[int, int]] | None"]
+"""Gets each step's new tokens; may return ``(prompt, completion)`` pairs to stop now (their
+Generation then ends there with finish reason ``"length"``)."""
+
+
+def _as_chat(prompt: Prompt, position: int) -> list[dict]:
+    """The chat messages of ``prompt``, checked, with a clear error naming the prompt."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    if not isinstance(prompt, (list, tuple)) or not prompt:
+        raise ValueError(
+            f"prompt {position} must be a string or a non-empty list of chat messages, got {type(prompt).__name__}"
+        )
+    for m in prompt:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise ValueError(
+                f"prompt {position}: every chat message must be a dict with string 'role' and 'content', got {m!r}"
+            )
+    return [{"role": m["role"], "content": m["content"]} for m in prompt]
+
+
+def _normalize_prompts(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
+    """A bare string or a single chat is one prompt; otherwise a sequence of prompts."""
+    if isinstance(prompts, str):
+        return [prompts]
+    if isinstance(prompts, (list, tuple)) and prompts and all(isinstance(m, dict) for m in prompts):
+        return [list(prompts)]
+    prompts = list(prompts)
+    if not prompts:
+        raise ValueError("no prompts given")
+    return prompts
+
+
+def _check_positive(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+class AdaptiveGenerator:
+    """A frozen LM plus a trained decoding adapter that picks how it decodes."""
+
+    def __init__(
+        self,
+        policy: torch.nn.Module,
+        config: AdapterConfig,
+        lm: FrozenLM,
+        name: str = "adapter",
+        max_batch_rows: int = 64,
+    ):
+        """Prefer ``from_pretrained``. ``max_batch_rows`` bounds the rows (prompts x B) of one decode."""
+        check_compatible(config, lm)
+        _check_input_size(config, lm)
+        self.lm, self.config, self.name = lm, config, name
+        self.policy = policy.to(lm.device).eval()
+        self.action_set = ActionSet(config.action_list, device=lm.device)
+        self.max_batch_rows = _check_positive("max_batch_rows", max_batch_rows)
+        expected = config.policy.get("num_actions")
+        if expected is not None and expected != len(self.action_set):
+            raise ValueError(
+                f"adapter policy has {expected} outputs but its action set has {len(self.action_set)} actions"
+            )
+
+    # ---- loading and saving ------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(
+        cls,
+        adapter_dir: str | Path,
+        model: FrozenLM | ModelSpec | str | None = None,
+        *,
+        device: str = "cpu",
+        dtype: str | None = None,
+        max_batch_rows: int = 64,
+    ) -> "AdaptiveGenerator":
+        """Load the adapter in ``adapter_dir`` and its frozen LM.
+
+        ``model``: a loaded ``FrozenLM``, a ``ModelSpec``, a model name/path (loaded with ``device`` and
+        ``dtype``), or None for the adapter's own base model (``config.base_model``; a relative path is
+        also looked for next to the adapter). A model whose hidden size or vocabulary differs from
+        the adapter's base model raises ``ValueError``. ``dtype`` None: the dtype the adapter was
+        trained with (``lm_dtype``), else ``auto``."""
+        adapter_dir = Path(adapter_dir)
+        policy, config = load_adapter(adapter_dir)
+        dtype = dtype or config.lm_dtype or "auto"
+        lm = (
+            model
+            if isinstance(model, FrozenLM)
+            else load_frozen_lm(_model_spec(model, config, adapter_dir, device, dtype))
+        )
+        return cls(policy, config, lm, name=adapter_dir.resolve().name, max_batch_rows=max_batch_rows)
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write the adapter (``adapter.safetensors`` + ``adapter.json``) to ``directory``."""
+        return save_adapter(directory, self.policy, self.config)
+
+    @property
+    def kind(self) -> Literal["sequence", "token"]:
+        return self.config.kind
+
+    @property
+    def default_token_budget(self) -> int:
+        """The token adapter's training budget b, else ``DEFAULT_TOKEN_BUDGET``."""
+        return (
+            int(self.config.policy.get("token_budget", DEFAULT_TOKEN_BUDGET))
+            if self.kind == "token"
+            else DEFAULT_TOKEN_BUDGET
+        )
+
+    @property
+    def max_context(self) -> int | None:
+        """The LM's context length (prompt + completion tokens), when its config states one."""
+        return getattr(self.lm.model.config, "max_position_embeddings", None)
+
+    def describe(self) -> dict:
+        """A JSON-able summary (used by ``serve``'s /health and /v1/models)."""
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "base_model": self.config.base_model,
+            "lm": self.lm.spec.name_or_path,
+            "actions": self.action_set.names,
+            "device": str(self.lm.device),
+            "max_context": self.max_context,
+            "policy_mode": self.policy_mode,
+        }
+
+    # ---- generation --------------------------------------------------------------------------
+    def generate(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        token_budget: int | None = None,
+        parallel_budget: int = 1,
+        seed: int = 0,
+        deterministic_policy: bool | None = None,
+    ) -> list[Generation]:
+        """Decode ``parallel_budget`` completions of at most ``token_budget`` new tokens per prompt.
+
+        ``deterministic_policy``: take the adapter's most likely action (True) or sample it (False);
+        None (default): the adapter's stored ``policy_mode`` (:attr:`policy_mode`).
+        Returns one ``Generation`` per prompt, in order."""
+        return self.run(self.prepare(prompts, token_budget, parallel_budget, seed), deterministic_policy)
+
+    def prepare(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        token_budget: int | None = None,
+        parallel_budget: int = 1,
+        seed: int = 0,
+    ) -> list[PreparedPrompt]:
+        """Validate and tokenize; raises ``ValueError`` on a malformed prompt or one too long for the LM."""
+        prompts = _normalize_prompts(prompts)
+        budget = _check_positive("token_budget", self.default_token_budget if token_budget is None else token_budget)
+        _check_positive("parallel_budget", parallel_budget)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
+        ids = self.lm.encode_chat([_as_chat(p, i) for i, p in enumerate(prompts)])
+        for i, p in enumerate(ids):
+            if self.max_context is not None and len(p) + budget > self.max_context:
+                raise ValueError(
+                    f"prompt {i} has {len(p)} tokens: with a token budget of {budget} it exceeds the model's "
+                    f"context of {self.max_context} tokens; shorten it or lower the token budget"
+                )
+        return [
+            PreparedPrompt(prompt, tuple(p), parallel_budget, budget, seed, i)
+            for i, (prompt, p) in enumerate(zip(prompts, ids))
+        ]
+
+    @property
+    def policy_mode(self) -> str:
+        """'sample' or 'argmax': how the adapter picks actions unless a call says otherwise (stored in
+        the adapter; the mode ``evaluate`` reports by default)."""
+        return self.config.policy_mode
+
+    def deterministic(self, deterministic_policy: bool | None = None) -> bool:
+        """``deterministic_policy``, or the adapter's mode when it is None."""
+        return self.policy_mode == "argmax" if deterministic_policy is None else bool(deterministic_policy)
+
+    def run(
+        self,
+        prepared: Sequence[PreparedPrompt],
+        deterministic_policy: bool | None = None,
+        on_tokens: TokenCallback | None = None,
+    ) -> list[Generation]:
+        """Decode prepared prompts (possibly from several calls) in as few decode calls as
+        ``max_batch_rows`` allows; one ``Generation`` per prepared prompt, in order.
+        ``deterministic_policy`` None: the adapter's ``policy_mode``.
+
+        ``on_tokens``: called after every decode step with the new tokens (``TokenEvent``s), for
+        streaming; it may return ``(prompt, completion)`` pairs to stop early."""
+        deterministic = self.deterministic(deterministic_policy)
+        out: list[Generation] = []
+        for chunk in self._chunks(list(prepared)):
+            out += self._decode_chunk(chunk, deterministic, on_tokens, offset=len(out))
+        return out
+
+    def _chunks(self, prepared: list[PreparedPrompt]) -> list[list[PreparedPrompt]]:
+        """Consecutive groups of at most ``max_batch_rows`` rows (a bigger prompt goes alone)."""
+        chunks, rows = [[]], 0
+        for p in prepared:
+            if chunks[-1] and rows + p.parallel_budget > self.max_batch_rows:
+                chunks.append([])
+                rows = 0
+            chunks[-1].append(p)
+            rows += p.parallel_budget
+        return [c for c in chunks if c]
+
+    def _decode_chunk(
+        self, chunk: list[PreparedPrompt], deterministic: bool, on_tokens: TokenCallback | None = None, offset: int = 0
+    ) -> list[Generation]:
+        prompt_of_row = [i for i, p in enumerate(chunk) for _ in range(p.parallel_budget)]
+        chosen = probs = None
+        if self.kind == "sequence":
+            chosen, probs = self._sequence_actions(chunk, deterministic)
+        result = decode(
+            self.lm,
+            [list(p.prompt_ids) for p in chunk],
+            self.action_set,
+            prompt_of_row=prompt_of_row,
+            row_actions=None if chosen is None else chosen[prompt_of_row],
+            chooser=TokenPolicyChooser(self.policy, deterministic=deterministic) if chosen is None else None,
+            token_budget=[p.token_budget for p in chunk for _ in range(p.parallel_budget)],
+            row_seeds=[row_seed(p.seed, p.index, j) for p in chunk for j in range(p.parallel_budget)],
+            on_step=None if on_tokens is None else _step_reporter(chunk, offset, on_tokens),
+        )
+        return self._split(chunk, result, chosen, probs)
+
+    @torch.inference_mode()
+    def _sequence_actions(self, chunk: list[PreparedPrompt], deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Action ``[P]`` and probabilities ``[P, K]`` (CPU) of the sequence policy, one per prompt."""
+        pooling = self.config.embedding.get("pooling", "mean")
+        emb = self.lm.prompt_embeddings([list(p.prompt_ids) for p in chunk], pooling=pooling)
+        budget = torch.tensor([p.parallel_budget for p in chunk])
+        if deterministic:
+            return self.policy.choose(emb, budget)
+        # One uniform per prompt from its own generator: the draw does not depend on the batch.
+        seeds = [row_seed(p.seed, p.index, "policy") for p in chunk]
+        uniform = torch.stack([torch.rand((), generator=torch.Generator().manual_seed(s)) for s in seeds])
+        return self.policy.choose(emb, budget, deterministic=False, uniform=uniform)
+
+    def _split(self, chunk, result: DecodeResult, chosen, probs) -> list[Generation]:
+        out, row = [], 0
+        for i, p in enumerate(chunk):
+            rows = range(row, row + p.parallel_budget)
+            row += p.parallel_budget
+            lengths = [int(result.lengths[r]) for r in rows]
+            out.append(
+                Generation(
+                    prompt=p.prompt,
+                    completions=[result.texts[r] for r in rows],
+                    kind=self.kind,
+                    action_names=self.action_set.names,
+                    finish_reasons=["stop" if bool(result.stopped_at_eos[r]) else "length" for r in rows],
+                    completion_tokens=lengths,
+                    prompt_tokens=len(p.prompt_ids),
+                    seed=p.seed,
+                    action_index=None if chosen is None else int(chosen[i]),
+                    action_probs=None if probs is None else probs[i].tolist(),
+                    token_actions=None
+                    if chosen is not None
+                    else [result.actions[r, :n].tolist() for r, n in zip(rows, lengths)],
+                )
+            )
+        return out
+
+
+def _step_reporter(chunk: list[PreparedPrompt], offset: int, on_tokens: TokenCallback) -> Callable:
+    """decode's ``on_step`` for one chunk: rows -> ``TokenEvent``s keyed by (prompt position in
+    ``run``'s list, completion), and the pairs ``on_tokens`` wants stopped -> rows."""
+    keys = [(offset + i, j) for i, p in enumerate(chunk) for j in range(p.parallel_budget)]
+    row_of = {key: row for row, key in enumerate(keys)}
+
+    def on_step(step: StepTokens) -> list[int] | None:
+        columns = (step.rows, step.tokens, step.actions, step.finished, step.at_eos)
+        events = [
+            TokenEvent(*keys[row], token, action, ("stop" if eos else "length") if finished else None)
+            for row, token, action, finished, eos in zip(*(c.tolist() for c in columns))
+        ]
+        stop = on_tokens(events)
+        return [row_of[key] for key in stop if key in row_of] if stop else None
+
+    return on_step
+
+
+def _check_input_size(config: AdapterConfig, lm: FrozenLM) -> None:
+    """The policy's input width must be the LM's hidden size (also when the fingerprint lacks it)."""
+    size = (
+        config.policy.get("embed_dim")
+        if config.kind == "sequence"
+        else (config.policy.get("hidden_size") if config.policy.get("features", "hidden") == "hidden" else None)
+    )
+    if size is not None and size != lm.hidden_size:
+        raise ValueError(
+            f"adapter expects hidden states of size {size} (base model {config.base_model!r}) but the given "
+            f"model has hidden_size={lm.hidden_size}: load it onto its own base model."
+        )
+
+
+def _model_spec(model, config: AdapterConfig, adapter_dir: Path, device: str, dtype: str) -> ModelSpec:
+    if isinstance(model, ModelSpec):
+        return model
+    name = model if model is not None else config.base_model
+    if (
+        model is None
+        and not Path(name).expanduser().is_absolute()
+        and not Path(name).exists()
+        and (adapter_dir / name).exists()
+    ):
+        name = str(adapter_dir / name)  # a base model saved next to the adapter
+    return ModelSpec(name_or_path=name, device=device, dtype=dtype)
+
+
+# ---- printing ----------------------------------------------------------------------------------
+
+
+def format_generations(gen: AdaptiveGenerator, outs: Sequence[Generation]) -> str:
+    """Readable text: per prompt, the action(s) taken and each completion."""
+    lines = [
+        f"adapter {gen.name} ({gen.kind}) on {gen.lm.spec.name_or_path}; actions: {' | '.join(gen.action_set.names)}"
+    ]
+    for i, g in enumerate(outs):
+        lines.append(f"\n=== prompt {i + 1}: {g.prompt if isinstance(g.prompt, str) else json.dumps(g.prompt)}")
+        if g.kind == "sequence":
+            lines.append(f"action: {g.action} (p={g.action_probs[g.action_index]:.2f}, budget B={len(g.completions)})")
+        for j, (text, counts) in enumerate(zip(g.completions, g.action_counts())):
+            detail = f"{g.finish_reasons[j]}, {g.completion_tokens[j]} tokens"
+            if g.kind == "token":
+                detail += "; actions: " + ", ".join(f"{name} x{n}" for name, n in counts.items())
+            lines += [f"--- completion {j + 1}/{len(g.completions)} [{detail}]", text]
+    return "\n".join(lines)

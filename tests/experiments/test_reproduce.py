@@ -1,0 +1,94 @@
+"""``reproduce --size smoke``: every stage of issue 16's study (budget choice on validation, the
+whole 180-config pool, live sequence rollouts, early-stopped token adapters, every baseline, the
+report's extra sections) on the tiny model, killed midway and resumed."""
+
+import json
+
+import pytest
+
+from decoding_adapters.cli import main
+from decoding_adapters.experiments import demo
+from decoding_adapters.experiments.demo import FULL, REPRODUCE_SIZES, DemoConfig, estimate_minutes, target_lines
+
+
+def _run(out, model_dir, *extra):
+    return main(["reproduce", "--size", "smoke", "--out", str(out), "--model", str(model_dir), "--no-progress", *extra])
+
+
+def test_smoke_runs_every_stage_and_resumes_after_a_kill(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "reproduce"
+    original, calls = demo._train_token, {"n": 0}
+
+    def dying(*args, **kwargs):  # killed while training the third token adapter
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(demo, "_train_token", dying)
+    assert _run(out, tiny_model_dir) != 0  # the CLI reports the interrupt and exits non-zero
+    assert not (out / "eval").exists() and (out / "tok-nobudget-s0" / "adapter.json").is_file()
+    table = (out / "actions" / "outcomes.jsonl").read_bytes()
+    adapter_time = (out / "seq-budget-s1" / "adapter.safetensors").stat().st_mtime
+    monkeypatch.setattr(demo, "_train_token", original)
+    capsys.readouterr()
+    assert _run(out, tiny_model_dir, "--publish", str(tmp_path / "docs")) == 0
+    printed = capsys.readouterr().out
+    assert "reproduce finished" in printed and "min left" in printed
+    # finished stages were reused, not redone
+    assert (out / "actions" / "outcomes.jsonl").read_bytes() == table
+    assert (out / "seq-budget-s1" / "adapter.safetensors").stat().st_mtime == adapter_time
+    config = json.loads((out / "demo_config.json").read_text())
+    budget = json.loads((out / "budget" / "truncation.json").read_text())
+    assert config["token_budget"] == budget["chosen"] and budget["split"] == "validation"
+    header = json.loads((out / "actions" / "outcomes.jsonl").read_text().splitlines()[0])
+    rows = (out / "actions" / "outcomes.jsonl").read_text().splitlines()[1:]
+    assert header["header"]["token_budget"] == budget["chosen"] and len({json.loads(r)["action"] for r in rows}) == 181
+    seq_log = [json.loads(x) for x in (out / "seq-budget-s0" / "train_log.jsonl").read_text().splitlines()]
+    assert all(r.get("offline_replay") is False for r in seq_log if r.get("step", 0) > 0)  # live rollouts
+    tok_log = [json.loads(x) for x in (out / "tok-budget-s0" / "train_log.jsonl").read_text().splitlines()]
+    assert sum("val_reward" in r for r in tok_log) >= 2
+    results = json.loads((out / "eval" / "results.json").read_text())
+    assert {"Greedy", "Best", "Mixed", *demo.ADAPTER_NAMES.values()} <= set(results)
+    assert demo.TOKEN_MIXED in results
+    assert any(name.startswith("Best token action") for name in results)
+    report = (out / "report" / "report.md").read_text()
+    for heading in ("Token budget and truncation", "Training curves", "Targets (issue 16)", "Cost"):
+        assert f"## {heading}" in report
+    assert (out / "report" / "training_curves.png").is_file()
+    published = {p.name for p in (tmp_path / "docs").iterdir()}
+    assert {"report.md", "results.json", "eval_details.json", "truncation.json", "selection.png"} <= published
+
+
+def test_plan_prints_an_estimate_without_running(capsys):
+    assert main(["reproduce", "--plan"]) == 0
+    printed = capsys.readouterr().out
+    assert "total" in printed and "evaluate" in printed
+
+
+def test_estimate_grows_with_the_work():
+    small, large = estimate_minutes(FULL), estimate_minutes(DemoConfig(**{**FULL.__dict__, "eval_problems": 400}))
+    assert large["evaluate"] > small["evaluate"] and large["token"] == small["token"]
+    assert REPRODUCE_SIZES["full"].eval_problems >= 200 and REPRODUCE_SIZES["full"].seeds == 3
+    assert REPRODUCE_SIZES["full"].pool_subsample is None and REPRODUCE_SIZES["full"].seq_rewards == "live"
+
+
+def test_bad_sizes_are_rejected():
+    with pytest.raises(ValueError, match="replay"):
+        DemoConfig(seq_budgets=(1, 8), select_samples=4)
+    with pytest.raises(ValueError, match="tok_val_every"):
+        DemoConfig(tok_patience=2, tok_val_every=0)
+
+
+def test_targets_read_paired_differences():
+    names = ["Greedy", "Mixed (per token)", "Token w/ budget", "Token entropy-only", "Best", "Seq w/ budget",
+             "Seq w/o budget"]
+    solved = {"Greedy": 0.2, "Mixed (per token)": 0.2, "Token w/ budget": 0.6, "Token entropy-only": 0.3,
+              "Best": 0.5, "Seq w/ budget": 0.5, "Seq w/o budget": 0.5}
+    per_problem = {n: {m: [[solved[n] + (0.1 if i % 2 else -0.1)] for i in range(20)] for m in ("pass@1", "pass@8")}
+                   for n in names}
+    results = {n: {m: {"mean": solved[n], "ci_low": 0.0, "ci_high": 1.0} for m in ("pass@1", "pass@8")} for n in names}
+    lines = target_lines(results, {"per_problem": per_problem})
+    assert lines[0].startswith("- **met**") and "+40.0" in lines[0]
+    assert lines[1].startswith("- **met**")  # entropy-only below the full adapter
+    assert lines[3].startswith("- **not met**")  # Seq w/ budget is not above Best at pass@8

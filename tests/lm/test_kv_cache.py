@@ -1,0 +1,122 @@
+"""RowKVCache: prefill fan-out, in-place writes, swap-remove shrinking; the lean step vs HF's forward."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from decoding_adapters.lm.kv_cache import RowKVCache
+from decoding_adapters.lm.models import (
+    DynamicCacheState,
+    FrozenLM,
+    ModelSpec,
+    RowCacheState,
+    _onednn_linear,
+    resolve_linear_kernel,
+)
+
+
+def _filled_cache(rows=6, width=3, capacity=8, layers=2, heads=2, head_dim=4):
+    gen = torch.Generator().manual_seed(0)
+    kv = [
+        (
+            torch.randn(rows, heads, width, head_dim, generator=gen),
+            torch.randn(rows, heads, width, head_dim, generator=gen),
+        )
+        for _ in range(layers)
+    ]
+    mask = torch.ones(rows, width, dtype=torch.long)
+    mask[0, 0] = 0  # row 0 is left-padded
+    return RowKVCache.from_prefill(kv, mask, None, capacity), kv
+
+
+def test_prefill_fan_out_copies_each_prompt_to_its_rows():
+    kv = [(torch.arange(2 * 1 * 2 * 1.0).view(2, 1, 2, 1), -torch.arange(2 * 1 * 2 * 1.0).view(2, 1, 2, 1))]
+    mask = torch.tensor([[0, 1], [1, 1]])
+    cache = RowKVCache.from_prefill(kv, mask, torch.tensor([1, 0, 1]), capacity=5)
+    assert cache.length == 2 and cache.live == 3
+    assert torch.equal(cache.keys[0, :, :, :2], kv[0][0][[1, 0, 1]])
+    assert torch.equal(cache.values[0, :, :, :2], kv[0][1][[1, 0, 1]])
+    assert cache.valid[:, :2].tolist() == [[True, True], [False, True], [True, True]]
+
+
+def test_write_is_in_place_and_returns_the_filled_columns():
+    cache, kv = _filled_cache()
+    mask = cache.open_column()
+    assert mask.shape == (6, 1, 1, 4) and not mask[0, 0, 0, 0] and mask[:, 0, 0, 3].all()
+    new = torch.full((6, 2, 1, 4), 7.0)
+    keys, values = cache.write(1, new, -new)
+    assert keys.shape == (6, 2, 4, 4) and keys.data_ptr() == cache.keys[1].data_ptr()  # a view, not a copy
+    assert torch.equal(keys[:, :, :3], kv[1][0]) and (keys[:, :, 3] == 7).all() and (values[:, :, 3] == -7).all()
+    cache.close_column()
+    assert cache.length == 4
+
+
+def test_drop_moves_only_finished_slots_and_keeps_every_survivor():
+    cache, kv = _filled_cache()
+    before_keys, before_valid = cache.keys.clone(), cache.valid.clone()
+    done = torch.tensor([True, False, False, True, False, False])  # rows 0 and 3 finish
+    order = cache.drop(done)
+    assert cache.live == 4 and sorted(order.tolist()) == [1, 2, 4, 5]
+    assert order[1:3].tolist() == [1, 2]  # rows already inside [0, live) stay where they are
+    for new_slot, old_slot in enumerate(order.tolist()):
+        assert torch.equal(cache.keys[:, new_slot, :, :3], before_keys[:, old_slot, :, :3])
+        assert torch.equal(cache.valid[new_slot], before_valid[old_slot])
+    with pytest.raises(ValueError, match="one flag per live row"):
+        cache.drop(torch.zeros(6, dtype=torch.bool))
+
+
+def test_a_full_cache_refuses_another_column():
+    cache, _ = _filled_cache(capacity=3)
+    with pytest.raises(ValueError, match="full"):
+        cache.open_column()
+
+
+def _run_states(lm, prompts, fan_out, steps, row_cache):
+    hidden, logits, state = lm.start_decode(prompts, fan_out, steps, row_cache=row_cache)
+    assert isinstance(state, RowCacheState if row_cache else DynamicCacheState)
+    out, active = [(hidden, logits)], torch.arange(len(hidden))
+    for t in range(steps - 1):
+        tokens = logits.argmax(-1)
+        if t == 2:  # drop rows 0 and 2 (of the batch as it is now)
+            done = torch.zeros(len(tokens), dtype=torch.bool)
+            done[[0, 2]] = True
+            order = state.drop(done)
+            tokens, active = tokens[order], active[order]
+        hidden, logits = state.step(tokens)
+        full = torch.full((len(prompts) if fan_out is None else len(fan_out), logits.shape[1]), float("nan"))
+        full[active] = logits
+        out.append((hidden, full))
+    return out
+
+
+@pytest.mark.parametrize("kernel", ["torch", "onednn"])
+def test_lean_row_cache_step_matches_hf_forward_with_dynamic_cache(tiny_lm, tiny_prompts, kernel):
+    """HF's forward runs its linear layers through the same kernel as the lean step
+    (``FrozenLM.linear_kernel``), so the two agree to the last bit with either kernel."""
+    lm = FrozenLM(tiny_lm.model, tiny_lm.tokenizer, ModelSpec("tiny", linear_kernel=kernel))
+    fan_out = torch.tensor([0, 1, 1, 2, 3, 0])
+    lean = _run_states(lm, tiny_prompts, fan_out, 7, row_cache=True)
+    reference = _run_states(lm, tiny_prompts, fan_out, 7, row_cache=False)
+    for (_, a), (_, b) in zip(lean, reference):
+        torch.testing.assert_close(a, b, equal_nan=True, rtol=0, atol=0)
+
+
+def test_prefill_runs_every_linear_layer_through_the_chosen_kernel(tiny_lm, tiny_prompts):
+    lm = FrozenLM(tiny_lm.model, tiny_lm.tokenizer, ModelSpec("tiny", linear_kernel="onednn"))
+    calls, kernel = [], lm.linear
+    lm.linear = lambda *args: calls.append(args[1].shape) or kernel(*args)
+    lm.start_decode(tiny_prompts, None, max_new_tokens=2)
+    config = tiny_lm.model.config
+    assert len(calls) == 7 * config.num_hidden_layers + 1  # q, k, v, o, gate, up, down per layer; the LM head
+    assert calls[-1] == lm.lm_head.weight.shape
+
+
+def test_auto_linear_kernel_is_onednn_for_float32_on_cpu_only():
+    cpu = torch.device("cpu")
+    assert resolve_linear_kernel("auto", torch.float32, cpu) is _onednn_linear
+    assert resolve_linear_kernel("auto", torch.bfloat16, cpu) is F.linear
+    assert resolve_linear_kernel("torch", torch.float32, cpu) is F.linear
+    with pytest.raises(ValueError, match="CPU"):
+        resolve_linear_kernel("onednn", torch.float32, torch.device("meta"))
+    with pytest.raises(ValueError, match="linear_kernel"):
+        ModelSpec(linear_kernel="mkl")

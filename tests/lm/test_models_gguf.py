@@ -1,0 +1,63 @@
+"""GGUF conversion: the converted directory's config.json names the architecture (vLLM 0.10 fails on
+``"architectures": null``), and the cache key carries a layout version so old caches are redone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import decoding_adapters.lm.models as models
+
+
+class _TokenizerStub:
+    def save_pretrained(self, path) -> None:
+        (Path(path) / "tokenizer_config.json").write_text("{}")
+
+
+def _tiny_gguf_model() -> LlamaForCausalLM:
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    model = LlamaForCausalLM(config)
+    model.config.architectures = None  # what a config built from GGUF metadata holds
+    return model
+
+
+def test_conversion_writes_the_architecture_under_a_versioned_key(tmp_path: Path, monkeypatch) -> None:
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"not really a gguf: the loaders are stubbed")
+    loads = []
+
+    def load_model(folder, gguf_file, **kwargs):
+        loads.append(gguf_file)
+        return _tiny_gguf_model()
+
+    # Patch the loaders on the real classes (the conversion imports them from transformers).
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", load_model)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: _TokenizerStub())
+    monkeypatch.setenv("DECODING_ADAPTERS_CACHE", str(tmp_path / "cache"))
+    # An old (v1) conversion of the same file must not be reused.
+    old = tmp_path / "cache" / f"gguf-{models._sha256(gguf)[:16]}"
+    old.mkdir(parents=True)
+    (old / "complete").write_text("old")
+
+    target = models._convert_gguf(gguf)
+    assert target.name == f"gguf-v{models.GGUF_CACHE_VERSION}-{models._sha256(gguf)[:16]}" and target != old
+    config = json.loads((target / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert "quantization_config" not in config
+    # The directory loads back as the same class, and a second call reuses it.
+    reloaded = transformers.LlamaForCausalLM.from_pretrained(target, dtype=torch.float32)
+    assert type(reloaded).__name__ == config["architectures"][0]
+    assert models._convert_gguf(gguf) == target and loads == ["tiny.gguf"]
+
+
+@pytest.mark.slow
+def test_embedded_model_conversion_names_llama(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("DECODING_ADAPTERS_CACHE", str(tmp_path))
+    target = models._convert_gguf(models.resolve_gguf(models.DEFAULT_MODEL))
+    assert json.loads((target / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]

@@ -1,0 +1,76 @@
+"""The model card written beside adapter.json."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from decoding_adapters.decoding.actions import PRESETS
+from decoding_adapters.policies.model_card import render_model_card
+from decoding_adapters.policies.networks import (
+    AdapterConfig,
+    TokenPolicy,
+    TokenPolicyConfig,
+    add_evaluation,
+    load_adapter,
+    save_adapter,
+)
+
+RESULTS = {
+    "Greedy": {
+        "pass@1": {"mean": 0.125, "ci_low": 0.05, "ci_high": 0.2},
+        "mean_length": {"mean": 14.5, "ci_low": 14.0, "ci_high": 15.0},
+    },
+    "Token w/ budget": {"pass@1": {"mean": 0.25, "ci_low": 0.125, "ci_high": 0.375}},
+}
+
+
+def _saved(tmp_path, training=None):
+    actions = PRESETS["math-token"]
+    policy = TokenPolicy(TokenPolicyConfig(hidden_size=8, num_actions=len(actions), token_budget=32, width=8))
+    config = AdapterConfig(
+        kind="token",
+        policy=dataclasses.asdict(policy.config),
+        actions=[a.to_dict() for a in actions],
+        base_model="HuggingFaceTB/SmolLM2-135M-Instruct",
+        base_fingerprint={"hidden_size": 8, "vocab_size": 99},
+        token_budget=32,
+        task="gsm8k",
+        training=training or {"steps": 40, "lr": 0.001, "seed": 3},
+    )
+    return save_adapter(tmp_path / "tok-gsm8k", policy, config), config
+
+
+def test_save_adapter_writes_a_model_card_and_the_adapter_still_loads(tmp_path):
+    directory, config = _saved(tmp_path)
+    card = (directory / "README.md").read_text()
+    assert card.startswith("---\n") and "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card
+    assert "# Decoding adapter `tok-gsm8k`" in card and "token-level decoding adapter" in card
+    assert "| task | gsm8k |" in card and "remaining token budget b_t (b = 32)" in card
+    for a in PRESETS["math-token"]:
+        assert f"| {a.name} |" in card
+    assert "| steps | 40 |" in card and "| lr | 0.001 |" in card
+    assert "## Evaluation" not in card  # no results yet
+    assert "adapter.logits_processor(model)" in card
+    load_adapter(directory)  # the card does not disturb loading
+    assert sorted(p.name for p in directory.iterdir()) == ["README.md", "adapter.json", "adapter.safetensors"]
+
+
+def test_evaluation_table_from_results(tmp_path):
+    directory, config = _saved(tmp_path)
+    add_evaluation(directory, RESULTS)
+    card = (directory / "README.md").read_text()
+    assert "## Evaluation" in card and "| method | pass@1 (%) | mean_length |" in card
+    assert "| Greedy | 12.50 ± 7.50 | 14.50 ± 0.50 |" in card
+    assert "| Token w/ budget | 25.00 ± 12.50 | — |" in card
+    # results.json found in the adapter directory is picked up by a plain save too
+    (directory / "results.json").write_text(json.dumps(RESULTS))
+    policy, config = load_adapter(directory)
+    save_adapter(directory, policy, config)
+    assert "| Greedy | 12.50 ± 7.50 |" in (directory / "README.md").read_text()
+
+
+def test_local_base_model_is_not_claimed_as_a_hub_id(tmp_path):
+    _, config = _saved(tmp_path)
+    card = render_model_card(dataclasses.replace(config, base_model="smollm2", kind="token"), "x")
+    assert "base_model:" not in card and "`smollm2`" in card

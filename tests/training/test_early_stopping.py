@@ -1,0 +1,90 @@
+"""Early stopping of the token trainer on validation reward: it stops after ``patience``
+validations without improvement, saves the best validated weights, and a resumed run that had
+stopped stays stopped (and one killed before the stop stops at the same step)."""
+
+import pytest
+import torch
+from test_training_token import make_trainer
+
+from decoding_adapters.policies.networks import load_adapter
+from decoding_adapters.training.common import EarlyStopping
+from decoding_adapters.training.token import TokenTrainConfig, TokenTrainer
+
+CURVE = [0.2, 0.5, 0.4, 0.5, 0.3, 0.9, 0.9, 0.9]  # best at step 2; steps 3 and 4 do not beat it
+
+
+def scripted_validation(monkeypatch, snapshots: dict):
+    def validate(self):
+        snapshots[self.step] = {k: v.clone() for k, v in self.policy.state_dict().items()}
+        return CURVE[self.step - 1]
+
+    monkeypatch.setattr(TokenTrainer, "validate", validate)
+
+
+def test_stops_after_patience_and_keeps_the_best_weights(tmp_path, monkeypatch):
+    snapshots = {}
+    scripted_validation(monkeypatch, snapshots)
+    trainer = make_trainer(tmp_path, steps=8, val_every=1, patience=2, checkpoint_every=100)
+    trainer.train()
+    log = trainer.log.read()
+    assert log[-1]["step"] == 4 and log[-1]["early_stop"] == {"best_step": 2, "best_val_reward": 0.5}
+    assert not any("early_stop" in r for r in log[:-1])
+    policy, _ = load_adapter(tmp_path)
+    for k, v in policy.state_dict().items():
+        torch.testing.assert_close(v, snapshots[2][k])
+    assert any(not torch.equal(snapshots[2][k], snapshots[4][k]) for k in snapshots[2])  # it did train past 2
+    # a resumed run that had stopped does not train again
+    again = make_trainer(tmp_path, steps=8, val_every=1, patience=2, checkpoint_every=100)
+    again.train(resume=True)
+    assert again.log.read()[-1]["step"] == 4
+
+
+def test_without_patience_every_step_runs(tmp_path, monkeypatch):
+    scripted_validation(monkeypatch, {})
+    trainer = make_trainer(tmp_path, steps=6, val_every=1)
+    trainer.train()
+    assert trainer.log.read()[-1]["step"] == 6
+
+
+def test_min_improvement_counts_small_gains_as_none(tmp_path, monkeypatch):
+    scripted_validation(monkeypatch, {})
+    trainer = make_trainer(tmp_path, steps=8, val_every=1, patience=2, min_improvement=0.35)
+    trainer.train()
+    # 0.5 and 0.4 do not beat 0.2 by more than 0.35: stopped at step 3 with step 1 the best
+    assert trainer.log.read()[-1]["early_stop"]["best_step"] == 1 and trainer.step == 3
+
+
+def test_a_run_killed_before_the_stop_stops_at_the_same_step(tmp_path, monkeypatch):
+    scripted_validation(monkeypatch, {})
+    options = dict(steps=8, val_every=1, patience=2, checkpoint_every=1)
+    reference = make_trainer(tmp_path / "ref", **options)
+    reference.train()
+    original = TokenTrainer.train_step
+    calls = {"n": 0}
+
+    def dying_step(self):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return original(self)
+
+    monkeypatch.setattr(TokenTrainer, "train_step", dying_step)
+    with pytest.raises(KeyboardInterrupt):
+        make_trainer(tmp_path / "run", **options).train()
+    monkeypatch.setattr(TokenTrainer, "train_step", original)
+    resumed = make_trainer(tmp_path / "run", **options)
+    resumed.train(resume=True)
+    assert resumed.step == reference.step == 4
+    for k, v in reference.policy.state_dict().items():
+        torch.testing.assert_close(resumed.policy.state_dict()[k], v)
+
+
+def test_nan_validation_never_counts_as_better():
+    early, policy = EarlyStopping(), torch.nn.Linear(2, 2)
+    assert not early.observe(float("nan"), 1, policy, 2, 0.0)
+    assert early.observe(float("nan"), 2, policy, 2, 0.0) and early.best_policy is None
+
+
+def test_bad_settings_are_rejected():
+    with pytest.raises(ValueError, match="patience"):
+        TokenTrainConfig(patience=-1)

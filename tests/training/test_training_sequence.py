@@ -1,0 +1,192 @@
+"""Sequence trainer on synthetic contextual bandits (no LLM): it learns context- and budget-
+dependent choices, and the w/o-budget variant provably cannot in the budget-dependent case."""
+
+import pytest
+import torch
+
+from conftest import FakeLM
+from decoding_adapters.decoding.actions import ActionSet, DecodingAction
+from decoding_adapters.lm.protocols import LanguageModel, VerifiableTask
+from decoding_adapters.policies.networks import load_adapter
+from decoding_adapters.tasks import Problem
+from decoding_adapters.training.sequence import RewardSource, SequenceTrainConfig, SequenceTrainer, inference_reward
+
+DIM = 8
+ACTIONS = ActionSet([DecodingAction(do_sample=False), DecodingAction(temperature=1.0)])
+
+
+class ClusterTask:
+    """Problems in two context clusters; meta['cluster'] in {0, 1}."""
+
+    name = "synthetic"
+
+    def __init__(self, n=64):
+        gen = torch.Generator().manual_seed(0)
+        self.problems = []
+        for i in range(n):
+            c = i % 2
+            e = torch.randn(DIM, generator=gen) * 0.3
+            e[0] += 2.0 if c else -2.0
+            self.problems.append(Problem(id=f"p{i}", question="q", answer="a", meta={"cluster": c, "e": e}))
+
+    def load(self, split):
+        return self.problems if split == "train" else self.problems[:16]
+
+    def prompt(self, problem, cot=False):
+        return [{"role": "user", "content": problem.question}]
+
+    def reward(self, problem, completion):  # rewards come from SyntheticRewards
+        raise AssertionError("the synthetic trainer never decodes")
+
+    def reward_batch(self, problems, completions):
+        raise AssertionError("the synthetic trainer never decodes")
+
+    def extract_answer(self, problem, completion):
+        return completion.strip()
+
+
+def success_prob(cluster: int, action: int, budget: int, budget_case: bool) -> float:
+    """Expected pass@B of an action. Context case: cluster c is solved by action c (0.8 vs 0.2).
+    Budget case: action 0 is deterministic (0.6 whatever B), action 1 samples independently
+    (0.35 per sample, so pass@B = 1 - 0.65^B): greedy wins at B=1, sampling at B=8."""
+    if not budget_case:
+        return 0.8 if action == cluster else 0.2
+    return 0.6 if action == 0 else 1 - 0.65 ** budget
+
+
+class SyntheticRewards:
+    """A reward source (``RewardSource``): Bernoulli(success_prob) per prompt."""
+
+    action_set = ACTIONS
+    offline = False
+
+    def __init__(self, budget_case=False):
+        self.budget_case = budget_case
+
+    def scorable(self, problem_ids):
+        return None
+
+    def rewards(self, problems, prompts, actions, budgets, metrics, key):
+        gen = torch.Generator().manual_seed(hash(key) % (2**31))
+        probs = torch.tensor([success_prob(p.meta["cluster"], a, b, self.budget_case)
+                              for p, a, b in zip(problems, actions, budgets)])
+        return (torch.rand(len(probs), generator=gen) < probs).float()
+
+
+class SyntheticTrainer(SequenceTrainer):
+    def _encode(self, problems):
+        return None, torch.stack([p.meta["e"] for p in problems]), [False] * len(problems)
+
+
+def test_fakes_follow_the_protocols():
+    assert isinstance(FakeLM(DIM), LanguageModel) and isinstance(ClusterTask(4), VerifiableTask)
+    assert isinstance(SyntheticRewards(), RewardSource)
+
+
+def expected_reward(trainer, task, budget_case, budgets):
+    """Exact expected reward of the (stochastic) policy, and the optimum."""
+    total = best = 0.0
+    trainer.policy.eval()
+    for p in task.problems:
+        for b in budgets:
+            with torch.no_grad():
+                probs = trainer.policy.probs(p.meta["e"].unsqueeze(0), torch.tensor([b]))[0]
+            values = torch.tensor([success_prob(p.meta["cluster"], a, b, budget_case) for a in range(2)])
+            total += float(probs @ values)
+            best += float(values.max())
+    return total / best
+
+
+def train(tmp_path, budget_case, use_budget, steps=150):
+    task = ClusterTask()
+    config = SequenceTrainConfig(parallel_budgets=(1, 8), use_budget=use_budget, steps=steps, prompts_per_step=32,
+                                 lr=3e-3, entropy_coef=0.001, val_every=1000, checkpoint_every=1000, policy_hidden=32)
+    trainer = SyntheticTrainer(config, FakeLM(DIM), task, SyntheticRewards(budget_case), tmp_path, progress=False)
+    trainer.train()
+    return trainer, task
+
+
+def test_learns_context_dependent_actions(tmp_path):
+    trainer, task = train(tmp_path, budget_case=False, use_budget=True)
+    assert expected_reward(trainer, task, False, (1, 8)) >= 0.9
+
+
+def test_budget_dependent_case_needs_the_budget(tmp_path):
+    with_budget, task = train(tmp_path / "with", budget_case=True, use_budget=True)
+    without, _ = train(tmp_path / "without", budget_case=True, use_budget=False)
+    ratio_with = expected_reward(with_budget, task, True, (1, 8))
+    ratio_without = expected_reward(without, task, True, (1, 8))
+    assert ratio_with >= 0.9
+    # Without B the best single action reaches (0.35 + 0.968) / (0.6 + 0.968) = 0.84 of the optimum.
+    assert ratio_without <= 0.85 < ratio_with
+
+
+def test_resume_after_a_kill_gives_the_same_policy(tmp_path, monkeypatch):
+    reference, _ = train(tmp_path / "ref", budget_case=False, use_budget=True, steps=6)
+    task = ClusterTask()
+    config = SequenceTrainConfig(parallel_budgets=(1, 8), steps=6, prompts_per_step=32, lr=3e-3, entropy_coef=0.001,
+                                 val_every=1000, checkpoint_every=2, policy_hidden=32)
+    killed = SyntheticTrainer(config, FakeLM(DIM), task, SyntheticRewards(), tmp_path / "run", progress=False)
+    original = SyntheticTrainer.train_step
+    calls = {"n": 0}
+
+    def dying_step(self):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return original(self)
+
+    monkeypatch.setattr(SyntheticTrainer, "train_step", dying_step)
+    with pytest.raises(KeyboardInterrupt):
+        killed.train()
+    monkeypatch.setattr(SyntheticTrainer, "train_step", original)
+    with pytest.raises(ValueError, match="--resume"):
+        SyntheticTrainer(config, FakeLM(DIM), task, SyntheticRewards(), tmp_path / "run", progress=False).train()
+    resumed = SyntheticTrainer(config, FakeLM(DIM), task, SyntheticRewards(), tmp_path / "run", progress=False)
+    resumed.train(resume=True)
+    for k, v in reference.policy.state_dict().items():
+        torch.testing.assert_close(v, resumed.policy.state_dict()[k])
+    steps = [r["step"] for r in resumed.log.read()]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    policy, cfg = load_adapter(tmp_path / "run")
+    assert cfg.kind == "sequence" and cfg.parallel_budgets == [1, 8]
+
+
+def test_inference_rewards():
+    assert inference_reward([0, 1, 0], None, "pass") == 1.0
+    assert inference_reward([0, 1, 0, 1], None, "mean") == 0.5
+    assert inference_reward([0, 1, 1], ["3", "4", "4"], "majority") == 1.0
+    assert inference_reward([1, 0, 0], ["4", "5", "5"], "majority") == 0.0
+    with pytest.raises(ValueError):
+        inference_reward([], None, "pass")
+
+
+def test_majority_vote_compares_extracted_answers():
+    from decoding_adapters.tasks import get_task
+
+    task = get_task("arithmetic")
+    problem = task.load("test")[0]
+    texts = ["7 + 5 = 12", "The answer is 12.", "13"]
+    answers = [task.extract_answer(problem, t) for t in texts]
+    assert answers == ["12", "12", "13"]
+    assert inference_reward([1.0, 1.0, 0.0], answers, "majority") == 1.0
+    math_task = get_task("math")
+    half = math_task.extract_answer(problem, r"\boxed{\frac{1}{2}}")
+    assert math_task.extract_answer(problem, r"so \boxed{\frac12}") == half
+
+
+def test_selection_record_is_read_from_select_actions_output(tmp_path):
+    """Issue 13: a sequence adapter records the problems its action set was selected on, read from
+    the actions.json that select-actions writes (selection_data.selected_on); presets record none."""
+    import json
+
+    from decoding_adapters.tasks import Problem, problems_record
+    from decoding_adapters.training.sequence import selection_record
+
+    record = problems_record([Problem(id="a", question="What is 1+1?", answer="2")])
+    path = tmp_path / "actions.json"
+    path.write_text(json.dumps({"actions": [], "selection_data": {"task": "x", "selected_on": record}}))
+    assert selection_record(str(path)) == record
+    assert selection_record("math") is None
+    path.write_text(json.dumps({"actions": []}))
+    assert selection_record(str(path)) is None
