@@ -96,7 +96,7 @@ def test_bad_user_input_fails_early_with_one_clear_line(user_dir):
         _task(user_dir, "nope:score")
     with pytest.raises(ValueError, match="no attribute 'missing'"):
         _task(user_dir, "uverify:missing")
-    with pytest.raises(ValueError, match="needs data="):
+    with pytest.raises(ValueError, match="needs data: --data train="):
         get_task("jsonl", verifier="uverify:score")
     with pytest.raises(ValueError, match="split=path"):
         parse_data_spec("train=a.jsonl,test")

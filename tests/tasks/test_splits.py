@@ -187,7 +187,8 @@ def test_readme_example_no_longer_trains_on_the_test_set() -> None:
 
 
 @needs_math
-def test_math_default_data_offers_a_disjoint_validation_split() -> None:
+def test_math_default_data_offers_a_disjoint_validation_split(monkeypatch) -> None:
+    monkeypatch.setenv("DECODING_ADAPTERS_DATA", str(SHARED_DATA))
     task = get_task("math")
     assert task.splits == ("train", "validation", "test")
     validation, train, test = task.load("validation"), task.load("train"), task.load("test")
@@ -198,7 +199,8 @@ def test_math_default_data_offers_a_disjoint_validation_split() -> None:
 
 
 @needs_gsm8k
-def test_gsm8k_default_data_has_three_disjoint_splits() -> None:
+def test_gsm8k_default_data_has_three_disjoint_splits(monkeypatch) -> None:
+    monkeypatch.setenv("DECODING_ADAPTERS_DATA", str(SHARED_DATA))
     task = get_task("gsm8k")
     hashes = check_disjoint(task)
     assert set(hashes) == {"train", "validation", "test"} and len(hashes["test"]) == 1319
@@ -235,3 +237,12 @@ def test_problems_in_finds_recorded_problems_by_content() -> None:
     record = json.loads(json.dumps(problems_record(seen + seen[:1])))  # JSON round trip, repeats once
     assert record["count"] == 2 and record["digest"] == problems_digest(seen)
     assert [p.id for p in problems_in(candidates, record["content_hashes"])] == ["b/1"]
+
+
+@pytest.mark.parametrize("name", ["math", "gsm8k"])
+def test_math_tasks_read_no_folder_unless_told(name, monkeypatch) -> None:
+    monkeypatch.delenv("DECODING_ADAPTERS_DATA", raising=False)
+    task = get_task(name)
+    assert task.splits == ("train", "validation", "test")
+    with pytest.raises(ValueError, match=r"needs data files: pass --data train=.*DECODING_ADAPTERS_DATA"):
+        task.load("train")

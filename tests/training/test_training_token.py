@@ -14,6 +14,7 @@ from decoding_adapters.lm.protocols import LanguageModel, VerifiableTask
 from decoding_adapters.policies.networks import TokenPolicyChooser, load_adapter
 from decoding_adapters.tasks import Problem
 from decoding_adapters.training.token import (
+    PROBE_PROMPTS_PER_TRAINING_PROMPT,
     TokenBatch,
     TokenTrainConfig,
     TokenTrainer,
@@ -288,3 +289,18 @@ def test_trainer_start_checks_disjoint_splits_and_the_adapter_records_its_proble
     assert config.trained_on == problems_record(SplitTask().load("train")[:8])
     assert config.trained_on["count"] == 8 and config.selected_on is None
     assert config.seen_hashes == set(config.trained_on["content_hashes"])
+
+
+def test_prompt_filtering_probes_only_as_many_prompts_as_the_run_can_use(tmp_path):
+    probed = []
+
+    class Counting(PomdpRollouts):
+        def run(self, request, chooser=None, **kwargs):
+            probed.append(len(request.prompts))
+            return super().run(request, chooser, **kwargs)
+
+    # 32 training problems on offer, max_train_prompts 256: a 1-step run of 2 prompts probes 8
+    config = TokenTrainConfig(token_budget=T, steps=1, prompts_per_step=2, filter_samples=4, dropout=0.0)
+    trainer = TokenTrainer(config, FakeLM(H), FakeTask(), Counting(), tmp_path, progress=False)
+    summary = trainer.prepare()
+    assert probed == [1 * 2 * PROBE_PROMPTS_PER_TRAINING_PROMPT] and summary["train_prompts"] == 8

@@ -62,10 +62,17 @@ Library code raises ValueError with the file's name for a malformed file (action
 data, checkpoint, outcome table), so nothing else needs catching here."""
 
 
+class _OneLineErrorParser(argparse.ArgumentParser):
+    """A bad option is one line naming it (as a bad file or value is), not the usage text first."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The full parser; only ``command``'s module is imported (all of them when None), so that
     ``decoding-adapters --help`` and each sub-command start quickly."""
-    parser = argparse.ArgumentParser(
+    parser = _OneLineErrorParser(
         prog="decoding-adapters", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")

@@ -5,6 +5,7 @@ and a training run's output directory. Each group is derived from one dataclass
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ __all__ = [
     "check_output_dir",
     "load_problems",
 ]
+
+log = logging.getLogger(__name__)
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -152,6 +155,9 @@ def load_problems(task, split: str, max_problems: int | None = None) -> list:
     problems = task.load(split)[:max_problems]
     if not problems:
         raise ValueError(f"task {task.name!r} has no problems in split {split!r}: check --data")
+    source = task.split_sources().get(split)
+    if source is not None:  # a task that reads files names the one it read, before any model loads
+        log.info("task %s, split %s: %d problem(s) from %s", task.name, split, len(problems), source.describe())
     return problems
 
 

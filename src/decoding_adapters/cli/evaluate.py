@@ -60,7 +60,8 @@ class EvaluateOptions:
     """Best: index/name in --actions, DecodingAction JSON, or a JSON file with best_single; 'auto' picks it on
     the validation split; 'none' drops Best. Default: best_single of --actions, else auto"""
     best_problems: int = 32
-    """validation problems used by --best-action auto"""
+    """validation problems used to choose Best (--best-action auto) and the best token action (best-token);
+    never more than --max-problems"""
     baselines: str = "greedy,best,mixed,best-token"
     """static baselines to include (comma-separated): greedy, best, mixed (per sequence over --actions; with
     token adapters also the per-token Mixed over their action set, the paper's token-level Mixed),
@@ -105,6 +106,18 @@ def _unique_name(name: str, taken: set[str], source: str) -> str:
     while candidate in taken:
         candidate, i = f"{name} ({Path(source).name} {i})", i + 1
     return candidate
+
+
+def check_adapter_dirs(specs: Sequence[str]) -> None:
+    """Every --adapter directory exists and holds an adapter.json (checked before the model loads)."""
+    for _, path in _parse_adapter_args(specs):
+        for directory in path.split(","):
+            if not Path(directory).is_dir():
+                raise FileNotFoundError(f"--adapter {directory}: no such directory")
+            if not (Path(directory) / "adapter.json").is_file():
+                raise FileNotFoundError(
+                    f"--adapter {directory} holds no adapter.json: point at a directory written by train-*"
+                )
 
 
 def load_adapter_methods(specs: Sequence[str], lm, policy_mode: str | None = None) -> list[Method]:
@@ -200,7 +213,8 @@ def _best_action(args, lm, task, actions, cfg: EvalConfig, factory) -> DecodingA
 def _auto_best(args, lm, task, actions, cfg: EvalConfig, factory) -> DecodingAction:
     """The action with the best pass@1 on the validation split (train where there is none; never test)."""
     split = "validation" if "validation" in getattr(task, "splits", ()) else "train"
-    problems = task.load(split)[: args.best_problems]
+    limit = args.best_problems if args.max_problems is None else min(args.best_problems, args.max_problems)
+    problems = task.load(split)[:limit]
     log.info("choosing the best of %d actions on %d %s problems", len(actions), len(problems), split)
     best, scores = select_best_action(
         lm, task, problems, actions, samples=min(4, cfg.n), config=cfg, rollouts_factory=factory
@@ -217,6 +231,7 @@ def run_cli(args) -> int:
     if args.split in getattr(task, "splits", ()):  # splits share no problem (by content): checked first
         check_disjoint(task)
     problems = cli_common.load_problems(task, args.split, args.max_problems)
+    check_adapter_dirs(args.adapter)
     lm = build_lm(args)
 
     def factory(action_set: ActionSet, per_token: bool) -> Rollouts:

@@ -258,7 +258,7 @@ def read_jsonl(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(
-            f"JSONL file not found: {path} (check the path, or pass the task data=<path to a JSONL file>)"
+            f"JSONL file not found: {path} (check the path given with --data; from Python, data=)"
         )
     rows, bad = [], 0
     with path.open("rb") as handle:  # bytes: a line that is not UTF-8 is reported with its number
@@ -311,7 +311,7 @@ def resolve_data_path(data: Any, split: str, default: Mapping[str, Path], task: 
     if split not in source:
         raise ValueError(
             f"task {task!r}: the {where} has no file for split {split!r} "
-            f"(has {sorted(source)}); pass data={{{split!r}: <path>}} or a single data=<path>"
+            f"(has {sorted(source)}); pass --data {split}=<path>,... or a single --data <path> (from Python, data=)"
         )
     return Path(source[split])
 

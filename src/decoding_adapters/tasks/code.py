@@ -164,7 +164,7 @@ def read_records(path: str | Path, required_fields: Sequence[str]) -> list[dict[
     if path.suffix != ".gz":
         return read_jsonl(path, required_fields)
     if not path.is_file():
-        raise FileNotFoundError(f"JSONL file not found: {path} (check the task's data= path)")
+        raise FileNotFoundError(f"JSONL file not found: {path} (check the path given with --data; from Python, data=)")
     rows = []
     with gzip.open(path, "rt", encoding="utf-8") as handle:
         for lineno, line in enumerate(handle, start=1):
@@ -348,7 +348,8 @@ class CodeContestsTask(_SandboxedTask):
         self.check_split(split)
         if self.data is None:
             raise ValueError(
-                "task 'codecontests' has no default data: pass data=<JSONL path> (or a mapping split -> path)"
+                "task 'codecontests' has no default data: pass --data train=a.jsonl,test=b.jsonl or one --data <JSONL "
+                "path> (from Python, data=)"
             )
         return load_planned_split(self.split_sources(), split, self._read, self.name, id_prefix=self.name)
 

@@ -264,7 +264,9 @@ class JsonlTask(Task):
 
     def __post_init__(self) -> None:
         if self.data is None:
-            raise ValueError("task 'jsonl' needs data=: a JSONL path, or train=a.jsonl,test=b.jsonl")
+            raise ValueError(
+                "task 'jsonl' needs data: --data train=a.jsonl,test=b.jsonl or one JSONL path (from Python, data=)"
+            )
         self.data = parse_data_spec(self.data)
         validate_data_option(self.data, SPLITS)
         self.splits = SPLITS if isinstance(self.data, (str, Path)) else tuple(s for s in SPLITS if s in self.data)

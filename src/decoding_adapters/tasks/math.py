@@ -1,8 +1,8 @@
 """MATH and GSM8K: competition / grade-school math with a boxed final answer.
 
-Splits: train, validation, test, disjoint by content (the rules are in :mod:`.base`). By default
-the files live in ``<repo>/../shared/data`` (override the folder with the environment variable
-``DECODING_ADAPTERS_DATA``):
+Splits: train, validation, test, disjoint by content (the rules are in :mod:`.base`). The data is
+not part of the package: name the files with ``data=`` (the CLI's ``--data``), or set the
+environment variable ``DECODING_ADAPTERS_DATA`` to a folder that holds them under these names:
 
 - ``math``:  ``math/train.jsonl`` (train), ``math/test500.jsonl`` (test); fields problem, solution,
   answer, level, type.
@@ -57,10 +57,15 @@ MAX_VERIFY_CHARS = 300
 at most ~60 characters, and SymPy's time grows quickly with expression size."""
 
 
-def default_data_dir() -> Path:
-    """``$DECODING_ADAPTERS_DATA`` if set, else ``<repo>/../shared/data`` (repo = this checkout)."""
-    env = os.environ.get("DECODING_ADAPTERS_DATA")
-    return Path(env) if env else Path(__file__).resolve().parents[3].parent / "shared" / "data"
+DATA_ENV = "DECODING_ADAPTERS_DATA"
+"""Environment variable naming the folder that holds the math tasks' default files."""
+
+
+def default_data_dir() -> Path | None:
+    """``$DECODING_ADAPTERS_DATA`` if set, else None: no folder outside the project is ever read
+    unless the user names it."""
+    env = os.environ.get(DATA_ENV)
+    return Path(env) if env else None
 
 
 # --------------------------------------------------------------------------- answer extraction
@@ -307,11 +312,19 @@ class _JsonlMathTask(Task):
         self.splits = tuple(self.split_sources())
 
     def split_sources(self) -> dict[str, SplitSource]:
-        default = {s: default_data_dir() / f for s, f in self.default_files.items()}
+        folder = default_data_dir()
+        # No data named: the default files plan the splits (all three), and load() says what to pass.
+        default = {s: (folder or Path(".")) / f for s, f in self.default_files.items()}
         return plan_splits(self.data, default, self.name, SPLITS)
 
     def load(self, split: str) -> list[Problem]:
         self.check_split(split)
+        if self.data is None and default_data_dir() is None:
+            files = ",".join(f"{s}=<path to {f.rsplit('/', 1)[-1]}>" for s, f in self.default_files.items())
+            raise ValueError(
+                f"task {self.name!r} needs data files: pass --data {files} (Python: data=...), or set "
+                f"{DATA_ENV} to a folder holding {' and '.join(self.default_files.values())}"
+            )
         return load_planned_split(self.split_sources(), split, self._read, self.name, id_prefix=self.name)
 
     def _read(self, path: Path) -> list[Problem]:

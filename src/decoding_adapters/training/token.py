@@ -60,6 +60,11 @@ from .reinforce import ema_update, group_advantages, reinforce_loss
 
 log = logging.getLogger(__name__)
 
+PROBE_PROMPTS_PER_TRAINING_PROMPT = 4
+"""Prompt filtering probes at most ``steps x prompts_per_step x`` this many training prompts (and at
+most ``max_train_prompts``): enough that a filter dropping most of them still leaves a prompt per
+training slot, and a short run does not pay for probing prompts it never trains on."""
+
 __all__ = [
     "TokenTrainConfig",
     "TokenBatch",
@@ -119,7 +124,8 @@ class TokenTrainConfig:
     filter_max_pass: float = 1.0
     """... or >= this."""
     max_train_prompts: int | None = 256
-    """Use at most this many training prompts before filtering (none: all)."""
+    """Use at most this many training prompts before filtering (none: all); filtering probes at most
+    steps x prompts_per_step x 4 of them."""
     val_every: int = 10
     """Validate every this many steps (and after the last)."""
     val_problems: int = 64
@@ -293,6 +299,8 @@ class TokenTrainer(TrainingLoop):
         self.val_problems = load_split(self.task, "validation")[: cfg.val_problems]
         val_ids = {p.id for p in self.val_problems}
         problems = [p for p in self.task.load("train") if p.id not in val_ids][: cfg.max_train_prompts]
+        if self.given_problems is None and cfg.filter_samples:  # the probe is sized to the run it feeds
+            problems = problems[: cfg.steps * cfg.prompts_per_step * PROBE_PROMPTS_PER_TRAINING_PROMPT]
         if self.given_problems is not None:
             self.train_problems = list(self.given_problems)
             return {"train_prompts": len(problems), "kept": len(self.train_problems), "prefiltered": True}
