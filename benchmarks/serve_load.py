@@ -101,7 +101,6 @@ def run_level(url: str, clients: int, requests: int, max_tokens: int) -> dict:
         if not hasattr(local, "client"):
             local.client = httpx.Client(base_url=url, timeout=300)
         body = {
-            "model": "bench",
             "messages": [{"role": "user", "content": f"What is {17 + i} + {3 * i}?"}],
             "max_tokens": max_tokens,
             "seed": i,

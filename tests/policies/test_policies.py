@@ -114,3 +114,16 @@ def test_old_entropy_only_adapters_keep_loading(tmp_path):
     save_adapter(tmp_path, policy, AdapterConfig("token", fields, actions, "m", {}))
     loaded, config = load_adapter(tmp_path)
     assert config.policy["entropy_sees_budget"] is True and loaded.config.input_dim == 3
+
+
+def test_adapter_files_have_the_mode_of_any_new_file(tmp_path, tiny_lm):
+    import stat
+
+    from adapter_helpers import make_adapter
+
+    make_adapter(tmp_path / "tok", tiny_lm, "token")
+    plain = tmp_path / "plain.txt"
+    plain.write_text("")  # what the umask gives a new file (0644 under the default 022)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "tok").iterdir()}
+    assert set(modes) == {"adapter.safetensors", "adapter.json", "README.md"}
+    assert set(modes.values()) == {stat.S_IMODE(plain.stat().st_mode)}, modes

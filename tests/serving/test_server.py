@@ -91,7 +91,7 @@ def test_completions_with_prompt_list_and_stop(http):
 
 def test_chat_completions(client):
     resp = client.chat.completions.create(
-        model="whatever", messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+        model="tiny-token", messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
         max_tokens=6, seed=2)
     assert resp.object == "chat.completion" and len(resp.choices) == 1
     msg = resp.choices[0].message
@@ -100,7 +100,7 @@ def test_chat_completions(client):
 
 
 def test_streaming_equals_non_streaming(client, http):
-    kwargs = dict(model="m", messages=[{"role": "user", "content": "What is 2+3?"}], max_tokens=8, seed=4, n=2)
+    kwargs = dict(model="tiny-token", messages=[{"role": "user", "content": "What is 2+3?"}], max_tokens=8, seed=4, n=2)
     full = client.chat.completions.create(**kwargs)
     stream = client.chat.completions.create(**kwargs, stream=True, stream_options={"include_usage": True})
     texts, reasons, usage = {0: "", 1: ""}, {}, None
@@ -173,8 +173,22 @@ def test_malformed_json_unknown_route_and_client_errors(http, client):
     r = http.get("/v1/nope")
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
     with pytest.raises(openai.BadRequestError, match="limit of 32"):
-        client.completions.create(model="m", prompt="hi", max_tokens=100)
+        client.completions.create(model="tiny-token", prompt="hi", max_tokens=100)
     assert http.get("/health").json()["status"] == "ok"  # still serving
+
+
+def test_an_unknown_model_is_404_model_not_found(client, http):
+    for path, extra in (("/v1/completions", {"prompt": "hi"}), ("/v1/chat/completions",
+                                                                 {"messages": [{"role": "user", "content": "hi"}]})):
+        r = http.post(path, json={"model": "gpt-4o", "max_tokens": 2, **extra})
+        assert r.status_code == 404, r.text
+        err = r.json()["error"]
+        assert err["code"] == "model_not_found" and err["param"] == "model" and "tiny-token" in err["message"]
+    with pytest.raises(openai.NotFoundError, match="gpt-4o") as raised:
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert raised.value.code == "model_not_found"
+    served = http.get("/v1/models").json()["data"][0]["id"]
+    assert client.completions.create(model=served, prompt="hi", max_tokens=2, seed=0).model == served
 
 
 def test_twenty_concurrent_requests_are_batched(client, http):
@@ -182,10 +196,10 @@ def test_twenty_concurrent_requests_are_batched(client, http):
 
     def one(i: int):
         if i % 2:
-            r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"Q{i}"}],
+            r = client.chat.completions.create(model="tiny-token", messages=[{"role": "user", "content": f"Q{i}"}],
                                                max_tokens=6, seed=i)
             return r.choices[0].message.content
-        return client.completions.create(model="m", prompt=f"P{i}", max_tokens=6, n=2, seed=i).choices[1].text
+        return client.completions.create(model="tiny-token", prompt=f"P{i}", max_tokens=6, n=2, seed=i).choices[1].text
 
     with ThreadPoolExecutor(max_workers=20) as pool:
         results = list(pool.map(one, range(20)))
@@ -254,7 +268,7 @@ def _raw_post(http_or_url, path: str, body: dict) -> bytes:
 def test_lone_surrogate_fails_only_its_own_request(http):
     # Issue 18: a chat message holding "\ud800" raised TypeError in preparation, and that request
     # and the 5 others batched with it got 500. Now: that request 400, its neighbours 200.
-    good = {"model": "m", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4, "seed": 1}
+    good = {"model": "tiny-token", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4, "seed": 1}
     bad = {**good, "messages": [{"role": "user", "content": "bad \ud800 text"}]}
     bodies = [good, good, bad, good, good, good]
     headers = {"content-type": "application/json"}

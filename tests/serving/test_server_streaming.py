@@ -80,7 +80,8 @@ def _collect_chat(stream) -> tuple[dict, dict, object, list]:
     return texts, reasons, usage, timeline
 
 
-CHAT = dict(model="m", messages=[{"role": "user", "content": "Tell me a story."}], max_tokens=24)
+MODEL = "tiny-token"  # the served name: the adapter directory's
+CHAT = dict(model=MODEL, messages=[{"role": "user", "content": "Tell me a story."}], max_tokens=24)
 
 
 def test_chunks_arrive_while_decoding_and_add_up_to_the_non_streamed_answer(client):
@@ -102,7 +103,7 @@ def test_chunks_arrive_while_decoding_and_add_up_to_the_non_streamed_answer(clie
 
 
 def test_completions_stream_with_prompts_n_echo_and_no_usage(client):
-    kwargs = dict(model="m", prompt=["Once", "upon"], n=2, max_tokens=12, seed=8)
+    kwargs = dict(model=MODEL, prompt=["Once", "upon"], n=2, max_tokens=12, seed=8)
     full = client.completions.create(**kwargs, echo=True)
     texts, reasons, chunks = {}, {}, []
     for chunk in client.completions.create(**kwargs, echo=True, stream=True):
@@ -119,12 +120,12 @@ def test_completions_stream_with_prompts_n_echo_and_no_usage(client):
 
 
 def test_stop_string_across_tokens_is_held_back_and_cut(client):
-    plain = client.completions.create(model="m", prompt="abc", max_tokens=24, seed=11).choices[0].text
+    plain = client.completions.create(model=MODEL, prompt="abc", max_tokens=24, seed=11).choices[0].text
     assert len(plain) >= 8
     stop = plain[4:6]  # two characters: two tokens of the char-level tokenizer
-    cut = client.completions.create(model="m", prompt="abc", max_tokens=24, seed=11, stop=[stop])
+    cut = client.completions.create(model=MODEL, prompt="abc", max_tokens=24, seed=11, stop=[stop])
     streamed, reason, usage = "", None, None
-    for chunk in client.completions.create(model="m", prompt="abc", max_tokens=24, seed=11, stop=[stop], stream=True,
+    for chunk in client.completions.create(model=MODEL, prompt="abc", max_tokens=24, seed=11, stop=[stop], stream=True,
                                            stream_options={"include_usage": True}):
         usage = chunk.usage or usage
         for c in chunk.choices:
@@ -140,9 +141,9 @@ def test_concurrent_streams_are_batched_and_all_complete(client, base_url):
 
     def one(i: int) -> tuple[str, str]:
         prompt = [{"role": "user", "content": f"Question {i}"}]
-        stream = client.chat.completions.create(model="m", messages=prompt, max_tokens=10, seed=i, stream=True)
+        stream = client.chat.completions.create(model=MODEL, messages=prompt, max_tokens=10, seed=i, stream=True)
         texts, *_ = _collect_chat(stream)
-        full = client.chat.completions.create(model="m", messages=prompt, max_tokens=10, seed=i)
+        full = client.chat.completions.create(model=MODEL, messages=prompt, max_tokens=10, seed=i)
         return texts[0], full.choices[0].message.content
 
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -155,9 +156,9 @@ def test_concurrent_streams_are_batched_and_all_complete(client, base_url):
 
 def test_a_client_that_leaves_frees_its_rows_and_the_others_finish(client, base_url, generator, monkeypatch):
     monkeypatch.setattr(generator, "step_delay_s", 0.05)  # 32 steps take 1.6 s: the hang-up comes long before
-    long = dict(model="m", messages=[{"role": "user", "content": "Go on and on."}], max_tokens=32, n=2, seed=21)
+    long = dict(model=MODEL, messages=[{"role": "user", "content": "Go on and on."}], max_tokens=32, n=2, seed=21)
     assert all(c.finish_reason == "length" for c in client.chat.completions.create(**long).choices)  # 32 steps
-    others = [dict(model="m", messages=[{"role": "user", "content": f"Other {i}"}], max_tokens=16, seed=i)
+    others = [dict(model=MODEL, messages=[{"role": "user", "content": f"Other {i}"}], max_tokens=16, seed=i)
               for i in range(3)]
     expected = [client.chat.completions.create(**o).choices[0].message.content for o in others]
     before = _stats(base_url)
@@ -195,7 +196,7 @@ def test_a_client_that_leaves_frees_its_rows_and_the_others_finish(client, base_
 
 def test_errors_before_the_first_token_are_ordinary_responses(client, base_url):
     with pytest.raises(openai.BadRequestError, match="context"):  # found while preparing, on the decode thread
-        client.completions.create(model="m", prompt="y" * 500, max_tokens=32, stream=True)
+        client.completions.create(model=MODEL, prompt="y" * 500, max_tokens=32, stream=True)
     with pytest.raises(openai.BadRequestError, match="limit of 32"):
         client.chat.completions.create(**{**CHAT, "max_tokens": 64}, stream=True)
     r = httpx.post(f"{base_url}/v1/completions", json={"prompt": "x" * 500, "max_tokens": 32, "stream": True},
@@ -205,7 +206,7 @@ def test_errors_before_the_first_token_are_ordinary_responses(client, base_url):
 
 def test_a_decode_failing_mid_stream_ends_it_with_an_error_event(client, base_url):
     chunks = []
-    stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "EXPLODE"}],
+    stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "EXPLODE"}],
                                             max_tokens=20, seed=1, stream=True)
     with pytest.raises(openai.APIError, match="generation failed"):
         for chunk in stream:

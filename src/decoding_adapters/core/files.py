@@ -19,12 +19,19 @@ import torch
 __all__ = ["atomic_write", "write_json", "write_text", "JsonlLog", "Checkpoint", "check_output_dir"]
 
 
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read once (os.umask can only be read by setting it), restored at once
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
-    """Call ``write(tmp)`` to fill a temporary file next to ``path``, then rename it over ``path``."""
+    """Call ``write(tmp)`` to fill a temporary file next to ``path``, then rename it over ``path``.
+    The file gets the mode of any file the process creates (0644 under umask 022), whatever mode
+    ``write`` gave it (safetensors writes 0600)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     write(tmp)
+    os.chmod(tmp, 0o666 & ~_UMASK)
     os.replace(tmp, path)
     return path
 

@@ -3,7 +3,8 @@
 Endpoints: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (both also with
 ``"stream": true``), ``GET /v1/models``, ``GET /health``. Errors use OpenAI's format
 ``{"error": {"message", "type", "param", "code"}}``: malformed JSON, missing fields and wrong types
-are 400 (``invalid_request_error``); a request over the server's limits is 400 (``max_tokens``, ``n``)
+are 400 (``invalid_request_error``); a ``model`` other than the served one is 404
+(``model_not_found``, as OpenAI answers); a request over the server's limits is 400 (``max_tokens``, ``n``)
 or 413 (prompt or body too long, a chunked body judged while it streams in); a full queue is 503; an
 unexpected failure is 500 for that request only — the server keeps running. Types are strict
 (``max_tokens: "8"`` or ``true``, ``stream: "yes"`` are 400), and text that cannot be encoded (a lone
@@ -921,13 +922,21 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
         return StreamingResponse(_sse(first, job.stream, job, to_chunks), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
+    def check_model(req: _Common) -> None:
+        """Only the served model answers (OpenAI: 404 ``model_not_found``); no ``model`` means it."""
+        if req.model is not None and req.model != model_name:
+            raise ApiError(404, f"The model `{req.model}` does not exist: this server serves `{model_name}` "
+                           "(GET /v1/models)", param="model", code="model_not_found")
+
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest):
+        check_model(req)
         job = completion_job(req, limits)
         return await answer(req, job, job.prompts if req.echo else None, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest):
+        check_model(req)
         return await answer(req, chat_job(req, limits), None, chat=True)
 
     @app.get("/v1/models")
