@@ -51,7 +51,7 @@ def test_save_adapter_writes_a_model_card_and_the_adapter_still_loads(tmp_path):
         assert f"| {a.name} |" in card
     assert "| steps | 40 |" in card and "| lr | 0.001 |" in card
     assert "## Evaluation" not in card  # no results yet
-    assert "adapter.logits_processor(model)" in card
+    assert "adapter.logits_processor(model, tokenizer=tok" in card and "from_pretrained(adapter.base_model_path)" in card
     load_adapter(directory)  # the card does not disturb loading
     assert sorted(p.name for p in directory.iterdir()) == ["README.md", "adapter.json", "adapter.safetensors"]
 
@@ -74,3 +74,28 @@ def test_local_base_model_is_not_claimed_as_a_hub_id(tmp_path):
     _, config = _saved(tmp_path)
     card = render_model_card(dataclasses.replace(config, base_model="smollm2", kind="token"), "x")
     assert "base_model:" not in card and "`smollm2`" in card
+
+
+def _code_blocks(markdown: str, language: str) -> list[str]:
+    import re
+
+    return re.findall(rf"^```{language}\n(.*?)^```", markdown, flags=re.S | re.M)
+
+
+def test_the_cards_python_usage_runs_as_written(tmp_path, tiny_lm, monkeypatch):
+    from adapter_helpers import make_adapter, save_tiny_base
+
+    base = save_tiny_base(tiny_lm, tmp_path / "base")
+    for kind in ("token", "sequence"):
+        directory = make_adapter(tmp_path / f"tiny-{kind}", tiny_lm, kind, base_model=str(base))
+        blocks = _code_blocks((directory / "README.md").read_text(), "python")
+        assert len(blocks) == 1 and 'from_pretrained("<' not in blocks[0]
+        if kind == "sequence":  # generation_config runs; sampling_params needs vLLM: its line is left out
+            blocks = ["\n".join(line for line in blocks[0].splitlines() if "sampling_params" not in line)]
+        monkeypatch.chdir(tmp_path)  # the card names the adapter by its directory, relative to its parent
+        scope: dict = {}
+        exec(compile(blocks[0], str(directory / "README.md"), "exec"), scope)
+        if kind == "token":
+            assert scope["adapter"].base_model_path == str(base) and scope["out"].shape[0] == 1
+        else:
+            assert len(scope["configs"]) == 1

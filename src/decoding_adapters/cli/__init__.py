@@ -39,6 +39,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "generate": ("decoding_adapters.cli.generate", "decode prompts with a trained adapter"),
     "serve": ("decoding_adapters.cli.serve", "OpenAI-compatible HTTP server that decodes with an adapter"),
+    "model-path": (
+        "decoding_adapters.cli.model_path",
+        "print the directory transformers loads a model (or an adapter's base model) from",
+    ),
 }
 
 DESCRIPTION = """\

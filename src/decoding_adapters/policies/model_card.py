@@ -100,16 +100,21 @@ def _evaluation_table(results: Mapping[str, Mapping]) -> list[str]:
 
 
 def _usage(config, name: str) -> list[str]:
+    budget = config.policy.get("token_budget", 128)
     if config.kind == "token":
         py = [
             "from transformers import AutoModelForCausalLM, AutoTokenizer",
             "from decoding_adapters import Adapter",
             "",
             f'adapter = Adapter.from_pretrained("{name}")',
-            f'model = AutoModelForCausalLM.from_pretrained("<{config.base_model}>")',
-            "with adapter.logits_processor(model) as lp:",
-            f"    out = model.generate(**inputs, max_new_tokens={config.policy.get('token_budget', 128)},"
-            " **lp.generate_kwargs())",
+            "# the base model's directory (`decoding-adapters model-path --adapter DIR` prints it)",
+            'tok = AutoTokenizer.from_pretrained(adapter.base_model_path, padding_side="left")',
+            "model = AutoModelForCausalLM.from_pretrained(adapter.base_model_path)",
+            'chat = [[{"role": "user", "content": "What is 2+3?"}]]',
+            'inputs = tok.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt", return_dict=True)',
+            f"with adapter.logits_processor(model, tokenizer=tok, token_budget={budget}) as lp:",
+            f"    out = model.generate(**inputs, max_new_tokens={budget}, **lp.generate_kwargs())",
+            'print(tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))',
         ]
     else:
         py = [

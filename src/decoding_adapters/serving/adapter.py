@@ -34,7 +34,7 @@ import torch
 from ..decoding.actions import DecodingAction
 from ..decoding.loop import row_seed
 from ..decoding.vllm_rollouts import sampling_params_dict
-from ..lm.models import FrozenLM, ModelSpec, load_frozen_lm
+from ..lm.models import FrozenLM, ModelSpec, load_frozen_lm, locate_model
 from ..policies.networks import AdapterConfig, categorical_from_uniform, check_compatible, load_adapter
 from .generator import AdaptiveGenerator
 from .integrations.hf import AdapterLogitsProcessor
@@ -167,6 +167,13 @@ class Adapter:
     def token_budget(self) -> int:
         """The token adapter's training budget b (its remaining-budget feature is scaled by it)."""
         return int(self.config.policy.get("token_budget", 128))
+
+    @property
+    def base_model_path(self) -> str:
+        """Where transformers' ``from_pretrained`` finds the adapter's base model: the cached
+        safetensors copy of the embedded default or of a ``.gguf`` (converted on first use), a local
+        HF directory, or a hub id (``decoding-adapters model-path --adapter DIR`` prints it)."""
+        return locate_model(self.config.base_model)
 
     def __repr__(self) -> str:
         base = self.config.base_model
