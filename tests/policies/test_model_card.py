@@ -51,7 +51,8 @@ def test_save_adapter_writes_a_model_card_and_the_adapter_still_loads(tmp_path):
         assert f"| {a.name} |" in card
     assert "| steps | 40 |" in card and "| lr | 0.001 |" in card
     assert "## Evaluation" not in card  # no results yet
-    assert "adapter.logits_processor(model, tokenizer=tok" in card and "from_pretrained(adapter.base_model_path)" in card
+    assert "adapter.logits_processor(model, tokenizer=tok" in card
+    assert "from_pretrained(adapter.base_model_path)" in card
     load_adapter(directory)  # the card does not disturb loading
     assert sorted(p.name for p in directory.iterdir()) == ["README.md", "adapter.json", "adapter.safetensors"]
 
