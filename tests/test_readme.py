@@ -1,0 +1,266 @@
+"""The README's smoke test: every command and Python snippet in README.md runs, as written, at a tiny size.
+
+The README is parsed when the test runs, so a new block is covered the day it is written. Blocks run
+in README order in one working folder (``runs/...`` written by one command is read by the next) and
+Python blocks share one namespace, as in a session that follows the README top to bottom.
+
+What "as written" allows, and nothing else:
+- **Sizes**, through documented options appended to a command (argparse keeps the last value):
+  ``TINY`` per sub-command, and ``--model`` naming the tiny random model wherever a command would
+  load the default ``smollm2`` (``generate``/``serve`` use the adapter's own base model, as written).
+- **The server's port**: ``serve`` gets a free port (``--port``), and the address in the Python
+  snippets is rewritten to it, so the test never collides with whatever holds port 8000.
+- **The user's files** a snippet assumes (``my/train.jsonl``, ``my/test.jsonl``, ``mypkg/check.py``)
+  are written into the working folder first; ``examples/`` is linked there from the repository.
+- ``NOT_RUN``: the blocks and commands that cannot run here, each with its reason, and
+  ``EQUIVALENT``: commands run through their tiny-size equivalent (``make demo``).
+A command or block the test does not know how to run fails the test: teach it (or add a reason).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+TINY: dict[str, list[str]] = {
+    "select-actions": ["--max-problems", "2", "--samples", "1", "--token-budget", "4", "--no-progress"],
+    "train-sequence": ["--steps", "1", "--prompts-per-step", "2", "--max-train-prompts", "4", "--val-problems", "2",
+                       "--token-budget", "4"],
+    "train-token": ["--steps", "1", "--prompts-per-step", "2", "--group-size", "2", "--max-train-prompts", "4",
+                    "--val-problems", "2", "--filter-samples", "0", "--token-budget", "4"],
+    "evaluate": ["--max-problems", "2", "--seeds", "1", "--token-budget", "4", "--best-problems", "2", "--no-progress"],
+    "generate": ["--token-budget", "4"],
+    "serve": [],
+    "domains": ["--size", "tiny", "--no-progress"],
+    "reproduce": ["--size", "smoke", "--no-progress"],
+    "demo": ["--size", "tiny", "--no-progress"],
+    "model-path": [],
+}
+"""Sub-command -> the documented options that make it tiny (appended after the README's own)."""
+
+USES_ADAPTER_BASE = ("generate", "serve")
+"""Sub-commands whose model defaults to the adapter's own base model (no --model appended)."""
+
+EXAMPLE_TINY = ["--token-budget", "3", "--steps", "1", "--prompts-per-step", "2", "--group-size", "2",
+                "--val-problems", "1", "--filter-samples", "0", "--max-train-prompts", "4", "--eval-k", "1",
+                "--max-problems", "2"]
+"""``python examples/user_task/train.py``: its own documented size options."""
+
+NOT_RUN: dict[str, str] = {
+    "make test": "it is this test suite (CI runs it as .ci/run)",
+    ". .venv/bin/activate": "activates the environment this test already runs in",
+}
+"""Bash commands (matched at their start) that are not run, with the reason."""
+
+EQUIVALENT: dict[str, str] = {
+    "make demo": "decoding-adapters demo --out runs/demo",  # the Makefile's demo target, then sized by TINY
+}
+"""Bash commands run as their documented equivalent (then sized like any other command)."""
+
+PYTHON_NOT_RUN: dict[str, str] = {
+    "vllm": "needs vLLM on a GPU: tests/serving/test_vllm_processor.py covers the processor on CPU, the engine "
+            "test is marked gpu",
+}
+"""Python blocks that mention this word are not run, with the reason."""
+
+
+@dataclass(frozen=True)
+class Block:
+    language: str
+    line: int
+    """1-based line of the block's first code line in README.md."""
+    text: str
+
+
+def readme_blocks(text: str) -> list[Block]:
+    """The fenced ``bash``/``sh``/``python`` blocks of a Markdown text, in order."""
+    blocks = []
+    for match in re.finditer(r"^```([\w-]*)[ \t]*\n(.*?)^```[ \t]*$", text, flags=re.M | re.S):
+        language = match.group(1).lower()
+        if language in ("bash", "sh", "shell", "console", "python", "py"):
+            line = text.count("\n", 0, match.start(2)) + 1
+            blocks.append(Block("python" if language.startswith("py") else "bash", line, match.group(2)))
+    return blocks
+
+
+def bash_commands(text: str) -> list[str]:
+    """The commands of a shell block: continuation lines joined, blank and comment lines dropped."""
+    joined = re.sub(r"[ \t]*\\\n\s*", " ", text)
+    return [line.strip() for line in joined.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), env.get("PYTHONPATH", "")])
+    return env
+
+
+class Session:
+    """One reader following the README: a working folder, a Python namespace, a running server."""
+
+    def __init__(self, workdir: Path, tiny_model_dir: Path):
+        self.workdir, self.model = workdir, str(tiny_model_dir)
+        self.port = _free_port()
+        self.namespace: dict = {"__name__": "__readme__"}
+        self.server: subprocess.Popen | None = None
+        self.ran: list[str] = []
+        self.skipped: list[tuple[str, str]] = []
+
+    # ---- bash ---------------------------------------------------------------------------------
+    def run_command(self, command: str) -> None:
+        command = shlex.join(shlex.split(command, comments=True))  # without its comment
+        for prefix, reason in NOT_RUN.items():
+            if command.startswith(prefix):
+                self.skipped.append((command, reason))
+                return
+        for prefix, equivalent in EQUIVALENT.items():
+            if command.startswith(prefix):
+                command = equivalent + command[len(prefix):]
+        argv = shlex.split(command, comments=True)
+        assert "..." not in argv, f"not runnable as written (an elided '...'): {command}"
+        if argv[0] == "decoding-adapters":
+            self._cli(argv[1:], command)
+        elif argv[0] == "python" and argv[1:2] == ["examples/user_task/train.py"]:
+            self._subprocess([sys.executable, *argv[1:], "--model", self.model, *EXAMPLE_TINY], command)
+        else:
+            raise AssertionError(f"the README smoke test does not know how to run: {command!r} (teach "
+                                 "tests/test_readme.py, or add it to NOT_RUN with the reason)")
+        self.ran.append(command)
+
+    def _cli(self, args: list[str], command: str) -> None:
+        from decoding_adapters.cli import main
+
+        sub = next((a for a in args if not a.startswith("-")), None)
+        if sub is None or "--help" in args or "--plan" in args:  # prints, no work: run exactly as written
+            extra = []
+        else:
+            assert sub in TINY, f"no tiny size known for `decoding-adapters {sub}`: add it to TINY ({command})"
+            extra = list(TINY[sub]) + ([] if sub in USES_ADAPTER_BASE else ["--model", self.model])
+        if sub == "serve":
+            self._start_server([*args, *extra, "--port", str(self.port)], command)
+            return
+        try:
+            code = main([*args, *extra])
+        except SystemExit as stop:  # --help
+            code = stop.code or 0
+        assert code == 0, f"exit status {code}: {command}"
+
+    def _subprocess(self, argv: list[str], command: str) -> None:
+        done = subprocess.run(argv, cwd=self.workdir, env=_env(), capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+
+    def _start_server(self, args: list[str], command: str) -> None:
+        import httpx
+
+        assert self.server is None, "the README starts a second server"
+        code = "import sys; from decoding_adapters.cli import main; sys.exit(main())"
+        self.server = subprocess.Popen([sys.executable, "-c", code, *args], cwd=self.workdir, env=_env(),
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.server.poll() is not None:
+                raise AssertionError(f"{command} exited: {self.server.stderr.read()[-4000:]}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise AssertionError(f"{command}: the server did not come up in 120 s")
+
+    # ---- python -------------------------------------------------------------------------------
+    def run_python(self, block: Block) -> None:
+        for word, reason in PYTHON_NOT_RUN.items():
+            if word in block.text:
+                self.skipped.append((f"python block at README.md:{block.line}", reason))
+                return
+        code = block.text.replace("127.0.0.1:8000", f"127.0.0.1:{self.port}")
+        # line numbers in a traceback are README.md's own
+        exec(compile("\n" * (block.line - 1) + code, str(README), "exec"), self.namespace)
+        self.ran.append(f"python block at README.md:{block.line}")
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.terminate()
+            try:
+                self.server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.server.kill()
+
+
+USER_FILES = {
+    # A user task as the README's "Your own task" describes it: JSONL rows and a verifier module.
+    "my/train.jsonl": "".join(f'{{"question": "What is {i} + {i}?", "answer": "{2 * i}"}}\n' for i in range(12)),
+    "my/test.jsonl": "".join(f'{{"question": "What is {i} + 1?", "answer": "{i + 1}"}}\n' for i in range(100, 104)),
+    "mypkg/__init__.py": "",
+    "mypkg/check.py": "def score(completion, answer):\n    return float(completion.strip() == answer.strip())\n",
+}
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory, tiny_model_dir):
+    workdir = tmp_path_factory.mktemp("readme")
+    for name, text in USER_FILES.items():
+        (workdir / name).parent.mkdir(parents=True, exist_ok=True)
+        (workdir / name).write_text(text)
+    (workdir / "examples").symlink_to(ROOT / "examples")
+    cwd, path = os.getcwd(), list(sys.path)
+    os.chdir(workdir)
+    sys.path.insert(0, str(workdir))  # `python` in that folder: its modules (mypkg) import
+    s = Session(workdir, tiny_model_dir)
+    try:
+        yield s
+    finally:
+        s.close()
+        os.chdir(cwd)
+        sys.path[:] = path
+        sys.modules.pop("mypkg.check", None)
+        sys.modules.pop("mypkg", None)
+
+
+BLOCKS = readme_blocks(README.read_text(encoding="utf-8"))
+
+
+def test_the_readme_has_blocks_to_run():
+    assert sum(b.language == "bash" for b in BLOCKS) >= 3 and sum(b.language == "python" for b in BLOCKS) >= 3
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("block", BLOCKS, ids=[f"L{b.line}-{b.language}" for b in BLOCKS])
+def test_readme_block_runs_as_written(block: Block, session: Session, capsys):
+    ran, skipped = len(session.ran), len(session.skipped)
+    if block.language == "python":
+        session.run_python(block)
+    else:
+        for command in bash_commands(block.text):
+            session.run_command(command)
+    with capsys.disabled():  # what this block ran and left out, in the test log
+        print(f" README.md:{block.line}: ran {len(session.ran) - ran}"
+              + "".join(f"; not run: {c} ({r})" for c, r in session.skipped[skipped:]), end=" ")
+
+
+def test_parsing_follows_the_markdown():
+    text = ("x\n```bash\na \\\n  --b 1   # note\n# only a comment\n\nc\n```\n"
+            "```python\nprint(1)\n```\n```json\n{}\n```\n")
+    blocks = readme_blocks(text)
+    assert [(b.language, b.line) for b in blocks] == [("bash", 3), ("python", 10)]
+    assert bash_commands(blocks[0].text) == ["a --b 1   # note", "c"]
+    assert shlex.split(bash_commands(blocks[0].text)[0], comments=True) == ["a", "--b", "1"]
