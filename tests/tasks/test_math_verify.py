@@ -216,7 +216,8 @@ def test_gsm8k_task_answer_is_the_number(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not (SHARED_DATA / "math" / "test500.jsonl").is_file(),
                     reason=f"MATH data not found under {SHARED_DATA}")
-def test_math_default_files_and_gold_self_consistency() -> None:
+def test_math_default_files_and_gold_self_consistency(monkeypatch) -> None:
+    monkeypatch.setenv("DECODING_ADAPTERS_DATA", str(SHARED_DATA))  # the shared data, named explicitly
     task = get_task("math")
     problems = task.load("test")
     assert len(problems) == 500 and len({p.id for p in problems}) == 500
@@ -227,7 +228,8 @@ def test_math_default_files_and_gold_self_consistency() -> None:
 
 @pytest.mark.skipif(not (SHARED_DATA / "gsm8k" / "test.jsonl").is_file(),
                     reason=f"GSM8K data not found under {SHARED_DATA}")
-def test_gsm8k_default_files_and_gold_self_consistency() -> None:
+def test_gsm8k_default_files_and_gold_self_consistency(monkeypatch) -> None:
+    monkeypatch.setenv("DECODING_ADAPTERS_DATA", str(SHARED_DATA))
     task = get_task("gsm8k")
     problems = task.load("test")
     assert len(problems) == 1319
