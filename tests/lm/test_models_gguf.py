@@ -1,5 +1,7 @@
 """GGUF conversion: the converted directory's config.json names the architecture (vLLM 0.10 fails on
-``"architectures": null``), and the cache key carries a layout version so old caches are redone."""
+``"architectures": null``), tied embeddings are stored under ``model.embed_tokens.weight`` (loaders
+that tie the head to the embeddings skip ``lm_head.weight``), and the cache key carries a layout
+version so old caches are redone."""
 
 from __future__ import annotations
 
@@ -19,9 +21,9 @@ class _TokenizerStub:
         (Path(path) / "tokenizer_config.json").write_text("{}")
 
 
-def _tiny_gguf_model() -> LlamaForCausalLM:
+def _tiny_gguf_model(tied: bool = True) -> LlamaForCausalLM:
     config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=tied)
     model = LlamaForCausalLM(config)
     model.config.architectures = None  # what a config built from GGUF metadata holds
     return model
@@ -54,6 +56,30 @@ def test_conversion_writes_the_architecture_under_a_versioned_key(tmp_path: Path
     reloaded = transformers.LlamaForCausalLM.from_pretrained(target, dtype=torch.float32)
     assert type(reloaded).__name__ == config["architectures"][0]
     assert models._convert_gguf(gguf) == target and loads == ["tiny.gguf"]
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_conversion_stores_tied_embeddings_under_the_input_name(tmp_path: Path, monkeypatch, tied: bool) -> None:
+    from safetensors import safe_open
+
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"stubbed loaders" + bytes([tied]))
+    source = _tiny_gguf_model(tied)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: source)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: _TokenizerStub())
+    monkeypatch.setenv("DECODING_ADAPTERS_CACHE", str(tmp_path / "cache"))
+    target = models._convert_gguf(gguf)
+    with safe_open(str(target / "model.safetensors"), "pt") as f:
+        stored = {name: f.get_tensor(name) for name in f.keys()}
+    # The input embedding table is always stored; the head only when it is a tensor of its own.
+    assert torch.equal(stored["model.embed_tokens.weight"], source.model.embed_tokens.weight)
+    assert ("lm_head.weight" in stored) == (not tied)
+    if not tied:
+        assert torch.equal(stored["lm_head.weight"], source.lm_head.weight)
+    assert len(stored) == len({n for n, _ in source.named_parameters()})
+    reloaded = transformers.LlamaForCausalLM.from_pretrained(target, dtype=torch.float32)
+    ids = torch.tensor([[1, 5, 9]])
+    assert torch.allclose(reloaded(ids).logits, source(ids).logits)
 
 
 @pytest.mark.slow

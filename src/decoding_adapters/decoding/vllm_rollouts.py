@@ -40,7 +40,7 @@ What differs from the HF path (``HFRollouts``), on purpose or by necessity:
   vLLM reports no base-distribution statistics (use the HF path for analyses that need them).
   ``actions`` holds each row's fixed action on its generated steps.
 - **Weights.** vLLM loads an HF directory: for the default ``smollm2`` (a GGUF) the converted
-  safetensors directory from ``models`` is used (``~/.cache/decoding-adapters/gguf-v2-*``, whose
+  safetensors directory from ``models`` is used (``~/.cache/decoding-adapters/gguf-v<N>-*``, whose
   ``config.json`` names the architecture). A ``float32`` spec runs in ``bfloat16`` unless
   ``dtype`` says otherwise (vLLM's fast attention kernels want 16-bit weights).
 

@@ -180,17 +180,20 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-GGUF_CACHE_VERSION = 2
-"""Layout version of a converted GGUF directory, part of its name (``gguf-v2-<sha256[:16]>``); bump
-it when the conversion changes so old caches are converted again. v2: ``config.json`` names the
-architecture (``"architectures": ["LlamaForCausalLM"]``); v1 wrote ``null``, which vLLM 0.10
-rejects and later versions only accept by a fallback."""
+GGUF_CACHE_VERSION = 3
+"""Layout version of a converted GGUF directory, part of its name (``gguf-v3-<sha256[:16]>``); bump
+it when the conversion changes so old caches are converted again. The layout: ``config.json`` names
+the architecture (``"architectures": ["LlamaForCausalLM"]``; a GGUF-built config holds ``null``,
+which vLLM 0.10 rejects), and a tensor shared by several names (tied input and output embeddings)
+is stored once under its first name in the module tree, ``model.embed_tokens.weight``, as
+``save_pretrained`` stores it. Loaders that tie the LM head to the input embeddings (vLLM's Llama)
+skip ``lm_head.weight``; a file holding only that name left their embedding table unloaded."""
 
 
 def _convert_gguf(gguf: Path) -> Path:
     """Dequantise ``gguf`` once into a safetensors HF directory keyed by the file's hash and
     :data:`GGUF_CACHE_VERSION`; its ``config.json`` names the model class as its architecture."""
-    from safetensors.torch import save_model
+    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     target = cache_root() / f"gguf-v{GGUF_CACHE_VERSION}-{_sha256(gguf)[:16]}"
@@ -202,7 +205,7 @@ def _convert_gguf(gguf: Path) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # save_pretrained refuses GGUF-loaded models; save the tensors and a clean config ourselves.
-    save_model(model, str(tmp / "model.safetensors"))  # handles tied embeddings
+    save_file(_unique_tensors(model.state_dict()), str(tmp / "model.safetensors"), metadata={"format": "pt"})
     config = model.config.to_dict()
     config.pop("quantization_config", None)
     # A config built from GGUF metadata has architectures=None; HF and vLLM pick the model class
@@ -217,6 +220,20 @@ def _convert_gguf(gguf: Path) -> Path:
     except OSError:  # another process finished first
         pass
     return target
+
+
+def _unique_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with each shared tensor kept once, under its first name (state-dict order follows
+    the module tree, so tied embeddings keep ``model.embed_tokens.weight`` and drop
+    ``lm_head.weight``, as ``save_pretrained`` does); contiguous, as safetensors needs."""
+    kept, seen = {}, set()
+    for name, tensor in state.items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if tensor.numel() and key in seen:
+            continue
+        seen.add(key)
+        kept[name] = tensor.contiguous()
+    return kept
 
 
 def locate_model(name_or_path: str) -> str:
