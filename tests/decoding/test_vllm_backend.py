@@ -149,6 +149,7 @@ def test_vllm_config_validates_and_builds_engine_arguments():
     # steps, and the spec's dtype as the HF path resolves it on this CPU.
     kwargs = VLLMConfig().engine_kwargs(ModelSpec(), on_gpu=False)
     assert kwargs["kv_cache_memory_bytes"] == CPU_KV_CACHE_BYTES and kwargs["enforce_eager"] is True
+    assert kwargs["enable_chunked_prefill"] is False
     assert kwargs["dtype"] == str(ModelSpec().torch_dtype).removeprefix("torch.")
     assert VLLMConfig().engine_kwargs(ModelSpec(dtype="float32"), on_gpu=False)["dtype"] == "float32"
     explicit = VLLMConfig(enforce_eager=False, kv_cache_memory_bytes=2048).engine_kwargs(ModelSpec(), on_gpu=False)

