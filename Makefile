@@ -55,7 +55,7 @@ $(VLLM_BIN)/.installed: pyproject.toml
 
 # The engine runs inside the test process (tests/vllm_lane/conftest.py), so nothing is spawned.
 test-vllm: $(VLLM_BIN)/.installed
-	VLLM_LOGGING_LEVEL=WARNING $(VLLM_BIN)/python -m pytest -q -p no:cacheprovider -m vllm tests/vllm_lane
+	VLLM_LOGGING_LEVEL=WARNING $(VLLM_BIN)/python -m pytest -q -p no:cacheprovider --timeout 900 -m vllm tests/vllm_lane
 
 bench: setup
 	$(BIN)/python benchmarks/decode_throughput.py
