@@ -139,11 +139,49 @@ def test_processor_transforms_only_adapter_rows_with_the_right_budget(tmp_path):
     u = torch.rand((), generator=torch.Generator().manual_seed(5)).reshape(1)
     expected_sampled, _ = entropy_adapter_step(logits[0:1], policy, table, torch.tensor([10 - 4]), u)
     assert torch.equal(out[0], expected_sampled[0])
-    # vLLM's older V1 runner calls apply(logits) and update_state(...): inert there
+    # Built for model runner V2, the V1 calls (apply without a context) change nothing
     proc.update_state(None)
     assert torch.equal(proc.apply(logits.clone()), logits)
     # a recycled slot forgets its previous occupant
     assert proc.add_request(2, _params(None)) is False and proc.slot_adapter[2] is None
+
+
+def test_v1_runner_bookkeeping_follows_added_removed_and_moved_rows(tmp_path):
+    """The V1 runner's interface: rows by batch index, t = the length of the live output list."""
+    path = _save(tmp_path / "ent")
+    proc = EntropyAdapterLogitsProcessor(None, torch.device("cpu"), False)
+    assert proc.v1
+    outputs = {"det": [11, 12], "plain": [3], "sampled": [4, 5, 6, 7]}
+    update = SimpleNamespace(removed=[], moved=[], added=[
+        (0, _params(path, max_tokens=20), [1, 2], outputs["det"]),
+        (1, _params(None), [1], outputs["plain"]),
+        (2, _params({"path": path, "deterministic": False, "seed": 5}, max_tokens=10), [1, 2, 3], outputs["sampled"]),
+    ])
+    proc.update_state(update)
+    proc.trace = []
+    logits = _logits(3, seed=7)
+    out = proc.apply(logits.clone())
+    policy, table = proc.adapters[path].policy, proc.adapters[path].table
+    assert torch.equal(out[1], logits[1])  # a plain request is left alone
+    assert torch.equal(out[0], entropy_adapter_step(logits[0:1], policy, table, torch.tensor([20 - 2]))[0][0])
+    u = torch.rand((), generator=torch.Generator().manual_seed(5)).reshape(1)
+    assert torch.equal(out[2], entropy_adapter_step(logits[2:3], policy, table, torch.tensor([10 - 4]), u)[0][0])
+    assert proc.trace[0]["generated"] == [2, 4] and proc.trace[0]["remaining"].tolist() == [18, 6]
+    # The live lists grow; rows are swapped, removed and moved as vLLM reports them.
+    outputs["det"].append(13)
+    swap = SimpleNamespace(name="SWAP")
+    proc.update_state(SimpleNamespace(removed=[1], added=[], moved=[(0, 2, swap)]))
+    assert proc.v1_rows[0].budget == 10 and proc.v1_rows[2].budget == 20 and 1 not in proc.v1_rows
+    proc.update_state(SimpleNamespace(removed=[], added=[], moved=[(2, 1, SimpleNamespace(name="UNIDIRECTIONAL"))]))
+    assert sorted(proc.v1_rows) == [0, 1] and proc.v1_rows[1].budget == 20
+    proc.trace = []
+    logits = _logits(2, seed=8)
+    out = proc.apply(logits.clone())
+    assert torch.equal(out[1], entropy_adapter_step(logits[1:2], policy, table, torch.tensor([20 - 3]))[0][0])
+    assert proc.trace[0]["generated"] == [4, 3]
+    # A plain request added at an adapter row's index replaces it.
+    proc.update_state(SimpleNamespace(removed=[], added=[(0, _params(None), [1], [])], moved=[]))
+    assert sorted(proc.v1_rows) == [1]
 
 
 def test_validate_params_at_admission(tmp_path):

@@ -1,4 +1,4 @@
-"""Helpers of the vLLM lane's tests (imported by name: ``tests/vllm_lane`` is on the path there)."""
+"""Helpers of the vLLM lane's tests."""
 
 from __future__ import annotations
 

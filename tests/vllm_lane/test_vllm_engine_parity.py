@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lane_helpers import chi_square_passes, report
 
 from decoding_adapters.decoding.actions import ActionSet, DecodingAction, transform_logits
 from decoding_adapters.decoding.loop import row_seed
 from decoding_adapters.decoding.rollouts import HFRollouts, RolloutRequest, encode_problems
 from decoding_adapters.decoding.vllm_rollouts import VLLMRollouts
+from vllm_lane.lane_helpers import chi_square_passes, report
 
 pytestmark = pytest.mark.vllm
 

@@ -9,12 +9,12 @@ import math
 
 import pytest
 import torch
-from lane_helpers import report
 
 from decoding_adapters.decoding.actions import ActionSet, DecodingAction
 from decoding_adapters.decoding.loop import row_seed
 from decoding_adapters.decoding.rollouts import HFRollouts, RolloutRequest, encode_problems, score_rows
 from decoding_adapters.decoding.vllm_rollouts import VLLMRollouts
+from vllm_lane.lane_helpers import report
 
 pytestmark = pytest.mark.vllm
 

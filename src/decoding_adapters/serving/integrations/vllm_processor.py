@@ -1,4 +1,5 @@
-"""The entropy-only token adapter as a vLLM custom logits processor (vLLM >= 0.33, model runner V2).
+"""The entropy-only token adapter as a vLLM custom logits processor (both of vLLM's interfaces: the
+V1 model runner's, which the CPU build and vLLM <= 0.32 use, and model runner V2's).
 
     from vllm import LLM, SamplingParams
     llm = LLM(model=..., logits_processors=[EntropyAdapterLogitsProcessor])   # or installed: entry point
@@ -22,9 +23,18 @@ min_p 0) for the adapter's action to be the one that is sampled.
 What happens per step, for the rows of adapter requests (``entropy_adapter_step``, a pure
 function of the logits that the unit tests compare with our own ``TokenPolicyChooser``):
 entropy of ``softmax(logits)`` and the remaining budget ``max_tokens - t`` (t = tokens generated so
-far: ``pos + 1 - prompt_len``) -> pi(a | x_t) -> action -> that action's transforms in HF order
-(temperature -> top-k -> top-p -> min-p), greedy rows one-hot on their argmax. vLLM then samples
-from the result.
+far: ``pos + 1 - prompt_len`` in model runner V2, the length of the request's output list in V1)
+-> pi(a | x_t) -> action -> that action's transforms in HF order (temperature -> top-k -> top-p ->
+min-p), greedy rows one-hot on their argmax. vLLM then samples from the result.
+
+Two interfaces, one class. vLLM loads the ``vllm.logits_processors`` entry-point group into either
+runner. The V1 runner builds it as ``cls(vllm_config, device, is_pin_memory)``, reports batch changes
+through ``update_state(BatchUpdate)`` (rows added with a live reference to their output tokens,
+removed, moved or swapped) and calls ``apply(logits)`` with one row per batch index. Model runner V2
+builds it as ``cls(vllm_config, req_states)``, calls ``add_request(slot, params)`` and
+``apply(logits, ctx)`` with the step's row -> slot mapping. The class subclasses whichever base
+classes the installed vLLM has. ``trace`` (None by default) can be set to a list to record every
+decision made in a V1 engine (the vLLM lane's tests read it).
 
 **Only the entropy-only adapter.** The full token adapter observes the LM's final hidden state
 h_t, and vLLM's logits processors receive logits only. The one route that exists is future work:
@@ -34,16 +44,15 @@ sampled — also runs the policy and stashes the chosen action per row for a pro
 to apply. Until then, use the transformers integration (``adapter.logits_processor(model)``) or this
 project's decode loop for hidden-state adapters.
 
-Older vLLM (the V1 model runner, before 0.33) loads the same entry-point group with another
-interface; there the processor is inert (it changes no logits), so installing this package never
-breaks an older engine. Not supported: speculative decoding (draft rows would each take a decision on a guessed
-prefix); preemption with recomputation is fine (the step count comes from positions, not from a
-counter).
+Not supported: speculative decoding (draft rows would each take a decision on a guessed prefix);
+preemption with recomputation is fine (the step count comes from positions or the output list, not
+from a counter).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +66,25 @@ __all__ = ["EntropyAdapterLogitsProcessor", "entropy_adapter_step", "EXTRA_ARGS_
 
 EXTRA_ARGS_KEY = "decoding_adapter"
 
-try:  # the real base class when vLLM (model runner V2) is installed; a plain object otherwise (CPU tests)
-    from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor as _VLLMLogitsProcessor
-except ImportError:  # vLLM absent or too old for model runner V2
-    _VLLMLogitsProcessor = object
+_BASES: list[type] = []
+try:  # model runner V2's base class
+    from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor as _V2LogitsProcessor
+
+    _BASES.append(_V2LogitsProcessor)
+except ImportError:  # vLLM absent or without model runner V2
+    pass
+try:  # the V1 runner's base class (its loader requires a subclass for classes passed by name)
+    from vllm.v1.sample.logits_processor import LogitsProcessor as _V1LogitsProcessor
+
+    _BASES.append(_V1LogitsProcessor)
+except ImportError:  # vLLM absent
+    pass
+_BASES = _BASES or [object]
 
 
 def vllm_processor_available() -> bool:
-    """Whether vLLM's V2 ``LogitsProcessor`` interface is importable (so the processor can be registered)."""
-    return _VLLMLogitsProcessor is not object
+    """Whether one of vLLM's ``LogitsProcessor`` interfaces is importable (so the processor can be registered)."""
+    return _BASES != [object]
 
 
 @torch.no_grad()
@@ -155,17 +174,32 @@ def _check_neutral_sampling(sp) -> None:
         )
 
 
-class EntropyAdapterLogitsProcessor(_VLLMLogitsProcessor):
-    """vLLM (model runner V2) logits processor running an entropy-only token adapter per request.
+@dataclass
+class _V1Row:
+    """One adapter request in the V1 runner's persistent batch."""
 
-    Per-slot state: which adapter (loaded once per directory and shared), its budget
-    (``max_tokens``), determinism and action generator. See the module docstring."""
+    path: str
+    options: dict
+    budget: int
+    output_ids: list
+    """vLLM's live list of the request's generated tokens (its length is t)."""
+    generator: torch.Generator | None
+
+
+class EntropyAdapterLogitsProcessor(*_BASES):
+    """vLLM logits processor running an entropy-only token adapter per request (both runners).
+
+    Per-slot (V2) or per-batch-row (V1) state: which adapter (loaded once per directory and shared),
+    its budget (``max_tokens``), determinism and action generator. See the module docstring."""
 
     def __init__(self, vllm_config: Any, req_states: Any = None, *_unused):
-        self.req_states = req_states
-        self.device = torch.device(
-            getattr(req_states, "device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
-        )
+        # V1 passes (vllm_config, device, is_pin_memory); V2 passes (vllm_config, req_states)
+        self.v1 = isinstance(req_states, (torch.device, str))
+        self.req_states = None if self.v1 else req_states
+        device = req_states if self.v1 else getattr(req_states, "device", None)
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.v1_rows: dict[int, _V1Row] = {}
+        self.trace: list[dict] | None = None
         max_reqs = getattr(req_states, "max_num_reqs", None) or getattr(
             getattr(vllm_config, "scheduler_config", None), "max_num_seqs", 1024
         )
@@ -196,28 +230,46 @@ class EntropyAdapterLogitsProcessor(_VLLMLogitsProcessor):
         self.slot_adapter[req_idx] = self.slot_options[req_idx] = self.slot_generator[req_idx] = None
         if options is None:
             return False
-        path = options["path"]
-        if path not in self.adapters:
-            self.adapters[path] = _LoadedAdapter(path, self.device)
+        path = self._adapter(options)
         self.slot_adapter[req_idx], self.slot_options[req_idx] = path, options
-        self.slot_budget[req_idx] = int(
-            getattr(sampling_params, "max_tokens", None) or self.adapters[path].policy.config.token_budget
-        )
-        if not options["deterministic"]:
-            self.slot_generator[req_idx] = torch.Generator(self.device).manual_seed(int(options["seed"]))
+        self.slot_budget[req_idx] = self._budget(sampling_params, path)
+        self.slot_generator[req_idx] = self._generator(options)
         return True
 
     def apply_staged_writes(self) -> None:
         pass
 
     def update_state(self, batch_update) -> None:
-        """vLLM's older (V1 runner) interface, which loads the same entry-point group: stay inert there."""
+        """The V1 runner's batch changes, applied in vLLM's order: removed, added, moved."""
+        if batch_update is None:
+            return
+        for index in batch_update.removed:
+            self.v1_rows.pop(index, None)
+        for added in batch_update.added:
+            # (index, params, prompt ids, output ids); vLLM before 0.11 had no prompt ids
+            index, params, output_ids = added[0], added[1], added[-1]
+            options = _options(params)
+            if options is None:
+                self.v1_rows.pop(index, None)
+                continue
+            path = self._adapter(options)
+            self.v1_rows[index] = _V1Row(path, options, self._budget(params, path), output_ids,
+                                         self._generator(options))
+        for first, second, direction in batch_update.moved:
+            a, b = self.v1_rows.pop(first, None), self.v1_rows.pop(second, None)
+            if getattr(direction, "name", str(direction)) == "SWAP":
+                a, b = b, a
+            else:  # one-way: first's request now sits at second, first is empty
+                a, b = None, a
+            for index, row in ((first, a), (second, b)):
+                if row is not None:
+                    self.v1_rows[index] = row
 
     def apply(self, logits: torch.Tensor, ctx=None) -> torch.Tensor:
         """Transform, in place, the rows of requests that use an adapter (one row per request).
-        Called without a context (the V1 runner's ``apply(logits)``) it changes nothing."""
+        Without a context it is the V1 runner's call: row i is batch index i."""
         if ctx is None:
-            return logits
+            return self._apply_v1(logits)
         slots_np = ctx.idx_mapping_np
         if logits.shape[0] != len(slots_np):
             raise RuntimeError("the decoding-adapter processor does not support speculative decoding")
@@ -235,6 +287,44 @@ class EntropyAdapterLogitsProcessor(_VLLMLogitsProcessor):
         return logits
 
     # ---- helpers -------------------------------------------------------------------------------
+    def _adapter(self, options: dict) -> str:
+        path = options["path"]
+        if path not in self.adapters:
+            self.adapters[path] = _LoadedAdapter(path, self.device)
+        return path
+
+    def _budget(self, sampling_params, path: str) -> int:
+        return int(getattr(sampling_params, "max_tokens", None) or self.adapters[path].policy.config.token_budget)
+
+    def _generator(self, options: dict) -> torch.Generator | None:
+        if options["deterministic"]:
+            return None
+        return torch.Generator(self.device).manual_seed(int(options["seed"]))
+
+    def _apply_v1(self, logits: torch.Tensor) -> torch.Tensor:
+        by_adapter: dict[str, list[int]] = {}
+        for index, row in self.v1_rows.items():
+            if index < logits.shape[0]:
+                by_adapter.setdefault(row.path, []).append(index)
+        for path, indices in by_adapter.items():
+            indices.sort()
+            rows = [self.v1_rows[i] for i in indices]
+            index_t = torch.tensor(indices, device=logits.device)
+            remaining = torch.tensor([max(r.budget - len(r.output_ids), 1) for r in rows], device=logits.device)
+            uniform = self._uniform_of([r.generator for r in rows], logits.device)
+            adapter = self.adapters[path]
+            raw = logits[index_t]
+            logits[index_t], action = entropy_adapter_step(raw, adapter.policy, adapter.table, remaining, uniform)
+            if self.trace is not None:
+                self.trace.append({
+                    "path": path, "seeds": [int(r.options["seed"]) for r in rows],
+                    "deterministic": [bool(r.options["deterministic"]) for r in rows],
+                    "generated": [len(r.output_ids) for r in rows], "logits": raw.detach().cpu(),
+                    "remaining": remaining.cpu(), "uniform": None if uniform is None else uniform.cpu(),
+                    "action": action.cpu(),
+                })
+        return logits
+
     def _generated(self, ctx, rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         """Tokens generated so far per row: position of the next token minus the prompt length."""
         prompt_len = getattr(self.req_states, "prompt_len", None)
@@ -246,7 +336,11 @@ class EntropyAdapterLogitsProcessor(_VLLMLogitsProcessor):
         return ctx.pos[rows].long() + 1 - lengths.to(slots.device)[slots].long()
 
     def _uniform(self, slots: list[int], device) -> torch.Tensor | None:
-        generators = [self.slot_generator[s] for s in slots]
+        return self._uniform_of([self.slot_generator[s] for s in slots], device)
+
+    @staticmethod
+    def _uniform_of(generators: list[torch.Generator | None], device) -> torch.Tensor | None:
+        """One U(0, 1) draw per row from its request's generator; NaN for deterministic rows."""
         if all(g is None for g in generators):
             return None
         nan = torch.tensor(float("nan"))
