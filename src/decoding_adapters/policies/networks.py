@@ -51,6 +51,7 @@ __all__ = [
     "load_adapter",
     "read_adapter_config",
     "categorical_from_uniform",
+    "prior_distribution",
 ]
 
 
@@ -90,8 +91,51 @@ def categorical_from_uniform(probs: torch.Tensor, uniform: torch.Tensor) -> torc
     )
 
 
+def prior_distribution(num_actions: int, action: int | None, mass: float) -> tuple[float, ...] | None:
+    """A prior over ``num_actions`` actions that puts ``mass`` on ``action`` and spreads the rest
+    evenly (None when ``action`` is None: no prior). ``mass`` in (0, 1); with one action, (1.0,)."""
+    if action is None:
+        return None
+    if not 0 <= action < num_actions:
+        raise ValueError(f"prior action {action} is not one of the {num_actions} actions")
+    if not 0 < mass < 1 and num_actions > 1:
+        raise ValueError(f"prior mass must be in (0, 1), got {mass}")
+    if num_actions == 1:
+        return (1.0,)
+    rest = (1 - mass) / (num_actions - 1)
+    return tuple(mass if a == action else rest for a in range(num_actions))
+
+
+def _check_prior(config) -> None:
+    """Validate ``config.prior`` (a distribution over the actions, or None) and store it as a tuple."""
+    if config.prior is None:
+        return
+    prior = tuple(float(x) for x in config.prior)
+    if len(prior) != config.num_actions or min(prior) <= 0 or abs(sum(prior) - 1) > 1e-6:
+        raise ValueError(f"prior must be {config.num_actions} positive probabilities summing to 1, got {prior}")
+    object.__setattr__(config, "prior", prior)
+
+
 class _PolicyBase(nn.Module):
+    """Logits are the head's output plus ``log_prior`` (zero without a prior). With a prior the
+    head's last layer starts at zero, so the initial policy IS the prior (at policy temperature 1)
+    and what training learns is the deviation from it."""
+
     temperature: float
+
+    def _init_prior(self, prior: tuple[float, ...] | None, num_actions: int, head: nn.Sequential) -> None:
+        # A buffer, not a parameter: it is fixed, and rebuilt from the config on load (not in the
+        # weights file), so adapters without a prior keep loading as before.
+        log_prior = torch.zeros(num_actions) if prior is None else torch.tensor(prior).log()
+        self.register_buffer("log_prior", log_prior, persistent=False)
+        if prior is not None:
+            nn.init.zeros_(head[-1].weight)
+            nn.init.zeros_(head[-1].bias)
+
+    def prior_log_probs(self) -> torch.Tensor | None:
+        """``log prior`` ``[K]`` over the actions (at the policy temperature), or None without a prior."""
+        prior = getattr(self.config, "prior", None)
+        return None if prior is None else (self.log_prior / self.temperature).log_softmax(-1)
 
     def probs(self, *args, **kwargs) -> torch.Tensor:
         return (self(*args, **kwargs) / self.temperature).softmax(-1)
@@ -127,12 +171,16 @@ class SequencePolicyConfig:
     """Policy softmax temperature."""
     max_budget: int = 64
     """Budgets are encoded as log2(B) / log2(max_budget)."""
+    prior: tuple[float, ...] | None = None
+    """A distribution over the actions added to the logits as ``log prior`` (the policy starts at
+    it and learns deviations; see ``prior_distribution``); None: no prior."""
 
     def __post_init__(self) -> None:
         if self.embed_dim < 1 or self.num_actions < 1 or self.layers < 1:
             raise ValueError("embed_dim, num_actions and layers must be >= 1")
         if self.temperature <= 0:
             raise ValueError("policy temperature must be > 0")
+        _check_prior(self)
 
 
 class SequencePolicy(_PolicyBase):
@@ -152,6 +200,7 @@ class SequencePolicy(_PolicyBase):
         self.head = _mlp(
             [config.embed_dim + extra] + [config.hidden] * (config.layers - 1) + [config.num_actions], config.dropout
         )
+        self._init_prior(config.prior, config.num_actions, self.head)
 
     def encode_budget(self, budget: torch.Tensor) -> torch.Tensor:
         """``[N]`` budgets -> ``[N, 1]`` scalar in [0, 1] (log scale: 1, 2, 4, 8 are evenly spaced)."""
@@ -164,7 +213,7 @@ class SequencePolicy(_PolicyBase):
             if budget is None:
                 raise ValueError("this adapter was trained with the budget as input: pass parallel budgets")
             x = torch.cat([x, self.budget_encoder(self.encode_budget(budget.to(x.device)))], dim=-1)
-        return self.head(x)
+        return self.head(x) + self.log_prior
 
     def choose(
         self,
@@ -209,6 +258,9 @@ class TokenPolicyConfig:
     entropy_sees_budget: bool = False
     """Legacy: entropy-only adapters saved before issue 13 also observed phi(b_t); True keeps such an
     adapter's input (set by ``AdapterConfig.from_dict`` for old files, never for new ones)."""
+    prior: tuple[float, ...] | None = None
+    """A distribution over the actions added to the logits as ``log prior`` (the policy starts at
+    it and learns deviations; see ``prior_distribution``); None: no prior."""
 
     def __post_init__(self) -> None:
         if self.features not in ("hidden", "entropy"):
@@ -217,6 +269,7 @@ class TokenPolicyConfig:
             raise ValueError("layers, num_actions and token_budget must be >= 1")
         if self.temperature <= 0:
             raise ValueError("policy temperature must be > 0")
+        _check_prior(self)
 
     @property
     def sees_budget(self) -> bool:
@@ -241,6 +294,7 @@ class TokenPolicy(_PolicyBase):
         self.mlp = _mlp(
             [config.input_dim] + [config.width] * (config.layers - 1) + [config.num_actions], config.dropout
         )
+        self._init_prior(config.prior, config.num_actions, self.mlp)
 
     def observation(self, hidden: torch.Tensor, entropy: torch.Tensor, remaining: torch.Tensor) -> torch.Tensor:
         """x_t ``[..., input_dim]`` from hidden ``[..., H]``, entropy ``[...]``, remaining budget ``[...]``."""
@@ -262,7 +316,7 @@ class TokenPolicy(_PolicyBase):
         rollout and the loss see the same dropped-out policy); without it, ``nn.Dropout`` as usual
         (on in train mode, off in eval mode)."""
         if dropout_key is None or self.config.dropout == 0:
-            return self.mlp(observation)
+            return self.mlp(observation) + self.log_prior
         seeds, steps = (k.to(observation.device) for k in dropout_key)
         x, p = observation, self.config.dropout
         for i, layer in enumerate(self.mlp):
@@ -270,7 +324,7 @@ class TokenPolicy(_PolicyBase):
                 x = x * counter_dropout_keep(seeds, steps, i, x.shape[-1], p).to(x.dtype) / (1 - p)
             else:
                 x = layer(x)
-        return x
+        return x + self.log_prior
 
 
 class TokenPolicyChooser:

@@ -8,7 +8,7 @@ import math
 import random
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 __all__ = [
     "TrainingLoop",
     "EarlyStopping",
+    "Validation",
+    "paired_se",
     "step_generator",
     "seed_everything",
     "sample_prompt_batch",
@@ -198,6 +200,51 @@ def load_split(task, split: str) -> list:
         return train[len(train) - max(1, len(train) // 10):]
 
 
+@dataclass
+class Validation:
+    """One validation: the mean reward of each validation problem (over its samples) under the
+    policy mode that validated better, and the mean of every mode tried."""
+
+    scores: torch.Tensor | None
+    """``[P]`` mean reward per validation problem; None when there is nothing to validate on."""
+    mode: str | None = None
+    """The policy mode these scores are of (None: the trainer has one mode)."""
+    by_mode: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, value) -> "Validation":
+        """A trainer's ``validate()`` result as a Validation (a bare float: one score, no spread)."""
+        if isinstance(value, Validation):
+            return value
+        return cls(None if value != value else torch.tensor([float(value)], dtype=torch.float64))  # value != value: NaN
+
+    @property
+    def mean(self) -> float:
+        return float("nan") if self.scores is None else float(self.scores.double().mean())
+
+    @property
+    def se(self) -> float:
+        """Standard error of the mean over problems (NaN with fewer than two)."""
+        if self.scores is None or len(self.scores) < 2:
+            return float("nan")
+        return float(self.scores.float().std() / math.sqrt(len(self.scores)))
+
+    def record(self) -> dict:
+        out = {"val_reward": self.mean, "val_se": self.se}
+        if self.mode is not None:
+            out["val_mode"] = self.mode
+        if self.by_mode:
+            out["val_by_mode"] = self.by_mode
+        return out
+
+
+def paired_se(a: torch.Tensor | None, b: torch.Tensor | None) -> float:
+    """Standard error of mean(a - b) over paired per-problem scores (0 when not paired)."""
+    if a is None or b is None or len(a) != len(b) or len(a) < 2:
+        return 0.0
+    return float((a.float() - b.float()).std() / math.sqrt(len(a)))
+
+
 class TrainingLoop:
     """The loop both trainers share: resume or start, one ``train_step`` per step, validation every
     ``val_every`` steps, a JSONL record per step, an atomic checkpoint every ``checkpoint_every``
@@ -210,7 +257,14 @@ class TrainingLoop:
     that point; when ``patience`` validations in a row have not beaten the best by more than
     ``min_improvement``, training stops, the best weights are put back and saved. The stop and the
     best step are logged (``early_stop`` record) and kept in the checkpoint, so a resumed run that
-    had stopped stays stopped."""
+    had stopped stays stopped.
+
+    Keep-best (a config with ``keep_best``): the loop also validates at step 0, before any update,
+    and the adapter saved is the best validated policy *including the start*, so it can never
+    validate worse than where it began. A validation beats the best only by more than
+    ``min_improvement`` and more than ``min_improvement_se`` standard errors of the paired
+    (per-problem) difference; a trainer that validates several policy modes (``Validation.mode``)
+    keeps the mode with the weights (``self.policy_mode``)."""
 
     name = "train"
 
@@ -226,6 +280,7 @@ class TrainingLoop:
 
     def train(self, resume: bool = False) -> Path:
         cfg = self.config
+        keep_best = getattr(cfg, "keep_best", False)
         if resume and self.checkpoint.exists():
             state = self.checkpoint.load()
             for change in check_resume(state["config"], cfg, state["step"], self.checkpoint.path):
@@ -241,6 +296,8 @@ class TrainingLoop:
         else:
             summary = self.start()
             self.log.truncate_after(-1)
+            if keep_best:  # step 0: the start is a candidate like any later validation
+                summary = {**(summary or {}), **self._observe_validation(patience=0)}
             if summary is not None:
                 self.log.append({"step": 0, **summary})
         self.log.truncate_after(self.step)
@@ -253,11 +310,7 @@ class TrainingLoop:
             self.step += 1
             record = {"step": self.step, **record, "seconds": time.perf_counter() - started}
             if self.step % cfg.val_every == 0 or self.step == cfg.steps:
-                record["val_reward"] = self.validate()
-                if patience > 0 and self.early.observe(
-                    record["val_reward"], self.step, self.policy, patience, getattr(cfg, "min_improvement", 0.0)
-                ):
-                    record["early_stop"] = {"best_step": self.early.best_step, "best_val_reward": self.early.best}
+                record.update(self._observe_validation(patience))
             self.log.append(record)
             bar.set_postfix(reward=f"{record['reward']:.2f}", val=f"{record.get('val_reward', float('nan')):.2f}")
             bar.update(1)
@@ -266,14 +319,35 @@ class TrainingLoop:
                     {"step": self.step, "config": asdict(cfg), **self.state(), "early_stopping": self.early.state()}
                 )
         bar.close()
-        if patience > 0 and self.early.best_policy is not None:
+        if (patience > 0 or keep_best) and self.early.best_policy is not None:
             self.policy.load_state_dict(self.early.best_policy)  # the adapter is the best validated one
+            if self.early.best_mode is not None and hasattr(self, "policy_mode"):
+                self.policy_mode = self.early.best_mode
+        elif self.early.last_mode is not None and hasattr(self, "policy_mode"):
+            self.policy_mode = self.early.last_mode
         return self.save()
+
+    def _observe_validation(self, patience: int) -> dict:
+        """Validate now, let early stopping / keep-best see it; the log record's validation fields."""
+        cfg = self.config
+        validation = Validation.of(self.validate())
+        best_scores = self.early.best_scores
+        stop = self.early.observe(
+            validation, self.step, self.policy, patience, getattr(cfg, "min_improvement", 0.0),
+            getattr(cfg, "min_improvement_se", 0.0),
+        )
+        record = validation.record()
+        if best_scores is not None and validation.scores is not None:
+            record["val_paired_se"] = paired_se(validation.scores, best_scores)
+        if patience > 0 and stop:
+            record["early_stop"] = {"best_step": self.early.best_step, "best_val_reward": self.early.best}
+        return record
 
 
 class EarlyStopping:
-    """Best validation reward so far, the weights at that point and validations since (see
-    ``TrainingLoop``). A NaN validation reward (no validation problems) never counts as better."""
+    """Best validation reward so far, the weights (and policy mode) at that point and validations
+    since (see ``TrainingLoop``). A NaN validation reward (no validation problems) never counts as
+    better."""
 
     def __init__(self):
         self.best = float("-inf")
@@ -281,15 +355,26 @@ class EarlyStopping:
         self.since_best = 0
         self.stopped = False
         self.best_policy: dict | None = None
+        self.best_scores: torch.Tensor | None = None
+        self.best_mode: str | None = None
+        self.last_mode: str | None = None
 
-    def observe(self, value: float, step: int, policy: torch.nn.Module, patience: int, min_improvement: float) -> bool:
-        """Record a validation reward; True when this one ends training."""
-        if value == value and value > self.best + min_improvement:  # value == value: not NaN
-            self.best, self.best_step, self.since_best = value, step, 0
+    def observe(self, value, step: int, policy: torch.nn.Module, patience: int, min_improvement: float,
+                min_improvement_se: float = 0.0) -> bool:
+        """Record a validation (a ``Validation`` or a bare reward); True when this one ends training
+        (never with ``patience`` 0). Better: above the best by more than ``min_improvement`` and
+        more than ``min_improvement_se`` paired standard errors."""
+        validation = Validation.of(value)
+        mean = validation.mean
+        self.last_mode = validation.mode
+        margin = max(min_improvement, min_improvement_se * paired_se(validation.scores, self.best_scores))
+        if mean == mean and mean > self.best + margin:  # mean == mean: not NaN
+            self.best, self.best_step, self.since_best = mean, step, 0
             self.best_policy = {k: v.detach().clone() for k, v in policy.state_dict().items()}
+            self.best_scores, self.best_mode = validation.scores, validation.mode
         else:
             self.since_best += 1
-        self.stopped = self.since_best >= patience
+        self.stopped = patience > 0 and self.since_best >= patience
         return self.stopped
 
     def state(self) -> dict:
@@ -299,6 +384,9 @@ class EarlyStopping:
             "since_best": self.since_best,
             "stopped": self.stopped,
             "best_policy": self.best_policy,
+            "best_scores": self.best_scores,
+            "best_mode": self.best_mode,
+            "last_mode": self.last_mode,
         }
 
     @classmethod

@@ -38,16 +38,19 @@ from ..decoding.actions import ActionSet
 from ..decoding.loop import DecodeResult, row_seed
 from ..decoding.rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
 from ..policies.networks import (
+    POLICY_MODES,
     AdapterConfig,
     TokenPolicy,
     TokenPolicyChooser,
     TokenPolicyConfig,
     UniformChooser,
+    prior_distribution,
     save_adapter,
 )
 from ..tasks import check_disjoint, problems_record
 from .common import (
     TrainingLoop,
+    Validation,
     action_histogram,
     check_shared_fields,
     load_split,
@@ -56,7 +59,7 @@ from .common import (
     seed_everything,
     step_generator,
 )
-from .reinforce import ema_update, group_advantages, reinforce_loss
+from .reinforce import clipped_loss, ema_update, group_advantages
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +73,7 @@ __all__ = [
     "TokenBatch",
     "TokenTrainer",
     "token_loss",
+    "rollout_log_probs",
     "rollout_batch_from_result",
     "UniformChooser",
     "group_advantages",
@@ -117,6 +121,19 @@ class TokenTrainConfig:
     off in validation, evaluation and serving."""
     policy_temperature: float = 1.0
     """Softmax temperature of the policy."""
+    prior_action: int | None = None
+    """Index of the best static token action (chosen on validation by the caller): the policy starts
+    at a prior with ``prior_mass`` on it (the log-prior is a fixed logit bias and the last layer
+    starts at zero) and learns deviations from it. None: no prior, the usual random start."""
+    prior_mass: float = 0.8
+    """Probability the prior puts on ``prior_action`` (the rest spread evenly over the others)."""
+    kl_coef: float = 0.0
+    """Weight of KL(pi || prior) per decision step (needs ``prior_action``)."""
+    ppo_epochs: int = 1
+    """Optimiser steps per rollout batch: epoch 1 is exactly REINFORCE (ratio 1: the loss recomputes
+    the rollout's dropout masks), later epochs use PPO's clipped ratio."""
+    clip: float = 0.2
+    """PPO clip range eps: the ratio pi / pi_rollout is clipped to [1 - eps, 1 + eps]."""
     filter_samples: int = 4
     """Probe rollouts per prompt for filtering (0 disables filtering)."""
     filter_min_pass: float = 0.0
@@ -128,8 +145,20 @@ class TokenTrainConfig:
     steps x prompts_per_step x 4 of them."""
     val_every: int = 10
     """Validate every this many steps (and after the last)."""
-    val_problems: int = 64
+    val_problems: int = 128
     """Validation problems (held out of training)."""
+    val_samples: int = 2
+    """Rollouts per validation problem and policy mode (fixed seeds): the standard error of the
+    validation reward (over problems, logged as ``val_se``) shrinks with problems x samples."""
+    val_modes: tuple[str, ...] = ("sample", "argmax")
+    """Policy modes validated (``policies.POLICY_MODES``): the better one is kept with the weights
+    and stored in the adapter as its ``policy_mode``."""
+    keep_best: bool = True
+    """Validate at step 0 and keep the best validated weights, the start included, so the adapter
+    never validates worse than the policy it started from."""
+    min_improvement_se: float = 1.0
+    """A validation counts as better than the best only by more than this many standard errors of
+    the paired difference (per validation problem) between the two."""
     checkpoint_every: int = 5
     """Write checkpoint.pt every this many steps (and after the last)."""
     patience: int = 0
@@ -156,8 +185,16 @@ class TokenTrainConfig:
         if self.val_every < 1 or self.checkpoint_every < 1:
             raise ValueError("val_every and checkpoint_every must be >= 1")
         check_shared_fields(self)
-        if self.patience < 0 or self.min_improvement < 0:
-            raise ValueError("patience and min_improvement must be >= 0")
+        if self.patience < 0 or self.min_improvement < 0 or self.min_improvement_se < 0:
+            raise ValueError("patience, min_improvement and min_improvement_se must be >= 0")
+        if self.val_samples < 1 or self.ppo_epochs < 1 or not 0 < self.clip < 1:
+            raise ValueError("val_samples and ppo_epochs must be >= 1 and clip in (0, 1)")
+        if not self.val_modes or any(m not in POLICY_MODES for m in self.val_modes):
+            raise ValueError(f"val_modes must be a non-empty subset of {list(POLICY_MODES)}, got {self.val_modes}")
+        if self.kl_coef < 0 or (self.kl_coef > 0 and self.prior_action is None):
+            raise ValueError("kl_coef must be >= 0, and > 0 only with a prior_action")
+        if not 0 < self.prior_mass < 1:
+            raise ValueError(f"prior_mass must be in (0, 1), got {self.prior_mass}")
 
 
 @dataclass
@@ -175,10 +212,12 @@ class TokenBatch:
     row: torch.Tensor  # [S] long, which rollout row each step belongs to
     seed: torch.Tensor | None = None  # [S] long, the row's seed: with ``step`` it keys the dropout masks
     step: torch.Tensor | None = None  # [S] long, the decode step
+    old_logp: torch.Tensor | None = None  # [S] log pi_rollout(action): the PPO ratio's denominator
 
     def select_rows(self, rows: torch.Tensor) -> "TokenBatch":
         keep = torch.isin(self.row, rows)
-        names = ("hidden", "entropy", "remaining", "actions", "advantage", "decision", "row", "seed", "step")
+        names = ("hidden", "entropy", "remaining", "actions", "advantage", "decision", "row", "seed", "step",
+                 "old_logp")
         return TokenBatch(*(None if getattr(self, f) is None else getattr(self, f)[keep] for f in names))
 
     def dropout_key(self, take: torch.Tensor, device) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -222,27 +261,60 @@ def _per_step(per_row: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 
 
 def token_loss(
-    policy: TokenPolicy, batch: TokenBatch, normalizer: int, entropy_coef: float
+    policy: TokenPolicy,
+    batch: TokenBatch,
+    normalizer: int,
+    entropy_coef: float,
+    *,
+    kl_coef: float = 0.0,
+    clip: float = 0.2,
 ) -> tuple[torch.Tensor, dict]:
-    """``reinforce_loss`` over the batch's decision steps, divided by ``normalizer`` (the number of
-    decision steps in the *whole* batch, across micro-batches and workers)."""
+    """``clipped_loss`` over the batch's decision steps, divided by ``normalizer`` (the number of
+    decision steps in the *whole* batch, across micro-batches and workers). Without
+    ``batch.old_logp`` the ratio is 1 (REINFORCE); ``kl_coef`` pulls toward the policy's prior."""
     device = next(policy.parameters()).device
     take = batch.decision
     if not bool(take.any()):
         zero = sum(p.sum() * 0 for p in policy.parameters())  # keeps DDP's all-reduce in step
-        return zero, {"entropy": 0.0}
+        return zero, {"entropy": 0.0, "kl": 0.0, "clipped": 0.0}
+    logp = _decision_log_probs(policy, batch, device)
+    prior = policy.prior_log_probs()
+    loss, stats = clipped_loss(
+        logp,
+        batch.actions[take].to(device),
+        batch.advantage[take].to(device),
+        old_logp=None if batch.old_logp is None else batch.old_logp[take].to(device),
+        clip=clip,
+        entropy_coef=entropy_coef,
+        kl_coef=kl_coef,
+        prior_logp=None if prior is None else prior.to(device),
+        normalizer=normalizer,
+    )
+    clipped = ((stats["ratio"] - 1).abs() > clip).float().mean()
+    return loss, {"entropy": float(stats["entropy"].mean()), "kl": float(stats["kl"].mean()),
+                  "clipped": float(clipped)}
+
+
+def _decision_log_probs(policy: TokenPolicy, batch: TokenBatch, device) -> torch.Tensor:
+    """log pi ``[M, K]`` at the batch's decision steps, under the rollout's dropout masks."""
+    take = batch.decision
     obs = policy.observation(
         batch.hidden[take].to(device), batch.entropy[take].to(device), batch.remaining[take].to(device)
     )
     key = batch.dropout_key(take, device)  # the rollout's masks: the log-prob the action was drawn from
-    loss, entropy = reinforce_loss(
-        policy.log_probs(obs, dropout_key=key) if key is not None else policy.log_probs(obs),
-        batch.actions[take].to(device),
-        batch.advantage[take].to(device),
-        entropy_coef,
-        normalizer,
-    )
-    return loss, {"entropy": float(entropy.detach().mean())}
+    return policy.log_probs(obs, dropout_key=key) if key is not None else policy.log_probs(obs)
+
+
+def rollout_log_probs(policy: TokenPolicy, batch: TokenBatch) -> torch.Tensor:
+    """``[S]`` log-prob of each step's action under ``policy`` as it stands (no gradient), 0 on
+    masked steps: with the rollout's dropout masks this is the log-prob it was drawn with."""
+    out = torch.zeros(len(batch.actions))
+    take = batch.decision
+    if bool(take.any()):
+        with torch.no_grad():
+            logp = _decision_log_probs(policy, batch, next(policy.parameters()).device)
+            out[take] = logp.gather(-1, batch.actions[take].to(logp.device).unsqueeze(-1)).squeeze(-1).cpu()
+    return out
 
 
 class TokenTrainer(TrainingLoop):
@@ -282,8 +354,10 @@ class TokenTrainer(TrainingLoop):
                     layers=config.policy_layers,
                     dropout=config.dropout,
                     temperature=config.policy_temperature,
+                    prior=prior_distribution(len(self.action_set), config.prior_action, config.prior_mass),
                 )
             )
+        self.policy_mode = config.val_modes[0]  # the validated mode, once validation has run
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr)
         self.scheduler = torch.optim.lr_scheduler.ExponentialLR(self.optimizer, gamma=config.lr_decay)
         self.ema_baseline: float | None = None
@@ -370,25 +444,32 @@ class TokenTrainer(TrainingLoop):
         return batch, rewards, result
 
     def update(self, batch: TokenBatch) -> dict:
-        """loss -> step: one optimiser step on ``batch``. The loss covers this process's rows (all of
-        them; a DDP rank's share in ``DDPTokenTrainer``) and is normalised by the whole batch's
-        decision steps, so the summed gradients are the single-process gradient."""
+        """loss -> step: ``ppo_epochs`` optimiser steps on ``batch``. The loss covers this process's
+        rows (all of them; a DDP rank's share in ``DDPTokenTrainer``) and is normalised by the whole
+        batch's decision steps, so the summed gradients are the single-process gradient. Epoch 1's
+        ratio is exactly 1 (the recorded log-probs are recomputed under the rollout's dropout
+        masks), so one epoch is REINFORCE."""
         cfg = self.config
         self.policy.train()
-        self.optimizer.zero_grad(set_to_none=True)
         mine = self.own_rows(batch)
-        autocast = torch.autocast(
-            "cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and next(self.policy.parameters()).is_cuda
-        )
-        with autocast:
-            loss, stats = self.loss(mine, batch.num_decisions)
-        (loss * self.world).backward()  # DDP averages gradients over the world; x world makes it a sum
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip)
-        self.optimizer.step()
+        if cfg.ppo_epochs > 1:
+            mine.old_logp = rollout_log_probs(self.policy, mine)
+        for _ in range(cfg.ppo_epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            autocast = torch.autocast(
+                "cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and next(self.policy.parameters()).is_cuda
+            )
+            with autocast:
+                loss, stats = self.loss(mine, batch.num_decisions)
+            (loss * self.world).backward()  # DDP averages gradients over the world; x world makes it a sum
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip)
+            self.optimizer.step()
         self.scheduler.step()
         return {
             "grad_norm": float(grad_norm),
             "policy_entropy": self.mean_over_ranks(stats["entropy"], mine.num_decisions),
+            "kl_to_prior": self.mean_over_ranks(stats["kl"], mine.num_decisions),
+            "clipped_fraction": self.mean_over_ranks(stats["clipped"], mine.num_decisions),
         }
 
     # ---- what a data-parallel trainer overrides (see training.ddp) ----------------------------
@@ -399,19 +480,30 @@ class TokenTrainer(TrainingLoop):
         return batch
 
     def loss(self, mine: TokenBatch, normalizer: int) -> tuple[torch.Tensor, dict]:
-        return token_loss(self.policy, mine, normalizer, self.config.entropy_coef)
+        return token_loss(self.policy, mine, normalizer, **self.loss_options())
+
+    def loss_options(self) -> dict:
+        cfg = self.config
+        return {"entropy_coef": cfg.entropy_coef, "kl_coef": cfg.kl_coef, "clip": cfg.clip}
 
     def mean_over_ranks(self, local_mean: float, weight: int) -> float:
         return local_mean
 
-    def validate(self) -> float:
-        """Mean reward of one policy-sampled rollout per validation problem (fixed seeds)."""
+    def validate(self) -> Validation:
+        """Mean reward over ``val_samples`` rollouts of each validation problem (fixed seeds), for each
+        of ``val_modes``: the better mode's per-problem scores, with every mode's mean."""
+        cfg = self.config
         if not self.val_problems:
-            return float("nan")
+            return Validation(None)
         self.policy.eval()
-        request = self._request(self.val_problems, 1, ("val",))
-        result = self.rollouts.run(request, TokenPolicyChooser(self.policy))
-        return float(score_rows(self.task, self.val_problems, result).mean())
+        request = self._request(self.val_problems, cfg.val_samples, ("val",))
+        scores = {}
+        for mode in cfg.val_modes:
+            result = self.rollouts.run(request, TokenPolicyChooser(self.policy, deterministic=mode == "argmax"))
+            rewards = score_rows(self.task, self.val_problems, result)
+            scores[mode] = rewards.view(len(self.val_problems), cfg.val_samples).mean(1)
+        best = max(cfg.val_modes, key=lambda m: float(scores[m].mean()))  # ties: the first listed
+        return Validation(scores[best], mode=best, by_mode={m: float(v.mean()) for m, v in scores.items()})
 
     # ---- loop hooks (see TrainingLoop) --------------------------------------------------------
     def start(self) -> dict:
@@ -471,5 +563,6 @@ class TokenTrainer(TrainingLoop):
             training=asdict(self.config),
             lm_dtype=self.lm.fingerprint().get("dtype"),
             trained_on=problems_record(self.train_problems) if self.train_problems else None,
+            policy_mode=self.policy_mode,
         )
         return save_adapter(self.out_dir, self.policy, config)

@@ -1,0 +1,360 @@
+"""Planted benchmark: can the trainers find a known optimum?
+
+A synthetic LM, task and rollout engine sit behind the trainers' own interfaces (``Rollouts``,
+``RewardSource``, the LM's ``encode_chat`` / ``prompt_embeddings``), so what is tested is the real
+``TokenTrainer`` / ``SequenceTrainer``: their policies, losses, advantages, optimisers,
+validation and the adapter they keep. Nothing is decoded; every planted problem is a pure
+function of its id.
+
+Token level (the math-token actions: greedy, T = 0.5, T = 1.0, T = 1.25). A problem is
+``STEPS`` decode steps. Each step is one of three kinds, drawn per problem:
+
+- *fork* (probability 0.2): the step survives with probability 0.5 / 0.7 / 0.95 / 0.85 under
+  the four actions: sampling at T = 1 keeps the answer and greedy loses it;
+- *plain* (0.55): 1.0 / 0.95 / 0.85 / 0.75: greedy is best;
+- *trivial* (0.25): base max-probability 0.99 (masked by the trainer); every action survives.
+
+The reward is 1 with probability the product of the step survivals (binary, terminal, like a
+verifier's). The step's hidden vector (``HIDDEN`` numbers, standard normal) marks a fork in one
+coordinate (+2 at a fork, -2 elsewhere, plus noise 0.5); entropy and max-probability do not tell
+fork from plain, so only the hidden state does. Expected rewards (F ~ forks per problem):
+best static T = 0.5 about 0.48, greedy 0.43, the oracle (T = 1 at forks, greedy elsewhere) about
+0.92: the optimum beats every static action by more than 40 points.
+
+Sequence level (four actions). A problem's prompt embedding carries its cluster c in 0..3 (+3 on
+coordinate c of a standard normal vector). Action 0 (say greedy) succeeds with probability 0.55
+everywhere; action a in 1..3 with 0.85 on cluster a - 1 and 0.25 elsewhere. Best static: action 0
+(0.55); oracle (action c + 1 on clusters 0..2, action 0 on cluster 3): 0.775.
+
+The metric per seed is ``recovered = (trained - best static) / (oracle - best static)``, the
+share of the oracle's margin the trained adapter captures, computed *exactly* (expected reward
+under the adapter's served mode, no sampling noise) on ``EVAL_PROBLEMS`` held-out problems (the
+test split, which training and validation never see). ``--blind`` zeroes every observation the
+policies see (hidden vectors, embeddings): a trainer that ignores the observation, whose
+recovered share must stay near or below 0.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/planted.py              # 3 seeds, both levels
+    PYTHONPATH=src .venv/bin/python benchmarks/planted.py --blind      # the control that must fail
+
+Ends with one JSON line: ``token_recovered`` and ``sequence_recovered`` (one fraction per seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from decoding_adapters.decoding.actions import ActionSet, DecodingAction
+from decoding_adapters.decoding.loop import DecodeResult, StepFeatures, row_seed
+from decoding_adapters.decoding.rollouts import Rollouts
+from decoding_adapters.policies.networks import TokenPolicy
+from decoding_adapters.tasks import Problem
+from decoding_adapters.training.sequence import SequenceTrainConfig, SequenceTrainer
+from decoding_adapters.training.token import TokenTrainConfig, TokenTrainer
+
+HIDDEN = 16
+STEPS = 24
+EVAL_PROBLEMS = 256
+SPLIT_SIZES = {"train": 512, "validation": 256, "test": EVAL_PROBLEMS}
+
+TOKEN_ACTIONS = ActionSet(
+    [DecodingAction(do_sample=False), DecodingAction(temperature=0.5), DecodingAction(temperature=1.0),
+     DecodingAction(temperature=1.25)]
+)
+FORK, PLAIN, TRIVIAL = 0, 1, 2
+KIND_PROBS = torch.tensor([0.06, 0.6, 0.34])
+SURVIVAL = torch.tensor(
+    [[0.5, 0.7, 0.95, 0.85],  # fork: T = 1 best, greedy loses half
+     [1.0, 0.99, 0.96, 0.9],  # plain: greedy best
+     [1.0, 1.0, 1.0, 1.0]]  # trivial: masked, nothing matters
+)  # [kind, action]
+
+SEQ_ACTIONS = ActionSet([DecodingAction(do_sample=False), DecodingAction(temperature=0.7),
+                         DecodingAction(temperature=1.0), DecodingAction(temperature=1.2)])
+CLUSTERS = 4
+SEQ_SUCCESS = torch.tensor(
+    [[0.55, 0.85, 0.25, 0.25],
+     [0.55, 0.25, 0.85, 0.25],
+     [0.55, 0.25, 0.25, 0.85],
+     [0.55, 0.25, 0.25, 0.25]]
+)  # [cluster, action]
+
+
+# ---- the planted problems -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlantedProblem:
+    """Everything about one planted problem, a pure function of its seed."""
+
+    kinds: torch.Tensor  # [STEPS] long: FORK, PLAIN or TRIVIAL
+    hidden: torch.Tensor  # [STEPS, HIDDEN]
+    cluster: int
+    embedding: torch.Tensor  # [HIDDEN]
+
+
+_CACHE: dict[int, PlantedProblem] = {}
+
+
+def planted(seed: int) -> PlantedProblem:
+    if seed not in _CACHE:
+        g = torch.Generator().manual_seed(seed)
+        kinds = torch.multinomial(KIND_PROBS, STEPS, replacement=True, generator=g)
+        hidden = torch.randn(STEPS, HIDDEN, generator=g)
+        hidden[:, 0] = torch.where(kinds == FORK, 2.0, -2.0) + 0.5 * torch.randn(STEPS, generator=g)
+        cluster = int(torch.randint(CLUSTERS, (1,), generator=g))
+        embedding = torch.randn(HIDDEN, generator=g)
+        embedding[cluster] += 3.0
+        _CACHE[seed] = PlantedProblem(kinds, hidden, cluster, embedding)
+    return _CACHE[seed]
+
+
+def problem_seed(split: str, index: int) -> int:
+    return row_seed(20261123, split, index) % (2**62)
+
+
+class PlantedTask:
+    """The verifiable task: reward 1 when the (synthetic) completion is "1"."""
+
+    name = "planted"
+
+    def load(self, split: str) -> list[Problem]:
+        if split not in SPLIT_SIZES:
+            raise ValueError(f"no split {split!r}")
+        return [Problem(id=f"{split}{i}", question=str(problem_seed(split, i)), answer="1")
+                for i in range(SPLIT_SIZES[split])]
+
+    def prompt(self, problem, cot=False):
+        return [{"role": "user", "content": problem.question}]
+
+    def reward(self, problem, completion):
+        return float(completion == "1")
+
+    def reward_batch(self, problems, completions):
+        return [self.reward(p, c) for p, c in zip(problems, completions)]
+
+    def extract_answer(self, problem, completion):
+        return completion.strip()
+
+
+class PlantedLM:
+    """The frozen LM's surface the trainers use: a prompt is the problem's seed as one token."""
+
+    def __init__(self, blind: bool = False):
+        self.hidden_size, self.blind = HIDDEN, blind
+        self.device = torch.device("cpu")
+        self.spec = SimpleNamespace(name_or_path="planted")
+
+    def fingerprint(self) -> dict:
+        return {"hidden_size": HIDDEN, "vocab_size": 0}
+
+    def encode_chat(self, conversations):
+        return [[int(c[-1]["content"])] for c in conversations]
+
+    def prompt_embeddings(self, prompts, pooling="mean", batch_size=32) -> torch.Tensor:
+        e = torch.stack([planted(p[0]).embedding for p in prompts])
+        return torch.zeros_like(e) if self.blind else e
+
+
+def _row_uniforms(seeds: list[int], count: int) -> torch.Tensor:
+    """``[N, count]`` U[0, 1) draws, each row from its own seed (independent of the batch)."""
+    return torch.stack([torch.rand(count, generator=torch.Generator().manual_seed(s % (2**62))) for s in seeds])
+
+
+class PlantedRollouts(Rollouts):
+    """Token-level rollouts of planted problems: the chooser picks an action per step from the
+    step's features (hidden vector, entropy, max-probability), the reward is Bernoulli(product of
+    step survivals)."""
+
+    action_set = TOKEN_ACTIONS
+
+    def __init__(self, blind: bool = False):
+        self.blind = blind
+
+    def run(self, request, chooser=None, *, record_features=False, progress=False):
+        n = request.num_rows
+        problems = [planted(request.prompts[p][0]) for p in request.prompt_of_row]
+        kinds = torch.stack([p.kinds for p in problems])  # [n, STEPS]
+        hidden = torch.stack([p.hidden for p in problems])  # [n, STEPS, HIDDEN]
+        if self.blind:
+            hidden = torch.zeros_like(hidden)
+        max_prob = torch.where(kinds == TRIVIAL, 0.99, 0.5)
+        entropy = torch.where(kinds == TRIVIAL, 0.05, 1.5)
+        seeds = torch.tensor(request.row_seeds, dtype=torch.long)
+        u = _row_uniforms(request.row_seeds, STEPS + 1)  # one per step for the action, one for the reward
+        if request.row_actions is not None:
+            actions = torch.tensor(request.row_actions).unsqueeze(1).expand(n, STEPS).clone()
+        else:
+            actions = torch.empty(n, STEPS, dtype=torch.long)
+            for t in range(STEPS):
+                actions[:, t] = chooser(StepFeatures(
+                    hidden[:, t], entropy[:, t], max_prob[:, t], t, torch.full((n,), STEPS - t), torch.arange(n),
+                    u[:, t], seeds,
+                ))
+        survive = SURVIVAL[kinds, actions].prod(1)
+        win = u[:, STEPS] < survive
+        return DecodeResult(
+            prompt_of_row=torch.tensor(request.prompt_of_row), tokens=torch.zeros(n, STEPS, dtype=torch.long),
+            lengths=torch.full((n,), STEPS), actions=actions, entropy=entropy, max_prob=max_prob,
+            stopped_at_eos=torch.zeros(n, dtype=torch.bool), texts=["1" if w else "0" for w in win.tolist()],
+            token_budgets=torch.full((n,), STEPS), features=hidden if record_features else None,
+            prompts=request.prompts,
+        )
+
+
+class PlantedSequenceRewards:
+    """The sequence trainer's ``RewardSource``: each of B completions succeeds independently with
+    ``SEQ_SUCCESS[cluster, action]``; the metric scores them."""
+
+    action_set = SEQ_ACTIONS
+    offline = False
+
+    def scorable(self, problem_ids):
+        return None
+
+    def rewards(self, problems, prompts, actions, budgets, metrics, key):
+        out = []
+        for p, a, b, m in zip(problems, actions, budgets, metrics):
+            q = float(SEQ_SUCCESS[planted(int(p.question)).cluster, a])
+            wins = _row_uniforms([row_seed(7, *key, p.id, j) for j in range(b)], 1)[:, 0] < q
+            out.append(float(wins.any()) if m == "pass" else float(wins.float().mean()))
+        return torch.tensor(out)
+
+
+# ---- exact scores on held-out problems ------------------------------------------------------------
+
+
+def token_values(policy: TokenPolicy | None, problems: list[Problem], blind: bool = False) -> dict[str, float]:
+    """Expected reward on ``problems``: each static action, the oracle, and (with ``policy``) the
+    policy sampled per token and its argmax."""
+    infos = [planted(int(p.question)) for p in problems]
+    kinds = torch.stack([i.kinds for i in infos])  # [P, STEPS]
+    table = SURVIVAL[kinds]  # [P, STEPS, K]
+    out = {f"static:{a}": float(table[..., a].prod(1).mean()) for a in range(len(TOKEN_ACTIONS))}
+    out["oracle"] = float(table.max(-1).values.prod(1).mean())
+    if policy is not None:
+        hidden = torch.stack([i.hidden for i in infos])
+        if blind:
+            hidden = torch.zeros_like(hidden)
+        remaining = (STEPS - torch.arange(STEPS)).expand(len(infos), STEPS)
+        entropy = torch.where(kinds == TRIVIAL, 0.05, 1.5)
+        policy.eval()
+        with torch.no_grad():
+            probs = policy.probs(policy.observation(hidden, entropy, remaining))  # [P, STEPS, K]
+        out["sample"] = float((probs * table).sum(-1).prod(1).mean())
+        out["argmax"] = float(table.gather(-1, probs.argmax(-1, keepdim=True)).squeeze(-1).prod(1).mean())
+    return out
+
+
+def sequence_values(policy=None, problems: list[Problem] = (), blind: bool = False) -> dict[str, float]:
+    """Expected pass@1 on ``problems``: each static action, the oracle, and the policy's argmax."""
+    infos = [planted(int(p.question)) for p in problems]
+    table = SEQ_SUCCESS[torch.tensor([i.cluster for i in infos])]  # [P, K]
+    out = {f"static:{a}": float(table[:, a].mean()) for a in range(len(SEQ_ACTIONS))}
+    out["oracle"] = float(table.max(-1).values.mean())
+    if policy is not None:
+        emb = torch.stack([i.embedding for i in infos])
+        if blind:
+            emb = torch.zeros_like(emb)
+        actions, _ = policy.eval().choose(emb, torch.ones(len(infos), dtype=torch.long))
+        out["argmax"] = float(table.gather(1, actions.unsqueeze(1)).mean())
+    return out
+
+
+def recovered(values: dict[str, float], trained: float) -> float:
+    best_static = max(v for k, v in values.items() if k.startswith("static:"))
+    return (trained - best_static) / (values["oracle"] - best_static)
+
+
+def best_static_action(values: dict[str, float]) -> int:
+    return max((v, int(k.split(":")[1])) for k, v in values.items() if k.startswith("static:"))[1]
+
+
+# ---- runs -------------------------------------------------------------------------------------------
+
+
+TOKEN_DEFAULTS = dict(token_budget=STEPS, actions="math-token", val_problems=128)
+"""What the planted environment fixes; everything else is the trainer's default."""
+SEQUENCE_DEFAULTS = dict(token_budget=STEPS, actions="planted", parallel_budgets=(1,), metric="pass", val_problems=128)
+
+
+def run_token(seed: int, out_dir: Path, blind: bool = False, prior: bool = True, **overrides) -> dict:
+    """Train a token adapter on the planted task (``prior``: starting at the best static action,
+    chosen on the validation split as a caller would) and score it on the test split."""
+    task = PlantedTask()
+    if prior:
+        overrides = {"prior_action": best_static_action(token_values(None, task.load("validation"))), **overrides}
+    config = TokenTrainConfig(**{**TOKEN_DEFAULTS, "seed": seed, **overrides})
+    trainer = TokenTrainer(config, PlantedLM(blind), task, PlantedRollouts(blind), out_dir, progress=False)
+    started = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - started
+    values = token_values(trainer.policy, task.load("test"), blind)
+    mode = getattr(trainer, "policy_mode", "sample")
+    return {"seed": seed, "recovered": recovered(values, values[mode]), "mode": mode, "values": values,
+            "recovered_sample": recovered(values, values["sample"]),
+            "recovered_argmax": recovered(values, values["argmax"]), "seconds": seconds}
+
+
+def run_sequence(seed: int, out_dir: Path, blind: bool = False, prior: bool = True, **overrides) -> dict:
+    """Train a sequence adapter on the planted task (``prior``: starting at the best static action,
+    chosen on the validation split) and score it on the test split."""
+    task = PlantedTask()
+    if prior and "prior_action" in {f.name for f in fields(SequenceTrainConfig)}:
+        overrides = {"prior_action": best_static_action(sequence_values(None, task.load("validation"))), **overrides}
+    config = SequenceTrainConfig(**{**SEQUENCE_DEFAULTS, "seed": seed, **overrides})
+    trainer = SequenceTrainer(config, PlantedLM(blind), task, PlantedSequenceRewards(), out_dir, progress=False)
+    started = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - started
+    values = sequence_values(trainer.policy, task.load("test"), blind)
+    return {"seed": seed, "recovered": recovered(values, values["argmax"]), "values": values, "seconds": seconds}
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--blind", action="store_true", help="zero every observation (the control that must fail)")
+    parser.add_argument("--no-prior", action="store_true", help="start from a random policy, not the best static action")
+    parser.add_argument("--token", default="{}", help="JSON overrides of TokenTrainConfig")
+    parser.add_argument("--sequence", default="{}", help="JSON overrides of SequenceTrainConfig")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    token_over, seq_over = json.loads(args.token), json.loads(args.sequence)
+    results = {"token": [], "sequence": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in args.seeds:
+            r = run_token(seed, Path(tmp) / f"token{seed}", args.blind, not args.no_prior, **token_over)
+            results["token"].append(r)
+            print(f"token    seed {seed}: recovered {r['recovered']:+.3f} (mode {r['mode']}; sample "
+                  f"{r['recovered_sample']:+.3f}, argmax {r['recovered_argmax']:+.3f}) "
+                  f"values {json.dumps({k: round(v, 3) for k, v in r['values'].items()})} {r['seconds']:.1f}s",
+                  flush=True)
+            r = run_sequence(seed, Path(tmp) / f"seq{seed}", args.blind, not args.no_prior, **seq_over)
+            results["sequence"].append(r)
+            print(f"sequence seed {seed}: recovered {r['recovered']:+.3f} "
+                  f"values {json.dumps({k: round(v, 3) for k, v in r['values'].items()})} {r['seconds']:.1f}s",
+                  flush=True)
+    summary = {
+        "benchmark": "planted",
+        "blind": args.blind,
+        "prior": not args.no_prior,
+        "token_recovered": [round(r["recovered"], 4) for r in results["token"]],
+        "sequence_recovered": [round(r["recovered"], 4) for r in results["sequence"]],
+        "token_overrides": token_over,
+        "sequence_overrides": seq_over,
+    }
+    print(json.dumps(summary))
+    return summary
+
+
+if __name__ == "__main__":
+    sys.exit(main() and 0)
