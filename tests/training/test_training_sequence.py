@@ -100,7 +100,8 @@ def expected_reward(trainer, task, budget_case, budgets):
 def train(tmp_path, budget_case, use_budget, steps=150):
     task = ClusterTask()
     config = SequenceTrainConfig(parallel_budgets=(1, 8), use_budget=use_budget, steps=steps, prompts_per_step=32,
-                                 lr=3e-3, entropy_coef=0.001, val_every=1000, checkpoint_every=1000, policy_hidden=32)
+                                 lr=3e-3, entropy_coef=0.001, val_every=1000, checkpoint_every=1000, policy_hidden=32,
+                                 keep_best=False)
     trainer = SyntheticTrainer(config, FakeLM(DIM), task, SyntheticRewards(budget_case), tmp_path, progress=False)
     trainer.train()
     return trainer, task
@@ -125,7 +126,7 @@ def test_resume_after_a_kill_gives_the_same_policy(tmp_path, monkeypatch):
     reference, _ = train(tmp_path / "ref", budget_case=False, use_budget=True, steps=6)
     task = ClusterTask()
     config = SequenceTrainConfig(parallel_budgets=(1, 8), steps=6, prompts_per_step=32, lr=3e-3, entropy_coef=0.001,
-                                 val_every=1000, checkpoint_every=2, policy_hidden=32)
+                                 val_every=1000, checkpoint_every=2, policy_hidden=32, keep_best=False)
     killed = SyntheticTrainer(config, FakeLM(DIM), task, SyntheticRewards(), tmp_path / "run", progress=False)
     original = SyntheticTrainer.train_step
     calls = {"n": 0}

@@ -37,11 +37,18 @@ from ..core.files import atomic_write
 from ..decoding.actions import ActionSet
 from ..decoding.loop import row_seed
 from ..decoding.rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
-from ..policies.networks import AdapterConfig, SequencePolicy, SequencePolicyConfig, save_adapter
+from ..policies.networks import (
+    AdapterConfig,
+    SequencePolicy,
+    SequencePolicyConfig,
+    prior_distribution,
+    save_adapter,
+)
 from ..selection.coverage import OutcomeTable, ReplayEnvironment, check_replay_header
 from ..tasks import check_disjoint, problems_record
 from .common import (
     TrainingLoop,
+    Validation,
     action_histogram,
     check_shared_fields,
     load_split,
@@ -50,7 +57,7 @@ from .common import (
     seed_everything,
     step_generator,
 )
-from .reinforce import ema_update, reinforce_loss
+from .reinforce import ema_update, group_advantages, reinforce_loss
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +94,10 @@ class SequenceTrainConfig:
     """Optimiser steps."""
     prompts_per_step: int = 16
     """Prompts (bandit rounds) per step."""
+    group_size: int = 1
+    """G: actions drawn per prompt and budget in a step. 1: one action, advantage against a moving
+    average per budget; G > 1: G independent draws, each advantage its reward minus the mean of the
+    prompt's G (the prompt's difficulty drops out, as in the token trainer)."""
     lr: float = 1e-3
     """Adam learning rate."""
     entropy_coef: float = 0.01
@@ -97,6 +108,12 @@ class SequenceTrainConfig:
     """Width of the policy's hidden layer."""
     policy_temperature: float = 1.0
     """Softmax temperature of the policy."""
+    prior_action: int | None = None
+    """Index of the best static action (chosen on validation by the caller, e.g. the set's Best):
+    the policy starts at a prior with ``prior_mass`` on it (a fixed logit bias; the last layer
+    starts at zero) and learns per-prompt deviations. None: no prior, the usual random start."""
+    prior_mass: float = 0.8
+    """Probability the prior puts on ``prior_action`` (the rest spread evenly over the others)."""
     pooling: Literal["mean", "last"] = "mean"
     """Prompt-embedding pooling over the prompt's hidden states."""
     max_train_prompts: int | None = 256
@@ -105,6 +122,12 @@ class SequenceTrainConfig:
     """Validate every this many steps (and after the last)."""
     val_problems: int = 64
     """Validation problems (held out of training)."""
+    keep_best: bool = True
+    """Validate at step 0 and keep the best validated weights, the start included, so the adapter
+    never validates worse than the policy it started from."""
+    min_improvement_se: float = 1.0
+    """A validation counts as better than the best only by more than this many standard errors of
+    the paired difference (per validation problem) between the two."""
     checkpoint_every: int = 5
     """Write checkpoint.pt every this many steps (and after the last)."""
     cot_ratio: float = 0.0
@@ -121,6 +144,10 @@ class SequenceTrainConfig:
             raise ValueError(f"metric must be one of {METRICS + ('mix',)}, got {self.metric!r}")
         if self.prompts_per_step < 1 or self.steps < 0 or self.val_every < 1 or self.checkpoint_every < 1:
             raise ValueError("prompts_per_step, val_every and checkpoint_every must be >= 1 and steps >= 0")
+        if self.group_size < 1:
+            raise ValueError(f"group_size must be >= 1, got {self.group_size}")
+        if not 0 < self.prior_mass < 1 or self.min_improvement_se < 0:
+            raise ValueError("prior_mass must be in (0, 1) and min_improvement_se >= 0")
         if self.replay and self.metric in ("majority", "mix"):
             raise ValueError("offline replay stores rewards, not answers: majority vote (and mix) need live rollouts")
         check_shared_fields(self)
@@ -297,6 +324,7 @@ class SequenceTrainer(TrainingLoop):
                     hidden=config.policy_hidden,
                     temperature=config.policy_temperature,
                     max_budget=max(max(config.parallel_budgets), 2),
+                    prior=prior_distribution(len(self.action_set), config.prior_action, config.prior_mass),
                 )
             )
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr)
@@ -356,15 +384,19 @@ class SequenceTrainer(TrainingLoop):
             if cfg.metric == "mix"
             else [cfg.metric] * len(problems)
         )
-        budget_t = torch.tensor(budgets)
-        # rollout: one action a ~ pi(. | e, B) per prompt, B completions under it
+        # rollout: G actions a ~ pi(. | e, B) per prompt (prompt-major rows), B completions under each
+        g = cfg.group_size
         self.policy.train()
         with torch.no_grad():
-            probs = self.policy.probs(emb, budget_t)
-        actions = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+            probs = self.policy.probs(emb, torch.tensor(budgets))
+        actions = torch.multinomial(probs, g, replacement=True, generator=gen).reshape(-1)
+        problems = [p for p in problems for _ in range(g)]  # prompts stay one per prompt: draw j's rows align
+        emb = emb.repeat_interleave(g, 0)
+        budgets, metrics = [b for b in budgets for _ in range(g)], [m for m in metrics for _ in range(g)]
+        budget_t = torch.tensor(budgets)
         # reward, advantage
-        rewards = self.rewards.rewards(problems, prompts, actions.tolist(), budgets, metrics, ("train", self.step))
-        advantages = self._advantages(rewards, budgets, metrics)
+        rewards = self._rewards(problems, prompts, actions, budgets, metrics, g)
+        advantages = group_advantages(rewards, g) if g > 1 else self._advantages(rewards, budgets, metrics)
         # loss, step
         self.optimizer.zero_grad(set_to_none=True)
         loss, probs, entropy = sequence_loss(self.policy, emb, budget_t, actions, advantages, cfg.entropy_coef)
@@ -380,15 +412,30 @@ class SequenceTrainer(TrainingLoop):
             "offline_replay": self.rewards.offline,
         }
         if cfg.cot_ratio > 0:
-            cot_t = torch.tensor(cot)
+            cot_t = torch.tensor(cot).repeat_interleave(g)
             for name, sel in (("action_probs_cot", cot_t), ("action_probs_nocot", ~cot_t)):
                 record[name] = probs[sel].mean(0).tolist() if bool(sel.any()) else None
         return record
 
-    def validate(self) -> float:
-        """Mean reward with the deterministic policy, budgets assigned to validation problems in turn."""
+    def _rewards(self, problems, prompts, actions, budgets, metrics, g: int) -> torch.Tensor:
+        """Rewards of the step's rows (prompt-major, G per prompt); draw j of a prompt is keyed
+        ``("train", step, j)`` (just ``("train", step)`` for j = 0), so its completions differ from
+        the other draws' even under the same action."""
+        if g == 1:
+            return self.rewards.rewards(problems, prompts, actions.tolist(), budgets, metrics, ("train", self.step))
+        out = torch.empty(len(problems))
+        for j in range(g):
+            rows = list(range(j, len(problems), g))
+            key = ("train", self.step) if j == 0 else ("train", self.step, j)
+            out[rows] = self.rewards.rewards([problems[r] for r in rows], prompts, [int(actions[r]) for r in rows],
+                                             [budgets[r] for r in rows], [metrics[r] for r in rows], key).float()
+        return out
+
+    def validate(self) -> Validation:
+        """Reward of each validation problem under the deterministic policy, budgets assigned to
+        validation problems in turn."""
         if not self.val_problems:
-            return float("nan")
+            return Validation(None)
         prompts, emb, _ = self._encode(self.val_problems)
         choices = self.config.parallel_budgets
         budgets = [choices[i % len(choices)] for i in range(len(self.val_problems))]
@@ -398,7 +445,7 @@ class SequenceTrainer(TrainingLoop):
         rewards = self.rewards.rewards(
             self.val_problems, prompts, actions.tolist(), budgets, [metric] * len(budgets), ("val",)
         )
-        return float(rewards.mean())
+        return Validation(rewards.double())
 
     # ---- loop hooks (see TrainingLoop) --------------------------------------------------------
     def state(self) -> dict:
