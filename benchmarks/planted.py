@@ -323,7 +323,7 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--blind", action="store_true", help="zero every observation (the control that must fail)")
-    parser.add_argument("--no-prior", action="store_true", help="start from a random policy, not the best static action")
+    parser.add_argument("--no-prior", action="store_true", help="start from a random policy, not the best static")
     parser.add_argument("--token", default="{}", help="JSON overrides of TokenTrainConfig")
     parser.add_argument("--sequence", default="{}", help="JSON overrides of SequenceTrainConfig")
     args = parser.parse_args(argv)
