@@ -68,3 +68,17 @@ def test_max_problems_bounds_the_validation_problems_of_best(tmp_path, tiny_lm, 
         assert main(args) == 0
     choosing = [r.getMessage() for r in caplog.records if r.getMessage().startswith("choosing the best")]
     assert choosing == ["choosing the best of 4 actions on 2 validation problems"]
+
+
+def test_generate_and_serve_default_to_the_same_token_budget(tmp_path, tiny_lm, capsys):
+    from adapter_helpers import save_tiny_base
+    from decoding_adapters.serving.server import ServerLimits
+
+    base = save_tiny_base(tiny_lm, tmp_path / "base")
+    tok = make_adapter(tmp_path / "tok", tiny_lm, "token", base_model=str(base))  # trained at budget 8
+    args = ["generate", "--adapter", str(tok), "Tell me a long story.", "--parallel-budget", "4", "--json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)["generations"][0]
+    default = ServerLimits().default_max_tokens
+    assert default == 128 and max(out["completion_tokens"]) > 8  # not cut at the training budget
+    assert all(n == default or reason == "stop" for n, reason in zip(out["completion_tokens"], out["finish_reasons"]))

@@ -21,8 +21,8 @@ class GenerateOptions:
     token_budget: int | None = field(
         default=None,
         metadata={
-            "help": "max new tokens per completion (default: a token adapter's training budget, "
-            f"else {DEFAULT_TOKEN_BUDGET})"
+            "help": f"max new tokens per completion (default: {DEFAULT_TOKEN_BUDGET} for every adapter, as in serve; "
+            "give a token adapter's training budget to decode as it was trained)"
         },
     )
     parallel_budget: int = 1

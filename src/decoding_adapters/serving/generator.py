@@ -53,7 +53,9 @@ Prompt = Union[str, list[dict]]
 """A user message as text, or a chat (list of ``{"role", "content"}`` messages)."""
 
 DEFAULT_TOKEN_BUDGET = 128
-"""Token budget of a sequence adapter when none is given (a token adapter uses its training budget)."""
+"""Max new tokens per completion when none is given, for every adapter: ``generate``'s default and
+``serve``'s (``max_tokens``, at most ``--max-tokens-limit``). A token adapter trained at a smaller
+budget b sees a remaining budget above b for the first tokens; pass its budget to match training."""
 
 
 @dataclass
@@ -240,12 +242,9 @@ class AdaptiveGenerator:
 
     @property
     def default_token_budget(self) -> int:
-        """The token adapter's training budget b, else ``DEFAULT_TOKEN_BUDGET``."""
-        return (
-            int(self.config.policy.get("token_budget", DEFAULT_TOKEN_BUDGET))
-            if self.kind == "token"
-            else DEFAULT_TOKEN_BUDGET
-        )
+        """``DEFAULT_TOKEN_BUDGET``, whatever budget the adapter was trained at (a short training
+        budget would cut answers)."""
+        return DEFAULT_TOKEN_BUDGET
 
     @property
     def max_context(self) -> int | None:

@@ -76,11 +76,13 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from .generator import DEFAULT_TOKEN_BUDGET
+
 log = logging.getLogger(__name__)
 
 __all__ = ["ServerLimits", "ApiError", "BatchingWorker", "create_app"]
 
-DEFAULT_MAX_TOKENS = 128
+DEFAULT_MAX_TOKENS = DEFAULT_TOKEN_BUDGET  # the same default as `generate`
 SAMPLING_PARAMETERS = ("temperature", "top_p")  # declared (validated) but ignored: the adapter decides
 
 
@@ -89,7 +91,8 @@ class ServerLimits:
     """What one request may ask for, and how requests are batched."""
 
     max_tokens_limit: int = 512
-    """Largest ``max_tokens`` accepted (larger: 400)."""
+    """Largest ``max_tokens`` accepted (larger: 400); a request without one gets min(128, this), the
+    default of ``generate`` too."""
     max_batch: int = 16
     """Most rows (prompts x n) merged into one decode call; also the most one request may ask for."""
     max_prompt_chars: int = 32_000
