@@ -100,3 +100,16 @@ def test_the_cards_python_usage_runs_as_written(tmp_path, tiny_lm, monkeypatch):
             assert scope["adapter"].base_model_path == str(base) and scope["out"].shape[0] == 1
         else:
             assert len(scope["configs"]) == 1
+
+
+def test_the_card_shows_the_interval_the_report_shows(tmp_path):
+    from decoding_adapters.core.stats import format_interval
+    from decoding_adapters.reporting.report import all_methods_table
+
+    clipped = {"Greedy": {"pass@1": {"mean": 0.125, "ci_low": 0.0, "ci_high": 0.4206}}}  # clipped at 0
+    directory, _ = _saved(tmp_path)
+    (directory / "results.json").write_text(json.dumps(clipped))
+    card = add_evaluation(directory, directory / "results.json").read_text()
+    shown = format_interval(12.5, 0.0, 42.06)
+    assert shown == "12.50 [0.00, 42.06]"
+    assert f"| Greedy | {shown} |" in card and shown in all_methods_table(clipped) and "±" not in shown

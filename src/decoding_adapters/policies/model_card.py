@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..core.stats import format_interval
 from ..decoding.actions import DecodingAction
 
 __all__ = ["render_model_card", "write_model_card", "read_results", "MODEL_CARD_NAME"]
@@ -92,11 +93,17 @@ def _evaluation_table(results: Mapping[str, Mapping]) -> list[str]:
                 row.append(None)
                 continue
             scale = 100.0 if m.startswith("pass@") else 1.0  # pass@k in percent, as the reports print it
-            half = (s["ci_high"] - s["ci_low"]) / 2 * scale if "ci_low" in s and "ci_high" in s else None
-            row.append(f"{s['mean'] * scale:.2f}" + (f" ± {half:.2f}" if half is not None else ""))
+            low, high = s.get("ci_low"), s.get("ci_high")
+            # the interval evaluate reported, printed as report.md prints it (never halved after clipping)
+            row.append(format_interval(s["mean"] * scale, None if low is None else low * scale,
+                                       None if high is None else high * scale))
         rows.append(row)
     header = ["method"] + [f"{m} (%)" if m.startswith("pass@") else m for m in metrics]
-    return _table(header, rows) + ["", "Mean ± half-width of the 95% interval reported by `evaluate`."]
+    return _table(header, rows) + [
+        "",
+        "The 95% interval `evaluate` reported (as in its `report.md`): mean ± half-width, or mean [low, high] "
+        "where it was clipped to the possible range.",
+    ]
 
 
 def _usage(config, name: str) -> list[str]:
