@@ -11,8 +11,10 @@ from decoding_adapters.evaluation.runner import _summarise
 from decoding_adapters.reporting import plots
 from decoding_adapters.reporting.report import (
     all_methods_table,
+    identical_by_construction,
     load_training_log,
     method_info,
+    seed_table,
     sequence_table,
     token_table,
     verdicts,
@@ -123,7 +125,7 @@ def test_write_report_end_to_end(tmp_path):
     text = path.read_text()
     for name in pngs + ["action_trace_token_w_budget.html"]:
         assert f"({name})" in text, name  # every figure is linked from the report
-    assert "Δ abs. (rel.) vs Best" in text and "## Static sampling vs token-level adapter" in text
+    assert "Δ vs Best" in text and "## Static sampling vs token-level adapter" in text
     # Computed verdicts: the boosted adapter beats Best, the handicapped one does not beat its baseline.
     assert "**Seq w/ budget beats Best**" in text
     assert "**Token w/ budget does not beat" in text
@@ -133,7 +135,7 @@ def test_tables_follow_the_paper_layout():
     results, details = fake_evaluation()
     seq = sequence_table(results, details).splitlines()
     assert seq[0].startswith("| Metric | Setting | Best | Mixed | w/o budget")
-    assert sum(line.startswith("| Pass@") for line in seq) == 3 and sum("Δ abs." in line for line in seq) == 4
+    assert sum(line.startswith("| Pass@") for line in seq) == 3 and sum("Δ vs " in line for line in seq) == 4
     tok = token_table(results, details).splitlines()
     assert "| Greedy | Mixed |" in tok[0] and tok[0].count("| Δ") == 2
     assert "entropy-only" in tok[0]
@@ -266,7 +268,23 @@ def test_a_per_sequence_mixture_is_never_labelled_the_per_token_mixed():
     details["methods"]["Mixed (token actions)"]["per_token"] = False
     details["methods"]["Mixed (per token)"]["per_token"] = True
     head = token_table(results, details).splitlines()[0]
-    assert "| Mixed (per token) |" in head and "Mixed (per token)<br><sub>Mixed (token actions)" not in head
+    assert "| Mixed (per token) |" in head and "Mixed (per token) (Mixed (token actions))" not in head
     assert any("than Mixed (per token)" in v or "beat Mixed (per token)" in v for v in verdicts(results, details))
     del results["Mixed (per token)"], details["methods"]["Mixed (per token)"]
-    assert "Mixed (per sequence)<br><sub>Mixed (token actions)</sub>" in token_table(results, details).splitlines()[0]
+    assert "Mixed (per sequence) (Mixed (token actions))" in token_table(results, details).splitlines()[0]
+
+
+def test_report_rough_edges_one_seed_relative_gains_html_and_identical_rows():
+    results, details = fake_evaluation({"Seq w/ budget": 0.0}, seeds=1)
+    best_index = ACTIONS.index("T=1")
+    for name in ("Seq w/ budget",):  # an argmax sequence adapter that picks Best's action everywhere
+        details["sequence_choices"][name]["actions"] = [[best_index] * 3 for _ in details["problems"]]
+        details["per_problem"][name] = details["per_problem"]["Best"]
+    text = "\n".join(verdicts(results, details))
+    assert "**Seq w/ budget is identical to Best by construction**" in text and "`T=1`" in text
+    assert "**Seq w/o budget is identical" not in text  # its choices vary: an ordinary verdict
+    assert identical_by_construction(details, "Token w/ budget", "Greedy", ["pass@1"]) == []  # own rows
+    assert seed_table(results, details) == ""  # one seed: no spread to show
+    assert seed_table(*fake_evaluation(seeds=2)) != ""
+    tables = sequence_table(results, details) + token_table(results, details)
+    assert "<" not in tables and "%)" not in tables  # plain Markdown headers; no relative gains

@@ -6,7 +6,7 @@ Inputs are the files ``evaluate`` writes (``results.json``, ``eval_details.json`
 ignored). The report holds:
 
 - tables shaped like the paper's: static sampling (Best, Mixed) vs the sequence-level adapters
-  (w/o budget, w/ budget) with Δ absolute and relative vs Best; static (Greedy, Mixed) vs the
+  (w/o budget, w/ budget) with Δ vs Best in points; static (Greedy, Mixed) vs the
   token-level adapters (w/o budget, w/ budget, entropy-only) with Δ vs Greedy; values are mean ±
   CI half-width, pass@k in percent;
 - a plain verdict per adapter, from paired per-problem differences: whether it beats the baseline,
@@ -40,6 +40,8 @@ __all__ = [
     "token_table",
     "all_methods_table",
     "verdicts",
+    "identical_by_construction",
+    "seed_table",
     "ood_lines",
     "paper_interval_table",
     "write_report",
@@ -155,13 +157,13 @@ def _fmt_entry(entry: Mapping | None, metric: str, bold: bool = False) -> str:
 
 
 def _fmt_delta(value: float, base: float, metric: str) -> str:
-    s = _scale(metric)
-    diff = (value - base) * s
-    rel = f" ({_signed(diff / (base * s) * 100)}%)" if base else ""
+    """The absolute difference (points for pass@k). No relative gain: on a small base it reads as a
+    large effect (+100% for 12.5 -> 25.0) whether or not the verdict finds the difference significant."""
+    diff = (value - base) * _scale(metric)
     if not metric.startswith("pass@"):
-        return f"{_signed(diff, 1)}{rel}"
+        return _signed(diff, 1)
     arrow = "▲" if round(diff, 2) > 0 else "▼" if round(diff, 2) < 0 else "="
-    return f"{arrow} {_signed(diff)}{rel}"
+    return f"{arrow} {_signed(diff)}"
 
 
 def _metric_label(metric: str) -> str:
@@ -205,7 +207,7 @@ def sequence_table(results: Mapping, details: Mapping | None = None) -> str:
     cols = static + adapters
     labels = [f"{'Best' if n == best and info[n]['role'] == 'best' else _column_labels([n], info)[0].capitalize()}"
               for n in static] + _column_labels(adapters, info)
-    head = ["Metric", "Setting"] + [f"{lab}<br><sub>{n}</sub>" if lab != n else lab for lab, n in zip(labels, cols)]
+    head = ["Metric", "Setting"] + [_header(lab, n) for lab, n in zip(labels, cols)]
     lines = [_row(head), _row(["---", "---"] + ["---:"] * len(cols))]
     for metric in _metrics(results):
         top = _best_of(results, cols, metric)
@@ -213,7 +215,7 @@ def sequence_table(results: Mapping, details: Mapping | None = None) -> str:
                           [_fmt_entry(results[n].get(metric), metric, n in top) for n in cols]))
         if best and results[best].get(metric):
             base = results[best][metric]["mean"]
-            lines.append(_row(["", f"Δ abs. (rel.) vs {best}"] + [""] * len(static) +
+            lines.append(_row(["", f"Δ vs {best}"] + [""] * len(static) +
                               [_fmt_delta(results[n][metric]["mean"], base, metric) if results[n].get(metric) else ""
                                for n in adapters]))
     return "\n".join(lines)
@@ -265,9 +267,9 @@ def token_table(results: Mapping, details: Mapping | None = None) -> str:
         label = _TOKEN_LABELS.get(info[n]["role"], n)
         if info[n]["role"] == "mixed" and (info[n].get("level") != "token" or info[n].get("per_token") is False):
             label = "Mixed (per sequence)" if info[n].get("per_token") is False else "Mixed"
-        head.append(label if label == n else f"{label}<br><sub>{n}</sub>")
+        head.append(_header(label, n))
     for lab, n in zip(_column_labels(adapters, info), adapters):
-        head += [lab if lab == n else f"{lab}<br><sub>{n}</sub>", "Δ" if base else ""]
+        head += [_header(lab, n), "Δ" if base else ""]
     lines = [_row(head), _row(["---", "---"] + ["---:"] * (len(head) - 2))]
     for metric in _metrics(results):
         top = _best_of(results, static + adapters, metric)
@@ -316,8 +318,13 @@ def paper_interval_table(results: Mapping) -> str:
     return "\n".join(lines)
 
 
+def _header(label: str, name: str) -> str:
+    """A column header: the short label, and the method's own name where it says more (plain Markdown)."""
+    return label if label == name else f"{label} ({name})"
+
+
 def _row(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(str(c).replace("|", "\\|") if "<br>" not in str(c) else str(c) for c in cells) + " |"
+    return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
 
 
 def seed_table(results: Mapping, details: Mapping | None) -> str:
@@ -325,7 +332,9 @@ def seed_table(results: Mapping, details: Mapping | None) -> str:
     summary = (details or {}).get("summary", {})
     metrics = [m for m in _metrics(results) if m.startswith("pass@")]
     metrics = metrics[:1] + metrics[-1:] if len(metrics) > 1 else metrics
-    if not summary or not metrics:
+    seeds = max((len(s.get("seed_means", ())) for per in summary.values() for s in per.values()
+                 if isinstance(s, Mapping)), default=0)
+    if not metrics or seeds < 2:  # one seed has no spread to show
         return ""
     lines = [
         _row(["Method"] + [f"{_metric_label(m)}: per seed (sd)" for m in metrics]),
@@ -420,7 +429,43 @@ def _baselines_for(info, level) -> list[str]:
     return list(dict.fromkeys(named)) or statics[:1]
 
 
+def _fixed_action(details: Mapping | None, name: str, problem: int, k: int) -> str | None:
+    """The one fixed action ``name`` decodes ``problem`` with for pass@k, when its samples are the
+    evaluation's shared fixed-action rows (greedy, a static action or Best, an argmax sequence
+    adapter's choice for B = k); None when they are not (Mixed, token adapters, sampled choices)."""
+    method = (details or {}).get("methods", {}).get(name, {})
+    actions = method.get("actions") or []
+    if method.get("kind") in ("greedy", "static"):
+        per_k = method.get("k_actions")
+        return per_k.get(str(k)) if per_k else actions[0] if len(actions) == 1 else None
+    choices = details.get("sequence_choices", {}).get(name) if method.get("kind") == "sequence" else None
+    if choices and method.get("policy_mode", "argmax") == "argmax" and k in choices["k_values"]:
+        per_problem = choices["actions"]
+        return actions[per_problem[problem][choices["k_values"].index(k)]] if problem < len(per_problem) else None
+    return None
+
+
+def identical_by_construction(details: Mapping | None, a: str, b: str, metrics: Sequence[str]) -> list[str]:
+    """The actions, when ``a`` and ``b`` decode every problem with the same fixed action at every
+    pass@k in ``metrics`` (so both are scored on the very same completions); [] otherwise."""
+    problems = len((details or {}).get("problems", []))
+    ks = [int(m.split("@")[1]) for m in metrics if m.startswith("pass@")]
+    used = set()
+    for i in range(problems):
+        for k in ks:
+            action = _fixed_action(details, a, i, k)
+            if action is None or action != _fixed_action(details, b, i, k):
+                return []
+            used.add(action)
+    return sorted(used) if problems and ks else []
+
+
 def _adapter_verdict(results, details, name, baseline, metrics, confidence) -> str:
+    same = identical_by_construction(details, name, baseline, metrics)
+    if same:
+        return (f"- **{name} is identical to {baseline} by construction**: it decodes every problem with "
+                f"{baseline}'s action ({', '.join(f'`{a}`' for a in same)}), so both are scored on the same "
+                "completions and every difference is 0.")
     comps = {
         m: compare(results, details, name, baseline, m, confidence)
         for m in metrics
@@ -788,7 +833,8 @@ def _markdown(title, results, details, figs, sections=()) -> str:
             "",
             seq,
             "",
-            "Δ is the adapter minus Best: absolute in points (percent for pass@k), relative in % of Best. "
+            "Δ is the adapter minus Best, in points (percentage points for pass@k); the verdicts say which "
+            "differences are significant. "
             "Bold: the highest pass@k in the row.",
             "",
         ]
