@@ -76,6 +76,7 @@ from __future__ import annotations
 import ast
 import collections
 import functools
+import glob
 import logging
 import math
 import os
@@ -90,7 +91,10 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Literal
+
+from . import bootstrap, seccomp
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +104,9 @@ UID_BASE = 1_500_000_000
 """First uid of the private range runs use when the caller is root (no real user lives there)."""
 UID_SLOTS = 256
 """Concurrent runs per host process that get distinct uids; more runs wait for a free slot."""
+
+SOCKET_MEMORY_BYTES = 4 * 2**20
+"""Cap on a run's socket buffers where cgroup v1 keeps them apart from its memory limit."""
 
 _MEMORY_HINTS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
 """Strings in stderr that say the program ran out of memory (RLIMIT_AS makes malloc fail)."""
@@ -138,6 +145,9 @@ class SandboxConfig:
     control group where the host allows (cgroup v2, or v1 memory and pids hierarchies)."""
     drop_privileges: bool = True
     """When the caller is root, run the code as an unprivileged uid from the private range."""
+    restrict_syscalls: bool = True
+    """Run the code under the seccomp filter of :mod:`~decoding_adapters.sandbox.seccomp` (no new
+    namespaces, no sockets but IPv4/IPv6, no mounting, io_uring, bpf, ...) where the OS allows."""
     python: str | None = None
     """Interpreter for the code; None picks ``sys.executable`` if the sandbox uid can run it,
     else a system ``python3`` (e.g. when the venv lives under a 0700 home directory)."""
@@ -175,10 +185,16 @@ class Layers:
     cgroup: str | None = None
     """"v2" or "v1" when memory and process counts were limited for the whole run by a control
     group; None when only per-process limits applied."""
+    seccomp: bool = False
+    """The program ran under the seccomp filter (no new namespaces, no Unix or netlink sockets,
+    no mounting, io_uring, bpf, ... : see :mod:`~decoding_adapters.sandbox.seccomp`)."""
+    socket_memory: bool = False
+    """Socket buffers of the run were bounded by its control group: charged to its memory limit
+    (cgroup v2) or capped at :data:`SOCKET_MEMORY_BYTES` (v1 ``memory.kmem.tcp.limit_in_bytes``)."""
 
     def missing(self) -> list[str]:
         """Names of the layers that were not active."""
-        names = ["network", "pid_namespace", "unprivileged_uid", "private_filesystem"]
+        names = ["network", "pid_namespace", "unprivileged_uid", "private_filesystem", "seccomp", "socket_memory"]
         return [name for name in names if not getattr(self, name)] + ([] if self.cgroup else ["cgroup"])
 
 
@@ -253,7 +269,7 @@ def probe_isolation(config: SandboxConfig | None = None) -> Isolation:
         pid_namespace=setup.get("pid") == "1",
         uid=uid,
         python=_interpreter(config, uid),
-        layers=_layers(setup, events.get("fs")),
+        layers=_layers(events, streams),
     )
 
 
@@ -583,6 +599,10 @@ class _Streams:
     timed_out: bool
     events: list[dict]
     wall_s: float = 0.0
+    socket_memory: bool = False
+    """The run's control group bounds its socket buffers (see :attr:`Layers.socket_memory`)."""
+    oom_kills: int = 0
+    """Processes of the run its control group killed for memory."""
 
 
 _EXIT_GRACE_S = 0.25
@@ -613,6 +633,7 @@ class _Run:
         self.workdir = None
         self.proc = None
         self.cgroup_dirs: list[str] = []
+        self.socket_memory = False
         try:
             python = _interpreter(config, self.uid) if probe is None else probe[1]
             self.workdir = _make_workdir({"main.py": source, **(files or {})}, self.uid)
@@ -638,30 +659,37 @@ class _Run:
 
     def _spawn(self, python: str) -> None:
         config, uid = self.config, self.uid
-        self.cgroup_dirs, cgroup_procs = _CGROUPS.create(config) if config.use_cgroup else ([], [])
+        if config.use_cgroup:
+            self.cgroup_dirs, cgroup_procs, self.socket_memory = _CGROUPS.create(config)
+        else:
+            cgroup_procs = []
         status_r, status_w = os.pipe()
         self.status_r = status_r
-        settings = [  # positional, in the order _BOOTSTRAP unpacks them
-            status_w,
-            python,
-            -1 if uid is None else uid,
-            int(config.isolate_network),
-            int(config.private_filesystem),
-            config.cpu_limit_s,
-            config.memory_mb * 2**20,
-            config.max_file_mb * 2**20,
-            config.max_processes,
-            config.max_open_files,
-            config.tmpfs_mb * 2**20,
-            ":".join(cgroup_procs),
-            ":".join(_read_only_paths(python)),
-        ]
+        syscall_filter = _syscall_filter() if config.restrict_syscalls else None
+        settings = {
+            "fd": status_w,
+            "python": python,
+            "uid": -1 if uid is None else uid,
+            "net": int(config.isolate_network),
+            "private_fs": int(config.private_filesystem),
+            "cpu_s": config.cpu_limit_s,
+            "as_bytes": config.memory_mb * 2**20,
+            "fsize_bytes": config.max_file_mb * 2**20,
+            "nproc": config.max_processes,
+            "nofile": config.max_open_files,
+            "tmpfs_bytes": config.tmpfs_mb * 2**20,
+            "cgroup_procs": ":".join(cgroup_procs),
+            "ro_paths": ":".join(_read_only_paths(python)),
+            "hidden_paths": ":".join(_site_packages(python)),
+            "masked_proc": ":".join(MASKED_PROC_ENTRIES),
+            "syscall_filter": syscall_filter.hex() if syscall_filter else "",
+        }
         self.started = time.monotonic()
         self.deadline = self.started + config.timeout_s
         try:
             self.proc = subprocess.Popen(
                 # -I -S: the bootstrap needs only the standard library and trusts no environment.
-                [sys.executable, "-I", "-S", "-c", _BOOTSTRAP, *map(str, settings)],
+                [sys.executable, "-I", "-S", "-c", _BOOTSTRAP, *(str(settings[name]) for name in bootstrap.SETTINGS)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -713,6 +741,8 @@ class _Run:
                 bytes(self.out), bytes(self.err), self.truncated, self.timed_out, _parse_events(bytes(self.status))
             )
             streams.wall_s = time.monotonic() - self.started
+            streams.socket_memory = self.socket_memory
+            streams.oom_kills = sum(map(_oom_kills, self.cgroup_dirs))
             return streams
         finally:
             self._clean_up()
@@ -829,30 +859,39 @@ def _to_result(streams: _Streams, config: SandboxConfig) -> ExecutionResult:
     setup = events.get("setup", {})
     network_isolated = setup.get("net") == "1"
     if setup:
-        _warn_once_if_degraded(config, setup, events.get("fs", {}))
+        _warn_once_if_degraded(config, events, streams)
     returncode = None
     if "exit" in events and not streams.timed_out:
         returncode = os.waitstatus_to_exitcode(int(events["exit"]["status"]))
     stderr = streams.stderr.decode("utf-8", "replace")
+    status = classify(returncode, stderr, streams.timed_out)
+    if status == "error" and streams.oom_kills:
+        # The control group killed a process of the run (the program, or its init or bootstrap,
+        # which leaves no exit status): out of memory.
+        status = "memory"
     return ExecutionResult(
-        status=classify(returncode, stderr, streams.timed_out),
+        status=status,
         returncode=returncode,
         stdout=streams.stdout.decode("utf-8", "replace"),
         stderr=stderr,
         wall_s=streams.wall_s,
         truncated=streams.truncated,
         network_isolated=network_isolated,
-        layers=_layers(setup, events.get("fs")),
+        layers=_layers(events, streams),
     )
 
 
-def _layers(setup: dict, fs: dict | None = None) -> Layers:
+def _layers(events: dict[str, dict], streams: _Streams) -> Layers:
+    setup = events.get("setup", {})
+    in_cgroup = setup.get("cgroup") == "1"
     return Layers(
         network=setup.get("net") == "1",
         pid_namespace=setup.get("pid") == "1",
         unprivileged_uid=int(setup.get("uid", -1)) >= 0,
-        private_filesystem=(fs or {}).get("ok") == "1",
-        cgroup=_CGROUPS.version if setup.get("cgroup") == "1" else None,
+        private_filesystem=events.get("fs", {}).get("ok") == "1",
+        cgroup=_CGROUPS.version if in_cgroup else None,
+        seccomp=events.get("seccomp", {}).get("ok") == "1",
+        socket_memory=in_cgroup and streams.socket_memory,
     )
 
 
@@ -892,8 +931,23 @@ def _warn_once(key: str, message: str) -> None:
     logger.warning(message)
 
 
-def _warn_once_if_degraded(config: SandboxConfig, setup: dict, fs: dict | None = None) -> None:
-    fs = fs or {}
+def _warn_once_if_degraded(config: SandboxConfig, events: dict[str, dict], streams: _Streams) -> None:
+    setup, fs = events.get("setup", {}), events.get("fs", {})
+    if config.restrict_syscalls and events.get("seccomp", {}).get("ok") != "1":
+        reason = events.get("seccomp", {}).get("error") or "no system-call table for this machine"
+        _warn_once(
+            "seccomp",
+            f"sandbox: no seccomp filter ({reason}); generated code may create namespaces of its own "
+            "(and park memory in socket buffers outside the run's limit) and open Unix sockets",
+        )
+    if config.use_cgroup and setup.get("cgroup") == "1" and not streams.socket_memory:
+        _warn_once(
+            "socket_memory",
+            "sandbox: the run's control group does not bound socket buffers "
+            f"({_CGROUPS.socket_memory_error or 'unknown reason'})",
+        )
+    if fs.get("proc_shown"):
+        _warn_once("proc", f"sandbox: could not hide these host /proc entries: {fs['proc_shown']}")
     if config.private_filesystem and fs.get("ok") != "1":
         reason = fs.get("error") or setup.get("mnt_error")
         _warn_once(
@@ -930,6 +984,15 @@ def _warn_once_if_degraded(config: SandboxConfig, setup: dict, fs: dict | None =
 
 # --------------------------------------------------------------------------- filesystem view
 
+MASKED_PROC_ENTRIES = (
+    "cmdline", "loadavg", "meminfo", "stat", "uptime", "vmstat", "zoneinfo", "buddyinfo", "pagetypeinfo", "swaps",
+    "diskstats", "partitions", "interrupts", "softirqs", "schedstat", "kallsyms", "modules", "timer_list",
+    "sched_debug", "keys", "key-users", "pressure", "sys/kernel/random/boot_id",
+)  # fmt: skip
+"""Entries of the run's /proc that are about the host, not the run: they read as empty (files
+covered with /dev/null, directories with an empty read-only tmpfs). Without ``stat`` the C
+library counts CPUs with ``sched_getaffinity``, so ``os.cpu_count()`` still works."""
+
 _SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache", "/etc/localtime")
 """What the private filesystem shows of the host (read-only), besides the interpreter's prefix."""
 
@@ -944,6 +1007,27 @@ def _read_only_paths(python: str) -> tuple[str, ...]:
     if prefix != "/" and not any(prefix == path or prefix.startswith(path + "/") for path in paths):
         paths.append(prefix)
     return tuple(paths)
+
+
+_SITE_PATTERNS = ("lib*/python3*/site-packages", "lib*/python3*/dist-packages", "lib*/python3/dist-packages")
+
+
+@functools.lru_cache(maxsize=16)
+def _site_packages(python: str) -> tuple[str, ...]:
+    """Third-party package folders inside the paths a run sees (the interpreter's own
+    site-packages, the system's dist-packages): they are shown empty, so a program that appends
+    them to ``sys.path`` still gets the standard library only."""
+    found = []
+    for root in _read_only_paths(python):
+        for base in (root, root + "/local") if root == "/usr" else (root,):
+            for pattern in _SITE_PATTERNS:
+                found += [path for path in glob.glob(os.path.join(base, pattern)) if os.path.isdir(path)]
+    return tuple(sorted(set(found)))
+
+
+@functools.lru_cache(maxsize=1)
+def _syscall_filter() -> bytes | None:
+    return seccomp.syscall_filter()
 
 
 # --------------------------------------------------------------------------- control groups
@@ -967,14 +1051,16 @@ class _Cgroups:
         self._leftovers: list[str] = []
         self.version: str | None = None
         self.unavailable: str | None = None
+        self.socket_memory_error: str | None = None
 
-    def create(self, config: SandboxConfig) -> tuple[list[str], list[str]]:
-        """(directories, cgroup.procs files) of a new group for one run; empty when unavailable."""
+    def create(self, config: SandboxConfig) -> tuple[list[str], list[str], bool]:
+        """(directories, cgroup.procs files, whether socket buffers are bounded) of a new group
+        for one run; empty when unavailable."""
         with self._lock:
             if not self._probed:
                 self._probe()
             if not self._bases:
-                return [], []
+                return [], [], False
             self._counter += 1
             name = f"run-{os.getpid()}-{self._counter}"
             leftovers, self._leftovers = self._leftovers, []
@@ -989,8 +1075,26 @@ class _Cgroups:
         except OSError as err:
             self.remove(dirs)
             self.unavailable = f"could not make a control group for a run: {err}"
-            return [], []
-        return dirs, [os.path.join(path, "cgroup.procs") for path in dirs]
+            return [], [], False
+        socket_memory = self.version == "v2" or any(map(self._cap_socket_memory, dirs))
+        return dirs, [os.path.join(path, "cgroup.procs") for path in dirs], socket_memory
+
+    def _cap_socket_memory(self, path: str) -> bool:
+        """cgroup v1 charges socket buffers to a counter of their own, and only once it has a
+        limit: set one (v2 charges them to ``memory.max``, nothing to do)."""
+        if not os.path.exists(os.path.join(path, "memory.limit_in_bytes")):
+            return False  # the pids group
+        target = os.path.join(path, "memory.kmem.tcp.limit_in_bytes")
+        if not os.path.exists(target):
+            self.socket_memory_error = "no memory.kmem.tcp.limit_in_bytes (a kernel without v1 socket accounting)"
+            return False
+        try:
+            with open(target, "w") as handle:
+                handle.write(str(SOCKET_MEMORY_BYTES))
+        except OSError as err:
+            self.socket_memory_error = f"memory.kmem.tcp.limit_in_bytes refused: {err}"
+            return False
+        return True
 
     def _limit(self, path: str, config: SandboxConfig) -> None:
         memory = str(config.memory_mb * 2**20)
@@ -1108,6 +1212,21 @@ def _own_cgroups() -> dict[str, str]:
             for controller in controllers.split(",") if controllers else [""]:
                 own[controller] = path
     return own
+
+
+def _oom_kills(path: str) -> int:
+    """Processes the group's memory limit has killed (v2 ``memory.events``, v1
+    ``memory.oom_control``; 0 for a pids group)."""
+    for name in ("memory.events", "memory.oom_control"):
+        try:
+            with open(os.path.join(path, name)) as handle:
+                for line in handle:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return 0
 
 
 def _kill_cgroup(path: str) -> None:
@@ -1231,240 +1350,7 @@ def _probe_interpreters(config: SandboxConfig, uid: int) -> str:
 
 
 # --------------------------------------------------------------------------- the bootstrap
-# Runs as `python -I -S -c _BOOTSTRAP <settings>` in a fresh single-threaded interpreter, in the
-# throw-away directory, with the minimal environment. Process tree:
-#   bootstrap: enters namespaces, reports what worked, waits for init
-#     init (pid 1 of the new PID namespace if any): reaps orphans, reports the program's status;
-#       its exit makes the kernel kill whatever is left in the namespace
-#       program: limits, uid switch, exec(python main.py)
-# Status lines ("kind<TAB>key=value<TAB>...") go to a pipe of their own, so the program's stdout
-# and stderr stay untouched. The fast path imports neither ctypes nor json (they pull in re and
-# enum: 12 ms per run, a fifth of a run): libc is called through _ctypes, the C core of ctypes.
-_BOOTSTRAP = r"""
-import os, resource, sys
-(fd, python, uid, net, private_fs, cpu_s, as_bytes, fsize_bytes, nproc, nofile,
- tmpfs_bytes, cgroup_procs, ro_paths) = sys.argv[1:]
-fd, uid, cpu_s, as_bytes, fsize_bytes, nproc, nofile, tmpfs_bytes = map(
-    int, (fd, uid, cpu_s, as_bytes, fsize_bytes, nproc, nofile, tmpfs_bytes))
-os.set_inheritable(fd, False)  # closed by exec: the program cannot write status lines
-try:
-    import _ctypes
-    _libc = _ctypes.dlopen(None)
-    def libc(name, *args):
-        return _ctypes.call_function(_ctypes.dlsym(_libc, name), args)
-except (ImportError, AttributeError):
-    import ctypes
-    def libc(name, *args):
-        return getattr(ctypes.CDLL(None), name)(*args)
+# The program that sets a run up lives in bootstrap.py (a linted module, inert when imported);
+# its source is read once, at import, and run with `python -I -S -c`.
 
-def report(kind, **fields):
-    items = [kind] + ["%s=%s" % (k, str(v).replace("\t", " ").replace("\n", " ")) for k, v in fields.items()]
-    os.write(fd, ("\t".join(items) + "\n").encode())
-
-def errno_of(name, *args):
-    # Only on the (rare) failure path: ctypes to read errno, repeating the call that failed.
-    import ctypes
-    lib = ctypes.CDLL(None, use_errno=True)
-    return "" if getattr(lib, name)(*args) == 0 else (os.strerror(ctypes.get_errno()) or "refused")
-
-def unshare(flag):
-    # "" on success, else the reason.
-    return "" if libc("unshare", flag) == 0 else errno_of("unshare", flag)
-
-def write(path, text):
-    with open(path, "w") as f:
-        f.write(text)
-
-def user_namespace():
-    # Unprivileged callers may create namespaces inside a user namespace of their own.
-    my_uid, my_gid = os.getuid(), os.getgid()
-    error = unshare(0x10000000)  # CLONE_NEWUSER
-    if not error:
-        write("/proc/self/setgroups", "deny")
-        write("/proc/self/uid_map", "%d %d 1" % (my_uid, my_uid))
-        write("/proc/self/gid_map", "%d %d 1" % (my_gid, my_gid))
-    return error
-
-def join_cgroups():
-    # The run's control groups (made by the caller): joined before any fork, so every process
-    # of the run is in them and counts against the whole run's memory and process limits.
-    try:
-        for procs in cgroup_procs.split(":"):
-            if procs:
-                write(procs, "0")
-        return ""
-    except OSError as exc:
-        return str(exc)
-
-# ---- the private filesystem (in init, pid 1 of the run's PID namespace)
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-
-def mount(source, target, fstype, flags, data):
-    args = (source and source.encode(), target.encode(), fstype and fstype.encode(), flags, data and data.encode())
-    if libc("mount", *args) != 0:
-        raise OSError("mount %s on %s: %s" % (source or fstype, target, errno_of("mount", *args)))
-
-def bind_read_only(source, target):
-    mount(source, target, None, MS_BIND | MS_REC, None)
-    # Remounting read-only must keep the flags the host locked on that mount (nosuid, ...).
-    kept = os.statvfs(source).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept, None)
-
-def make_point(path, directory):
-    parent = os.path.dirname(path)
-    os.makedirs(parent, 0o755, exist_ok=True)
-    if directory:
-        os.makedirs(path, 0o755, exist_ok=True)
-    elif not os.path.exists(path):
-        open(path, "w").close()
-
-def build_root(files):
-    # A new root on a tiny tmpfs: the interpreter's directories read-only, a few device nodes, a
-    # fresh /proc, and one small tmpfs that backs /tmp, /var/tmp, /dev/shm and the working
-    # directory (so their total is bounded and all of it vanishes with the run).
-    workdir = os.getcwd()
-    mount(None, "/", None, MS_REC | MS_PRIVATE, None)  # nothing we mount reaches the host
-    root = workdir  # mount point for the new root (its files are already read)
-    mount("sandbox-root", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=1000,mode=755")
-    for path in ro_paths.split(":"):
-        if os.path.islink(path) and os.path.dirname(path) == "/":
-            os.symlink(os.readlink(path), root + path)  # /bin -> usr/bin and friends
-        elif os.path.isdir(path):
-            make_point(root + path, True)
-            bind_read_only(path, root + path)
-        elif os.path.isfile(path):
-            make_point(root + path, False)
-            bind_read_only(path, root + path)
-    scratch = root + "/.scratch"
-    make_point(scratch, True)
-    mount("sandbox-tmp", scratch, "tmpfs", MS_NOSUID | MS_NODEV,
-          "size=%d,nr_inodes=4096,mode=755" % tmpfs_bytes)
-    for name, target in (("tmp", "/tmp"), ("var-tmp", "/var/tmp"), ("shm", "/dev/shm")):
-        os.mkdir(scratch + "/" + name, 0o777)
-        os.chmod(scratch + "/" + name, 0o1777)
-        make_point(root + target, True)
-        mount(scratch + "/" + name, root + target, None, MS_BIND, None)
-    for name in ("null", "zero", "full", "random", "urandom"):
-        make_point(root + "/dev/" + name, False)
-        mount("/dev/" + name, root + "/dev/" + name, None, MS_BIND, None)
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
-        os.symlink(target, root + "/dev/" + name)
-    make_point(root + "/proc", True)
-    mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
-    os.mkdir(scratch + "/work", 0o700)
-    for name, text in files:
-        with open(scratch + "/work/" + name, "wb") as f:
-            f.write(text)
-    if uid >= 0:
-        os.chown(scratch + "/work", uid, uid)
-    make_point(root + workdir, True)
-    mount(scratch + "/work", root + workdir, None, MS_BIND, None)
-    # Enter the new root and drop the old one (pivot_root(".", "."), then detach the old root).
-    os.chdir(root)
-    number = {"x86_64": 155, "aarch64": 41, "riscv64": 41}.get(os.uname().machine)
-    if number is None or libc("syscall", number, b".", b".") != 0:
-        raise OSError("pivot_root refused")
-    if libc("umount2", b".", 2) != 0:  # MNT_DETACH
-        raise OSError("could not detach the old root")
-    os.chdir("/")
-    libc("umount2", b"/.scratch", 2)  # its binds stay; the name goes
-    os.rmdir("/.scratch")
-    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
-    os.chdir(workdir)
-
-def private_filesystem():
-    # The run's files, read before the new root hides the working directory.
-    files = []
-    for name in os.listdir("."):
-        with open(name, "rb") as f:
-            files.append((name, f.read()))
-    workdir = os.getcwd()
-    try:
-        build_root(files)
-        return ""
-    except OSError as exc:
-        # Before pivot_root the half-built root sits on the working directory: detach it, so
-        # the run goes on with the host's view (and its files) instead of failing.
-        if os.getcwd() != "/" and libc("umount2", workdir.encode(), 2) == 0:
-            os.chdir(workdir)
-        return str(exc) or "refused"
-
-def program():
-    for which, soft, hard in [(resource.RLIMIT_CPU, cpu_s, cpu_s + 1),
-                              (resource.RLIMIT_AS, as_bytes, as_bytes),
-                              (resource.RLIMIT_FSIZE, fsize_bytes, fsize_bytes),
-                              (resource.RLIMIT_NPROC, nproc, nproc),
-                              (resource.RLIMIT_NOFILE, nofile, nofile),
-                              (resource.RLIMIT_CORE, 0, 0)]:
-        resource.setrlimit(which, (soft, hard))
-    if uid >= 0:
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-    libc("prctl", 1, 9)  # PR_SET_PDEATHSIG = SIGKILL, after setuid (which clears it)
-    # -S: no site-packages (the program gets the standard library only), -s: no user site,
-    # -B: no bytecode files. The environment is ours (see _minimal_env), so -E is not needed.
-    os.execv(python, [python, "-S", "-s", "-B", "main.py"])
-
-def init(child):
-    # Reap every process that ends up here; report the program's status when it ends.
-    while True:
-        pid, status = os.waitpid(-1, 0)
-        if pid == child:
-            report("exit", status=status)
-            os._exit(0)
-
-def spawn(target):
-    pid = os.fork()
-    if pid == 0:
-        try:
-            target()
-        except BaseException as exc:
-            report("setup_error", message="%s: %s" % (type(exc).__name__, exc))
-        os._exit(127)
-    return pid
-
-def release_pipes():
-    # Only the program keeps the output pipes, so the parent's EOF means the program is gone.
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for std in (0, 1, 2):
-        os.dup2(devnull, std)
-
-def start_init(fs_refused):
-    libc("prctl", 1, 9)  # PR_SET_PDEATHSIG = SIGKILL: die with the bootstrap
-    fs_error = fs_refused or private_filesystem()
-    report("fs", ok=int(not fs_error), error=fs_error)
-    child = spawn(program)
-    release_pipes()
-    init(child)
-
-def main():
-    userns_error = user_namespace() if os.geteuid() != 0 else ""
-    cgroup_error = join_cgroups()
-    net_error = unshare(0x40000000) if net == "1" else "not requested"  # CLONE_NEWNET
-    # CLONE_NEWNS | CLONE_NEWIPC: a private mount table (and System V IPC that dies with the run)
-    mnt_error = unshare(0x00020000 | 0x08000000) if private_fs == "1" else "not requested"
-    pid_error = unshare(0x20000000)  # CLONE_NEWPID: applies to the next child
-    report("setup", uid=uid, net=int(not net_error), pid=int(not pid_error), mnt=int(not mnt_error),
-           cgroup=int(bool(cgroup_procs) and not cgroup_error), net_error=net_error, pid_error=pid_error,
-           mnt_error=mnt_error, cgroup_error=cgroup_error, userns_error=userns_error)
-    # The new /proc needs the PID namespace (else it would show the host's processes).
-    fs_refused = mnt_error or ("needs a PID namespace" if pid_error else "")
-    init_pid = os.fork()
-    if init_pid == 0:
-        try:
-            start_init(fs_refused)
-        except BaseException as exc:
-            report("setup_error", message="%s: %s" % (type(exc).__name__, exc))
-        os._exit(127)
-    release_pipes()
-    os.waitpid(init_pid, 0)
-
-try:
-    main()
-except BaseException as exc:
-    report("setup_error", message="%s: %s" % (type(exc).__name__, exc))
-    os._exit(127)
-"""
+_BOOTSTRAP = Path(bootstrap.__file__).read_text(encoding="utf-8")

@@ -1,0 +1,153 @@
+"""The seccomp filter a sandboxed program runs under: a small classic-BPF program, assembled here.
+
+What it refuses (the kernel answers the program with an error; nothing is killed):
+
+- **new namespaces**: ``unshare`` and ``clone`` with any ``CLONE_NEW*`` flag, and ``setns``, get
+  EPERM; ``clone3`` gets ENOSYS, because its flags sit in a struct a filter cannot read, and on
+  ENOSYS the C library falls back to ``clone`` (threads, ``posix_spawn``), whose flags are
+  checked. A user namespace of its own would let the program bring up a loopback device and park
+  memory in socket buffers that no control group counts, and reach kernel interfaces meant for
+  privileged users;
+- **sockets other than IPv4/IPv6** (``socket`` with another family, ``socketpair``) get
+  EAFNOSUPPORT: Unix-domain and netlink socket buffers are kernel memory that no control group
+  charges (measured: ~28 MB per process with 120 socket pairs, outside the run's memory limit),
+  while IPv4/IPv6 buffers are charged (cgroup v2) or capped (v1, see the runner) and, with the
+  loopback device down, cannot hold data anyway. So programs cannot use ``socket.socketpair``,
+  asyncio's event loops or multiprocessing's duplex pipes; ``os.pipe`` (charged) still works;
+- **kernel interfaces standard-library programs never need**: mounting (``mount``,
+  ``umount2``, ``pivot_root``, ``chroot`` and the new mount API), ``io_uring``, ``bpf``,
+  ``userfaultfd``, ``perf_event_open``, the key ring (``keyctl``, ``add_key``,
+  ``request_key``) and ``ptrace`` get EPERM;
+- **other system-call ABIs**: a call made through the 32-bit (``int 0x80``) or x32 entry points,
+  whose numbers differ, gets EPERM, so the numbers above cannot be dodged.
+
+Only x86_64 has a table here; elsewhere :func:`syscall_filter` returns None and the runner
+reports the layer as missing.
+"""
+
+from __future__ import annotations
+
+import platform
+
+AUDIT_ARCH_X86_64 = 0xC000003E
+X32_SYSCALL_BIT = 0x40000000
+
+# struct seccomp_data {int nr; u32 arch; u64 instruction_pointer; u64 args[6];}: byte offsets.
+OFFSET_NR, OFFSET_ARCH, OFFSET_ARG0 = 0, 4, 16  # the low 32 bits of args[0] (little-endian)
+
+# Classic BPF opcodes (linux/filter.h).
+LD_W_ABS = 0x20  # A = 32-bit word at offset k of seccomp_data
+JEQ_K = 0x15  # if A == k: jump jt else jf
+JGE_K = 0x35  # if A >= k
+JSET_K = 0x45  # if A & k
+RET_K = 0x06  # return k
+
+RET_ALLOW = 0x7FFF0000
+RET_ERRNO = 0x00050000  # | errno
+EPERM, ENOSYS, EAFNOSUPPORT = 1, 38, 97
+
+CLONE_NEWTIME = 0x00000080  # unshare only: in clone's flags these bits are the exit signal
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
+CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x10000000, 0x20000000, 0x40000000
+CLONE_NAMESPACES = (
+    CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET
+)
+UNSHARE_NAMESPACES = CLONE_NAMESPACES | CLONE_NEWTIME
+
+AF_INET, AF_INET6 = 2, 10
+
+SYSCALLS_X86_64 = {
+    "ptrace": 101,
+    "pivot_root": 155,
+    "chroot": 161,
+    "mount": 165,
+    "umount2": 166,
+    "add_key": 248,
+    "request_key": 249,
+    "keyctl": 250,
+    "unshare": 272,
+    "perf_event_open": 298,
+    "setns": 308,
+    "bpf": 321,
+    "userfaultfd": 323,
+    "io_uring_setup": 425,
+    "io_uring_enter": 426,
+    "io_uring_register": 427,
+    "open_tree": 428,
+    "move_mount": 429,
+    "fsopen": 430,
+    "fsconfig": 431,
+    "fsmount": 432,
+    "fspick": 433,
+    "clone3": 435,
+    "mount_setattr": 442,
+    "clone": 56,
+    "socket": 41,
+    "socketpair": 53,
+}
+"""System-call numbers the filter names (x86_64)."""
+
+REFUSED = (
+    "setns", "ptrace", "pivot_root", "chroot", "mount", "umount2", "open_tree", "move_mount", "fsopen", "fsconfig",
+    "fsmount", "fspick", "mount_setattr", "add_key", "request_key", "keyctl", "perf_event_open", "bpf", "userfaultfd",
+    "io_uring_setup", "io_uring_enter", "io_uring_register",
+)  # fmt: skip
+"""Calls refused outright with EPERM."""
+
+
+def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    # struct sock_filter {u16 code; u8 jt; u8 jf; u32 k;}, native byte order (little-endian here).
+    return code.to_bytes(2, "little") + bytes((jt, jf)) + k.to_bytes(4, "little")
+
+
+def _errno(number: int) -> bytes:
+    return _insn(RET_K, RET_ERRNO | number)
+
+
+def _rule(nr: int, body: list[bytes]) -> list[bytes]:
+    """If the call is ``nr``, run ``body`` (which must end every path in a return), else skip it."""
+    return [_insn(JEQ_K, nr, 0, len(body)), *body]
+
+
+def _refuse_flags(mask: int) -> list[bytes]:
+    """EPERM when args[0] has any bit of ``mask`` (clone's and unshare's flags), else allow."""
+    return [_insn(LD_W_ABS, OFFSET_ARG0), _insn(JSET_K, mask, 0, 1), _errno(EPERM), _insn(RET_K, RET_ALLOW)]
+
+
+def _socket_families() -> list[bytes]:
+    """Allow AF_INET and AF_INET6 (args[0] of socket), refuse every other family."""
+    return [
+        _insn(LD_W_ABS, OFFSET_ARG0),
+        _insn(JEQ_K, AF_INET, 2, 0),
+        _insn(JEQ_K, AF_INET6, 1, 0),
+        _errno(EAFNOSUPPORT),
+        _insn(RET_K, RET_ALLOW),
+    ]
+
+
+def build_filter(numbers: dict[str, int] = SYSCALLS_X86_64, arch: int = AUDIT_ARCH_X86_64) -> bytes:
+    """The filter as the kernel takes it: an array of ``struct sock_filter``."""
+    program = [
+        _insn(LD_W_ABS, OFFSET_ARCH),
+        _insn(JEQ_K, arch, 1, 0),
+        _errno(EPERM),  # another ABI (i386 through int 0x80)
+        _insn(LD_W_ABS, OFFSET_NR),
+        _insn(JGE_K, X32_SYSCALL_BIT, 0, 1),
+        _errno(EPERM),  # the x32 ABI: same calls, numbers with this bit set
+    ]
+    program += _rule(numbers["clone"], _refuse_flags(CLONE_NAMESPACES))
+    program += _rule(numbers["unshare"], _refuse_flags(UNSHARE_NAMESPACES))
+    program += _rule(numbers["clone3"], [_errno(ENOSYS)])
+    program += _rule(numbers["socket"], _socket_families())
+    program += _rule(numbers["socketpair"], [_errno(EAFNOSUPPORT)])
+    for name in REFUSED:
+        program += _rule(numbers[name], [_errno(EPERM)])
+    program.append(_insn(RET_K, RET_ALLOW))
+    return b"".join(program)
+
+
+def syscall_filter() -> bytes | None:
+    """The filter for this machine, or None where there is no system-call table for it."""
+    if platform.machine() != "x86_64":
+        return None
+    return build_filter()
