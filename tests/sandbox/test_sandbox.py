@@ -306,10 +306,11 @@ def test_unusable_interpreter_is_a_sandbox_error():
 
 def test_degraded_platform_warns_once(monkeypatch, caplog):
     monkeypatch.setattr(sandbox, "_warned", set())
-    setup = {"event": "setup", "net": "0", "net_error": "Operation not permitted", "pid": "1"}
+    events = {"setup": {"event": "setup", "net": "0", "net_error": "Operation not permitted", "pid": "1"}}
+    streams = sandbox._Streams(b"", b"", False, False, [])
     with caplog.at_level(logging.WARNING, logger="decoding_adapters.sandbox.runner"):
-        sandbox._warn_once_if_degraded(SandboxConfig(), setup)
-        sandbox._warn_once_if_degraded(SandboxConfig(), setup)
+        sandbox._warn_once_if_degraded(SandboxConfig(), events, streams)
+        sandbox._warn_once_if_degraded(SandboxConfig(), events, streams)
     network_warnings = [r for r in caplog.records if "network isolation unavailable" in r.getMessage()]
     assert len(network_warnings) == 1 and "Operation not permitted" in network_warnings[0].getMessage()
 
@@ -329,9 +330,9 @@ def test_runs_degrade_gracefully_where_namespaces_are_refused(monkeypatch, caplo
     # and has no control groups.
     bootstrap = sandbox._BOOTSTRAP
     calls = (
-        'unshare(0x40000000) if net == "1"',
-        'unshare(0x00020000 | 0x08000000) if private_fs == "1"',
-        "unshare(0x20000000)",
+        'unshare(CLONE_NEWNET) if s.net == "1"',
+        'unshare(CLONE_NEWNS | CLONE_NEWIPC) if s.private_fs == "1"',
+        "unshare(CLONE_NEWPID)",
     )
     for call in calls:
         assert call in bootstrap
@@ -347,7 +348,8 @@ def test_runs_degrade_gracefully_where_namespaces_are_refused(monkeypatch, caplo
         result = run_code("import os\nprint(os.getpid() != 1)", timeout_s=SLOW_OK_S)
         timed_out = run_code("while True:\n    pass", timeout_s=1.0)
     assert (result.status, result.stdout, result.network_isolated) == ("ok", "True\n", False)
-    assert result.layers.missing() == ["network", "pid_namespace", "private_filesystem", "cgroup"] or not IS_ROOT
+    expected_missing = ["network", "pid_namespace", "private_filesystem", "socket_memory", "cgroup"]
+    assert result.layers.missing() == expected_missing or not IS_ROOT
     assert timed_out.status == "timeout"
     messages = " ".join(record.getMessage() for record in caplog.records)
     assert "no private filesystem view (Operation not permitted)" in messages
@@ -448,9 +450,10 @@ def test_parse_literal_refuses_code(text):
 
 def test_private_filesystem_needs_the_pid_namespace(monkeypatch, caplog):
     # A fresh /proc without a PID namespace would show the host's processes: no private view then.
-    call = "unshare(0x20000000)"
+    call = "unshare(CLONE_NEWPID)"
+    assert call in sandbox._BOOTSTRAP
     monkeypatch.setattr(
-        sandbox, "_BOOTSTRAP", sandbox._BOOTSTRAP.replace(call, "'Operation not permitted' or (0x20000000)")
+        sandbox, "_BOOTSTRAP", sandbox._BOOTSTRAP.replace(call, "'Operation not permitted' or (CLONE_NEWPID)")
     )
     monkeypatch.setattr(sandbox, "_warned", set())
     monkeypatch.setattr(sandbox, "_interpreter_for_sandbox_uid", {})
