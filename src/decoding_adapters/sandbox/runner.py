@@ -80,6 +80,7 @@ import glob
 import logging
 import math
 import os
+import platform
 import selectors
 import shutil
 import signal
@@ -934,7 +935,9 @@ def _warn_once(key: str, message: str) -> None:
 def _warn_once_if_degraded(config: SandboxConfig, events: dict[str, dict], streams: _Streams) -> None:
     setup, fs = events.get("setup", {}), events.get("fs", {})
     if config.restrict_syscalls and events.get("seccomp", {}).get("ok") != "1":
-        reason = events.get("seccomp", {}).get("error") or "no system-call table for this machine"
+        reason = events.get("seccomp", {}).get("error", "")
+        if reason in ("", "not requested"):
+            reason = f"no system-call table for {platform.machine()}"
         _warn_once(
             "seccomp",
             f"sandbox: no seccomp filter ({reason}); generated code may create namespaces of its own "
