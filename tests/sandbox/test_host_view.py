@@ -1,0 +1,88 @@
+"""What a run sees of the host: /proc entries about the host read as empty, and no third-party
+package folder is reachable, even when the program puts it on ``sys.path`` itself."""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+import pytest
+
+from decoding_adapters.sandbox import runner as sandbox
+from decoding_adapters.sandbox.runner import SandboxConfig, execute, probe_isolation
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="the sandbox needs POSIX")
+
+SLOW_OK_S = 20.0
+HOST_ENTRIES = ("cmdline", "loadavg", "meminfo", "stat", "uptime", "sys/kernel/random/boot_id")
+
+
+@pytest.fixture(scope="module")
+def isolation():
+    isolation = probe_isolation()
+    if not isolation.layers.private_filesystem:
+        pytest.skip("no private filesystem view on this machine")
+    return isolation
+
+
+def run(code: str, **options):
+    return execute(code, "", SandboxConfig(timeout_s=options.pop("timeout_s", SLOW_OK_S), **options))
+
+
+def test_host_proc_entries_read_as_empty(isolation):
+    assert set(HOST_ENTRIES) <= set(sandbox.MASKED_PROC_ENTRIES)
+    on_host = {entry: open(f"/proc/{entry}").read() for entry in HOST_ENTRIES}
+    assert all(on_host.values())  # the host has something to hide
+    reader = (
+        "import os\n"
+        f"for entry in {HOST_ENTRIES!r}:\n"
+        "    with open('/proc/' + entry) as f:\n"
+        "        print(entry, len(f.read()))\n"
+        "print('pressure', os.listdir('/proc/pressure') if os.path.isdir('/proc/pressure') else None)\n"
+        "print('cpus', os.cpu_count() > 0, len(open('/proc/self/status').read()) > 0)\n"
+    )
+    result = run(reader)
+    assert result.ok, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[: len(HOST_ENTRIES)] == [f"{entry} 0" for entry in HOST_ENTRIES]
+    assert lines[-2] in ("pressure []", "pressure None")
+    assert lines[-1] == "cpus True True"  # the run's own entries and the CPU count still work
+
+
+def host_site_packages(python: str) -> list[str]:
+    """Non-empty package folders of the host that the run's read-only view includes."""
+    paths = sandbox._site_packages(python)
+    return [path for path in paths if os.listdir(path)]
+
+
+def test_site_packages_are_empty_even_on_sys_path(isolation):
+    folders = host_site_packages(isolation.python)
+    if not folders:
+        pytest.skip("no third-party packages installed for the sandbox's interpreter")
+    # Everything importable from them on the host: a package the program could otherwise load.
+    names = sorted({name.split(".")[0].split("-")[0] for folder in folders for name in os.listdir(folder)})
+    names = [n for n in names if n.isidentifier() and not n.startswith("_") and n not in sys.stdlib_module_names][:40]
+    probe = (
+        "import importlib, os, sys\n"
+        f"folders = {folders!r}\n"
+        "sys.path.extend(folders)\n"
+        "print(sum(len(os.listdir(f)) for f in folders if os.path.isdir(f)))\n"
+        "loaded = []\n"
+        f"for name in {names!r}:\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "        loaded.append(name)\n"
+        "    except Exception:\n"
+        "        pass\n"
+        "print(loaded)\n"
+    )
+    result = run(probe)
+    assert result.ok, result.stderr
+    assert result.stdout.splitlines() == ["0", "[]"]
+
+
+def test_the_interpreters_site_packages_are_among_the_hidden(isolation):
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(isolation.python)))
+    expected = [p for p in glob.glob(prefix + "/lib*/python3*/site-packages") if os.path.isdir(p)]
+    assert set(expected) <= set(sandbox._site_packages(isolation.python))
