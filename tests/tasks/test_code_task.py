@@ -12,45 +12,13 @@ from decoding_adapters.tasks.code import (
     CodeContestsTask,
     HumanEvalTask,
     defines_function,
-    extract_code,
     humaneval_passes,
     humaneval_solution,
     normalise_output,
     outputs_match,
 )
 
-# --------------------------------------------------------------------------- extraction (pure)
-
-
-def test_extract_prefers_the_last_python_block():
-    completion = (
-        "First try:\n```python\ndef f():\n    return 1\n```\n"
-        "To install:\n```bash\npip install nothing\n```\n"
-        "Better:\n```python\ndef f():\n    return 2\n```\nThat's it."
-    )
-    assert extract_code(completion) == "def f():\n    return 2\n"
-
-
-@pytest.mark.parametrize("label", ["py", "Python", "python3", "python title='x.py'"])
-def test_extract_accepts_python_labels(label):
-    assert extract_code(f"```{label}\nprint(1)\n```") == "print(1)\n"
-
-
-def test_extract_falls_back_to_any_fenced_block():
-    assert extract_code("Sure:\n```\nprint(1)\n```\n") == "print(1)\n"
-
-
-def test_extract_takes_an_unclosed_final_block():
-    assert extract_code("Here:\n```python\nprint(1)\nprint(2)") == "print(1)\nprint(2)"
-
-
-def test_extract_returns_raw_text_without_fences():
-    assert extract_code("    return x + 1\n") == "    return x + 1\n"
-
-
-def test_extract_ignores_code_inside_think():
-    completion = "<think>draft:\n```python\nprint('draft')\n```\n</think>\nFinal:\n```python\nprint('final')\n```"
-    assert extract_code(completion) == "print('final')\n"
+# --------------------------------------------------------------------------- HumanEval (pure)
 
 
 def test_defines_function():

@@ -18,7 +18,6 @@ from decoding_adapters.tasks.pyfunc import (
     PyFuncTask,
     build_splits,
     encode_value,
-    extract_function_code,
     family_pool,
     harness,
     make_tests,
@@ -135,34 +134,6 @@ def test_prompt_names_the_function_and_asks_for_a_code_block(problem) -> None:
     assert message["role"] == "user" and "`decorate(word)`" in message["content"]
     assert message["content"].endswith("```python code block.")
     assert "step by step" in task.prompt(problem, cot=True)[-1]["content"]
-
-
-# --------------------------------------------------------------------------- extraction
-
-
-@pytest.mark.parametrize(
-    "completion,expected",
-    [
-        ("```python\ndef f(x):\n    return x + 1\n```\nThis adds one.", "def f(x):\n    return x + 1\n"),
-        ("Here:\n```\ndef f(x):\n    return x + 1\n```", "def f(x):\n    return x + 1\n"),
-        ("```python\ndef f(x):\n    return x + 1\n", "def f(x):\n    return x + 1\n"),  # cut by the token limit
-        ("Sure! def f(x):\n    return x + 1\nThis function adds one.", "def f(x):\n    return x + 1\n"),
-        ("  def f(x):\n      return x + 1\n", "def f(x):\n    return x + 1\n"),  # indented
-        (
-            "import math\n\ndef f(x):\n    return math.floor(x)\n\nprint(f(2))",
-            "import math\ndef f(x):\n    return math.floor(x)\n",
-        ),
-        (
-            "```python\ndef g(x):\n    return 0\n```\n```python\ndef f(x):\n    return 1\n```\n"
-            "```python\nprint(f(1))\n```",
-            "def f(x):\n    return 1\n",
-        ),
-        ("<think>def f(x): return 0</think>no code here", ""),
-        ("I cannot write that function.", ""),
-    ],
-)
-def test_extract_function_code(completion: str, expected: str) -> None:
-    assert extract_function_code(completion, "f") == expected
 
 
 # --------------------------------------------------------------------------- values

@@ -17,7 +17,8 @@ Rewards cannot be forged: the verdict is computed outside the untrusted process 
 returns or prints, never from anything it can read or write (no pass sentinel in its file or
 output), and the sandbox's filesystem view holds neither the project nor its data.
 
-Both take the code from the completion with :func:`extract_code` (the last fenced python block),
+Both take the code from the completion with :func:`~decoding_adapters.tasks.extract.extract_code` (the last
+fenced python block),
 so a chat model may explain around its code.
 
 ``reward`` never raises for anything the completion does (syntax errors, crashes, timeouts are
@@ -53,35 +54,9 @@ from .base import (
     resolve_system_prompt,
     validate_data_option,
 )
+from .extract import extract_code
 
 logger = logging.getLogger(__name__)
-
-# --------------------------------------------------------------------------- code extraction
-
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
-_FENCED = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL)
-_UNCLOSED = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n((?:(?!```).)*)\Z", re.DOTALL | re.IGNORECASE)
-_PYTHON_LABELS = frozenset({"python", "python3", "py"})
-
-
-def extract_code(completion: str) -> str:
-    """The code in a model's completion.
-
-    In order of preference: the last fenced block labelled python (```python, ```py,
-    ```python3); else the last fenced block with any or no label; else a final block whose
-    closing fence is missing (generation stopped at its length limit); else the whole completion.
-    A ``<think>...</think>`` section is ignored, so drafts written while reasoning do not count.
-    """
-    text = _THINK.sub("", completion)
-    blocks = [(label.lower(), body) for label, body in _FENCED.findall(text)]
-    python_blocks = [body for label, body in blocks if label in _PYTHON_LABELS]
-    if python_blocks:
-        return python_blocks[-1]
-    if blocks:
-        return blocks[-1][1]
-    unclosed = _UNCLOSED.search(text)
-    return unclosed.group(1) if unclosed else text
-
 
 # --------------------------------------------------------------------------- HumanEval
 

@@ -30,9 +30,7 @@ import inspect
 import json
 import math
 import random
-import re
 import secrets
-import textwrap
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -41,6 +39,7 @@ from typing import Any, ClassVar, NamedTuple
 from ..sandbox.runner import SandboxConfig, execute
 from .arithmetic import allocate_blocks, family_schedule
 from .base import SPLITS, Problem, Task, chat_messages, register_task, resolve_system_prompt
+from .extract import extract_function_code
 
 
 class Spec(NamedTuple):
@@ -695,59 +694,6 @@ def same_value(got: Any, expected: Any) -> bool:
     if isinstance(expected, dict):
         return got.keys() == expected.keys() and all(same_value(got[k], expected[k]) for k in expected)
     return got == expected
-
-
-# --------------------------------------------------------------------------- code extraction
-
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
-_FENCED = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL)
-_UNCLOSED = re.compile(r"```[ \t]*[\w+#.-]*[^\n]*\n((?:(?!```).)*)\Z", re.DOTALL)
-_IMPORT = re.compile(r"^[ \t]*(?:import [\w., ]+|from [\w.]+ import [\w., ()*]+)[ \t]*$", re.MULTILINE)
-
-
-def _def_line(name: str) -> re.Pattern[str]:
-    return re.compile(rf"^([ \t]*)def[ \t]+{re.escape(name)}[ \t]*\(", re.MULTILINE)
-
-
-def extract_function_code(completion: str, name: str) -> str:
-    """The code that defines ``name`` in a model's completion ("" if none does).
-
-    In order of preference: the last fenced block (closed, or left open by the token limit) that
-    defines ``name``; else the function cut out of the text (the ``def`` line, then every line
-    indented deeper or blank, up to the first line that is not), with the import lines found
-    before it. Common indentation is removed. A ``<think>`` section is ignored.
-    """
-    text = _THINK.sub("", completion)
-    pattern = _def_line(name)
-    blocks = [body for _, body in _FENCED.findall(text)]
-    unclosed = _UNCLOSED.search(_FENCED.sub("", text))
-    if unclosed:
-        blocks.append(unclosed.group(1))
-    for block in reversed(blocks):
-        if pattern.search(block):
-            return textwrap.dedent(block).strip("\n") + "\n"
-    return _cut_function(text, pattern)
-
-
-def _cut_function(text: str, pattern: re.Pattern[str]) -> str:
-    """The function starting at the last ``def name(`` of ``text`` (without fences), or ""."""
-    text = text.replace("```", "\n")
-    # "Sure! def f(x):" -> the def on a line of its own.
-    text = re.sub(r"(?<=\S)[ \t]+(?=def[ \t]+\w+[ \t]*\()", "\n", text)
-    matches = list(pattern.finditer(text))
-    if not matches:
-        return ""
-    match = matches[-1]
-    indent = len(match.group(1).expandtabs())
-    lines = text[match.start() :].splitlines()
-    kept = [lines[0]]
-    for line in lines[1:]:
-        if line.strip() and len(line) - len(line.lstrip()) <= indent:
-            break
-        kept.append(line)
-    imports = [m.group(0).strip() for m in _IMPORT.finditer(text[: match.start()])]
-    function = textwrap.dedent("\n".join(kept)).rstrip()
-    return "\n".join(imports + [function]) + "\n"
 
 
 # --------------------------------------------------------------------------- the sandboxed harness
