@@ -544,7 +544,7 @@ for _line in _requests:
 
 def _run(source: str, stdin: str, config: SandboxConfig) -> _Streams:
     run = _Run(source, config)
-    run.send(stdin.encode())
+    run.send(stdin.encode("utf-8", "surrogatepass"))
     return run.finish()
 
 
@@ -552,7 +552,9 @@ def _make_workdir(files: dict[str, str], uid: int | None) -> str:
     """A fresh directory holding ``files`` (name -> text), writable only by the code's uid."""
     workdir = tempfile.mkdtemp(prefix="sandbox-")
     for name, text in files.items():
-        with open(os.path.join(workdir, name), "w", encoding="utf-8") as handle:
+        # surrogatepass: text with lone surrogates (no valid UTF-8) is written as it is; the
+        # interpreter then refuses the file, and the run fails like any other bad program.
+        with open(os.path.join(workdir, name), "w", encoding="utf-8", errors="surrogatepass") as handle:
             handle.write(text)
     if uid is not None:
         os.chown(workdir, uid, uid)

@@ -17,12 +17,12 @@ Rewards cannot be forged: the verdict is computed outside the untrusted process 
 returns or prints, never from anything it can read or write (no pass sentinel in its file or
 output), and the sandbox's filesystem view holds neither the project nor its data.
 
-Both take the code from the completion with :func:`~decoding_adapters.tasks.extract.extract_code` (the last
-fenced python block),
-so a chat model may explain around its code.
+Both take the code from the completion with :func:`~decoding_adapters.tasks.extract.extract_code`
+(the last fenced python block), so a chat model may explain around its code.
 
-``reward`` never raises for anything the completion does (syntax errors, crashes, timeouts are
-0.0). It does raise :class:`~decoding_adapters.sandbox.runner.SandboxError` when the sandbox itself cannot
+``reward`` never raises for anything the completion does (syntax errors, crashes, timeouts and
+hostile output are 0.0; see :func:`~decoding_adapters.tasks.extract.guarded`). It does raise
+:class:`~decoding_adapters.sandbox.runner.SandboxError` when the sandbox itself cannot
 run on this machine: silently scoring every completion 0.0 would hide a broken set-up.
 """
 
@@ -54,7 +54,7 @@ from .base import (
     resolve_system_prompt,
     validate_data_option,
 )
-from .extract import extract_code
+from .extract import extract_code, guarded
 
 logger = logging.getLogger(__name__)
 
@@ -219,6 +219,9 @@ class HumanEvalTask(_SandboxedTask):
         return chat_messages(self.system_prompt, f"{lead}\n\n```python\n{problem.question.strip()}\n```")
 
     def reward(self, problem: Problem, completion: str) -> float:
+        return guarded(self._reward, problem, completion, default=0.0)
+
+    def _reward(self, problem: Problem, completion: str) -> float:
         meta = problem.meta
         passed = humaneval_passes(
             problem.question, extract_code(completion), meta["test"], meta["entry_point"], self.sandbox
@@ -357,6 +360,9 @@ class CodeContestsTask(_SandboxedTask):
         return chat_messages(self.system_prompt, f"{lead}\n\n{problem.question.strip()}")
 
     def reward(self, problem: Problem, completion: str) -> float:
+        return guarded(self._reward, problem, completion, default=0.0)
+
+    def _reward(self, problem: Problem, completion: str) -> float:
         code = extract_code(completion)
         tests = problem.meta["tests"][: self.max_tests]
         return 1.0 if all(self._passes(code, stdin, expected) for stdin, expected in tests) else 0.0

@@ -13,9 +13,14 @@ seconds per reward on a 64 KiB completion.
 
 from __future__ import annotations
 
+import logging
 import re
 import textwrap
-from typing import NamedTuple
+import threading
+from typing import Any, Callable, NamedTuple, TypeVar
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 FENCE = "```"
 PYTHON_LABELS = frozenset({"python", "python3", "py"})
@@ -172,3 +177,32 @@ def _cut_function(text: str, pattern: re.Pattern[str]) -> str:
     imports = [line.strip() for line in text[: match.start()].splitlines() if _IMPORT.fullmatch(line.strip())]
     function = textwrap.dedent("\n".join(kept)).rstrip()
     return "\n".join(imports + [function]) + "\n"
+
+
+# --------------------------------------------------------------------------- scoring hostile output
+
+HOSTILE_OUTPUT_ERRORS = (RecursionError, MemoryError, OverflowError, UnicodeError, ValueError)
+"""What output shaped by a completion (its code, the values or text its program sends back) could
+still provoke in the trainer's process despite the size and nesting caps of the parsers. A reward
+that meets one scores 0.0 (see :func:`guarded`): one completion must not end a run or take the
+rewards of the completions batched with it. Anything else, and the sandbox's own
+:class:`~decoding_adapters.sandbox.runner.SandboxError`, still raises: those are faults here."""
+
+_failures = 0
+_failures_lock = threading.Lock()
+
+
+def guarded(score: Callable[..., T], *args: Any, default: T) -> T:
+    """``score(*args)``, or ``default`` when it raises one of :data:`HOSTILE_OUTPUT_ERRORS`
+    (logged: the first 10, then every 100th)."""
+    global _failures
+    try:
+        return score(*args)
+    except HOSTILE_OUTPUT_ERRORS as err:
+        with _failures_lock:
+            _failures += 1
+            count = _failures
+        if count <= 10 or count % 100 == 0:
+            logger.warning("scoring a completion failed (%d so far), scored as %r: %s: %s",
+                           count, default, type(err).__name__, str(err)[:200])
+        return default

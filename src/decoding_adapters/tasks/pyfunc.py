@@ -25,12 +25,14 @@ which is no easier than returning them. Values are parsed with :func:`json.loads
 
 from __future__ import annotations
 
-import functools
+import collections
+import hashlib
 import inspect
 import json
 import math
 import random
 import secrets
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -39,7 +41,7 @@ from typing import Any, ClassVar, NamedTuple
 from ..sandbox.runner import SandboxConfig, execute
 from .arithmetic import allocate_blocks, family_schedule
 from .base import SPLITS, Problem, Task, chat_messages, register_task, resolve_system_prompt
-from .extract import extract_function_code
+from .extract import extract_function_code, guarded
 
 
 class Spec(NamedTuple):
@@ -754,16 +756,46 @@ class RunReport(NamedTuple):
     """Why there are no outputs (harness error, last stderr line)."""
 
 
+MAX_REPORT_CHARS = 256 * 1024
+"""Longest report (JSON text) that is parsed; a longer one counts as no report. The sandbox keeps
+64 KiB of output by default, so only a caller that raised that limit meets this one."""
+MAX_REPORT_DEPTH = 128
+"""Deepest nesting of JSON lists and objects a report may have. The harness's encoder refuses
+values nested over 32 levels, which with the type tags and the report's own wrapping is at most
+about 100 levels of JSON; deeper text is forged, and parsing it (or comparing, printing or
+hashing what it parses to) would hit Python's recursion limit."""
+
+
 def parse_report(stdout: str, marker: str) -> dict[str, Any] | None:
-    """The harness's report: the JSON after the last line starting with ``marker`` (json only)."""
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(marker):
-            try:
-                report = json.loads(line[len(marker) :])
-            except ValueError:
-                return None
-            return report if isinstance(report, dict) else None
-    return None
+    """The harness's report: the JSON object after the last line starting with ``marker``
+    (json only); None for anything else, including text over :data:`MAX_REPORT_CHARS`, nesting
+    over :data:`MAX_REPORT_DEPTH` or numbers over Python's digit limit. Never raises."""
+    line = next((line for line in reversed(stdout.splitlines()) if line.startswith(marker)), None)
+    if line is None:
+        return None
+    text = line[len(marker) :]
+    if len(text) > MAX_REPORT_CHARS:
+        return None
+    try:
+        report = json.loads(text)
+    except (ValueError, RecursionError, MemoryError):
+        return None
+    if not isinstance(report, dict) or not nesting_within(report, MAX_REPORT_DEPTH):
+        return None
+    return report
+
+
+def nesting_within(value: Any, limit: int) -> bool:
+    """Whether lists and dicts in ``value`` nest at most ``limit`` deep (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth > limit:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children if isinstance(child, (list, dict)))
+    return True
 
 
 def run_candidate(code: str, name: str, inputs: Sequence[Sequence[Any]], config: SandboxConfig) -> RunReport:
@@ -792,6 +824,66 @@ def outputs_pass(outputs: Sequence[Any] | None, expected: Sequence[Any]) -> bool
     if outputs is None or len(outputs) != len(expected):
         return False
     return all(isinstance(o, dict) and "value" in o and same_value(o["value"], e) for o, e in zip(outputs, expected))
+
+
+# --------------------------------------------------------------------------- the report cache
+
+
+class ReportCache:
+    """Run reports by a digest of what was run, bounded in bytes; least recently used out first.
+
+    Lives in the trainer's process, which a completion must not be able to grow: each entry keeps
+    the 32-byte digest of (code, name, inputs) as its key and the outputs as compact JSON text
+    (a report parsed into Python objects costs ~20 times its JSON: a 64 KiB report of nested
+    lists took ~1.5 MiB), and entries are dropped once their sizes add up to ``max_bytes``. A
+    report larger than a quarter of ``max_bytes`` is not kept at all. Thread-safe.
+    """
+
+    ENTRY_OVERHEAD = 256
+    """Bytes counted per entry besides its texts (key, tuple, dict slot)."""
+
+    def __init__(self, max_bytes: int = 32 * 2**20, max_entries: int = 8192) -> None:
+        if max_bytes <= 0 or max_entries <= 0:
+            raise ValueError(f"max_bytes and max_entries must be positive, got {max_bytes}, {max_entries}")
+        self.max_bytes, self.max_entries = max_bytes, max_entries
+        self.nbytes = 0
+        """Bytes counted for the entries held now (at most ``max_bytes``)."""
+        self._entries: collections.OrderedDict[bytes, tuple[str | None, str, str, int]] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @staticmethod
+    def key(code: str, name: str, inputs_json: str) -> bytes:
+        """The digest an entry is kept under."""
+        digest = hashlib.sha256()
+        for part in (code, name, inputs_json):
+            data = part.encode("utf-8", "surrogatepass")
+            digest.update(len(data).to_bytes(8, "little") + data)
+        return digest.digest()
+
+    def get(self, key: bytes) -> RunReport | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            self._entries.move_to_end(key)
+        outputs_json, status, detail, _ = entry
+        return RunReport(None if outputs_json is None else tuple(json.loads(outputs_json)), status, detail)
+
+    def put(self, key: bytes, report: RunReport) -> None:
+        outputs_json = None if report.outputs is None else json.dumps(list(report.outputs), sort_keys=True)
+        size = self.ENTRY_OVERHEAD + len(outputs_json or "") + len(report.status) + len(report.detail)
+        if size > self.max_bytes // 4:
+            return
+        with self._lock:
+            if key in self._entries:
+                self.nbytes -= self._entries.pop(key)[3]
+            self._entries[key] = (outputs_json, report.status, report.detail, size)
+            self.nbytes += size
+            while self.nbytes > self.max_bytes or len(self._entries) > self.max_entries:
+                self.nbytes -= self._entries.popitem(last=False)[1][3]
 
 
 # --------------------------------------------------------------------------- task
@@ -833,15 +925,15 @@ class PyFuncTask(Task):
         self.workers = workers
         self._splits: dict[str, list[Problem]] | None = None
         # Outputs by (code, entry point, inputs): reward and extract_answer share one sandbox run.
-        self._run = functools.lru_cache(maxsize=8192)(self._run_uncached)
+        self._cache = ReportCache()
 
     def __getstate__(self) -> dict[str, Any]:
         # Picklable for worker processes (Ray, DDP): the cache and the built splits stay behind.
-        return {k: v for k, v in self.__dict__.items() if k not in ("_run", "_splits")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_cache", "_splits")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _splits=None)
-        self._run = functools.lru_cache(maxsize=8192)(self._run_uncached)
+        self._cache = ReportCache()
 
     def load(self, split: str) -> list[Problem]:
         self.check_split(split)
@@ -853,16 +945,22 @@ class PyFuncTask(Task):
         suffix = self.cot_instruction if cot else self.instruction
         return chat_messages(self.system_prompt, problem.question + suffix)
 
-    def _run_uncached(self, code: str, name: str, inputs_json: str) -> RunReport:
-        return run_candidate(code, name, json.loads(inputs_json), self.sandbox)
-
     def outputs(self, problem: Problem, completion: str) -> RunReport:
         """The sandboxed run of ``completion``'s code on ``problem``'s test inputs (cached)."""
         name = problem.meta["entry_point"]
         code = extract_function_code(completion, name)
-        return self._run(code, name, json.dumps(problem.meta["inputs"]))
+        inputs_json = json.dumps(problem.meta["inputs"])
+        key = ReportCache.key(code, name, inputs_json)
+        report = self._cache.get(key)
+        if report is None:
+            report = run_candidate(code, name, problem.meta["inputs"], self.sandbox)
+            self._cache.put(key, report)
+        return report
 
     def reward(self, problem: Problem, completion: str) -> float:
+        return guarded(self._reward, problem, completion, default=0.0)
+
+    def _reward(self, problem: Problem, completion: str) -> float:
         report = self.outputs(problem, completion)
         return 1.0 if outputs_pass(report.outputs, problem.meta["expected"]) else 0.0
 
@@ -877,5 +975,8 @@ class PyFuncTask(Task):
     def extract_answer(self, problem: Problem, completion: str) -> str:
         """The function's behaviour on the tests (JSON of its outputs), so that majority voting
         groups programs that act alike; "" when the code could not be run."""
+        return guarded(self._answer, problem, completion, default="")
+
+    def _answer(self, problem: Problem, completion: str) -> str:
         report = self.outputs(problem, completion)
         return "" if report.outputs is None else json.dumps(report.outputs, sort_keys=True)
