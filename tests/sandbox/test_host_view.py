@@ -15,6 +15,7 @@ from decoding_adapters.sandbox.runner import SandboxConfig, execute, probe_isola
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the sandbox needs POSIX")
 
 SLOW_OK_S = 20.0
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 HOST_ENTRIES = ("cmdline", "loadavg", "meminfo", "stat", "uptime", "sys/kernel/random/boot_id")
 
 
@@ -86,3 +87,17 @@ def test_the_interpreters_site_packages_are_among_the_hidden(isolation):
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(isolation.python)))
     expected = [p for p in glob.glob(prefix + "/lib*/python3*/site-packages") if os.path.isdir(p)]
     assert set(expected) <= set(sandbox._site_packages(isolation.python))
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="the names are hidden where the bootstrap may create namespaces")
+def test_host_name_and_control_group_paths_are_hidden(isolation):
+    code = (
+        "import os\n"
+        "print(os.uname().nodename, open('/proc/sys/kernel/hostname').read().strip())\n"
+        "print(sorted({line.strip().split(':', 2)[2] for line in open('/proc/self/cgroup')}))\n"
+    )
+    result = run(code)
+    assert result.ok, result.stderr
+    names, paths = result.stdout.splitlines()
+    assert names == "sandbox sandbox" and os.uname().nodename != "sandbox"
+    assert paths == "['/']", paths  # no decoding-adapters-sandbox/run-<caller's pid>-<n>

@@ -40,7 +40,7 @@ SETTINGS = (
 INTEGERS = ("fd", "uid", "cpu_s", "as_bytes", "fsize_bytes", "nproc", "nofile", "tmpfs_bytes")
 
 CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWPID = 0x10000000, 0x40000000, 0x20000000
-CLONE_NEWNS, CLONE_NEWIPC = 0x00020000, 0x08000000
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWCGROUP = 0x00020000, 0x08000000, 0x04000000, 0x02000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
@@ -122,6 +122,14 @@ def user_namespace():
         write("/proc/self/uid_map", "%d %d 1" % (my_uid, my_uid))
         write("/proc/self/gid_map", "%d %d 1" % (my_gid, my_gid))
     return error
+
+
+def hide_host_names():
+    """Best effort: a host name of its own (not the machine's), and the control-group paths seen
+    from the run's own group (not the host's hierarchy, which names the caller's pid)."""
+    if unshare(CLONE_NEWUTS) == "":
+        libc("sethostname", b"sandbox", 7)
+    unshare(CLONE_NEWCGROUP)  # after join_cgroups: the run's group becomes its root
 
 
 def join_cgroups(s):
@@ -355,6 +363,8 @@ def main(s):
     net_error = unshare(CLONE_NEWNET) if s.net == "1" else "not requested"
     # A private mount table, and System V IPC that dies with the run.
     mnt_error = unshare(CLONE_NEWNS | CLONE_NEWIPC) if s.private_fs == "1" else "not requested"
+    if not mnt_error:
+        hide_host_names()
     pid_error = unshare(CLONE_NEWPID)  # applies to the next child
     report(s, "setup", uid=s.uid, net=int(not net_error), pid=int(not pid_error), mnt=int(not mnt_error),
            cgroup=int(bool(s.cgroup_procs) and not cgroup_error), net_error=net_error, pid_error=pid_error,

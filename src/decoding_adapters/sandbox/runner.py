@@ -11,13 +11,27 @@ which were active; a missing one is logged once as a warning):
 - **a private filesystem** (``private_filesystem``): a mount namespace of its own whose root is a
   tiny read-only tmpfs showing only /usr, /bin, /lib*, /sbin, two files of /etc and the
   interpreter's installation, all read-only; a few device nodes; a fresh /proc of the run's PID
-  namespace (only the run's processes, no host command lines); and one small tmpfs
+  namespace (only the run's processes; its entries about the host, :data:`MASKED_PROC_ENTRIES`
+  such as the kernel command line, load, memory and boot id, read as empty); and one small tmpfs
   (``tmpfs_mb``) backing /tmp, /var/tmp, /dev/shm and the working directory together. Nothing
   of the host's /tmp, /dev/shm, /home, /root, /work, data sets or unix sockets is reachable, and
-  everything the run writes vanishes with it. System V IPC gets a namespace of its own too;
+  everything the run writes vanishes with it. The site-packages folders inside the view (the
+  interpreter's, the system's dist-packages) are shown empty, so a program that puts them on
+  ``sys.path`` still finds no third-party package. System V IPC gets a namespace of its own too;
 - **a control group per run** (``cgroup``, v2 or v1 memory+pids, where the host allows): memory
   (``memory_mb``, tmpfs pages included) and processes (``max_processes``) are limited for the
-  whole run, not per process; without one, the per-process limits below still apply;
+  whole run, not per process; without one, the per-process limits below still apply. A process
+  the group kills for memory (the program, or the run's init, which leaves no exit status) makes
+  the run's status "memory";
+- **socket memory bounded** (``socket_memory``): cgroup v2 charges socket buffers to the run's
+  memory limit; v1 keeps them apart and only counts them once capped, so each run's
+  ``memory.kmem.tcp.limit_in_bytes`` is set to :data:`SOCKET_MEMORY_BYTES`;
+- **a seccomp filter** (``seccomp``, ``restrict_syscalls``), installed last before the program
+  starts and inherited by all it starts: no new namespaces (``unshare``, ``setns``, ``clone``
+  with namespace flags, ``clone3``), no sockets but IPv4/IPv6 (Unix and netlink socket buffers
+  are memory no control group counts), no mounting, io_uring, bpf, key ring or ptrace; see
+  :mod:`~decoding_adapters.sandbox.seccomp`. A user namespace of its own would let the program
+  bring up a loopback and park memory in socket buffers outside every limit;
 - **resource limits** per process: CPU seconds (a backstop for the wall-clock timeout), address
   space (``memory_mb``), size of any file written, processes, open files
   (``max_open_files``), no core dumps;
@@ -61,11 +75,12 @@ Why a bootstrap script rather than ``preexec_fn``: ``preexec_fn`` runs Python be
 ``exec`` in a copy of a possibly multi-threaded parent, where a lock held by another thread (the
 import lock, the allocator's, logging's) can deadlock the child; CPython documents it as unsafe
 with threads. Instead the parent only forks and execs (thread-safe ``_posixsubprocess``), and a
-fresh single-threaded interpreter (:data:`_BOOTSTRAP`) sets up namespaces, mounts, limits and
-the uid and then ``exec``s the interpreter on the user's file. Many runs can go in parallel.
+fresh single-threaded interpreter runs :mod:`~decoding_adapters.sandbox.bootstrap`, which sets up
+namespaces, mounts, limits, the uid and the syscall filter and then ``exec``s the interpreter on
+the user's file. Many runs can go in parallel.
 
 Cost: see ``benchmarks/sandbox_throughput.py`` (two interpreter start-ups, two forks, the
-namespaces, ~25 mounts and a control group per run).
+namespaces, about 60 mounts, a control group and a seccomp filter per run).
 
 Output: stdout and stderr are each kept up to ``max_output_bytes`` (64 KiB by default); the rest
 is read and dropped (so the program does not block on a full pipe) and ``truncated`` is set.
