@@ -70,8 +70,8 @@ EQUIVALENT: dict[str, str] = {
 """Bash commands run as their documented equivalent (then sized like any other command)."""
 
 PYTHON_NOT_RUN: dict[str, str] = {
-    "vllm": "needs vLLM on a GPU: tests/serving/test_vllm_processor.py covers the processor on CPU, the engine "
-            "test is marked gpu",
+    "vllm": "needs vLLM, which the main environment does not install: the vLLM lane (make test-vllm) runs the "
+            "processor in a real engine, tests/serving/test_vllm_processor.py its decisions on CPU",
 }
 """Python blocks that mention this word are not run, with the reason."""
 
