@@ -82,3 +82,13 @@ def test_generate_and_serve_default_to_the_same_token_budget(tmp_path, tiny_lm, 
     default = ServerLimits().default_max_tokens
     assert default == 128 and max(out["completion_tokens"]) > 8  # not cut at the training budget
     assert all(n == default or reason == "stop" for n, reason in zip(out["completion_tokens"], out["finish_reasons"]))
+
+
+def test_a_missing_data_file_is_named_with_the_option_that_gives_it(tmp_path, capsys):
+    missing = tmp_path / "nope.jsonl"
+    args = ["evaluate", "--task", "math", "--data", f"test={missing}", "--model", str(tmp_path / "no-model"),
+            "--out", str(tmp_path / "eval")]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"JSONL file not found: {missing}" in err[0] and "--data" in err[0]
+    assert "task data=" not in err[0]
