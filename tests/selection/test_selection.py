@@ -35,7 +35,21 @@ def test_greedy_avoids_redundant_high_mean_columns():
     assert coverage(R, [0, 2]) == pytest.approx(1.0)
     sel = select_actions(R, 2)
     assert sel.coverage == pytest.approx([0.75, 1.0]) and sel.top_k_coverage == pytest.approx([0.75, 0.75])
-    assert sel.best_single == 0 and sel.pool_coverage == pytest.approx(1.0)
+    assert sel.pool_coverage == pytest.approx(1.0)
+    assert sel.full_order[:2] == [0, 2] and sel.full_coverage == pytest.approx([0.75, 1.0, 1.0])
+    assert sel.saturation == 2  # column 1 adds nothing once 0 and 2 are in
+
+
+def test_saturation_is_where_coverage_reaches_the_pool_and_stays():
+    rng = np.random.default_rng(1)
+    R = (rng.random((30, 10)) < 0.15).astype(float)
+    sel = select_actions(R, 3)
+    s = sel.saturation
+    assert sel.full_order[:3] == sel.order and sel.full_coverage[:3] == pytest.approx(sel.coverage)
+    assert sel.full_coverage[s - 1] == pytest.approx(sel.pool_coverage)
+    assert s == 1 or sel.full_coverage[s - 2] < sel.pool_coverage - 1e-9  # not reached one pick earlier
+    assert all(f == pytest.approx(sel.pool_coverage) for f in sel.full_coverage[s - 1:])
+    assert select_actions(np.zeros((4, 3)), 2).saturation == 0  # nothing solved: no saturation point
 
 
 def test_coverage_is_monotone_along_greedy_order_with_diminishing_gains():
@@ -256,6 +270,12 @@ def test_select_actions_cli_end_to_end(tiny_lm, tmp_path, monkeypatch, capsys):
     assert len(actions) == 3 and data["method"] == "greedy-coverage" and data["pool"] == 4
     assert len(data["coverage"]) == 3 and data["task"] == "arithmetic"
     assert DecodingAction.from_dict(data["best_single"]) in build_pool("pool", 3)
+    best = data["best_per_k"]  # Best per pass@k over every candidate, greedy included
+    assert best["k_values"] == [1, 2, 4, 8] and set(best["scores"]) == {a.name for a in build_pool("pool", 3)}
+    assert best["best"]["1"] == data["best_single_name"] and best["extrapolated"] == [4, 8]
+    assert all(DecodingAction.from_dict(best["actions"][name]).name == name for name in best["best"].values())
+    assert data["saturation"] <= data["pool"] and len(data["coverage_curve"]["coverage"]) == data["pool"]
+    assert "Best static strategy per metric" in printed and "| pass@8 (extrapolated) |" in printed
     before = (out / "outcomes.jsonl").read_text()
     assert cli.main(argv) == 0  # resumes: nothing to add
     assert (out / "outcomes.jsonl").read_text() == before

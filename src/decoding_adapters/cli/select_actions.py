@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from ..decoding.actions import ActionSet
-from ..selection.coverage import build_pool, check_table, evaluate_pool, select_actions, table_header, write_outputs
+from ..selection.coverage import build_pool, check_table, evaluate_pool, select_from_table, table_header, write_outputs
 from ..tasks import check_disjoint, problems_record
 from ..tasks.base import problems_digest
 from .common import (
@@ -33,12 +33,12 @@ class SelectionOptions:
     """candidate actions: 'pool' (the paper's 180), a preset name or a JSON file"""
     pool_subsample: int | None = None
     """keep N evenly spaced candidates (to size the pool down for a CPU)"""
-    add_greedy: bool = True
-    """add greedy decoding to the pool (the 180 pool has none; it is the natural baseline for small models)"""
     k: int = 6
     """actions to select"""
     samples: int = 4
     """samples per (problem, action); R = their mean reward"""
+    best_k: tuple[int, ...] = (1, 2, 4, 8)
+    """pass@k values the Best static strategy (greedy included) is chosen for; k above --samples is extrapolated"""
     split: str = "validation"
     """task split to select on"""
     progress: bool = True
@@ -53,7 +53,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run_cli(args) -> int:
-    pool = build_pool(args.pool, args.pool_subsample, args.add_greedy)
+    pool = build_pool(args.pool, args.pool_subsample)
     if not 1 <= args.k <= len(pool):
         raise ValueError(f"--k must be in [1, {len(pool)}] (the pool size), got {args.k}")
     out = check_output_dir(args.out)  # pre-flight: before the model loads (re-running resumes, so no --force)
@@ -76,8 +76,7 @@ def run_cli(args) -> int:
                               data=data)
     finally:
         rollouts.close()
-    _, names, R = table.to_matrix()
-    selection = select_actions(R, args.k)
+    selection = select_from_table(table, args.k, args.best_k)
     meta = {"task": task.name, "split": args.split, "problems": len(problems), "samples": args.samples,
             "token_budget": args.token_budget, "seed": args.seed, "model": lm.fingerprint(),
             "seconds": round(time.perf_counter() - start, 1), "selected_on": problems_record(problems)}

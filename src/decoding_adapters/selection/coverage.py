@@ -8,8 +8,11 @@ so a float in [0, 1]). The action set is chosen to maximise the coverage (best-o
 
 greedily: start from the empty set and add the action with the largest marginal gain
 ``F(S + s) - F(S)`` until ``|S| = K``. F is monotone submodular, so greedy is within (1 - 1/e) of
-the best K-set. The first greedy pick is the action with the best mean reward (``best_single``,
-the "Best" static baseline); top-K by mean reward is the redundant baseline the appendix compares to.
+the best K-set, and its marginal gains never grow: once a pick adds nothing, no later one does.
+The greedy order over the *whole* pool gives the coverage curve and the point where it saturates
+(``Selection.saturation``: the K at which the pool's coverage is reached). Top-K by mean reward is
+the redundant baseline the appendix compares to. The Best static baseline (the best single
+strategy at each pass@k, greedy included) is chosen by ``selection.best`` from the same table.
 
 Pieces:
 
@@ -18,7 +21,8 @@ Pieces:
   prompt's prefill. The table lives in a JSONL file, appended and fsync'ed per chunk: a killed run
   continues where it stopped and never recomputes a stored outcome (a torn last line is dropped).
 - :func:`greedy_coverage`, :func:`top_k_by_mean`, :func:`coverage`, :func:`coverage_curve`: the
-  selection itself, on a plain ``[problems, actions]`` numpy matrix.
+  selection itself, on a plain ``[problems, actions]`` numpy matrix; :func:`select_from_table` runs
+  it and the Best choice on an :class:`OutcomeTable`.
 - :class:`ReplayEnvironment`: **offline replay** of the stored outcomes (rewards are resampled
   from the table, nothing is decoded) for cheap sequence-level trainer experiments.
 - :func:`write_outputs` (the ``select-actions`` command, ``cli.select_actions``): ``outcomes.jsonl``,
@@ -62,6 +66,7 @@ from ..decoding.actions import GREEDY, ActionSet, DecodingAction, load_action_se
 from ..decoding.loop import row_seed
 from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
 from ..tasks.base import problems_digest
+from .best import BestStatic, best_static, best_static_from_table
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +80,7 @@ __all__ = [
     "coverage_curve",
     "Selection",
     "select_actions",
+    "select_from_table",
     "build_pool",
     "ReplayEnvironment",
     "write_outputs",
@@ -557,17 +563,28 @@ class Selection:
     """Mean reward ``Q(s)`` of every column."""
     pool_coverage: float
     """``F`` of the whole pool (the ceiling of any selection)."""
+    full_order: list[int]
+    """Greedy coverage order over every column (``order`` is its first K)."""
+    full_coverage: list[float]
+    """``F`` of each prefix of ``full_order``: the coverage curve over the whole pool."""
+    best: BestStatic | None = None
+    """The best single strategy at each pass@k on the same outcomes (``selection.best``), when the
+    per-sample outcomes were given (:func:`select_from_table`)."""
 
     @property
-    def best_single(self) -> int:
-        """The column with the best mean reward (lowest index on ties) = the first greedy pick."""
-        return self.top_k_order[0]
+    def saturation(self) -> int:
+        """The K at which greedy coverage reaches the whole pool's: every pick after it adds no
+        coverage (0 when no candidate solved any problem)."""
+        if self.pool_coverage <= 0:
+            return 0
+        return next(i + 1 for i, f in enumerate(self.full_coverage) if f >= self.pool_coverage - TIE_TOLERANCE)
 
 
-def select_actions(R: np.ndarray, k: int) -> Selection:
-    """Greedy coverage and top-K by mean on ``R`` (``[problems, actions]``)."""
+def select_actions(R: np.ndarray, k: int, best: BestStatic | None = None) -> Selection:
+    """Greedy coverage and top-K by mean on ``R`` (``[problems, actions]``); ``best`` is carried along."""
     greedy, top = greedy_coverage(R, k), top_k_by_mean(R, k)
     R = np.asarray(R, dtype=float)
+    full = greedy_coverage(R, R.shape[1])
     return Selection(
         greedy,
         coverage_curve(R, greedy),
@@ -575,7 +592,17 @@ def select_actions(R: np.ndarray, k: int) -> Selection:
         coverage_curve(R, top),
         [float(q) for q in R.mean(axis=0)],
         coverage(R, range(R.shape[1])),
+        full,
+        coverage_curve(R, full),
+        best,
     )
+
+
+def select_from_table(table: OutcomeTable, k: int, k_values: Sequence[int] = (1,)) -> Selection:
+    """:func:`select_actions` on the table's mean-reward matrix, with the Best static strategy at
+    each pass@k in ``k_values`` (``selection.best.best_static_from_table``) on the same outcomes."""
+    _, names, R = table.to_matrix()
+    return select_actions(R, k, best_static_from_table(table, k_values, names))
 
 
 # ============================================================================ offline replay
@@ -649,8 +676,9 @@ class ReplayEnvironment:
 def build_pool(spec: str, subsample: int | None = None, add_greedy: bool = True) -> list[DecodingAction]:
     """Candidate actions from ``spec`` (preset / ``pool`` / JSON file), cut to ``subsample`` evenly
     spaced entries (first and last kept; the 180 pool is temperature-major, so every temperature
-    stays represented), then greedy appended if ``add_greedy`` and not already present. Actions
-    with the same name are kept once."""
+    stays represented), then greedy appended unless already present or ``add_greedy`` is False:
+    greedy is a static strategy a user can always pick, so every selection command keeps it a
+    candidate. Actions with the same name are kept once."""
     actions = load_action_set(spec)
     if subsample is not None:
         if subsample < 1:
@@ -664,9 +692,25 @@ def build_pool(spec: str, subsample: int | None = None, add_greedy: bool = True)
     return [unique[name] for name in dict.fromkeys(a.name for a in actions)]
 
 
+def _best_of(pool: Sequence[DecodingAction], selection: Selection, meta: dict) -> BestStatic:
+    """The selection's Best; without per-sample outcomes, pass@1 alone from the mean rewards."""
+    if selection.best is not None:
+        return selection.best
+    return best_static({1: selection.mean_reward}, [a.name for a in pool], samples=int(meta.get("samples", 1)),
+                       problems=int(meta.get("problems", 1)))
+
+
 def write_outputs(out: Path, pool: Sequence[DecodingAction], selection: Selection, meta: dict) -> str:
-    """Write ``actions.json``, ``selection.md`` and ``selection.png``; return the markdown."""
-    best = selection.best_single
+    """Write ``actions.json``, ``selection.md`` and ``selection.png``; return the markdown.
+
+    ``actions.json`` holds the selected set, ``best_single`` (the Best strategy at the smallest k,
+    pass@1) and ``best_per_k`` (``BestStatic.to_dict()`` plus ``actions``: the chosen actions as
+    dicts), the coverage curve over the whole pool and its saturation point."""
+    best_static_ = _best_of(pool, selection, meta)
+    by_name = {a.name: a for a in pool}
+    best = [a.name for a in pool].index(best_static_.name_for(best_static_.k_values[0]))
+    best_per_k = {**best_static_.to_dict(),
+                  "actions": {n: by_name[n].to_dict() for n in dict.fromkeys(best_static_.to_dict()["best"].values())}}
     write_json(
         out / "actions.json",
         {
@@ -684,16 +728,21 @@ def write_outputs(out: Path, pool: Sequence[DecodingAction], selection: Selectio
                 "coverage": selection.top_k_coverage,
             },
             "pool_coverage": selection.pool_coverage,
+            "coverage_curve": {"names": [pool[j].name for j in selection.full_order],
+                               "coverage": selection.full_coverage},
+            "saturation": selection.saturation,
+            "best_per_k": best_per_k,
             "selection_data": meta,
         },
     )
-    markdown = selection_markdown(pool, selection, meta)
+    markdown = selection_markdown(pool, selection, meta, best_static_)
     write_text(out / "selection.md", markdown)
     plot_selection(out / "selection.png", selection, meta)
     return markdown
 
 
-def selection_markdown(pool: Sequence[DecodingAction], sel: Selection, meta: dict) -> str:
+def selection_markdown(pool: Sequence[DecodingAction], sel: Selection, meta: dict,
+                       best: BestStatic | None = None) -> str:
     lines = [
         f"# Action selection: {meta['task']} ({meta['split']})",
         "",
@@ -709,7 +758,7 @@ def selection_markdown(pool: Sequence[DecodingAction], sel: Selection, meta: dic
             f"| {i + 1} | {sel.coverage[i]:.3f} | {sel.top_k_coverage[i]:.3f} | `{pool[j].name}` "
             f"| {sel.mean_reward[j]:.3f} |"
         )
-    best = sel.best_single
+    best = best or _best_of(pool, sel, meta)
     stalled = [i + 1 for i in range(1, len(sel.order)) if sel.coverage[i] <= sel.coverage[i - 1] + TIE_TOLERANCE]
     if sel.pool_coverage == 0:
         lines += [
@@ -725,11 +774,42 @@ def selection_markdown(pool: Sequence[DecodingAction], sel: Selection, meta: dic
         ]
     lines += [
         "",
-        f"Best single action (the Best static baseline): `{pool[best].name}`, mean reward {sel.mean_reward[best]:.3f}.",
-        f"Whole pool ({len(pool)} actions): F = {sel.pool_coverage:.3f}.",
+        f"Whole pool ({len(pool)} actions): F = {sel.pool_coverage:.3f}; " + saturation_text(sel),
+        "",
+        *best_lines(best),
         "",
     ]
     return "\n".join(lines)
+
+
+def saturation_text(sel: Selection) -> str:
+    """One sentence: where greedy coverage over the whole pool saturates."""
+    if sel.pool_coverage <= 0:
+        return "no candidate solved any problem, so the coverage curve is flat at 0."
+    s = sel.saturation
+    after = (f"from K = {s + 1} on, no candidate adds coverage" if s < len(sel.full_order)
+             else "it takes every candidate")
+    return f"greedy coverage reaches it at K = {s} of {len(sel.full_order)}: {after}."
+
+
+def best_lines(best: BestStatic) -> list[str]:
+    """Markdown: the Best static strategy at each pass@k with its validation score (and greedy's)."""
+    greedy = GREEDY.name if GREEDY.name in best.names else None
+    lines = [
+        f"Best static strategy per metric (every candidate, greedy included; {best.problems} validation problems, "
+        f"{best.samples} samples per cell):",
+        "",
+        "| metric | Best | its validation pass@k | greedy's |",
+        "|---|---|---:|---:|",
+    ]
+    for k in best.k_values:
+        mark = " (extrapolated)" if best.extrapolated(k) else ""
+        greedy_score = f"{best.score_for(k, greedy):.3f}" if greedy else "–"
+        lines.append(f"| pass@{k}{mark} | `{best.name_for(k)}` | {best.score_for(k):.3f} | {greedy_score} |")
+    if any(best.extrapolated(k) for k in best.k_values):
+        lines += ["", f"pass@k above {best.samples} samples is extrapolated as 1 - (1 - c/n)^k: exact for greedy, "
+                  "biased low for a sampler."]
+    return lines
 
 
 def plot_selection(path: Path, sel: Selection, meta: dict) -> None:
@@ -740,14 +820,21 @@ def plot_selection(path: Path, sel: Selection, meta: dict) -> None:
     import matplotlib.pyplot as plt
 
     ks = list(range(1, len(sel.order) + 1))
+    full = list(range(1, len(sel.full_order) + 1))
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    ax.plot(ks, sel.coverage, "o-", label="greedy coverage (ours)")
-    ax.plot(ks, sel.top_k_coverage, "s--", label="top-K by mean reward")
+    ax.plot(full, sel.full_coverage, "-", color="C0", alpha=0.35, label="greedy coverage, whole pool")
+    ax.plot(ks, sel.coverage, "o-", color="C0", label="greedy coverage (ours)")
+    ax.plot(ks, sel.top_k_coverage, "s--", color="C1", label="top-K by mean reward")
     ax.axhline(sel.pool_coverage, color="gray", linestyle=":", label="whole pool")
+    if sel.saturation:
+        ax.axvline(sel.saturation, color="C2", linestyle=":", label=f"saturates at K = {sel.saturation}")
     ax.set_xlabel("number of selected actions K")
     ax.set_ylabel("best-of-K accuracy F(S)")
     ax.set_title(f"Action selection on {meta['task']} ({meta['split']}, {meta['problems']} problems)")
-    ax.set_xticks(ks)
+    shown = min(len(full), max(len(ks), sel.saturation) + 2)  # the curve is flat after saturation
+    ax.set_xlim(0.5, shown + 0.5)
+    if shown <= 24:
+        ax.set_xticks(range(1, shown + 1))
     ax.grid(alpha=0.3)
     ax.legend(loc="best")
     fig.tight_layout()
