@@ -12,17 +12,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..decoding.actions import ActionSet, DecodingAction, load_action_set
+from ..decoding.actions import GREEDY, ActionSet, DecodingAction, load_action_set
 from ..decoding.backends import check_backend_actions
 from ..decoding.rollouts import HFRollouts, Rollouts
 from ..evaluation import (
     EvalConfig,
     Method,
     adapter_method,
+    best_per_k_method,
+    best_static_method,
     best_token_action_method,
     evaluate,
     format_table,
     greedy_method,
+    load_best_per_k,
     mixed_method,
     ood_labels,
     resolve_best_action,
@@ -33,6 +36,7 @@ from ..evaluation import (
 )
 from ..policies.networks import add_evaluation
 from ..reporting.report import write_report
+from ..selection.best import BestStatic
 from ..tasks import check_disjoint
 from . import common as cli_common
 from .common import add_model_arguments, add_rollout_arguments, add_task_arguments, build_lm, build_rollouts, build_task
@@ -57,8 +61,9 @@ class EvaluateOptions:
     actions: str | None = None
     """action set (preset or JSON) for Best/Mixed; default: the first sequence adapter's, else 'math'"""
     best_action: str | None = None
-    """Best: index/name in --actions, DecodingAction JSON, or a JSON file with best_single; 'auto' picks it on
-    the validation split; 'none' drops Best. Default: best_single of --actions, else auto"""
+    """Best: index/name in --actions, DecodingAction JSON, or a JSON file with best_single; 'auto' picks the best
+    of --actions and greedy at each --k on the validation split; 'none' drops Best. Default: best_per_k (else
+    best_single) of --actions, else auto"""
     best_problems: int = 32
     """validation problems used to choose Best (--best-action auto) and the best token action (best-token);
     never more than --max-problems"""
@@ -149,9 +154,9 @@ def _baseline_methods(args, lm, task, adapters: list[Method], cfg: EvalConfig, f
     actions = _base_actions(args, adapters)
     out = [greedy_method()] if "greedy" in wanted else []
     if "best" in wanted:
-        best = _best_action(args, lm, task, actions, cfg, factory)
+        best = _best_method(args, lm, task, actions, cfg, factory)
         if best is not None:
-            out.append(static_method(best))
+            out.append(best)
     if "mixed" in wanted:
         out.append(mixed_method(actions))
     out += _token_baselines(args, lm, task, adapters, cfg, factory, wanted, actions)
@@ -174,8 +179,8 @@ def _token_baselines(args, lm, task, adapters, cfg, factory, wanted, actions) ->
         if tuple(token_actions) != tuple(actions):
             out.append(sequence_mixture_of_token_actions(token_actions))
     if "best-token" in wanted:
-        best = _auto_best(args, lm, task, token_actions, cfg, factory)
-        out.append(best_token_action_method(best))
+        best = _auto_best(args, lm, task, token_actions, cfg, factory, k_values=(1,))
+        out.append(best_token_action_method(next(a for a in token_actions if a.name == best.name_for(1))))
     if "token-actions" in wanted:
         for a in token_actions:
             row = static_method(a, name=f"Token action {a.name}", role="token action")
@@ -194,32 +199,37 @@ def _base_actions(args, adapters: list[Method]) -> list[DecodingAction]:
     return load_action_set("math")
 
 
-def _best_action(args, lm, task, actions, cfg: EvalConfig, factory) -> DecodingAction | None:
+def _best_method(args, lm, task, actions, cfg: EvalConfig, factory) -> Method | None:
+    """The Best row: one action per reported k where --actions' file chose them (best_per_k) or
+    'auto' does; a single action where one is named."""
     spec = args.best_action
     if spec is not None and spec.lower() == "none":
         return None
     if spec is None and args.actions and Path(args.actions).is_file():
+        per_k = load_best_per_k(args.actions)
+        if per_k is not None and set(cfg.k_values) <= set(per_k):
+            return best_per_k_method({k: per_k[k] for k in cfg.k_values})
         found = resolve_best_action(args.actions, actions)
         if found is not None:
-            return found
+            return static_method(found)
     if spec is not None and spec.lower() != "auto":
         best = resolve_best_action(spec, actions)
         if best is None:
             raise ValueError(f"{spec} has no best_single entry")
-        return best
-    return _auto_best(args, lm, task, actions, cfg, factory)
+        return static_method(best)
+    candidates = list(dict.fromkeys([*actions, GREEDY]))  # greedy is always a static candidate
+    return best_static_method(_auto_best(args, lm, task, candidates, cfg, factory, cfg.k_values), candidates)
 
 
-def _auto_best(args, lm, task, actions, cfg: EvalConfig, factory) -> DecodingAction:
-    """The action with the best pass@1 on the validation split (train where there is none; never test)."""
+def _auto_best(args, lm, task, actions, cfg: EvalConfig, factory, k_values) -> BestStatic:
+    """The best of ``actions`` at each k on the validation split (train where there is none; never test)."""
     split = "validation" if "validation" in getattr(task, "splits", ()) else "train"
     limit = args.best_problems if args.max_problems is None else min(args.best_problems, args.max_problems)
     problems = task.load(split)[:limit]
     log.info("choosing the best of %d actions on %d %s problems", len(actions), len(problems), split)
-    best, scores = select_best_action(
-        lm, task, problems, actions, samples=min(4, cfg.n), config=cfg, rollouts_factory=factory
-    )
-    log.info("best = %s (validation pass@1 by action: %s)", best.name, {k: round(v, 3) for k, v in scores.items()})
+    best = select_best_action(lm, task, problems, actions, samples=min(4, cfg.n), k_values=k_values, config=cfg,
+                              rollouts_factory=factory)
+    log.info("best by k: %s", {k: best.name_for(k) for k in best.k_values})
     return best
 
 

@@ -3,9 +3,15 @@
 Methods (each a :class:`Method`), evaluated on the same problems and seeds:
 
 - ``Greedy``: the greedy action. Deterministic, so it is decoded once per problem and its single
-  outcome stands for all ``n`` samples (``c = n`` or ``0``): pass@k is the same for every k.
-- ``Best``: one static action (the best single action on validation: ``best_single`` of
-  ``select-actions``' ``actions.json``, or :func:`select_best_action`).
+  outcome stands for all ``n`` samples and every seed (``c = n`` or ``0``): pass@k is the same for
+  every k. An argmax token adapter's row whose chosen actions were all greedy is deterministic too
+  and is decoded once per prompt (``EvalConfig.decode_deterministic_once``; off decodes every
+  sample, with the same outcomes).
+- ``Best``: the strongest static baseline: for each reported pass@k, the single strategy among
+  every static candidate (the pool and greedy) with the highest validation pass@k
+  (``selection.best``; ``best_per_k`` of ``select-actions``' ``actions.json``, or
+  :func:`select_best_action`), so pass@1 may come from greedy's samples and pass@8 from a
+  sampler's (``best_per_k_method``; ``eval_details.json`` names the action of each k).
 - ``Mixed``: every sample draws its action uniformly from an action set (seeded, per sample): the
   sequence-level Mixed. Over the token action set this per-sequence mixture has its own row
   (``Mixed per sequence (token actions)``).
@@ -34,6 +40,11 @@ on its prompt, seed and action(s) (see ``decoding``), two methods that use the s
 sample get the *same* generation: static rows are keyed by (action, seed, problem, sample), decoded
 once and shared (Best, Mixed and the sequence adapters reuse each other's generations, and greedy
 rows are shared across seeds). Comparisons between methods are therefore paired and less noisy.
+
+Cost: ``eval_details.json`` ``cost`` gives, per method, the rows decoded for it, their generated
+tokens and decode seconds (``seconds_alone`` counts shared rows in full, ``seconds_share`` splits
+them among the methods that use them), and the totals (decoded rows, tokens, decode and wall
+seconds).
 
 Uncertainty (``mean_ci``): for each method and metric we average each problem's value over the
 seeds, then report the mean over problems with a two-sided Student-t interval (``confidence``,
@@ -79,8 +90,11 @@ from .methods import (
     Method,
     adapter_method,
     adapter_role,
+    best_per_k_method,
+    best_static_method,
     best_token_action_method,
     greedy_method,
+    load_best_per_k,
     mixed_method,
     resolve_best_action,
     sequence_mixture_of_token_actions,
@@ -96,6 +110,9 @@ __all__ = [
     "Method",
     "greedy_method",
     "static_method",
+    "best_per_k_method",
+    "best_static_method",
+    "load_best_per_k",
     "mixed_method",
     "token_mixed_method",
     "sequence_mixture_of_token_actions",

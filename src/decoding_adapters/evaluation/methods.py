@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal, Mapping, Sequence
 
 import torch
 
 from ..core.stats import check_int
 from ..decoding.actions import GREEDY, DecodingAction
 from ..policies.networks import AdapterConfig, load_adapter, resolve_policy_mode
+from ..selection.best import BestStatic
 
 __all__ = [
     "EvalConfig",
@@ -20,6 +21,9 @@ __all__ = [
     "MethodKind",
     "greedy_method",
     "static_method",
+    "best_per_k_method",
+    "best_static_method",
+    "load_best_per_k",
     "mixed_method",
     "token_mixed_method",
     "sequence_mixture_of_token_actions",
@@ -53,6 +57,11 @@ class EvalConfig:
     """Level of the confidence intervals."""
     keep_trajectories: int = 64
     """Trajectories kept per method (seed 0, spread over problems first) for plots and traces."""
+    decode_deterministic_once: bool = True
+    """Decode a deterministic row once and let it stand for every sample and seed: greedy, and a
+    token adapter in argmax mode whose chosen actions were all greedy for a prompt (its output then
+    depends on no seed). False decodes every sample of them: the same outcomes at n x seeds times
+    the cost (a check)."""
 
     def __post_init__(self) -> None:
         ks = tuple(sorted({check_int("k", k) for k in self.k_values}))
@@ -84,7 +93,8 @@ class Method:
     """Unique display name (the key in results.json)."""
     kind: MethodKind
     actions: list[DecodingAction]
-    """greedy/static: the one action; mixed: the set drawn from; adapters: the policy's outputs in order."""
+    """greedy/static: the one action (with ``k_actions``: the distinct actions it uses); mixed: the set
+    drawn from; adapters: the policy's outputs in order."""
     role: str = ""
     """Column in the paper's tables: greedy, best, mixed, w/o budget, w/ budget, entropy-only."""
     level: Literal["static", "sequence", "token"] = "static"
@@ -105,6 +115,9 @@ class Method:
     per_token: bool = False
     """mixed only: draw the action uniformly at *every token* (the paper's token-level Mixed,
     ``UniformChooser``) instead of once per sample (the per-sequence mixture)."""
+    k_actions: dict[int, DecodingAction] | None = None
+    """greedy/static only: the action whose samples give pass@k, for each k (the Best row: the best
+    static strategy at each k, chosen on validation); None: ``actions[0]`` for every k."""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -113,7 +126,13 @@ class Method:
             raise ValueError(f"unknown method kind {self.kind!r}")
         if not self.actions:
             raise ValueError(f"method {self.name!r} has no actions")
-        if self.kind in ("greedy", "static") and len(self.actions) != 1:
+        if self.k_actions is not None:
+            if self.kind not in ("greedy", "static") or not self.k_actions:
+                raise ValueError(f"method {self.name!r}: only a static method takes an action per k")
+            self.k_actions = {int(k): self.k_actions[k] for k in sorted(self.k_actions)}
+            if list(dict.fromkeys(self.k_actions.values())) != list(self.actions):
+                raise ValueError(f"method {self.name!r}: actions must be the distinct k_actions in k order")
+        elif self.kind in ("greedy", "static") and len(self.actions) != 1:
             raise ValueError(f"static method {self.name!r} needs exactly one action")
         if self.kind in ("sequence", "token") and self.policy is None:
             raise ValueError(f"adapter method {self.name!r} needs a policy")
@@ -131,6 +150,16 @@ class Method:
     @property
     def action_names(self) -> list[str]:
         return [a.name for a in self.actions]
+
+    def action_for_k(self, k: int) -> DecodingAction:
+        """greedy/static: the action whose samples give pass@k."""
+        if self.k_actions is None:
+            return self.actions[0]
+        try:
+            return self.k_actions[k]
+        except KeyError:
+            chosen = ", ".join(map(str, self.k_actions))
+            raise ValueError(f"{self.name} has no action for pass@{k} (it has one for k in {chosen})") from None
 
     def policy_for(self, seed: int) -> torch.nn.Module | None:
         return self.seed_policies[seed % len(self.seed_policies)] if self.seed_policies else self.policy
@@ -153,6 +182,8 @@ class Method:
         }
         if self.adapter is not None:
             out["adapter_policy"] = dict(self.adapter.policy)
+        if self.k_actions is not None:
+            out["k_actions"] = {str(k): a.name for k, a in self.k_actions.items()}
         return out
 
 
@@ -162,6 +193,31 @@ def greedy_method(name: str = "Greedy") -> Method:
 
 def static_method(action: DecodingAction, name: str = "Best", role: str = "best") -> Method:
     return Method(name, "greedy" if action.is_greedy else "static", [action], role=role)
+
+
+def best_per_k_method(k_actions: Mapping[int, DecodingAction], name: str = "Best", role: str = "best") -> Method:
+    """A static row whose pass@k comes from the samples of ``k_actions[k]``: the Best row when the
+    best static strategy differs between metrics (greedy at pass@1, a sampler at pass@8)."""
+    actions = list(dict.fromkeys(k_actions[k] for k in sorted(k_actions)))
+    kind = "greedy" if all(a.is_greedy for a in actions) else "static"
+    return Method(name, kind, actions, role=role, k_actions=dict(k_actions))
+
+
+def best_static_method(best: BestStatic, actions: Sequence[DecodingAction], name: str = "Best",
+                       role: str = "best") -> Method:
+    """The Best row from a ``selection.best.BestStatic`` (its names resolved among ``actions``)."""
+    by_name = {a.name: a for a in actions}
+    return best_per_k_method({k: by_name[best.name_for(k)] for k in best.k_values}, name, role)
+
+
+def load_best_per_k(spec: str | Path | Mapping) -> dict[int, DecodingAction] | None:
+    """``{k: action}`` from select-actions' ``actions.json`` (a path or its parsed dict), key
+    ``best_per_k``; None when it has none."""
+    data = json.loads(Path(spec).read_text()) if not isinstance(spec, Mapping) else spec
+    best = data.get("best_per_k") if isinstance(data, Mapping) else None
+    if not best:
+        return None
+    return {int(k): DecodingAction.from_dict(best["actions"][name]) for k, name in best["best"].items()}
 
 
 def mixed_method(actions: Sequence[DecodingAction], name: str = "Mixed", level: str = "static") -> Method:

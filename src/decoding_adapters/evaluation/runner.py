@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from ..decoding.actions import GREEDY, ActionSet, DecodingAction
 from ..decoding.loop import DecodeResult, row_seed
 from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
 from ..policies.networks import TokenPolicyChooser, UniformChooser
+from ..selection.best import BestStatic, best_static_from_counts
 from ..tasks import content_hash
 from .methods import EvalConfig, Method, static_method
 
@@ -44,7 +46,8 @@ RolloutsFactory = Callable[[ActionSet, bool], Rollouts]
 
 class StaticKey(NamedTuple):
     """A generation under one fixed action, shared by every method that uses that action for this
-    (seed, problem, sample). Greedy is deterministic: ``(GREEDY, 0, problem, 0)`` for all of them."""
+    (seed, problem, sample). Greedy is deterministic: ``(GREEDY, 0, problem, 0)`` for all of them
+    (unless ``EvalConfig.decode_deterministic_once`` is off)."""
 
     action: DecodingAction
     seed: int
@@ -65,8 +68,10 @@ class TokenKey(NamedTuple):
 Key = Union[StaticKey, TokenKey]
 
 
-def _static_key(action: DecodingAction, s: int, i: int, j: int) -> StaticKey:
-    return StaticKey(GREEDY, 0, i, 0) if action.is_greedy else StaticKey(action, s, i, j)
+def _static_key(action: DecodingAction, s: int, i: int, j: int, once: bool = True) -> StaticKey:
+    if action.is_greedy:
+        return StaticKey(GREEDY, 0, i, 0) if once else StaticKey(GREEDY, s, i, j)
+    return StaticKey(action, s, i, j)
 
 
 def _mixed_action(method: Method, cfg: EvalConfig, s: int, pid: str, j: int) -> DecodingAction:
@@ -75,16 +80,19 @@ def _mixed_action(method: Method, cfg: EvalConfig, s: int, pid: str, j: int) -> 
 
 def _sample_keys(method: Method, cfg: EvalConfig, s: int, i: int, pid: str, choices) -> list[list[Key]]:
     """For each k (in ``cfg.k_values`` order) the n keys of the samples pass@k is computed from."""
-    n, ks = cfg.n, cfg.k_values
+    n, ks, once = cfg.n, cfg.k_values, cfg.decode_deterministic_once
     if method.decodes_per_token:
         keys = [TokenKey(method.name, s, i, j) for j in range(n)]
         return [keys] * len(ks)
     if method.kind == "sequence":
-        return [[_static_key(choices[method.name][s][i][ki], s, i, j) for j in range(n)] for ki in range(len(ks))]
+        return [[_static_key(choices[method.name][s][i][ki], s, i, j, once) for j in range(n)]
+                for ki in range(len(ks))]
     if method.kind == "mixed":
-        keys = [_static_key(_mixed_action(method, cfg, s, pid, j), s, i, j) for j in range(n)]
+        keys = [_static_key(_mixed_action(method, cfg, s, pid, j), s, i, j, once) for j in range(n)]
+    elif method.k_actions is not None:  # the Best row: pass@k from the samples of that k's action
+        return [[_static_key(method.action_for_k(k), s, i, j, once) for j in range(n)] for k in ks]
     else:
-        keys = [_static_key(method.actions[0], s, i, j) for j in range(n)]
+        keys = [_static_key(method.actions[0], s, i, j, once) for j in range(n)]
     return [keys] * len(ks)
 
 
@@ -93,7 +101,7 @@ def _display_keys(method: Method, cfg: EvalConfig, problems, choices) -> list[Ke
     out: list[Key] = []
     for idx in range(cfg.keep_trajectories):
         i, j = idx % len(problems), idx // len(problems)
-        if j >= cfg.n or (method.kind == "greedy" and j > 0):
+        if j >= cfg.n or (method.kind == "greedy" and j > 0 and cfg.decode_deterministic_once):
             break
         key = _sample_keys(method, cfg, 0, i, problems[i].id, choices)[-1][j]
         if key not in out:
@@ -106,7 +114,7 @@ def _display_keys(method: Method, cfg: EvalConfig, problems, choices) -> list[Ke
 
 @dataclass
 class _Store:
-    """Outcomes of decoded rows by key, plus full records for the kept ones."""
+    """Outcomes of decoded rows by key, plus full records for the kept ones and what each cost."""
 
     tokenizer: object
     wanted: set = field(default_factory=set)
@@ -114,15 +122,41 @@ class _Store:
     length: dict = field(default_factory=dict)
     records: dict = field(default_factory=dict)
     token_counts: dict = field(default_factory=dict)  # token method name -> Counter(action)
+    seconds: dict = field(default_factory=dict)
+    """Decode seconds of each *decoded* key: its decode call's time split over the call's rows in
+    proportion to their lengths (a replicated key has none)."""
+    all_greedy: dict = field(default_factory=dict)
+    """Token keys: whether every action the chooser took in the row was greedy."""
+    row_actions: dict = field(default_factory=dict)
+    """Token keys whose row was all greedy: the action index of every generated token."""
+    deterministic: dict = field(default_factory=dict)
+    """``(method name, id(policy)) -> {problem: key}``: argmax token rows that depend on no seed."""
 
     def add(
-        self, keys: list[Key], result: DecodeResult, rewards: torch.Tensor, actions: list[DecodingAction]
+        self, keys: list[Key], result: DecodeResult, rewards: torch.Tensor, actions: list[DecodingAction],
+        seconds: float = 0.0,
     ) -> None:
+        lengths = result.lengths.double()
+        share = lengths / lengths.sum() if float(lengths.sum()) > 0 else torch.full_like(lengths, 1 / len(keys))
+        greedy = torch.tensor([a.is_greedy for a in actions] + [True])  # index -1 (past the end) counts as greedy
+        row_greedy = greedy[result.actions].all(dim=1)  # [rows]
         for r, key in enumerate(keys):
             self.correct[key] = float(rewards[r])
             self.length[key] = int(result.lengths[r])
+            self.seconds[key] = seconds * float(share[r])
             if key in self.wanted:
                 self.records[key] = _record(result, r, self.tokenizer, actions, float(rewards[r]))
+            if isinstance(key, TokenKey):
+                self.all_greedy[key] = bool(row_greedy[r])
+                if row_greedy[r]:
+                    self.row_actions[key] = result.actions[r, : int(result.lengths[r])].tolist()
+
+    def replicate(self, source: Key, target: Key) -> None:
+        """``target`` has ``source``'s outcome without being decoded (a deterministic row)."""
+        self.correct[target] = self.correct[source]
+        self.length[target] = self.length[source]
+        if target in self.wanted and source in self.records:
+            self.records[target] = self.records[source]
 
 
 def _record(result: DecodeResult, r: int, tokenizer, actions: list[DecodingAction], reward: float) -> dict:
@@ -178,8 +212,10 @@ def _run_rows(
             cfg.token_budget,
             None if row_actions is None else row_actions[start : start + len(part)],
         )
+        start_time = time.perf_counter()
         result = rollouts.run(request, chooser, progress=progress)
-        store.add(part, result, _score(task, problems, request.prompt_of_row, result), actions)
+        seconds = time.perf_counter() - start_time
+        store.add(part, result, _score(task, problems, request.prompt_of_row, result), actions, seconds)
         results.append(result)
     return results
 
@@ -203,24 +239,41 @@ def _decode_static(keys, prompts, problems, task, cfg, rollouts: Rollouts, store
 
 
 def _decode_token(method: Method, s, prompts, problems, task, cfg, rollouts: Rollouts, store: _Store, progress) -> None:
-    keys = [TokenKey(method.name, s, i, j) for i in range(len(problems)) for j in range(cfg.n)]
-    results = _run_rows(
-        keys,
-        prompts,
-        problems,
-        task,
-        cfg,
-        rollouts,
-        store,
-        progress,
-        chooser=UniformChooser(len(method.actions))
+    """Decode the token-chooser rows of ``method`` in seed ``s``.
+
+    An argmax adapter whose chosen actions were all greedy for a prompt produced a row that depends
+    on no seed (every step's action and token are functions of the prefix alone): with
+    ``decode_deterministic_once`` its sample 0 is decoded first, and where it is all greedy it
+    stands for every sample of this seed and of the later seeds that use the same policy."""
+    chooser = (
+        UniformChooser(len(method.actions))
         if method.per_token
-        else TokenPolicyChooser(method.policy_for(s), deterministic=method.policy_mode == "argmax"),
-        actions=method.actions,
+        else TokenPolicyChooser(method.policy_for(s), deterministic=method.policy_mode == "argmax")
     )
     counts = store.token_counts.setdefault(method.name, Counter())
-    for result in results:
-        counts.update(result.actions[result.valid_mask()].tolist())
+
+    def run(keys: list[TokenKey]) -> None:
+        if not keys:
+            return
+        for result in _run_rows(keys, prompts, problems, task, cfg, rollouts, store, progress, chooser=chooser,
+                                actions=method.actions):
+            counts.update(result.actions[result.valid_mask()].tolist())
+
+    keys = [[TokenKey(method.name, s, i, j) for j in range(cfg.n)] for i in range(len(problems))]  # [problem][sample]
+    if not (cfg.decode_deterministic_once and method.kind == "token" and method.policy_mode == "argmax"):
+        run([k for per_problem in keys for k in per_problem])
+        return
+    known = store.deterministic.setdefault((method.name, id(method.policy_for(s))), {})
+    run([keys[i][0] for i in range(len(problems)) if i not in known])
+    for i in range(len(problems)):
+        if i not in known and store.all_greedy[keys[i][0]]:
+            known[i] = keys[i][0]
+    run([k for i in range(len(problems)) if i not in known for k in keys[i][1:]])
+    for i, source in known.items():
+        for key in keys[i]:
+            if key != source:
+                store.replicate(source, key)
+                counts.update(store.row_actions[source])
 
 
 def _sequence_choices(method: Method, lm, prompts, cfg: EvalConfig, problems) -> list[list[list[DecodingAction]]]:
@@ -312,7 +365,11 @@ def evaluate(
     recorded in its adapter.json): that raises a ValueError, unless ``allow_train_overlap``, in which
     case ``eval_details.json`` records the overlap and the report states it."""
     cfg = config or EvalConfig()
+    started = time.perf_counter()
     _check_methods(methods)
+    for m in methods:  # a per-k static row needs an action for every reported k
+        for k in cfg.k_values:
+            m.action_for_k(k)
     if not problems:
         raise ValueError("nothing to evaluate: no problems")
     overlap = train_overlap(methods, problems)
@@ -366,7 +423,9 @@ def evaluate(
         for m in methods:  # give a policy that was training back in training mode
             for p in m.all_policies:
                 p.train(modes[id(p)])
-    return _assemble(methods, cfg, problems, cot, choices, store, display, meta)
+    evaluation = _assemble(methods, cfg, problems, cot, choices, store, display, meta)
+    evaluation.details["cost"] = _costs(methods, cfg, problems, choices, store, time.perf_counter() - started)
+    return evaluation
 
 
 def train_overlap(methods: Sequence[Method], problems) -> dict[str, int]:
@@ -466,6 +525,7 @@ def _details_header(methods, cfg: EvalConfig, problems, cot, meta) -> dict:
             "cot_ratio": cfg.cot_ratio,
             "seed": cfg.seed,
             "confidence": cfg.confidence,
+            "decode_deterministic_once": cfg.decode_deterministic_once,
             "ci_method": "student-t over per-problem means (each averaged over seeds)",
             **meta,
         },
@@ -492,6 +552,29 @@ def _method_keys(m: Method, cfg, problems, choices) -> list[Key]:
 def _method_lengths(m: Method, cfg, problems, choices, store: _Store) -> list[int]:
     """Length of every distinct generation the method used (greedy: one per problem)."""
     return [store.length[k] for k in _method_keys(m, cfg, problems, choices)]
+
+
+def _costs(methods, cfg, problems, choices, store: _Store, wall_seconds: float) -> dict:
+    """What the evaluation cost: per method, the rows it decoded for itself, its generated tokens and
+    decode seconds counted in full (``seconds_alone``: what the method would cost evaluated alone
+    with the same sharing inside it) and split evenly among the methods that share a row
+    (``seconds_share``: the shares add up to the evaluation's decode seconds); totals."""
+    keys = {m.name: [k for k in _method_keys(m, cfg, problems, choices) if k in store.seconds] for m in methods}
+    users = Counter(k for ks in keys.values() for k in ks)
+    out = {"methods": {}}
+    for m in methods:
+        ks = keys[m.name]
+        out["methods"][m.name] = {
+            "rows": len(ks),
+            "tokens": sum(store.length[k] for k in ks),
+            "seconds_alone": sum(store.seconds[k] for k in ks),
+            "seconds_share": sum(store.seconds[k] / users[k] for k in ks),
+        }
+    out["decoded_rows"] = len(store.seconds)
+    out["decoded_tokens"] = sum(store.length[k] for k in store.seconds)
+    out["decode_seconds"] = sum(store.seconds.values())
+    out["wall_seconds"] = wall_seconds
+    return out
 
 
 def _action_usage(m: Method, cfg, problems, choices, store: _Store) -> list[float]:
@@ -524,11 +607,13 @@ def select_best_action(
     actions: Sequence[DecodingAction],
     *,
     samples: int = 4,
+    k_values: Sequence[int] = (1,),
     config: EvalConfig | None = None,
     **kwargs,
-) -> tuple[DecodingAction, dict[str, float]]:
-    """The action with the highest mean reward (pass@1 over ``samples`` samples, one seed) on
-    ``problems`` (use validation problems, never the test set). Ties go to the earlier action."""
+) -> BestStatic:
+    """The best static strategy among ``actions`` at each pass@k in ``k_values``
+    (``selection.best``), from ``samples`` samples of every action on ``problems`` in one seed (use
+    validation problems, never the test set). Ties go to the earlier action."""
     base = config or EvalConfig()
     cfg = EvalConfig(
         k_values=(1, samples),
@@ -540,9 +625,10 @@ def select_best_action(
     )
     methods = [static_method(a, name=f"{i}:{a.name}") for i, a in enumerate(actions)]
     ev = evaluate(lm, task, problems, methods, cfg, **kwargs)
-    scores = {m.actions[0].name: ev.results[m.name]["pass@1"]["mean"] for m in methods}
-    best = max(range(len(methods)), key=lambda i: (ev.results[methods[i].name]["pass@1"]["mean"], -i))
-    return actions[best], scores
+    # pass@1 of a problem in the one seed is c / samples: the counts behind every pass@k
+    correct = [[round(ev.details["per_problem"][m.name]["pass@1"][i][0] * samples) for m in methods]
+               for i in range(len(problems))]
+    return best_static_from_counts(correct, samples, k_values, [a.name for a in actions])
 
 
 # ---- printing ------------------------------------------------------------------------------------
