@@ -11,10 +11,13 @@ from decoding_adapters.evaluation.runner import _summarise
 from decoding_adapters.reporting import plots
 from decoding_adapters.reporting.report import (
     all_methods_table,
+    best_line,
+    cost_table,
     identical_by_construction,
     load_training_log,
     method_info,
     seed_table,
+    selection_section,
     sequence_table,
     token_table,
     verdicts,
@@ -212,9 +215,9 @@ def test_report_cli(tmp_path, monkeypatch, capsys):
     assert cli.main(["report", "--eval", str(tmp_path / "nothing"), "--out", str(out)]) == 2
 
 
-def test_token_verdict_compares_with_greedy_per_token_mixed_and_the_best_token_action():
-    """Issue 13: a token adapter is compared with Greedy and with the per-token Mixed (not only the
-    stronger of the two), and the best single token action is printed too."""
+def test_token_verdict_compares_with_best_greedy_per_token_mixed_and_the_best_token_action():
+    """A token adapter is compared with Best (the strongest static baseline), Greedy and the per-token
+    Mixed (not only the strongest), and the best single token action is printed too."""
     extra = {
         "Mixed (per token)": ("mixed", "mixed", "token", ACTIONS),
         "Best token action (T=0.5)": ("static", "best token action", "token", ["T=0.5"]),
@@ -226,9 +229,9 @@ def test_token_verdict_compares_with_greedy_per_token_mixed_and_the_best_token_a
         for name in extra:
             METHODS.pop(name)
     lines = [v for v in verdicts(results, details) if v.startswith("- **Token w/ budget")]
-    assert len(lines) == 3
-    assert [b for b in ("Greedy", "Mixed (per token)", "Best token action (T=0.5)") if any(b in v for v in lines)] == [
-        "Greedy", "Mixed (per token)", "Best token action (T=0.5)"
+    assert len(lines) == 4
+    assert [line.split(" beats ")[-1].split("**")[0] if " beats " in line else line for line in lines] == [
+        "Best", "Greedy", "Mixed (per token)", "Best token action (T=0.5)"
     ]
     head = token_table(results, details).splitlines()[0]
     assert "| Greedy | Mixed (per token)" in head and "Best token action" in head
@@ -288,3 +291,40 @@ def test_report_rough_edges_one_seed_relative_gains_html_and_identical_rows():
     assert seed_table(*fake_evaluation(seeds=2)) != ""
     tables = sequence_table(results, details) + token_table(results, details)
     assert "<" not in tables and "%)" not in tables  # plain Markdown headers; no relative gains
+
+
+def test_best_per_k_row_is_named_at_each_k_and_verdicts_say_which_action():
+    results, details = fake_evaluation({"Seq w/ budget": 0.1})
+    details["methods"]["Best"]["k_actions"] = {"1": "greedy", "2": "T=1", "4": "T=1"}
+    line = best_line(results, details)
+    assert "Pass@1 `greedy`" in line and "Pass@4 `T=1`" in line
+    seq = [v for v in verdicts(results, details) if v.startswith("- **Seq w/ budget")]
+    assert len(seq) == 1 and "(vs `greedy`)" in seq[0] and "(vs `T=1`)" in seq[0]
+    details["methods"]["Best"].pop("k_actions")
+    assert best_line(results, details) == "Best is one static strategy at every k: `T=1`."
+
+
+def test_cost_table_and_selection_section(tmp_path):
+    results, details = fake_evaluation()
+    assert cost_table(details) == ""
+    details["cost"] = {"methods": {"Greedy": {"rows": 20, "tokens": 200, "seconds_alone": 1.0, "seconds_share": 0.5},
+                                   "Best": {"rows": 60, "tokens": 700, "seconds_alone": 3.0, "seconds_share": 2.5}},
+                       "decoded_rows": 80, "decoded_tokens": 900, "decode_seconds": 3.0, "wall_seconds": 3.5}
+    table = cost_table(details)
+    assert "| Greedy | 20 | 200 | 1.0 | 0.5 |" in table and "| **all (decoded once)** | 80 | 900 | 3.0 | 3.0 |" in table
+    assert "## Evaluation cost" in (write_report(tmp_path / "r", results, details) and
+                                    (tmp_path / "r" / "report.md").read_text())
+    assert selection_section(tmp_path / "none.json", tmp_path) == ""
+    actions = tmp_path / "actions" / "actions.json"
+    actions.parent.mkdir()
+    actions.write_text(json.dumps({
+        "names": ["T=1", "greedy"], "pool": 4, "pool_coverage": 0.8, "saturation": 3,
+        "coverage_curve": {"names": ["T=1", "greedy", "T=0.5", "T=1.25"], "coverage": [0.5, 0.7, 0.8, 0.8]},
+        "selection_data": {"problems": 64, "split": "validation", "samples": 4},
+        "best_per_k": {"k_values": [1, 8], "best": {"1": "greedy", "8": "T=1"},
+                       "scores": {"T=1": [0.4, 0.9], "greedy": [0.5, 0.5]}, "extrapolated": [8]},
+    }))
+    text = selection_section(actions, tmp_path / "report")
+    assert "| coverage F | 0.500 | 0.700 | 0.800 | 0.800 |" in text
+    assert "reaches it at K = 3: from K = 4 on no candidate adds coverage" in text
+    assert "| pass@8 (extrapolated) | `T=1` | 90.0 | 50.0 |" in text and "| pass@1 | `greedy` | 50.0 | 50.0 |" in text

@@ -47,6 +47,9 @@ __all__ = [
     "write_report",
     "truncation_section",
     "training_curve_section",
+    "best_line",
+    "cost_table",
+    "selection_section",
 ]
 
 
@@ -418,14 +421,16 @@ def verdicts(results: Mapping, details: Mapping | None = None, confidence: float
 
 
 def _baselines_for(info, level) -> list[str]:
-    """Sequence adapters: Best (the paper's reference). Token adapters: Greedy, the token-level
-    Mixed and the best token action, those evaluated; any static method when none was."""
+    """Every adapter: Best (the strongest static baseline: the best static strategy at each k).
+    Token adapters also: Greedy, the token-level Mixed and the best token action, those evaluated;
+    any static method when none was."""
     statics = [n for n, i in info.items() if i["kind"] in ("greedy", "static", "mixed")]
+    best = _first(info, role="best")
     if level == "sequence":
-        first = _first(info, role="best") or (statics[0] if statics else None)
+        first = best or (statics[0] if statics else None)
         return [first] if first else []
     mixed = _token_mixed(info)
-    named = [n for n in (_first(info, role="greedy"), mixed, _first(info, role="best token action")) if n]
+    named = [n for n in (best, _first(info, role="greedy"), mixed, _first(info, role="best token action")) if n]
     return list(dict.fromkeys(named)) or statics[:1]
 
 
@@ -460,6 +465,28 @@ def identical_by_construction(details: Mapping | None, a: str, b: str, metrics: 
     return sorted(used) if problems and ks else []
 
 
+def _k_action(info, name: str, metric: str) -> str | None:
+    """The action whose samples give ``metric`` for a per-k static row (the Best row), else None."""
+    k_actions = info.get(name, {}).get("k_actions")
+    return k_actions.get(metric.split("@")[1]) if k_actions and metric.startswith("pass@") else None
+
+
+def best_line(results: Mapping, details: Mapping | None = None) -> str:
+    """One sentence naming the strategy behind the Best row at each pass@k ('' without a Best row)."""
+    info = method_info(results, details)
+    best = _first(info, role="best")
+    if not best:
+        return ""
+    metrics = [m for m in _metrics(results) if m.startswith("pass@")]
+    k_actions = info[best].get("k_actions")
+    if not k_actions:
+        actions = info[best].get("actions") or []
+        return f"{best} is one static strategy at every k: `{actions[0]}`." if actions else ""
+    return (f"{best} is the static strategy (every candidate and greedy) with the highest validation pass@k, "
+            "chosen for each k: " + ", ".join(f"{_metric_label(m)} `{_k_action(info, best, m)}`" for m in metrics)
+            + ".")
+
+
 def _adapter_verdict(results, details, name, baseline, metrics, confidence) -> str:
     same = identical_by_construction(details, name, baseline, metrics)
     if same:
@@ -471,6 +498,7 @@ def _adapter_verdict(results, details, name, baseline, metrics, confidence) -> s
         for m in metrics
         if results[name].get(m) and results[baseline].get(m)
     }
+    info = method_info(results, details)
     outcomes = [_outcome(c) for c in comps.values()]
     better, worse, n = outcomes.count("better"), outcomes.count("worse"), len(outcomes)
     ahead = outcomes.count("ahead")
@@ -493,7 +521,9 @@ def _adapter_verdict(results, details, name, baseline, metrics, confidence) -> s
         if paired
         else "no per-problem values: significant only where the two methods' intervals do not overlap"
     )
-    return f"- {head}\n  Difference in points ({unit}): " + "; ".join(_diff_text(m, c) for m, c in comps.items()) + "."
+    texts = [_diff_text(m, c) + (f" (vs `{a}`)" if (a := _k_action(info, baseline, m)) else "")
+             for m, c in comps.items()]
+    return f"- {head}\n  Difference in points ({unit}): " + "; ".join(texts) + "."
 
 
 # ---- figures --------------------------------------------------------------------------------------
@@ -764,6 +794,71 @@ def truncation_section(stats: Sequence[Mapping], chosen: int | None = None, max_
     return text + "\n\n" + "\n".join(lines)
 
 
+def cost_table(details: Mapping | None) -> str:
+    """Markdown: what each method cost to evaluate (``eval_details.json`` ``cost``); '' without it."""
+    cost = (details or {}).get("cost")
+    if not cost:
+        return ""
+    lines = [_row(["Method", "rows decoded", "tokens", "seconds (alone)", "seconds (share)"]),
+             _row(["---", "---:", "---:", "---:", "---:"])]
+    for name, c in cost["methods"].items():
+        lines.append(_row([name, c["rows"], c["tokens"], f"{c['seconds_alone']:.1f}", f"{c['seconds_share']:.1f}"]))
+    lines.append(_row(["**all (decoded once)**", cost["decoded_rows"], cost["decoded_tokens"],
+                       f"{cost['decode_seconds']:.1f}", f"{cost['decode_seconds']:.1f}"]))
+    return ("Rows each method's numbers come from that were decoded (a row shared by several methods, or a "
+            "deterministic row standing for every sample and seed, is decoded once), their generated tokens and "
+            "decode seconds: *alone* counts shared rows in full (the method evaluated by itself), *share* splits "
+            f"them among the methods that use them. Evaluation wall time: {cost['wall_seconds']:.1f} s.\n\n"
+            + "\n".join(lines))
+
+
+def selection_section(actions_json: str | Path, out_dir: str | Path) -> str:
+    """Markdown: the action selection's coverage curve over the whole candidate pool (the figure
+    copied next to the report), where it saturates, and the Best static strategy per pass@k, from
+    select-actions' ``actions.json``; '' when there is none."""
+    path = Path(actions_json)
+    if not path.is_file():
+        return ""
+    data = json.loads(path.read_text())
+    meta = data.get("selection_data", {})
+    curve = data.get("coverage_curve")
+    names = data.get("names", [])
+    lines = [f"Candidates: {data.get('pool')} (greedy included), on {meta.get('problems')} {meta.get('split')} "
+             f"problems x {meta.get('samples')} samples; K = {len(names)} selected by greedy coverage: "
+             + ", ".join(f"`{n}`" for n in names) + "."]
+    if curve:
+        saturation = data.get("saturation", 0)
+        shown = curve["coverage"][: max(saturation, len(names)) + 1]
+        lines += ["", _row(["K"] + [str(i + 1) for i in range(len(shown))]),
+                  _row(["---"] + ["---:"] * len(shown)),
+                  _row(["coverage F"] + [f"{f:.3f}" for f in shown]), ""]
+        after = (f"from K = {saturation + 1} on no candidate adds coverage" if saturation < len(curve["coverage"])
+                 else "it takes every candidate")
+        lines.append(
+            f"The whole pool covers F = {data.get('pool_coverage', 0.0):.3f}; greedy coverage reaches it at "
+            f"K = {saturation}: {after}."
+            if saturation else "No candidate solved any problem: the coverage curve is flat at 0."
+        )
+    figure = path.parent / "selection.png"
+    if figure.is_file():
+        target = Path(out_dir) / "selection.png"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(figure.read_bytes())
+        lines = ["![coverage curve](selection.png)", ""] + lines
+    best = data.get("best_per_k")
+    if best:
+        lines += ["", _row(["metric", "Best (validation)", "its pass@k", "greedy's"]),
+                  _row(["---", "---", "---:", "---:"])]
+        for k in best["k_values"]:
+            name = best["best"][str(k)]
+            i = best["k_values"].index(k)
+            greedy = best["scores"].get("greedy")
+            lines.append(_row([f"pass@{k}" + (" (extrapolated)" if k in best.get("extrapolated", []) else ""),
+                               f"`{name}`", f"{best['scores'][name][i] * 100:.1f}",
+                               "–" if greedy is None else f"{greedy[i] * 100:.1f}"]))
+    return "\n".join(lines)
+
+
 def _step_records(path: Path) -> list[dict]:
     """Every training-step record of a JSONL log (torn lines skipped)."""
     out = []
@@ -818,11 +913,13 @@ def _markdown(title, results, details, figs, sections=()) -> str:
         parts += [
             "## Verdict",
             "",
-            "Sequence-level adapters are compared with Best; token-level adapters with Greedy, with the per-token "
-            "Mixed (a uniform draw over the token actions at every token) and with the best single token action "
-            "(chosen on validation). Differences are adapter minus baseline in points, with the interval of the "
-            "paired per-problem difference; ✔ / ✘ mark intervals that exclude zero (significantly better / worse).",
+            "Every adapter is compared with Best, the strongest static baseline; token-level adapters also with "
+            "Greedy, with the per-token Mixed (a uniform draw over the token actions at every token) and with the "
+            "best single token action (chosen on validation). Differences are adapter minus baseline in points, "
+            "with the interval of the paired per-problem difference; ✔ / ✘ mark intervals that exclude zero "
+            "(significantly better / worse).",
             "",
+            *([best_line(results, details), ""] if best_line(results, details) else []),
             *verdict,
             "",
         ]
@@ -835,7 +932,7 @@ def _markdown(title, results, details, figs, sections=()) -> str:
             "",
             "Δ is the adapter minus Best, in points (percentage points for pass@k); the verdicts say which "
             "differences are significant. "
-            "Bold: the highest pass@k in the row.",
+            "Bold: the highest pass@k in the row. " + best_line(results, details),
             "",
         ]
     if tok:
@@ -864,6 +961,9 @@ def _markdown(title, results, details, figs, sections=()) -> str:
     seeds = seed_table(results, details)
     if seeds:
         parts += ["## Across-seed spread", "", seeds, ""]
+    cost = cost_table(details)
+    if cost:
+        parts += ["## Evaluation cost", "", cost, ""]
     for heading, body in sections:
         if body:
             parts += [f"## {heading}", "", body, ""]
