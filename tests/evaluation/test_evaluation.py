@@ -283,6 +283,25 @@ def test_cli_evaluate_end_to_end(tmp_path, tiny_lm, capsys, monkeypatch):
     assert details["methods"][best_token]["role"] == "best token action"
     printed = capsys.readouterr().out
     assert "pass@2" in printed and "Seq w/ budget" in printed
+    # auto: Best chosen per k among --actions and greedy
+    assert set(details["methods"]["Best"]["k_actions"]) == {"1", "2"}
+    assert "cost" in details and details["cost"]["methods"]["Greedy"]["rows"] == 2
+    # select-actions' actions.json with best_per_k: the Best row takes each k from its own action
+    T1 = PRESETS["math-token"][2]
+    chosen = {"actions": actions, "best_single": GREEDY.to_dict(),
+              "best_per_k": {"k_values": [1, 2], "best": {"1": "greedy", "2": T1.name},
+                             "scores": {"greedy": [0.5, 0.5], T1.name: [0.4, 0.6]}, "samples": 2, "problems": 2,
+                             "actions": {"greedy": GREEDY.to_dict(), T1.name: T1.to_dict()}}}
+    (tmp_path / "actions.json").write_text(json.dumps(chosen))
+    out2 = tmp_path / "eval2"
+    assert cli_main(monkeypatch, ["evaluate", "--model", str(model_dir), "--task", "arithmetic", "--max-problems", "2",
+                                  "--k", "1,2", "--seeds", "1", "--token-budget", "4", "--baselines", "greedy,best",
+                                  "--actions", str(tmp_path / "actions.json"), "--no-progress",
+                                  "--out", str(out2)]) == 0
+    details2 = json.loads((out2 / "eval_details.json").read_text())
+    assert details2["methods"]["Best"]["k_actions"] == {"1": "greedy", "2": T1.name}
+    per = details2["per_problem"]
+    assert per["Best"]["pass@1"] == per["Greedy"]["pass@1"]
 
 
 def test_token_level_mixed_draws_an_action_at_every_token(tiny_lm):

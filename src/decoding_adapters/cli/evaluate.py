@@ -205,11 +205,12 @@ def _best_method(args, lm, task, actions, cfg: EvalConfig, factory) -> Method | 
     spec = args.best_action
     if spec is not None and spec.lower() == "none":
         return None
-    if spec is None and args.actions and Path(args.actions).is_file():
-        per_k = load_best_per_k(args.actions)
+    source = args.actions if spec is None else spec
+    if source and Path(source).is_file():  # select-actions' actions.json: Best per k when it covers every --k
+        per_k = load_best_per_k(source)
         if per_k is not None and set(cfg.k_values) <= set(per_k):
             return best_per_k_method({k: per_k[k] for k in cfg.k_values})
-        found = resolve_best_action(args.actions, actions)
+        found = resolve_best_action(source, actions)
         if found is not None:
             return static_method(found)
     if spec is not None and spec.lower() != "auto":
