@@ -11,7 +11,8 @@ import time
 import pytest
 
 from decoding_adapters.tasks import get_task
-from decoding_adapters.tasks.jsonl import JsonlTask, exact_match, parse_data_spec
+from decoding_adapters.tasks.base import parse_data_spec
+from decoding_adapters.tasks.jsonl import JsonlTask, exact_match
 
 VERIFIERS = """
 import time
@@ -100,6 +101,8 @@ def test_bad_user_input_fails_early_with_one_clear_line(user_dir):
         get_task("jsonl", verifier="uverify:score")
     with pytest.raises(ValueError, match="split=path"):
         parse_data_spec("train=a.jsonl,test")
+    with pytest.raises(ValueError, match=r"unknown split 'dev'; valid splits: \['train', 'validation', 'test'\]"):
+        get_task("jsonl", data="train=a.jsonl,dev=b.jsonl", verifier="uverify:score")
 
 
 def test_raising_hanging_dying_and_nan_verifiers_score_zero_with_a_warning(user_dir, caplog):

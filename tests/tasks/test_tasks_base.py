@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -126,6 +127,15 @@ def test_read_jsonl_names_file_line_and_field(tmp_path: Path, bad_line: str, mes
         read_jsonl(path, ["a"])
     with pytest.warns(UserWarning, match="skipped 1 bad line"):
         assert read_jsonl(path, ["a"], skip_bad=True) == [{"a": 1}, {"a": 2}]
+
+
+def test_read_jsonl_reads_gzip_by_name_with_the_same_checks(tmp_path: Path) -> None:
+    plain = _write(tmp_path / "d.jsonl", [json.dumps({"a": 1}), "", json.dumps({"a": 2})])
+    packed = tmp_path / "d.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert read_jsonl(packed, ["a"]) == read_jsonl(plain, ["a"]) == [{"a": 1}, {"a": 2}]
+    with pytest.raises(ValueError, match=r"d\.jsonl\.gz:1: missing field 'b'"):
+        read_jsonl(packed, ["b"])
 
 
 def test_read_jsonl_missing_file_says_how_to_fix(tmp_path: Path) -> None:

