@@ -32,7 +32,7 @@ import torch
 from decoding_adapters.decoding.actions import PRESETS, ActionSet
 from decoding_adapters.lm.models import DEFAULT_MODEL, ModelSpec, load_frozen_lm
 from decoding_adapters.policies.networks import AdapterConfig, TokenPolicy, TokenPolicyConfig, save_adapter
-from decoding_adapters.serving.generator import AdaptiveGenerator
+from decoding_adapters.serving.adapter import Adapter
 from decoding_adapters.serving.server import ServerLimits, create_app
 
 
@@ -143,7 +143,7 @@ def main() -> None:
         if adapter is None:
             adapter = untrained_token_adapter(lm, Path(tmp) / "untrained-token", args.max_tokens)
             print(f"no --adapter given: serving an UNTRAINED token adapter for {args.model} ({adapter})")
-        generator = AdaptiveGenerator.from_pretrained(adapter, model=lm)
+        generator = Adapter.from_pretrained(adapter, lm=lm).generator()
         limits = ServerLimits(max_batch=args.max_batch, max_tokens_limit=max(args.max_tokens, 512))
         with BackgroundServer(create_app(generator, limits)) as url:
             httpx.post(

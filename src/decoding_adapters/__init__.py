@@ -1,12 +1,12 @@
 """decoding-adapters: learn how a frozen LLM should decode (see the README's module table).
 
-``AdaptiveGenerator`` and ``Adapter`` are exported lazily: every submodule import runs this file
-first, so it must stay light (those modules import torch and transformers).
+``Adapter``, the handle on a trained adapter, is exported lazily: every submodule import runs this
+file first, so it must stay light (``serving.adapter`` imports torch and transformers).
 """
 
 import importlib
 
-_LAZY = {"AdaptiveGenerator": "serving.generator", "Adapter": "serving.adapter"}
+_LAZY = {"Adapter": "serving.adapter"}
 
 
 def __getattr__(name):

@@ -1,4 +1,4 @@
-"""AdaptiveGenerator: load/save round trip, sequence and token adapters, parallel budget, merged
+"""The generator an ``Adapter`` returns: load/save round trip, sequence and token adapters, parallel budget, merged
 batches, mismatch errors, and the ``generate`` CLI end to end (in-process)."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from decoding_adapters.decoding.actions import PRESETS, ActionSet
 from decoding_adapters.policies.networks import (
     AdapterConfig,
 )
-from decoding_adapters.serving.generator import AdaptiveGenerator, Generation
+from decoding_adapters.serving.adapter import Adapter
+from decoding_adapters.serving.generator import Generation
 
 PROMPTS = ["What is 2+3?", [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]]
 
@@ -27,11 +28,13 @@ def adapters(tmp_path_factory, tiny_lm):
 
 
 def test_from_pretrained_loads_the_base_model_and_round_trips(adapters, tiny_lm, tmp_path):
-    gen = AdaptiveGenerator.from_pretrained(adapters["token"])  # base model read from config.base_model
+    adapter = Adapter.from_pretrained(adapters["token"], lm="base")  # base model read from config.base_model
+    gen = adapter.generator()
     assert gen.kind == "token" and gen.lm is not tiny_lm and gen.lm.hidden_size == tiny_lm.hidden_size
+    assert gen.lm is adapter.lm and gen.policy is adapter.policy
     assert gen.default_token_budget == 128  # every adapter, whatever its training budget (8 here)
-    gen.save_pretrained(tmp_path / "copy")
-    again = AdaptiveGenerator.from_pretrained(tmp_path / "copy", model=gen.lm)
+    adapter.save_pretrained(tmp_path / "copy")
+    again = Adapter.from_pretrained(tmp_path / "copy", lm=gen.lm).generator()
     for k, v in gen.policy.state_dict().items():
         assert torch.equal(v, again.policy.state_dict()[k])
     assert again.config == gen.config
@@ -42,7 +45,7 @@ def test_from_pretrained_loads_the_base_model_and_round_trips(adapters, tiny_lm,
 
 
 def test_sequence_adapter_picks_one_action_per_prompt(adapters, tiny_lm):
-    gen = AdaptiveGenerator.from_pretrained(adapters["sequence"], model=tiny_lm)
+    gen = Adapter.from_pretrained(adapters["sequence"], lm=tiny_lm).generator()
     outs = gen.generate(PROMPTS, token_budget=6, parallel_budget=3, seed=1)
     assert len(outs) == 2 and all(isinstance(g, Generation) for g in outs)
     for g, prompt in zip(outs, PROMPTS):
@@ -66,7 +69,7 @@ def test_sequence_adapter_picks_one_action_per_prompt(adapters, tiny_lm):
 
 
 def test_token_adapter_records_actions_per_token(adapters, tiny_lm):
-    gen = AdaptiveGenerator.from_pretrained(adapters["token"], model=tiny_lm)
+    gen = Adapter.from_pretrained(adapters["token"], lm=tiny_lm).generator()
     outs = gen.generate(PROMPTS, token_budget=8, parallel_budget=2, seed=3, deterministic_policy=False)
     for g in outs:
         assert g.kind == "token" and g.action is None and len(g.completions) == 2
@@ -80,7 +83,7 @@ def test_token_adapter_records_actions_per_token(adapters, tiny_lm):
 
 
 def test_parallel_budget_and_seeds(adapters, tiny_lm):
-    gen = AdaptiveGenerator.from_pretrained(adapters["sequence"], model=tiny_lm)
+    gen = Adapter.from_pretrained(adapters["sequence"], lm=tiny_lm).generator()
     outs = gen.generate(["Compute 17*23 now, please."], token_budget=8, parallel_budget=4, seed=0)
     assert len(outs[0].completions) == 4
     if not gen.action_set.actions[outs[0].action_index].is_greedy:
@@ -91,7 +94,7 @@ def test_parallel_budget_and_seeds(adapters, tiny_lm):
 
 def test_merged_calls_equal_separate_calls(adapters, tiny_lm):
     """What the server relies on: merging prepared prompts of several requests changes no result."""
-    gen = AdaptiveGenerator.from_pretrained(adapters["token"], model=tiny_lm, max_batch_rows=3)
+    gen = Adapter.from_pretrained(adapters["token"], lm=tiny_lm).generator(max_batch_rows=3)
     a = gen.prepare(PROMPTS, token_budget=5, parallel_budget=2, seed=7)
     b = gen.prepare(["x"], token_budget=8, parallel_budget=1, seed=9)
     merged = gen.run(a + b)  # 5 rows, chunked at 3
@@ -106,15 +109,15 @@ def test_mismatched_model_and_bad_inputs_fail_clearly(tmp_path, adapters, tiny_l
 
     wider = make_tiny_lm(hidden_size=48)
     with pytest.raises(ValueError, match="hidden_size"):
-        AdaptiveGenerator.from_pretrained(adapters["sequence"], model=wider)
+        Adapter.from_pretrained(adapters["sequence"], lm=wider).generator()
     # A tokenizer with another vocabulary is refused as well.
     make_adapter(tmp_path / "vocab", tiny_lm, "token")
     cfg = json.loads((tmp_path / "vocab" / "adapter.json").read_text())
     cfg["base_fingerprint"]["vocab_size"] += 1
     (tmp_path / "vocab" / "adapter.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="vocab_size"):
-        AdaptiveGenerator.from_pretrained(tmp_path / "vocab", model=tiny_lm)
-    gen = AdaptiveGenerator.from_pretrained(adapters["token"], model=tiny_lm)
+        Adapter.from_pretrained(tmp_path / "vocab", lm=tiny_lm).generator()
+    gen = Adapter.from_pretrained(adapters["token"], lm=tiny_lm).generator()
     with pytest.raises(ValueError, match="token_budget"):
         gen.generate("hi", token_budget=0)
     with pytest.raises(ValueError, match="parallel_budget"):
@@ -124,7 +127,9 @@ def test_mismatched_model_and_bad_inputs_fail_clearly(tmp_path, adapters, tiny_l
     with pytest.raises(ValueError, match="context"):
         gen.generate("y" * 600, token_budget=4)  # the tiny model has 512 positions
     with pytest.raises(FileNotFoundError):
-        AdaptiveGenerator.from_pretrained(tmp_path / "missing")
+        Adapter.from_pretrained(tmp_path / "missing")
+    with pytest.raises(ValueError, match="lm='base'"):
+        Adapter.from_pretrained(adapters["token"]).generator()  # no LM bound
 
 
 @pytest.fixture
@@ -172,7 +177,7 @@ def test_generate_cli(adapters, capsys, cli_main):
 
 def test_evaluated_mode_is_the_served_default(adapters, tiny_lm, tmp_path):
     """Issue 13: one policy_mode, stored in the adapter, is the default of evaluate, generate,
-    AdaptiveGenerator, Adapter and serve: token adapters sample (what evaluation measures), sequence
+    Adapter(...).generator(), Adapter and serve: token adapters sample (what evaluation measures), sequence
     adapters take the argmax. Before, generate/serve/Adapter took the argmax for token adapters too."""
     from decoding_adapters.evaluation import adapter_method
     from decoding_adapters.policies.networks import default_policy_mode, load_adapter
@@ -184,12 +189,12 @@ def test_evaluated_mode_is_the_served_default(adapters, tiny_lm, tmp_path):
         _, config = load_adapter(adapters[kind])
         assert config.policy_mode == mode and json.loads((adapters[kind] / "adapter.json").read_text())[
             "policy_mode"] == mode
-        gen = AdaptiveGenerator.from_pretrained(adapters[kind], model=tiny_lm)
+        gen = Adapter.from_pretrained(adapters[kind], lm=tiny_lm).generator()
         assert gen.policy_mode == mode and gen.deterministic() == (mode == "argmax")
         assert BatchingWorker(gen, ServerLimits()).deterministic_policy == (mode == "argmax")
         assert Adapter.from_pretrained(adapters[kind], lm=tiny_lm).deterministic() == (mode == "argmax")
         assert adapter_method(adapters[kind], tiny_lm).policy_mode == mode
-    gen = AdaptiveGenerator.from_pretrained(adapters["token"], model=tiny_lm)
+    gen = Adapter.from_pretrained(adapters["token"], lm=tiny_lm).generator()
     default = gen.generate(PROMPTS, token_budget=8, parallel_budget=2, seed=3)
     sampled = gen.generate(PROMPTS, token_budget=8, parallel_budget=2, seed=3, deterministic_policy=False)
     argmax = gen.generate(PROMPTS, token_budget=8, parallel_budget=2, seed=3, deterministic_policy=True)

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from adapter_helpers import make_adapter, save_tiny_base
-from decoding_adapters.serving.generator import AdaptiveGenerator
+from decoding_adapters.serving.adapter import Adapter
 from decoding_adapters.serving.server import ApiError, BatchingWorker, Job, ServerLimits, create_app
 
 LIMITS = ServerLimits(max_tokens_limit=32, max_batch=8, max_prompt_chars=1000, max_queue=64, batch_wait_ms=5)
@@ -49,7 +49,7 @@ def base_url(tmp_path_factory, tiny_lm):
     root = tmp_path_factory.mktemp("served")
     adapter = make_adapter(root / "tiny-token", tiny_lm, "token",
                            base_model=str(save_tiny_base(tiny_lm, root / "base")))
-    generator = AdaptiveGenerator.from_pretrained(adapter, model=tiny_lm)
+    generator = Adapter.from_pretrained(adapter, lm=tiny_lm).generator()
     with BackgroundServer(create_app(generator, LIMITS, deterministic_policy=False)) as url:
         yield url
 
@@ -211,7 +211,7 @@ def test_twenty_concurrent_requests_are_batched(client, http):
 
 
 class FakeGenerator:
-    """Stands in for AdaptiveGenerator in worker / middleware tests (no model)."""
+    """Stands in for the adapter's generator in worker / middleware tests (no model)."""
 
     name, kind = "fake", "token"
 

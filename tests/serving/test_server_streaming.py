@@ -17,6 +17,7 @@ import pytest
 from test_server import BackgroundServer
 
 from adapter_helpers import make_adapter, save_tiny_base
+from decoding_adapters.serving.adapter import Adapter
 from decoding_adapters.serving.generator import AdaptiveGenerator
 from decoding_adapters.serving.server import IncrementalDetokenizer, ServerLimits, _held_back, create_app
 
@@ -48,7 +49,8 @@ def generator(tmp_path_factory, tiny_lm):
     root = tmp_path_factory.mktemp("streamed")
     base = save_tiny_base(tiny_lm, root / "base")
     adapter = make_adapter(root / "tiny-token", tiny_lm, "token", base_model=str(base))
-    return SlowGenerator.from_pretrained(adapter, model=tiny_lm)
+    loaded = Adapter.from_pretrained(adapter, lm=tiny_lm)
+    return SlowGenerator(loaded.policy, loaded.config, loaded.lm, name=loaded.name)
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +222,7 @@ def test_generator_reports_tokens_across_chunks_for_both_kinds(tmp_path, tiny_lm
     base = save_tiny_base(tiny_lm, tmp_path / "base")
     for kind in ("sequence", "token"):
         adapter = make_adapter(tmp_path / kind, tiny_lm, kind, base_model=str(base))
-        gen = AdaptiveGenerator.from_pretrained(adapter, model=tiny_lm, max_batch_rows=2)  # 3 prompts x 2: 3 decodes
+        gen = Adapter.from_pretrained(adapter, lm=tiny_lm).generator(max_batch_rows=2)  # 3 prompts x 2: 3 decodes
         prepared = gen.prepare(["a", "bb", "ccc"], token_budget=6, parallel_budget=2, seed=3)
         seen: dict[tuple[int, int], list] = {}
 

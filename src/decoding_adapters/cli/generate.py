@@ -1,4 +1,4 @@
-"""``generate``: decode prompts with a trained adapter (``generator.AdaptiveGenerator``)."""
+"""``generate``: decode prompts with a trained adapter (``Adapter(...).generator()``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 
 from ..policies.networks import POLICY_MODES
+from ..serving.adapter import Adapter
 from ..serving.generator import DEFAULT_TOKEN_BUDGET, AdaptiveGenerator, format_generations
 from .common import add_model_arguments
 from .config_args import add_config_arguments
@@ -51,9 +52,9 @@ def add_generator_model_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def generator_from_args(args) -> AdaptiveGenerator:
-    return AdaptiveGenerator.from_pretrained(
-        args.adapter, model=args.name_or_path, device=args.device, dtype=args.dtype
-    )
+    """The adapter in ``--adapter`` on ``--model`` (default: its own base model), as a generator."""
+    lm = args.name_or_path or "base"
+    return Adapter.from_pretrained(args.adapter, lm=lm, device=args.device, dtype=args.dtype).generator()
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:

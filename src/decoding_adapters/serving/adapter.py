@@ -1,7 +1,9 @@
 """``Adapter``: one public handle on a trained decoding adapter, for use in other decoding stacks.
 
-    from .. import Adapter
+    from decoding_adapters import Adapter
     adapter = Adapter.from_pretrained("runs/tok")                 # sequence or token adapter
+    # this project's own batched decode loop (as behind `generate` and `serve`), on the base model
+    gen = Adapter.from_pretrained("runs/tok", lm="base").generator()
     # transformers, token adapter: the adapter picks an action at every token of model.generate
     with adapter.logits_processor(model) as lp:
         out = model.generate(**inputs, max_new_tokens=64, **lp.generate_kwargs())
@@ -35,7 +37,7 @@ from ..decoding.actions import DecodingAction
 from ..decoding.loop import row_seed
 from ..decoding.vllm_rollouts import sampling_params_dict
 from ..lm.models import FrozenLM, ModelSpec, load_frozen_lm, locate_model
-from ..policies.networks import AdapterConfig, categorical_from_uniform, check_compatible, load_adapter
+from ..policies.networks import AdapterConfig, categorical_from_uniform, check_compatible, load_adapter, save_adapter
 from .generator import AdaptiveGenerator
 from .integrations.hf import AdapterLogitsProcessor
 
@@ -103,18 +105,23 @@ class Adapter:
         """Load the adapter saved in ``directory`` (``adapter.json`` + ``adapter.safetensors``).
 
         ``lm``: a ``FrozenLM``, a ``ModelSpec``, a model name/path (loaded on ``device`` in ``dtype``;
-        ``"base"`` loads the adapter's own base model), or None. A model whose hidden size or
-        vocabulary differs from the adapter's base model raises ``ValueError``. ``dtype`` None: the
-        dtype the adapter was trained with (``lm_dtype``), else ``auto``."""
+        ``"base"`` loads the adapter's own base model, ``config.base_model``, also looked for next to
+        the adapter when it is a relative path), or None. A model whose hidden size or vocabulary
+        differs from the adapter's base model raises ``ValueError``. ``dtype`` None: the dtype the
+        adapter was trained with (``lm_dtype``), else ``auto``."""
         directory = Path(directory)
         policy, config = load_adapter(directory)
         dtype = dtype or config.lm_dtype or "auto"
         if isinstance(lm, str) and lm == "base":
-            lm = config.base_model
+            lm = _own_base_model(config.base_model, directory)
         if isinstance(lm, (str, ModelSpec)):
             spec = lm if isinstance(lm, ModelSpec) else ModelSpec(name_or_path=lm, device=device, dtype=dtype)
             lm = load_frozen_lm(spec)
         return cls(policy, config, lm, name=directory.resolve().name)
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write the adapter (``adapter.safetensors`` + ``adapter.json``) to ``directory``."""
+        return save_adapter(directory, self.policy, self.config)
 
     def bind(self, lm: FrozenLM) -> "Adapter":
         """Use ``lm`` from now on, after checking that it matches the adapter's base model."""
@@ -292,11 +299,13 @@ class Adapter:
         return [SamplingParams(**d) for d in self.sampling_params_dicts(prompts, n, **kwargs)]
 
     # ---- this project's own decode loop ---------------------------------------------------------
-    def generator(self, max_batch_rows: int = 64):
-        """An ``AdaptiveGenerator`` (this project's batched decode loop, as behind ``generate``/``serve``)."""
+    def generator(self, max_batch_rows: int = 64) -> AdaptiveGenerator:
+        """An ``AdaptiveGenerator`` on the bound LM: this project's batched decode loop, the one behind
+        ``generate`` and ``serve``. ``max_batch_rows`` bounds the rows (prompts x B) of one decode."""
         if self.lm is None:
             raise ValueError(
-                "the project's decode loop needs the LM: load with Adapter.from_pretrained(dir, lm=...) or bind one"
+                "the project's decode loop needs the LM: load with Adapter.from_pretrained(dir, lm='base') "
+                "(its own base model) or lm=<model>, or bind one"
             )
         return AdaptiveGenerator(self.policy, self.config, self.lm, name=self.name, max_batch_rows=max_batch_rows)
 
@@ -317,6 +326,15 @@ class Adapter:
         return AdapterLogitsProcessor(
             self, model, token_budget=token_budget, deterministic=self.deterministic(deterministic), seed=seed
         )
+
+
+def _own_base_model(base_model: str, adapter_dir: Path) -> str:
+    """``base_model`` as recorded in adapter.json; a relative path that does not exist from here but
+    does next to the adapter (a base model saved beside it) is taken from there."""
+    path = Path(base_model).expanduser()
+    if not path.is_absolute() and not path.exists() and (adapter_dir / base_model).exists():
+        return str(adapter_dir / base_model)
+    return base_model
 
 
 def generation_kwargs(action: DecodingAction, n: int = 1) -> dict:

@@ -1,6 +1,6 @@
 """Decode prompts with a trained adapter: the library behind ``generate`` and ``serve``.
 
-    gen = AdaptiveGenerator.from_pretrained("runs/tok")       # the adapter and its base model
+    gen = Adapter.from_pretrained("runs/tok", lm="base").generator()   # the adapter on its base model
     out = gen.generate(["What is 2+3?"], token_budget=64, parallel_budget=4, seed=0)
     out[0].completions   # 4 strings
     out[0].actions       # sequence adapter: one action name; token adapter: names per token per completion
@@ -31,20 +31,17 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Callable, Collection, Literal, Sequence, Union
 
 import torch
 
 from ..decoding.actions import ActionSet
 from ..decoding.loop import DecodeResult, StepTokens, decode, row_seed
-from ..lm.models import FrozenLM, ModelSpec, load_frozen_lm
+from ..lm.models import FrozenLM
 from ..policies.networks import (
     AdapterConfig,
     TokenPolicyChooser,
     check_compatible,
-    load_adapter,
-    save_adapter,
 )
 
 __all__ = ["AdaptiveGenerator", "Generation", "PreparedPrompt", "Prompt", "TokenEvent", "format_generations"]
@@ -191,7 +188,7 @@ class AdaptiveGenerator:
         name: str = "adapter",
         max_batch_rows: int = 64,
     ):
-        """Prefer ``from_pretrained``. ``max_batch_rows`` bounds the rows (prompts x B) of one decode."""
+        """Prefer ``Adapter.generator()``. ``max_batch_rows`` bounds the rows (prompts x B) of one decode."""
         check_compatible(config, lm)
         _check_input_size(config, lm)
         self.lm, self.config, self.name = lm, config, name
@@ -203,38 +200,6 @@ class AdaptiveGenerator:
             raise ValueError(
                 f"adapter policy has {expected} outputs but its action set has {len(self.action_set)} actions"
             )
-
-    # ---- loading and saving ------------------------------------------------------------------
-    @classmethod
-    def from_pretrained(
-        cls,
-        adapter_dir: str | Path,
-        model: FrozenLM | ModelSpec | str | None = None,
-        *,
-        device: str = "cpu",
-        dtype: str | None = None,
-        max_batch_rows: int = 64,
-    ) -> "AdaptiveGenerator":
-        """Load the adapter in ``adapter_dir`` and its frozen LM.
-
-        ``model``: a loaded ``FrozenLM``, a ``ModelSpec``, a model name/path (loaded with ``device`` and
-        ``dtype``), or None for the adapter's own base model (``config.base_model``; a relative path is
-        also looked for next to the adapter). A model whose hidden size or vocabulary differs from
-        the adapter's base model raises ``ValueError``. ``dtype`` None: the dtype the adapter was
-        trained with (``lm_dtype``), else ``auto``."""
-        adapter_dir = Path(adapter_dir)
-        policy, config = load_adapter(adapter_dir)
-        dtype = dtype or config.lm_dtype or "auto"
-        lm = (
-            model
-            if isinstance(model, FrozenLM)
-            else load_frozen_lm(_model_spec(model, config, adapter_dir, device, dtype))
-        )
-        return cls(policy, config, lm, name=adapter_dir.resolve().name, max_batch_rows=max_batch_rows)
-
-    def save_pretrained(self, directory: str | Path) -> Path:
-        """Write the adapter (``adapter.safetensors`` + ``adapter.json``) to ``directory``."""
-        return save_adapter(directory, self.policy, self.config)
 
     @property
     def kind(self) -> Literal["sequence", "token"]:
@@ -433,20 +398,6 @@ def _check_input_size(config: AdapterConfig, lm: FrozenLM) -> None:
             f"adapter expects hidden states of size {size} (base model {config.base_model!r}) but the given "
             f"model has hidden_size={lm.hidden_size}: load it onto its own base model."
         )
-
-
-def _model_spec(model, config: AdapterConfig, adapter_dir: Path, device: str, dtype: str) -> ModelSpec:
-    if isinstance(model, ModelSpec):
-        return model
-    name = model if model is not None else config.base_model
-    if (
-        model is None
-        and not Path(name).expanduser().is_absolute()
-        and not Path(name).exists()
-        and (adapter_dir / name).exists()
-    ):
-        name = str(adapter_dir / name)  # a base model saved next to the adapter
-    return ModelSpec(name_or_path=name, device=device, dtype=dtype)
 
 
 # ---- printing ----------------------------------------------------------------------------------
