@@ -31,7 +31,7 @@ def test_train_token_cli_and_resume(tiny_model_dir, tmp_path, capsys):
 def test_train_sequence_cli_without_budget(tiny_model_dir, tmp_path):
     out = tmp_path / "seq"
     args = ["train-sequence", *common(tiny_model_dir, out), "--steps", "2", "--prompts-per-step", "2",
-            "--budgets", "1,2", "--no-budget", "--actions", "math-token"]
+            "--parallel-budgets", "1,2", "--no-use-budget", "--actions", "math-token"]
     assert main(args) == 0
     _, cfg = load_adapter(out)
     assert cfg.kind == "sequence" and not cfg.policy["use_budget"] and cfg.parallel_budgets == [1, 2]
@@ -43,4 +43,4 @@ def test_bad_input_gives_one_clear_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "error:" in err and "Traceback" not in err
     with pytest.raises(SystemExit):
-        main(["train-sequence", "--budgets", "0,1", "--out", str(tmp_path)])
+        main(["train-sequence", "--parallel-budgets", "0,1", "--out", str(tmp_path)])

@@ -83,10 +83,13 @@ def test_every_config_field_is_an_option(command, config):
 
 def test_trainer_flags_build_the_config():
     parser = build_parser("train-sequence")
-    argv = ["train-sequence", "--out", "x", "--budgets", "1,4", "--no-budget", "--policy-hidden", "16"]
+    argv = ["train-sequence", "--out", "x", "--parallel-budgets", "1,4", "--no-use-budget", "--policy-hidden", "16"]
     args = parser.parse_args(argv + ["--seed", "3", "--token-budget", "8", "--max-train-prompts", "none"])
     cfg = build_config(SequenceTrainConfig, args)
     assert cfg == SequenceTrainConfig(parallel_budgets=(1, 4), use_budget=False, policy_hidden=16, seed=3,
                                       token_budget=8, max_train_prompts=None)
+    for retired in (["--budgets", "1,4"], ["--no-budget"]):  # one name per option
+        with pytest.raises(SystemExit):
+            parser.parse_args(["train-sequence", "--out", "x", *retired])
     demo = build_parser("demo").parse_args(["demo", "--size", "tiny", "--seeds", "1"])
     assert build_config(DemoConfig, demo, base=SIZES[demo.size]) == dataclasses.replace(SIZES["tiny"], seeds=1)

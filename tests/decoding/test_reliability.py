@@ -216,7 +216,7 @@ def test_bad_adapter_through_the_cli_is_one_line(tmp_path, tiny_model_dir, capsy
 def test_lm_dtype_is_recorded_old_files_load_and_a_mismatch_warns_once(tmp_path, tiny_lm):
     directory = _saved_adapter(tmp_path / "a", tiny_lm)
     assert load_adapter(directory)[1].lm_dtype == "float32"
-    # a file written before lm_dtype existed (and before the fingerprint had a dtype) still loads
+    # without lm_dtype (and without a dtype in the fingerprint) it loads with lm_dtype None
     _edit_json(directory / "adapter.json", lambda d: {**{k: v for k, v in d.items() if k != "lm_dtype"},
                                                       "base_fingerprint": {"hidden_size": tiny_lm.hidden_size}})
     assert load_adapter(directory, tiny_lm)[1].lm_dtype is None
@@ -302,7 +302,7 @@ def test_replay_refuses_a_table_decoded_under_other_settings(selected, tiny_mode
 def test_replay_through_the_cli_refuses_a_mismatch_and_records_lm_dtype(tiny_model_dir, selected, tmp_path, capsys):
     args = ["train-sequence", "--model", str(tiny_model_dir), "--task", "arithmetic", "--replay",
             str(selected / "outcomes.jsonl"), "--actions", str(selected / "actions.json"), "--steps", "1",
-            "--prompts-per-step", "2", "--budgets", "1", "--val-problems", "2"]
+            "--prompts-per-step", "2", "--parallel-budgets", "1", "--val-problems", "2"]
     assert main([*args, "--token-budget", "3", "--out", str(tmp_path / "bad")]) == 2
     assert "token_budget: stored 2 vs now 3" in capsys.readouterr().err
     assert main([*args, "--token-budget", "2", "--out", str(tmp_path / "seq")]) == 0

@@ -73,21 +73,20 @@ def test_adapter_round_trip_and_mismatch(tmp_path, tiny_lm):
         load_adapter(tmp_path / "nope")
 
 
-def test_adapter_json_written_before_the_budget_split_still_loads(tmp_path, tiny_lm):
-    """Old adapter.json files hold ``budgets`` (B for sequence adapters, [b] for token adapters)."""
+def test_adapter_json_with_fields_it_does_not_know_is_refused(tmp_path, tiny_lm):
+    """adapter.json must hold exactly the known fields: an unknown one (top level or in ``policy``)
+    is a ValueError naming it, not silently dropped."""
     policy = TokenPolicy(TokenPolicyConfig(hidden_size=tiny_lm.hidden_size, num_actions=4, token_budget=24))
     cfg = AdapterConfig(kind="token", policy=policy.config.__dict__, actions=ActionSet(PRESETS["math-token"]).to_json(),
                         base_model="tiny", base_fingerprint=tiny_lm.fingerprint(), token_budget=24)
     save_adapter(tmp_path, policy, cfg)
     data = json.loads((tmp_path / "adapter.json").read_text())
-    data.pop("token_budget"), data.pop("parallel_budgets")
-    (tmp_path / "adapter.json").write_text(json.dumps({**data, "budgets": [24]}))
     assert load_adapter(tmp_path)[1].token_budget == 24
-    sequence_policy = {"embed_dim": tiny_lm.hidden_size, "num_actions": 4}
-    old_sequence = AdapterConfig.from_dict(
-        {**data, "kind": "sequence", "policy": sequence_policy, "budgets": [1, 2, 4]}
-    )
-    assert old_sequence.parallel_budgets == [1, 2, 4] and old_sequence.token_budget is None
+    (tmp_path / "adapter.json").write_text(json.dumps({**data, "budgets": [24]}))
+    with pytest.raises(ValueError, match=r"unknown: \['budgets'\]"):
+        load_adapter(tmp_path)
+    with pytest.raises(ValueError, match="entropy_sees_budget"):
+        AdapterConfig.from_dict({**data, "policy": {**data["policy"], "entropy_sees_budget": True}})
 
 
 def test_entropy_only_ablation_observes_only_the_entropy():
@@ -104,16 +103,16 @@ def test_entropy_only_ablation_observes_only_the_entropy():
     assert not torch.equal(hidden.observation(h, e, torch.full((5,), 30)), hidden.observation(h, e, torch.ones(5)))
 
 
-def test_old_entropy_only_adapters_keep_loading(tmp_path):
-    """An adapter.json written before the fix (no entropy_sees_budget, use_budget True) loads with its
-    3-input policy and keeps seeing phi(b_t)."""
-    legacy = TokenPolicyConfig(hidden_size=8, num_actions=4, features="entropy", entropy_sees_budget=True)
-    policy = TokenPolicy(legacy)
-    fields = {k: v for k, v in legacy.__dict__.items() if k != "entropy_sees_budget"}
+def test_entropy_only_adapter_round_trips_with_its_one_input(tmp_path):
+    """Saved with use_budget=True, an entropy-only adapter still loads as a 1-input policy with the
+    same weights."""
+    shape = TokenPolicyConfig(hidden_size=8, num_actions=4, features="entropy", use_budget=True)
+    policy = TokenPolicy(shape)
     actions = [a.to_dict() for a in PRESETS["math-token"]]
-    save_adapter(tmp_path, policy, AdapterConfig("token", fields, actions, "m", {}))
+    save_adapter(tmp_path, policy, AdapterConfig("token", dict(shape.__dict__), actions, "m", {}))
     loaded, config = load_adapter(tmp_path)
-    assert config.policy["entropy_sees_budget"] is True and loaded.config.input_dim == 3
+    assert config.policy["use_budget"] is True and loaded.config.input_dim == 1
+    assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in policy.state_dict().items())
 
 
 def test_adapter_files_have_the_mode_of_any_new_file(tmp_path, tiny_lm):

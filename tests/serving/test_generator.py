@@ -200,7 +200,7 @@ def test_evaluated_mode_is_the_served_default(adapters, tiny_lm, tmp_path):
     argmax = gen.generate(PROMPTS, token_budget=8, parallel_budget=2, seed=3, deterministic_policy=True)
     assert [g.token_actions for g in default] == [g.token_actions for g in sampled]
     assert [g.token_actions for g in default] != [g.token_actions for g in argmax]
-    # an adapter.json written before the field loads with its kind's default; a bad mode is refused
+    # an adapter.json without the field loads with its kind's default; a bad mode is refused
     old = json.loads((adapters["token"] / "adapter.json").read_text())
     old.pop("policy_mode")
     assert AdapterConfig.from_dict(old).policy_mode == "sample"

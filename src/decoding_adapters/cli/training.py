@@ -31,8 +31,7 @@ def configure_training_parser(p: argparse.ArgumentParser, config_cls: type, titl
     add_model_arguments(p)
     add_task_arguments(p, exclude=("cot_ratio", "max_problems"))  # trainers: max_train_prompts / val_problems
     add_rollout_arguments(p, exclude=("token_budget", "seed"))
-    old_names = {"use_budget": ["--budget"], "parallel_budgets": ["--budgets"]}  # earlier spellings
-    add_config_arguments(p, config_cls, title=title, aliases=old_names)
+    add_config_arguments(p, config_cls, title=title)
     add_run_arguments(p)
 
 

@@ -76,7 +76,6 @@ __all__ = [
     "sampling_params_dict",
     "shared_engine",
     "vllm_action_problems",
-    "vllm_available",
 ]
 
 VLLM_MAX_TEMPERATURE = 2.0
@@ -89,12 +88,6 @@ CHOOSER_ERROR = (
     "state at every step, and vLLM's logits processors see logits only; use --backend hf (or ray) for token-level "
     "adapters"
 )
-
-
-def vllm_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
 
 
 CPU_KV_CACHE_BYTES = 1 << 30
@@ -262,7 +255,6 @@ class VLLMRollouts(Rollouts):
             where the HF path would.
         config: engine settings (default ``VLLMConfig()``); used only if this model's engine is
             not running yet.
-        dtype: shorthand for ``config.dtype`` (kept for callers that pass it alone).
         llm: an already built ``vllm.LLM`` (or a stand-in with the same ``generate``, for tests).
         sampling_params_cls: what turns a params dict into a request's params (default
             ``vllm.SamplingParams``; tests pass ``dict``).
@@ -270,7 +262,7 @@ class VLLMRollouts(Rollouts):
     """
 
     def __init__(self, model_spec: ModelSpec, action_set: ActionSet, tokenizer=None, *,
-                 config: VLLMConfig | None = None, dtype: str | None = None, llm: Any = None,
+                 config: VLLMConfig | None = None, llm: Any = None,
                  sampling_params_cls: Callable[..., Any] | None = None, **engine_kwargs):
         check_vllm_actions(action_set)  # before any engine starts: a refused action fails fast
         sensitive = [a.name for a in action_set.actions if order_sensitive(a)]
@@ -279,10 +271,7 @@ class VLLMRollouts(Rollouts):
                      "backend: %s", ", ".join(sensitive))
         self.model_spec, self.action_set = model_spec, action_set
         self.stop_token_ids = _eos_ids(tokenizer)
-        config = config or VLLMConfig()
-        if dtype is not None:
-            config = VLLMConfig(**{**asdict(config), "dtype": dtype})
-        self.config = config
+        self.config = config = config or VLLMConfig()
         if llm is None or sampling_params_cls is None:
             vllm = _import_vllm()
             sampling_params_cls = sampling_params_cls or vllm.SamplingParams

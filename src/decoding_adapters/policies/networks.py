@@ -6,8 +6,7 @@
 - ``TokenPolicy`` (POMDP, Alg. "Token-Level Decoding Adapter"): x_t = [h_t ; phi(b_t)] with h_t the
   LM's last hidden state and phi a small encoding of the remaining token budget; a 3-layer SiLU MLP
   with dropout 0.1. Variants: w/o budget (x_t = h_t) and the entropy-only ablation, which observes
-  only the entropy of the base distribution (x_t = [H_t]; adapters saved before this was fixed also
-  saw phi(b_t) and keep doing so: ``entropy_sees_budget``).
+  only the entropy of the base distribution (x_t = [H_t]).
 - ``UniformChooser``: the token-level Mixed baseline, a uniform draw over the token action set at
   every token.
 
@@ -255,9 +254,6 @@ class TokenPolicyConfig:
     layers: int = 3
     dropout: float = 0.1
     temperature: float = 1.0
-    entropy_sees_budget: bool = False
-    """Legacy: entropy-only adapters saved before issue 13 also observed phi(b_t); True keeps such an
-    adapter's input (set by ``AdapterConfig.from_dict`` for old files, never for new ones)."""
     prior: tuple[float, ...] | None = None
     """A distribution over the actions added to the logits as ``log prior`` (the policy starts at
     it and learns deviations; see ``prior_distribution``); None: no prior."""
@@ -273,8 +269,8 @@ class TokenPolicyConfig:
 
     @property
     def sees_budget(self) -> bool:
-        """Whether x_t includes phi(b_t): w/ budget with hidden states (and legacy entropy adapters)."""
-        return self.use_budget and (self.features == "hidden" or self.entropy_sees_budget)
+        """Whether x_t includes phi(b_t): w/ budget with hidden states (never for entropy-only)."""
+        return self.use_budget and self.features == "hidden"
 
     @property
     def input_dim(self) -> int:
@@ -389,7 +385,7 @@ def default_policy_mode(kind: str) -> str:
       strategy per prompt" for a given parallel budget; validation during training takes the argmax.
 
     ``evaluate``, ``generate``, ``serve``, ``AdaptiveGenerator`` and ``Adapter`` all default to the
-    adapter's stored ``policy_mode`` (this default for files that predate it), so the number a report
+    adapter's stored ``policy_mode`` (this default when none is stored), so the number a report
     prints describes what a user gets by default."""
     if kind not in ("sequence", "token"):
         raise ValueError(f"adapter kind must be 'sequence' or 'token', got {kind!r}")
@@ -428,11 +424,11 @@ class AdapterConfig:
     training: dict = field(default_factory=dict)
     lm_dtype: str | None = None
     """dtype of the frozen LM's weights in training (e.g. ``bfloat16``): the policy's input features
-    were computed in it, so using the adapter with another dtype warns (once). None in files written
-    before it was recorded (then read from ``base_fingerprint`` when that has it)."""
+    were computed in it, so using the adapter with another dtype warns (once). None: the
+    ``base_fingerprint``'s dtype, when that has one."""
     policy_mode: str | None = None
     """'sample' or 'argmax': the mode it is evaluated and served with (None: the kind's default,
-    :func:`default_policy_mode`; files written before this field get that default)."""
+    :func:`default_policy_mode`)."""
     trained_on: dict | None = None
     """``tasks.problems_record`` (count, digest, content hashes) of the problems it was trained on."""
     selected_on: dict | None = None
@@ -468,23 +464,10 @@ class AdapterConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "AdapterConfig":
-        """Read ``adapter.json``, including files written before ``budgets`` was split into
-        ``parallel_budgets`` (sequence) and ``token_budget`` (token). Anything but an object with
-        exactly the known fields (the required ones present) is a ValueError."""
+        """Read ``adapter.json``. Anything but an object with exactly the known fields (the required
+        ones present) is a ValueError."""
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object of adapter fields, got {type(data).__name__}")
-        data = dict(data)
-        policy = dict(data.get("policy") or {})
-        if data.get("kind") == "token" and policy.get("features") == "entropy" and "entropy_sees_budget" not in policy:
-            # saved before the entropy-only ablation stopped observing phi(b_t): keep its input shape
-            policy["entropy_sees_budget"] = bool(policy.get("use_budget", True))
-            data["policy"] = policy
-        if "budgets" in data:
-            old = list(data.pop("budgets") or [])
-            if data.get("kind") == "token":
-                data.setdefault("token_budget", old[0] if old else None)
-            else:
-                data.setdefault("parallel_budgets", old)
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(data) - set(known))
         missing = [n for n, f in known.items() if n not in data and f.default is MISSING

@@ -110,16 +110,13 @@ def prompt_groups(task, problems: Sequence) -> dict:
     return grouping(problems) if callable(grouping) else {}
 
 
-RENAMED_FIELDS = {"budgets": "parallel_budgets"}
-"""Config fields renamed since a checkpoint may have been written: old name -> new name."""
-
-
 def config_from_dict(cls, data: dict):
-    """Rebuild a config dataclass from JSON (or a checkpoint), reading renamed fields under their
-    new names and ignoring fields a newer version dropped."""
-    names = {f.name for f in fields(cls)}
-    data = {RENAMED_FIELDS.get(k, k) if RENAMED_FIELDS.get(k) in names else k: v for k, v in data.items()}
-    return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in names})
+    """Rebuild a config dataclass from JSON (or a checkpoint); lists become tuples. A field ``cls``
+    does not have is a ValueError naming it."""
+    unknown = sorted(set(data) - {f.name for f in fields(cls)})
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no field(s) {unknown}")
+    return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()})
 
 
 RESUME_EXTENDS = frozenset({"steps"})
@@ -135,7 +132,11 @@ def check_resume(saved: dict, config, step: int, where: str | Path = "the checkp
     resume it, field by field. Raises a one-line ValueError naming every field that would alter
     the run (and ``steps`` below the ``step`` already done); returns descriptions of the allowed
     changes (``"steps 4 -> 8"``), for the caller to report."""
-    before = config_from_dict(type(config), saved)
+    try:
+        before = config_from_dict(type(config), saved)
+    except ValueError as err:
+        message = f"cannot resume {where}: its config does not fit this trainer ({err}); start a new run"
+        raise ValueError(message) from None
     refused, allowed = [], []
     for f in fields(config):
         old, new = getattr(before, f.name), getattr(config, f.name)

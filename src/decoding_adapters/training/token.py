@@ -75,8 +75,6 @@ __all__ = [
     "token_loss",
     "rollout_log_probs",
     "rollout_batch_from_result",
-    "UniformChooser",
-    "group_advantages",
 ]
 
 
@@ -175,8 +173,6 @@ class TokenTrainConfig:
     """Early stopping: a validation reward must beat the best by more than this to count as better."""
     cot_ratio: float = 0.0
     """Fraction of prompts given a chain-of-thought instruction (fixed per prompt)."""
-    bf16: bool = False
-    """bf16 autocast for the policy's loss on CUDA (the policy lives on CPU, so today it has no effect)."""
     seed: int = 0
     """Seed of the initial weights, the prompt batches and the rollouts."""
 
@@ -463,11 +459,7 @@ class TokenTrainer(TrainingLoop):
             mine.old_logp = rollout_log_probs(self.policy, mine)
         for _ in range(cfg.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
-            autocast = torch.autocast(
-                "cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and next(self.policy.parameters()).is_cuda
-            )
-            with autocast:
-                loss, stats = self.loss(mine, batch.num_decisions)
+            loss, stats = self.loss(mine, batch.num_decisions)
             (loss * self.world).backward()  # DDP averages gradients over the world; x world makes it a sum
             grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip)
             self.optimizer.step()
