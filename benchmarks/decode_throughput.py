@@ -1,4 +1,4 @@
-"""Decode throughput on the default model, side by side in one run (issue 14).
+"""Decode throughput on the default model, side by side in one run.
 
 For each batch size (default 32 and 128), every row generates exactly ``--new-tokens`` tokens (EOS
 suppressed), so all methods do the same LM work:

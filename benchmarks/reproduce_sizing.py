@@ -1,4 +1,4 @@
-"""The measurements behind ``reproduce``'s time plan (issue 16): greedy truncation on validation
+"""The measurements behind ``reproduce``'s time plan: greedy truncation on validation
 at several token budgets, and decode throughput of sampled rows, timed by CPU time of a fixed
 number of threads (wall clock is meaningless on a shared machine; scale by the cores you have).
 

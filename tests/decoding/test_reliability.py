@@ -1,5 +1,5 @@
-"""Issue 18 part 4: no result silently stale, overwritten or lost, and one-line errors (naming the
-file) instead of tracebacks on bad input. Each test failed on the code before the fix."""
+"""No result silently stale, overwritten or lost, and one-line errors (naming the file) instead of
+tracebacks on bad input."""
 
 from __future__ import annotations
 

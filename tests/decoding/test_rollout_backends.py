@@ -1,4 +1,4 @@
-"""Issue 13 point 5: the vllm backend's wiring: --gpu-memory-utilization reaches VLLMConfig, and every
+"""The vllm backend's wiring: --gpu-memory-utilization reaches VLLMConfig, and every
 action set is checked against vLLM's limits before any engine starts (make_rollouts, evaluate)."""
 
 import argparse

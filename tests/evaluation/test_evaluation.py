@@ -305,7 +305,7 @@ def test_cli_evaluate_end_to_end(tmp_path, tiny_lm, capsys, monkeypatch):
 
 
 def test_token_level_mixed_draws_an_action_at_every_token(tiny_lm):
-    """Issue 13: the token-level Mixed is a uniform draw over the token actions at every token (the
+    """The token-level Mixed is a uniform draw over the token actions at every token (the
     per-sequence mixture keeps one action per sample and has its own row)."""
     from decoding_adapters.evaluation import token_mixed_method
 
@@ -322,7 +322,7 @@ def test_token_level_mixed_draws_an_action_at_every_token(tiny_lm):
 
 
 def test_policy_mode_both_reports_sample_and_argmax_rows(tmp_path, tiny_lm):
-    """Issue 13: `evaluate --policy-mode both` gives one row per mode; a sampling sequence adapter draws
+    """`evaluate --policy-mode both` gives one row per mode; a sampling sequence adapter draws
     its action per seed (argmax: the same action in every seed)."""
     from decoding_adapters.cli.evaluate import load_adapter_methods
 
@@ -352,9 +352,9 @@ def test_policy_mode_both_reports_sample_and_argmax_rows(tmp_path, tiny_lm):
 
 
 def test_evaluate_refuses_to_score_an_adapter_on_its_training_problems(tmp_path, tiny_lm):
-    """Issue 13: an adapter that recorded its training problems is not scored on them unless
-    allow_train_overlap, and then the details and the report say so. Old adapter.json files (no
-    record) keep loading and are not refused."""
+    """An adapter that recorded its training problems is not scored on them unless
+    allow_train_overlap, and then the details and the report say so. An adapter.json without that
+    record loads and is not refused."""
     from decoding_adapters.evaluation import adapter_method
     from decoding_adapters.reporting.report import write_report
     from decoding_adapters.tasks import problems_record

@@ -90,7 +90,7 @@ def test_adapter_json_with_fields_it_does_not_know_is_refused(tmp_path, tiny_lm)
 
 
 def test_entropy_only_ablation_observes_only_the_entropy():
-    """Issue 13: the entropy-only ablation sees H_t alone; before, it also saw phi(b_t)."""
+    """The entropy-only ablation sees H_t alone, whatever use_budget says: phi(b_t) is not an input."""
     torch.manual_seed(0)
     policy = TokenPolicy(TokenPolicyConfig(hidden_size=8, num_actions=4, features="entropy", use_budget=True))
     assert policy.config.input_dim == 1

@@ -238,7 +238,7 @@ def test_token_verdict_compares_with_best_greedy_per_token_mixed_and_the_best_to
 
 
 def test_paper_style_binomial_interval_column(tmp_path):
-    """Issue 13: results.json carries the paper's ± (normal-approximation binomial over all (problem,
+    """results.json carries the paper's ± (normal-approximation binomial over all (problem,
     run) outcomes) and the report prints it; ±1.25 at 71.7% with ~5,000 outcomes as in the paper."""
     from decoding_adapters.evaluation import binomial_halfwidth
     from decoding_adapters.reporting.report import paper_interval_table

@@ -1,4 +1,4 @@
-"""Attempts to forge a code task's reward: each scores 0.0 (issue 18, part 1).
+"""Attempts to forge a code task's reward: each scores 0.0.
 
 The program under test is wrong (it returns a constant or prints nothing useful) and then tries
 to make the verdict say "passed" anyway: reading its own file or argv (where a pass sentinel used

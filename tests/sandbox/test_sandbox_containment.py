@@ -1,4 +1,4 @@
-"""The sandbox contains a whole run (issue 18, part 2): each attack of the issue, with small sizes.
+"""The sandbox contains a whole run: each known attack on it, with small sizes.
 
 Each test states the layer it needs (see :class:`~decoding_adapters.sandbox.runner.Layers`) and is
 skipped, with the reason, on a host where that layer is not available (no root, no cgroups, no

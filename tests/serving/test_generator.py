@@ -176,9 +176,9 @@ def test_generate_cli(adapters, capsys, cli_main):
 
 
 def test_evaluated_mode_is_the_served_default(adapters, tiny_lm, tmp_path):
-    """Issue 13: one policy_mode, stored in the adapter, is the default of evaluate, generate,
-    Adapter(...).generator(), Adapter and serve: token adapters sample (what evaluation measures), sequence
-    adapters take the argmax. Before, generate/serve/Adapter took the argmax for token adapters too."""
+    """One policy_mode, stored in the adapter, is the default of evaluate, generate, serve, Adapter
+    and its generator: token adapters sample (what evaluation measures), sequence adapters take the
+    argmax."""
     from decoding_adapters.evaluation import adapter_method
     from decoding_adapters.policies.networks import default_policy_mode, load_adapter
     from decoding_adapters.serving.adapter import Adapter

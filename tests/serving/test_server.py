@@ -266,8 +266,8 @@ def _raw_post(http_or_url, path: str, body: dict) -> bytes:
 
 
 def test_lone_surrogate_fails_only_its_own_request(http):
-    # Issue 18: a chat message holding "\ud800" raised TypeError in preparation, and that request
-    # and the 5 others batched with it got 500. Now: that request 400, its neighbours 200.
+    # A chat message holding "\ud800" (not encodable) fails in preparation: that request gets 400,
+    # and the 5 others batched with it still get 200.
     good = {"model": "tiny-token", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4, "seed": 1}
     bad = {**good, "messages": [{"role": "user", "content": "bad \ud800 text"}]}
     bodies = [good, good, bad, good, good, good]
@@ -309,8 +309,8 @@ def test_any_preparation_error_fails_only_its_own_request():
 
 
 def test_chunked_body_over_the_limit_is_refused_while_streaming(base_url):
-    # Issue 18: a chunked body without Content-Length was read whole before the 413 (256 MB pushed
-    # the server from 1.0 to 1.5 GB). Here the body never even ends: the answer must come anyway.
+    # A chunked body without Content-Length is refused with 413 as soon as it passes the limit, not
+    # read whole first. Here the body never even ends: the answer must come anyway.
     import socket
     from urllib.parse import urlparse
 

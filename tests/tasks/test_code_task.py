@@ -227,7 +227,7 @@ def test_normalise_output():
 
 
 def test_code_tasks_plan_content_disjoint_splits(tmp_path):
-    """Issue 13: one codecontests file is divided 80/10/10 by content hash (never reused whole as
+    """One codecontests file is divided 80/10/10 by content hash (never reused whole as
     every split); humaneval's default is {"test": the package's copy}."""
     from decoding_adapters.tasks import check_disjoint
 

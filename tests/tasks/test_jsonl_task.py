@@ -197,7 +197,7 @@ def test_cli_runs_the_jsonl_task_from_data_spec(user_dir, tiny_model_dir, capsys
         "--out",
         str(out),
     ]
-    # issue 13: the fixture's test file repeats a train question: evaluate refuses overlapping splits
+    # the fixture's test file repeats a train question: evaluate refuses overlapping splits
     assert cli.main(argv) != 0
     assert "splits overlap in 1 problem(s)" in capsys.readouterr().err
     (user_dir / "test.jsonl").write_text(json.dumps({"question": "Capital of Italy?", "answer": "Rome"}) + "\n")

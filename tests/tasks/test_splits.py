@@ -1,4 +1,4 @@
-"""Disjoint splits by content (issue 13, point 1): content hashes, data specs, hash-band splits,
+"""Disjoint splits by content: content hashes, data specs, hash-band splits,
 validation carved from train, and the overlap check that trainers and ``evaluate`` run."""
 
 from __future__ import annotations

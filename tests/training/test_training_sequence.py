@@ -177,7 +177,7 @@ def test_majority_vote_compares_extracted_answers():
 
 
 def test_selection_record_is_read_from_select_actions_output(tmp_path):
-    """Issue 13: a sequence adapter records the problems its action set was selected on, read from
+    """A sequence adapter records the problems its action set was selected on, read from
     the actions.json that select-actions writes (selection_data.selected_on); presets record none."""
     import json
 

@@ -210,9 +210,9 @@ def test_resume_after_a_kill_loses_at_most_one_checkpoint_interval(tmp_path, mon
 
 
 def test_rollout_and_loss_see_the_same_dropped_out_policy(tiny_lm, tiny_prompts):
-    """Issue 13: with dropout 0.1 the rollout's chooser and the loss's recomputation use identical
-    masks, so the log-prob of each chosen action recomputed by the loss (train mode, with gradients)
-    equals the one it was drawn from. Before, rollouts ran dropout-free and the loss drew fresh masks."""
+    """With dropout 0.1 the rollout's chooser and the loss's recomputation use identical masks, so
+    the log-prob of each chosen action recomputed by the loss (train mode, with gradients) equals the
+    one it was drawn from."""
     from decoding_adapters.decoding.actions import PRESETS
     from decoding_adapters.decoding.loop import decode
     from decoding_adapters.policies.networks import TokenPolicy, TokenPolicyConfig
@@ -273,7 +273,7 @@ class SplitTask(FakeTask):
 
 
 def test_trainer_start_checks_disjoint_splits_and_the_adapter_records_its_problems(tmp_path):
-    """Issue 13: a trainer refuses to start on overlapping splits, and the saved adapter records
+    """A trainer refuses to start on overlapping splits, and the saved adapter records
     (count, digest, content hashes) of what it was trained on."""
     from decoding_adapters.tasks import problems_record
 

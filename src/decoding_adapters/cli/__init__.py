@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "reproduce": (
         "decoding_adapters.cli.reproduce",
-        "issue 16's study: the demo at full size (whole pool, live rollouts, early stopping, 200 test problems)",
+        "the full study: the demo at full size (whole pool, live rollouts, early stopping, 200 test problems)",
     ),
     "select-actions": (
         "decoding_adapters.cli.select_actions",

@@ -10,7 +10,7 @@ active row:
 
 Without a chooser each row keeps one fixed action: the static-decoding baseline.
 
-Speed (issue 14). For Llama-architecture LMs the loop owns a preallocated ``RowKVCache`` (written
+Speed. For Llama-architecture LMs the loop owns a preallocated ``RowKVCache`` (written
 in place, shrunk by moving only the rows that finish) and runs a lean step without HF's per-call
 bookkeeping (``FrozenLM.step_with_row_cache``); other LMs use HF's forward and ``DynamicCache``.
 A step does only the work its actions need: all-greedy steps draw nothing; steps without top-k /

@@ -7,7 +7,7 @@ An adapter records its training task in ``adapter.json`` (``task``: ``"arithmeti
   and ``S`` is not ``ood``;
 - **OOD** otherwise: another task (``arithmetic -> pyfunc``) or the held-out families of its own
   task (``arithmetic -> arithmetic:ood``);
-- unknown when the adapter did not record a task (older adapters).
+- unknown when the adapter records no task (``task`` empty in ``adapter.json``).
 
 The label reads ``train task -> eval task[:split]`` (the split is shown unless it is ``test``).
 ``evaluate`` stores the labels in ``eval_details.json`` (``config.ood``) and the report prints them.

@@ -1,6 +1,6 @@
 """How much a token budget cuts off: mean generation length and the fraction of rows stopped by the
-budget instead of EOS, for greedy decoding on a split (issue 16: the token adapters must be trained
-and evaluated at a budget where greedy is not truncated, chosen on validation, never test).
+budget instead of EOS, for greedy decoding on a split (the token adapters are trained and evaluated
+at a budget where greedy is not truncated, chosen on validation, never test).
 
 Greedy decoding is deterministic and a row's first ``b`` tokens do not depend on the budget, so one
 decode at the largest candidate budget gives the statistics of every smaller budget: at budget

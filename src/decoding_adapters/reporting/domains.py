@@ -1,4 +1,4 @@
-"""Tables for mixed-domain training and out-of-distribution evaluation (issue 15), from several
+"""Tables for mixed-domain training and out-of-distribution evaluation, from several
 evaluations of the same adapters.
 
 Input everywhere: ``evaluations``, a mapping ``"task:split"`` -> ``(results, details)`` as

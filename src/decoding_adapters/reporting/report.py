@@ -226,7 +226,7 @@ def sequence_table(results: Mapping, details: Mapping | None = None) -> str:
 
 def _token_mixed(info) -> str | None:
     """The token table's Mixed: the per-token mixture (``per_token`` in eval_details), else a mixture
-    of the token level, else any Mixed (results written before issue 13 carry no ``per_token``)."""
+    of the token level, else any Mixed (for results that carry no ``per_token``)."""
     return (
         _first(info, role="mixed", level="token", per_token=True)
         or _first(info, role="mixed", level="token")
@@ -304,7 +304,7 @@ def all_methods_table(results: Mapping, details: Mapping | None = None) -> str:
 def paper_interval_table(results: Mapping) -> str:
     """Every method by pass@k as ``mean ± h`` with h the paper-style half-width (normal-approximation
     binomial over all (problem, run) outcomes, ``binomial_halfwidth`` in results.json); '' when the
-    results carry none (written before issue 13)."""
+    results carry none."""
     metrics = [m for m in _metrics(results) if m.startswith("pass@")]
     if not any("binomial_halfwidth" in (res.get(m) or {}) for res in results.values() for m in metrics):
         return ""

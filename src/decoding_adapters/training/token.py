@@ -21,7 +21,6 @@ How this departs from textbook REINFORCE (each choice follows the paper's stabil
   loss recomputes the log-prob of that action from the recorded observation under the identical
   masks (``TokenBatch.seed``/``step``), with gradients: the recomputed log-prob equals the one the
   action was sampled from, so the update is exactly on-policy (one optimiser step per batch).
-  (Before issue 13, rollouts ran with dropout off and the loss with fresh random masks.)
   Validation, evaluation and serving use the policy with dropout off (module eval mode).
 """
 
