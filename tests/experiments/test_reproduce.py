@@ -53,7 +53,7 @@ def test_smoke_runs_every_stage_and_resumes_after_a_kill(tiny_model_dir, tmp_pat
     assert demo.TOKEN_MIXED in results
     assert any(name.startswith("Best token action") for name in results)
     report = (out / "report" / "report.md").read_text()
-    for heading in ("Token budget and truncation", "Training curves", "Targets (issue 16)", "Cost"):
+    for heading in ("Token budget and truncation", "Training curves", "Targets", "Cost"):
         assert f"## {heading}" in report
     assert (out / "report" / "training_curves.png").is_file()
     published = {p.name for p in (tmp_path / "docs").iterdir()}

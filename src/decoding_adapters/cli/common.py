@@ -8,7 +8,7 @@ import argparse
 import logging
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from ..core.files import check_output_dir
@@ -16,7 +16,7 @@ from ..decoding.actions import ActionSet
 from ..decoding.backends import make_rollouts
 from ..decoding.rollouts import Rollouts
 from ..lm.models import ModelSpec, load_frozen_lm
-from ..tasks import get_task
+from ..tasks import available_tasks, get_task
 from .config_args import add_config_arguments, build_config
 
 __all__ = [
@@ -38,19 +38,19 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DTYPES = ("float32", "bfloat16", "float16")
-
 
 @dataclass(frozen=True)
 class TaskOptions:
     """task"""
 
-    task: str = "arithmetic"
-    """registered task name (arithmetic, math, gsm8k, humaneval, codecontests)"""
+    task: str = field(
+        default="arithmetic",
+        metadata={"help": f"task name, one of {', '.join(available_tasks())}; tasks joined with + are one balanced "
+                  "mix (arithmetic+pyfunc, weighted: arithmetic:2+pyfunc:1)"},
+    )
     data: str | None = None
-    """JSONL data for tasks that read files (math, gsm8k, codecontests, jsonl): 'train=a.jsonl,test=b.jsonl'
-    names a file per split (validation is carved from train by content hash); a single file is divided
-    80/10/10 into train/validation/test by content hash, never reused whole"""
+    """JSONL data of tasks that read files: 'train=a.jsonl,test=b.jsonl' names a file per split (validation
+    carved from train); one file is divided 80/10/10 into train/validation/test by content hash"""
     cot_ratio: float = 0.0
     """fraction of prompts that get a chain-of-thought instruction (paper: 0.3)"""
     system_prompt: str | None = None
@@ -103,7 +103,7 @@ class RunOptions:
 def add_model_arguments(p: argparse.ArgumentParser, **kwargs) -> None:
     """--model / --device / --dtype (the ``ModelSpec`` fields)."""
     add_config_arguments(
-        p, ModelSpec, title="frozen LM", flags={"name_or_path": ["--model"]}, choices={"dtype": DTYPES}, **kwargs
+        p, ModelSpec, title="frozen LM", flags={"name_or_path": ["--model"]}, **kwargs
     )
 
 

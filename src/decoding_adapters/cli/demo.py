@@ -22,7 +22,7 @@ class DemoOptions:
     out: str = "runs/demo"
     """output directory (re-run the same command to resume)"""
     size: Literal["default", "full", "tiny"] = "default"
-    """stage sizes: tiny (tests), default (~15 min on 2 cores), full (= `reproduce`, issue 16's study)"""
+    """stage sizes: tiny (tests), default (~15 min on 2 cores), full (= `reproduce`, the full study)"""
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""
     progress: bool = True

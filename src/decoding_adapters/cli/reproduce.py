@@ -85,7 +85,7 @@ class ReproduceOptions:
     out: str = "runs/reproduce"
     """output directory (re-run the same command to resume)"""
     size: Literal["full", "complete", "smoke"] = "full"
-    """stage sizes: full (issue 16's study cut to ~90 min on 2 cores), complete (uncut, ~18 h there), smoke (tests)"""
+    """stage sizes: full (the study cut to ~90 min on 2 cores), complete (uncut, ~18 h there), smoke (tests)"""
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""
     plan: bool = False

@@ -720,7 +720,7 @@ def run_demo(
         ("Token budget and truncation", truncation_section(
             budget_record["stats"], budget_record["chosen"], budget_record["max_truncated"]) if budget_record else ""),
         ("Training curves (every seed)", training_curve_section(out / "report", curves)),
-        ("Targets (issue 16)", "\n".join(target_lines(evaluation.results, evaluation.details))),
+        ("Targets", "\n".join(target_lines(evaluation.results, evaluation.details))),
         ("Cost", _cost_section(stages, out, cfg)),
     ]
     report_path = write_report(out / "report", evaluation.results, evaluation.details, logs, sections=sections)

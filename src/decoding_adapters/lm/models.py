@@ -54,30 +54,15 @@ class ModelSpec:
     """``smollm2`` (embedded default), a ``.gguf`` file, a local HF directory, or a hub id."""
     device: str = "cpu"
     """torch device; ``auto`` picks cuda when available."""
-    dtype: str = "auto"
-    """weights and KV-cache dtype: float32, bfloat16, float16, or auto (``resolve_dtype``: bfloat16
-    where the device computes it natively, float32 elsewhere). auto is the default because on the
-    development CPU bf16 decodes 1.4-1.6x faster than fp32 (batch 32 / 128, both with oneDNN
-    matmuls) with no loss of greedy accuracy on the default task (200 test problems, 24 tokens:
-    fp32 0.415, bf16 0.450; ``benchmarks/decode_throughput.py``)."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """weights and KV-cache dtype; auto: bfloat16 where the device computes it natively, float32
+    elsewhere. float32 matches an adapter trained in float32 (why auto: docs/cpu-kernels.md)."""
     attention: Literal["auto", "eager", "sdpa"] = "auto"
-    """HF attention implementation, which the lean decode step follows: eager (matmul, float32
-    softmax, matmul) or sdpa (``scaled_dot_product_attention``). auto: eager where the lean step
-    runs on CPU (Llama-architecture models), sdpa (HF's default) elsewhere. For one new token
-    against a short cache the lean step's eager attention costs less than the SDPA kernel (bf16,
-    batch 32, one thread: 0.14 vs 0.33 ms per layer; a whole step 58 vs 66 ms of CPU time), while
-    HF's own eager forward copies the cache to every query head (``repeat_kv``) and is slower than
-    its SDPA (``generate()`` bf16, batch 32: 213 vs 252 tok/s; ``benchmarks/decode_throughput.py``)."""
+    """HF attention implementation, followed by the lean decode step; auto: eager where the lean step
+    runs on CPU, sdpa elsewhere. Change it only to compare kernels (docs/cpu-kernels.md)."""
     linear_kernel: Literal["auto", "torch", "onednn"] = "auto"
-    """The matmul kernel of the LM's linear layers wherever this project runs the LM (the prefill,
-    the lean step, prompt embeddings; HF's ``generate()`` on the same weights is untouched). torch:
-    ``F.linear``, which sends float32 to MKL's sgemm and bf16 to oneDNN. onednn: oneDNN for float32
-    too (``torch.ops.mkldnn._linear_pointwise`` on the plain weights, no copy). It sums in another
-    order, so float32 logits move by rounding (~1e-4 absolute) and a greedy row can part from
-    ``generate()``'s at a near-tie (none did in 128 arithmetic problems x 128 tokens). auto: onednn
-    for float32 on CPU where the op exists, torch elsewhere. Why: on the development CPU (AMD EPYC,
-    2 threads) MKL's sgemm runs the LM's matmul chain at half oneDNN's rate (batch 32: 90 vs 45 ms
-    per step); bf16 and CUDA are unchanged. Pass torch for arithmetic bit-identical to HF's."""
+    """matmul kernel of the LM's linear layers in this project's decode; auto: onednn for float32 on CPU
+    (about 2x MKL's rate there), torch elsewhere. torch: float32 bit-identical to HF's (docs/cpu-kernels.md)."""
 
     def __post_init__(self) -> None:
         if self.dtype not in ("float32", "bfloat16", "float16", "auto"):

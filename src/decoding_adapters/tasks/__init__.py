@@ -2,13 +2,11 @@
 
 Importing this package registers the built-in tasks, so ``get_task(name, **options)`` works for
 every name in ``available_tasks()``: ``arithmetic`` (the embedded default), ``pyfunc`` (the embedded
-code task), ``math``, ``gsm8k``, ``mix`` (``arithmetic+pyfunc``: several tasks as one), and
-the code tasks when ``tasks/code.py`` is present.
+code task), ``math``, ``gsm8k``, ``humaneval``, ``codecontests``, ``jsonl`` (your own data and
+verifier) and ``mix`` (``arithmetic+pyfunc``: several tasks as one).
 """
 
-import importlib
-
-from . import arithmetic, math, mix, pyfunc  # noqa: F401  (importing registers the tasks)
+from . import arithmetic, code, jsonl, math, mix, pyfunc  # noqa: F401  (importing registers the tasks)
 from .arithmetic import ArithmeticConfig, ArithmeticTask
 from .base import (
     SPLITS,
@@ -35,21 +33,6 @@ from .base import (
 from .math import GSM8KTask, MathTask, score_gsm8k, score_math
 from .mix import MixTask
 from .pyfunc import PyFuncConfig, PyFuncTask
-
-
-def _import_optional(module: str) -> None:
-    """Import a built-in task module that may not exist in every checkout (it registers itself).
-    Only the module's own absence is tolerated; an error inside it still surfaces."""
-    name = f"{__name__}.{module}"
-    try:
-        importlib.import_module(name)
-    except ModuleNotFoundError as err:
-        if err.name != name:
-            raise
-
-
-_import_optional("code")
-_import_optional("jsonl")  # your own task: JSONL files + a module:function verifier
 
 __all__ = [
     "ArithmeticConfig",
