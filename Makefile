@@ -22,7 +22,7 @@ demo: setup
 	$(BIN)/decoding-adapters demo --out $(OUT)
 
 lint: setup
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check .
 
 test: setup lint
 	$(BIN)/python -m pytest -q

@@ -67,15 +67,19 @@ def main() -> None:
     # The allocator first: vocabulary-wide temporaries with glibc's defaults, then with freed memory kept
     # (a process-wide setting that cannot be undone, so everything after runs with it, as the CLI does).
     vocab_logits = torch.randn(128, 49152) * 3
-    out_alloc = {"base_stats_ms_b128_malloc_default": round(best_of(lambda: _base_stats(vocab_logits), args.steps) * 1e3, 2)}
+    def base_stats_ms() -> float:
+        return round(best_of(lambda: _base_stats(vocab_logits), args.steps) * 1e3, 2)
+
+    out_alloc = {"base_stats_ms_b128_malloc_default": base_stats_ms()}
     out_alloc["malloc_keeps_freed_memory"] = keep_freed_memory()
-    out_alloc["base_stats_ms_b128_malloc_kept"] = round(best_of(lambda: _base_stats(vocab_logits), args.steps) * 1e3, 2)
+    out_alloc["base_stats_ms_b128_malloc_kept"] = base_stats_ms()
     print(f"entropy/max-prob pass at batch 128: {out_alloc['base_stats_ms_b128_malloc_default']} ms with glibc's "
           f"defaults, {out_alloc['base_stats_ms_b128_malloc_kept']} ms with freed memory kept", flush=True)
     lm32 = load_frozen_lm(ModelSpec(dtype="float32"))
     lms = {"fp32": lm32, "bf16": FrozenLM(copy.deepcopy(lm32.model).to(torch.bfloat16), lm32.tokenizer, lm32.spec)}
     task = get_task("arithmetic")
-    out = {"threads": args.threads, "clock": args.clock, "attention": lm32.model.config._attn_implementation, **out_alloc}
+    attention = lm32.model.config._attn_implementation
+    out = {"threads": args.threads, "clock": args.clock, "attention": attention, **out_alloc}
     for batch in [int(b) for b in args.batches.split(",")]:
         prompts = lm32.encode_chat([task.prompt(p) for p in task.load("test")[:batch]])
         for name, lm in lms.items():
@@ -84,8 +88,11 @@ def main() -> None:
             tokens = logits.argmax(-1)
             times = {"hf_step": float("inf"), "lean_step": float("inf")}
             for _ in range(args.steps):  # interleaved, one step each
-                times["hf_step"] = min(times["hf_step"], best_of(lambda: dyn.step(tokens), 1))
-                times["lean_step"] = min(times["lean_step"], best_of(lambda: row.step(tokens), 1))
+                # best_of calls each function at once; the defaults bind this iteration's states
+                hf_step = best_of(lambda dyn=dyn, tokens=tokens: dyn.step(tokens), 1)
+                lean_step = best_of(lambda row=row, tokens=tokens: row.step(tokens), 1)
+                times["hf_step"] = min(times["hf_step"], hf_step)
+                times["lean_step"] = min(times["lean_step"], lean_step)
             for key, value in times.items():
                 out[f"{key}_ms_{name}_b{batch}"] = round(value * 1e3, 2)
                 out[f"{key}_tok_s_{name}_b{batch}"] = round(batch / value, 1)
@@ -97,7 +104,7 @@ def main() -> None:
         config = lm32.model.config
         a = torch.randn(batch, config.hidden_size).to(torch.bfloat16)
         b = torch.randn(config.hidden_size, config.intermediate_size).to(torch.bfloat16)
-        matmul = best_of(lambda: a @ b, 5 * args.steps)
+        matmul = best_of(lambda a=a, b=b: a @ b, 5 * args.steps)
         limit = 2 * batch * config.hidden_size * config.intermediate_size / matmul / flops_per_token(config)
         lean_bf16 = out[f"lean_step_tok_s_bf16_b{batch}"]
         out.update(
@@ -107,16 +114,19 @@ def main() -> None:
             }
         )
         print(
-            f"batch {batch}: bf16 matmul limit {limit:.0f} tok/s; the lean bf16 step alone runs at {lean_bf16:.0f} tok/s "
-            f"= {lean_bf16 / limit:.0%} of it",
+            f"batch {batch}: bf16 matmul limit {limit:.0f} tok/s; the lean bf16 step alone runs at "
+            f"{lean_bf16:.0f} tok/s = {lean_bf16 / limit:.0%} of it",
             flush=True,
         )
         logits = logits.float()
         generators = [torch.Generator().manual_seed(i) for i in range(batch)]
         seeds = torch.arange(batch)
-        old = best_of(lambda: old_sample(logits, generators), args.steps)
-        new = best_of(lambda: inverse_cdf_sample(_base_stats(logits)[3], counter_uniform(seeds, 0)), args.steps)
-        stats = best_of(lambda: _base_stats(logits), args.steps)
+        old = best_of(lambda logits=logits, gens=generators: old_sample(logits, gens), args.steps)
+        new = best_of(
+            lambda logits=logits, seeds=seeds: inverse_cdf_sample(_base_stats(logits)[3], counter_uniform(seeds, 0)),
+            args.steps,
+        )
+        stats = best_of(lambda logits=logits: _base_stats(logits), args.steps)
         out.update(
             {
                 f"sample_old_ms_b{batch}": round(old * 1e3, 2),

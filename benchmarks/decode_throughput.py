@@ -183,14 +183,17 @@ def main() -> None:
     policy = TokenPolicy(
         TokenPolicyConfig(hidden_size=config.hidden_size, num_actions=4, token_budget=args.new_tokens)
     ).eval()
-    summary: dict = {"new_tokens": args.new_tokens, "threads": args.threads, "flops_per_token": flops, "attention": attention}
+    summary: dict = {
+        "new_tokens": args.new_tokens, "threads": args.threads, "flops_per_token": flops, "attention": attention
+    }
     read_rate = read_bytes_per_s()
     summary["read_gb_s"] = round(read_rate / 1e9, 1)
 
     for batch in batches:
         prompts = lms["fp32"].encode_chat(prompt_mix(batch))
 
-        def hf(lm: FrozenLM, model=None) -> int:
+        # The runs below call these within this iteration; the defaults bind its prompts and batch.
+        def hf(lm: FrozenLM, model=None, prompts=prompts, batch=batch) -> int:
             ids, mask = lm.pad(prompts)
             with torch.inference_mode():
                 (lm.model if model is None else model).generate(
@@ -206,7 +209,7 @@ def main() -> None:
                 )
             return batch * args.new_tokens
 
-        def loop(lm: FrozenLM, chooser=None) -> int:
+        def loop(lm: FrozenLM, chooser=None, prompts=prompts) -> int:
             if chooser is None:
                 result = decode(
                     lm, prompts, temperature_one, row_actions=0, token_budget=args.new_tokens, stop_token_ids=[]

@@ -4,15 +4,16 @@ The workload: 32 arithmetic validation prompts x 2 samples, token budget 32, one
 (T=1.0), on the default model. All three backends stay up for the whole run and are timed in
 interleaved rounds (hf, hf-1t, ray-1, ray-2, hf, ...), so a change in machine load hits them alike.
 Per backend the best round (least disturbed by other processes) gives tokens/s and the ratio to
-hf; the median round is printed too, as the figure under the machine's actual load; and each backend's rows are checked to be identical
-to the HF rows (same seeds, same tokens). Start-up (Ray, actors loading the LM) and a warm-up
-decode are timed separately and excluded from throughput.
+hf; the median round is printed too, as the figure under the machine's actual load; and each
+backend's rows are checked to be identical to the HF rows (same seeds, same tokens). Start-up
+(Ray, actors loading the LM) and a warm-up decode are timed separately and excluded from throughput.
 
 CPU split on a machine with C cores: hf uses C torch threads, hf-1t the same process with 1 thread;
 ray-1 is one actor with C threads; ray-2 is two actors with C/2 threads each. (hf-1t separates the
 effect of Ray from the effect of thread count: on an oversubscribed machine a multi-threaded
-decode loses much more to contention than several single-threaded ones.) The local Ray cluster advertises 2C logical CPUs so
-that both Ray configurations can be alive at once (only one of them computes at a time).
+decode loses much more to contention than several single-threaded ones.) The local Ray cluster
+advertises 2C logical CPUs so that both Ray configurations can be alive at once (only one of them
+computes at a time).
 
     .venv/bin/python benchmarks/rollout_scaling.py                  # ~5 minutes on 2 cores
     .venv/bin/python benchmarks/rollout_scaling.py --rounds 3 --prompts 16
@@ -101,7 +102,7 @@ def main() -> None:
     for workers in (1, 2):
         name = f"ray-{workers}"
         backends[name], startup[name] = timed(
-            lambda: RayRollouts(
+            lambda workers=workers: RayRollouts(
                 spec, actions, workers=workers, batch_rows=args.batch_rows, cpus_per_worker=cores / workers
             )
         )
@@ -113,7 +114,7 @@ def main() -> None:
     reference = None
     for _ in range(args.rounds):
         for name, backend in backends.items():
-            result, took = timed(lambda: backend.run(request))
+            result, took = timed(lambda backend=backend: backend.run(request))
             seconds[name].append(took)
             tokens[name] = int(result.lengths.sum())
             reference = result if reference is None else reference
@@ -146,7 +147,8 @@ def main() -> None:
             "identical_to_hf": identical[name],
         }
         print(
-            f"{name:8} {startup[name]:9.1f} {best:7.2f} {median:9.2f} {rate:7.1f} {rate / hf_rate:6.2f}  {identical[name]}"
+            f"{name:8} {startup[name]:9.1f} {best:7.2f} {median:9.2f} {rate:7.1f} {rate / hf_rate:6.2f}  "
+            f"{identical[name]}"
         )
     print(
         json.dumps(

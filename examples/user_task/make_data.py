@@ -19,10 +19,11 @@ Oman:Muscat|Yemen:Sanaa|United Arab Emirates:Abu Dhabi|Kazakhstan:Astana|Uzbekis
 Armenia:Yerevan|Azerbaijan:Baku|United States:Washington,Washington D.C.|Canada:Ottawa|Mexico:Mexico City
 Cuba:Havana|Jamaica:Kingston|Guatemala:Guatemala City|Panama:Panama City|Costa Rica:San Jose,San José
 Colombia:Bogota,Bogotá|Venezuela:Caracas|Ecuador:Quito|Peru:Lima|Bolivia:Sucre,La Paz|Chile:Santiago
-Argentina:Buenos Aires|Uruguay:Montevideo|Paraguay:Asuncion,Asunción|Brazil:Brasilia,Brasília|Australia:Canberra
-New Zealand:Wellington|Fiji:Suva|Papua New Guinea:Port Moresby|Estonia:Tallinn|Latvia:Riga|Lithuania:Vilnius
-Belarus:Minsk|Slovakia:Bratislava|Slovenia:Ljubljana|Albania:Tirana|Cyprus:Nicosia|Malta:Valletta
-Luxembourg:Luxembourg|Monaco:Monaco|Haiti:Port-au-Prince|Honduras:Tegucigalpa|Nicaragua:Managua|El Salvador:San Salvador"""
+Argentina:Buenos Aires|Uruguay:Montevideo|Paraguay:Asuncion,Asunción|Brazil:Brasilia,Brasília
+Australia:Canberra|New Zealand:Wellington|Fiji:Suva|Papua New Guinea:Port Moresby|Estonia:Tallinn|Latvia:Riga
+Lithuania:Vilnius|Belarus:Minsk|Slovakia:Bratislava|Slovenia:Ljubljana|Albania:Tirana|Cyprus:Nicosia|Malta:Valletta
+Luxembourg:Luxembourg|Monaco:Monaco|Haiti:Port-au-Prince|Honduras:Tegucigalpa|Nicaragua:Managua
+El Salvador:San Salvador"""
 
 
 def main() -> None:
@@ -33,7 +34,8 @@ def main() -> None:
     here = Path(__file__).parent
     cut = len(rows) * 3 // 4
     for name, part in (("train", rows[:cut]), ("test", rows[cut:])):
-        (here / f"{name}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part), encoding="utf-8")
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part)
+        (here / f"{name}.jsonl").write_text(text, encoding="utf-8")
     print(f"{cut} train and {len(rows) - cut} test problems")
 
 

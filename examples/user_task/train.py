@@ -16,9 +16,9 @@ What it does:
    evaluation table added to the adapter's model card (``README.md`` in the adapter folder);
 4. uses the trained adapter inside ``transformers``' own ``model.generate``.
 
-The same from the command line (once ``--verifier`` is wired into the CLI):
+The same from the command line (from this folder, so that ``check:score`` imports):
 
-    decoding-adapters train-token --task jsonl --data train=examples/user_task/train.jsonl,test=examples/user_task/test.jsonl \
+    decoding-adapters train-token --task jsonl --data train=train.jsonl,test=test.jsonl \
         --verifier check:score --token-budget 12 --steps 8 --out runs/capitals/adapter
 """
 
@@ -56,7 +56,9 @@ def run(argv: list[str] | None = None) -> Path:
     p.add_argument("--prompts-per-step", type=int, default=4)
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--val-problems", type=int, default=8)
-    p.add_argument("--filter-samples", type=int, default=2, help="probe rollouts per training prompt (0: keep every prompt)")
+    p.add_argument(
+        "--filter-samples", type=int, default=2, help="probe rollouts per training prompt (0: keep every prompt)"
+    )
     p.add_argument("--max-train-prompts", type=int, default=40)
     p.add_argument("--eval-k", default="1,4")
     p.add_argument("--eval-seeds", type=int, default=1)
@@ -68,13 +70,15 @@ def run(argv: list[str] | None = None) -> Path:
     common = ["--task", "capitals", "--model", args.model, "--token-budget", str(args.token_budget)]
     code = cli.main(["train-token", *common, "--out", str(adapter_dir), "--steps", str(args.steps),
                      "--prompts-per-step", str(args.prompts_per_step), "--group-size", str(args.group_size),
-                     "--val-problems", str(args.val_problems), "--val-every", str(max(args.steps, 1)), "--filter-samples", str(args.filter_samples),
+                     "--val-problems", str(args.val_problems), "--val-every", str(max(args.steps, 1)),
+                     "--filter-samples", str(args.filter_samples),
                      *([] if args.max_train_prompts is None else ["--max-train-prompts", str(args.max_train_prompts)])])
     if code:
         raise SystemExit(code)
     limit = [] if args.max_problems is None else ["--max-problems", str(args.max_problems)]
-    code = cli.main(["evaluate", *common, *limit, "--adapter", f"Token adapter={adapter_dir}", "--baselines", "greedy,mixed",
-                     "--actions", "math-token", "--k", args.eval_k, "--seeds", str(args.eval_seeds), "--no-progress", "--out", str(eval_dir)])
+    code = cli.main(["evaluate", *common, *limit, "--adapter", f"Token adapter={adapter_dir}",
+                     "--baselines", "greedy,mixed", "--actions", "math-token", "--k", args.eval_k,
+                     "--seeds", str(args.eval_seeds), "--no-progress", "--out", str(eval_dir)])
     if code:
         raise SystemExit(code)
 
