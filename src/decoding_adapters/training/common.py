@@ -1,5 +1,5 @@
 """Pieces both REINFORCE trainers share: the resumable training loop (checkpoints and the JSONL
-log come from ``io``), seeding, prompt batches and the validation split."""
+log come from ``core.files``), seeding, prompt batches and the validation split."""
 
 from __future__ import annotations
 
