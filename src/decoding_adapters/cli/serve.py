@@ -1,4 +1,4 @@
-"""``serve``: an OpenAI-compatible HTTP server that decodes with an adapter (``server``).
+"""``serve``: an OpenAI-compatible HTTP server that decodes with an adapter (``serving.server``).
 
 The limits are the ``ServerLimits`` fields; uvicorn is imported when the server starts.
 """

@@ -1,7 +1,7 @@
 """``make_rollouts``: the rollout engine named on the command line (hf, ray or vllm).
 
-It sits above ``rollouts`` (the interface and the in-process engine), ``distributed`` (Ray actors)
-and ``vllm_backend``, so that none of those imports another; Ray and vLLM themselves are imported
+It sits above ``rollouts`` (the interface and the in-process engine), ``ray_rollouts`` (Ray actors)
+and ``vllm_rollouts``, so that none of those imports another; Ray and vLLM themselves are imported
 only when their engine is built.
 
 With the vllm backend every action set is checked against vLLM's limits (``check_vllm_actions``)

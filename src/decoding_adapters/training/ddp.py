@@ -20,7 +20,7 @@ Every worker runs the ordinary ``TokenTrainer`` loop with two substitutions:
 Identical start: ``TokenTrainer`` seeds its policy's initial weights from ``config.seed`` on every
 worker, and DDP broadcasts rank 0's weights anyway. Dropout masks differ from a single-process
 run (each worker draws masks for its own rows); with ``dropout=0`` one DDP step equals one
-single-process step within float tolerance (``tests/test_distributed.py``).
+single-process step within float tolerance (``tests/decoding/test_distributed.py``).
 
 Rank 0 writes ``train_log.jsonl``, ``checkpoint.pt`` and the adapter into ``out_dir``; the
 other ranks only read the checkpoint on ``resume``, so ``out_dir`` must be on a file system all
