@@ -1,11 +1,12 @@
-"""training.reinforce: the REINFORCE loss's value and gradient, and the two baselines."""
+"""training.reinforce: the REINFORCE loss's value and gradient, its clipped (PPO) form, and the two
+baselines."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from decoding_adapters.training.reinforce import ema_update, group_advantages, reinforce_loss
+from decoding_adapters.training.reinforce import clipped_loss, ema_update, group_advantages, reinforce_loss
 
 
 def test_loss_gradient_is_the_score_function_estimate():
@@ -42,6 +43,45 @@ def test_normalizer_divides_the_sum_so_shares_add_up():
     assert torch.allclose(first + rest, whole, atol=1e-6)
     empty, _ = reinforce_loss(logp[:0], actions[:0], advantages[:0], 0.01, normalizer=0)  # no decisions: 0, not NaN
     assert empty.item() == 0.0
+
+
+def _grad(loss_fn, logits):
+    logits = logits.detach().clone().requires_grad_(True)
+    loss_fn(torch.log_softmax(logits, -1)).backward()
+    return logits.grad
+
+
+def test_clipped_loss_on_its_first_epoch_has_reinforces_gradient():
+    torch.manual_seed(2)
+    logits, actions, advantages = torch.randn(6, 3), torch.randint(0, 3, (6,)), torch.randn(6)
+    old = torch.log_softmax(logits, -1).gather(-1, actions[:, None]).squeeze(-1)  # drawn from this very policy
+    plain = _grad(lambda logp: reinforce_loss(logp, actions, advantages, 0.01)[0], logits)
+    as_ppo = _grad(lambda logp: clipped_loss(logp, actions, advantages, old_logp=old, entropy_coef=0.01)[0], logits)
+    no_old = _grad(lambda logp: clipped_loss(logp, actions, advantages, entropy_coef=0.01)[0], logits)
+    assert torch.allclose(as_ppo, plain, atol=1e-6) and torch.allclose(no_old, plain, atol=1e-6)
+
+
+def test_clipping_stops_the_push_past_the_trust_region():
+    logits = torch.tensor([[2.0, 0.0]])
+    taken = torch.log_softmax(logits, -1)[0, 0]
+    far = taken - 1.0  # the action was much less likely when drawn: ratio e > 1.2
+    grad = _grad(lambda logp: clipped_loss(logp, torch.tensor([0]), torch.tensor([1.0]), old_logp=far.reshape(1))[0],
+                 logits)
+    assert torch.equal(grad, torch.zeros_like(grad))  # positive advantage, ratio above 1 + clip: no gradient
+    against = _grad(lambda logp: clipped_loss(logp, torch.tensor([0]), torch.tensor([-1.0]),
+                                              old_logp=far.reshape(1))[0], logits)
+    assert against.abs().sum() > 0  # a negative advantage is never clipped away from the ratio's side
+
+
+def test_kl_term_is_the_divergence_to_the_prior():
+    prior = torch.log(torch.tensor([0.5, 0.25, 0.25]))
+    logp = torch.log(torch.tensor([[0.5, 0.25, 0.25], [0.8, 0.1, 0.1]]))
+    loss, stats = clipped_loss(logp, torch.tensor([0, 0]), torch.zeros(2), kl_coef=0.5, prior_logp=prior)
+    expected = (logp.exp() * (logp - prior)).sum(-1)
+    assert torch.allclose(stats["kl"], expected) and stats["kl"][0].abs() < 1e-7 and stats["kl"][1] > 0
+    assert loss.item() == pytest.approx(0.5 * expected.mean().item())
+    _, off = clipped_loss(logp, torch.tensor([0, 0]), torch.zeros(2), kl_coef=0.0, prior_logp=prior)
+    assert torch.equal(off["kl"], torch.zeros(2))
 
 
 def test_group_advantages_centre_each_prompts_rollouts():
