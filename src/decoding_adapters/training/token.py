@@ -96,12 +96,8 @@ class TokenTrainConfig:
     group_size: int = 8
     """G: rollouts per prompt (group baseline)."""
     lr: float = 1e-3
-    """Adam learning rate. Measured on the planted benchmark (``benchmarks/planted.py``, 3 seeds,
-    prior at the best static action, 60 steps of 8 x 8 rollouts): 3e-4 learns nothing that beats the
-    start by one standard error (recovered 0.0 / 0.0 / 0.0 with 1 epoch, 0.0 / 0.01 / 0.32 with 4),
-    1e-3 with 4 PPO epochs recovers 0.86 / 0.85 / 0.93, 3e-3 with 4 epochs 0.70 / 0.77 / 0.90. A
-    higher rate on small batches random-walks when the signal is weak (DESIGN section 4); the prior,
-    the step-0 validation and keep-best bound what such a walk can cost."""
+    """Adam learning rate; higher rates random-walk on small batches when the signal is weak (the
+    measurements behind the default: docs/token-defaults.md)."""
     lr_decay: float = 0.99
     """Exponential learning-rate decay per step."""
     grad_clip: float = 1.0
@@ -132,10 +128,8 @@ class TokenTrainConfig:
     kl_coef: float = 0.0
     """Weight of KL(pi || prior) per decision step (needs ``prior_action``)."""
     ppo_epochs: int = 4
-    """Optimiser steps per rollout batch: epoch 1 is exactly REINFORCE (ratio 1: the loss recomputes
-    the rollout's dropout masks), later epochs use PPO's clipped ratio. 4: on the planted benchmark
-    at lr 1e-3, 1 epoch recovers 0.0 / 0.0 / 0.07 of the oracle margin in 60 steps, 4 epochs
-    0.86 / 0.85 / 0.93; the extra epochs reuse recorded features, so they cost no decoding."""
+    """Optimiser steps per rollout batch: epoch 1 is exactly REINFORCE, later epochs use PPO's clipped
+    ratio on the recorded features (no decoding); measurements: docs/token-defaults.md."""
     clip: float = 0.2
     """PPO clip range eps: the ratio pi / pi_rollout is clipped to [1 - eps, 1 + eps]."""
     filter_samples: int = 4
