@@ -13,7 +13,8 @@ Three parts, each cached under ``--out`` (re-running the same command continues 
    bucketed by entropy, max-prob, position and remaining budget (t intervals over problems).
 3. **Greedy's failures** (``greedy_plain.json``, ``greedy_cot.json``): greedy at
    ``--fail-budgets`` without and with the CoT instruction (one decode at the largest budget,
-   cut), each wrong row classified (``evaluation.headroom.classify_failure``).
+   cut), each wrong row classified (``evaluation.headroom.classify_failure``; a loop is a row cut
+   by the budget whose last tokens repeat with a period, numbers aside).
 
 Prints progress, writes ``summary.json`` and ends with one JSON line of the headline figures.
 
@@ -38,9 +39,16 @@ from decoding_adapters.core.stats import mean_ci
 from decoding_adapters.decoding.actions import GREEDY, PRESETS, ActionSet
 from decoding_adapters.decoding.loop import StepFeatures, decode, row_seed
 from decoding_adapters.decoding.rollouts import encode_problems
-from decoding_adapters.evaluation.headroom import FAILURE_CLASSES, bucket_summary, classify_failure, oracle_table
+from decoding_adapters.evaluation.headroom import (
+    FAILURE_CLASSES,
+    bucket_summary,
+    classify_failure,
+    oracle_table,
+    repetition_period,
+)
 from decoding_adapters.selection.coverage import build_pool, evaluate_pool
 from decoding_adapters.tasks import get_task
+from decoding_adapters.tasks.base import problems_digest
 
 SIZES = {
     "tiny": dict(problems=4, pool_subsample=2, samples=2, ks="1", dev_steps=1, dev_draws=1, fail_budgets="8,16",
@@ -69,6 +77,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--task", default="arithmetic")
     p.add_argument("--split", default="validation")
     p.add_argument("--problems", type=int, help="first N problems of the split")
+    p.add_argument("--seq-problems", type=int, help="problems of the sequence part (default: --problems)")
     p.add_argument("--pool-subsample", type=int, help="evenly spread actions of the 180-config pool (+ greedy)")
     p.add_argument("--samples", type=int, help="samples per (problem, action)")
     p.add_argument("--ks", help="comma-separated k of pass@k")
@@ -80,11 +89,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--fail-budgets", help="comma-separated budgets of the greedy-failure part")
     p.add_argument("--parts", default="failures,deviation,sequence", help="parts to run, in this order")
     p.add_argument("--batch-rows", type=int, default=128, help="rows decoded together")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: torch's); 1 is far faster on a CPU shared with other jobs")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     for key, value in SIZES[args.size].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    args.seq_problems = args.seq_problems or args.problems
     args.ks = [int(k) for k in str(args.ks).split(",")]
     args.fail_budgets = sorted({int(b) for b in str(args.fail_budgets).split(",")})
     args.parts = [s.strip() for s in args.parts.split(",") if s.strip()]
@@ -92,18 +104,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 PART_KEYS = {
-    "failures": ("fail_budgets",),
-    "deviation": ("dev_budget", "dev_steps", "dev_draws", "mask_threshold"),
-    "sequence": ("pool_subsample", "samples", "seq_budget"),
+    "failures": ("problems", "fail_budgets"),
+    "deviation": ("problems", "dev_budget", "dev_steps", "dev_draws", "mask_threshold"),
+    # The outcome table is kept per (problem, action, sample): more problems or actions extend it.
+    "sequence": ("samples", "seq_budget"),
 }
 
 
 def config_of(args, part: str | None = None) -> dict:
     """The settings a part's cache depends on (all settings when ``part`` is None)."""
-    keep = ("task", "split", "problems", "seed") + (
-        PART_KEYS[part] if part else tuple(k for keys in PART_KEYS.values() for k in keys)
-    )
-    return {k: getattr(args, k) for k in keep} | {"model": args.model or "default"}
+    keys = PART_KEYS[part] if part else tuple(dict.fromkeys(k for ks in PART_KEYS.values() for k in ks))
+    extra = () if part else ("seq_problems", "pool_subsample")
+    return {k: getattr(args, k) for k in ("task", "split", "seed", *keys, *extra)} | {"model": args.model or "default"}
 
 
 def check_config(out: Path, part: str, config: dict) -> None:
@@ -165,8 +177,18 @@ def cut_row(row: dict, budget: int) -> tuple[list[int], bool]:
 # ------------------------------------------------------------------ part 3: greedy's failures
 
 
+def numbers_aside(lm, tokens: list[int], cache: dict[int, int]) -> list[int]:
+    """``tokens`` with every all-digit token replaced by -1, so that a loop that counts ("24 + 1 = 25.
+    25 + 1 = 26. ...") repeats exactly."""
+    for t in tokens:
+        if t not in cache:
+            cache[t] = -1 if lm.tokenizer.decode([t]).strip().isdigit() else t
+    return [cache[t] for t in tokens]
+
+
 def failures_part(lm, task, problems, args, out: Path) -> dict:
     by_id = {p.id: p for p in problems}
+    digit_cache: dict[int, int] = {}
     result = {}
     for cot in (False, True):
         name = "cot" if cot else "plain"
@@ -176,23 +198,31 @@ def failures_part(lm, task, problems, args, out: Path) -> dict:
         examples = []
         for b in args.fail_budgets:
             counts = dict.fromkeys(FAILURE_CLASSES, 0)
-            right = cut = 0
+            right = cut = exact_loops = looping = looping_failures = 0
             for pid, row in data["rows"].items():
                 problem = by_id[pid]
                 tokens, ended = cut_row(row, b)
+                masked = numbers_aside(lm, tokens, digit_cache)
                 cut += not ended
+                exact_loops += not ended and repetition_period(tokens) is not None
+                loops = not ended and repetition_period(masked) is not None  # whatever else the row did
+                looping += loops
                 text = lm.tokenizer.decode(tokens, skip_special_tokens=True)
                 if task.reward(problem, text) >= 0.5:
                     right += 1
                     continue
-                cls = classify_failure(tokens, ended, text, lambda t, p=problem: task.reward(p, t) >= 0.5)
+                looping_failures += loops
+                cls = classify_failure(masked, ended, text, lambda t, p=problem: task.reward(p, t) >= 0.5)
                 counts[cls] += 1
                 if b == max(args.fail_budgets) and len(examples) < 12:
                     examples.append(dict(problem=pid, answer=problem.answer, cls=cls, text=text))
             n = len(data["rows"])
-            per_budget[str(b)] = dict(accuracy=right / n, failures=n - right, cut_fraction=cut / n, classes=counts)
+            per_budget[str(b)] = dict(accuracy=right / n, failures=n - right, cut_fraction=cut / n, classes=counts,
+                                      looping_rows=looping, looping_failures=looping_failures,
+                                      exact_looping_rows=exact_loops)
             log(f"  {name} @ {b}: greedy {100 * right / n:.1f}%, {n - right} failures {counts}, "
-                f"{100 * cut / n:.0f}% of rows cut")
+                f"{100 * cut / n:.0f}% of rows cut, {looping} rows loop ({exact_loops} exactly, "
+                f"{looping_failures} of the {looping} wrong)")
         result[name] = dict(budgets=per_budget, examples=examples, tok_per_s=data["tokens"] / data["seconds"])
     return result
 
@@ -323,6 +353,11 @@ def summarise_deviations(records, actions, sampling) -> dict:
 
 def sequence_part(lm, task, problems, args, out: Path) -> dict:
     pool = build_pool("pool", subsample=args.pool_subsample, add_greedy=True)
+    split = task.load(args.split)
+    problems = split[: args.seq_problems]
+    data = {"split": args.split, "count": len(split), "digest": problems_digest(split)}  # any prefix resumes
+    names = ", ".join(a.name for a in pool)
+    log(f"  {len(problems)} problems x {len(pool)} actions ({names}) x {args.samples} samples")
     t0 = time.perf_counter()
 
     def on_chunk(done, total):
@@ -330,7 +365,7 @@ def sequence_part(lm, task, problems, args, out: Path) -> dict:
 
     table = evaluate_pool(lm, task, problems, pool, samples=args.samples, token_budget=args.seq_budget,
                           seed=args.seed, table_path=out / "pool.jsonl", batch_rows=args.batch_rows, progress=False,
-                          on_chunk=on_chunk)
+                          on_chunk=on_chunk, data=data)
     names = [a.name for a in pool]
     rewards = np.array([[[o.reward for o in table.outcomes(p.id, n)] for n in names] for p in problems])
     rows = oracle_table(rewards, names, [k for k in args.ks if k <= args.samples])
@@ -345,8 +380,84 @@ def sequence_part(lm, task, problems, args, out: Path) -> dict:
         )
         log(f"  pass@{r.k}: best static {r.best_action} {100 * r.best_static:.1f}%, oracle "
             f"{100 * r.oracle:.1f}% (+{100 * r.headroom:.1f}); cross-fit {crossfit}")
-    return dict(actions=names, pass1_per_action=per_action, oracle=[r.to_dict() for r in rows],
+    return dict(actions=names, problems=len(problems), pass1_per_action=per_action, oracle=[r.to_dict() for r in rows],
                 oracle_greedy_vs_best_sampled=[r.to_dict() for r in pair])
+
+
+# ------------------------------------------------------------------ report
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def _ci(b: dict) -> str:
+    if b["low"] is None:
+        return f"{b['mean']:+.3f}"
+    return f"{b['mean']:+.3f} [{b['low']:+.3f}, {b['high']:+.3f}]"
+
+
+def render_markdown(summary: dict) -> str:
+    """The tables of ``summary.json`` as Markdown (``report.md`` next to it)."""
+    lines = []
+    seq = summary.get("sequence")
+    if seq:
+        lines += ["## Sequence level", "", f"Actions: {', '.join(seq['actions'])}; {seq['problems']} problems.",
+                  "", "| k | best static action | best static pass@k | oracle pass@k | head-room | cross-fitted best "
+                  "static | cross-fitted oracle | cross-fitted head-room |",
+                  "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for r in seq["oracle"]:
+            lines.append(f"| {r['k']} | {r['best_action']} | {_pct(r['best_static'])} | {_pct(r['oracle'])} | "
+                         f"{_pct(r['headroom'])} | {_pct(r['crossfit_best_static'])} | {_pct(r['crossfit_oracle'])} | "
+                         f"{_pct(r['crossfit_headroom'])} |")
+        lines += ["", "Oracle over greedy and the best sampled action only:", "",
+                  "| k | best static | oracle | head-room | cross-fitted head-room |",
+                  "| ---: | ---: | ---: | ---: | ---: |"]
+        for r in seq["oracle_greedy_vs_best_sampled"]:
+            lines.append(f"| {r['k']} | {_pct(r['best_static'])} ({r['best_action']}) | {_pct(r['oracle'])} | "
+                         f"{_pct(r['headroom'])} | {_pct(r['crossfit_headroom'])} |")
+        per_action = "; ".join(f"{n} {_pct(v)}" for n, v in seq["pass1_per_action"].items())
+        lines += ["", f"pass@1 per action: {per_action}", ""]
+    dev = summary.get("deviation")
+    if dev and "buckets" in dev:
+        lines += ["## Token level: one-step deviations from greedy", "",
+                  f"{dev['draws']} deviation draws at {dev['steps']} steps of {dev['problems']} greedy trajectories; "
+                  f"{_pct(dev['changed'])}% of draws changed the token. Mean reward change (95% t interval over "
+                  "problems):", ""]
+        for action, per_feature in dev["buckets"].items():
+            lines += [f"### {action}", "", "| feature | bucket | draws | problems | token changed | mean change |",
+                      "| --- | --- | ---: | ---: | ---: | --- |"]
+            for feature, rows in per_feature.items():
+                for b in rows:
+                    lines.append(f"| {feature} | {b['bucket']} | {b['deviations']} | {b['problems']} | "
+                                 f"{_pct(b['changed'])}% | {_ci(b)} |")
+            lines.append("")
+        sig = [b for b in dev["positive_buckets"] if b["significant"]]
+        lines += [f"Buckets with a positive mean change: {len(dev['positive_buckets'])}; with the whole interval above "
+                  f"0: {len(sig)}.", ""]
+        fixed, wrong = dev["greedy_failures_fixed_by_some_deviation"]
+        lines += [f"Greedy failures that some single deviation fixes: {fixed} of {wrong}. Steps where some action's "
+                  f"mean change is positive: {_pct(dev['steps_with_a_helping_action'])}%.", ""]
+        for g in ("greedy_right", "greedy_wrong"):
+            if f"mean_delta_{g}" in dev:
+                d = dev[f"mean_delta_{g}"]
+                where = g.replace("_", " is ")
+                lines.append(f"- mean change on problems where {where}: {_ci(d)} ({d['draws']} draws)")
+        lines.append("")
+    fail = summary.get("failures")
+    if fail:
+        lines += ["## Greedy's failures", "", "| prompt | budget | greedy % | rows cut % | failures | right then "
+                  "overwritten | loop | cut by budget | wrong computation | rows looping (exact) |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for name, part in fail.items():
+            for budget, f in part["budgets"].items():
+                c = f["classes"]
+                lines.append(f"| {name} | {budget} | {_pct(f['accuracy'])} | {_pct(f['cut_fraction'])} | "
+                             f"{f['failures']} | {c['right_then_overwritten']} | {c['repetition_loop']} | "
+                             f"{c['cut_by_budget']} | {c['wrong_computation']} | "
+                             f"{f['looping_rows']} ({f['exact_looping_rows']}) |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------ main
@@ -381,6 +492,8 @@ def run(args, lm=None, task=None) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if lm is None:
         from decoding_adapters.lm.models import ModelSpec, load_frozen_lm
 
@@ -400,6 +513,7 @@ def run(args, lm=None, task=None) -> dict:
         log(f"part {name} done in {summary[f'{name}_seconds']:.0f}s")
     summary["seconds"] = time.perf_counter() - t0
     atomic_write(out / "summary.json", summary)
+    (out / "report.md").write_text(render_markdown(summary))
     line = headline(summary)
     print(json.dumps(line), flush=True)
     return summary

@@ -203,7 +203,8 @@ def answer_prefixes(text: str) -> list[str]:
 def classify_failure(
     tokens: Sequence[int], ended_at_eos: bool, text: str, is_right: Callable[[str], bool]
 ) -> str:
-    """Why a wrong greedy row (its ``tokens`` and decoded ``text`` cut at the budget) failed:
+    """Why a wrong greedy row (its ``tokens`` and decoded ``text`` cut at the budget) failed. The
+    tokens only serve the loop test: pass them with numbers masked to count loops that count.
 
     - ``right_then_overwritten``: a prefix ending at a number scores right (``is_right``), the whole text does not;
     - ``repetition_loop``: cut by the budget while repeating itself (:func:`repetition_period`);
