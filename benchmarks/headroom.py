@@ -483,7 +483,7 @@ def headline(summary: dict) -> dict:
         for name, part in fail.items():
             for b, fig in part["budgets"].items():
                 line[f"greedy_{name}_{b}"] = round(100 * fig["accuracy"], 2)
-                line[f"loops_{name}_{b}"] = fig["classes"]["repetition_loop"]
+                line[f"loops_{name}_{b}"] = fig["looping_rows"]
     line["seconds"] = round(summary.get("seconds", 0.0), 1)
     return line
 
