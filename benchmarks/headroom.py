@@ -46,7 +46,7 @@ from decoding_adapters.evaluation.headroom import (
     oracle_table,
     repetition_period,
 )
-from decoding_adapters.selection.coverage import build_pool, evaluate_pool
+from decoding_adapters.selection.coverage import OutcomeTable, build_pool, evaluate_pool
 from decoding_adapters.tasks import get_task
 from decoding_adapters.tasks.base import problems_digest
 
@@ -77,7 +77,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--task", default="arithmetic")
     p.add_argument("--split", default="validation")
     p.add_argument("--problems", type=int, help="first N problems of the split")
-    p.add_argument("--seq-problems", type=int, help="problems of the sequence part (default: --problems)")
+    p.add_argument("--seq-problems", type=int,
+                   help="problems of the sequence part to decode (default: --problems; 0: only summarise the tables)")
+    p.add_argument("--seq-offset", type=int, default=0,
+                   help="decode the sequence part from this problem of the split on (another process may do the rest)")
     p.add_argument("--pool-subsample", type=int, help="evenly spread actions of the 180-config pool (+ greedy)")
     p.add_argument("--samples", type=int, help="samples per (problem, action)")
     p.add_argument("--ks", help="comma-separated k of pass@k")
@@ -96,7 +99,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     for key, value in SIZES[args.size].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    args.seq_problems = args.seq_problems or args.problems
+    args.seq_problems = args.problems if args.seq_problems is None else args.seq_problems
     args.ks = [int(k) for k in str(args.ks).split(",")]
     args.fail_budgets = sorted({int(b) for b in str(args.fail_budgets).split(",")})
     args.parts = [s.strip() for s in args.parts.split(",") if s.strip()]
@@ -114,7 +117,7 @@ PART_KEYS = {
 def config_of(args, part: str | None = None) -> dict:
     """The settings a part's cache depends on (all settings when ``part`` is None)."""
     keys = PART_KEYS[part] if part else tuple(dict.fromkeys(k for ks in PART_KEYS.values() for k in ks))
-    extra = () if part else ("seq_problems", "pool_subsample")
+    extra = () if part else ("seq_problems", "seq_offset", "pool_subsample")
     return {k: getattr(args, k) for k in ("task", "split", "seed", *keys, *extra)} | {"model": args.model or "default"}
 
 
@@ -338,6 +341,13 @@ def summarise_deviations(records, actions, sampling) -> dict:
     fixed = {r["problem"] for r in records if r["greedy_reward"] < 0.5 and r["reward"] >= 0.5}
     wrong = {r["problem"] for r in records if r["greedy_reward"] < 0.5}
     out["greedy_failures_fixed_by_some_deviation"] = [len(fixed), len(wrong)]
+    # Control: a draw that keeps greedy's token re-decodes greedy from a re-prefilled prefix, whose
+    # rounding differs from the incremental decode; its change is the test's noise floor.
+    for group, changed in (("unchanged", False), ("changed", True)):
+        deltas = [r["delta"] for r in records if bool(r["changed"]) == changed]
+        if deltas:
+            out[f"draws_{group}"] = dict(draws=len(deltas), mean=sum(deltas) / len(deltas),
+                                         up=sum(d > 0 for d in deltas), down=sum(d < 0 for d in deltas))
     # Not observable by a policy, but it says where the change comes from.
     for group, greedy_right in (("greedy_right", True), ("greedy_wrong", False)):
         subset = [r["delta"] for r in records if (r["greedy_reward"] >= 0.5) == greedy_right]
@@ -352,22 +362,39 @@ def summarise_deviations(records, actions, sampling) -> dict:
 
 
 def sequence_part(lm, task, problems, args, out: Path) -> dict:
+    """Decode ``--seq-problems`` problems from ``--seq-offset`` on into an outcome table of their own
+    (``pool.jsonl``, or ``pool_from<offset>.jsonl``, so that two processes can share the work), then
+    summarise every problem of the split that some table in ``--out`` holds completely."""
     pool = build_pool("pool", subsample=args.pool_subsample, add_greedy=True)
+    names = [a.name for a in pool]
     split = task.load(args.split)
-    problems = split[: args.seq_problems]
-    data = {"split": args.split, "count": len(split), "digest": problems_digest(split)}  # any prefix resumes
-    names = ", ".join(a.name for a in pool)
-    log(f"  {len(problems)} problems x {len(pool)} actions ({names}) x {args.samples} samples")
+    todo = split[args.seq_offset : args.seq_offset + args.seq_problems]
+    data = {"split": args.split, "count": len(split), "digest": problems_digest(split)}  # any part of the split
+    log(f"  {len(todo)} problems from #{args.seq_offset} x {len(pool)} actions ({', '.join(names)}) x "
+        f"{args.samples} samples")
     t0 = time.perf_counter()
 
     def on_chunk(done, total):
         log(f"  pool: chunk {done}/{total} ({time.perf_counter() - t0:.0f}s)")
 
-    table = evaluate_pool(lm, task, problems, pool, samples=args.samples, token_budget=args.seq_budget,
-                          seed=args.seed, table_path=out / "pool.jsonl", batch_rows=args.batch_rows, progress=False,
-                          on_chunk=on_chunk, data=data)
-    names = [a.name for a in pool]
-    rewards = np.array([[[o.reward for o in table.outcomes(p.id, n)] for n in names] for p in problems])
+    if todo:
+        path = out / ("pool.jsonl" if args.seq_offset == 0 else f"pool_from{args.seq_offset}.jsonl")
+        evaluate_pool(lm, task, todo, pool, samples=args.samples, token_budget=args.seq_budget, seed=args.seed,
+                      table_path=path, batch_rows=args.batch_rows, progress=False, on_chunk=on_chunk, data=data)
+    tables = [OutcomeTable.load(p) for p in sorted(out.glob("pool*.jsonl"))]
+
+    def cell(pid: str, name: str) -> list[float] | None:
+        for t in tables:
+            got = t.outcomes(pid, name)
+            if len(got) >= args.samples:
+                return [o.reward for o in got[: args.samples]]
+        return None
+
+    problems = [p for p in split if all(cell(p.id, n) is not None for n in names)]
+    if not problems:
+        raise SystemExit("no problem has every action's samples yet")
+    log(f"  summarising {len(problems)} problems held completely")
+    rewards = np.array([[cell(p.id, n) for n in names] for p in problems])
     rows = oracle_table(rewards, names, [k for k in args.ks if k <= args.samples])
     per_action = {n: float(rewards[:, j].mean()) for j, n in enumerate(names)}
     greedy = names.index(GREEDY.name)
@@ -380,7 +407,8 @@ def sequence_part(lm, task, problems, args, out: Path) -> dict:
         )
         log(f"  pass@{r.k}: best static {r.best_action} {100 * r.best_static:.1f}%, oracle "
             f"{100 * r.oracle:.1f}% (+{100 * r.headroom:.1f}); cross-fit {crossfit}")
-    return dict(actions=names, problems=len(problems), pass1_per_action=per_action, oracle=[r.to_dict() for r in rows],
+    return dict(actions=names, problems=len(problems), problem_ids=[p.id for p in problems],
+                pass1_per_action=per_action, oracle=[r.to_dict() for r in rows],
                 oracle_greedy_vs_best_sampled=[r.to_dict() for r in pair])
 
 
@@ -435,6 +463,12 @@ def render_markdown(summary: dict) -> str:
         sig = [b for b in dev["positive_buckets"] if b["significant"]]
         lines += [f"Buckets with a positive mean change: {len(dev['positive_buckets'])}; with the whole interval above "
                   f"0: {len(sig)}.", ""]
+        for g in ("unchanged", "changed"):
+            if f"draws_{g}" in dev:
+                d = dev[f"draws_{g}"]
+                lines.append(f"- draws whose token is {g}: {d['draws']}, mean change {d['mean']:+.3f} "
+                             f"({d['up']} up, {d['down']} down)")
+        lines.append("")
         fixed, wrong = dev["greedy_failures_fixed_by_some_deviation"]
         lines += [f"Greedy failures that some single deviation fixes: {fixed} of {wrong}. Steps where some action's "
                   f"mean change is positive: {_pct(dev['steps_with_a_helping_action'])}%.", ""]
