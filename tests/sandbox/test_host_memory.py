@@ -147,3 +147,19 @@ def test_a_memory_kill_of_a_child_is_reported_as_memory(layers):
     )
     result = run(hog, memory_mb=96)
     assert result.status == "memory", (result.status, result.returncode, result.stderr[-300:])
+
+
+def test_posix_timers_are_capped():
+    # Each timer holds a signal-queue entry: kernel memory no control group counts (~96,000 per
+    # uid by default). RLIMIT_SIGPENDING caps them.
+    code = (
+        "import ctypes\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "timer, made = ctypes.c_void_p(), 0\n"
+        "while made < 20000 and libc.timer_create(1, None, ctypes.byref(timer)) == 0:\n"
+        "    made += 1\n"
+        "print(made)\n"
+    )
+    result = run(code)
+    assert result.ok, result.stderr
+    assert 0 < int(result.stdout) <= 1024

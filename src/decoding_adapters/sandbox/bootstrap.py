@@ -46,6 +46,11 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 1, 38, 22, 2
 SIGKILL = 9
+SIGPENDING = 1024
+"""Queued signals per uid, which also caps POSIX timers (each holds one queue entry): kernel
+memory outside the run's control group, ~96,000 timers (~30 MiB) per uid by default."""
+MSGQUEUE_BYTES = 64 * 1024
+"""Bytes of POSIX message queues per uid (default 800 KiB, also kernel memory)."""
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41}
 
 try:
@@ -305,6 +310,8 @@ def program(s):
                               (resource.RLIMIT_FSIZE, s.fsize_bytes, s.fsize_bytes),
                               (resource.RLIMIT_NPROC, s.nproc, s.nproc),
                               (resource.RLIMIT_NOFILE, s.nofile, s.nofile),
+                              (resource.RLIMIT_SIGPENDING, SIGPENDING, SIGPENDING),
+                              (resource.RLIMIT_MSGQUEUE, MSGQUEUE_BYTES, MSGQUEUE_BYTES),
                               (resource.RLIMIT_CORE, 0, 0)]:
         resource.setrlimit(which, (soft, hard))
     if s.uid >= 0:

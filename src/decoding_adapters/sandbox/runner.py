@@ -34,7 +34,8 @@ which were active; a missing one is logged once as a warning):
   bring up a loopback and park memory in socket buffers outside every limit;
 - **resource limits** per process: CPU seconds (a backstop for the wall-clock timeout), address
   space (``memory_mb``), size of any file written, processes, open files
-  (``max_open_files``), no core dumps;
+  (``max_open_files``), queued signals (which bound POSIX timers) and message-queue bytes (both
+  kernel memory outside the control group), no core dumps;
 - **a minimal environment** built from scratch (PATH, LANG, PYTHONHASHSEED=0,
   PYTHONDONTWRITEBYTECODE, HOME/TMPDIR, one-thread BLAS): nothing of the caller's environment
   (tokens, keys) is inherited;
