@@ -57,7 +57,7 @@ from .common import (
     seed_everything,
     step_generator,
 )
-from .reinforce import ema_update, group_advantages, reinforce_loss
+from .reinforce import clipped_loss, ema_update, group_advantages, reinforce_loss
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,11 @@ class SequenceTrainConfig:
     prompt's G (the prompt's difficulty drops out, as in the token trainer)."""
     lr: float = 1e-3
     """Adam learning rate."""
+    ppo_epochs: int = 1
+    """Optimiser steps per batch of bandit rounds: the first is REINFORCE, later ones use PPO's
+    clipped ratio against the policy the actions were drawn from."""
+    clip: float = 0.2
+    """PPO clip range eps."""
     entropy_coef: float = 0.01
     """beta: weight of the policy-entropy bonus."""
     ema_decay: float = 0.9
@@ -144,8 +149,8 @@ class SequenceTrainConfig:
             raise ValueError(f"metric must be one of {METRICS + ('mix',)}, got {self.metric!r}")
         if self.prompts_per_step < 1 or self.steps < 0 or self.val_every < 1 or self.checkpoint_every < 1:
             raise ValueError("prompts_per_step, val_every and checkpoint_every must be >= 1 and steps >= 0")
-        if self.group_size < 1:
-            raise ValueError(f"group_size must be >= 1, got {self.group_size}")
+        if self.group_size < 1 or self.ppo_epochs < 1 or not 0 < self.clip < 1:
+            raise ValueError("group_size and ppo_epochs must be >= 1 and clip in (0, 1)")
         if not 0 < self.prior_mass < 1 or self.min_improvement_se < 0:
             raise ValueError("prior_mass must be in (0, 1) and min_improvement_se >= 0")
         if self.replay and self.metric in ("majority", "mix"):
@@ -174,11 +179,17 @@ def inference_reward(rewards: Sequence[float], answers: Sequence[str] | None, me
     raise ValueError(f"unknown metric {metric!r}")
 
 
-def sequence_loss(policy: SequencePolicy, embeddings, budgets, actions, advantages, entropy_coef: float):
+def sequence_loss(policy: SequencePolicy, embeddings, budgets, actions, advantages, entropy_coef: float,
+                  old_logp: torch.Tensor | None = None, clip: float = 0.2):
     """(loss, probabilities ``[N, K]``, entropy ``[N]``): ``reinforce_loss`` averaged over the
-    prompts of a batch."""
+    rows of a batch; with ``old_logp [N]`` (the log-prob each action was drawn with) PPO's clipped
+    ratio instead (``reinforce.clipped_loss``)."""
     logp = policy.log_probs(embeddings, budgets)
-    loss, entropy = reinforce_loss(logp, actions, advantages, entropy_coef)
+    if old_logp is None:
+        loss, entropy = reinforce_loss(logp, actions, advantages, entropy_coef)
+    else:
+        loss, stats = clipped_loss(logp, actions, advantages, old_logp=old_logp, clip=clip, entropy_coef=entropy_coef)
+        entropy = stats["entropy"]
     return loss, logp.exp().detach(), entropy.detach()
 
 
@@ -397,11 +408,18 @@ class SequenceTrainer(TrainingLoop):
         # reward, advantage
         rewards = self._rewards(problems, prompts, actions, budgets, metrics, g)
         advantages = group_advantages(rewards, g) if g > 1 else self._advantages(rewards, budgets, metrics)
-        # loss, step
-        self.optimizer.zero_grad(set_to_none=True)
-        loss, probs, entropy = sequence_loss(self.policy, emb, budget_t, actions, advantages, cfg.entropy_coef)
-        loss.backward()
-        self.optimizer.step()
+        # loss, step (ppo_epochs > 1: the same rows again, PPO-clipped against the drawing policy)
+        old_logp = probs.repeat_interleave(g, 0).gather(1, actions.unsqueeze(1)).squeeze(1).log()
+        for epoch in range(cfg.ppo_epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss, step_probs, step_entropy = sequence_loss(
+                self.policy, emb, budget_t, actions, advantages, cfg.entropy_coef,
+                old_logp=old_logp if cfg.ppo_epochs > 1 else None, clip=cfg.clip,
+            )
+            if epoch == 0:
+                probs, entropy = step_probs, step_entropy  # logged: the policy the rows were drawn from
+            loss.backward()
+            self.optimizer.step()
         record = {
             "reward": float(rewards.mean()),
             "entropy": float(entropy.mean()),
