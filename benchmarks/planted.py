@@ -21,7 +21,7 @@ fork from plain, so only the hidden state does. Expected rewards (F ~ forks per 
 best static T = 0.5 about 0.48, greedy 0.43, the oracle (T = 1 at forks, greedy elsewhere) about
 0.92: the optimum beats every static action by more than 40 points.
 
-Sequence level (four actions). A problem's prompt embedding carries its cluster c in 0..3 (+3 on
+Sequence level (four actions). A problem's prompt embedding carries its cluster c in 0..3 (+6 on
 coordinate c of a standard normal vector). Action 0 (say greedy) succeeds with probability 0.55
 everywhere; action a in 1..3 with 0.85 on cluster a - 1 and 0.25 elsewhere. Best static: action 0
 (0.55); oracle (action c + 1 on clusters 0..2, action 0 on cluster 3): 0.775.
@@ -31,10 +31,14 @@ share of the oracle's margin the trained adapter captures, computed *exactly* (e
 under the adapter's served mode, no sampling noise) on ``EVAL_PROBLEMS`` held-out problems (the
 test split, which training and validation never see). ``--blind`` zeroes every observation the
 policies see (hidden vectors, embeddings): a trainer that ignores the observation, whose
-recovered share must stay near or below 0.
+recovered share must stay near or below 0. ``--null`` (token level) makes a fork a plain step:
+greedy is then optimal everywhere, nothing can be learned, and ``token_recovered`` is the trained
+adapter's expected reward minus greedy's (a trainer that cannot end worse than it started keeps
+it near 0; one that random-walks loses points).
 
     PYTHONPATH=src .venv/bin/python benchmarks/planted.py              # 3 seeds, both levels
     PYTHONPATH=src .venv/bin/python benchmarks/planted.py --blind      # the control that must fail
+    PYTHONPATH=src .venv/bin/python benchmarks/planted.py --null       # no signal: does it stay put?
 
 Ends with one JSON line: ``token_recovered`` and ``sequence_recovered`` (one fraction per seed).
 """
@@ -76,6 +80,12 @@ SURVIVAL = torch.tensor(
      [1.0, 0.99, 0.96, 0.9],  # plain: greedy best
      [1.0, 1.0, 1.0, 1.0]]  # trivial: masked, nothing matters
 )  # [kind, action]
+NULL_SURVIVAL = SURVIVAL.clone()
+NULL_SURVIVAL[FORK] = SURVIVAL[PLAIN]  # --null: a fork is a plain step, the hidden state tells nothing useful
+
+
+def survival(null: bool) -> torch.Tensor:
+    return NULL_SURVIVAL if null else SURVIVAL
 
 SEQ_ACTIONS = ActionSet([DecodingAction(do_sample=False), DecodingAction(temperature=0.7),
                          DecodingAction(temperature=1.0), DecodingAction(temperature=1.2)])
@@ -112,7 +122,7 @@ def planted(seed: int) -> PlantedProblem:
         hidden[:, 0] = torch.where(kinds == FORK, 2.0, -2.0) + 0.5 * torch.randn(STEPS, generator=g)
         cluster = int(torch.randint(CLUSTERS, (1,), generator=g))
         embedding = torch.randn(HIDDEN, generator=g)
-        embedding[cluster] += 3.0
+        embedding[cluster] += 6.0  # clear of the other 15 coordinates: the observation determines the cluster
         _CACHE[seed] = PlantedProblem(kinds, hidden, cluster, embedding)
     return _CACHE[seed]
 
@@ -176,8 +186,8 @@ class PlantedRollouts(Rollouts):
 
     action_set = TOKEN_ACTIONS
 
-    def __init__(self, blind: bool = False):
-        self.blind = blind
+    def __init__(self, blind: bool = False, null: bool = False):
+        self.blind, self.null = blind, null
 
     def run(self, request, chooser=None, *, record_features=False, progress=False):
         n = request.num_rows
@@ -199,7 +209,7 @@ class PlantedRollouts(Rollouts):
                     hidden[:, t], entropy[:, t], max_prob[:, t], t, torch.full((n,), STEPS - t), torch.arange(n),
                     u[:, t], seeds,
                 ))
-        survive = SURVIVAL[kinds, actions].prod(1)
+        survive = survival(self.null)[kinds, actions].prod(1)
         win = u[:, STEPS] < survive
         return DecodeResult(
             prompt_of_row=torch.tensor(request.prompt_of_row), tokens=torch.zeros(n, STEPS, dtype=torch.long),
@@ -232,12 +242,13 @@ class PlantedSequenceRewards:
 # ---- exact scores on held-out problems ------------------------------------------------------------
 
 
-def token_values(policy: TokenPolicy | None, problems: list[Problem], blind: bool = False) -> dict[str, float]:
+def token_values(policy: TokenPolicy | None, problems: list[Problem], blind: bool = False,
+                 null: bool = False) -> dict[str, float]:
     """Expected reward on ``problems``: each static action, the oracle, and (with ``policy``) the
     policy sampled per token and its argmax."""
     infos = [planted(int(p.question)) for p in problems]
     kinds = torch.stack([i.kinds for i in infos])  # [P, STEPS]
-    table = SURVIVAL[kinds]  # [P, STEPS, K]
+    table = survival(null)[kinds]  # [P, STEPS, K]
     out = {f"static:{a}": float(table[..., a].prod(1).mean()) for a in range(len(TOKEN_ACTIONS))}
     out["oracle"] = float(table.max(-1).values.prod(1).mean())
     if policy is not None:
@@ -270,8 +281,11 @@ def sequence_values(policy=None, problems: list[Problem] = (), blind: bool = Fal
 
 
 def recovered(values: dict[str, float], trained: float) -> float:
+    """The share of the oracle's margin over the best static action captured; with no margin (the
+    null world), the gain over the best static action itself."""
     best_static = max(v for k, v in values.items() if k.startswith("static:"))
-    return (trained - best_static) / (values["oracle"] - best_static)
+    margin = values["oracle"] - best_static
+    return (trained - best_static) / margin if margin > 1e-9 else trained - best_static
 
 
 def best_static_action(values: dict[str, float]) -> int:
@@ -286,18 +300,20 @@ TOKEN_DEFAULTS = dict(token_budget=STEPS, actions="math-token", val_problems=128
 SEQUENCE_DEFAULTS = dict(token_budget=STEPS, actions="planted", parallel_budgets=(1,), metric="pass", val_problems=128)
 
 
-def run_token(seed: int, out_dir: Path, blind: bool = False, prior: bool = True, **overrides) -> dict:
+def run_token(seed: int, out_dir: Path, blind: bool = False, prior: bool = True, null: bool = False,
+              **overrides) -> dict:
     """Train a token adapter on the planted task (``prior``: starting at the best static action,
     chosen on the validation split as a caller would) and score it on the test split."""
     task = PlantedTask()
     if prior:
-        overrides = {"prior_action": best_static_action(token_values(None, task.load("validation"))), **overrides}
+        values = token_values(None, task.load("validation"), null=null)
+        overrides = {"prior_action": best_static_action(values), **overrides}
     config = TokenTrainConfig(**{**TOKEN_DEFAULTS, "seed": seed, **overrides})
-    trainer = TokenTrainer(config, PlantedLM(blind), task, PlantedRollouts(blind), out_dir, progress=False)
+    trainer = TokenTrainer(config, PlantedLM(blind), task, PlantedRollouts(blind, null), out_dir, progress=False)
     started = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - started
-    values = token_values(trainer.policy, task.load("test"), blind)
+    values = token_values(trainer.policy, task.load("test"), blind, null)
     mode = getattr(trainer, "policy_mode", "sample")
     return {"seed": seed, "recovered": recovered(values, values[mode]), "mode": mode, "values": values,
             "recovered_sample": recovered(values, values["sample"]),
@@ -323,6 +339,8 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--blind", action="store_true", help="zero every observation (the control that must fail)")
+    parser.add_argument("--null", action="store_true",
+                        help="token level: forks are plain steps (greedy is optimal); recovered = gain over it")
     parser.add_argument("--no-prior", action="store_true", help="start from a random policy, not the best static")
     parser.add_argument("--token", default="{}", help="JSON overrides of TokenTrainConfig")
     parser.add_argument("--sequence", default="{}", help="JSON overrides of SequenceTrainConfig")
@@ -332,7 +350,7 @@ def main(argv=None) -> dict:
     results = {"token": [], "sequence": []}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
-            r = run_token(seed, Path(tmp) / f"token{seed}", args.blind, not args.no_prior, **token_over)
+            r = run_token(seed, Path(tmp) / f"token{seed}", args.blind, not args.no_prior, args.null, **token_over)
             results["token"].append(r)
             print(f"token    seed {seed}: recovered {r['recovered']:+.3f} (mode {r['mode']}; sample "
                   f"{r['recovered_sample']:+.3f}, argmax {r['recovered_argmax']:+.3f}) "
@@ -347,6 +365,7 @@ def main(argv=None) -> dict:
         "benchmark": "planted",
         "blind": args.blind,
         "prior": not args.no_prior,
+        "null": args.null,
         "token_recovered": [round(r["recovered"], 4) for r in results["token"]],
         "sequence_recovered": [round(r["recovered"], 4) for r in results["sequence"]],
         "token_overrides": token_over,

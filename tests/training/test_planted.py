@@ -1,6 +1,6 @@
 """The planted benchmark (``benchmarks/planted.py``) as a test: the real trainers, fed a synthetic
 LM and task whose optimal policy is known, recover at least 80% of the oracle's margin over the
-best static action on every seed at the token level, and a trainer that cannot see the observation
+best static action on every seed at both levels, and a trainer that cannot see the observation
 (features zeroed) does not."""
 
 import importlib.util
@@ -38,5 +38,11 @@ def test_token_trainer_recovers_the_planted_optimum(tmp_path, seed):
     assert planted.run_token(seed, tmp_path)["recovered"] >= 0.8
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sequence_trainer_recovers_the_planted_optimum(tmp_path, seed):
+    assert planted.run_sequence(seed, tmp_path)["recovered"] >= 0.8
+
+
 def test_a_trainer_blind_to_the_observation_fails_the_benchmark(tmp_path):
     assert planted.run_token(0, tmp_path / "token", blind=True)["recovered"] < 0.8
+    assert planted.run_sequence(0, tmp_path / "sequence", blind=True)["recovered"] < 0.8

@@ -98,11 +98,14 @@ class SequenceTrainConfig:
     """G: actions drawn per prompt and budget in a step. 1: one action, advantage against a moving
     average per budget; G > 1: G independent draws, each advantage its reward minus the mean of the
     prompt's G (the prompt's difficulty drops out, as in the token trainer)."""
-    lr: float = 1e-3
-    """Adam learning rate."""
-    ppo_epochs: int = 1
+    lr: float = 3e-3
+    """Adam learning rate. Measured on the planted benchmark (``benchmarks/planted.py``, 3 seeds,
+    60 steps of 16 prompts, prior at the best static action): lr 1e-3 with 1 epoch and prior mass
+    0.8 recovers 0.0 / 0.0 / 0.0 of the oracle margin (nothing beats the start by one standard
+    error); lr 3e-3, 4 epochs, prior mass 0.5: 0.97 / 0.98 / 0.95."""
+    ppo_epochs: int = 4
     """Optimiser steps per batch of bandit rounds: the first is REINFORCE, later ones use PPO's
-    clipped ratio against the policy the actions were drawn from."""
+    clipped ratio against the policy the actions were drawn from (see ``lr`` for the measurement)."""
     clip: float = 0.2
     """PPO clip range eps."""
     entropy_coef: float = 0.01
@@ -117,8 +120,9 @@ class SequenceTrainConfig:
     """Index of the best static action (chosen on validation by the caller, e.g. the set's Best):
     the policy starts at a prior with ``prior_mass`` on it (a fixed logit bias; the last layer
     starts at zero) and learns per-prompt deviations. None: no prior, the usual random start."""
-    prior_mass: float = 0.8
-    """Probability the prior puts on ``prior_action`` (the rest spread evenly over the others)."""
+    prior_mass: float = 0.5
+    """Probability the prior puts on ``prior_action`` (the rest spread evenly over the others). 0.5:
+    a bandit round tries one action per prompt, so the others need real probability to be tried."""
     pooling: Literal["mean", "last"] = "mean"
     """Prompt-embedding pooling over the prompt's hidden states."""
     max_train_prompts: int | None = 256
