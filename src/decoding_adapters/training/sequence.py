@@ -99,10 +99,8 @@ class SequenceTrainConfig:
     average per budget; G > 1: G independent draws, each advantage its reward minus the mean of the
     prompt's G (the prompt's difficulty drops out, as in the token trainer)."""
     lr: float = 3e-3
-    """Adam learning rate. Measured on the planted benchmark (``benchmarks/planted.py``, 3 seeds,
-    60 steps of 16 prompts, prior at the best static action): lr 1e-3 with 1 epoch and prior mass
-    0.8 recovers 0.0 / 0.0 / 0.0 of the oracle margin (nothing beats the start by one standard
-    error); lr 3e-3, 4 epochs, prior mass 0.5: 0.97 / 0.98 / 0.95."""
+    """Adam learning rate (with ``ppo_epochs`` and ``prior_mass``, chosen on the planted benchmark:
+    docs/token-defaults.md)."""
     ppo_epochs: int = 4
     """Optimiser steps per batch of bandit rounds: the first is REINFORCE, later ones use PPO's
     clipped ratio against the policy the actions were drawn from (see ``lr`` for the measurement)."""

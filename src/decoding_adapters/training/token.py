@@ -124,12 +124,11 @@ class TokenTrainConfig:
     at a prior with ``prior_mass`` on it (the log-prior is a fixed logit bias and the last layer
     starts at zero) and learns deviations from it. None: no prior, the usual random start."""
     prior_mass: float = 0.8
-    """Probability the prior puts on ``prior_action`` (the rest spread evenly over the others)."""
+    """Probability the prior puts on ``prior_action`` (the rest spread evenly over the others);
+    measurements: docs/token-defaults.md."""
     kl_coef: float = 0.0
-    """Weight of KL(pi || prior) per decision step (needs ``prior_action``). Off by default: on the
-    planted benchmark 0.01 lowers the recovered share to 0.63 / 0.79 / 0.75 (0.86 / 0.85 / 0.93
-    without): the optimum lies far from the prior at the states that matter, and keep-best already
-    guards the start."""
+    """Weight of KL(pi || prior) per decision step (needs ``prior_action``); off by default, since it
+    held the planted benchmark's policy back from the optimum (docs/token-defaults.md)."""
     ppo_epochs: int = 4
     """Optimiser steps per rollout batch: epoch 1 is exactly REINFORCE, later epochs use PPO's clipped
     ratio on the recorded features (no decoding); measurements: docs/token-defaults.md."""
