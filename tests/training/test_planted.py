@@ -46,3 +46,8 @@ def test_sequence_trainer_recovers_the_planted_optimum(tmp_path, seed):
 def test_a_trainer_blind_to_the_observation_fails_the_benchmark(tmp_path):
     assert planted.run_token(0, tmp_path / "token", blind=True)["recovered"] < 0.8
     assert planted.run_sequence(0, tmp_path / "sequence", blind=True)["recovered"] < 0.8
+
+
+def test_with_nothing_to_learn_the_token_trainer_ends_where_it_started(tmp_path):
+    """The null world: greedy is optimal everywhere; the adapter kept must be no worse than it."""
+    assert planted.run_token(1, tmp_path, null=True)["recovered"] > -0.01
