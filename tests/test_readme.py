@@ -70,8 +70,8 @@ EQUIVALENT: dict[str, str] = {
 """Bash commands run as their documented equivalent (then sized like any other command)."""
 
 PYTHON_NOT_RUN: dict[str, str] = {
-    "vllm": "needs vLLM, which the main environment does not install: the vLLM lane (make test-vllm) runs the "
-            "processor in a real engine, tests/serving/test_vllm_processor.py its decisions on CPU",
+    "vllm": "needs vLLM, which the main environment does not install: the vLLM lane (make test-vllm, "
+            "tests/vllm_lane) runs these paths on a real engine",
 }
 """Python blocks that mention this word are not run, with the reason."""
 

@@ -37,10 +37,14 @@ def vllm_config():
 
 @pytest.fixture(scope="session")
 def engine(vllm_module, vllm_spec, vllm_config):
-    """The session's ``vllm.LLM`` on the default model (the one ``VLLMRollouts`` also gets)."""
+    """The session's ``vllm.LLM`` on the default model (the one ``VLLMRollouts`` also gets). It is
+    started to serve token adapters too (``vllm_model.engine_kwargs``: vLLM's Llama whose
+    ``compute_logits`` also keeps the sampled rows' hidden states, and the token-adapter processor,
+    which leaves requests without an adapter alone), so one engine serves every test."""
     from decoding_adapters.decoding.vllm_rollouts import release_engines, shared_engine
+    from decoding_adapters.serving.integrations import vllm_model
 
-    llm = shared_engine(vllm_spec, vllm_config, seed=0)
+    llm = shared_engine(vllm_spec, vllm_config, seed=0, **vllm_model.engine_kwargs())
     yield llm
     release_engines()
 

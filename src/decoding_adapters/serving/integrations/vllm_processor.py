@@ -54,7 +54,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -62,7 +62,8 @@ from ...decoding.loop import base_entropy
 from ...policies.networks import TokenPolicy, categorical_from_uniform, load_adapter
 from .rows import ActionTable
 
-__all__ = ["EntropyAdapterLogitsProcessor", "entropy_adapter_step", "EXTRA_ARGS_KEY", "vllm_processor_available"]
+__all__ = ["EntropyAdapterLogitsProcessor", "apply_batch_update", "entropy_adapter_step", "EXTRA_ARGS_KEY",
+           "vllm_processor_available"]
 
 EXTRA_ARGS_KEY = "decoding_adapter"
 
@@ -174,6 +175,34 @@ def _check_neutral_sampling(sp) -> None:
         )
 
 
+def apply_batch_update(rows: dict[int, Any], batch_update, make_row: Callable[[Any, list], Any]) -> None:
+    """Apply a V1 runner ``BatchUpdate`` to ``rows`` (batch index -> per-request state), in vLLM's
+    order: removed, added, moved. ``make_row(params, output_ids)`` builds a new request's state, or
+    None for a request the processor leaves alone; ``output_ids`` is vLLM's live list of the
+    request's generated tokens."""
+    if batch_update is None:
+        return
+    for index in batch_update.removed:
+        rows.pop(index, None)
+    for added in batch_update.added:
+        # (index, params, prompt ids, output ids); vLLM before 0.11 had no prompt ids
+        index, params, output_ids = added[0], added[1], added[-1]
+        row = make_row(params, output_ids)
+        if row is None:
+            rows.pop(index, None)
+        else:
+            rows[index] = row
+    for first, second, direction in batch_update.moved:
+        a, b = rows.pop(first, None), rows.pop(second, None)
+        if getattr(direction, "name", str(direction)) == "SWAP":
+            a, b = b, a
+        else:  # one-way: first's request now sits at second, first is empty
+            a, b = None, a
+        for index, row in ((first, a), (second, b)):
+            if row is not None:
+                rows[index] = row
+
+
 @dataclass
 class _V1Row:
     """One adapter request in the V1 runner's persistent batch."""
@@ -240,30 +269,15 @@ class EntropyAdapterLogitsProcessor(*_BASES):
         pass
 
     def update_state(self, batch_update) -> None:
-        """The V1 runner's batch changes, applied in vLLM's order: removed, added, moved."""
-        if batch_update is None:
-            return
-        for index in batch_update.removed:
-            self.v1_rows.pop(index, None)
-        for added in batch_update.added:
-            # (index, params, prompt ids, output ids); vLLM before 0.11 had no prompt ids
-            index, params, output_ids = added[0], added[1], added[-1]
-            options = _options(params)
-            if options is None:
-                self.v1_rows.pop(index, None)
-                continue
-            path = self._adapter(options)
-            self.v1_rows[index] = _V1Row(path, options, self._budget(params, path), output_ids,
-                                         self._generator(options))
-        for first, second, direction in batch_update.moved:
-            a, b = self.v1_rows.pop(first, None), self.v1_rows.pop(second, None)
-            if getattr(direction, "name", str(direction)) == "SWAP":
-                a, b = b, a
-            else:  # one-way: first's request now sits at second, first is empty
-                a, b = None, a
-            for index, row in ((first, a), (second, b)):
-                if row is not None:
-                    self.v1_rows[index] = row
+        """The V1 runner's batch changes (see :func:`apply_batch_update`)."""
+        apply_batch_update(self.v1_rows, batch_update, self._v1_row)
+
+    def _v1_row(self, params, output_ids: list) -> _V1Row | None:
+        options = _options(params)
+        if options is None:
+            return None
+        path = self._adapter(options)
+        return _V1Row(path, options, self._budget(params, path), output_ids, self._generator(options))
 
     def apply(self, logits: torch.Tensor, ctx=None) -> torch.Tensor:
         """Transform, in place, the rows of requests that use an adapter (one row per request).
