@@ -22,6 +22,7 @@ What differs from the HF path (``HFRollouts``), on purpose or by necessity:
 
 - **Static actions only.** A per-token chooser (the token-level adapter) needs the LM's hidden
   state at every step; vLLM's logits processors see logits only. ``run`` with a chooser raises.
+  (Serving a trained token adapter inside vLLM is ``serving/integrations/vllm_model.py``.)
 - **Processor order.** Ours (and HF's): temperature -> top-k -> top-p -> min-p. vLLM's V0 engine
   (<= 0.7, ``model_executor/layers/sampler.py``) applies the same order. The V1 engine (the only
   one from 0.10, and the one this backend needs) applies temperature -> min-p (an argmax-invariant
