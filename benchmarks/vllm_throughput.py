@@ -8,10 +8,11 @@ all rows in one ``LLM.generate`` call. Without a CUDA GPU that is vLLM's CPU bui
 test-vllm`` installs it in ``.venv-vllm``), with ``VLLMConfig``'s CPU settings.
 
 Threads: vLLM's CPU engine runs ``OMP_NUM_THREADS`` threads (it drops to one when unset), so the
-script sets it to ``--threads`` before vLLM starts and gives the loop the same count. The engine
-runs in its own process (vLLM's default), so the loop's process keeps its threads. Rounds
-alternate the order of the two; the median of ``--repeats`` rounds is kept. Shared machines are
-noisy: compare the ratio, measured side by side, rather than the absolute rates.
+script sets it to ``--threads`` before vLLM starts. The engine runs in this process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as in the vLLM lane), so the loop runs with the same
+threads and core binding. Rounds alternate the order of the two; the median of ``--repeats``
+rounds is kept. Shared machines are noisy: compare the ratio, measured side by side, rather than
+the absolute rates.
 
 Last line: one JSON object with every figure.
 
@@ -35,7 +36,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads for each side")
     args = parser.parse_args()
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # read by vLLM's engine process at start
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # read by vLLM's CPU worker at start
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process
 
     import torch
     import vllm
@@ -47,7 +49,6 @@ def main() -> None:
     from decoding_adapters.lm.models import ModelSpec, load_frozen_lm
     from decoding_adapters.tasks import get_task
 
-    torch.set_num_threads(args.threads)
     spec = ModelSpec(dtype=args.dtype)
     lm = load_frozen_lm(spec)
     task = get_task("arithmetic")
@@ -60,6 +61,8 @@ def main() -> None:
     params = [vllm.SamplingParams(**sampling_params_dict(action, args.new_tokens, seed), ignore_eos=True)
               for seed in seeds]
     inputs = [{"prompt_token_ids": p} for p in prompts]
+
+    torch.set_num_threads(args.threads)  # after the engine's start, which sets its own count
 
     def run_loop() -> int:
         result = decode(lm, prompts, ActionSet([action]), row_actions=0, token_budget=args.new_tokens,
@@ -87,12 +90,12 @@ def main() -> None:
     ratio = median["vllm"] / median["loop"]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     print(f"vLLM {vllm.__version__} ({device}) vs the loop, batch {args.batch} x {args.new_tokens} tokens, "
-          f"{args.dtype}, {args.threads} threads: {median['vllm']:.1f} vs {median['loop']:.1f} tok/s, "
+          f"{args.dtype}, {torch.get_num_threads()} threads: {median['vllm']:.1f} vs {median['loop']:.1f} tok/s, "
           f"ratio vllm/loop = {ratio:.2f}")
     print(json.dumps({"vllm_version": vllm.__version__, "device": device, "batch": args.batch,
                       "new_tokens": args.new_tokens, "dtype": args.dtype, "threads": args.threads,
                       "repeats": args.repeats, "tok_s": rates, "median_tok_s": median, "ratio_vllm_over_loop": ratio}))
 
 
-if __name__ == "__main__":  # vLLM's engine core is a spawned process: it re-imports this module
+if __name__ == "__main__":  # a spawned engine core (VLLM_ENABLE_V1_MULTIPROCESSING=1) re-imports this module
     main()
