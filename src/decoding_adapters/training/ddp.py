@@ -127,7 +127,7 @@ class DDPTokenTrainer(TokenTrainer):
         if mine.num_decisions == 0:  # still one DDP forward, so this rank joins the all-reduce
             dummy = torch.zeros(1, self.policy.config.input_dim, device=next(self.policy.parameters()).device)
             return self.ddp(dummy).sum() * 0.0, {"entropy": 0.0}
-        return token_loss(_DDPForward(self.ddp), mine, normalizer, self.config.entropy_coef)
+        return token_loss(_DDPForward(self.ddp), mine, normalizer, **self.loss_options())
 
     def mean_over_ranks(self, local_mean: float, weight: int) -> float:
         t = torch.tensor([local_mean * weight, float(weight)], dtype=torch.float64)
