@@ -419,6 +419,14 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
 
 
+def _pct_ci(value, ci) -> str:
+    if value is None:
+        return "-"
+    if ci is None or any(x is None or math.isnan(x) for x in ci):
+        return _pct(value)
+    return f"{_pct(value)} [{_pct(ci[0])}, {_pct(ci[1])}]"
+
+
 def _ci(b: dict) -> str:
     if b["low"] is None:
         return f"{b['mean']:+.3f}"
@@ -436,14 +444,16 @@ def render_markdown(summary: dict) -> str:
                   "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in seq["oracle"]:
             lines.append(f"| {r['k']} | {r['best_action']} | {_pct(r['best_static'])} | {_pct(r['oracle'])} | "
-                         f"{_pct(r['headroom'])} | {_pct(r['crossfit_best_static'])} | {_pct(r['crossfit_oracle'])} | "
-                         f"{_pct(r['crossfit_headroom'])} |")
+                         f"{_pct_ci(r['headroom'], r['headroom_ci'])} | {_pct(r['crossfit_best_static'])} | "
+                         f"{_pct(r['crossfit_oracle'])} | "
+                         f"{_pct_ci(r['crossfit_headroom'], r['crossfit_headroom_ci'])} |")
         lines += ["", "Oracle over greedy and the best sampled action only:", "",
                   "| k | best static | oracle | head-room | cross-fitted head-room |",
                   "| ---: | ---: | ---: | ---: | ---: |"]
         for r in seq["oracle_greedy_vs_best_sampled"]:
             lines.append(f"| {r['k']} | {_pct(r['best_static'])} ({r['best_action']}) | {_pct(r['oracle'])} | "
-                         f"{_pct(r['headroom'])} | {_pct(r['crossfit_headroom'])} |")
+                         f"{_pct_ci(r['headroom'], r['headroom_ci'])} | "
+                         f"{_pct_ci(r['crossfit_headroom'], r['crossfit_headroom_ci'])} |")
         per_action = "; ".join(f"{n} {_pct(v)}" for n, v in seq["pass1_per_action"].items())
         lines += ["", f"pass@1 per action: {per_action}", ""]
     dev = summary.get("deviation")

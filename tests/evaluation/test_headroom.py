@@ -38,6 +38,7 @@ def test_oracle_gains_where_problems_prefer_different_actions():
     assert row.headroom == pytest.approx(0.5)
     assert row.crossfit_oracle == pytest.approx(1.0)
     assert row.crossfit_headroom == pytest.approx(0.5)
+    assert row.headroom_ci[0] <= 0.5 <= row.headroom_ci[1]
 
 
 def test_crossfit_oracle_does_not_reward_luck():
@@ -48,6 +49,9 @@ def test_crossfit_oracle_does_not_reward_luck():
     (row,) = oracle_table(rewards, ["a", "b"], [1])
     assert row.headroom > 0.05
     assert abs(row.crossfit_headroom) < 0.04
+    low, high = row.crossfit_headroom_ci
+    assert low < 0 < high  # no real head-room: the interval covers 0
+    assert row.headroom_ci[0] > 0  # the in-sample oracle's luck looks real
     with_k_too_large = oracle_table(rewards, ["a", "b"], [8])[0]
     assert with_k_too_large.crossfit_oracle is None
 

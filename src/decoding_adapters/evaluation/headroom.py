@@ -60,6 +60,8 @@ class OracleRow:
     """Mean over problems of the largest per-action pass@k estimate (in-sample; biased upward)."""
     headroom: float
     """``oracle - best_static``."""
+    headroom_ci: tuple[float, float]
+    """95% t interval of the head-room over problems (per-problem oracle minus best static)."""
     crossfit_best_static: float | None
     """Best static action chosen on one half of the samples, scored on the other (both ways, averaged);
     None when k > samples / 2."""
@@ -67,13 +69,21 @@ class OracleRow:
     """Per-problem action chosen on one half (ties go to the half's best static action), scored on the other."""
     crossfit_headroom: float | None
     """``crossfit_oracle - crossfit_best_static``."""
+    crossfit_headroom_ci: tuple[float, float] | None
+    """95% t interval of the cross-fitted head-room over problems (both halves averaged per problem)."""
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def _choose_and_score(choose: np.ndarray, score: np.ndarray, k: int) -> tuple[float, float]:
-    """(best static, oracle) with actions chosen on reward array ``choose`` and pass@k taken on ``score``."""
+def _interval(values: np.ndarray) -> tuple[float, float]:
+    _, low, high = mean_ci(values.tolist())
+    return (float(low), float(high))
+
+
+def _choose_and_score(choose: np.ndarray, score: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-problem pass@k ``[P]`` of (the best static action, each problem's own action), both
+    chosen on reward array ``choose`` and scored on ``score``."""
     pick_table = pass_at_k_matrix(choose, k)  # [P, A]
     score_table = pass_at_k_matrix(score, k)
     best = int(np.argmax(pick_table.mean(axis=0)))
@@ -83,7 +93,7 @@ def _choose_and_score(choose: np.ndarray, score: np.ndarray, k: int) -> tuple[fl
     bonus[best] = 1e-9
     per_problem = np.argmax(pick_table + bonus, axis=1)
     rows = np.arange(score_table.shape[0])
-    return float(score_table[:, best].mean()), float(score_table[rows, per_problem].mean())
+    return score_table[:, best], score_table[rows, per_problem]
 
 
 def oracle_table(rewards: np.ndarray, action_names: Sequence[str], ks: Sequence[int]) -> list[OracleRow]:
@@ -98,12 +108,13 @@ def oracle_table(rewards: np.ndarray, action_names: Sequence[str], ks: Sequence[
         means = table.mean(axis=0)
         best = int(np.argmax(means))
         oracle = float(table.max(axis=1).mean())
-        cf_best = cf_oracle = None
+        cf_best = cf_oracle = cf_ci = None
         if half >= 1 and k <= half:
             a, b = rewards[:, :, :half], rewards[:, :, half : 2 * half]
             s1, o1 = _choose_and_score(a, b, k)
             s2, o2 = _choose_and_score(b, a, k)
-            cf_best, cf_oracle = (s1 + s2) / 2, (o1 + o2) / 2
+            cf_best, cf_oracle = float((s1 + s2).mean() / 2), float((o1 + o2).mean() / 2)
+            cf_ci = _interval((o1 + o2 - s1 - s2) / 2)
         out.append(
             OracleRow(
                 k=int(k),
@@ -111,9 +122,11 @@ def oracle_table(rewards: np.ndarray, action_names: Sequence[str], ks: Sequence[
                 best_static=float(means[best]),
                 oracle=oracle,
                 headroom=oracle - float(means[best]),
+                headroom_ci=_interval(table.max(axis=1) - table[:, best]),
                 crossfit_best_static=cf_best,
                 crossfit_oracle=cf_oracle,
                 crossfit_headroom=None if cf_best is None else cf_oracle - cf_best,
+                crossfit_headroom_ci=cf_ci,
             )
         )
     return out
