@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from .cpu_features import cpu_features
 from .kv_cache import RowKVCache
 
 log = logging.getLogger(__name__)
@@ -85,12 +86,8 @@ class ModelSpec:
 
 
 def cpu_has_native_bf16() -> bool:
-    """Whether this CPU has bf16 matmul instructions (AVX512-BF16 or AMX-BF16; Linux flags)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    """Whether this CPU has bf16 matmul instructions (AVX512-BF16 or AMX-BF16; ``cpu_features``)."""
+    return cpu_features().native_bf16
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
