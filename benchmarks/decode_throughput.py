@@ -41,9 +41,16 @@ test problems at ``--accuracy-tokens`` tokens in fp32 (both kernels) and bf16, a
 ``greedy_rows_identical_onednn_vs_sgemm``: the fraction of those greedy rows whose text the fp32
 kernel choice leaves unchanged.
 
-Last line: one JSON object with every figure.
+The first line names the CPU and its relevant flags (``lm.cpu_features``). Only the dtypes the CPU
+computes natively are timed (``--dtypes auto``): bf16 needs AVX512-BF16 or AMX-BF16, and without them
+(e.g. an AVX2-only CPU) it is skipped, said so on a line and in ``dtypes_skipped``; Mixed and the
+adapter then run in fp32. The limits and the floor are taken from the fastest dtype timed
+(``limit_dtype_b<batch>``; key names carry that dtype). ``--quick`` shrinks the sizes so that a run
+ends within 15 minutes on either kind of CPU.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/decode_throughput.py [--batches 32,128] [--new-tokens 128]
+Last line: one JSON object with every figure (the CPU's model and flags included).
+
+    PYTHONPATH=src .venv/bin/python benchmarks/decode_throughput.py [--quick] [--batches 32,128] [--new-tokens 128]
 """
 
 from __future__ import annotations
@@ -60,6 +67,7 @@ import torch
 from decoding_adapters.decoding.actions import GREEDY, PRESETS, ActionSet, DecodingAction
 from decoding_adapters.decoding.loop import decode
 from decoding_adapters.lm.cpu_allocator import keep_freed_memory
+from decoding_adapters.lm.cpu_features import CpuFeatures, cpu_features
 from decoding_adapters.lm.models import FrozenLM, ModelSpec, load_frozen_lm
 from decoding_adapters.policies.networks import TokenPolicy, TokenPolicyChooser, TokenPolicyConfig, UniformChooser
 from decoding_adapters.tasks import get_task
@@ -153,22 +161,62 @@ def greedy_texts(lm: FrozenLM, problems, tokens: int, batch: int = 64) -> list[s
     return texts
 
 
+QUICK = {"batches": "32,128", "new_tokens": 48, "repeats": 1, "accuracy_problems": 48}
+"""``--quick``: the sizes for a run of at most 15 minutes on either kind of CPU (an AVX2-only one
+decodes fp32 at ~190 tok/s at batch 128, so the full run's 128 tokens x 3 rounds would take over an hour)."""
+FULL = {"batches": "32,128", "new_tokens": 128, "repeats": 3, "accuracy_problems": 200}
+
+
+def timed_dtypes(requested: str, cpu: CpuFeatures) -> tuple[list[str], dict[str, str]]:
+    """The dtypes to time (``auto``: the ones this CPU computes natively) and, for each dtype left out,
+    why (printed and in the JSON)."""
+    wanted = list(cpu.fast_dtypes) if requested == "auto" else [d for d in requested.split(",") if d]
+    if not wanted or any(d not in ("fp32", "bf16") for d in wanted) or "fp32" not in wanted:
+        raise SystemExit(f"--dtypes must be auto or a list of fp32,bf16 that includes fp32, got {requested!r}")
+    skipped = {}
+    if "bf16" not in wanted:
+        skipped["bf16"] = (
+            "not computed natively (no avx512_bf16 / amx_bf16: emulated, ~100x slower than fp32)"
+            if not cpu.native_bf16
+            else "not requested"
+        )
+    return wanted, skipped
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2")
-    parser.add_argument("--batches", default="32,128", help="comma-separated batch sizes (empty: accuracy only)")
-    parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--accuracy-problems", type=int, default=200, help="0 skips the fp32 vs bf16 accuracy check")
+    parser.add_argument("--quick", action="store_true", help=f"sizes for <= 15 minutes on either CPU kind: {QUICK}")
+    parser.add_argument("--batches", help=f"comma-separated batch sizes (empty: accuracy only); {FULL['batches']}")
+    parser.add_argument("--new-tokens", type=int, help=f"default {FULL['new_tokens']}")
+    parser.add_argument("--repeats", type=int, help=f"default {FULL['repeats']}")
+    parser.add_argument(
+        "--accuracy-problems", type=int, help=f"0 skips the accuracy check; default {FULL['accuracy_problems']}"
+    )
     parser.add_argument("--accuracy-tokens", type=int, default=24)
+    parser.add_argument(
+        "--dtypes", default="auto", help="auto: fp32, plus bf16 where the CPU computes it natively; or e.g. fp32,bf16"
+    )
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
+    for key, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",") if b]  # "" runs the accuracy check only
+    cpu = cpu_features()
+    dtypes, skipped = timed_dtypes(args.dtypes, cpu)
+    print(f"CPU: {cpu.describe()}", flush=True)
+    for dt, why in skipped.items():
+        print(f"skipping {dt}: {why}", flush=True)
+    fast = dtypes[-1]  # the dtype Mixed and the adapter run in: bf16 where timed, else fp32
 
     keep_freed_memory()  # as the CLI runs (cpu_allocator); HF generate in this process gets it too
     lms = {"fp32": load_frozen_lm(ModelSpec(name_or_path=args.model, dtype="float32"))}
-    lms["bf16"] = FrozenLM(copy.deepcopy(lms["fp32"].model).to(torch.bfloat16), lms["fp32"].tokenizer, lms["fp32"].spec)
+    if "bf16" in dtypes:
+        lms["bf16"] = FrozenLM(
+            copy.deepcopy(lms["fp32"].model).to(torch.bfloat16), lms["fp32"].tokenizer, lms["fp32"].spec
+        )
     attention = lms["fp32"].model.config._attn_implementation
     sdpa_models = {}  # HF's default attention, for the HF peer only
     for dt, lm in lms.items():
@@ -184,7 +232,17 @@ def main() -> None:
         TokenPolicyConfig(hidden_size=config.hidden_size, num_actions=4, token_budget=args.new_tokens)
     ).eval()
     summary: dict = {
-        "new_tokens": args.new_tokens, "threads": args.threads, "flops_per_token": flops, "attention": attention
+        "cpu_model": cpu.model,
+        "cpu_flags": cpu.relevant(),
+        "native_bf16": cpu.native_bf16,
+        "dtypes_timed": dtypes,
+        "dtypes_skipped": skipped,
+        "quick": args.quick,
+        "new_tokens": args.new_tokens,
+        "repeats": args.repeats,
+        "threads": args.threads,
+        "flops_per_token": flops,
+        "attention": attention,
     }
     read_rate = read_bytes_per_s()
     summary["read_gb_s"] = round(read_rate / 1e9, 1)
@@ -225,12 +283,15 @@ def main() -> None:
             "hf_fp32_sdpa": lambda: hf(lms["fp32"], sdpa_models["fp32"]),
             "loop_fp32": lambda: loop(lms["fp32"]),
             "loop_fp32_sgemm": lambda: loop(lms["fp32_sgemm"]),
-            "hf_bf16": lambda: hf(lms["bf16"]),
-            "hf_bf16_sdpa": lambda: hf(lms["bf16"], sdpa_models["bf16"]),
-            "loop_bf16": lambda: loop(lms["bf16"]),
-            "mixed_bf16": lambda: loop(lms["bf16"], UniformChooser(len(token_actions))),
-            "adapter_bf16": lambda: loop(lms["bf16"], TokenPolicyChooser(policy)),
         }
+        if "bf16" in dtypes:
+            runs.update({
+                "hf_bf16": lambda: hf(lms["bf16"]),
+                "hf_bf16_sdpa": lambda: hf(lms["bf16"], sdpa_models["bf16"]),
+                "loop_bf16": lambda: loop(lms["bf16"]),
+            })
+        runs[f"mixed_{fast}"] = lambda: loop(lms[fast], UniformChooser(len(token_actions)))
+        runs[f"adapter_{fast}"] = lambda: loop(lms[fast], TokenPolicyChooser(policy))
         rates: dict[str, list[float]] = {}
         for lm in lms.values():  # warm-up
             decode(lm, prompts[:4], temperature_one, row_actions=0, token_budget=4)
@@ -245,51 +306,53 @@ def main() -> None:
         gflops = {
             dt: matmul_gflops(batch, config.hidden_size, config.intermediate_size, dtype)
             for dt, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+            if dt in dtypes
         }
         limit = {dt: g * 1e9 / flops for dt, g in gflops.items()}
-        chain_s = matmul_chain_seconds(lms["bf16"].model, batch)
+        top = max(gflops, key=gflops.get)  # the limits and the floor come from the fastest dtype that runs
+        chain_s = matmul_chain_seconds(lms[top].model, batch)
         chain_limit = batch / chain_s
         width = max(len(p) for p in prompts)
-        floor = decode_floor_seconds(lms["bf16"].model, batch, width, args.new_tokens, chain_s, read_rate)
+        floor = decode_floor_seconds(lms[top].model, batch, width, args.new_tokens, chain_s, read_rate)
         floor_tok_s = batch * args.new_tokens / sum(floor.values())
-        best = max(median["loop_fp32"], median["loop_bf16"])
-        hf_best = {dt: max(median[f"hf_{dt}"], median[f"hf_{dt}_sdpa"]) for dt in ("fp32", "bf16")}
-        ratio = {dt: median[f"loop_{dt}"] / hf_best[dt] for dt in ("fp32", "bf16")}
-        adapter_overhead = 1 - median["adapter_bf16"] / median["mixed_bf16"]
+        best = max(median[f"loop_{dt}"] for dt in dtypes)
+        hf_best = {dt: max(median[f"hf_{dt}"], median[f"hf_{dt}_sdpa"]) for dt in dtypes}
+        ratio = {dt: median[f"loop_{dt}"] / hf_best[dt] for dt in dtypes}
+        adapter_overhead = 1 - median[f"adapter_{fast}"] / median[f"mixed_{fast}"]
         for name, value in median.items():
             summary[f"{name}_tok_s_b{batch}"] = round(value, 1)
+        summary.update({f"loop_vs_hf_{dt}_b{batch}": round(ratio[dt], 3) for dt in dtypes})
+        summary.update({f"matmul_gflops_{dt}_b{batch}": round(g, 1) for dt, g in gflops.items()})
         summary.update(
             {
-                f"loop_vs_hf_fp32_b{batch}": round(ratio["fp32"], 3),
-                f"loop_vs_hf_bf16_b{batch}": round(ratio["bf16"], 3),
+                f"limit_dtype_b{batch}": top,
                 f"onednn_vs_sgemm_fp32_b{batch}": round(median["loop_fp32"] / median["loop_fp32_sgemm"], 3),
                 f"adapter_overhead_b{batch}": round(adapter_overhead, 3),
-                f"actions_overhead_b{batch}": round(1 - median["mixed_bf16"] / median["loop_bf16"], 3),
-                f"matmul_gflops_fp32_b{batch}": round(gflops["fp32"], 1),
-                f"matmul_gflops_bf16_b{batch}": round(gflops["bf16"], 1),
-                f"limit_tok_s_bf16_b{batch}": round(limit["bf16"], 1),
-                f"frac_bf16_limit_b{batch}": round(best / limit["bf16"], 3),
-                f"chain_limit_tok_s_bf16_b{batch}": round(chain_limit, 1),
-                f"frac_bf16_chain_limit_b{batch}": round(best / chain_limit, 3),
+                f"actions_overhead_b{batch}": round(1 - median[f"mixed_{fast}"] / median[f"loop_{fast}"], 3),
+                f"limit_tok_s_{top}_b{batch}": round(limit[top], 1),
+                f"frac_{top}_limit_b{batch}": round(best / limit[top], 3),
+                f"chain_limit_tok_s_{top}_b{batch}": round(chain_limit, 1),
+                f"frac_{top}_chain_limit_b{batch}": round(best / chain_limit, 3),
                 f"prompt_tokens_b{batch}": batch * width,
-                f"floor_tok_s_bf16_b{batch}": round(floor_tok_s, 1),
-                f"floor_parts_s_bf16_b{batch}": {part: round(v, 2) for part, v in floor.items()},
-                f"frac_bf16_floor_b{batch}": round(best / floor_tok_s, 3),
-                f"floor_vs_bf16_limit_b{batch}": round(floor_tok_s / limit["bf16"], 3),
+                f"floor_tok_s_{top}_b{batch}": round(floor_tok_s, 1),
+                f"floor_parts_s_{top}_b{batch}": {part: round(v, 2) for part, v in floor.items()},
+                f"frac_{top}_floor_b{batch}": round(best / floor_tok_s, 3),
+                f"floor_vs_{top}_limit_b{batch}": round(floor_tok_s / limit[top], 3),
             }
         )
+        ratios = ", ".join(f"{dt} {ratio[dt]:.2f}x" for dt in dtypes)
         print(
-            f"batch {batch}: loop / faster HF generate fp32 {ratio['fp32']:.2f}x, bf16 {ratio['bf16']:.2f}x "
+            f"batch {batch}: loop / faster HF generate {ratios} "
             f"(target >= 1.5x); adapter overhead over per-token Mixed {adapter_overhead:.1%} (target <= 5%); "
-            f"matmul {gflops['bf16']:.0f} GFLOP/s bf16 = {limit['bf16']:.0f} tok/s limit, "
-            f"best loop {best:.0f} tok/s = {best / limit['bf16']:.0%} of it (target >= 50%); "
+            f"matmul {gflops[top]:.0f} GFLOP/s {top} = {limit[top]:.0f} tok/s limit, "
+            f"best loop {best:.0f} tok/s = {best / limit[top]:.0%} of it (target >= 50%); "
             f"the LM's whole matmul chain alone {chain_limit:.0f} tok/s, best loop = {best / chain_limit:.0%} of it",
             flush=True,
         )
         print(
-            f"batch {batch}: floor of any loop (steps' matmuls {floor['steps']:.1f} s + prefill's "
+            f"batch {batch}: floor of any loop in {top} (steps' matmuls {floor['steps']:.1f} s + prefill's "
             f"{floor['prefill']:.1f} s + KV reads {floor['attention']:.1f} s at {read_rate / 1e9:.0f} GB/s) = "
-            f"{floor_tok_s:.0f} tok/s = {floor_tok_s / limit['bf16']:.0%} of the matmul limit; best loop = "
+            f"{floor_tok_s:.0f} tok/s = {floor_tok_s / limit[top]:.0%} of the matmul limit; best loop = "
             f"{best / floor_tok_s:.0%} of the floor",
             flush=True,
         )
