@@ -36,6 +36,10 @@ chain, the prefill's matmul chain timed at its real M, and one read of the KV ca
 streaming read rate ``read_gb_s`` timed in the same run); ``floor_vs_bf16_limit`` says how much of
 the matmul limit even that floor reaches, ``frac_bf16_floor`` = best loop / floor.
 
+``prefill_padded_fraction_b<batch>``: the share of the prefill's tokens that are padding with every
+prompt padded to the longest (as the loop prefills) and with the prompts in ``prefill_groups``'
+length groups, each padded to its own longest.
+
 Finally the greedy accuracy of the default task (arithmetic) on the same ``--accuracy-problems``
 test problems at ``--accuracy-tokens`` tokens in fp32 (both kernels) and bf16, and
 ``greedy_rows_identical_onednn_vs_sgemm``: the fraction of those greedy rows whose text the fp32
@@ -68,7 +72,7 @@ from decoding_adapters.decoding.actions import GREEDY, PRESETS, ActionSet, Decod
 from decoding_adapters.decoding.loop import decode
 from decoding_adapters.lm.cpu_allocator import keep_freed_memory
 from decoding_adapters.lm.cpu_features import CpuFeatures, cpu_features
-from decoding_adapters.lm.models import FrozenLM, ModelSpec, load_frozen_lm
+from decoding_adapters.lm.models import FrozenLM, ModelSpec, load_frozen_lm, padded_fraction, prefill_groups
 from decoding_adapters.policies.networks import TokenPolicy, TokenPolicyChooser, TokenPolicyConfig, UniformChooser
 from decoding_adapters.tasks import get_task
 
@@ -249,6 +253,17 @@ def main() -> None:
 
     for batch in batches:
         prompts = lms["fp32"].encode_chat(prompt_mix(batch))
+        lengths = [len(p) for p in prompts]
+        groups = prefill_groups(lengths)
+        padding = {"one_width": padded_fraction(lengths), "grouped": padded_fraction(lengths, groups)}
+        summary[f"prefill_padded_fraction_b{batch}"] = {k: round(v, 3) for k, v in padding.items()}
+        summary[f"prefill_groups_b{batch}"] = len(groups)
+        print(
+            f"batch {batch}: prompts {min(lengths)}-{max(lengths)} tokens; padded share of the prefill "
+            f"{padding['one_width']:.1%} at one width, {padding['grouped']:.1%} in {len(groups)} length groups "
+            "(prefill_groups; the loop prefills at one width)",
+            flush=True,
+        )
 
         # The runs below call these within this iteration; the defaults bind its prompts and batch.
         def hf(lm: FrozenLM, model=None, prompts=prompts, batch=batch) -> int:

