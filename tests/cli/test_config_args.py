@@ -13,7 +13,8 @@ import pytest
 from decoding_adapters.cli import build_parser
 from decoding_adapters.cli.config_args import add_config_arguments, build_config, field_docs
 from decoding_adapters.evaluation import EvalConfig
-from decoding_adapters.experiments.demo import SIZES, DemoConfig
+from decoding_adapters.experiments.demo import SIZES
+from decoding_adapters.experiments.pipeline import StudyConfig
 from decoding_adapters.training.sequence import SequenceTrainConfig
 from decoding_adapters.training.token import TokenTrainConfig
 
@@ -72,12 +73,20 @@ def test_renames_aliases_and_overrides():
 
 
 @pytest.mark.parametrize("command,config", [("train-sequence", SequenceTrainConfig), ("train-token", TokenTrainConfig),
-                                            ("evaluate", EvalConfig), ("demo", DemoConfig)])
+                                            ("evaluate", EvalConfig), ("demo", StudyConfig),
+                                            ("reproduce", StudyConfig), ("domains", StudyConfig)])
 def test_every_config_field_is_an_option(command, config):
     parser = build_parser(command)
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
     dests = {a.dest for a in sub._actions}
-    missing = [f.name for f in dataclasses.fields(config) if f.name not in dests]
+    missing = []
+    for f in dataclasses.fields(config):
+        inner = getattr(config(), f.name)
+        if dataclasses.is_dataclass(inner):  # a nested config: its fields as --name.field, but those the study sets
+            missing += [f"{f.name}.{g.name}" for g in dataclasses.fields(inner)
+                        if g.name not in f.metadata.get("exclude", ()) and f"{f.name}.{g.name}" not in dests]
+        elif f.name not in dests:
+            missing.append(f.name)
     assert not missing
 
 
@@ -91,5 +100,11 @@ def test_trainer_flags_build_the_config():
     for retired in (["--budgets", "1,4"], ["--no-budget"]):  # one name per option
         with pytest.raises(SystemExit):
             parser.parse_args(["train-sequence", "--out", "x", *retired])
-    demo = build_parser("demo").parse_args(["demo", "--size", "tiny", "--seeds", "1"])
-    assert build_config(DemoConfig, demo, base=SIZES[demo.size]) == dataclasses.replace(SIZES["tiny"], seeds=1)
+    demo = build_parser("demo").parse_args(["demo", "--size", "tiny", "--seeds", "1", "--token.lr", "0.01",
+                                            "--selection.pool-subsample", "none", "--eval.k-values", "1,4"])
+    cfg = build_config(StudyConfig, demo, base=SIZES[demo.size])
+    tiny = SIZES["tiny"]
+    assert cfg == dataclasses.replace(tiny, seeds=1, token=dataclasses.replace(tiny.token, lr=0.01),
+                                      selection=dataclasses.replace(tiny.selection, pool_subsample=None),
+                                      eval=dataclasses.replace(tiny.eval, k_values=(1, 4)))
+    assert cfg.eval.seeds == 1 and cfg.sequence.steps == tiny.sequence.steps  # the study's seeds reach the evaluation

@@ -49,4 +49,4 @@ def test_domains_study_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, caps
     stamp = (out / "eval-pyfunc-ood" / "eval_details.json").stat().st_mtime_ns
     assert main(args) == 0
     assert (out / "eval-pyfunc-ood" / "eval_details.json").stat().st_mtime_ns == stamp
-    assert json.loads((out / "wall_time.json").read_text())["runs"] == 2
+    assert json.loads((out / "stage_minutes.json").read_text())["runs"] == 2

@@ -3,12 +3,15 @@ whole 180-config pool, live sequence rollouts, early-stopped token adapters, eve
 report's extra sections) on the tiny model, killed midway and resumed."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from decoding_adapters.cli import main
-from decoding_adapters.experiments import demo
-from decoding_adapters.experiments.demo import FULL, REPRODUCE_SIZES, DemoConfig, estimate_minutes, target_lines
+from decoding_adapters.experiments import demo, pipeline
+from decoding_adapters.experiments.demo import FULL, REPRODUCE_SIZES, estimate_minutes, target_lines
+from decoding_adapters.experiments.pipeline import SelectionConfig, StudyConfig
+from decoding_adapters.training.sequence import SequenceTrainConfig
 
 
 def _run(out, model_dir, *extra):
@@ -17,7 +20,7 @@ def _run(out, model_dir, *extra):
 
 def test_smoke_runs_every_stage_and_resumes_after_a_kill(tiny_model_dir, tmp_path, capsys, monkeypatch):
     out = tmp_path / "reproduce"
-    original, calls = demo._train_token, {"n": 0}
+    original, calls = pipeline.train_token, {"n": 0}
 
     def dying(*args, **kwargs):  # killed while training the third token adapter
         calls["n"] += 1
@@ -25,12 +28,12 @@ def test_smoke_runs_every_stage_and_resumes_after_a_kill(tiny_model_dir, tmp_pat
             raise KeyboardInterrupt
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(demo, "_train_token", dying)
+    monkeypatch.setattr(pipeline, "train_token", dying)
     assert _run(out, tiny_model_dir) != 0  # the CLI reports the interrupt and exits non-zero
     assert not (out / "eval").exists() and (out / "tok-nobudget-s0" / "adapter.json").is_file()
     table = (out / "actions" / "outcomes.jsonl").read_bytes()
     adapter_time = (out / "seq-budget-s1" / "adapter.safetensors").stat().st_mtime
-    monkeypatch.setattr(demo, "_train_token", original)
+    monkeypatch.setattr(pipeline, "train_token", original)
     capsys.readouterr()
     assert _run(out, tiny_model_dir, "--publish", str(tmp_path / "docs")) == 0
     printed = capsys.readouterr().out
@@ -38,9 +41,12 @@ def test_smoke_runs_every_stage_and_resumes_after_a_kill(tiny_model_dir, tmp_pat
     # finished stages were reused, not redone
     assert (out / "actions" / "outcomes.jsonl").read_bytes() == table
     assert (out / "seq-budget-s1" / "adapter.safetensors").stat().st_mtime == adapter_time
-    config = json.loads((out / "demo_config.json").read_text())
+    config = json.loads((out / "study_config.json").read_text())
     budget = json.loads((out / "budget" / "truncation.json").read_text())
     assert config["token_budget"] == budget["chosen"] and budget["split"] == "validation"
+    assert config["token"]["token_budget"] == config["eval"]["token_budget"] == budget["chosen"]
+    minutes = json.loads((out / "stage_minutes.json").read_text())
+    assert minutes["runs"] == 2 and {"select", "sequence", "evaluate"} <= set(minutes["minutes"])
     header = json.loads((out / "actions" / "outcomes.jsonl").read_text().splitlines()[0])
     rows = (out / "actions" / "outcomes.jsonl").read_text().splitlines()[1:]
     assert header["header"]["token_budget"] == budget["chosen"] and len({json.loads(r)["action"] for r in rows}) == 181
@@ -67,17 +73,24 @@ def test_plan_prints_an_estimate_without_running(capsys):
 
 
 def test_estimate_grows_with_the_work():
-    small, large = estimate_minutes(FULL), estimate_minutes(DemoConfig(**{**FULL.__dict__, "eval_problems": 400}))
+    small, large = estimate_minutes(FULL), estimate_minutes(replace(FULL, eval_problems=400))
     assert large["evaluate"] > small["evaluate"] and large["token"] == small["token"]
     assert REPRODUCE_SIZES["full"].eval_problems >= 200 and REPRODUCE_SIZES["full"].seeds == 3
-    assert REPRODUCE_SIZES["full"].pool_subsample is None and REPRODUCE_SIZES["full"].seq_rewards == "live"
+    assert REPRODUCE_SIZES["full"].selection.pool_subsample is None
+    assert REPRODUCE_SIZES["full"].sequence_rewards == "live"
 
 
 def test_bad_sizes_are_rejected():
     with pytest.raises(ValueError, match="replay"):
-        DemoConfig(seq_budgets=(1, 8), select_samples=4)
-    with pytest.raises(ValueError, match="tok_val_every"):
-        DemoConfig(tok_patience=2, tok_val_every=0)
+        StudyConfig(sequence=SequenceTrainConfig(parallel_budgets=(1, 8)), selection=SelectionConfig(samples=4))
+    with pytest.raises(ValueError, match="seeds"):
+        StudyConfig(seeds=0)
+
+
+def test_the_study_budget_and_seeds_reach_every_nested_config():
+    cfg = replace(FULL, token_budget=20, seeds=2)
+    assert cfg.sequence.token_budget == cfg.token.token_budget == cfg.eval.token_budget == 20
+    assert cfg.eval.seeds == 2
 
 
 def test_targets_read_paired_differences():

@@ -23,7 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "reproduce": (
         "decoding_adapters.cli.reproduce",
-        "the full study: the demo at full size (whole pool, live rollouts, early stopping, 200 test problems)",
+        "the headline study: the demo's stages at full size (whole pool, live rollouts, early stopping, 200 test "
+        "problems)",
     ),
     "select-actions": (
         "decoding_adapters.cli.select_actions",

@@ -7,7 +7,10 @@
   ``field(metadata={"help": ...})``; ``--help`` shows the default;
 - ``bool`` -> ``--x`` / ``--no-x``; ``Literal[...]`` -> ``choices``; ``tuple[int, ...]`` -> a
   comma-separated list (``1,2,4``; integers must be positive); ``list[str]`` -> a repeatable option; ``X | None`` also
-  accepts ``none``; a field without a default is required.
+  accepts ``none``; a field without a default is required;
+- a field that is itself a dataclass (a config nested in another, e.g. ``StudyConfig.token``) gets
+  its own group, its fields named ``--token.lr``; the nested fields listed in the field's
+  ``metadata["exclude"]`` are set by the outer config and get no option.
 
 ``build_config(Config, args)`` builds the dataclass back from the parsed namespace (the
 dataclass's own ``__post_init__`` validates it). With ``overrides_only=True`` the options have no
@@ -121,19 +124,29 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, *, title: s
     ``flags`` replaces a field's option names, ``aliases`` adds names (old spellings), ``defaults``
     changes a default for this command, ``choices`` restricts a plain ``str`` field, and
     ``overrides_only`` leaves unset options out of the namespace."""
+    return _add_group(parser, cls, title=title, exclude=exclude, flags=flags, aliases=aliases, defaults=defaults,
+                      choices=choices, overrides_only=overrides_only, prefix="")
+
+
+def _add_group(parser, cls, *, title, exclude, flags, aliases, defaults, choices, overrides_only, prefix):
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
-    group = parser.add_argument_group(title or (inspect.getdoc(cls) or cls.__name__).split("\n")[0])
+    title = title or (inspect.getdoc(cls) or cls.__name__).split("\n")[0]
+    group = parser.add_argument_group(f"{title} ({prefix}*)" if prefix else title)
     skip, flags, aliases, defaults, choices = set(exclude), flags or {}, aliases or {}, defaults or {}, choices or {}
+    nested = []
     for f in dataclasses.fields(cls):
         if f.name in skip or not f.init:
+            continue
+        if dataclasses.is_dataclass(hints[f.name]):
+            nested.append(f)
             continue
         kwargs = _option(hints[f.name])
         if f.name in choices:
             kwargs["choices"] = list(choices[f.name])
-        names = list(flags.get(f.name, ["--" + f.name.replace("_", "-")]))
-        if f.name in flags and "choices" not in kwargs and "action" not in kwargs:
-            kwargs["metavar"] = names[0].lstrip("-").replace("-", "_").upper()
+        names = list(flags.get(f.name, ["--" + prefix + f.name.replace("_", "-")]))
+        if (f.name in flags or prefix) and "choices" not in kwargs and "action" not in kwargs:
+            kwargs.setdefault("metavar", names[0].lstrip("-").split(".")[-1].replace("-", "_").upper())
         names += [("--" + a.replace("_", "-")) if not a.startswith("-") else a for a in aliases.get(f.name, ())]
         default = defaults.get(f.name, _default(f))
         help_text = f.metadata.get("help") or docs.get(f.name, "")
@@ -146,16 +159,32 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, *, title: s
             kwargs["default"] = list(default)
         else:
             kwargs["default"] = default
-        group.add_argument(*names, dest=f.name, **kwargs)
+        group.add_argument(*names, dest=prefix + f.name, **kwargs)
+    for f in nested:  # after the outer fields: one group per nested config
+        inner = _default(f)
+        _add_group(parser, hints[f.name], title=docs.get(f.name), exclude=f.metadata.get("exclude", ()), flags=None,
+                   aliases=None, defaults=None if inner is dataclasses.MISSING else dataclasses.asdict(inner),
+                   choices=None, overrides_only=overrides_only, prefix=f"{prefix}{f.name}.")
     return group
 
 
-def build_config(cls: type, args: argparse.Namespace, *, base: Any = None, **overrides):
+def build_config(cls: type, args: argparse.Namespace, *, base: Any = None, prefix: str = "", **overrides):
     """The ``cls`` instance the parsed ``args`` describe: every field found in ``args`` (fields
-    missing there keep ``base``'s value, or the dataclass default), then ``overrides``."""
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.init and hasattr(args, f.name)}
-    given.update(overrides)
+    missing there keep ``base``'s value, or the dataclass default), then ``overrides``. A nested
+    config is built the same way from its ``name.field`` options."""
     hints = typing.get_type_hints(cls)
+    given = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        if dataclasses.is_dataclass(hints[f.name]):
+            inner = getattr(base, f.name) if base is not None else _default(f)
+            inner = None if inner is dataclasses.MISSING else inner
+            if any(k.startswith(f"{prefix}{f.name}.") for k in vars(args)):
+                given[f.name] = build_config(hints[f.name], args, base=inner, prefix=f"{prefix}{f.name}.")
+        elif hasattr(args, prefix + f.name):
+            given[f.name] = getattr(args, prefix + f.name)
+    given.update(overrides)
     for name, value in given.items():  # a tuple field given a list (e.g. from JSON) becomes a tuple
         if isinstance(value, list) and typing.get_origin(hints[name]) is tuple:
             given[name] = tuple(value)

@@ -1,7 +1,8 @@
-"""``demo``: the main job (``demo.run_demo``): select actions, train both adapters, evaluate, report.
+"""``demo``: the main job (``experiments.demo.run_demo``): select actions, train both adapters,
+evaluate, report.
 
-``--size`` picks a preset ``DemoConfig``; any of its fields given on the command line overrides
-the preset (e.g. ``--size tiny --seeds 1``).
+``--size`` picks a preset ``StudyConfig``; any of its fields given on the command line overrides
+the preset (e.g. ``--size tiny --seeds 1 --token.lr 0.001``). The full-size study is ``reproduce``.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ import argparse
 from dataclasses import dataclass
 from typing import Literal
 
-from ..experiments.demo import SIZES, DemoConfig, run_demo
+from ..experiments.demo import SIZES, run_demo
 from .common import check_output_dir
-from .config_args import add_config_arguments, build_config
+from .study import add_study_arguments, study_command, study_config
 
 
 @dataclass(frozen=True)
@@ -21,8 +22,8 @@ class DemoOptions:
 
     out: str = "runs/demo"
     """output directory (re-run the same command to resume)"""
-    size: Literal["default", "full", "tiny"] = "default"
-    """stage sizes: tiny (tests), default (~15 min on 2 cores), full (= `reproduce`, the full study)"""
+    size: Literal["default", "tiny"] = "default"
+    """stage sizes: tiny (tests), default (~15 min on 2 cores); the full study is `reproduce`"""
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""
     progress: bool = True
@@ -30,12 +31,11 @@ class DemoOptions:
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    add_config_arguments(p, DemoOptions)
-    add_config_arguments(p, DemoConfig, title="stage sizes (override the --size preset)", overrides_only=True)
+    add_study_arguments(p, DemoOptions)
 
 
 def run_cli(args) -> int:
-    cfg = build_config(DemoConfig, args, base=SIZES[args.size])
+    cfg = study_config(args, SIZES)
     check_output_dir(args.out)  # pre-flight: a file or unwritable --out fails now, not after a stage
-    run_demo(args.out, cfg, model=args.model, progress=args.progress)
+    run_demo(args.out, cfg, model=args.model, progress=args.progress, command=study_command("demo", args, cfg, SIZES))
     return 0

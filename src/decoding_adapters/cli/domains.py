@@ -1,20 +1,19 @@
-"""``domains``: the mixed-domain / out-of-distribution study (``studies.domains.run_domains``):
+"""``domains``: the mixed-domain / out-of-distribution study (``experiments.domains.run_domains``):
 sequence and token adapters trained on arithmetic, on pyfunc and on their balanced mix, evaluated
 on each domain's test split and on the held-out (``ood``) families against Greedy / Best / Mixed.
 
-``--size`` picks a preset ``DomainsConfig``; any of its fields given on the command line overrides
+``--size`` picks a preset ``StudyConfig``; any of its fields given on the command line overrides
 the preset (e.g. ``--size tiny --seeds 2``). Re-run the same command to resume.
 """
 
 from __future__ import annotations
 
 import argparse
-import shlex
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Literal
 
-from ..experiments.domains import SIZES, DomainsConfig, run_domains
-from .config_args import add_config_arguments, build_config
+from ..experiments.domains import SIZES, run_domains
+from .study import add_study_arguments, study_command, study_config
 
 
 @dataclass(frozen=True)
@@ -32,25 +31,11 @@ class DomainsOptions:
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    add_config_arguments(p, DomainsOptions)
-    add_config_arguments(p, DomainsConfig, title="stage sizes (override the --size preset)", overrides_only=True)
-
-
-def reproduce_command(args, cfg: DomainsConfig) -> str:
-    """The command that reproduces this run: the options, plus every size that differs from the preset."""
-    parts = ["decoding-adapters", "domains", "--out", args.out, "--size", args.size]
-    if args.model != "smollm2":
-        parts += ["--model", args.model]
-    preset = SIZES[args.size]
-    for f in fields(DomainsConfig):
-        value = getattr(cfg, f.name)
-        if value != getattr(preset, f.name):
-            text = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
-            parts += [f"--{f.name.replace('_', '-')}", text]
-    return " ".join(shlex.quote(p) for p in parts)
+    add_study_arguments(p, DomainsOptions)
 
 
 def run_cli(args) -> int:
-    cfg = build_config(DomainsConfig, args, base=SIZES[args.size])
-    run_domains(args.out, cfg, model=args.model, progress=args.progress, command=reproduce_command(args, cfg))
+    cfg = study_config(args, SIZES)
+    run_domains(args.out, cfg, model=args.model, progress=args.progress,
+                command=study_command("domains", args, cfg, SIZES))
     return 0

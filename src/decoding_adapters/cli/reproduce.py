@@ -1,8 +1,7 @@
 """``reproduce``: the study of issue 16 — does adaptive decoding beat static decoding on the
-default model, with intervals narrow enough to tell? It is the demo's stage runner
-(``demo.run_demo``) at ``REPRODUCE_SIZES`` (``--size full`` = ``demo --size full``): a separate
-command so that the README's headline table names one command with its own output directory, and
-so that its sizes (``full``, ``complete``, ``smoke``) do not mix with the demo's.
+default model, with intervals narrow enough to tell? It runs the demo's stages
+(``experiments.demo.run_demo``) at ``REPRODUCE_SIZES`` (``full``, ``complete``, ``smoke``); the
+README's headline table names this one command with its own output directory.
 
     decoding-adapters reproduce --out runs/reproduce --publish docs/reproduce   # ~80 min on 2 cores; resumable
     decoding-adapters reproduce --plan                        # the stage-by-stage estimate, no work
@@ -52,7 +51,7 @@ those ratios and the time saved bought back two cuts: pass@8 (n = 8) and longer 
 used to choose). The run published in docs/reproduce (commit fc9aa61) took 59.4 min: load 0.2,
 budget 0.2, selection 2.7, sequence 6.3, token 9.3, evaluation 40.6.
 
-What was cut to fit (each is a field of ``DemoConfig``; ``--size complete`` restores them all):
+What was cut to fit (each is a field of ``StudyConfig``; ``--size complete`` restores them all):
 
 - the token budget: greedy truncation allowed up to 35% (expected choice 48: 30% of greedy rows
   cut, mean greedy length 32.5) instead of ~2% (128 tokens). At 64 (15%) the plan is 119 min, at
@@ -74,8 +73,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..experiments.demo import REPRODUCE_SIZES, DemoConfig, estimate_minutes, run_demo
-from .config_args import add_config_arguments, build_config
+from ..experiments.demo import REPRODUCE_SIZES, estimate_minutes, run_demo
+from ..experiments.pipeline import StudyConfig
+from .study import add_study_arguments, study_command, study_config
 
 
 @dataclass(frozen=True)
@@ -97,24 +97,24 @@ class ReproduceOptions:
     """progress bars"""
 
 
-def format_plan(cfg: DemoConfig) -> str:
+def format_plan(cfg: StudyConfig) -> str:
     plan = estimate_minutes(cfg)
     lines = [f"{stage:>9}: {minutes:6.1f} min" for stage, minutes in plan.items()]
-    note = " (before the budget stage picks one)" if cfg.token_budget_candidates else ""
+    note = " (before the budget stage picks one)" if cfg.budget.candidates else ""
     return "\n".join(lines + [f"{'total':>9}: {sum(plan.values()):6.1f} min at token budget {cfg.token_budget}{note}"])
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    add_config_arguments(p, ReproduceOptions)
-    add_config_arguments(p, DemoConfig, title="stage sizes (override the --size preset)", overrides_only=True)
+    add_study_arguments(p, ReproduceOptions)
 
 
 def run_cli(args) -> int:
-    cfg = build_config(DemoConfig, args, base=REPRODUCE_SIZES[args.size])
+    cfg = study_config(args, REPRODUCE_SIZES)
     if args.plan:
         print(format_plan(cfg))
         return 0
-    run_demo(args.out, cfg, model=args.model, progress=args.progress, label="reproduce")
+    command = study_command("reproduce", args, cfg, REPRODUCE_SIZES)
+    run_demo(args.out, cfg, model=args.model, progress=args.progress, label="reproduce", command=command)
     if args.publish:
         print(f"published {len(publish(Path(args.out), Path(args.publish)))} files to {args.publish}")
     return 0
@@ -126,7 +126,7 @@ def publish(out: Path, target: Path) -> list[Path]:
     eval_details.json (per-problem outcomes: every paired interval can be recomputed from it), the
     run's configuration and stage minutes, the truncation figures and the action selection."""
     sources = [p for p in sorted((out / "report").iterdir()) if p.is_file()]
-    sources += [out / "eval" / "eval_details.json", out / "demo_config.json", out / "stage_minutes.json",
+    sources += [out / "eval" / "eval_details.json", out / "study_config.json", out / "stage_minutes.json",
                 out / "budget" / "truncation.json"]
     sources += [out / "actions" / name for name in ("selection.md", "selection.png", "actions.json")]
     target.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,328 @@
+"""The experiment pipeline: one study config, one stage clock, and the stages as functions.
+
+A study (``demo``, ``reproduce``, ``domains``) is a short script over these stages, each resumable
+(run the same command again after a kill and finished work is reused):
+
+- **budget** (:func:`choose_budget`): greedy on validation problems at each candidate token
+  budget; the smallest whose truncated fraction is <= ``budget.max_truncated`` becomes the token
+  budget of every later stage (chosen on validation, never test);
+- **select** (:func:`decode_candidates`, :func:`write_selection`): decode a candidate pool on
+  validation problems into an outcome table and pick K actions by greedy coverage;
+- **train sequence** (:func:`train_sequence`): a sequence adapter, by offline replay of the
+  outcome table or with live rollouts (``sequence_rewards``);
+- **train token** (:func:`train_token`): a token adapter with live rollouts (:func:`token_trainer`
+  is the one place a study builds a ``TokenTrainer``);
+- **evaluate** (:func:`evaluate_methods`): methods on a split, same problems and seeds;
+- **report**: each study writes its own (``reporting``).
+
+``StudyConfig`` nests the trainers' and the evaluation's own configs, so each setting is declared
+once: ``--token.lr`` on the command line is ``TokenTrainConfig.lr``. The fields a study sets per
+run (the token budget, seeds, which variant) are not options of the nested configs
+(``metadata["exclude"]``); the study's ``token_budget`` and ``seeds`` are copied into them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from ..core.files import write_json
+from ..decoding.actions import ActionSet, DecodingAction, load_action_set
+from ..decoding.rollouts import HFRollouts
+from ..evaluation import (
+    EvalConfig,
+    Evaluation,
+    Method,
+    adapter_method,
+    choose_token_budget,
+    evaluate,
+    greedy_truncation,
+)
+from ..selection.coverage import OutcomeTable, build_pool, evaluate_pool, select_actions, write_outputs
+from ..training.sequence import SequenceTrainConfig, SequenceTrainer, reward_source
+from ..training.token import TokenTrainConfig, TokenTrainer
+
+__all__ = [
+    "BudgetConfig",
+    "SelectionConfig",
+    "StudyConfig",
+    "StageClock",
+    "finished",
+    "choose_budget",
+    "candidate_pool",
+    "decode_candidates",
+    "write_selection",
+    "train_sequence",
+    "token_trainer",
+    "filtered_prompts",
+    "train_token",
+    "adapter_runs",
+    "evaluate_methods",
+]
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """The token-budget stage: greedy on validation at each candidate budget."""
+
+    candidates: tuple[int, ...] = ()
+    """Budgets measured with greedy on validation first; the smallest whose truncated fraction is
+    <= max_truncated replaces the study's token_budget (empty: no budget stage)."""
+    problems: int = 100
+    """Validation problems of the truncation measurement."""
+    max_truncated: float = 0.20
+    """Largest fraction of greedy rows a chosen budget may stop before EOS."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.max_truncated <= 1.0:
+            raise ValueError(f"max_truncated must be in [0, 1], got {self.max_truncated}")
+        if self.problems < 1:
+            raise ValueError(f"budget problems must be >= 1, got {self.problems}")
+
+
+@dataclass(frozen=True)
+class SelectionConfig:
+    """The action-selection stage: a candidate pool decoded on validation, K picked by coverage."""
+
+    pool_subsample: int | None = 8
+    """Candidates taken evenly from the 180-config pool (greedy is added; none: the whole pool)."""
+    problems: int = 32
+    """Validation problems the candidates are run on (per domain in a task mix)."""
+    samples: int = 4
+    """Samples per (problem, action); also the largest parallel budget replay can serve."""
+    k: int = 4
+    """Size of the selected sequence-level action set."""
+
+    def __post_init__(self) -> None:
+        for name in ("problems", "samples", "k"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"selection {name} must be >= 1, got {getattr(self, name)}")
+        if self.pool_subsample is not None and self.pool_subsample < 1:
+            raise ValueError(f"pool_subsample must be >= 1 or None, got {self.pool_subsample}")
+
+
+SEQUENCE_SET_BY_STUDY = ("actions", "use_budget", "token_budget", "replay", "seed")
+TOKEN_SET_BY_STUDY = ("actions", "use_budget", "features", "token_budget", "seed")
+EVAL_SET_BY_STUDY = ("token_budget", "seeds")
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """Sizes of every stage of a study."""
+
+    token_budget: int = 64
+    """Max new tokens per completion everywhere (replaced by the budget stage's choice when
+    budget.candidates is set); copied into the sequence, token and evaluation configs."""
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    """token budget stage"""
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
+    """action selection"""
+    sequence_rewards: Literal["replay", "live"] = "replay"
+    """Rewards of the sequence adapters: offline replay of the selection table, or live rollouts."""
+    sequence: SequenceTrainConfig = field(default_factory=lambda: SequenceTrainConfig(parallel_budgets=(1, 2, 4)),
+                                          metadata={"exclude": SEQUENCE_SET_BY_STUDY})
+    """sequence adapters"""
+    token: TokenTrainConfig = field(default_factory=TokenTrainConfig, metadata={"exclude": TOKEN_SET_BY_STUDY})
+    """token adapters"""
+    eval: EvalConfig = field(default_factory=EvalConfig, metadata={"exclude": EVAL_SET_BY_STUDY})
+    """evaluation"""
+    eval_problems: int = 32
+    """Test problems of every evaluated split."""
+    seeds: int = 3
+    """Training seeds of every adapter, and evaluation seeds."""
+    batch_rows: int = 128
+    """Rows decoded together: on a CPU, bigger batches give more tokens per second."""
+    threads: int = 0
+    """torch CPU threads (1 is fastest on a shared, loaded machine; 0 keeps torch's default)."""
+
+    def __post_init__(self) -> None:
+        if self.sequence_rewards not in ("replay", "live"):
+            raise ValueError(f"sequence_rewards must be 'replay' or 'live', got {self.sequence_rewards!r}")
+        if self.sequence_rewards == "replay" and max(self.sequence.parallel_budgets) > self.selection.samples:
+            raise ValueError("offline replay serves budgets B up to selection.samples: raise it or use "
+                             "sequence_rewards=live")
+        for name in ("eval_problems", "seeds", "batch_rows"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        budget = self.token_budget  # one token budget and one seed count, copied into the nested configs
+        object.__setattr__(self, "sequence", replace(self.sequence, token_budget=budget))
+        object.__setattr__(self, "token", replace(self.token, token_budget=budget))
+        object.__setattr__(self, "eval", replace(self.eval, token_budget=budget, seeds=self.seeds))
+
+
+class StageClock:
+    """Prints where the run is, how long it has taken and, given a plan (planned minutes per stage),
+    the time left: the planned minutes of the stages still to run, scaled by how the finished
+    stages compared with their plan. Each stage's minutes are added to ``minutes_file`` when it
+    ends, so a resumed run's file holds the total spent on every stage over all runs (a stage
+    killed midway loses the killed part), and the number of runs."""
+
+    def __init__(self, label: str, minutes_file: Path, plan: dict[str, float] | None = None):
+        self.label, self.minutes_file, self.plan = label, Path(minutes_file), plan
+        self.started = time.perf_counter()
+        self.minutes: dict[str, float] = {}
+        record = self._read()
+        write_json(self.minutes_file, {"runs": record["runs"] + 1, "minutes": record["minutes"]})
+
+    def begin(self, key: str, label: str, detail: str = "") -> None:
+        """Announce stage ``key`` (one of the plan's keys)."""
+        eta = ""
+        if self.plan is not None:
+            left = sum(v for k, v in self.plan.items() if k not in self.minutes)
+            # pace: measured over planned minutes of the finished decoding stages (loading is not a guide)
+            done = [k for k in self.minutes if k != "load"]
+            planned = sum(self.plan.get(k, 0.0) for k in done)
+            pace = sum(self.minutes[k] for k in done) / planned if planned >= 1.0 else 1.0
+            eta = f", ~{left * pace:.0f} min left (plan {sum(self.plan.values()):.0f} min)"
+        print(f"[{self.label} {self.elapsed():5.1f} min{eta}] {label}{': ' + detail if detail else ''}", flush=True)
+        self.current, self.stage_started = key, time.perf_counter()
+
+    def end(self) -> None:
+        self.minutes[self.current] = (time.perf_counter() - self.stage_started) / 60
+        record = self._read()
+        record["minutes"][self.current] = record["minutes"].get(self.current, 0.0) + self.minutes[self.current]
+        write_json(self.minutes_file, record)
+
+    def elapsed(self) -> float:
+        """Minutes since this run started."""
+        return (time.perf_counter() - self.started) / 60
+
+    def total_minutes(self) -> dict[str, float]:
+        """Minutes spent per stage over every run into this output directory."""
+        return self._read()["minutes"]
+
+    def runs(self) -> int:
+        """Runs into this output directory, this one included."""
+        return self._read()["runs"]
+
+    def _read(self) -> dict:
+        if not self.minutes_file.is_file():
+            return {"runs": 0, "minutes": {}}
+        return json.loads(self.minutes_file.read_text())
+
+
+def finished(directory: Path) -> bool:
+    """A training run whose adapter is written (a study skips it when resumed)."""
+    return (directory / "adapter.json").is_file()
+
+
+# ---- budget --------------------------------------------------------------------------------------
+
+
+def choose_budget(lm, task, cfg: StudyConfig, out: Path) -> tuple[StudyConfig, dict | None]:
+    """The token budget from greedy truncation on validation (cached in ``out/truncation.json``):
+    ``cfg`` at the chosen budget, and the measurement (None without candidates)."""
+    if not cfg.budget.candidates:
+        return cfg, None
+    path = out / "truncation.json"
+    if path.is_file():
+        record = json.loads(path.read_text())
+    else:
+        problems = task.load("validation")[: cfg.budget.problems]
+        stats = greedy_truncation(lm, task, problems, cfg.budget.candidates, batch_rows=cfg.batch_rows)
+        record = {
+            "split": "validation",
+            "stats": [st.to_dict() for st in stats],
+            "max_truncated": cfg.budget.max_truncated,
+            "chosen": choose_token_budget(stats, cfg.budget.max_truncated),
+        }
+        write_json(path, record)
+    return replace(cfg, token_budget=int(record["chosen"])), record
+
+
+# ---- select --------------------------------------------------------------------------------------
+
+
+def candidate_pool(cfg: StudyConfig) -> list[DecodingAction]:
+    """The 180-config pool (subsampled by ``selection.pool_subsample``) plus greedy."""
+    return build_pool("pool", subsample=cfg.selection.pool_subsample, add_greedy=True)
+
+
+def decode_candidates(lm, task, problems, actions, cfg: StudyConfig, table_path: Path, progress: bool) -> OutcomeTable:
+    """Every (problem, action) cell of ``actions`` on ``problems``, ``selection.samples`` times, in
+    the outcome table at ``table_path`` (cells already there are reused; missing ones are decoded)."""
+    return evaluate_pool(lm, task, problems, actions, samples=cfg.selection.samples, token_budget=cfg.token_budget,
+                         seed=0, table_path=table_path, batch_rows=cfg.batch_rows, progress=progress)
+
+
+def write_selection(out: Path, pool, table: OutcomeTable, cfg: StudyConfig, task_name: str, problems: int) -> str:
+    """K actions by greedy coverage of ``table`` into ``out`` (actions.json with the best single
+    action, selection.md, selection.png); returns the markdown."""
+    _, _, R = table.to_matrix()
+    meta = {"task": task_name, "split": "validation", "problems": problems, "samples": cfg.selection.samples,
+            "token_budget": cfg.token_budget, "seed": 0, "k": cfg.selection.k, "pool": [a.name for a in pool]}
+    return write_outputs(out, pool, select_actions(R, cfg.selection.k), meta)
+
+
+# ---- train sequence ------------------------------------------------------------------------------
+
+
+def train_sequence(lm, task, cfg: StudyConfig, actions: Path, table: Path, out: Path, seed: int, use_budget: bool,
+                   *, table_task=None) -> None:
+    """A sequence adapter on ``task`` into ``out`` (skipped when finished, resumed when started):
+    by replay of the outcome ``table`` (decoded for ``table_task``, default ``task``; the trainer
+    draws ``task``'s problems from it) or with live rollouts."""
+    if finished(out):
+        return
+    live = cfg.sequence_rewards == "live"
+    config = replace(cfg.sequence, actions=str(actions), use_budget=use_budget, replay=None if live else str(table),
+                     seed=seed)
+    action_set = ActionSet(load_action_set(actions))
+    rollouts = HFRollouts(lm, action_set, cfg.batch_rows) if live else None
+    rewards = reward_source(config, table_task or task, action_set, rollouts, lm=lm)  # live or offline replay
+    SequenceTrainer(config, lm, task, rewards, out, task_name=task.name, progress=False).train(resume=True)
+
+
+# ---- train token ---------------------------------------------------------------------------------
+
+
+def token_trainer(config: TokenTrainConfig, lm, task, out: Path, cfg: StudyConfig, *, progress: bool,
+                  train_problems: list | None = None) -> TokenTrainer:
+    """The ``TokenTrainer`` of a study run: ``config`` with HF rollouts of its action set."""
+    rollouts = HFRollouts(lm, ActionSet(load_action_set(config.actions)), cfg.batch_rows)
+    return TokenTrainer(config, lm, task, rollouts, out, progress=progress, train_problems=train_problems)
+
+
+def filtered_prompts(lm, task, cfg: StudyConfig, out: Path, progress: bool) -> list:
+    """Probe the training prompts once for all token runs (pass rate 0 or 1 dropped); cached in
+    ``out/token-prompts.json``."""
+    cache = out / "token-prompts.json"
+    by_id = {p.id: p for p in task.load("train")}
+    if cache.is_file():
+        return [by_id[i] for i in json.loads(cache.read_text())["kept"]]
+    config = replace(cfg.token, use_budget=True, features="hidden", seed=0)
+    trainer = token_trainer(config, lm, task, out / "probe", cfg, progress=progress)
+    summary = trainer.prepare()
+    write_json(cache, {**summary, "kept": [p.id for p in trainer.train_problems]})
+    return trainer.train_problems
+
+
+def train_token(lm, task, cfg: StudyConfig, out: Path, seed: int, *, use_budget: bool = True,
+                features: str = "hidden", problems: list | None = None, progress: bool = True) -> None:
+    """A token adapter on ``task`` into ``out`` (skipped when finished, resumed when started);
+    ``problems``: training prompts already filtered (:func:`filtered_prompts`)."""
+    if finished(out):
+        return
+    config = replace(cfg.token, use_budget=use_budget, features=features, seed=seed)
+    token_trainer(config, lm, task, out, cfg, progress=progress, train_problems=problems).train(resume=True)
+
+
+# ---- evaluate ------------------------------------------------------------------------------------
+
+
+def adapter_runs(out: Path, prefix: str, cfg: StudyConfig, lm, name: str) -> Method:
+    """The adapters ``out/{prefix}-s{seed}`` of every training seed, evaluated as one method."""
+    return adapter_method([out / f"{prefix}-s{s}" for s in range(cfg.seeds)], lm, name=name)
+
+
+def evaluate_methods(lm, task, problems, methods: list[Method], cfg: StudyConfig, out: Path, *, meta: dict,
+                     progress: bool) -> Evaluation:
+    """``methods`` on ``problems`` (``cfg.eval``: same problems and row seeds for every method),
+    written into ``out``."""
+    evaluation = evaluate(lm, task, problems, methods, cfg.eval, batch_rows=cfg.batch_rows,
+                          progress=progress, meta=meta)
+    evaluation.write(out)
+    return evaluation
