@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shlex
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -12,6 +13,7 @@ import pytest
 
 from decoding_adapters.cli import build_parser
 from decoding_adapters.cli.config_args import add_config_arguments, build_config, field_docs
+from decoding_adapters.cli.study import study_command
 from decoding_adapters.evaluation import EvalConfig
 from decoding_adapters.experiments.demo import SIZES
 from decoding_adapters.experiments.pipeline import StudyConfig
@@ -108,3 +110,20 @@ def test_trainer_flags_build_the_config():
                                       selection=dataclasses.replace(tiny.selection, pool_subsample=None),
                                       eval=dataclasses.replace(tiny.eval, k_values=(1, 4)))
     assert cfg.eval.seeds == 1 and cfg.sequence.steps == tiny.sequence.steps  # the study's seeds reach the evaluation
+
+
+def test_a_study_run_is_reproduced_by_its_command():
+    argv = ["demo", "--size", "tiny", "--out", "o", "--seeds", "1", "--token.lr", "0.01", "--selection.pool-subsample",
+            "none", "--sequence.parallel-budgets", "1", "--eval.k-values", "1,4"]
+    args = build_parser("demo").parse_args(argv)
+    cfg = build_config(StudyConfig, args, base=SIZES["tiny"])
+    command = study_command("demo", args, cfg, SIZES)
+    assert "--token.lr 0.01" in command and "--token.token-budget" not in command  # the study's own budget only
+    again = build_parser("demo").parse_args(shlex.split(command)[1:])
+    assert build_config(StudyConfig, again, base=SIZES["tiny"]) == cfg
+
+
+def test_the_full_study_is_reproduce_not_a_demo_size():
+    with pytest.raises(SystemExit):
+        build_parser("demo").parse_args(["demo", "--size", "full"])
+    assert build_parser("reproduce").parse_args(["reproduce", "--size", "full"]).size == "full"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from ..training.sequence import SequenceTrainConfig, SequenceTrainer, reward_source
-from .training import configure_training_parser, resolve_config, run_training
+from .training import configure_training_parser, resolve_config, training_run
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -18,9 +18,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 def run_cli(args) -> int:
     config = resolve_config(args, SequenceTrainConfig)
-
-    def make_trainer(config, lm, task, rollouts, action_set):
-        rewards = reward_source(config, task, action_set, rollouts, lm=lm)
-        return SequenceTrainer(config, lm, task, rewards, args.out, task_name=args.task)
-
-    return run_training(args, config, make_trainer, "sequence adapter", needs_rollouts=not config.replay)
+    with training_run(args, config, needs_rollouts=not config.replay) as (lm, task, action_set, rollouts):
+        rewards = reward_source(config, task, action_set, rollouts, lm=lm)  # live rollouts or offline replay
+        out = SequenceTrainer(config, lm, task, rewards, args.out, task_name=args.task).train(resume=args.resume)
+    print(f"sequence adapter written to {out}")
+    return 0

@@ -12,7 +12,7 @@ from ..decoding.ray_rollouts import TaskSpec
 from ..training.ddp import train_token_ddp
 from ..training.token import TokenTrainConfig, TokenTrainer
 from .common import model_spec, task_options
-from .training import configure_training_parser, resolve_config, run_training
+from .training import configure_training_parser, resolve_config, training_run
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -27,8 +27,7 @@ def run_cli(args) -> int:
                               resume=args.resume, task_name=args.task)
         print(f"token adapter written to {out}")
         return 0
-
-    def make_trainer(config, lm, task, rollouts, action_set):
-        return TokenTrainer(config, lm, task, rollouts, args.out, task_name=args.task)
-
-    return run_training(args, config, make_trainer, "token adapter")
+    with training_run(args, config) as (lm, task, _, rollouts):
+        out = TokenTrainer(config, lm, task, rollouts, args.out, task_name=args.task).train(resume=args.resume)
+    print(f"token adapter written to {out}")
+    return 0

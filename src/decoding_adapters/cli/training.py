@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from contextlib import contextmanager
+from typing import Iterator
 
 from ..core.files import Checkpoint
 from ..decoding.actions import ActionSet, load_action_set
@@ -20,7 +22,7 @@ from .common import (
 )
 from .config_args import add_config_arguments, build_config
 
-__all__ = ["configure_training_parser", "resolve_config", "run_training"]
+__all__ = ["configure_training_parser", "resolve_config", "training_run"]
 
 # Fields of a trainer config that replace the shared task / rollout options of the same name.
 OWNED_BY_CONFIG = ("token_budget", "seed", "cot_ratio")
@@ -54,16 +56,15 @@ def resolve_config(args, config_cls):
     return config
 
 
-def run_training(args, config, make_trainer, what: str, needs_rollouts: bool = True) -> int:
-    """LM, task, action set, rollouts (released whatever happens), ``make_trainer(...).train()``."""
+@contextmanager
+def training_run(args, config, needs_rollouts: bool = True) -> Iterator[tuple]:
+    """``(lm, task, action_set, rollouts)`` for a trainer; the rollouts are released whatever happens."""
     lm = build_lm(args)
     task = build_task(args)
     action_set = ActionSet(load_action_set(config.actions), device=lm.device)
     rollouts = build_rollouts(args, lm, action_set) if needs_rollouts else None
     try:
-        out = make_trainer(config, lm, task, rollouts, action_set).train(resume=args.resume)
+        yield lm, task, action_set, rollouts
     finally:
         if rollouts is not None:
             rollouts.close()
-    print(f"{what} written to {out}")
-    return 0

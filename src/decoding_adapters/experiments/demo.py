@@ -368,7 +368,8 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
                                               f"{sel.samples} samples")
     pool, problems = pipeline.candidate_pool(cfg), task.load("validation")[: sel.problems]
     table = pipeline.decode_candidates(lm, task, problems, pool, cfg, out / "actions" / "outcomes.jsonl", progress)
-    print(pipeline.write_selection(out / "actions", pool, table, cfg, task.name, len(problems)))
+    meta = pipeline.selection_meta(cfg, task.name, len(problems), pool)
+    print(pipeline.write_selection(out / "actions", pool, table, sel.k, meta))
     actions_path, table_path = out / "actions" / "actions.json", out / "actions" / "outcomes.jsonl"
     token_baselines = _token_baselines(lm, task, cfg, out / "actions", progress)
     clock.end()

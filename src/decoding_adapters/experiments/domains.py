@@ -104,7 +104,8 @@ def _select(lm, mix, cfg: StudyConfig, out: Path, progress: bool) -> tuple[Path,
     for name in (*mix.domains, mix.name):
         target = out / f"actions-{_slug(name)}"
         ids = [pid for pid in table.problem_ids if pid in domain and (name == mix.name or domain[pid] == name)]
-        pipeline.write_selection(target, pool, table.subset(ids, [a.name for a in pool]), cfg, name, len(ids))
+        subset, meta = table.subset(ids, [a.name for a in pool]), pipeline.selection_meta(cfg, name, len(ids), pool)
+        pipeline.write_selection(target, pool, subset, cfg.selection.k, meta)
         paths[name] = target / "actions.json"
     return table_path, paths
 

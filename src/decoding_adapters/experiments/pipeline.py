@@ -55,6 +55,7 @@ __all__ = [
     "candidate_pool",
     "decode_candidates",
     "write_selection",
+    "selection_meta",
     "train_sequence",
     "token_trainer",
     "filtered_prompts",
@@ -248,13 +249,17 @@ def decode_candidates(lm, task, problems, actions, cfg: StudyConfig, table_path:
                          seed=0, table_path=table_path, batch_rows=cfg.batch_rows, progress=progress)
 
 
-def write_selection(out: Path, pool, table: OutcomeTable, cfg: StudyConfig, task_name: str, problems: int) -> str:
-    """K actions by greedy coverage of ``table`` into ``out`` (actions.json with the best single
-    action, selection.md, selection.png); returns the markdown."""
+def write_selection(out: Path, pool, table: OutcomeTable, k: int, meta: dict) -> str:
+    """K actions of ``pool`` by greedy coverage of ``table``, written into ``out`` (actions.json
+    with the best single action and ``meta``, selection.md, selection.png); returns the markdown."""
     _, _, R = table.to_matrix()
-    meta = {"task": task_name, "split": "validation", "problems": problems, "samples": cfg.selection.samples,
+    return write_outputs(out, pool, select_actions(R, k), meta)
+
+
+def selection_meta(cfg: StudyConfig, task_name: str, problems: int, pool) -> dict:
+    """What a study's actions.json records about its selection."""
+    return {"task": task_name, "split": "validation", "problems": problems, "samples": cfg.selection.samples,
             "token_budget": cfg.token_budget, "seed": 0, "k": cfg.selection.k, "pool": [a.name for a in pool]}
-    return write_outputs(out, pool, select_actions(R, cfg.selection.k), meta)
 
 
 # ---- train sequence ------------------------------------------------------------------------------
