@@ -105,6 +105,8 @@ class SelectionConfig:
             raise ValueError(f"pool_subsample must be >= 1 or None, got {self.pool_subsample}")
 
 
+# Nested-config fields a study sets for each run (which variant, seed, action set, replay table) or
+# copies from its own fields (token budget, seeds): they are not command-line options.
 SEQUENCE_SET_BY_STUDY = ("actions", "use_budget", "token_budget", "replay", "seed")
 TOKEN_SET_BY_STUDY = ("actions", "use_budget", "features", "token_budget", "seed")
 EVAL_SET_BY_STUDY = ("token_budget", "seeds")
