@@ -1,4 +1,4 @@
-"""``reproduce --size smoke``: every stage of issue 16's study (budget choice on validation, the
+"""``reproduce --size smoke``: every stage of the full study (budget choice on validation, the
 whole 180-config pool, live sequence rollouts, early-stopped token adapters, every baseline, the
 report's extra sections) on the tiny model, killed midway and resumed."""
 

@@ -1,4 +1,4 @@
-"""``reproduce``: the study of issue 16 — does adaptive decoding beat static decoding on the
+"""``reproduce``: the headline study — does adaptive decoding beat static decoding on the
 default model, with intervals narrow enough to tell? It runs the demo's stages
 (``experiments.demo.run_demo``) at ``REPRODUCE_SIZES`` (``full``, ``complete``, ``smoke``); the
 README's headline table names this one command with its own output directory.
@@ -22,10 +22,10 @@ What runs (``full``):
    (best validated weights kept); the report has every seed's validation curve.
 4. evaluation on 200 test problems x 3 seeds x 8 samples, pass@1/2/4/8: Greedy, Best, Mixed,
    Mixed (per token), Mixed per sequence (token actions), Best token action, and the five adapters.
-5. report: paired intervals, the issue's targets, seed spread, truncation, training curves,
+5. report: paired intervals, the targets, seed spread, truncation, training curves,
    cost (minutes per stage, tokens per training step, steps per minute), figures.
 
-Measurements behind the plan (issue 16, on this 2-core machine while five other jobs ran, load
+Measurements behind the plan (on this 2-core machine while five other jobs ran, load
 average 10, so from CPU time of one thread: ``benchmarks/reproduce_sizing.py``;
 ``demo.estimate_minutes`` holds the constants):
 
@@ -43,12 +43,12 @@ Plan at the expected budget of 48 (``--plan``): load 0.5, budget 0.4, selection 
 10.4, token 19.0, evaluation 44.5, report 1 — **about 82 minutes**. The evaluation dominates: 200
 problems x 3 seeds x n samples for every sampled method (~7 of them once shared rows are counted).
 
-The first full run (commit e3a434b, n = 4, token training capped at 20 steps with 24 validation
+A first full run (n = 4, token training capped at 20 steps with 24 validation
 problems and patience 2) took 55.4 min: its token stage 5.3 of 16.7 planned minutes and its
 evaluation 22.4 of 55.9, so ``EVALUATION_SCALE`` and ``TOKEN_STAGE_SCALE`` (``demo.py``) carry
 those ratios and the time saved bought back two cuts: pass@8 (n = 8) and longer token training
 (one seed was still improving at the 20-step cap; validation curves only, the test split was not
-used to choose). The run published in docs/reproduce (commit fc9aa61) took 59.4 min: load 0.2,
+used to choose). The run published in docs/reproduce took 59.4 min: load 0.2,
 budget 0.2, selection 2.7, sequence 6.3, token 9.3, evaluation 40.6.
 
 What was cut to fit (each is a field of ``StudyConfig``; ``--size complete`` restores them all):

@@ -58,7 +58,7 @@ def run_cli(args) -> int:
         raise ValueError(f"--k must be in [1, {len(pool)}] (the pool size), got {args.k}")
     out = check_output_dir(args.out)  # pre-flight: before the model loads (re-running resumes, so no --force)
     task = build_task(args)
-    check_disjoint(task)  # issue 13: selection problems are never train/test problems of another split
+    check_disjoint(task)  # selection problems are never train/test problems of another split
     split = load_problems(task, args.split)
     problems = split[: args.max_problems]
     # the whole split's digest: a run over more of it (a larger --max-problems) still resumes

@@ -158,7 +158,7 @@ ADAPTER_NAMES = {  # directory prefix -> method name in the evaluation
 
 DECODE_TOKENS_PER_SECOND = 220.0
 """Decoded tokens per second of the default model on the 2-core CPU with batches of ~128 short
-arithmetic rows. Measured for issue 16 on a shared machine, so from CPU time with one thread
+arithmetic rows. Measured on a shared machine, so from CPU time with one thread
 (130-152 tokens per CPU-second for 128 sampled rows at budget 48; 84 for 100 greedy rows whose
 batch shrinks as they finish) and scaled by 1.5 for the second core; see cli/reproduce.py.
 Token-adapter rollouts, which record hidden states and run the policy at every step, are charged

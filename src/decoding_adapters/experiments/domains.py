@@ -1,4 +1,4 @@
-"""The domains study (issue 15): single-domain vs mixed-domain adapters, and out-of-distribution
+"""The domains study: single-domain vs mixed-domain adapters, and out-of-distribution
 evaluation, on the embedded model and the two generated tasks (``arithmetic``, ``pyfunc``).
 
 Stages (each resumable: run the same command again and finished work is reused):
@@ -205,7 +205,7 @@ def write_domains_report(out: Path, evaluations: dict, cfg: StudyConfig, *, mode
                 for key, (_, details) in evaluations.items()})
     sel, seq, tok = cfg.selection, cfg.sequence, cfg.token
     lines = [
-        "# Mixed-domain training and out-of-distribution evaluation (issue 15)",
+        "# Mixed-domain training and out-of-distribution evaluation",
         "",
         "## Setup",
         "",
