@@ -19,6 +19,16 @@ def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys):
     for seed in (0, 1):
         assert (out / f"tok-budget-s{seed}" / "adapter.json").is_file()
         assert (out / f"seq-nobudget-s{seed}" / "adapter.json").is_file()
+    # both adapters start at the best static action chosen on validation (their prior)
+    actions = json.loads((out / "actions" / "actions.json").read_text())
+    selected = actions["names"]
+    for seed in (0, 1):
+        token = json.loads((out / f"tok-budget-s{seed}" / "adapter.json").read_text())
+        assert token["training"]["prior_action"] in range(4)  # an index into the math-token set
+        sequence = json.loads((out / f"seq-budget-s{seed}" / "adapter.json").read_text())
+        best = actions["best_single_name"]
+        expected_prior = selected.index(best) if best in selected else None
+        assert sequence["training"]["prior_action"] == expected_prior
     # a second run reuses every finished stage
     before = (out / "tok-budget-s0" / "adapter.safetensors").stat().st_mtime
     assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress"]) == 0

@@ -66,7 +66,9 @@ DEFAULT = StudyConfig(
     sequence=SequenceTrainConfig(parallel_budgets=(1, 2, 4), steps=200, prompts_per_step=16, max_train_prompts=256,
                                  val_every=20, val_problems=64, checkpoint_every=50),
     # 12 token steps keep the demo within 15 minutes on 2 cores at the 64-token budget: 16 took 15.2.
-    token=TokenTrainConfig(steps=12, prompts_per_step=8, group_size=4, lr=3e-3, max_train_prompts=48,
+    # The learning rate is the trainer's default (docs/token-defaults.md); the best static token
+    # action is the policy's prior (run_demo passes it).
+    token=TokenTrainConfig(steps=12, prompts_per_step=8, group_size=4, max_train_prompts=48,
                            filter_samples=4, val_every=4, val_problems=16, checkpoint_every=1, patience=2),
     eval=EvalConfig(k_values=(1, 2, 4)),
     eval_problems=32,
@@ -81,7 +83,7 @@ TINY = StudyConfig(
     sequence_rewards="replay",
     sequence=SequenceTrainConfig(parallel_budgets=(1, 2), steps=3, prompts_per_step=2, max_train_prompts=256,
                                  val_every=1, val_problems=64, checkpoint_every=1),
-    token=TokenTrainConfig(steps=2, prompts_per_step=2, group_size=2, lr=3e-3, max_train_prompts=4, filter_samples=0,
+    token=TokenTrainConfig(steps=2, prompts_per_step=2, group_size=2, max_train_prompts=4, filter_samples=0,
                            val_every=2, val_problems=4, checkpoint_every=1, patience=0),
     eval=EvalConfig(k_values=(1, 2)),
     eval_problems=3,
@@ -102,7 +104,7 @@ FULL = StudyConfig(
     # improving at the cap and others on validation noise (docs/reproduce, training curves); its
     # token stage took 5 of 17 planned minutes, so the cap, the validation set and the patience
     # are larger here.
-    token=TokenTrainConfig(steps=48, prompts_per_step=4, group_size=4, lr=3e-3, max_train_prompts=96,
+    token=TokenTrainConfig(steps=48, prompts_per_step=4, group_size=4, max_train_prompts=96,
                            filter_samples=2, val_every=4, val_problems=48, checkpoint_every=1, patience=3),
     eval=EvalConfig(k_values=(1, 2, 4, 8)),
     eval_problems=200,
@@ -329,12 +331,10 @@ def _best_token_action(lm, task, cfg: StudyConfig, out: Path, progress: bool) ->
     return actions[int(R.mean(0).argmax())]  # ties: the first (greedy comes first in math-token)
 
 
-def _token_baselines(lm, task, cfg: StudyConfig, actions_dir: Path, progress: bool) -> list[Method]:
+def _token_baselines(actions: list[DecodingAction], best: DecodingAction) -> list[Method]:
     """The token-level static baselines: the token action set mixed uniformly per token (the
     paper's token-level Mixed), mixed once per sample (its own row), and its best single action
     (chosen on validation)."""
-    actions = PRESETS["math-token"]
-    best = _best_token_action(lm, task, cfg, actions_dir, progress)
     return [
         token_mixed_method(actions, TOKEN_MIXED),
         sequence_mixture_of_token_actions(actions),
@@ -371,7 +371,9 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     meta = pipeline.selection_meta(cfg, task.name, len(problems), pool)
     print(pipeline.write_selection(out / "actions", pool, table, sel.k, meta))
     actions_path, table_path = out / "actions" / "actions.json", out / "actions" / "outcomes.jsonl"
-    token_baselines = _token_baselines(lm, task, cfg, out / "actions", progress)
+    token_actions = list(PRESETS["math-token"])
+    best_token = _best_token_action(lm, task, cfg, out / "actions", progress)
+    token_baselines = _token_baselines(token_actions, best_token)
     clock.end()
 
     seeds = range(cfg.seeds)
@@ -394,7 +396,8 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     for seed in seeds:
         for tag, (use_budget, features) in TOKEN_VARIANTS.items():
             pipeline.train_token(lm, task, cfg, out / f"tok-{tag}-s{seed}", seed, use_budget=use_budget,
-                                 features=features, problems=problems, progress=progress)
+                                 features=features, problems=problems, progress=progress,
+                                 prior_action=token_actions.index(best_token))
     clock.end()
 
     clock.begin("evaluate", "evaluation", f"{cfg.eval_problems} test problems x {cfg.seeds} seeds, "

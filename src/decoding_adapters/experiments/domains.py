@@ -53,7 +53,7 @@ DEFAULT = StudyConfig(
     sequence=SequenceTrainConfig(parallel_budgets=(1, 2, 4), steps=150, prompts_per_step=8, val_every=15,
                                  checkpoint_every=37),
     # no probe filtering of the token adapters' training prompts: it would cost rollouts
-    token=TokenTrainConfig(steps=4, prompts_per_step=4, group_size=4, lr=3e-3, max_train_prompts=32, filter_samples=0,
+    token=TokenTrainConfig(steps=4, prompts_per_step=4, group_size=4, max_train_prompts=32, filter_samples=0,
                            val_every=4, val_problems=4, checkpoint_every=2),
     eval=EvalConfig(k_values=(1, 2, 4), keep_trajectories=8),
     eval_problems=16,
@@ -70,7 +70,7 @@ SIZES: dict[str, StudyConfig] = {
         sequence_rewards="replay",
         sequence=SequenceTrainConfig(parallel_budgets=(1, 2), steps=3, prompts_per_step=2, val_every=1,
                                      checkpoint_every=1),
-        token=TokenTrainConfig(steps=1, prompts_per_step=2, group_size=2, lr=3e-3, max_train_prompts=4,
+        token=TokenTrainConfig(steps=1, prompts_per_step=2, group_size=2, max_train_prompts=4,
                                filter_samples=0, val_every=1, val_problems=2, checkpoint_every=1),
         eval=EvalConfig(k_values=(1, 2), keep_trajectories=8),
         eval_problems=2,

@@ -56,6 +56,7 @@ __all__ = [
     "decode_candidates",
     "write_selection",
     "selection_meta",
+    "best_action_index",
     "train_sequence",
     "token_trainer",
     "filtered_prompts",
@@ -267,6 +268,15 @@ def selection_meta(cfg: StudyConfig, task_name: str, problems: int, pool) -> dic
 # ---- train sequence ------------------------------------------------------------------------------
 
 
+def best_action_index(actions: Path, action_set: ActionSet) -> int | None:
+    """Index in ``action_set`` of the selection's best single static action (``best_single`` of
+    ``actions.json``, chosen on validation), the sequence adapter's prior; None when the selected
+    set does not contain it (the policy then starts uniform)."""
+    best = DecodingAction.from_dict(json.loads(Path(actions).read_text())["best_single"])
+    names = action_set.names
+    return names.index(best.name) if best.name in names else None
+
+
 def train_sequence(lm, task, cfg: StudyConfig, actions: Path, table: Path, out: Path, seed: int, use_budget: bool,
                    *, table_task=None) -> None:
     """A sequence adapter on ``task`` into ``out`` (skipped when finished, resumed when started):
@@ -275,9 +285,9 @@ def train_sequence(lm, task, cfg: StudyConfig, actions: Path, table: Path, out: 
     if finished(out):
         return
     live = cfg.sequence_rewards == "live"
-    config = replace(cfg.sequence, actions=str(actions), use_budget=use_budget, replay=None if live else str(table),
-                     seed=seed)
     action_set = ActionSet(load_action_set(actions))
+    config = replace(cfg.sequence, actions=str(actions), use_budget=use_budget, replay=None if live else str(table),
+                     seed=seed, prior_action=best_action_index(actions, action_set))
     rollouts = HFRollouts(lm, action_set, cfg.batch_rows) if live else None
     rewards = reward_source(config, table_task or task, action_set, rollouts, lm=lm)  # live or offline replay
     SequenceTrainer(config, lm, task, rewards, out, task_name=task.name, progress=False).train(resume=True)
@@ -308,12 +318,15 @@ def filtered_prompts(lm, task, cfg: StudyConfig, out: Path, progress: bool) -> l
 
 
 def train_token(lm, task, cfg: StudyConfig, out: Path, seed: int, *, use_budget: bool = True,
-                features: str = "hidden", problems: list | None = None, progress: bool = True) -> None:
+                features: str = "hidden", problems: list | None = None, progress: bool = True,
+                prior_action: int | None = None) -> None:
     """A token adapter on ``task`` into ``out`` (skipped when finished, resumed when started);
-    ``problems``: training prompts already filtered (:func:`filtered_prompts`)."""
+    ``problems``: training prompts already filtered (:func:`filtered_prompts`); ``prior_action``:
+    the index, in the token action set, of the best static token action chosen on validation (the
+    policy starts there and learns deviations)."""
     if finished(out):
         return
-    config = replace(cfg.token, use_budget=use_budget, features=features, seed=seed)
+    config = replace(cfg.token, use_budget=use_budget, features=features, seed=seed, prior_action=prior_action)
     token_trainer(config, lm, task, out, cfg, progress=progress, train_problems=problems).train(resume=True)
 
 
