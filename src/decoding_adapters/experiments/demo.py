@@ -238,7 +238,7 @@ def _metric_at(results: dict, metric: str) -> str:
 
 
 def target_lines(results: dict, details: dict | None, confidence: float = 0.95) -> list[str]:
-    """Issue 16's targets, each checked on paired per-problem differences: a markdown bullet per
+    """The study's targets, each checked on paired per-problem differences: a markdown bullet per
     target saying whether it is met, with the difference and its interval in points."""
     if not results:
         return []
