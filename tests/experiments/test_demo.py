@@ -29,6 +29,11 @@ def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys):
         best = actions["best_single_name"]
         expected_prior = selected.index(best) if best in selected else None
         assert sequence["training"]["prior_action"] == expected_prior
+    # Best is chosen per pass@k among the whole pool plus greedy, and the report shows the selection
+    details = json.loads((out / "eval" / "eval_details.json").read_text())
+    assert set(details["methods"]["Best"]["k_actions"]) == {"1", "2"}
+    assert set(details["methods"]["Best"]["k_actions"].values()) <= set(actions["best_per_k"]["best"].values())
+    assert "## Action selection" in (out / "report" / "report.md").read_text()
     # a second run reuses every finished stage
     before = (out / "tok-budget-s0" / "adapter.safetensors").stat().st_mtime
     assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress"]) == 0

@@ -41,11 +41,10 @@ from ..evaluation import (
     greedy_method,
     mixed_method,
     sequence_mixture_of_token_actions,
-    static_method,
     token_mixed_method,
 )
 from ..lm.models import load_frozen_lm
-from ..reporting.report import compare, training_curve_section, truncation_section, write_report
+from ..reporting.report import compare, selection_section, training_curve_section, truncation_section, write_report
 from ..tasks import get_task
 from ..training.sequence import SequenceTrainConfig
 from ..training.token import TokenTrainConfig
@@ -369,7 +368,7 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     pool, problems = pipeline.candidate_pool(cfg), task.load("validation")[: sel.problems]
     table = pipeline.decode_candidates(lm, task, problems, pool, cfg, out / "actions" / "outcomes.jsonl", progress)
     meta = pipeline.selection_meta(cfg, task.name, len(problems), pool)
-    print(pipeline.write_selection(out / "actions", pool, table, sel.k, meta))
+    print(pipeline.write_selection(out / "actions", pool, table, sel.k, meta, cfg.eval.k_values))
     actions_path, table_path = out / "actions" / "actions.json", out / "actions" / "outcomes.jsonl"
     token_actions = list(PRESETS["math-token"])
     best_token = _best_token_action(lm, task, cfg, out / "actions", progress)
@@ -402,8 +401,8 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
 
     clock.begin("evaluate", "evaluation", f"{cfg.eval_problems} test problems x {cfg.seeds} seeds, "
                                           f"pass@{','.join(map(str, cfg.eval.k_values))}")
-    best = DecodingAction.from_dict(json.loads(actions_path.read_text())["best_single"])
-    methods = [greedy_method(), static_method(best), mixed_method(load_action_set(actions_path), "Mixed"),
+    methods = [greedy_method(), pipeline.best_method(actions_path, cfg.eval.k_values),
+               mixed_method(load_action_set(actions_path), "Mixed"),
                *token_baselines]
     methods += [pipeline.adapter_runs(out, prefix, cfg, lm, name) for prefix, name in ADAPTER_NAMES.items()]
     evaluation = pipeline.evaluate_methods(lm, task, task.load("test")[: cfg.eval_problems], methods, cfg,
@@ -415,6 +414,7 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     curves = {name: [out / f"{prefix}-s{s}" / "train_log.jsonl" for s in seeds]
               for prefix, name in ADAPTER_NAMES.items()}
     sections = [
+        ("Action selection", selection_section(actions_path, out / "report")),
         ("Token budget and truncation", truncation_section(
             budget_record["stats"], budget_record["chosen"], budget_record["max_truncated"]) if budget_record else ""),
         ("Training curves (every seed)", training_curve_section(out / "report", curves)),

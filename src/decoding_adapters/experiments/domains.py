@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 
 from ..core.files import write_json, write_text
-from ..decoding.actions import DecodingAction, load_action_set
-from ..evaluation import EvalConfig, Method, format_table, greedy_method, mixed_method, ood_labels, static_method
+from ..decoding.actions import load_action_set
+from ..evaluation import EvalConfig, Method, format_table, greedy_method, mixed_method, ood_labels
 from ..lm.models import load_frozen_lm
 from ..reporting.domains import domains_markdown
 from ..tasks import get_task
@@ -105,15 +105,14 @@ def _select(lm, mix, cfg: StudyConfig, out: Path, progress: bool) -> tuple[Path,
         target = out / f"actions-{_slug(name)}"
         ids = [pid for pid in table.problem_ids if pid in domain and (name == mix.name or domain[pid] == name)]
         subset, meta = table.subset(ids, [a.name for a in pool]), pipeline.selection_meta(cfg, name, len(ids), pool)
-        pipeline.write_selection(target, pool, subset, cfg.selection.k, meta)
+        pipeline.write_selection(target, pool, subset, cfg.selection.k, meta, cfg.eval.k_values)
         paths[name] = target / "actions.json"
     return table_path, paths
 
 
 def _methods(out: Path, cfg: StudyConfig, lm, task: str, split: str, mix_name: str, actions: dict) -> list[Method]:
     """Greedy, ``task``'s Best and Mixed, then the adapters evaluated on ``task``:``split``."""
-    selected = json.loads(actions[task].read_text())
-    methods = [greedy_method(), static_method(DecodingAction.from_dict(selected["best_single"])),
+    methods = [greedy_method(), pipeline.best_method(actions[task], cfg.eval.k_values),
                mixed_method(load_action_set(actions[task]), "Mixed")]
     trained = [task, mix_name]
     if split == "test":  # cross-domain OOD: the other domain's sequence adapter

@@ -37,11 +37,13 @@ from ..evaluation import (
     Evaluation,
     Method,
     adapter_method,
+    best_per_k_method,
     choose_token_budget,
     evaluate,
     greedy_truncation,
+    load_best_per_k,
 )
-from ..selection.coverage import OutcomeTable, build_pool, evaluate_pool, select_actions, write_outputs
+from ..selection.coverage import OutcomeTable, build_pool, evaluate_pool, select_from_table, write_outputs
 from ..training.sequence import SequenceTrainConfig, SequenceTrainer, reward_source
 from ..training.token import TokenTrainConfig, TokenTrainer
 
@@ -55,6 +57,7 @@ __all__ = [
     "candidate_pool",
     "decode_candidates",
     "write_selection",
+    "best_method",
     "selection_meta",
     "best_action_index",
     "train_sequence",
@@ -252,11 +255,18 @@ def decode_candidates(lm, task, problems, actions, cfg: StudyConfig, table_path:
                          seed=0, table_path=table_path, batch_rows=cfg.batch_rows, progress=progress)
 
 
-def write_selection(out: Path, pool, table: OutcomeTable, k: int, meta: dict) -> str:
+def write_selection(out: Path, pool, table: OutcomeTable, k: int, meta: dict, k_values=(1,)) -> str:
     """K actions of ``pool`` by greedy coverage of ``table``, written into ``out`` (actions.json
-    with the best single action and ``meta``, selection.md, selection.png); returns the markdown."""
-    _, _, R = table.to_matrix()
-    return write_outputs(out, pool, select_actions(R, k), meta)
+    with the Best static strategy at each pass@k in ``k_values``, chosen among the whole pool on
+    the same outcomes, and ``meta``; selection.md, selection.png); returns the markdown."""
+    return write_outputs(out, pool, select_from_table(table, k, k_values), meta)
+
+
+def best_method(actions: Path, k_values) -> Method:
+    """The Best row: at each pass@k the static strategy (pool + greedy) with the highest validation
+    pass@k, from the selection's ``actions.json``."""
+    per_k = load_best_per_k(actions)
+    return best_per_k_method({k: per_k[k] for k in k_values})
 
 
 def selection_meta(cfg: StudyConfig, task_name: str, problems: int, pool) -> dict:
