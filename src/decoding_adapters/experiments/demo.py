@@ -45,6 +45,7 @@ from ..evaluation import (
 )
 from ..lm.models import load_frozen_lm
 from ..reporting.report import compare, selection_section, training_curve_section, truncation_section, write_report
+from ..selection.best import best_static_from_table
 from ..tasks import get_task
 from ..training.sequence import SequenceTrainConfig
 from ..training.token import TokenTrainConfig
@@ -326,8 +327,9 @@ def _best_token_action(lm, task, cfg: StudyConfig, out: Path, progress: bool) ->
     (cells already in the pool table are reused; missing ones are decoded into it)."""
     actions = list(PRESETS["math-token"])
     problems = task.load("validation")[: cfg.selection.problems]
-    _, _, R = pipeline.decode_candidates(lm, task, problems, actions, cfg, out / "outcomes.jsonl", progress).to_matrix()
-    return actions[int(R.mean(0).argmax())]  # ties: the first (greedy comes first in math-token)
+    table = pipeline.decode_candidates(lm, task, problems, actions, cfg, out / "outcomes.jsonl", progress)
+    best = best_static_from_table(table, (1,), [a.name for a in actions])  # ties: the first (greedy, in math-token)
+    return actions[best.choice[0]]
 
 
 def _token_baselines(actions: list[DecodingAction], best: DecodingAction) -> list[Method]:
