@@ -75,13 +75,18 @@ def load_training_log(path: str | Path) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"training log not found: {path}")
+    return [rec for rec in _log_records(path) if isinstance(rec.get("action_probs"), list) and "step" in rec]
+
+
+def _log_records(path: Path) -> list[dict]:
+    """The JSON objects of a JSONL log, in file order (torn or non-object lines skipped)."""
     out = []
     for line in path.read_text().splitlines():
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(rec, dict) and isinstance(rec.get("action_probs"), list) and "step" in rec:
+        if isinstance(rec, dict):
             out.append(rec)
     return out
 
@@ -861,15 +866,7 @@ def selection_section(actions_json: str | Path, out_dir: str | Path) -> str:
 
 def _step_records(path: Path) -> list[dict]:
     """Every training-step record of a JSONL log (torn lines skipped)."""
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict) and "step" in rec and "reward" in rec:
-            out.append(rec)
-    return out
+    return [rec for rec in _log_records(path) if "step" in rec and "reward" in rec]
 
 
 def training_curve_section(out_dir: str | Path, runs: Mapping[str, Sequence[str | Path]],
