@@ -50,7 +50,7 @@ from ...decoding.actions import (
 )
 from ...decoding.loop import StepFeatures, base_entropy
 from ...policies.networks import TokenPolicyChooser, load_adapter
-from .vllm_processor import _BASES, apply_batch_update
+from .vllm_processor import _BASES, apply_batch_update, request_options
 
 __all__ = ["ARCHITECTURE", "EXTRA_ARGS_KEY", "TokenAdapterLogitsProcessor", "engine_kwargs", "last_hidden_states",
            "register"]
@@ -106,22 +106,6 @@ class _Row:
     output_ids: list
 
 
-def _options(sampling_params) -> dict | None:
-    extra = getattr(sampling_params, "extra_args", None) or {}
-    value = extra.get(EXTRA_ARGS_KEY)
-    if value is None:
-        return None
-    if isinstance(value, (str, Path)):
-        value = {"path": str(value)}
-    if not isinstance(value, dict) or not isinstance(value.get("path"), (str, Path)):
-        raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}] must be an adapter directory or a dict with 'path'")
-    unknown = set(value) - {"path", "seed", "deterministic"}
-    if unknown:
-        raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}] has unknown keys {sorted(unknown)}; "
-                         "accepted: path, seed, deterministic")
-    return {"seed": 0, "deterministic": False, **value, "path": str(value["path"])}
-
-
 class _LoadedTokenAdapter:
     def __init__(self, path: str):
         policy, config = load_adapter(path)
@@ -147,7 +131,7 @@ class TokenAdapterLogitsProcessor(*_BASES):
 
     @classmethod
     def validate_params(cls, sampling_params) -> None:
-        options = _options(sampling_params)
+        options = request_options(sampling_params, EXTRA_ARGS_KEY, deterministic=False)
         if options is not None and not (Path(options["path"]) / "adapter.json").is_file():
             raise ValueError(f"token adapter {options['path']!r}: no adapter.json there")
 
@@ -158,7 +142,7 @@ class TokenAdapterLogitsProcessor(*_BASES):
         apply_batch_update(self.rows, batch_update, self._row)
 
     def _row(self, params, output_ids: list) -> _Row | None:
-        options = _options(params)
+        options = request_options(params, EXTRA_ARGS_KEY, deterministic=False)
         if options is None:
             return None
         path = options["path"]

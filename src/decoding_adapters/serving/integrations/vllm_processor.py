@@ -130,24 +130,21 @@ class _LoadedAdapter:
         self.table = ActionTable(config.action_list, device)
 
 
-def _options(sampling_params) -> dict | None:
-    """The request's adapter options as a dict with ``path``, or None when it asks for none."""
+def request_options(sampling_params, key: str = EXTRA_ARGS_KEY, deterministic: bool = True) -> dict | None:
+    """The request's adapter options under ``extra_args[key]`` as a dict with ``path``, ``seed``
+    (default 0) and ``deterministic`` (default ``deterministic``), or None when it asks for none."""
     extra = getattr(sampling_params, "extra_args", None) or {}
-    value = extra.get(EXTRA_ARGS_KEY)
+    value = extra.get(key)
     if value is None:
         return None
     if isinstance(value, (str, Path)):
         value = {"path": str(value)}
     if not isinstance(value, dict) or not isinstance(value.get("path"), (str, Path)):
-        raise ValueError(
-            f"extra_args[{EXTRA_ARGS_KEY!r}] must be an adapter directory or a dict with 'path', got {value!r}"
-        )
+        raise ValueError(f"extra_args[{key!r}] must be an adapter directory or a dict with 'path', got {value!r}")
     unknown = set(value) - {"path", "deterministic", "seed"}
     if unknown:
-        raise ValueError(
-            f"extra_args[{EXTRA_ARGS_KEY!r}] has unknown keys {sorted(unknown)}; accepted: path, deterministic, seed"
-        )
-    return {"deterministic": True, "seed": 0, **value, "path": str(value["path"])}
+        raise ValueError(f"extra_args[{key!r}] has unknown keys {sorted(unknown)}; accepted: path, deterministic, seed")
+    return {"deterministic": deterministic, "seed": 0, **value, "path": str(value["path"])}
 
 
 def _check_entropy_adapter(kind: str, policy: dict, path: str) -> None:
@@ -241,7 +238,7 @@ class EntropyAdapterLogitsProcessor(*_BASES):
     # ---- vLLM interface ------------------------------------------------------------------------
     @classmethod
     def validate_params(cls, sampling_params) -> None:
-        options = _options(sampling_params)
+        options = request_options(sampling_params)
         if options is None:
             return
         config_path = Path(options["path"]) / "adapter.json"
@@ -255,7 +252,7 @@ class EntropyAdapterLogitsProcessor(*_BASES):
         return False
 
     def add_request(self, req_idx: int, sampling_params) -> bool:
-        options = _options(sampling_params)
+        options = request_options(sampling_params)
         self.slot_adapter[req_idx] = self.slot_options[req_idx] = self.slot_generator[req_idx] = None
         if options is None:
             return False
@@ -273,7 +270,7 @@ class EntropyAdapterLogitsProcessor(*_BASES):
         apply_batch_update(self.v1_rows, batch_update, self._v1_row)
 
     def _v1_row(self, params, output_ids: list) -> _V1Row | None:
-        options = _options(params)
+        options = request_options(params)
         if options is None:
             return None
         path = self._adapter(options)
