@@ -96,16 +96,20 @@ FULL = StudyConfig(
     # measured and what was cut; COMPLETE is the uncut study).
     token_budget=48,  # replaced by the budget stage's choice; 48 is the expected one (plan, --plan)
     budget=BudgetConfig(candidates=(32, 48, 64, 96), problems=100, max_truncated=0.35),
-    selection=SelectionConfig(pool_subsample=None, problems=8, samples=1, k=6),
+    # 64 problems x 4 samples lets coverage tell candidates apart past K = 3 (8 x 1 saturated
+    # there); 16 pool actions plus greedy keep it at about 8 minutes.
+    selection=SelectionConfig(pool_subsample=16, problems=64, samples=4, k=6),
     sequence_rewards="live",
-    sequence=SequenceTrainConfig(parallel_budgets=(1, 2, 4, 8), steps=12, prompts_per_step=8, max_train_prompts=256,
-                                 val_every=4, val_problems=12, checkpoint_every=1),
-    # Token training: a run of 20 steps, 24 validation problems and patience 2 stopped a seed still
-    # improving at the cap and others on validation noise (docs/reproduce, training curves); its
-    # token stage took 5 of 17 planned minutes, so the cap, the validation set and the patience
-    # are larger here.
-    token=TokenTrainConfig(steps=48, prompts_per_step=4, group_size=4, max_train_prompts=96,
-                           filter_samples=2, val_every=4, val_problems=48, checkpoint_every=1, patience=3),
+    sequence=SequenceTrainConfig(parallel_budgets=(1, 2, 4, 8), steps=24, prompts_per_step=8, max_train_prompts=256,
+                                 val_every=8, val_problems=32, checkpoint_every=1),
+    # Token training at the trainer's validated defaults (lr, PPO epochs, prior at the best static
+    # token action: docs/token-defaults.md), every run to its 40-step cap (no early stop) with
+    # groups of 8 (fewer all-equal groups than 4): the run's largest stage. Validation is paired
+    # across steps (same problems and seeds), so one sample of 96 problems per mode decides
+    # improvements by the paired standard error; it runs at step 0 and every 8 steps.
+    token=TokenTrainConfig(steps=40, prompts_per_step=8, group_size=8, max_train_prompts=96,
+                           filter_samples=2, val_every=8, val_problems=96, val_samples=1, checkpoint_every=1,
+                           patience=0),
     eval=EvalConfig(k_values=(1, 2, 4, 8)),
     eval_problems=200,
     seeds=3,
@@ -203,8 +207,9 @@ def estimate_minutes(cfg: StudyConfig) -> dict[str, float]:
     else:
         sequence = seq_runs * seq.steps * 0.05 / 60
     tok_runs = len(TOKEN_VARIANTS) * cfg.seeds
-    vals = tok.steps // tok.val_every
-    tok_rows = tok_runs * (tok.steps * tok.prompts_per_step * tok.group_size + vals * tok.val_problems)
+    vals = tok.steps // tok.val_every + 1  # step 0 is validated too
+    val_rows = vals * tok.val_problems * tok.val_samples * len(tok.val_modes)
+    tok_rows = tok_runs * (tok.steps * tok.prompts_per_step * tok.group_size + val_rows)
     token = _decode_minutes(tok_rows, cfg, TOKEN_ROLLOUT_OVERHEAD, calls=tok_runs * (tok.steps + vals))
     token += _decode_minutes((tok.max_train_prompts or 0) * tok.filter_samples, cfg)
     token *= TOKEN_STAGE_SCALE
