@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from decoding_adapters.cli import main
+from decoding_adapters.decoding.actions import GREEDY, ActionSet, DecodingAction
 from decoding_adapters.experiments import demo, pipeline
 from decoding_adapters.experiments.demo import FULL, REPRODUCE_SIZES, estimate_minutes, target_lines
 from decoding_adapters.experiments.pipeline import SelectionConfig, StudyConfig
@@ -66,17 +67,20 @@ def test_smoke_runs_every_stage_and_resumes_after_a_kill(tiny_model_dir, tmp_pat
     assert {"report.md", "results.json", "eval_details.json", "truncation.json", "selection.png"} <= published
 
 
-def test_plan_prints_an_estimate_without_running(capsys):
-    assert main(["reproduce", "--plan"]) == 0
+@pytest.mark.parametrize("command", ["reproduce", "demo"])
+def test_plan_prints_an_estimate_without_running(command, capsys, tmp_path):
+    assert main([command, "--plan", "--out", str(tmp_path / "run")]) == 0
     printed = capsys.readouterr().out
     assert "total" in printed and "evaluate" in printed
+    assert not (tmp_path / "run").exists()  # nothing decoded, nothing written
 
 
 def test_estimate_grows_with_the_work():
     small, large = estimate_minutes(FULL), estimate_minutes(replace(FULL, eval_problems=400))
     assert large["evaluate"] > small["evaluate"] and large["token"] == small["token"]
     assert REPRODUCE_SIZES["full"].eval_problems >= 200 and REPRODUCE_SIZES["full"].seeds == 3
-    assert REPRODUCE_SIZES["full"].selection.pool_subsample is None
+    selection = REPRODUCE_SIZES["full"].selection  # coverage must be able to tell candidates apart
+    assert selection.problems >= 64 and selection.samples >= 4
     assert REPRODUCE_SIZES["full"].sequence_rewards == "live"
 
 
@@ -105,3 +109,12 @@ def test_targets_read_paired_differences():
     assert lines[0].startswith("- **met**") and "+40.0" in lines[0]
     assert lines[1].startswith("- **met**")  # entropy-only below the full adapter
     assert lines[3].startswith("- **not met**")  # Seq w/ budget is not above Best at pass@8
+
+
+def test_the_budget_prior_is_the_best_static_action_at_pass_at_b(tmp_path):
+    pool = [GREEDY, DecodingAction(temperature=0.3), DecodingAction(temperature=0.7)]
+    actions = tmp_path / "actions.json"
+    best = {"1": pool[0].name, "2": pool[1].name, "4": DecodingAction(temperature=1.5).name}
+    actions.write_text(json.dumps({"best_single": GREEDY.to_dict(), "best_per_k": {"best": best}}))
+    # B = 8 has no Best of its own and Best at pass@4 is not in the set: the largest k below with one
+    assert pipeline.best_action_per_budget(actions, ActionSet(pool), (1, 2, 4, 8)) == (0, 1, 1, 1)

@@ -3,6 +3,10 @@ adapter keeps it), PPO's first epoch is exactly REINFORCE (ratio 1, same gradien
 loss with a KL term is still invariant to micro-batching, the validated policy mode is the one
 stored, and the sequence trainer's group baseline compares a prompt's own draws."""
 
+import dataclasses
+import json
+
+import pytest
 import torch
 from test_training_token import H, T, _batch, make_trainer
 
@@ -44,6 +48,20 @@ def test_the_saved_adapter_keeps_the_prior(tmp_path):
     obs = policy.observation(torch.randn(20, H), torch.rand(20), torch.randint(1, T, (20,)))
     torch.testing.assert_close(policy.probs(obs), trainer.policy.eval().probs(obs))
     assert config.training["prior_action"] == 2
+
+
+def test_a_sequence_policy_starts_at_its_prior_for_each_budget():
+    at_1, at_4 = prior_distribution(3, 0, 0.5), prior_distribution(3, 2, 0.5)
+    config = SequencePolicyConfig(embed_dim=H, num_actions=3, budget_priors=((4, at_4), (1, at_1)), max_budget=8)
+    seq = SequencePolicy(config).eval()
+    budgets = torch.tensor([1, 2, 3, 4, 8, 1])
+    expected = torch.tensor([at_1, at_1, at_1, at_4, at_4, at_1])  # the largest listed budget <= B
+    torch.testing.assert_close(seq.probs(torch.randn(6, H), budgets), expected)
+    # what adapter.json stores (lists) builds the same policy
+    again = SequencePolicyConfig(**json.loads(json.dumps(dataclasses.asdict(config))))
+    assert again == config
+    with pytest.raises(ValueError, match="use_budget"):
+        SequencePolicyConfig(embed_dim=H, num_actions=3, use_budget=False, budget_priors=((1, at_1),))
 
 
 def test_ppo_epoch_one_is_reinforce(tmp_path):

@@ -13,7 +13,7 @@ from typing import Literal
 
 from ..experiments.demo import SIZES, run_demo
 from .common import check_output_dir
-from .study import add_study_arguments, study_command, study_config
+from .study import add_study_arguments, format_plan, publish_if_asked, study_command, study_config
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,11 @@ class DemoOptions:
     """stage sizes: tiny (tests), default (~15 min on 2 cores); the full study is `reproduce`"""
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""
+    plan: bool = False
+    """print the stage-by-stage time estimate and exit"""
+    publish: str | None = None
+    """after the run, copy the report, its figures, eval_details.json (per-problem outcomes), the
+    configuration and the action selection into this directory (e.g. docs/demo)"""
     progress: bool = True
     """progress bars"""
 
@@ -36,6 +41,10 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 def run_cli(args) -> int:
     cfg = study_config(args, SIZES)
+    if args.plan:
+        print(format_plan(cfg))
+        return 0
     check_output_dir(args.out)  # pre-flight: a file or unwritable --out fails now, not after a stage
     run_demo(args.out, cfg, model=args.model, progress=args.progress, command=study_command("demo", args, cfg, SIZES))
+    publish_if_asked(args)
     return 0

@@ -68,14 +68,11 @@ selection on 32 x 4, 60 steps of each adapter) plans at about 18 hours on this C
 from __future__ import annotations
 
 import argparse
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
-from ..experiments.demo import REPRODUCE_SIZES, estimate_minutes, run_demo
-from ..experiments.pipeline import StudyConfig
-from .study import add_study_arguments, study_command, study_config
+from ..experiments.demo import REPRODUCE_SIZES, run_demo
+from .study import add_study_arguments, format_plan, publish_if_asked, study_command, study_config
 
 
 @dataclass(frozen=True)
@@ -97,13 +94,6 @@ class ReproduceOptions:
     """progress bars"""
 
 
-def format_plan(cfg: StudyConfig) -> str:
-    plan = estimate_minutes(cfg)
-    lines = [f"{stage:>9}: {minutes:6.1f} min" for stage, minutes in plan.items()]
-    note = " (before the budget stage picks one)" if cfg.budget.candidates else ""
-    return "\n".join(lines + [f"{'total':>9}: {sum(plan.values()):6.1f} min at token budget {cfg.token_budget}{note}"])
-
-
 def configure_parser(p: argparse.ArgumentParser) -> None:
     add_study_arguments(p, ReproduceOptions)
 
@@ -115,23 +105,5 @@ def run_cli(args) -> int:
         return 0
     command = study_command("reproduce", args, cfg, REPRODUCE_SIZES)
     run_demo(args.out, cfg, model=args.model, progress=args.progress, label="reproduce", command=command)
-    if args.publish:
-        print(f"published {len(publish(Path(args.out), Path(args.publish)))} files to {args.publish}")
+    publish_if_asked(args)
     return 0
-
-
-def publish(out: Path, target: Path) -> list[Path]:
-    """Copy what the README's headline cites from a finished run ``out`` into ``target``: the
-    report directory (report.md, results.json, figures, traces), the evaluation's
-    eval_details.json (per-problem outcomes: every paired interval can be recomputed from it), the
-    run's configuration and stage minutes, the truncation figures and the action selection."""
-    sources = [p for p in sorted((out / "report").iterdir()) if p.is_file()]
-    sources += [out / "eval" / "eval_details.json", out / "study_config.json", out / "stage_minutes.json",
-                out / "budget" / "truncation.json"]
-    sources += [out / "actions" / name for name in ("selection.md", "selection.png", "actions.json")]
-    target.mkdir(parents=True, exist_ok=True)
-    copied = []
-    for source in sources:
-        if source.is_file():
-            copied.append(Path(shutil.copy2(source, target / source.name)))
-    return copied

@@ -8,11 +8,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import shlex
+import shutil
+from pathlib import Path
 
+from ..experiments.demo import estimate_minutes
 from ..experiments.pipeline import StudyConfig
 from .config_args import add_config_arguments, build_config
 
-__all__ = ["add_study_arguments", "study_config", "study_command"]
+__all__ = ["add_study_arguments", "study_config", "study_command", "format_plan", "publish", "publish_if_asked"]
 
 
 def add_study_arguments(p: argparse.ArgumentParser, options: type) -> None:
@@ -48,3 +51,32 @@ def study_command(command: str, args, cfg: StudyConfig, sizes: dict[str, StudyCo
         parts += ["--model", args.model]
     parts += _changes(cfg, sizes[args.size])
     return " ".join(shlex.quote(p) for p in parts)
+
+
+def format_plan(cfg: StudyConfig) -> str:
+    plan = estimate_minutes(cfg)
+    lines = [f"{stage:>9}: {minutes:6.1f} min" for stage, minutes in plan.items()]
+    note = " (before the budget stage picks one)" if cfg.budget.candidates else ""
+    return "\n".join(lines + [f"{'total':>9}: {sum(plan.values()):6.1f} min at token budget {cfg.token_budget}{note}"])
+
+
+def publish(out: Path, target: Path) -> list[Path]:
+    """Copy what the README's headline cites from a finished run ``out`` into ``target``: the
+    report directory (report.md, results.json, figures, traces), the evaluation's
+    eval_details.json (per-problem outcomes: every paired interval can be recomputed from it), the
+    run's configuration and stage minutes, the truncation figures and the action selection."""
+    sources = [p for p in sorted((out / "report").iterdir()) if p.is_file()]
+    sources += [out / "eval" / "eval_details.json", out / "study_config.json", out / "stage_minutes.json",
+                out / "budget" / "truncation.json"]
+    sources += [out / "actions" / name for name in ("selection.md", "selection.png", "actions.json")]
+    target.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for source in sources:
+        if source.is_file():
+            copied.append(Path(shutil.copy2(source, target / source.name)))
+    return copied
+
+
+def publish_if_asked(args) -> None:
+    if args.publish:
+        print(f"published {len(publish(Path(args.out), Path(args.publish)))} files to {args.publish}")

@@ -27,7 +27,7 @@ import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Sequence
 
 from ..core.files import write_json
 from ..decoding.actions import ActionSet, DecodingAction, load_action_set
@@ -60,6 +60,7 @@ __all__ = [
     "best_method",
     "selection_meta",
     "best_action_index",
+    "best_action_per_budget",
     "train_sequence",
     "token_trainer",
     "filtered_prompts",
@@ -287,6 +288,23 @@ def best_action_index(actions: Path, action_set: ActionSet) -> int | None:
     return names.index(best.name) if best.name in names else None
 
 
+def best_action_per_budget(actions: Path, action_set: ActionSet, budgets: Sequence[int]) -> tuple[int, ...] | None:
+    """For each parallel budget B, the index in ``action_set`` of the selection's Best at pass@B
+    (``best_per_k`` of ``actions.json``; at the largest k <= B it lists whose Best is in the set,
+    else the best single action): the w/ budget sequence adapter's prior per budget. None when
+    neither is in the set for some B."""
+    data = json.loads(Path(actions).read_text())
+    names = action_set.names
+    best = data.get("best_per_k") or {}
+    per_k = sorted((int(k), name) for k, name in best.get("best", {}).items() if name in names)
+    fallback = best_action_index(actions, action_set)
+    chosen = []
+    for b in budgets:
+        below = [names.index(name) for k, name in per_k if k <= b]
+        chosen.append(below[-1] if below else fallback)
+    return None if any(c is None for c in chosen) else tuple(chosen)
+
+
 def train_sequence(lm, task, cfg: StudyConfig, actions: Path, table: Path, out: Path, seed: int, use_budget: bool,
                    *, table_task=None) -> None:
     """A sequence adapter on ``task`` into ``out`` (skipped when finished, resumed when started):
@@ -297,7 +315,9 @@ def train_sequence(lm, task, cfg: StudyConfig, actions: Path, table: Path, out: 
     live = cfg.sequence_rewards == "live"
     action_set = ActionSet(load_action_set(actions))
     config = replace(cfg.sequence, actions=str(actions), use_budget=use_budget, replay=None if live else str(table),
-                     seed=seed, prior_action=best_action_index(actions, action_set))
+                     seed=seed, prior_action=best_action_index(actions, action_set),
+                     budget_prior_actions=best_action_per_budget(actions, action_set, cfg.sequence.parallel_budgets)
+                     if use_budget else None)
     rollouts = HFRollouts(lm, action_set, cfg.batch_rows) if live else None
     rewards = reward_source(config, table_task or task, action_set, rollouts, lm=lm)  # live or offline replay
     SequenceTrainer(config, lm, task, rewards, out, task_name=task.name, progress=False).train(resume=True)

@@ -105,14 +105,17 @@ def prior_distribution(num_actions: int, action: int | None, mass: float) -> tup
     return tuple(mass if a == action else rest for a in range(num_actions))
 
 
+def _checked_distribution(prior, num_actions: int) -> tuple[float, ...]:
+    prior = tuple(float(x) for x in prior)
+    if len(prior) != num_actions or min(prior) <= 0 or abs(sum(prior) - 1) > 1e-6:
+        raise ValueError(f"prior must be {num_actions} positive probabilities summing to 1, got {prior}")
+    return prior
+
+
 def _check_prior(config) -> None:
     """Validate ``config.prior`` (a distribution over the actions, or None) and store it as a tuple."""
-    if config.prior is None:
-        return
-    prior = tuple(float(x) for x in config.prior)
-    if len(prior) != config.num_actions or min(prior) <= 0 or abs(sum(prior) - 1) > 1e-6:
-        raise ValueError(f"prior must be {config.num_actions} positive probabilities summing to 1, got {prior}")
-    object.__setattr__(config, "prior", prior)
+    if config.prior is not None:
+        object.__setattr__(config, "prior", _checked_distribution(config.prior, config.num_actions))
 
 
 class _PolicyBase(nn.Module):
@@ -173,6 +176,10 @@ class SequencePolicyConfig:
     prior: tuple[float, ...] | None = None
     """A distribution over the actions added to the logits as ``log prior`` (the policy starts at
     it and learns deviations; see ``prior_distribution``); None: no prior."""
+    budget_priors: tuple[tuple[int, tuple[float, ...]], ...] | None = None
+    """With ``use_budget``: ``(B, distribution)`` pairs, a prior per parallel budget that replaces
+    ``prior`` (e.g. mass on the best static action at pass@B for each B). A budget between listed
+    ones takes the largest listed B below it; one below them all, the smallest's."""
 
     def __post_init__(self) -> None:
         if self.embed_dim < 1 or self.num_actions < 1 or self.layers < 1:
@@ -180,6 +187,13 @@ class SequencePolicyConfig:
         if self.temperature <= 0:
             raise ValueError("policy temperature must be > 0")
         _check_prior(self)
+        if self.budget_priors is not None:
+            if not self.use_budget or not self.budget_priors:
+                raise ValueError("budget_priors needs use_budget=True and at least one (budget, prior) pair")
+            pairs = tuple(sorted((int(b), _checked_distribution(d, self.num_actions)) for b, d in self.budget_priors))
+            if len({b for b, _ in pairs}) != len(pairs) or pairs[0][0] < 1:
+                raise ValueError(f"budget_priors needs distinct budgets >= 1, got {[b for b, _ in pairs]}")
+            object.__setattr__(self, "budget_priors", pairs)
 
 
 class SequencePolicy(_PolicyBase):
@@ -200,6 +214,12 @@ class SequencePolicy(_PolicyBase):
             [config.embed_dim + extra] + [config.hidden] * (config.layers - 1) + [config.num_actions], config.dropout
         )
         self._init_prior(config.prior, config.num_actions, self.head)
+        if config.budget_priors is not None:  # buffers rebuilt from the config on load, like log_prior
+            budgets, priors = zip(*config.budget_priors)
+            self.register_buffer("prior_budgets", torch.tensor(budgets), persistent=False)  # [M], ascending
+            self.register_buffer("budget_log_priors", torch.tensor(priors).log(), persistent=False)  # [M, K]
+            nn.init.zeros_(self.head[-1].weight)
+            nn.init.zeros_(self.head[-1].bias)
 
     def encode_budget(self, budget: torch.Tensor) -> torch.Tensor:
         """``[N]`` budgets -> ``[N, 1]`` scalar in [0, 1] (log scale: 1, 2, 4, 8 are evenly spaced)."""
@@ -211,7 +231,12 @@ class SequencePolicy(_PolicyBase):
         if self.config.use_budget:
             if budget is None:
                 raise ValueError("this adapter was trained with the budget as input: pass parallel budgets")
-            x = torch.cat([x, self.budget_encoder(self.encode_budget(budget.to(x.device)))], dim=-1)
+            budget = budget.to(x.device)
+            x = torch.cat([x, self.budget_encoder(self.encode_budget(budget))], dim=-1)
+            if self.config.budget_priors is not None:
+                # row i takes the prior of the largest listed budget <= B_i (the smallest's below all)
+                row = ((self.prior_budgets.unsqueeze(0) <= budget.unsqueeze(1)).sum(1) - 1).clamp(min=0)  # [N]
+                return self.head(x) + self.budget_log_priors[row]
         return self.head(x) + self.log_prior
 
     def choose(

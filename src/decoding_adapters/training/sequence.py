@@ -121,6 +121,10 @@ class SequenceTrainConfig:
     prior_mass: float = 0.5
     """Probability the prior puts on ``prior_action`` (the rest spread evenly over the others). 0.5:
     a bandit round tries one action per prompt, so the others need real probability to be tried."""
+    budget_prior_actions: tuple[int, ...] | None = None
+    """With ``use_budget``: the prior's action at each of ``parallel_budgets`` (same order), e.g. the
+    best static action at pass@B for each B; it replaces ``prior_action`` (the best at pass@1 is
+    rarely the best at pass@8)."""
     pooling: Literal["mean", "last"] = "mean"
     """Prompt-embedding pooling over the prompt's hidden states."""
     max_train_prompts: int | None = 256
@@ -155,6 +159,9 @@ class SequenceTrainConfig:
             raise ValueError("group_size and ppo_epochs must be >= 1 and clip in (0, 1)")
         if not 0 < self.prior_mass < 1 or self.min_improvement_se < 0:
             raise ValueError("prior_mass must be in (0, 1) and min_improvement_se >= 0")
+        if self.budget_prior_actions is not None and len(self.budget_prior_actions) != len(self.parallel_budgets):
+            raise ValueError(f"budget_prior_actions needs one action per parallel budget {self.parallel_budgets}, "
+                             f"got {self.budget_prior_actions}")
         if self.replay and self.metric in ("majority", "mix"):
             raise ValueError("offline replay stores rewards, not answers: majority vote (and mix) need live rollouts")
         check_shared_fields(self)
@@ -338,12 +345,20 @@ class SequenceTrainer(TrainingLoop):
                     temperature=config.policy_temperature,
                     max_budget=max(max(config.parallel_budgets), 2),
                     prior=prior_distribution(len(self.action_set), config.prior_action, config.prior_mass),
+                    budget_priors=self._budget_priors(),
                 )
             )
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr)
         self.embeddings = PromptEmbeddings(lm, config.pooling, self.out_dir / "embeddings.pt")
         self.baselines: dict[str, float] = {}
         self._prepare()
+
+    def _budget_priors(self) -> tuple[tuple[int, tuple[float, ...]], ...] | None:
+        cfg = self.config
+        if not cfg.use_budget or cfg.budget_prior_actions is None:
+            return None
+        return tuple((b, prior_distribution(len(self.action_set), a, cfg.prior_mass))
+                     for b, a in zip(cfg.parallel_budgets, cfg.budget_prior_actions))
 
     def _prepare(self) -> None:
         cfg = self.config
