@@ -1,8 +1,8 @@
-"""The report's extra sections for the reproduce run: truncation per budget and training curves."""
+"""The report's extra sections for the reproduce run: truncation per budget, training curves and the head-room captured."""
 
 import json
 
-from decoding_adapters.reporting.report import training_curve_section, truncation_section
+from decoding_adapters.reporting.report import headroom_section, training_curve_section, truncation_section
 
 
 def test_truncation_section_lists_every_budget_and_marks_the_choice():
@@ -29,3 +29,22 @@ def test_training_curve_section_reads_early_stops_and_writes_the_figure(tmp_path
     assert "| Token w/ budget s0 | 4 | yes | 2 | 0.400 | 0.300 | 2.0 |" in text
     assert (tmp_path / "training_curves.png").is_file()
     assert training_curve_section(tmp_path, {"x": [tmp_path / "missing.jsonl"]}) == ""
+
+
+def test_headroom_section_gives_each_adapter_its_share_of_the_oracle_gain(tmp_path):
+    # two candidates, each always right on its own half of 20 problems and always wrong on the
+    # other: Best scores 0.5, the per-problem oracle 1.0, so the head-room is 50 points at every k
+    lines = [json.dumps({"problem": f"p{i}", "action": name, "sample": s, "reward": float((i < 10) == (name == "a")),
+                         "length": 5}) for i in range(20) for name in ("a", "b", "not-a-candidate") for s in range(4)]
+    (tmp_path / "outcomes.jsonl").write_text("\n".join(lines) + "\n")
+    actions = tmp_path / "actions.json"
+    actions.write_text(json.dumps({"best_per_k": {"scores": {"a": [0.5, 0.5], "b": [0.5, 0.5]}}}))
+    results = {name: {f"pass@{k}": {"mean": mean} for k in (1, 2, 8)}
+               for name, mean in (("Best", 0.5), ("Seq w/ budget", 0.75))}
+    text = headroom_section(actions, results, None, ["Seq w/ budget", "Token w/ budget"])
+    rows = [line for line in text.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
+    assert len(rows) == 2 and "8 |" not in text  # pass@8 needs more than the 4 stored samples
+    for row in rows:
+        assert "+50.0" in row and "cross-fitted" in row and "+25.0, 50%" in row
+    assert "Token w/ budget" not in text  # not evaluated, not shown
+    assert headroom_section(tmp_path / "missing.json", results, None, ["Seq w/ budget"]) == ""

@@ -44,7 +44,14 @@ from ..evaluation import (
     token_mixed_method,
 )
 from ..lm.models import load_frozen_lm
-from ..reporting.report import compare, selection_section, training_curve_section, truncation_section, write_report
+from ..reporting.report import (
+    compare,
+    headroom_section,
+    selection_section,
+    training_curve_section,
+    truncation_section,
+    write_report,
+)
 from ..selection.best import best_static_from_table
 from ..tasks import get_task
 from ..training.sequence import SequenceTrainConfig
@@ -425,6 +432,8 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
         ("Token budget and truncation", truncation_section(
             budget_record["stats"], budget_record["chosen"], budget_record["max_truncated"]) if budget_record else ""),
         ("Training curves (every seed)", training_curve_section(out / "report", curves)),
+        ("Head-room captured", headroom_section(actions_path, evaluation.results,
+                                                evaluation.details, list(ADAPTER_NAMES.values()))),
         ("Targets", "\n".join(target_lines(evaluation.results, evaluation.details))),
         ("Cost", _cost_section(clock, out, cfg)),
     ]

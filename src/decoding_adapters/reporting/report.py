@@ -33,6 +33,7 @@ from ..decoding.actions import DecodingAction
 from . import plots
 
 __all__ = [
+    "headroom_section",
     "load_evaluation",
     "load_training_log",
     "method_info",
@@ -972,3 +973,56 @@ def _markdown(title, results, details, figs, sections=()) -> str:
             "",
         ]
     return "\n".join(parts)
+
+
+def headroom_section(actions_json: str | Path, results: Mapping, details: Mapping | None, adapters: Sequence[str],
+                     confidence: float = 0.95) -> str:
+    """Markdown: how much of the measured head-room each adapter captured. The head-room is the
+    per-problem oracle over the static candidates Best was chosen from minus the best single one,
+    on the selection's validation outcomes (``outcomes.jsonl`` beside select-actions'
+    ``actions.json``): cross-fitted where the samples allow (the choice made on half the samples,
+    scored on the other half: k <= samples / 2), in-sample (biased upward) beyond. Each adapter's
+    gain is its paired difference to Best on the test split; the share is gain / head-room, given
+    only where the head-room's interval is above 0. '' without the outcomes, the candidates or a Best row."""
+    # late imports: the report's other sections do not need the selection's table or numpy
+    import numpy as np
+
+    from ..evaluation.headroom import oracle_table
+    from ..selection.coverage import OutcomeTable
+
+    path = Path(actions_json)
+    outcomes = path.parent / "outcomes.jsonl"
+    if not path.is_file() or not outcomes.is_file() or "Best" not in results:
+        return ""
+    table = OutcomeTable.load(outcomes)
+    names = [n for n in json.loads(path.read_text()).get("best_per_k", {}).get("scores", {}) if n in table.action_names]
+    problems = [pid for pid in table.problem_ids if all(table.outcomes(pid, n) for n in names)]
+    cells = [[[o.reward for o in table.outcomes(pid, name)] for name in names] for pid in problems]
+    samples = min((len(c) for row in cells for c in row), default=0)
+    if not problems or not names or samples < 1:
+        return ""
+    rewards = np.array([[c[:samples] for c in row] for row in cells], dtype=float)  # [problems, actions, samples]
+    ks = [int(m.split("@")[1]) for m in results["Best"] if m.startswith("pass@") and int(m.split("@")[1]) <= samples]
+    adapters = [a for a in adapters if a in results]
+    lines = [f"Head-room on {len(problems)} validation problems x {samples} samples of the {len(names)} static "
+             "candidates (the selection's outcomes): the per-problem oracle (each problem under its own best "
+             "candidate) minus the best single candidate, cross-fitted where k <= samples / 2. Gains are the "
+             "adapters' paired differences to Best on the test split (points); the share is gain / head-room, "
+             "given where the head-room's interval is above 0.",
+             "", _row(["k", "best static (validation)", "head-room (points)"]
+                      + [f"{a}: gain, share" for a in adapters]),
+             _row(["---:", "---", "---:"] + ["---:"] * len(adapters))]
+    for row in oracle_table(rewards, names, ks):
+        if row.crossfit_headroom is not None:
+            room, (low, high), kind = row.crossfit_headroom, row.crossfit_headroom_ci, "cross-fitted"
+        else:
+            room, (low, high), kind = row.headroom, row.headroom_ci, "in-sample"
+        cells = []
+        for adapter in adapters:
+            c = compare(results, details, adapter, "Best", f"pass@{row.k}", confidence)
+            share = f"{c['diff'] / room * 100:.0f}%" if low > 0 else "–"  # no share of a head-room within noise of 0
+            cells.append(f"{_signed(c['diff'] * 100, 1)}, {share}")
+        lines.append(_row([str(row.k), f"`{row.best_action}`",
+                           f"{room * 100:+.1f} [{low * 100:+.1f}, {high * 100:+.1f}] {kind}"] + cells))
+    return "\n".join(lines)
+
