@@ -27,9 +27,13 @@ import statistics
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from ..core.files import write_json, write_text
 from ..core.stats import format_interval, paired_ci
 from ..decoding.actions import DecodingAction
+from ..evaluation.headroom import oracle_table
+from ..selection.coverage import OutcomeTable
 from . import plots
 
 __all__ = [
@@ -984,12 +988,6 @@ def headroom_section(actions_json: str | Path, results: Mapping, details: Mappin
     scored on the other half: k <= samples / 2), in-sample (biased upward) beyond. Each adapter's
     gain is its paired difference to Best on the test split; the share is gain / head-room, given
     only where the head-room's interval is above 0. '' without the outcomes, the candidates or a Best row."""
-    # late imports: the report's other sections do not need the selection's table or numpy
-    import numpy as np
-
-    from ..evaluation.headroom import oracle_table
-    from ..selection.coverage import OutcomeTable
-
     path = Path(actions_json)
     outcomes = path.parent / "outcomes.jsonl"
     if not path.is_file() or not outcomes.is_file() or "Best" not in results:
