@@ -68,11 +68,18 @@ def test_smoke_runs_every_stage_and_resumes_after_a_kill(tiny_model_dir, tmp_pat
 
 
 @pytest.mark.parametrize("command", ["reproduce", "demo"])
-def test_plan_prints_an_estimate_without_running(command, capsys, tmp_path):
-    assert main([command, "--plan", "--out", str(tmp_path / "run")]) == 0
+def test_plan_prints_an_estimate_without_running(command, capsys, tmp_path, tiny_model_dir):
+    assert main([command, "--plan", "--out", str(tmp_path / "run"), "--model", str(tiny_model_dir)]) == 0
     printed = capsys.readouterr().out
-    assert "total" in printed and "evaluate" in printed
-    assert not (tmp_path / "run").exists()  # nothing decoded, nothing written
+    assert "total" in printed and "evaluate" in printed and "decode probe" in printed
+    assert not (tmp_path / "run").exists()  # only a probe decoded, nothing written
+
+
+def test_the_plan_scales_with_the_machines_speed():
+    reference = estimate_minutes(FULL)
+    assert estimate_minutes(FULL, demo.REFERENCE_PROBE_TOKENS_PER_SECOND) == reference
+    slower = estimate_minutes(FULL, demo.REFERENCE_PROBE_TOKENS_PER_SECOND / 4)  # e.g. fp32 on an AVX2-only CPU
+    assert slower["evaluate"] == pytest.approx(4 * reference["evaluate"]) and slower["load"] == reference["load"]
 
 
 def test_estimate_grows_with_the_work():

@@ -19,10 +19,10 @@ def test_without_mallopt_nothing_is_tuned(monkeypatch):
     assert cpu_allocator.keep_freed_memory() is False
 
 
-def test_the_cli_sets_it_before_running_a_command(monkeypatch, capsys):
+def test_the_cli_sets_it_before_running_a_command(monkeypatch, capsys, tiny_model_dir):
     from decoding_adapters import cli
 
     calls = []
     monkeypatch.setattr(cli, "keep_freed_memory", lambda: calls.append(1) or True)
-    assert cli.main(["reproduce", "--plan"]) == 0  # prints the time estimate, loads nothing
+    assert cli.main(["reproduce", "--plan", "--model", str(tiny_model_dir)]) == 0  # prints the time estimate
     assert calls == [1] and "total" in capsys.readouterr().out

@@ -27,7 +27,7 @@ class DemoOptions:
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""
     plan: bool = False
-    """print the stage-by-stage time estimate and exit"""
+    """print the stage-by-stage time estimate, scaled to this machine by a few seconds' decode probe, and exit"""
     publish: str | None = None
     """after the run, copy the report, its figures, eval_details.json (per-problem outcomes), the
     configuration and the action selection into this directory (e.g. docs/demo)"""
@@ -42,7 +42,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 def run_cli(args) -> int:
     cfg = study_config(args, SIZES)
     if args.plan:
-        print(format_plan(cfg))
+        print(format_plan(cfg, args.model))
         return 0
     check_output_dir(args.out)  # pre-flight: a file or unwritable --out fails now, not after a stage
     run_demo(args.out, cfg, model=args.model, progress=args.progress, command=study_command("demo", args, cfg, SIZES))

@@ -86,7 +86,7 @@ class ReproduceOptions:
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""
     plan: bool = False
-    """print the stage-by-stage time estimate and exit"""
+    """print the stage-by-stage time estimate, scaled to this machine by a few seconds' decode probe, and exit"""
     publish: str | None = None
     """after the run, copy the report, its figures, eval_details.json, the truncation figures and the
     action selection into this directory (e.g. docs/reproduce)"""
@@ -101,7 +101,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 def run_cli(args) -> int:
     cfg = study_config(args, REPRODUCE_SIZES)
     if args.plan:
-        print(format_plan(cfg))
+        print(format_plan(cfg, args.model))
         return 0
     command = study_command("reproduce", args, cfg, REPRODUCE_SIZES)
     run_demo(args.out, cfg, model=args.model, progress=args.progress, label="reproduce", command=command)

@@ -11,8 +11,10 @@ import shlex
 import shutil
 from pathlib import Path
 
-from ..experiments.demo import estimate_minutes
+from ..experiments.demo import estimate_minutes, probe_tokens_per_second
 from ..experiments.pipeline import StudyConfig
+from ..lm.models import load_frozen_lm
+from ..tasks import get_task
 from .config_args import add_config_arguments, build_config
 
 __all__ = ["add_study_arguments", "study_config", "study_command", "format_plan", "publish", "publish_if_asked"]
@@ -53,11 +55,18 @@ def study_command(command: str, args, cfg: StudyConfig, sizes: dict[str, StudyCo
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def format_plan(cfg: StudyConfig) -> str:
-    plan = estimate_minutes(cfg)
+def format_plan(cfg: StudyConfig, model: str | None = None) -> str:
+    """The stage-by-stage estimate; with ``model``, scaled to this machine by a few seconds' decode
+    probe of it (``experiments.demo.probe_tokens_per_second``)."""
+    speed = None
+    if model is not None:
+        speed = probe_tokens_per_second(load_frozen_lm(model), get_task("arithmetic"))
+    plan = estimate_minutes(cfg, speed)
     lines = [f"{stage:>9}: {minutes:6.1f} min" for stage, minutes in plan.items()]
     note = " (before the budget stage picks one)" if cfg.budget.candidates else ""
-    return "\n".join(lines + [f"{'total':>9}: {sum(plan.values()):6.1f} min at token budget {cfg.token_budget}{note}"])
+    machine = "" if speed is None else f"; decode probe {speed:.0f} tok/s on this machine"
+    return "\n".join(lines + [f"{'total':>9}: {sum(plan.values()):6.1f} min at token budget {cfg.token_budget}"
+                              f"{note}{machine}"])
 
 
 def publish(out: Path, target: Path) -> list[Path]:

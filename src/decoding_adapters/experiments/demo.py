@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
 from ..core.files import write_json
-from ..decoding.actions import PRESETS, DecodingAction, load_action_set
+from ..decoding.actions import PRESETS, ActionSet, DecodingAction, load_action_set
+from ..decoding.rollouts import HFRollouts, RolloutRequest, encode_problems
 from ..evaluation import (
     EvalConfig,
     Method,
@@ -59,7 +61,7 @@ from ..training.token import TokenTrainConfig
 from . import pipeline
 from .pipeline import BudgetConfig, SelectionConfig, StudyConfig
 
-__all__ = ["SIZES", "REPRODUCE_SIZES", "run_demo", "estimate_minutes", "target_lines"]
+__all__ = ["SIZES", "REPRODUCE_SIZES", "run_demo", "estimate_minutes", "probe_tokens_per_second", "target_lines"]
 
 
 DEFAULT = StudyConfig(
@@ -200,9 +202,37 @@ def _decode_minutes(rows: float, cfg: StudyConfig, overhead: float = 1.0, calls:
     return (tokens * overhead / DECODE_TOKENS_PER_SECOND + calls * SECONDS_PER_CALL) / 60
 
 
-def estimate_minutes(cfg: StudyConfig) -> dict[str, float]:
-    """Planned minutes of every stage on the 2-core CPU (used for the progress line's time left;
-    ``reproduce --plan`` prints it). A model of decoded rows x mean length / throughput."""
+PROBE_ROWS, PROBE_TOKENS = 32, 16
+"""The throughput probe: this many sampled (T = 1) rows of validation prompts, this many tokens."""
+REFERENCE_PROBE_TOKENS_PER_SECOND = 700.0
+"""What :func:`probe_tokens_per_second` measured on the machine the constants above were fitted on
+(the project's 2-core AMD EPYC with AVX512-BF16, bf16, idle)."""
+
+
+def probe_tokens_per_second(lm, task) -> float:
+    """Decoded tokens per second of ``lm`` on this machine: ``PROBE_ROWS`` rows at T = 1 for
+    ``PROBE_TOKENS`` tokens, after a small warm-up (first calls allocate caches and pick kernels).
+    A few seconds; divided by ``REFERENCE_PROBE_TOKENS_PER_SECOND`` it scales the plan to the CPU
+    it runs on (an AVX2-only CPU runs fp32, several times slower than the reference)."""
+    problems = task.load("validation")[: PROBE_ROWS // 2]
+    prompts, _ = encode_problems(lm, task, problems)
+    rollouts = HFRollouts(lm, ActionSet([DecodingAction(temperature=1.0)]), batch_rows=PROBE_ROWS)
+
+    def request(rows: int, tokens: int) -> RolloutRequest:
+        return RolloutRequest(prompts=prompts, prompt_of_row=[r % len(prompts) for r in range(rows)],
+                              row_seeds=list(range(rows)), token_budget=tokens, row_actions=[0] * rows)
+
+    rollouts.run(request(4, 4))
+    start = time.perf_counter()
+    result = rollouts.run(request(PROBE_ROWS, PROBE_TOKENS))
+    return float(result.lengths.sum()) / max(time.perf_counter() - start, 1e-6)
+
+
+def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -> dict[str, float]:
+    """Planned minutes of every stage (used for the progress line's time left; ``demo --plan`` and
+    ``reproduce --plan`` print it). A model of decoded rows x mean length / throughput, fitted on
+    the reference machine; ``tokens_per_second`` (:func:`probe_tokens_per_second` on this machine)
+    scales the decoding stages by how much slower or faster this machine is."""
     pool = _pool_size(cfg)
     seq, tok = cfg.sequence, cfg.token
     mean_b = sum(seq.parallel_budgets) / len(seq.parallel_budgets)
@@ -229,15 +259,15 @@ def estimate_minutes(cfg: StudyConfig) -> dict[str, float]:
     budget = 0.0
     if cfg.budget.candidates:  # greedy rows once at the largest candidate (about half of it is used)
         budget = cfg.budget.problems * max(cfg.budget.candidates) * 0.5 / DECODE_TOKENS_PER_SECOND / 60
-    return {
-        "load": 0.5,
+    slower = 1.0 if tokens_per_second is None else REFERENCE_PROBE_TOKENS_PER_SECOND / tokens_per_second
+    decoding = {
         "budget": budget,
         "select": _decode_minutes(pool * cfg.selection.problems * cfg.selection.samples, cfg, POOL_ROW_OVERHEAD),
         "sequence": sequence,
         "token": token,
         "evaluate": evaluation,
-        "report": 1.0,
     }
+    return {"load": 0.5, **{stage: minutes * slower for stage, minutes in decoding.items()}, "report": 1.0}
 
 
 TOKEN_MIXED = "Mixed (per token)"
@@ -364,6 +394,10 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     clock.begin("load", "loading the frozen LM", model)
     lm = load_frozen_lm(model)
     task = get_task("arithmetic")
+    speed = probe_tokens_per_second(lm, task)  # the plan, scaled to this machine
+    clock.plan = estimate_minutes(cfg, speed)
+    print(f"decode probe: {speed:.0f} tok/s ({speed / REFERENCE_PROBE_TOKENS_PER_SECOND:.2f} x the reference "
+          f"machine); plan {sum(clock.plan.values()):.0f} min", flush=True)
     clock.end()
 
     budget_record = None
@@ -373,7 +407,8 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
         cfg, budget_record = pipeline.choose_budget(lm, task, cfg, out / "budget")
         print(f"token budget: {cfg.token_budget}", flush=True)
         clock.end()
-        clock.plan = {**estimate_minutes(cfg), **{k: clock.plan[k] for k in clock.minutes}}  # at the chosen budget
+        # the stages still to run, at the chosen budget
+        clock.plan = {**estimate_minutes(cfg, speed), **{k: clock.plan[k] for k in clock.minutes}}
     write_json(out / "study_config.json", {"model": model, "command": command, **asdict(cfg)})
 
     sel = cfg.selection
