@@ -29,12 +29,19 @@ def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys):
         best = actions["best_single_name"]
         expected_prior = selected.index(best) if best in selected else None
         assert sequence["training"]["prior_action"] == expected_prior
+        # the w/ budget adapter starts at Best at pass@B for each of its budgets B
+        assert len(sequence["training"]["budget_prior_actions"]) == len(sequence["training"]["parallel_budgets"])
     # Best is chosen per pass@k among the whole pool plus greedy, and the report shows the selection
     details = json.loads((out / "eval" / "eval_details.json").read_text())
     assert set(details["methods"]["Best"]["k_actions"]) == {"1", "2"}
     assert set(details["methods"]["Best"]["k_actions"].values()) <= set(actions["best_per_k"]["best"].values())
     assert "## Action selection" in (out / "report" / "report.md").read_text()
-    # a second run reuses every finished stage
-    before = (out / "tok-budget-s0" / "adapter.safetensors").stat().st_mtime
+    assert "## Head-room captured" in (out / "report" / "report.md").read_text()
+    # a second run reuses every finished stage, the evaluation included
+    before = [(out / name).stat().st_mtime for name in ("tok-budget-s0/adapter.safetensors", "eval/results.json")]
     assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress"]) == 0
-    assert (out / "tok-budget-s0" / "adapter.safetensors").stat().st_mtime == before
+    assert [(out / name).stat().st_mtime for name in ("tok-budget-s0/adapter.safetensors", "eval/results.json")] == before
+    # a retrained adapter makes the stored evaluation stale: it is decoded again
+    (out / "tok-budget-s0" / "adapter.safetensors").touch()
+    assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress"]) == 0
+    assert (out / "eval" / "results.json").stat().st_mtime > before[1]

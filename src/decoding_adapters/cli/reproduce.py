@@ -4,7 +4,7 @@ default model, with intervals narrow enough to tell? It runs the demo's stages
 README's headline table names this one command with its own output directory.
 
     decoding-adapters reproduce --out runs/reproduce --publish docs/reproduce   # ~80 min on 2 cores; resumable
-    decoding-adapters reproduce --plan                        # the stage-by-stage estimate, no work
+    decoding-adapters reproduce --plan                        # the stage-by-stage estimate for this machine
     decoding-adapters reproduce --size smoke --model DIR      # every stage on a tiny model (tests)
 
 What runs (``full``):
@@ -12,14 +12,16 @@ What runs (``full``):
 0. token budget: greedy on 100 validation problems, decoded once at 96 tokens; the smallest of
    32/48/64/96 that stops at most 35% of greedy rows before EOS is used everywhere after
    (chosen on validation; the report lists mean greedy length and truncated fraction per budget).
-1. action selection on the **whole** 180-config pool plus greedy (181 candidates) on 8
-   validation problems x 1 sample; K = 6 by greedy coverage, with the coverage-vs-top-K figure;
-   the same table picks Best and the best single token action.
-2. sequence adapters w/ and w/o budget, **live rollouts**, B in {1, 2, 4, 8}, 3 seeds, 12 steps x
-   8 prompts (~30 completions a step), validated live on 12 problems 4 times.
-3. token adapters w/ budget, w/o budget, entropy-only, 3 seeds, up to 48 steps x 4 prompts x G=4,
-   validation on 48 problems every 4 steps, early stop after 3 validations without improvement
-   (best validated weights kept); the report has every seed's validation curve.
+1. action selection on 16 actions spread over the 180-config pool plus greedy (17 candidates) on 64
+   validation problems x 4 samples; K = 6 by greedy coverage, with the coverage curve and where it
+   saturates; the same table picks Best at each pass@k (greedy included) and the best single
+   token action.
+2. sequence adapters w/ and w/o budget, **live rollouts**, B in {1, 2, 4, 8}, 3 seeds, 24 steps x
+   8 prompts, validated live on 32 problems every 8 steps (step 0 included, best validated kept);
+   the w/ budget adapter starts at Best at pass@B for each B, the w/o budget one at Best at pass@1.
+3. token adapters w/ budget, w/o budget, entropy-only, 3 seeds, 40 steps x 8 prompts x G=8 each,
+   prior at the best static token action, validation (sampled and argmax policy) on 96 problems
+   at step 0 and every 8 steps, best validated weights and mode kept; every seed's curve in the report.
 4. evaluation on 200 test problems x 3 seeds x 8 samples, pass@1/2/4/8: Greedy, Best, Mixed,
    Mixed (per token), Mixed per sequence (token actions), Best token action, and the five adapters.
 5. report: paired intervals, the targets, seed spread, truncation, training curves,

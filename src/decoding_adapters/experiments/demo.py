@@ -185,14 +185,14 @@ tokens per CPU-second for 128 rows of the 180 pool against ~150 for temperature-
 MEAN_SAMPLED_LENGTH = 0.75
 """Mean generated length of a sampled row as a fraction of the token budget (measured at budget 48
 on validation: T=0.5 0.57, T=1.0 0.74, T=1.25 0.89; greedy 0.56 at budget 64)."""
-EVALUATION_SCALE = 0.40
-"""Measured over planned minutes of the evaluation stage in the first full reproduce run (n = 4:
-22.4 spent against 55.9 planned): its rows are shorter than MEAN_SAMPLED_LENGTH (mean 31 of 48
-tokens) and the methods' shared rows are decoded once."""
-TOKEN_STAGE_SCALE = 0.40
-"""Measured over planned seconds per token-training step (validations included) in the same run:
-2.2 s (5.3 min over the 144 steps of its 9 runs) against 5.6 s planned; its rollouts are shorter
-than MEAN_SAMPLED_LENGTH and 16 rows share 4 prompts' prefill."""
+STAGE_SCALE = {"budget": 0.28, "select": 0.37, "sequence": 0.58, "token": 0.26, "evaluate": 0.28}
+"""Measured over planned minutes of each decoding stage (the model above at the constants above),
+fitted on the reference machine: ``reproduce`` at budget 48 (docs/reproduce: budget 0.11 of 0.40,
+selection about 8.0 of 17.8 including an attempt stopped and resumed, sequence 13.1 of 22.4,
+token 29.3 of 112.3, evaluation 30.7 of 44.5 minutes) and, for the selection, the demo at budget 64
+(1.9 of 6.3: the geometric mean of the two ratios). Rows end earlier than MEAN_SAMPLED_LENGTH
+and methods share decoded rows (greedy and greedy-only adapters once), so every stage runs
+faster than the row model; near-greedy token rollouts end earliest (0.56 of the budget)."""
 SECONDS_PER_CALL = 1.0
 """Fixed cost of one small decode call (prefill, Python, scoring): dominates tiny training steps."""
 
@@ -204,9 +204,10 @@ def _decode_minutes(rows: float, cfg: StudyConfig, overhead: float = 1.0, calls:
 
 PROBE_ROWS, PROBE_TOKENS = 32, 16
 """The throughput probe: this many sampled (T = 1) rows of validation prompts, this many tokens."""
-REFERENCE_PROBE_TOKENS_PER_SECOND = 700.0
+REFERENCE_PROBE_TOKENS_PER_SECOND = 440.0
 """What :func:`probe_tokens_per_second` measured on the machine the constants above were fitted on
-(the project's 2-core AMD EPYC with AVX512-BF16, bf16, idle)."""
+(the project's 2-core AMD EPYC with AVX512-BF16, bf16, idle: 402 / 447 / 440 / 441 / 542 in five
+probes, median 440)."""
 
 
 def probe_tokens_per_second(lm, task) -> float:
@@ -242,20 +243,18 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
         seq_rows = seq_runs * (seq.steps * seq.prompts_per_step + val_calls * seq.val_problems) * mean_b
         sequence = _decode_minutes(seq_rows, cfg, calls=seq_runs * (seq.steps + val_calls))
     else:
-        sequence = seq_runs * seq.steps * 0.05 / 60
+        sequence = seq_runs * seq.steps * 0.02 / 60  # offline replay: no decoding, ~10 ms a step
     tok_runs = len(TOKEN_VARIANTS) * cfg.seeds
     vals = tok.steps // tok.val_every + 1  # step 0 is validated too
     val_rows = vals * tok.val_problems * tok.val_samples * len(tok.val_modes)
     tok_rows = tok_runs * (tok.steps * tok.prompts_per_step * tok.group_size + val_rows)
     token = _decode_minutes(tok_rows, cfg, TOKEN_ROLLOUT_OVERHEAD, calls=tok_runs * (tok.steps + vals))
     token += _decode_minutes((tok.max_train_prompts or 0) * tok.filter_samples, cfg)
-    token *= TOKEN_STAGE_SCALE
     n = max(cfg.eval.k_values) * cfg.eval_problems * cfg.seeds
     # static rows: Best, Mixed (K actions), token Mixed, best token action, the sequence adapters'
     # picks (shared with those where the action is the same: ~2 more actions' worth)
     static_rows = n * 5 + cfg.eval_problems
     evaluation = _decode_minutes(static_rows, cfg) + _decode_minutes(n * 3, cfg, TOKEN_ROLLOUT_OVERHEAD)
-    evaluation *= EVALUATION_SCALE
     budget = 0.0
     if cfg.budget.candidates:  # greedy rows once at the largest candidate (about half of it is used)
         budget = cfg.budget.problems * max(cfg.budget.candidates) * 0.5 / DECODE_TOKENS_PER_SECOND / 60
@@ -267,7 +266,8 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
         "token": token,
         "evaluate": evaluation,
     }
-    return {"load": 0.5, **{stage: minutes * slower for stage, minutes in decoding.items()}, "report": 1.0}
+    scaled = {stage: minutes * STAGE_SCALE[stage] * slower for stage, minutes in decoding.items()}
+    return {"load": 0.1, **scaled, "report": 0.1}
 
 
 TOKEN_MIXED = "Mixed (per token)"

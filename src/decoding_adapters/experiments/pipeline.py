@@ -371,8 +371,30 @@ def adapter_runs(out: Path, prefix: str, cfg: StudyConfig, lm, name: str) -> Met
 def evaluate_methods(lm, task, problems, methods: list[Method], cfg: StudyConfig, out: Path, *, meta: dict,
                      progress: bool) -> Evaluation:
     """``methods`` on ``problems`` (``cfg.eval``: same problems and row seeds for every method),
-    written into ``out``."""
+    written into ``out``; a finished evaluation there of the same methods, problems and settings
+    is read back instead (a run killed in the report stage does not decode its evaluation again)."""
+    done = _finished_evaluation(out, methods, problems, cfg, meta)
+    if done is not None:
+        return done
     evaluation = evaluate(lm, task, problems, methods, cfg.eval, batch_rows=cfg.batch_rows,
                           progress=progress, meta=meta)
     evaluation.write(out)
     return evaluation
+
+
+def _finished_evaluation(out: Path, methods: list[Method], problems, cfg: StudyConfig, meta: dict) -> Evaluation | None:
+    results_path, details_path = Path(out) / "results.json", Path(out) / "eval_details.json"
+    if not (results_path.is_file() and details_path.is_file()):
+        return None
+    details = json.loads(details_path.read_text())
+    stored = details.get("config", {})
+    stored_ids = [p.get("id") if isinstance(p, dict) else p for p in details.get("problems", [])]
+    same = (list(details.get("methods", {})) == [m.name for m in methods] and stored_ids == [p.id for p in problems]
+            and all(stored.get(k) == v for k, v in {**meta, "n": cfg.eval.n, "seeds": cfg.eval.seeds,
+                                                    "k_values": list(cfg.eval.k_values),
+                                                    "token_budget": cfg.eval.token_budget}.items()))
+    # an adapter saved after the evaluation (retrained) makes it stale
+    weights = [Path(d) / "adapter.safetensors" for m in methods if m.source for d in m.source.split(", ")]
+    newest = max((w.stat().st_mtime for w in weights if w.is_file()), default=0.0)
+    same = same and results_path.stat().st_mtime >= newest
+    return Evaluation(json.loads(results_path.read_text()), details) if same else None
