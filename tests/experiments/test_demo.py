@@ -38,9 +38,10 @@ def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys):
     assert "## Action selection" in (out / "report" / "report.md").read_text()
     assert "## Head-room captured" in (out / "report" / "report.md").read_text()
     # a second run reuses every finished stage, the evaluation included
-    before = [(out / name).stat().st_mtime for name in ("tok-budget-s0/adapter.safetensors", "eval/results.json")]
+    watched = ("tok-budget-s0/adapter.safetensors", "eval/results.json")
+    before = [(out / name).stat().st_mtime for name in watched]
     assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress"]) == 0
-    assert [(out / name).stat().st_mtime for name in ("tok-budget-s0/adapter.safetensors", "eval/results.json")] == before
+    assert [(out / name).stat().st_mtime for name in watched] == before
     # a retrained adapter makes the stored evaluation stale: it is decoded again
     (out / "tok-budget-s0" / "adapter.safetensors").touch()
     assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress"]) == 0

@@ -293,6 +293,22 @@ def test_report_rough_edges_one_seed_relative_gains_html_and_identical_rows():
     assert "<" not in tables and "%)" not in tables  # plain Markdown headers; no relative gains
 
 
+def test_identical_by_construction_needs_every_seeds_adapter_to_pick_bests_action():
+    results, details = fake_evaluation(seeds=3)
+    best_index = ACTIONS.index("T=1")
+    choices = details["sequence_choices"]["Seq w/ budget"]
+    same = [[best_index] * 3 for _ in details["problems"]]
+    choices["actions"] = same
+    choices.pop("actions_by_seed", None)  # seed 0 alone cannot speak for three seeds
+    assert identical_by_construction(details, "Seq w/ budget", "Best", ["pass@1"]) == []
+    other = [[best_index] * 3 for _ in details["problems"]]
+    other[0] = [(best_index + 1) % len(ACTIONS)] * 3
+    choices["actions_by_seed"] = [same, other, same]  # seed 1 differs on one problem
+    assert identical_by_construction(details, "Seq w/ budget", "Best", ["pass@1"]) == []
+    choices["actions_by_seed"] = [same, same, same]
+    assert identical_by_construction(details, "Seq w/ budget", "Best", ["pass@1"]) == ["T=1"]
+
+
 def test_best_per_k_row_is_named_at_each_k_and_verdicts_say_which_action():
     results, details = fake_evaluation({"Seq w/ budget": 0.1})
     details["methods"]["Best"]["k_actions"] = {"1": "greedy", "2": "T=1", "4": "T=1"}

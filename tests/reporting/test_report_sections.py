@@ -1,4 +1,5 @@
-"""The report's extra sections for the reproduce run: truncation per budget, training curves and the head-room captured."""
+"""The report's extra sections for the reproduce run: truncation per budget, training curves and
+the head-room captured."""
 
 import json
 

@@ -3,7 +3,7 @@ default model, with intervals narrow enough to tell? It runs the demo's stages
 (``experiments.demo.run_demo``) at ``REPRODUCE_SIZES`` (``full``, ``complete``, ``smoke``); the
 README's headline table names this one command with its own output directory.
 
-    decoding-adapters reproduce --out runs/reproduce --publish docs/reproduce   # ~80 min on 2 cores; resumable
+    decoding-adapters reproduce --out runs/reproduce --publish docs/reproduce   # ~82 min on 2 cores; resumable
     decoding-adapters reproduce --plan                        # the stage-by-stage estimate for this machine
     decoding-adapters reproduce --size smoke --model DIR      # every stage on a tiny model (tests)
 
@@ -27,44 +27,28 @@ What runs (``full``):
 5. report: paired intervals, the targets, seed spread, truncation, training curves,
    cost (minutes per stage, tokens per training step, steps per minute), figures.
 
-Measurements behind the plan (on this 2-core machine while five other jobs ran, load
-average 10, so from CPU time of one thread: ``benchmarks/reproduce_sizing.py``;
-``demo.estimate_minutes`` holds the constants):
+Measurements behind the plan (``demo.estimate_minutes`` holds the constants): a model of decoded
+rows x mean length / throughput, with one scale per stage fitted on the published run, and a few
+seconds' decode probe (``demo.probe_tokens_per_second``) that scales it to the machine it runs on.
+Greedy on the 100 validation problems at budgets 16/24/32/48/64/96 has mean length 14.6 / 20.5 /
+25.3 / 32.5 / 35.7 / 39.3 tokens, stopped by the budget 77 / 70 / 52 / 30 / 15 / 7% of rows: the
+model keeps talking after the answer, so "greedy not truncated" needs about 128 tokens.
 
-- greedy on the 100 validation problems at budgets 16/24/32/48/64/96: mean length 14.6 / 20.5 /
-  25.3 / 32.5 / 35.7 / 39.3 tokens, stopped by the budget 77 / 70 / 52 / 30 / 15 / 7% of rows:
-  the model keeps talking after the answer, so "greedy not truncated" needs about 128 tokens;
-- decode throughput, 128 sampled rows of 32 validation prompts at budget 48: 130 (T=0.5), 151
-  (T=1), 152 (T=1.25) tokens per CPU-second; greedy 100 rows at 96: 84 (the batch shrinks as rows
-  finish); 128 rows of the 180 pool (top-k / top-p / min-p mixed) at budget 16: 96; mean sampled
-  length 57 / 74 / 89% of the budget. The plan takes 220 tokens/s for the two cores (1.5 x one
-  thread), 75% of the budget per sampled row, +50% for pool rows, +15% for token-adapter rollouts
-  (features recorded, policy run per step) and 1 s per small decode call.
-
-Plan at the expected budget of 48 (``--plan``): load 0.5, budget 0.4, selection 5.9, sequence
-10.4, token 19.0, evaluation 44.5, report 1 — **about 82 minutes**. The evaluation dominates: 200
-problems x 3 seeds x n samples for every sampled method (~7 of them once shared rows are counted).
-
-A first full run (n = 4, token training capped at 20 steps with 24 validation
-problems and patience 2) took 55.4 min: its token stage 5.3 of 16.7 planned minutes and its
-evaluation 22.4 of 55.9, so ``EVALUATION_SCALE`` and ``TOKEN_STAGE_SCALE`` (``demo.py``) carry
-those ratios and the time saved bought back two cuts: pass@8 (n = 8) and longer token training
-(one seed was still improving at the 20-step cap; validation curves only, the test split was not
-used to choose). The run published in docs/reproduce took 59.4 min: load 0.2,
-budget 0.2, selection 2.7, sequence 6.3, token 9.3, evaluation 40.6.
+The run published in docs/reproduce took 82 min on the project's 2-core AMD EPYC (AVX512-BF16):
+load 0.1, budget 0.1, selection 8.5 (5.2 after a stop and resume), sequence 13.1, token 29.3,
+evaluation 30.7. The evaluation decodes 25,141 rows (greedy and greedy-only token adapters once,
+shared static rows once).
 
 What was cut to fit (each is a field of ``StudyConfig``; ``--size complete`` restores them all):
 
 - the token budget: greedy truncation allowed up to 35% (expected choice 48: 30% of greedy rows
-  cut, mean greedy length 32.5) instead of ~2% (128 tokens). At 64 (15%) the plan is 119 min, at
-  96 (7%) 199 min;
-- action selection on 8 validation problems x 1 sample (the coverage estimate is coarse);
-- short training: sequence adapters 12 live steps, token adapters at most 48 steps of 16 rollouts.
-  The report's cost section gives tokens per step and steps per minute, to say whether training
-  was compute-starved.
+  cut, mean greedy length 32.5) instead of ~2% (128 tokens);
+- selection over 16 of the 180 pool actions (plus greedy), not the whole pool;
+- short training: sequence adapters 24 live steps of 8 prompts, token adapters 40 steps of 64
+  rollouts. The report's cost section gives tokens per step and steps per minute.
 
 ``--size complete`` (the uncut study: budget chosen at <= 2% truncation from 48..192, pass@8,
-selection on 32 x 4, 60 steps of each adapter) plans at about 18 hours on this CPU.
+selection on 32 x 4, 60 steps of each adapter) plans at about 7 hours on this CPU.
 """
 
 from __future__ import annotations
@@ -84,7 +68,7 @@ class ReproduceOptions:
     out: str = "runs/reproduce"
     """output directory (re-run the same command to resume)"""
     size: Literal["full", "complete", "smoke"] = "full"
-    """stage sizes: full (the study cut to ~90 min on 2 cores), complete (uncut, ~18 h there), smoke (tests)"""
+    """stage sizes: full (the study cut to ~90 min on 2 cores), complete (uncut, ~7 h there), smoke (tests)"""
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""
     plan: bool = False

@@ -506,11 +506,12 @@ def _assemble(methods, cfg: EvalConfig, problems, cot, choices, store: _Store, d
             _public_record(store.records[k], k, m, problems) for k in display[m.name] if k in store.records
         ]
         if m.kind == "sequence":
+            by_seed = [[[m.actions.index(a) for a in per_problem_choice] for per_problem_choice in per_seed]
+                       for per_seed in choices[m.name]]
             details["sequence_choices"][m.name] = {
                 "k_values": list(cfg.k_values),
-                "actions": [
-                    [m.actions.index(a) for a in per_problem_choice] for per_problem_choice in choices[m.name][0]
-                ],
+                "actions": by_seed[0],  # [problem][k index]: seed 0's adapter (the choices figure)
+                "actions_by_seed": by_seed,  # [seed][problem][k index]
             }
     return Evaluation(results, details)
 

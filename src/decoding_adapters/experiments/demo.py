@@ -128,7 +128,7 @@ FULL = StudyConfig(
 COMPLETE = replace(
     FULL,
     # The study uncut: greedy (almost) never truncated, pass@8, selection on 32 x 4, longer
-    # training. About 18 hours on the 2-core CPU by the plan: for a bigger machine.
+    # training. About 7 hours on the 2-core CPU by the plan: for a bigger machine.
     token_budget=128,
     budget=BudgetConfig(candidates=(48, 64, 96, 128, 192), problems=100, max_truncated=0.02),
     selection=SelectionConfig(pool_subsample=None, problems=32, samples=4, k=6),

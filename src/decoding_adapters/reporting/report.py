@@ -455,8 +455,12 @@ def _fixed_action(details: Mapping | None, name: str, problem: int, k: int) -> s
         return per_k.get(str(k)) if per_k else actions[0] if len(actions) == 1 else None
     choices = details.get("sequence_choices", {}).get(name) if method.get("kind") == "sequence" else None
     if choices and method.get("policy_mode", "argmax") == "argmax" and k in choices["k_values"]:
-        per_problem = choices["actions"]
-        return actions[per_problem[problem][choices["k_values"].index(k)]] if problem < len(per_problem) else None
+        # every seed's adapter must pick the same action (details without per-seed choices: one seed only)
+        seeds = details.get("config", {}).get("seeds", 1)
+        by_seed = choices.get("actions_by_seed") or ([choices["actions"]] if seeds == 1 else [])
+        column = choices["k_values"].index(k)
+        picks = {actions[per_problem[problem][column]] for per_problem in by_seed if problem < len(per_problem)}
+        return picks.pop() if len(picks) == 1 and by_seed else None
     return None
 
 
