@@ -18,7 +18,7 @@ Stages (each resumable: run the same command again after a kill and finished wor
 5. ``report/``: report.md (with the truncation, training-curve, target and cost sections),
    results.json, figures.
 
-``SIZES`` are the ``demo`` command's (``tiny`` for tests; ``default`` takes about 14 minutes on 2
+``SIZES`` are the ``demo`` command's (``tiny`` for tests; ``default`` takes about 12 minutes on 2
 CPU cores: a budget stage over 32-96 tokens, then everything at the chosen budget, 64);
 ``REPRODUCE_SIZES`` are the ``reproduce`` command's (``full``: the study behind the README's
 headline table, ``complete``: uncut, ``smoke``: every stage on a tiny model).
