@@ -46,3 +46,8 @@ def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys):
     (out / "tok-budget-s0" / "adapter.safetensors").touch()
     assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress"]) == 0
     assert (out / "eval" / "results.json").stat().st_mtime > before[1]
+    # so does any other setting the evaluation records (here its row seed)
+    decoded = (out / "eval" / "results.json").stat().st_mtime
+    assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress",
+                 "--eval.seed", "1"]) == 0
+    assert (out / "eval" / "results.json").stat().st_mtime > decoded

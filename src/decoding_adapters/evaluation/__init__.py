@@ -102,7 +102,7 @@ from .methods import (
     token_mixed_method,
 )
 from .ood import ood_label, ood_labels
-from .runner import Evaluation, StaticKey, TokenKey, evaluate, format_table, select_best_action
+from .runner import Evaluation, StaticKey, TokenKey, details_config, evaluate, format_table, select_best_action
 from .truncation import TruncationStats, choose_token_budget, greedy_truncation, truncation_stats
 
 __all__ = [
@@ -120,6 +120,7 @@ __all__ = [
     "adapter_method",
     "adapter_role",
     "Evaluation",
+    "details_config",
     "StaticKey",
     "TokenKey",
     "evaluate",

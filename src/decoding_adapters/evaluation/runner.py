@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, NamedTuple, Sequence, Union
+from typing import Callable, Mapping, NamedTuple, Sequence, Union
 
 import torch
 from tqdm.auto import tqdm
@@ -28,6 +28,7 @@ from .methods import EvalConfig, Method, static_method
 
 __all__ = [
     "Evaluation",
+    "details_config",
     "StaticKey",
     "TokenKey",
     "evaluate",
@@ -516,20 +517,26 @@ def _assemble(methods, cfg: EvalConfig, problems, cot, choices, store: _Store, d
     return Evaluation(results, details)
 
 
+def details_config(cfg: EvalConfig, meta: Mapping | None = None) -> dict:
+    """The settings an evaluation records as ``config`` in eval_details.json (``meta`` appended):
+    what must match for a stored evaluation to stand for a new one."""
+    return {
+        "k_values": list(cfg.k_values),
+        "n": cfg.n,
+        "seeds": cfg.seeds,
+        "token_budget": cfg.token_budget,
+        "cot_ratio": cfg.cot_ratio,
+        "seed": cfg.seed,
+        "confidence": cfg.confidence,
+        "decode_deterministic_once": cfg.decode_deterministic_once,
+        "ci_method": "student-t over per-problem means (each averaged over seeds)",
+        **(meta or {}),
+    }
+
+
 def _details_header(methods, cfg: EvalConfig, problems, cot, meta) -> dict:
     return {
-        "config": {
-            "k_values": list(cfg.k_values),
-            "n": cfg.n,
-            "seeds": cfg.seeds,
-            "token_budget": cfg.token_budget,
-            "cot_ratio": cfg.cot_ratio,
-            "seed": cfg.seed,
-            "confidence": cfg.confidence,
-            "decode_deterministic_once": cfg.decode_deterministic_once,
-            "ci_method": "student-t over per-problem means (each averaged over seeds)",
-            **meta,
-        },
+        "config": details_config(cfg, meta),
         "problems": [{"id": p.id, "cot": bool(c), "question": p.question[:2000]} for p, c in zip(problems, cot)],
         "methods": {m.name: m.describe() for m in methods},
         "summary": {},

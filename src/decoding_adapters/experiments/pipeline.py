@@ -39,6 +39,7 @@ from ..evaluation import (
     adapter_method,
     best_per_k_method,
     choose_token_budget,
+    details_config,
     evaluate,
     greedy_truncation,
     load_best_per_k,
@@ -383,16 +384,18 @@ def evaluate_methods(lm, task, problems, methods: list[Method], cfg: StudyConfig
 
 
 def _finished_evaluation(out: Path, methods: list[Method], problems, cfg: StudyConfig, meta: dict) -> Evaluation | None:
+    """The evaluation stored in ``out`` when it was made of these methods (as eval_details.json
+    describes them), problems and settings (``details_config``, what the evaluation records), and
+    no adapter was saved after it; None otherwise."""
     results_path, details_path = Path(out) / "results.json", Path(out) / "eval_details.json"
     if not (results_path.is_file() and details_path.is_file()):
         return None
     details = json.loads(details_path.read_text())
     stored = details.get("config", {})
     stored_ids = [p.get("id") if isinstance(p, dict) else p for p in details.get("problems", [])]
-    same = (list(details.get("methods", {})) == [m.name for m in methods] and stored_ids == [p.id for p in problems]
-            and all(stored.get(k) == v for k, v in {**meta, "n": cfg.eval.n, "seeds": cfg.eval.seeds,
-                                                    "k_values": list(cfg.eval.k_values),
-                                                    "token_budget": cfg.eval.token_budget}.items()))
+    described = json.loads(json.dumps({m.name: m.describe() for m in methods}))  # as JSON stores it
+    same = (details.get("methods") == described and stored_ids == [p.id for p in problems]
+            and all(stored.get(k) == v for k, v in details_config(cfg.eval, meta).items()))
     # an adapter saved after the evaluation (retrained) makes it stale
     weights = [Path(d) / "adapter.safetensors" for m in methods if m.source for d in m.source.split(", ")]
     newest = max((w.stat().st_mtime for w in weights if w.is_file()), default=0.0)
