@@ -125,12 +125,17 @@ class _PolicyBase(nn.Module):
 
     temperature: float
 
-    def _init_prior(self, prior: tuple[float, ...] | None, num_actions: int, head: nn.Sequential) -> None:
+    def _init_prior(self, prior: tuple[float, ...] | None, num_actions: int, head: nn.Sequential,
+                    starts_at_prior: bool | None = None) -> None:
+        """``starts_at_prior`` (default: a ``prior`` is given) zeroes the head's last layer, so
+        that the logits start as the log prior (a per-budget prior counts too)."""
         # A buffer, not a parameter: it is fixed, and rebuilt from the config on load (not in the
         # weights file), so adapters without a prior keep loading as before.
         log_prior = torch.zeros(num_actions) if prior is None else torch.tensor(prior).log()
         self.register_buffer("log_prior", log_prior, persistent=False)
-        if prior is not None:
+        if starts_at_prior is None:
+            starts_at_prior = prior is not None
+        if starts_at_prior:
             nn.init.zeros_(head[-1].weight)
             nn.init.zeros_(head[-1].bias)
 
@@ -213,13 +218,12 @@ class SequencePolicy(_PolicyBase):
         self.head = _mlp(
             [config.embed_dim + extra] + [config.hidden] * (config.layers - 1) + [config.num_actions], config.dropout
         )
-        self._init_prior(config.prior, config.num_actions, self.head)
+        self._init_prior(config.prior, config.num_actions, self.head,
+                         starts_at_prior=config.prior is not None or config.budget_priors is not None)
         if config.budget_priors is not None:  # buffers rebuilt from the config on load, like log_prior
             budgets, priors = zip(*config.budget_priors)
             self.register_buffer("prior_budgets", torch.tensor(budgets), persistent=False)  # [M], ascending
             self.register_buffer("budget_log_priors", torch.tensor(priors).log(), persistent=False)  # [M, K]
-            nn.init.zeros_(self.head[-1].weight)
-            nn.init.zeros_(self.head[-1].bias)
 
     def encode_budget(self, budget: torch.Tensor) -> torch.Tensor:
         """``[N]`` budgets -> ``[N, 1]`` scalar in [0, 1] (log scale: 1, 2, 4, 8 are evenly spaced)."""

@@ -185,8 +185,12 @@ def _metric_label(metric: str) -> str:
 
 def _metrics(results: Mapping) -> list[str]:
     first = next(iter(results.values()), {})
-    passes = sorted((m for m in first if m.startswith("pass@")), key=lambda m: int(m.split("@")[1]))
-    return passes + [m for m in first if not m.startswith("pass@")]
+    return [f"pass@{k}" for k in _pass_ks(first)] + [m for m in first if not m.startswith("pass@")]
+
+
+def _pass_ks(metrics) -> list[int]:
+    """The k of every ``pass@k`` among ``metrics``, ascending."""
+    return sorted(int(m.split("@")[1]) for m in metrics if m.startswith("pass@"))
 
 
 def _best_of(results, names, metric) -> set[str]:
@@ -468,7 +472,7 @@ def identical_by_construction(details: Mapping | None, a: str, b: str, metrics: 
     """The actions, when ``a`` and ``b`` decode every problem with the same fixed action at every
     pass@k in ``metrics`` (so both are scored on the very same completions); [] otherwise."""
     problems = len((details or {}).get("problems", []))
-    ks = [int(m.split("@")[1]) for m in metrics if m.startswith("pass@")]
+    ks = _pass_ks(metrics)
     used = set()
     for i in range(problems):
         for k in ks:
@@ -1004,7 +1008,7 @@ def headroom_section(actions_json: str | Path, results: Mapping, details: Mappin
     if not problems or not names or samples < 1:
         return ""
     rewards = np.array([[c[:samples] for c in row] for row in cells], dtype=float)  # [problems, actions, samples]
-    ks = [int(m.split("@")[1]) for m in results["Best"] if m.startswith("pass@") and int(m.split("@")[1]) <= samples]
+    ks = [k for k in _pass_ks(results["Best"]) if k <= samples]
     adapters = [a for a in adapters if a in results]
     lines = [f"Head-room on {len(problems)} validation problems x {samples} samples of the {len(names)} static "
              "candidates (the selection's outcomes): the per-problem oracle (each problem under its own best "
