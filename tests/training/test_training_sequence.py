@@ -191,3 +191,81 @@ def test_selection_record_is_read_from_select_actions_output(tmp_path):
     assert selection_record("math") is None
     path.write_text(json.dumps({"actions": []}))
     assert selection_record(str(path)) is None
+
+
+class CountingRollouts:
+    """Rows whose text is their (seed, action); a row is right when its seed is odd. Counts rows."""
+
+    def __init__(self, action_set):
+        self.action_set, self.rows = action_set, 0
+
+    def run(self, request):
+        from types import SimpleNamespace
+
+        self.rows += request.num_rows
+        texts = [f"{s}:{a}" for s, a in zip(request.row_seeds, request.row_actions)]
+        return SimpleNamespace(prompt_of_row=torch.tensor(request.prompt_of_row), texts=texts)
+
+
+class OddSeedTask:
+    def reward_batch(self, problems, texts):
+        return [float(int(t.split(":")[0]) % 2) for t in texts]
+
+    def extract_answer(self, problem, text):
+        return text
+
+
+def test_live_rewards_decode_each_cell_once_at_its_largest_budget(tmp_path):
+    from decoding_adapters.decoding.loop import row_seed
+    from decoding_adapters.training.sequence import LiveRewards
+
+    actions = ActionSet([DecodingAction(do_sample=False), DecodingAction(temperature=1.0)])
+    rollouts = CountingRollouts(actions)
+    live = LiveRewards(rollouts, OddSeedTask(), token_budget=8, seed=3)
+    problems = [Problem(id=f"p{i}", question="q", answer="a") for i in range(3)]
+    budgets = [1, 2, 4, 8]
+    rows = [(p, b) for b in budgets for p in range(3)]
+    sampled = live.rewards([problems[p] for p, _ in rows], [[1], [2], [3]], [1] * len(rows),
+                           [b for _, b in rows], ["pass"] * len(rows), ("val",))
+    assert rollouts.rows == 3 * 8  # not 3 * (1 + 2 + 4 + 8): pass@2 is the first two rows of pass@8
+    for (p, b), reward in zip(rows, sampled.tolist()):  # the same as decoding the B rows by themselves
+        assert reward == max(row_seed(3, "val", problems[p].id, j) % 2 for j in range(b))
+    live.rewards(problems, [[1], [2], [3]], [1, 1, 1], [8, 8, 8], ["pass"] * 3, ("val",))
+    assert rollouts.rows == 3 * 8  # the same draw again: remembered
+    greedy = live.rewards(problems, [[1], [2], [3]], [0, 0, 0], [8, 8, 8], ["mean"] * 3, ("train", 1))
+    assert rollouts.rows == 3 * 8 + 3  # greedy rows are all alike: one each
+    assert greedy.tolist() == [float(row_seed(3, "train", 1, p.id, 0) % 2) for p in problems]
+
+
+def test_budget_aware_validation_is_grouped_by_budget_and_keeps_no_budget_loss():
+    from decoding_adapters.training.common import EarlyStopping, Validation
+
+    early, policy = EarlyStopping(), torch.nn.Linear(2, 2)
+    groups = torch.tensor([1] * 8 + [8] * 8)
+    start = Validation(torch.tensor([1.0] * 4 + [0.0] * 4 + [0.0] * 8), groups=groups)
+    early.observe(start, 0, policy, 0, 0.0, 1.0)
+    # far better on average (+6/16), but B = 1 loses one problem: a B = 8 gain cannot pay for it
+    trade = Validation(torch.tensor([1.0] * 3 + [0.0] * 5 + [1.0] * 7 + [0.0]), groups=groups)
+    early.observe(trade, 1, policy, 0, 0.0, 1.0)
+    assert early.best_step == 0
+    assert trade.record()["val_by_group"] == {"1": 3 / 8, "8": 7 / 8}
+    gain = Validation(torch.tensor([1.0] * 4 + [0.0] * 4 + [1.0] * 7 + [0.0]), groups=groups)
+    early.observe(gain, 2, policy, 0, 0.0, 1.0)
+    assert early.best_step == 2
+    ungrouped = EarlyStopping()
+    ungrouped.observe(Validation(start.scores), 0, policy, 0, 0.0, 1.0)
+    ungrouped.observe(Validation(trade.scores), 1, policy, 0, 0.0, 1.0)
+    assert ungrouped.best_step == 1  # without groups the mean decides
+
+
+@pytest.mark.parametrize("use_budget", [True, False])
+def test_validation_scores_every_problem_at_every_budget(tmp_path, use_budget):
+    task = ClusterTask()
+    config = SequenceTrainConfig(parallel_budgets=(1, 8), use_budget=use_budget, steps=0, val_problems=6,
+                                 policy_hidden=8, checkpoint_every=1)
+    trainer = SyntheticTrainer(config, FakeLM(DIM), task, SyntheticRewards(), tmp_path, progress=False)
+    validation = trainer.validate()
+    assert len(validation.scores) == 2 * len(trainer.val_problems)
+    assert (validation.groups is not None) == use_budget  # only a policy that sees B is judged per B
+    if use_budget:
+        assert sorted(validation.group_means()) == [1, 8]

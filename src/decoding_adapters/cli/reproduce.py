@@ -17,9 +17,10 @@ What runs (``full``):
    saturates; the same table picks Best at each pass@k (greedy included) and the best single
    token action.
 2. sequence adapters w/ and w/o budget, **live rollouts**, B in {1, 2, 4, 8}, 3 seeds, 24 steps x
-   8 prompts, validated live on 32 problems every 8 steps (step 0 included, best validated kept);
+   8 prompts, validated live on 48 problems at every B every 8 steps (step 0 included, best
+   validated kept; the w/ budget adapter keeps a new policy only if it loses at no B);
    the w/ budget adapter starts at Best at pass@B for each B, the w/o budget one at Best at pass@1.
-3. token adapters w/ budget, w/o budget, entropy-only, 3 seeds, 40 steps x 8 prompts x G=8 each,
+3. token adapters w/ budget, w/o budget, entropy-only, 3 seeds, 48 steps x 8 prompts x G=8 each,
    prior at the best static token action, validation (sampled and argmax policy) on 96 problems
    at step 0 and every 8 steps, best validated weights and mode kept; every seed's curve in the report.
 4. evaluation on 200 test problems x 3 seeds x 8 samples, pass@1/2/4/8: Greedy, Best, Mixed,
@@ -44,7 +45,7 @@ What was cut to fit (each is a field of ``StudyConfig``; ``--size complete`` res
 - the token budget: greedy truncation allowed up to 35% (expected choice 48: 30% of greedy rows
   cut, mean greedy length 32.5) instead of ~2% (128 tokens);
 - selection over 16 of the 180 pool actions (plus greedy), not the whole pool;
-- short training: sequence adapters 24 live steps of 8 prompts, token adapters 40 steps of 64
+- short training: sequence adapters 24 live steps of 8 prompts, token adapters 48 steps of 64
   rollouts. The report's cost section gives tokens per step and steps per minute.
 
 ``--size complete`` (the uncut study: budget chosen at <= 2% truncation from 48..192, pass@8,

@@ -109,14 +109,16 @@ FULL = StudyConfig(
     # there); 16 pool actions plus greedy keep it at about 8 minutes.
     selection=SelectionConfig(pool_subsample=16, problems=64, samples=4, k=6),
     sequence_rewards="live",
+    # Sequence validation scores each of 48 problems at every B (a kept policy loses at no B); the
+    # rows are decoded once per (problem, action) and reused by later validations.
     sequence=SequenceTrainConfig(parallel_budgets=(1, 2, 4, 8), steps=24, prompts_per_step=8, max_train_prompts=256,
-                                 val_every=8, val_problems=32, checkpoint_every=1),
+                                 val_every=8, val_problems=48, checkpoint_every=1),
     # Token training at the trainer's validated defaults (lr, PPO epochs, prior at the best static
-    # token action: docs/token-defaults.md), every run to its 40-step cap (no early stop) with
+    # token action: docs/token-defaults.md), every run to its 48-step cap (no early stop) with
     # groups of 8 (fewer all-equal groups than 4): the run's largest stage. Validation is paired
     # across steps (same problems and seeds), so one sample of 96 problems per mode decides
     # improvements by the paired standard error; it runs at step 0 and every 8 steps.
-    token=TokenTrainConfig(steps=40, prompts_per_step=8, group_size=8, max_train_prompts=96,
+    token=TokenTrainConfig(steps=48, prompts_per_step=8, group_size=8, max_train_prompts=96,
                            filter_samples=2, val_every=8, val_problems=96, val_samples=1, checkpoint_every=1,
                            patience=0),
     eval=EvalConfig(k_values=(1, 2, 4, 8)),
@@ -239,8 +241,11 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
     mean_b = sum(seq.parallel_budgets) / len(seq.parallel_budgets)
     seq_runs = 2 * cfg.seeds
     if cfg.sequence_rewards == "live":
+        # validation: every problem at every B, the first one in full (B rows per problem and B
+        # at most), later ones only the (problem, action) pairs the policy moved to
         val_calls = seq.steps // seq.val_every + 1
-        seq_rows = seq_runs * (seq.steps * seq.prompts_per_step + val_calls * seq.val_problems) * mean_b
+        val_rows = seq.val_problems * (sum(seq.parallel_budgets) + (val_calls - 1) * mean_b)
+        seq_rows = seq_runs * (seq.steps * seq.prompts_per_step * mean_b + val_rows)
         sequence = _decode_minutes(seq_rows, cfg, calls=seq_runs * (seq.steps + val_calls))
     else:
         sequence = seq_runs * seq.steps * 0.02 / 60  # offline replay: no decoding, ~10 ms a step

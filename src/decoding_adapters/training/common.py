@@ -211,6 +211,9 @@ class Validation:
     mode: str | None = None
     """The policy mode these scores are of (None: the trainer has one mode)."""
     by_mode: dict[str, float] = field(default_factory=dict)
+    groups: torch.Tensor | None = None
+    """``[P]`` a label per score (e.g. the parallel budget it was scored at): keep-best then takes a
+    new policy only if no group's mean falls below the best's (see ``EarlyStopping.observe``)."""
 
     @classmethod
     def of(cls, value) -> "Validation":
@@ -230,8 +233,23 @@ class Validation:
             return float("nan")
         return float(self.scores.float().std() / math.sqrt(len(self.scores)))
 
+    def group_means(self) -> dict[int, float]:
+        """Mean score per group label (empty without groups)."""
+        if self.scores is None or self.groups is None:
+            return {}
+        return {int(g): float(self.scores[self.groups == g].double().mean()) for g in self.groups.unique()}
+
+    def loses_a_group_to(self, best: "Validation | None") -> bool:
+        """True when some group's mean is below ``best``'s mean for that group."""
+        if best is None or best.groups is None or self.groups is None or not torch.equal(self.groups, best.groups):
+            return False
+        theirs = best.group_means()
+        return any(mean < theirs[g] - 1e-12 for g, mean in self.group_means().items())
+
     def record(self) -> dict:
         out = {"val_reward": self.mean, "val_se": self.se}
+        if self.groups is not None:
+            out["val_by_group"] = {str(g): m for g, m in self.group_means().items()}
         if self.mode is not None:
             out["val_mode"] = self.mode
         if self.by_mode:
@@ -357,6 +375,7 @@ class EarlyStopping:
         self.stopped = False
         self.best_policy: dict | None = None
         self.best_scores: torch.Tensor | None = None
+        self.best_groups: torch.Tensor | None = None
         self.best_mode: str | None = None
         self.last_mode: str | None = None
 
@@ -364,15 +383,17 @@ class EarlyStopping:
                 min_improvement_se: float = 0.0) -> bool:
         """Record a validation (a ``Validation`` or a bare reward); True when this one ends training
         (never with ``patience`` 0). Better: above the best by more than ``min_improvement`` and
-        more than ``min_improvement_se`` paired standard errors."""
+        more than ``min_improvement_se`` paired standard errors, and, for grouped scores
+        (``Validation.groups``), no group's mean below the best's."""
         validation = Validation.of(value)
         mean = validation.mean
         self.last_mode = validation.mode
         margin = max(min_improvement, min_improvement_se * paired_se(validation.scores, self.best_scores))
-        if mean == mean and mean > self.best + margin:  # mean == mean: not NaN
+        loses_a_group = validation.loses_a_group_to(Validation(self.best_scores, groups=self.best_groups))
+        if mean == mean and mean > self.best + margin and not loses_a_group:  # mean == mean: not NaN
             self.best, self.best_step, self.since_best = mean, step, 0
             self.best_policy = {k: v.detach().clone() for k, v in policy.state_dict().items()}
-            self.best_scores, self.best_mode = validation.scores, validation.mode
+            self.best_scores, self.best_groups, self.best_mode = validation.scores, validation.groups, validation.mode
         else:
             self.since_best += 1
         self.stopped = patience > 0 and self.since_best >= patience
@@ -386,6 +407,7 @@ class EarlyStopping:
             "stopped": self.stopped,
             "best_policy": self.best_policy,
             "best_scores": self.best_scores,
+            "best_groups": self.best_groups,
             "best_mode": self.best_mode,
             "last_mode": self.last_mode,
         }

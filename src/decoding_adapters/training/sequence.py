@@ -222,32 +222,48 @@ class RewardSource(Protocol):
 
 
 class LiveRewards:
-    """Decode B completions per prompt with a rollout engine and score them with the task."""
+    """Decode B completions per prompt with a rollout engine and score them with the task.
+
+    Row j of a prompt is seeded by (draw key, problem, j) alone, so under one action the B = 2
+    completions are the first two of the B = 8 ones: each (problem, action) of a call is decoded
+    once, at its largest B, and a greedy action once in all (its rows are all alike). Rows are
+    remembered by (key, problem, action, j), so a draw repeated with the same key (validation) only
+    decodes the (problem, action) pairs it has not seen."""
 
     offline = False
 
     def __init__(self, rollouts: Rollouts, task, token_budget: int, seed: int):
         self.rollouts, self.task, self.token_budget, self.seed = rollouts, task, token_budget, seed
         self.action_set = rollouts.action_set
+        self.rows: dict[tuple, list[tuple[float, str]]] = {}
+        """(key, problem id, action) -> [(reward, text)] of rows 0, 1, ... decoded so far."""
 
     def scorable(self, problem_ids):
         return None
 
     def rewards(self, problems, prompts, actions, budgets, metrics, key):
-        prompt_of_row = [i for i, b in enumerate(budgets) for _ in range(b)]
-        request = RolloutRequest(
-            prompts=prompts, prompt_of_row=prompt_of_row,
-            row_seeds=[row_seed(self.seed, *key, problems[i].id, j) for i, b in enumerate(budgets) for j in range(b)],
-            token_budget=self.token_budget, row_actions=[actions[i] for i in prompt_of_row],
-        )
-        result = self.rollouts.run(request)
-        row_rewards = score_rows(self.task, problems, result).tolist()
-        out, start = [], 0
-        for i, b in enumerate(budgets):
-            texts = result.texts[start:start + b]
-            answers = [self.task.extract_answer(problems[i], t) for t in texts] if metrics[i] == "majority" else None
-            out.append(inference_reward(row_rewards[start:start + b], answers, metrics[i]))
-            start += b
+        needed: dict[tuple, tuple[int, int]] = {}  # (key, problem id, action) -> (prompt index, rows)
+        for i, (problem, a, b) in enumerate(zip(problems, actions, budgets)):
+            cell = (key, problem.id, a)
+            n = 1 if self.action_set.actions[a].is_greedy else b
+            needed[cell] = (needed.get(cell, (i, 0))[0], max(n, needed.get(cell, (i, 0))[1]))
+        todo = [(cell, i, j) for cell, (i, n) in needed.items() for j in range(len(self.rows.get(cell, ())), n)]
+        if todo:
+            request = RolloutRequest(
+                prompts=prompts, prompt_of_row=[i for _, i, _ in todo],
+                row_seeds=[row_seed(self.seed, *key, problems[i].id, j) for _, i, j in todo],
+                token_budget=self.token_budget, row_actions=[cell[2] for cell, _, _ in todo],
+            )
+            result = self.rollouts.run(request)
+            for (cell, _, _), reward, text in zip(todo, score_rows(self.task, problems, result).tolist(),
+                                                  result.texts):
+                self.rows.setdefault(cell, []).append((reward, text))
+        out = []
+        for problem, a, b, metric in zip(problems, actions, budgets, metrics):
+            rows = self.rows[(key, problem.id, a)]
+            rows = rows[:b] if len(rows) >= b else rows * b  # a greedy row stands for all B
+            answers = [self.task.extract_answer(problem, t) for _, t in rows] if metric == "majority" else None
+            out.append(inference_reward([r for r, _ in rows], answers, metric))
         return torch.tensor(out)
 
 
@@ -467,20 +483,25 @@ class SequenceTrainer(TrainingLoop):
         return out
 
     def validate(self) -> Validation:
-        """Reward of each validation problem under the deterministic policy, budgets assigned to
-        validation problems in turn."""
+        """Reward of every validation problem at every parallel budget under the deterministic
+        policy (``[len(budgets) * P]`` scores, budget-major). With ``use_budget`` the scores are
+        grouped by budget: a policy that sees B serves each B by itself, so keep-best takes a new
+        policy only if it loses at no budget (a gain at B = 8 cannot pay for a loss at B = 1)."""
         if not self.val_problems:
             return Validation(None)
         prompts, emb, _ = self._encode(self.val_problems)
         choices = self.config.parallel_budgets
-        budgets = [choices[i % len(choices)] for i in range(len(self.val_problems))]
+        budgets = [b for b in choices for _ in self.val_problems]
         self.policy.eval()
-        actions, _ = self.policy.choose(emb, torch.tensor(budgets))
+        actions, _ = self.policy.choose(emb.repeat(len(choices), 1), torch.tensor(budgets))
         metric = "pass" if self.config.metric == "mix" else self.config.metric
+        repeat = len(choices)
         rewards = self.rewards.rewards(
-            self.val_problems, prompts, actions.tolist(), budgets, [metric] * len(budgets), ("val",)
+            self.val_problems * repeat, None if prompts is None else prompts * repeat, actions.tolist(), budgets,
+            [metric] * len(budgets), ("val",),
         )
-        return Validation(rewards.double())
+        groups = torch.tensor(budgets) if self.config.use_budget else None
+        return Validation(rewards.double(), groups=groups)
 
     # ---- loop hooks (see TrainingLoop) --------------------------------------------------------
     def state(self) -> dict:
