@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from decoding_adapters.lm import models
-from decoding_adapters.lm.cpu_features import CpuFeatures, cpu_features, parse_cpuinfo
+from decoding_adapters.lm.cpu_features import CpuFeatures, cap_flags, cpu_features, parse_cpuinfo
 
 AVX2_ONLY = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -53,3 +53,24 @@ def test_dtype_auto_follows_the_detected_flags(monkeypatch):
         assert models.cpu_has_native_bf16() is (expected == torch.bfloat16)
         assert models.resolve_dtype("auto", torch.device("cpu")) == expected
         assert models.resolve_dtype("float32", torch.device("cpu")) == torch.float32
+
+
+@pytest.mark.parametrize("isa, native, avx512", [
+    ("AVX2", False, False), ("avx512_core_vnni", False, True), ("AVX512_CORE_BF16", True, True),
+    ("ALL", True, True), (None, True, True)])
+def test_onednn_isa_cap_drops_the_flags_above_it(isa, native, avx512):
+    sapphire_rapids = "model name: Intel Xeon\nflags: avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+    cpu = cap_flags(parse_cpuinfo(sapphire_rapids), isa)
+    assert ("amx_bf16" in cpu.flags) is (isa in (None, "ALL"))
+    assert cpu.native_bf16 is native and ("avx512f" in cpu.flags) is avx512 and "avx2" in cpu.flags
+    assert ("capped" in cpu.model) is (isa not in (None, "ALL"))
+    assert not cap_flags(parse_cpuinfo(AVX512_BF16), "AVX512_CORE_BF16").flags ^ parse_cpuinfo(AVX512_BF16).flags
+
+
+def test_a_capped_run_picks_float32(tmp_path, monkeypatch):
+    info = tmp_path / "cpuinfo"
+    info.write_text(AVX512_BF16)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert not cpu_features(info).native_bf16
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    assert cpu_features(info).native_bf16

@@ -5,14 +5,21 @@ One source of truth for "native bf16": ``ModelSpec.dtype = auto`` (``resolve_dty
 throughput benchmark both ask ``CpuFeatures.native_bf16``. Without AVX512-BF16 or AMX-BF16, bf16
 matmuls are emulated (about 1.2 GFLOP/s against fp32's 145 on an AVX2-only AMD EPYC), so float32 is
 the fast dtype there.
+
+oneDNN's ``ONEDNN_MAX_CPU_ISA`` caps the instructions its kernels use (every bf16 matmul and the
+fp32 ``onednn`` linear kernel); ``cpu_features()`` drops the flags above the cap, so that a capped
+run (``ONEDNN_MAX_CPU_ISA=AVX2``, with ``ATEN_CPU_CAPABILITY=avx2`` and
+``MKL_ENABLE_INSTRUCTIONS=AVX2`` for PyTorch's and MKL's own kernels) picks its dtype as an
+AVX2-only CPU would. ``benchmarks/as_avx2.sh`` runs a command so.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CpuFeatures", "RELEVANT_FLAGS", "cpu_features", "parse_cpuinfo"]
+__all__ = ["CpuFeatures", "RELEVANT_FLAGS", "cap_flags", "cpu_features", "parse_cpuinfo"]
 
 RELEVANT_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 """The flags that decide which dtype and kernels run fast on a CPU, in the order they are printed."""
@@ -68,10 +75,31 @@ def parse_cpuinfo(text: str) -> CpuFeatures:
     return CpuFeatures(model=model, flags=frozenset(flags or ()))
 
 
+_BELOW_AVX512 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2")
+_BELOW_BF16 = ("AVX512_CORE", "AVX512_CORE_VNNI")
+_BELOW_AMX = ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10_1_512")
+
+
+def cap_flags(cpu: CpuFeatures, max_isa: str | None) -> CpuFeatures:
+    """``cpu`` without the flags above oneDNN's ``ONEDNN_MAX_CPU_ISA`` value ``max_isa`` (None, empty
+    or ``ALL``: unchanged); the model name then says it is capped."""
+    isa = (max_isa or "").strip().upper()
+    if isa in _BELOW_AVX512:
+        dropped = {f for f in cpu.flags if f.startswith(("avx512", "amx"))}
+    elif isa in _BELOW_BF16:
+        dropped = {f for f in cpu.flags if f == "avx512_bf16" or f.startswith("amx")}
+    elif isa in _BELOW_AMX:
+        dropped = {f for f in cpu.flags if f.startswith("amx")}
+    else:
+        return cpu
+    return CpuFeatures(model=f"{cpu.model} [capped at {isa}]", flags=cpu.flags - dropped)
+
+
 def cpu_features(path: str | Path = "/proc/cpuinfo") -> CpuFeatures:
-    """This machine's ``CpuFeatures`` (model ``unknown`` and no flags where ``path`` cannot be read)."""
+    """This machine's ``CpuFeatures`` as its kernels may use them: the flags of ``path``, capped by
+    ``ONEDNN_MAX_CPU_ISA`` when set (model ``unknown`` and no flags where ``path`` cannot be read)."""
     try:
         text = Path(path).read_text()
     except OSError:
         return CpuFeatures(model="unknown", flags=frozenset())
-    return parse_cpuinfo(text)
+    return cap_flags(parse_cpuinfo(text), os.environ.get("ONEDNN_MAX_CPU_ISA"))
