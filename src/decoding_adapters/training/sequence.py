@@ -242,12 +242,14 @@ class LiveRewards:
         return None
 
     def rewards(self, problems, prompts, actions, budgets, metrics, key):
-        needed: dict[tuple, tuple[int, int]] = {}  # (key, problem id, action) -> (prompt index, rows)
+        prompt_of: dict[tuple, int] = {}  # (key, problem id, action) -> its first prompt index
+        needed: dict[tuple, int] = {}  # -> rows it needs
         for i, (problem, a, b) in enumerate(zip(problems, actions, budgets)):
             cell = (key, problem.id, a)
-            n = 1 if self.action_set.actions[a].is_greedy else b
-            needed[cell] = (needed.get(cell, (i, 0))[0], max(n, needed.get(cell, (i, 0))[1]))
-        todo = [(cell, i, j) for cell, (i, n) in needed.items() for j in range(len(self.rows.get(cell, ())), n)]
+            prompt_of.setdefault(cell, i)
+            needed[cell] = max(needed.get(cell, 0), 1 if self.action_set.actions[a].is_greedy else b)
+        todo = [(cell, prompt_of[cell], j) for cell, n in needed.items()
+                for j in range(len(self.rows.get(cell, ())), n)]
         if todo:
             request = RolloutRequest(
                 prompts=prompts, prompt_of_row=[i for _, i, _ in todo],
