@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import json
 import logging
 import os
@@ -258,6 +259,10 @@ class FrozenLM:
         self.decoder = model.get_decoder()  # the transformer without the LM head
         self.lm_head = model.get_output_embeddings()
         self.linear = resolve_linear_kernel(self.spec.linear_kernel, self.dtype, self.device)
+        # transformers 5.x names the decoder's KV cache argument and output ``cache``; 4.x (and 5.x up
+        # to its removal, with a deprecation warning) ``past_key_values``
+        parameters = inspect.signature(self.decoder.forward).parameters
+        self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
 
     # ---- identity -------------------------------------------------------------------------
     @property
@@ -312,7 +317,7 @@ class FrozenLM:
         """The weights' dtype (also the KV cache's); logits always come out in float32."""
         return next(self.model.parameters()).dtype
 
-    def forward(self, input_ids, attention_mask, position_ids, past_key_values=None):
+    def forward(self, input_ids, attention_mask, position_ids, cache=None):
         """One transformer pass. Returns (last-position hidden ``[batch, hidden]``, last-position logits
         ``[batch, vocab]`` in float32, the cache). The LM head runs on the last position only."""
         with self.linear_kernel():
@@ -320,11 +325,12 @@ class FrozenLM:
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
-                past_key_values=past_key_values,
                 use_cache=True,
+                **{self._cache_argument: cache},
             )
             hidden = out.last_hidden_state[:, -1]
-            return hidden, self.lm_head(hidden).float(), out.past_key_values
+            cache = out.cache if self._cache_argument == "cache" else out.past_key_values
+            return hidden, self.lm_head(hidden).float(), cache
 
     def linear_kernel(self):
         """A context in which HF's modules run their linear layers by ``ModelSpec.linear_kernel``."""
