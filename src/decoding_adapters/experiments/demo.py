@@ -187,14 +187,15 @@ tokens per CPU-second for 128 rows of the 180 pool against ~150 for temperature-
 MEAN_SAMPLED_LENGTH = 0.75
 """Mean generated length of a sampled row as a fraction of the token budget (measured at budget 48
 on validation: T=0.5 0.57, T=1.0 0.74, T=1.25 0.89; greedy 0.56 at budget 64)."""
-STAGE_SCALE = {"budget": 0.28, "select": 0.37, "sequence": 0.58, "token": 0.26, "evaluate": 0.28}
+STAGE_SCALE = {"budget": 0.28, "select": 0.37, "sequence": 0.43, "token": 0.26, "evaluate": 0.28}
 """Measured over planned minutes of each decoding stage (the model above at the constants above),
-fitted on the reference machine: ``reproduce`` at budget 48 (docs/reproduce: budget 0.11 of 0.40,
-selection about 8.0 of 17.8 including an attempt stopped and resumed, sequence 13.1 of 22.4,
-token 29.3 of 112.3, evaluation 30.7 of 44.5 minutes) and, for the selection, the demo at budget 64
-(1.9 of 6.3: the geometric mean of the two ratios). Rows end earlier than MEAN_SAMPLED_LENGTH
-and methods share decoded rows (greedy and greedy-only adapters once), so every stage runs
-faster than the row model; near-greedy token rollouts end earliest (0.56 of the budget)."""
+fitted on the reference machine (probe 440 tok/s), ``reproduce`` at budget 48 idle: budget 0.12 of
+0.40, selection 5.2 of 17.8, sequence 15.1 of 35.2, token 34.1 of 133.4, evaluation 30.7 of 111.2
+minutes; for the selection, with the demo at budget 64 (1.9 of 6.3: the geometric mean of the two
+ratios). Rows end earlier than MEAN_SAMPLED_LENGTH and methods share decoded rows (greedy and
+greedy-only adapters once), so every stage runs faster than the row model; near-greedy token
+rollouts end earliest (0.56 of the budget). On a slower machine the probe scales every stage alike
+(docs/reproduce/stage_minutes.json holds a run at probe 0.59 of the reference)."""
 SECONDS_PER_CALL = 1.0
 """Fixed cost of one small decode call (prefill, Python, scoring): dominates tiny training steps."""
 
