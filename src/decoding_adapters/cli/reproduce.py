@@ -3,7 +3,7 @@ default model, with intervals narrow enough to tell? It runs the demo's stages
 (``experiments.demo.run_demo``) at ``REPRODUCE_SIZES`` (``full``, ``complete``, ``smoke``); the
 README's headline table names this one command with its own output directory.
 
-    decoding-adapters reproduce --out runs/reproduce --publish docs/reproduce   # ~82 min on 2 cores; resumable
+    decoding-adapters reproduce --out runs/reproduce --publish docs/reproduce   # ~88 min planned on 2 cores; resumable
     decoding-adapters reproduce --plan                        # the stage-by-stage estimate for this machine
     decoding-adapters reproduce --size smoke --model DIR      # every stage on a tiny model (tests)
 
@@ -35,10 +35,10 @@ Greedy on the 100 validation problems at budgets 16/24/32/48/64/96 has mean leng
 25.3 / 32.5 / 35.7 / 39.3 tokens, stopped by the budget 77 / 70 / 52 / 30 / 15 / 7% of rows: the
 model keeps talking after the answer, so "greedy not truncated" needs about 128 tokens.
 
-The run published in docs/reproduce took 82 min on the project's 2-core AMD EPYC (AVX512-BF16):
-load 0.1, budget 0.1, selection 8.5 (5.2 after a stop and resume), sequence 13.1, token 29.3,
-evaluation 30.7. The evaluation decodes 25,141 rows (greedy and greedy-only token adapters once,
-shared static rows once).
+The run published in docs/reproduce took 139.7 min on a 2-core AMD EPYC (AVX512-BF16) whose decode
+probe measured 0.59 x the reference machine (plan scaled to it: 148; reference plan: 88): load 0.4,
+budget 0.2, selection 11.0, sequence 21.2, token 56.9 (41%), evaluation 49.9. The evaluation decodes
+25,141 rows (greedy and greedy-only token adapters once, shared static rows once).
 
 What was cut to fit (each is a field of ``StudyConfig``; ``--size complete`` restores them all):
 
