@@ -32,6 +32,18 @@ def test_training_curve_section_reads_early_stops_and_writes_the_figure(tmp_path
     assert training_curve_section(tmp_path, {"x": [tmp_path / "missing.jsonl"]}) == ""
 
 
+def test_training_curve_section_shows_the_kept_step_not_the_highest_validation(tmp_path):
+    # step 8 validated highest but the trainer's rule (a paired margin, no budget lost) kept step 0
+    log = tmp_path / "b.jsonl"
+    records = [{"step": 0, "val_reward": 0.5, "kept_step": 0}] + [
+        {"step": s, "reward": 0.1, "seconds": 1.0, **({"val_reward": v, "kept_step": 0} if v is not None else {})}
+        for s, v in ((4, None), (8, 0.6), (12, None), (16, 0.45))
+    ]
+    log.write_text("\n".join(json.dumps(r) for r in records))
+    text = training_curve_section(tmp_path, {"Seq w/ budget": [log]})
+    assert "| Seq w/ budget s0 | 16 | no | 0 | 0.500 | 0.450 | 1.0 |" in text
+
+
 def test_headroom_section_gives_each_adapter_its_share_of_the_oracle_gain(tmp_path):
     # two candidates, each always right on its own half of 20 problems and always wrong on the
     # other: Best scores 0.5, the per-problem oracle 1.0, so the head-room is 50 points at every k

@@ -28,6 +28,7 @@ def test_stops_after_patience_and_keeps_the_best_weights(tmp_path, monkeypatch):
     trainer.train()
     log = trainer.log.read()
     assert log[-1]["step"] == 4 and log[-1]["early_stop"] == {"best_step": 2, "best_val_reward": 0.5}
+    assert [r.get("kept_step") for r in log] == [0, 1, 2, 2, 2]  # steps 0..4, each validated
     assert not any("early_stop" in r for r in log[:-1])
     policy, _ = load_adapter(tmp_path)
     for k, v in policy.state_dict().items():
@@ -87,6 +88,7 @@ def test_the_start_is_kept_when_no_validation_beats_it(tmp_path, monkeypatch):
     trainer.train()
     log = trainer.log.read()
     assert log[0]["step"] == 0 and log[0]["val_reward"] == 0.6  # validated before any update
+    assert [r["kept_step"] for r in log if "val_reward" in r] == [0] * 5  # what the report shows
     policy, _ = load_adapter(tmp_path)
     for k, v in policy.state_dict().items():
         torch.testing.assert_close(v, snapshots[0][k])

@@ -885,10 +885,10 @@ def _step_records(path: Path) -> list[dict]:
 def training_curve_section(out_dir: str | Path, runs: Mapping[str, Sequence[str | Path]],
                            file: str = "training_curves.png") -> str:
     """Markdown: the validation-reward curve of every training run (``{method: [log of each seed]}``),
-    with a table of steps run, early stops, best step and best and last validation reward; writes
+    with a table of steps run, early stops, the kept step with its validation reward and the last one; writes
     the figure into ``out_dir``."""
     curves, lines = {}, [
-        _row(["run", "steps", "stopped early", "best step", "best val reward", "last val reward",
+        _row(["run", "steps", "stopped early", "kept step", "its val reward", "last val reward",
               "s / step"]),
         _row(["---", "---:", "---", "---:", "---:", "---:", "---:"]),
     ]
@@ -896,15 +896,21 @@ def training_curve_section(out_dir: str | Path, runs: Mapping[str, Sequence[str 
         for seed, path in enumerate(paths):
             if not Path(path).is_file():
                 continue
-            records = [r for r in _step_records(Path(path)) if r.get("step", 0) > 0]
+            every = [r for r in _log_records(Path(path)) if "step" in r]  # step 0: the start's validation
+            records = [r for r in every if r.get("step", 0) > 0 and "reward" in r]
             val = [(r["step"], r["val_reward"]) for r in records if "val_reward" in r]
             if not records:
                 continue
             curves[f"{name} s{seed}"] = val
             stop = next((r["early_stop"] for r in records if "early_stop" in r), None)
-            best = max(val, key=lambda v: v[1], default=(None, math.nan))
-            step_best = stop["best_step"] if stop else best[0]
-            best_val = stop["best_val_reward"] if stop else best[1]
+            kept = [r["kept_step"] for r in every if "kept_step" in r]
+            val_at = {r.get("step", 0): r["val_reward"] for r in every if "val_reward" in r}
+            if stop:
+                step_best, best_val = stop["best_step"], stop["best_val_reward"]
+            elif kept:  # the keep-best rule's choice (step 0 included), not merely the highest reward
+                step_best, best_val = kept[-1], val_at.get(kept[-1], math.nan)
+            else:  # no kept step logged (the adapter ends with its last weights): the highest validation
+                step_best, best_val = max(val, key=lambda v: v[1], default=(None, math.nan))
             seconds = statistics.fmean(r.get("seconds", math.nan) for r in records)
             lines.append(_row([f"{name} s{seed}", records[-1]["step"], "yes" if stop else "no", step_best,
                                f"{best_val:.3f}", f"{val[-1][1]:.3f}" if val else "–", f"{seconds:.1f}"]))
@@ -912,8 +918,8 @@ def training_curve_section(out_dir: str | Path, runs: Mapping[str, Sequence[str 
         return ""
     plots.plot_validation_curves(curves, Path(out_dir) / file)
     return (f"![validation reward during training]({file})\n\nValidation reward (policy-sampled rollouts on held-out "
-            "validation problems) against the training step for every run; an early-stopped run keeps the weights "
-            "of its best step.\n\n" + "\n".join(lines))
+            "validation problems) against the training step for every run; the adapter keeps the weights of its "
+            "kept step (the best validated one by the trainer's rule; step 0 is the prior).\n\n" + "\n".join(lines))
 
 
 def _markdown(title, results, details, figs, sections=()) -> str:

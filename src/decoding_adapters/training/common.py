@@ -358,6 +358,8 @@ class TrainingLoop:
         record = validation.record()
         if best_scores is not None and validation.scores is not None:
             record["val_paired_se"] = paired_se(validation.scores, best_scores)
+        if getattr(cfg, "keep_best", False) or getattr(cfg, "patience", 0) > 0:
+            record["kept_step"] = self.early.best_step  # the step whose weights the adapter ends with so far
         if patience > 0 and stop:
             record["early_stop"] = {"best_step": self.early.best_step, "best_val_reward": self.early.best}
         return record
