@@ -23,11 +23,12 @@ Mixed and the adapter, can drift together with the machine). The same run times 
 in bf16, both in tok/s at M = batch rows:
 
 - ``limit``: one ``[M x hidden] @ [hidden x intermediate]`` matmul timed alone (its weight stays in
-  the CPU cache) in fp32 and bf16; its GFLOP/s divided by the LM's FLOPs per token (from its
-  config: every weight matrix twice, LM head included). ``frac_bf16_limit`` = best loop / this;
-- ``chain_limit``: every weight matrix of the LM in order (``F.linear`` on ``[M, in]``, LM head
-  last), as a decode step meets them: weights streamed from memory, nothing else. A step cannot be
-  faster than this; ``frac_bf16_chain_limit`` = best loop / this.
+  the CPU cache) in fp32 and bf16, each with the loop's linear kernel for that dtype; its GFLOP/s
+  divided by the LM's FLOPs per token (from its config: every weight matrix twice, LM head
+  included). ``frac_bf16_limit`` = best loop / this;
+- ``chain_limit``: every weight matrix of the LM in order (LM head last) with the loop's linear
+  kernel on ``[M, in]``, as a decode step meets them: weights streamed from memory, nothing else. A
+  step cannot be faster than this; ``frac_bf16_chain_limit`` = best loop / this.
 
 Both count only the new tokens, while the loops also prefill the prompts (``prompt_tokens``,
 padded, in the JSON), so neither fraction can reach 1. Hence a third figure, ``floor``: the least
@@ -67,6 +68,7 @@ import statistics
 import time
 
 import torch
+import torch.nn.functional as F
 
 from decoding_adapters.decoding.actions import GREEDY, PRESETS, ActionSet, DecodingAction
 from decoding_adapters.decoding.loop import decode
@@ -118,19 +120,22 @@ def best_seconds(fn, seconds: float, warmup: int = 1) -> float:
     return best
 
 
-def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype, seconds: float = 1.0) -> float:
-    """Attainable GFLOP/s of ``[m x k] @ [k x n]`` (best of the timed calls after a warm-up)."""
-    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
-    return 2 * m * k * n / best_seconds(lambda: a @ b, seconds, warmup=3) / 1e9
+def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype, linear=F.linear, seconds: float = 1.0) -> float:
+    """Attainable GFLOP/s of ``[m x k] @ [k x n]`` with the ``linear`` kernel (best of the timed calls
+    after a warm-up)."""
+    a, w = torch.randn(m, k).to(dtype), torch.randn(n, k).to(dtype)
+    return 2 * m * k * n / best_seconds(lambda: linear(a, w, None), seconds, warmup=3) / 1e9
 
 
-def matmul_chain_seconds(model: torch.nn.Module, m: int, seconds: float = 2.0) -> float:
-    """Best time of one pass of ``F.linear`` over every weight matrix of ``model`` (in module order,
-    which for HF causal LMs ends with the LM head) on ``[m, in_features]`` inputs."""
-    weights = [module.weight for module in model.modules() if isinstance(module, torch.nn.Linear)]
+def matmul_chain_seconds(lm: FrozenLM, m: int, seconds: float = 2.0, head: bool = True) -> float:
+    """Best time of one pass of the LM's linear kernel over every weight matrix of the model (in module
+    order, which for HF causal LMs ends with the LM head; without it if not ``head``) on
+    ``[m, in_features]`` inputs."""
+    weights = [module.weight for module in lm.model.modules() if isinstance(module, torch.nn.Linear)]
+    weights = weights[: None if head else -1]
     inputs = {w.shape[1]: torch.randn(m, w.shape[1]).to(w.dtype) for w in weights}
     with torch.inference_mode():
-        return best_seconds(lambda: [torch.nn.functional.linear(inputs[w.shape[1]], w) for w in weights], seconds)
+        return best_seconds(lambda: [lm.linear(inputs[w.shape[1]], w, None) for w in weights], seconds)
 
 
 def read_bytes_per_s(seconds: float = 1.0) -> float:
@@ -139,19 +144,21 @@ def read_bytes_per_s(seconds: float = 1.0) -> float:
     return x.numel() * x.element_size() / best_seconds(x.sum, seconds)
 
 
-def decode_floor_seconds(model, batch: int, width: int, new_tokens: int, chain_s: float, read_rate: float) -> dict:
+def decode_floor_seconds(
+    lm: FrozenLM, batch: int, width: int, new_tokens: int, chain_s: float, read_rate: float
+) -> dict:
     """The least time any loop could decode ``batch`` rows of ``new_tokens`` after prompts padded to
     ``width``, by parts: ``steps`` = the matmul chain at M = batch once per new token (``chain_s``);
     ``prefill`` = the decoder's matmul chain timed at M = batch x width (the LM head left out);
     ``attention`` = reading every layer's keys and values once per step (the cache holds width + t
     columns at step t) at the machine's streaming read rate. No sampling, no small ops, no writes."""
-    config = model.config
+    config = lm.model.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    column_bytes = batch * config.num_hidden_layers * 2 * config.num_key_value_heads * head_dim * model.dtype.itemsize
+    column_bytes = batch * config.num_hidden_layers * 2 * config.num_key_value_heads * head_dim * lm.dtype.itemsize
     columns_read = sum(width + t for t in range(1, new_tokens + 1))
     return {
         "steps": new_tokens * chain_s,
-        "prefill": matmul_chain_seconds(model.get_decoder(), batch * width, seconds=2.0),
+        "prefill": matmul_chain_seconds(lm, batch * width, head=False),
         "attention": column_bytes * columns_read / read_rate,
     }
 
@@ -319,16 +326,16 @@ def main() -> None:
                 print(f"batch {batch:4d} round {r + 1} {name:13s} {rates[name][-1]:8.1f} tok/s", flush=True)
         median = {name: statistics.median(v) for name, v in rates.items()}
         gflops = {
-            dt: matmul_gflops(batch, config.hidden_size, config.intermediate_size, dtype)
+            dt: matmul_gflops(batch, config.hidden_size, config.intermediate_size, dtype, lms[dt].linear)
             for dt, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
             if dt in dtypes
         }
         limit = {dt: g * 1e9 / flops for dt, g in gflops.items()}
         top = max(gflops, key=gflops.get)  # the limits and the floor come from the fastest dtype that runs
-        chain_s = matmul_chain_seconds(lms[top].model, batch)
+        chain_s = matmul_chain_seconds(lms[top], batch)
         chain_limit = batch / chain_s
         width = max(len(p) for p in prompts)
-        floor = decode_floor_seconds(lms[top].model, batch, width, args.new_tokens, chain_s, read_rate)
+        floor = decode_floor_seconds(lms[top], batch, width, args.new_tokens, chain_s, read_rate)
         floor_tok_s = batch * args.new_tokens / sum(floor.values())
         best = max(median[f"loop_{dt}"] for dt in dtypes)
         hf_best = {dt: max(median[f"hf_{dt}"], median[f"hf_{dt}_sdpa"]) for dt in dtypes}
