@@ -51,3 +51,20 @@ def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys):
     assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress",
                  "--eval.seed", "1"]) == 0
     assert (out / "eval" / "results.json").stat().st_mtime > decoded
+
+
+def test_demo_cuts_its_sizes_to_fit_the_minutes_and_keeps_the_probe_for_resumes(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "demo"
+    out.mkdir()
+    # the probe a first start recorded (absurdly slow), read back instead of measuring again
+    (out / "decode_probe.json").write_text(json.dumps({"tokens_per_second": 0.001}))
+    argv = ["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress",
+            "--seeds", "1", "--token.steps", "4", "--minutes", "1"]
+    assert main(argv) == 0
+    assert "decode probe: 0 tok/s" in capsys.readouterr().out
+    recorded = json.loads((out / "study_config.json").read_text())
+    assert recorded["token"]["steps"] == 2 and "token-training steps 4 -> 2" in recorded["fit"]
+    assert recorded["command"].endswith("--minutes 1")
+    assert "Sizes cut to fit 1 minutes" in (out / "report" / "report.md").read_text()
+    log = [json.loads(line) for line in (out / "tok-budget-s0" / "train_log.jsonl").read_text().splitlines()]
+    assert max(record.get("step", 0) for record in log) == 2

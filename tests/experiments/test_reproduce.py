@@ -125,3 +125,29 @@ def test_the_budget_prior_is_the_best_static_action_at_pass_at_b(tmp_path):
     actions.write_text(json.dumps({"best_single": GREEDY.to_dict(), "best_per_k": {"best": best}}))
     # B = 8 has no Best of its own and Best at pass@4 is not in the set: the largest k below with one
     assert pipeline.best_action_per_budget(actions, ActionSet(pool), (1, 2, 4, 8)) == (0, 1, 1, 1)
+
+
+def test_the_demo_fits_its_sizes_to_the_minutes_on_a_slower_machine():
+    default, reference = demo.SIZES["default"], demo.REFERENCE_PROBE_TOKENS_PER_SECOND
+    same, scale = demo.fit_to_minutes(default, reference, 15)  # the reference machine: nothing cut
+    assert same is default and scale == 1.0
+    assert demo.fit_note(default, same, 15, reference) == ""
+    slow = reference * 0.6  # this project's slower sessions measured 0.59-0.67 x the reference
+    assert sum(estimate_minutes(default, slow).values()) > 15
+    fitted, scale = demo.fit_to_minutes(default, slow, 15)
+    assert scale < 1 and sum(estimate_minutes(fitted, slow).values()) <= 15
+    larger = demo.scaled_sizes(default, demo.FIT_SCALES[demo.FIT_SCALES.index(scale) - 1])
+    assert sum(estimate_minutes(larger, slow).values()) > 15  # the largest scale that fits
+    assert fitted.token.steps % default.token.val_every == 0 and fitted.token.steps < default.token.steps
+    assert fitted.eval_problems % 8 == 0 and fitted.eval_problems <= default.eval_problems
+    kept = ("token_budget", "seeds", "batch_rows")
+    assert [getattr(fitted, f) for f in kept] == [getattr(default, f) for f in kept]
+    assert fitted.token.lr == default.token.lr
+    note = demo.fit_note(default, fitted, 15, slow)
+    assert "fit 15 minutes" in note and f"token-training steps 12 -> {fitted.token.steps}" in note
+    # far too slow: the smallest scale, never below one validation interval or 8 problems
+    tiny, scale = demo.fit_to_minutes(default, reference / 100, 15)
+    assert scale == demo.FIT_SCALES[-1] and tiny.token.steps == default.token.val_every and tiny.eval_problems == 8
+    # sizes are never raised
+    small = demo.scaled_sizes(demo.SIZES["tiny"], 0.25)
+    assert small.selection.problems == demo.SIZES["tiny"].selection.problems

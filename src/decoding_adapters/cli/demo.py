@@ -23,7 +23,11 @@ class DemoOptions:
     out: str = "runs/demo"
     """output directory (re-run the same command to resume)"""
     size: Literal["default", "tiny"] = "default"
-    """stage sizes: tiny (tests), default (~15 min on 2 cores); the full study is `reproduce`"""
+    """stage sizes: tiny (tests), default (~12 min on the 2-core reference machine); the full study is `reproduce`"""
+    minutes: float = 15.0
+    """fit the run into this many minutes on this machine: when the plan (scaled by the decode probe) is
+    longer, token-training steps, evaluation and selection problems are cut by the largest factor of
+    0.75 / 0.5 / 0.33 / 0.25 that fits, and the report says so; 0 keeps the sizes as given"""
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""
     plan: bool = False
@@ -42,9 +46,12 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 def run_cli(args) -> int:
     cfg = study_config(args, SIZES)
     if args.plan:
-        print(format_plan(cfg, args.model))
+        print(format_plan(cfg, args.model, minutes=args.minutes))
         return 0
     check_output_dir(args.out)  # pre-flight: a file or unwritable --out fails now, not after a stage
-    run_demo(args.out, cfg, model=args.model, progress=args.progress, command=study_command("demo", args, cfg, SIZES))
+    command = study_command("demo", args, cfg, SIZES)
+    if args.minutes != DemoOptions.minutes:
+        command += f" --minutes {args.minutes:g}"
+    run_demo(args.out, cfg, model=args.model, progress=args.progress, command=command, minutes=args.minutes or None)
     publish_if_asked(args)
     return 0

@@ -11,7 +11,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from ..experiments.demo import estimate_minutes, probe_tokens_per_second
+from ..experiments.demo import estimate_minutes, fit_note, fit_to_minutes, probe_tokens_per_second
 from ..experiments.pipeline import StudyConfig
 from ..lm.models import load_frozen_lm
 from ..tasks import get_task
@@ -55,18 +55,21 @@ def study_command(command: str, args, cfg: StudyConfig, sizes: dict[str, StudyCo
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def format_plan(cfg: StudyConfig, model: str | None = None) -> str:
+def format_plan(cfg: StudyConfig, model: str | None = None, minutes: float | None = None) -> str:
     """The stage-by-stage estimate; with ``model``, scaled to this machine by a few seconds' decode
-    probe of it (``experiments.demo.probe_tokens_per_second``)."""
+    probe of it (``experiments.demo.probe_tokens_per_second``), and with ``minutes`` as well, of the
+    sizes ``fit_to_minutes`` keeps on this machine."""
     speed = None
     if model is not None:
         speed = probe_tokens_per_second(load_frozen_lm(model), get_task("arithmetic"))
-    plan = estimate_minutes(cfg, speed)
-    lines = [f"{stage:>9}: {minutes:6.1f} min" for stage, minutes in plan.items()]
+    fitted = fit_to_minutes(cfg, speed, minutes)[0] if minutes and speed else cfg
+    plan = estimate_minutes(fitted, speed)
+    lines = [f"{stage:>9}: {planned:6.1f} min" for stage, planned in plan.items()]
     note = " (before the budget stage picks one)" if cfg.budget.candidates else ""
     machine = "" if speed is None else f"; decode probe {speed:.0f} tok/s on this machine"
-    return "\n".join(lines + [f"{'total':>9}: {sum(plan.values()):6.1f} min at token budget {cfg.token_budget}"
-                              f"{note}{machine}"])
+    lines.append(f"{'total':>9}: {sum(plan.values()):6.1f} min at token budget {cfg.token_budget}{note}{machine}")
+    cut = fit_note(cfg, fitted, minutes, speed) if fitted is not cfg else ""
+    return "\n".join(lines + ([cut] if cut else []))
 
 
 def publish(out: Path, target: Path) -> list[Path]:

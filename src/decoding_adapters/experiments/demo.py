@@ -18,8 +18,9 @@ Stages (each resumable: run the same command again after a kill and finished wor
 5. ``report/``: report.md (with the truncation, training-curve, target and cost sections),
    results.json, figures.
 
-``SIZES`` are the ``demo`` command's (``tiny`` for tests; ``default`` takes about 12 minutes on 2
-CPU cores: a budget stage over 32-96 tokens, then everything at the chosen budget, 64);
+``SIZES`` are the ``demo`` command's (``tiny`` for tests; ``default`` takes about 12 minutes on the
+2-core reference machine: a budget stage over 32-96 tokens, then everything at the chosen budget,
+64; on a slower CPU ``fit_to_minutes`` cuts its sizes to keep within ``minutes``);
 ``REPRODUCE_SIZES`` are the ``reproduce`` command's (``full``: the study behind the README's
 headline table, ``complete``: uncut, ``smoke``: every stage on a tiny model).
 """
@@ -61,7 +62,8 @@ from ..training.token import TokenTrainConfig
 from . import pipeline
 from .pipeline import BudgetConfig, SelectionConfig, StudyConfig
 
-__all__ = ["SIZES", "REPRODUCE_SIZES", "run_demo", "estimate_minutes", "probe_tokens_per_second", "target_lines"]
+__all__ = ["SIZES", "REPRODUCE_SIZES", "run_demo", "estimate_minutes", "probe_tokens_per_second", "fit_to_minutes",
+           "target_lines"]
 
 
 DEFAULT = StudyConfig(
@@ -232,6 +234,16 @@ def probe_tokens_per_second(lm, task) -> float:
     return float(result.lengths.sum()) / max(time.perf_counter() - start, 1e-6)
 
 
+def _probe_once(lm, task, path: Path) -> float:
+    """The decode probe, measured on a run's first start and read back on every resume, so that a
+    resumed run plans, and fits its sizes, as it started."""
+    if path.is_file():
+        return float(json.loads(path.read_text())["tokens_per_second"])
+    speed = probe_tokens_per_second(lm, task)
+    write_json(path, {"tokens_per_second": speed, "reference": REFERENCE_PROBE_TOKENS_PER_SECOND})
+    return speed
+
+
 def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -> dict[str, float]:
     """Planned minutes of every stage (used for the progress line's time left; ``demo --plan`` and
     ``reproduce --plan`` print it). A model of decoded rows x mean length / throughput, fitted on
@@ -274,6 +286,53 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
     }
     scaled = {stage: minutes * STAGE_SCALE[stage] * slower for stage, minutes in decoding.items()}
     return {"load": 0.1, **scaled, "report": 0.1}
+
+
+FIT_SCALES = (1.0, 0.75, 0.5, 0.33, 0.25)
+"""The factors ``fit_to_minutes`` tries, largest first."""
+
+
+def scaled_sizes(cfg: StudyConfig, scale: float) -> StudyConfig:
+    """``cfg`` with the sizes that trade evidence for time multiplied by ``scale`` (never raised):
+    token-training steps (rounded down to whole validation intervals, at least one), evaluation
+    and selection problems (rounded down to multiples of 8, at least 8). Everything else, the
+    token budget and every rate included, stays."""
+    if scale >= 1:
+        return cfg
+    tok, sel = cfg.token, cfg.selection
+    steps = min(tok.steps, max(tok.val_every, int(tok.steps * scale) // tok.val_every * tok.val_every))
+
+    def problems(n: int) -> int:
+        return min(n, max(8, int(n * scale) // 8 * 8))
+
+    return replace(cfg, token=replace(tok, steps=steps), eval_problems=problems(cfg.eval_problems),
+                   selection=replace(sel, problems=problems(sel.problems)))
+
+
+def fit_to_minutes(cfg: StudyConfig, tokens_per_second: float | None, minutes: float) -> tuple[StudyConfig, float]:
+    """The largest of ``FIT_SCALES`` whose ``scaled_sizes`` plan (``estimate_minutes`` at this
+    machine's probe) takes at most ``minutes``, and that config; the smallest scale when none does.
+    Trades how much the demo shows for time on slower CPUs (e.g. an AVX2-only one decoding fp32):
+    the evidence lives in ``reproduce``, which is never fitted."""
+    for scale in FIT_SCALES:
+        fitted = scaled_sizes(cfg, scale)
+        if sum(estimate_minutes(fitted, tokens_per_second).values()) <= minutes:
+            break
+    return fitted, scale
+
+
+def fit_note(cfg: StudyConfig, fitted: StudyConfig, minutes: float, tokens_per_second: float) -> str:
+    """One sentence saying which sizes ``fit_to_minutes`` cut, and why ('' when none)."""
+    cuts = [(label, a, b) for label, a, b in (
+        ("token-training steps", cfg.token.steps, fitted.token.steps),
+        ("evaluation problems", cfg.eval_problems, fitted.eval_problems),
+        ("selection problems", cfg.selection.problems, fitted.selection.problems),
+    ) if a != b]
+    if not cuts:
+        return ""
+    return (f"Sizes cut to fit {minutes:g} minutes on this machine (decode probe {tokens_per_second:.0f} tok/s, "
+            f"{tokens_per_second / REFERENCE_PROBE_TOKENS_PER_SECOND:.2f} x the reference): "
+            + ", ".join(f"{label} {a} -> {b}" for label, a, b in cuts) + ".")
 
 
 TOKEN_MIXED = "Mixed (per token)"
@@ -330,9 +389,11 @@ def target_lines(results: dict, details: dict | None, confidence: float = 0.95) 
     ]
 
 
-def _cost_section(clock: pipeline.StageClock, out: Path, cfg: StudyConfig) -> str:
-    """Minutes per stage (measured against planned) and the training throughput figures."""
-    lines = ["| stage | planned (min) | spent (min, all runs) |", "| --- | ---: | ---: |"]
+def _cost_section(clock: pipeline.StageClock, out: Path, cfg: StudyConfig, note: str = "") -> str:
+    """Minutes per stage (measured against planned), what the time fit cut (``note``) and the
+    training throughput figures."""
+    lines = [note, ""] if note else []
+    lines += ["| stage | planned (min) | spent (min, all runs) |", "| --- | ---: | ---: |"]
     spent = clock.total_minutes()
     for key, planned in clock.plan.items():
         measured = spent.get(key)
@@ -392,16 +453,22 @@ def _token_baselines(actions: list[DecodingAction], best: DecodingAction) -> lis
 
 
 def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progress: bool = True,
-             label: str = "demo", command: str = "") -> dict:
-    """Run every stage into ``out`` and return the evaluation results."""
+             label: str = "demo", command: str = "", minutes: float | None = None) -> dict:
+    """Run every stage into ``out`` and return the evaluation results. With ``minutes``, the sizes
+    are cut by ``fit_to_minutes`` when this machine's plan is longer (the report says so)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     clock = pipeline.StageClock(label, out / "stage_minutes.json", plan=estimate_minutes(cfg))
     clock.begin("load", "loading the frozen LM", model)
     lm = load_frozen_lm(model)
     task = get_task("arithmetic")
-    speed = probe_tokens_per_second(lm, task)  # the plan, scaled to this machine
-    clock.plan = estimate_minutes(cfg, speed)
+    speed = _probe_once(lm, task, out / "decode_probe.json")  # the plan, scaled to this machine
+    asked = cfg
+
+    def fit(cfg: StudyConfig) -> StudyConfig:
+        return fit_to_minutes(cfg, speed, minutes)[0] if minutes else cfg
+
+    clock.plan = estimate_minutes(fit(cfg), speed)
     print(f"decode probe: {speed:.0f} tok/s ({speed / REFERENCE_PROBE_TOKENS_PER_SECOND:.2f} x the reference "
           f"machine); plan {sum(clock.plan.values()):.0f} min", flush=True)
     clock.end()
@@ -411,11 +478,16 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
         clock.begin("budget", "token budget from greedy truncation on validation",
                     f"budgets {','.join(map(str, cfg.budget.candidates))} x {cfg.budget.problems} problems")
         cfg, budget_record = pipeline.choose_budget(lm, task, cfg, out / "budget")
+        asked = replace(asked, token_budget=cfg.token_budget)
         print(f"token budget: {cfg.token_budget}", flush=True)
         clock.end()
-        # the stages still to run, at the chosen budget
-        clock.plan = {**estimate_minutes(cfg, speed), **{k: clock.plan[k] for k in clock.minutes}}
-    write_json(out / "study_config.json", {"model": model, "command": command, **asdict(cfg)})
+    cfg = fit(cfg)  # at the chosen budget
+    note = fit_note(asked, cfg, minutes, speed) if minutes else ""
+    if note:
+        print(note, flush=True)
+    # the stages still to run
+    clock.plan = {**estimate_minutes(cfg, speed), **{k: clock.plan[k] for k in clock.minutes}}
+    write_json(out / "study_config.json", {"model": model, "command": command, "fit": note, **asdict(cfg)})
 
     sel = cfg.selection
     clock.begin("select", "action selection", f"{_pool_size(cfg)} candidates x {sel.problems} problems x "
@@ -476,7 +548,7 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
         ("Head-room captured", headroom_section(actions_path, evaluation.results,
                                                 evaluation.details, list(ADAPTER_NAMES.values()))),
         ("Targets", "\n".join(target_lines(evaluation.results, evaluation.details))),
-        ("Cost", _cost_section(clock, out, cfg)),
+        ("Cost", _cost_section(clock, out, cfg, note)),
     ]
     report_path = write_report(out / "report", evaluation.results, evaluation.details, logs, sections=sections)
     clock.end()
