@@ -129,15 +129,15 @@ def test_the_budget_prior_is_the_best_static_action_at_pass_at_b(tmp_path):
 
 def test_the_demo_fits_its_sizes_to_the_minutes_on_a_slower_machine():
     default, reference = demo.SIZES["default"], demo.REFERENCE_PROBE_TOKENS_PER_SECOND
-    same, scale = demo.fit_to_minutes(default, reference, 15)  # the reference machine: nothing cut
-    assert same is default and scale == 1.0
+    same, rung = demo.fit_to_minutes(default, reference, 15)  # the reference machine: nothing cut
+    assert same is default and rung == (1.0, 1.0)
     assert demo.fit_note(default, same, 15, reference) == ""
     slow = reference * 0.6  # this project's slower sessions measured 0.59-0.67 x the reference
     assert sum(estimate_minutes(default, slow).values()) > 15
-    fitted, scale = demo.fit_to_minutes(default, slow, 15)
-    assert scale < 1 and sum(estimate_minutes(fitted, slow).values()) <= 15
-    larger = demo.scaled_sizes(default, demo.FIT_SCALES[demo.FIT_SCALES.index(scale) - 1])
-    assert sum(estimate_minutes(larger, slow).values()) > 15  # the largest scale that fits
+    fitted, rung = demo.fit_to_minutes(default, slow, 15)
+    assert sum(estimate_minutes(fitted, slow).values()) <= 15
+    earlier = demo.FIT_LADDER[: demo.FIT_LADDER.index(rung)]
+    assert earlier and all(sum(estimate_minutes(demo.scaled_sizes(default, *r), slow).values()) > 15 for r in earlier)
     assert fitted.token.steps % default.token.val_every == 0 and fitted.token.steps < default.token.steps
     assert fitted.eval_problems % 8 == 0 and fitted.eval_problems <= default.eval_problems
     kept = ("token_budget", "seeds", "batch_rows")
@@ -145,9 +145,18 @@ def test_the_demo_fits_its_sizes_to_the_minutes_on_a_slower_machine():
     assert fitted.token.lr == default.token.lr
     note = demo.fit_note(default, fitted, 15, slow)
     assert "fit 15 minutes" in note and f"token-training steps 12 -> {fitted.token.steps}" in note
-    # far too slow: the smallest scale, never below one validation interval or 8 problems
-    tiny, scale = demo.fit_to_minutes(default, reference / 100, 15)
-    assert scale == demo.FIT_SCALES[-1] and tiny.token.steps == default.token.val_every and tiny.eval_problems == 8
+    # far too slow: the last rung, never below one validation interval or 8 problems
+    tiny, rung = demo.fit_to_minutes(default, reference / 100, 15)
+    assert rung == demo.FIT_LADDER[-1] and tiny.token.steps == default.token.val_every and tiny.eval_problems == 8
     # sizes are never raised
-    small = demo.scaled_sizes(demo.SIZES["tiny"], 0.25)
-    assert small.selection.problems == demo.SIZES["tiny"].selection.problems
+    assert demo.scaled_sizes(demo.SIZES["tiny"], 0.25, 0.25).selection.problems == demo.SIZES["tiny"].selection.problems
+
+
+def test_the_token_plan_counts_the_steps_early_stopping_leaves():
+    default = demo.SIZES["default"]  # patience 2 x validation every 4 steps: runs stop at step 8 at the earliest
+    assert default.token.patience * default.token.val_every == 8
+    at = {steps: estimate_minutes(replace(default, token=replace(default.token, steps=steps)))["token"]
+          for steps in (8, 12, 4)}
+    assert at[12] == at[8] > at[4]
+    unstopped = replace(default, token=replace(default.token, steps=12, patience=0))
+    assert estimate_minutes(unstopped)["token"] > at[12]

@@ -207,6 +207,15 @@ def _decode_minutes(rows: float, cfg: StudyConfig, overhead: float = 1.0, calls:
     return (tokens * overhead / DECODE_TOKENS_PER_SECOND + calls * SECONDS_PER_CALL) / 60
 
 
+def _small_batch_cost(rows_per_call: int, reference_rows: int) -> float:
+    """Cost per row of decoding in calls of ``rows_per_call`` rows, relative to the ``reference_rows``
+    the token stage's scale was fitted at (``reproduce``: 64-row steps, 96-row validations): a smaller
+    batch runs the same matmuls at a lower rate. The square root is fitted on the demo's token stage
+    (32-row calls), which ran 1.35-1.48 x what the reference rate planned (10.0 and 11.1 minutes at a
+    probe 0.67 x the reference)."""
+    return math.sqrt(max(reference_rows / rows_per_call, 1.0))
+
+
 PROBE_ROWS, PROBE_TOKENS = 32, 16
 """The throughput probe: this many sampled (T = 1) rows of validation prompts, this many tokens."""
 REFERENCE_PROBE_TOKENS_PER_SECOND = 440.0
@@ -263,10 +272,15 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
     else:
         sequence = seq_runs * seq.steps * 0.02 / 60  # offline replay: no decoding, ~10 ms a step
     tok_runs = len(TOKEN_VARIANTS) * cfg.seeds
-    vals = tok.steps // tok.val_every + 1  # step 0 is validated too
-    val_rows = vals * tok.val_problems * tok.val_samples * len(tok.val_modes)
-    tok_rows = tok_runs * (tok.steps * tok.prompts_per_step * tok.group_size + val_rows)
-    token = _decode_minutes(tok_rows, cfg, TOKEN_ROLLOUT_OVERHEAD, calls=tok_runs * (tok.steps + vals))
+    steps = tok.steps
+    if tok.patience:  # early stopping: no token run on the default task has beaten its step-0 validation,
+        steps = min(steps, tok.patience * tok.val_every)  # so every one stopped at the first chance
+    vals = steps // tok.val_every + 1  # step 0 is validated too
+    step_rows, val_call_rows = tok.prompts_per_step * tok.group_size, tok.val_problems * tok.val_samples
+    val_rows = vals * val_call_rows * len(tok.val_modes)
+    tok_rows = tok_runs * (steps * step_rows * _small_batch_cost(step_rows, 64)
+                           + val_rows * _small_batch_cost(val_call_rows, 96))
+    token = _decode_minutes(tok_rows, cfg, TOKEN_ROLLOUT_OVERHEAD, calls=tok_runs * (steps + vals))
     token += _decode_minutes((tok.max_train_prompts or 0) * tok.filter_samples, cfg)
     n = max(cfg.eval.k_values) * cfg.eval_problems * cfg.seeds
     # static rows: Best, Mixed (K actions), token Mixed, best token action, the sequence adapters'
@@ -288,37 +302,40 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
     return {"load": 0.1, **scaled, "report": 0.1}
 
 
-FIT_SCALES = (1.0, 0.75, 0.5, 0.33, 0.25)
-"""The factors ``fit_to_minutes`` tries, largest first."""
+FIT_LADDER = ((1.0, 1.0), (0.75, 1.0), (0.75, 0.75), (0.5, 0.75), (0.5, 0.5), (0.33, 0.5), (0.33, 0.33),
+              (0.25, 0.33), (0.25, 0.25))
+"""The (token-training steps, problems) factors ``fit_to_minutes`` tries, in order: training is cut
+a notch before the problems, since the token stage is the largest and the evaluation's problems
+decide how wide every interval in the table is."""
 
 
-def scaled_sizes(cfg: StudyConfig, scale: float) -> StudyConfig:
-    """``cfg`` with the sizes that trade evidence for time multiplied by ``scale`` (never raised):
-    token-training steps (rounded down to whole validation intervals, at least one), evaluation
-    and selection problems (rounded down to multiples of 8, at least 8). Everything else, the
-    token budget and every rate included, stays."""
-    if scale >= 1:
-        return cfg
+def scaled_sizes(cfg: StudyConfig, steps_scale: float, problems_scale: float) -> StudyConfig:
+    """``cfg`` with the sizes that trade evidence for time multiplied (never raised): token-training
+    steps by ``steps_scale`` (rounded down to whole validation intervals, at least one), evaluation
+    and selection problems by ``problems_scale`` (rounded down to multiples of 8, at least 8).
+    Everything else, the token budget and every rate included, stays."""
     tok, sel = cfg.token, cfg.selection
-    steps = min(tok.steps, max(tok.val_every, int(tok.steps * scale) // tok.val_every * tok.val_every))
+    steps = min(tok.steps, max(tok.val_every, int(tok.steps * steps_scale) // tok.val_every * tok.val_every))
 
     def problems(n: int) -> int:
-        return min(n, max(8, int(n * scale) // 8 * 8))
+        return min(n, max(8, int(n * problems_scale) // 8 * 8))
 
-    return replace(cfg, token=replace(tok, steps=steps), eval_problems=problems(cfg.eval_problems),
-                   selection=replace(sel, problems=problems(sel.problems)))
+    fitted = replace(cfg, token=replace(tok, steps=steps), eval_problems=problems(cfg.eval_problems),
+                     selection=replace(sel, problems=problems(sel.problems)))
+    return cfg if fitted == cfg else fitted
 
 
-def fit_to_minutes(cfg: StudyConfig, tokens_per_second: float | None, minutes: float) -> tuple[StudyConfig, float]:
-    """The largest of ``FIT_SCALES`` whose ``scaled_sizes`` plan (``estimate_minutes`` at this
-    machine's probe) takes at most ``minutes``, and that config; the smallest scale when none does.
-    Trades how much the demo shows for time on slower CPUs (e.g. an AVX2-only one decoding fp32):
-    the evidence lives in ``reproduce``, which is never fitted."""
-    for scale in FIT_SCALES:
-        fitted = scaled_sizes(cfg, scale)
+def fit_to_minutes(cfg: StudyConfig, tokens_per_second: float | None,
+                   minutes: float) -> tuple[StudyConfig, tuple[float, float]]:
+    """The first of ``FIT_LADDER`` whose ``scaled_sizes`` plan (``estimate_minutes`` at this machine's
+    probe) takes at most ``minutes``, and that config; the last rung when none does. Trades how much
+    the demo shows for time on slower CPUs (e.g. an AVX2-only one decoding fp32): the evidence lives
+    in ``reproduce``, which is never fitted."""
+    for rung in FIT_LADDER:
+        fitted = scaled_sizes(cfg, *rung)
         if sum(estimate_minutes(fitted, tokens_per_second).values()) <= minutes:
             break
-    return fitted, scale
+    return fitted, rung
 
 
 def fit_note(cfg: StudyConfig, fitted: StudyConfig, minutes: float, tokens_per_second: float) -> str:
