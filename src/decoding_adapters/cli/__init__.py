@@ -57,7 +57,7 @@ typical flow:
   decoding-adapters train-sequence --task arithmetic --actions runs/actions/actions.json --out runs/seq
   decoding-adapters train-token --task arithmetic --token-budget 32 --out runs/tok
   decoding-adapters evaluate --task arithmetic --adapter runs/seq --adapter runs/tok --out runs/eval
-  decoding-adapters demo --out runs/demo          # all of the above, in about 12 minutes on 2 cores
+  decoding-adapters demo --out runs/demo          # all of the above, fitted to 15 minutes on this machine (--minutes)
 """
 
 

@@ -18,7 +18,7 @@ Stages (each resumable: run the same command again after a kill and finished wor
 5. ``report/``: report.md (with the truncation, training-curve, target and cost sections),
    results.json, figures.
 
-``SIZES`` are the ``demo`` command's (``tiny`` for tests; ``default`` takes about 12 minutes on the
+``SIZES`` are the ``demo`` command's (``tiny`` for tests; ``default`` takes about 13 minutes on the
 2-core reference machine: a budget stage over 32-96 tokens, then everything at the chosen budget,
 64; on a slower CPU ``fit_to_minutes`` cuts its sizes to keep within ``minutes``);
 ``REPRODUCE_SIZES`` are the ``reproduce`` command's (``full``: the study behind the README's
@@ -63,7 +63,7 @@ from . import pipeline
 from .pipeline import BudgetConfig, SelectionConfig, StudyConfig
 
 __all__ = ["SIZES", "REPRODUCE_SIZES", "run_demo", "estimate_minutes", "probe_tokens_per_second", "fit_to_minutes",
-           "target_lines"]
+           "scaled_sizes", "fit_note", "target_lines"]
 
 
 DEFAULT = StudyConfig(
