@@ -148,6 +148,8 @@ def test_the_demo_fits_its_sizes_to_the_minutes_on_a_slower_machine():
     # far too slow: the last rung, never below one validation interval or 8 problems
     tiny, rung = demo.fit_to_minutes(default, reference / 100, 15)
     assert rung == demo.FIT_LADDER[-1] and tiny.token.steps == default.token.val_every and tiny.eval_problems == 8
+    assert "still longer" in demo.fit_note(default, tiny, 15, reference / 100)
+    assert "still longer" not in note and "planned" in note
     # sizes are never raised
     assert demo.scaled_sizes(demo.SIZES["tiny"], 0.25, 0.25).selection.problems == demo.SIZES["tiny"].selection.problems
 

@@ -347,9 +347,11 @@ def fit_note(cfg: StudyConfig, fitted: StudyConfig, minutes: float, tokens_per_s
     ) if a != b]
     if not cuts:
         return ""
+    planned = sum(estimate_minutes(fitted, tokens_per_second).values())
+    short = "" if planned <= minutes else " (the smallest sizes the fit allows: still longer)"
     return (f"Sizes cut to fit {minutes:g} minutes on this machine (decode probe {tokens_per_second:.0f} tok/s, "
             f"{tokens_per_second / REFERENCE_PROBE_TOKENS_PER_SECOND:.2f} x the reference): "
-            + ", ".join(f"{label} {a} -> {b}" for label, a, b in cuts) + ".")
+            + ", ".join(f"{label} {a} -> {b}" for label, a, b in cuts) + f"; planned {planned:.1f} minutes{short}.")
 
 
 TOKEN_MIXED = "Mixed (per token)"
