@@ -68,3 +68,9 @@ def test_demo_cuts_its_sizes_to_fit_the_minutes_and_keeps_the_probe_for_resumes(
     assert "Sizes cut to fit 1 minutes" in (out / "report" / "report.md").read_text()
     log = [json.loads(line) for line in (out / "tok-budget-s0" / "train_log.jsonl").read_text().splitlines()]
     assert max(record.get("step", 0) for record in log) == 2
+
+
+def test_demo_refuses_negative_minutes(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path / "demo"), "--minutes", "-1", "--plan"]) == 2
+    assert "--minutes must be >= 0" in capsys.readouterr().err
+    assert not (tmp_path / "demo").exists()

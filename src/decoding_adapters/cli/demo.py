@@ -44,6 +44,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run_cli(args) -> int:
+    if args.minutes < 0:
+        raise ValueError(f"--minutes must be >= 0 (0 keeps the sizes as given), got {args.minutes:g}")
     cfg = study_config(args, SIZES)
     if args.plan:
         print(format_plan(cfg, args.model, minutes=args.minutes))
