@@ -62,13 +62,14 @@ def format_plan(cfg: StudyConfig, model: str | None = None, minutes: float | Non
     speed = None
     if model is not None:
         speed = probe_tokens_per_second(load_frozen_lm(model), get_task("arithmetic"))
-    fitted = fit_to_minutes(cfg, speed, minutes)[0] if minutes and speed else cfg
+    fitting = bool(minutes and speed)
+    fitted = fit_to_minutes(cfg, speed, minutes)[0] if fitting else cfg
     plan = estimate_minutes(fitted, speed)
     lines = [f"{stage:>9}: {planned:6.1f} min" for stage, planned in plan.items()]
     note = " (before the budget stage picks one)" if cfg.budget.candidates else ""
     machine = "" if speed is None else f"; decode probe {speed:.0f} tok/s on this machine"
     lines.append(f"{'total':>9}: {sum(plan.values()):6.1f} min at token budget {cfg.token_budget}{note}{machine}")
-    cut = fit_note(cfg, fitted, minutes, speed) if fitted is not cfg else ""
+    cut = fit_note(cfg, fitted, minutes, speed) if fitting else ""
     return "\n".join(lines + ([cut] if cut else []))
 
 

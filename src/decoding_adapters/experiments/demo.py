@@ -482,7 +482,6 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     lm = load_frozen_lm(model)
     task = get_task("arithmetic")
     speed = _probe_once(lm, task, out / "decode_probe.json")  # the plan, scaled to this machine
-    asked = cfg
 
     def fit(cfg: StudyConfig) -> StudyConfig:
         return fit_to_minutes(cfg, speed, minutes)[0] if minutes else cfg
@@ -497,11 +496,11 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
         clock.begin("budget", "token budget from greedy truncation on validation",
                     f"budgets {','.join(map(str, cfg.budget.candidates))} x {cfg.budget.problems} problems")
         cfg, budget_record = pipeline.choose_budget(lm, task, cfg, out / "budget")
-        asked = replace(asked, token_budget=cfg.token_budget)
         print(f"token budget: {cfg.token_budget}", flush=True)
         clock.end()
-    cfg = fit(cfg)  # at the chosen budget
-    note = fit_note(asked, cfg, minutes, speed) if minutes else ""
+    fitted = fit(cfg)  # at the chosen budget
+    note = fit_note(cfg, fitted, minutes, speed) if minutes else ""
+    cfg = fitted
     if note:
         print(note, flush=True)
     # the stages still to run

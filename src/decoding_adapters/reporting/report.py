@@ -877,11 +877,6 @@ def selection_section(actions_json: str | Path, out_dir: str | Path) -> str:
     return "\n".join(lines)
 
 
-def _step_records(path: Path) -> list[dict]:
-    """Every training-step record of a JSONL log (torn lines skipped)."""
-    return [rec for rec in _log_records(path) if "step" in rec and "reward" in rec]
-
-
 def training_curve_section(out_dir: str | Path, runs: Mapping[str, Sequence[str | Path]],
                            file: str = "training_curves.png") -> str:
     """Markdown: the validation-reward curve of every training run (``{method: [log of each seed]}``),
