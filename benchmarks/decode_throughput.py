@@ -30,16 +30,18 @@ in bf16, both in tok/s at M = batch rows:
   kernel on ``[M, in]``, as a decode step meets them: weights streamed from memory, nothing else. A
   step cannot be faster than this; ``frac_bf16_chain_limit`` = best loop / this.
 
-Both count only the new tokens, while the loops also prefill the prompts (``prompt_tokens``,
-padded, in the JSON), so neither fraction can reach 1. Hence a third figure, ``floor``: the least
+Both count only the new tokens, while the loops also prefill the prompts (``prompt_tokens``, their
+real tokens, in the JSON), so neither fraction can reach 1. Hence a third figure, ``floor``: the least
 time any loop could take for the same work, by parts (``decode_floor_seconds``: the steps' matmul
-chain, the prefill's matmul chain timed at its real M, and one read of the KV cache per step at the
-streaming read rate ``read_gb_s`` timed in the same run); ``floor_vs_bf16_limit`` says how much of
-the matmul limit even that floor reaches, ``frac_bf16_floor`` = best loop / floor.
+chain, the prefill's matmul chain timed at M = the prompts' real tokens (packed, no padding), and
+one read of the KV cache per step at the streaming read rate ``read_gb_s`` timed in the same run);
+``floor_vs_bf16_limit`` says how much of the matmul limit even that floor reaches,
+``frac_bf16_floor`` = best loop / floor.
 
 ``prefill_padded_fraction_b<batch>``: the share of the prefill's tokens that are padding with every
-prompt padded to the longest (as the loop prefills) and with the prompts in ``prefill_groups``'
-length groups, each padded to its own longest.
+prompt padded to the longest and with the prompts in ``prefill_groups``' length groups, each padded
+to its own longest (as the loop prefills); ``prefill_s_<dtype>_b<batch>``: the prefill timed both ways
+(best of 3, interleaved) in the fastest dtype.
 
 Finally the greedy accuracy of the default task (arithmetic) on the same ``--accuracy-problems``
 test problems at ``--accuracy-tokens`` tokens in fp32 (both kernels) and bf16, and
@@ -74,7 +76,14 @@ from decoding_adapters.decoding.actions import GREEDY, PRESETS, ActionSet, Decod
 from decoding_adapters.decoding.loop import decode
 from decoding_adapters.lm.cpu_allocator import keep_freed_memory
 from decoding_adapters.lm.cpu_features import CpuFeatures, cpu_features
-from decoding_adapters.lm.models import FrozenLM, ModelSpec, load_frozen_lm, padded_fraction, prefill_groups
+from decoding_adapters.lm.models import (
+    PREFILL_GROUP_COST_TOKENS,
+    FrozenLM,
+    ModelSpec,
+    load_frozen_lm,
+    padded_fraction,
+    prefill_groups,
+)
 from decoding_adapters.policies.networks import TokenPolicy, TokenPolicyChooser, TokenPolicyConfig, UniformChooser
 from decoding_adapters.tasks import get_task
 
@@ -145,20 +154,22 @@ def read_bytes_per_s(seconds: float = 1.0) -> float:
 
 
 def decode_floor_seconds(
-    lm: FrozenLM, batch: int, width: int, new_tokens: int, chain_s: float, read_rate: float
+    lm: FrozenLM, lengths: list[int], new_tokens: int, chain_s: float, read_rate: float
 ) -> dict:
-    """The least time any loop could decode ``batch`` rows of ``new_tokens`` after prompts padded to
-    ``width``, by parts: ``steps`` = the matmul chain at M = batch once per new token (``chain_s``);
-    ``prefill`` = the decoder's matmul chain timed at M = batch x width (the LM head left out);
-    ``attention`` = reading every layer's keys and values once per step (the cache holds width + t
-    columns at step t) at the machine's streaming read rate. No sampling, no small ops, no writes."""
+    """The least time any loop could decode one row per prompt (prompt ``lengths``) for ``new_tokens``,
+    by parts: ``steps`` = the matmul chain at M = rows once per new token (``chain_s``); ``prefill`` =
+    the decoder's matmul chain timed at M = the prompts' real tokens (packed: no padding; the LM head
+    left out); ``attention`` = reading every layer's keys and values once per step (the cache holds
+    the longest prompt + t columns at step t) at the machine's streaming read rate. No sampling, no
+    small ops, no writes."""
+    batch, width = len(lengths), max(lengths)
     config = lm.model.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     column_bytes = batch * config.num_hidden_layers * 2 * config.num_key_value_heads * head_dim * lm.dtype.itemsize
     columns_read = sum(width + t for t in range(1, new_tokens + 1))
     return {
         "steps": new_tokens * chain_s,
-        "prefill": matmul_chain_seconds(lm, batch * width, head=False),
+        "prefill": matmul_chain_seconds(lm, sum(lengths), head=False),
         "attention": column_bytes * columns_read / read_rate,
     }
 
@@ -268,7 +279,20 @@ def main() -> None:
         print(
             f"batch {batch}: prompts {min(lengths)}-{max(lengths)} tokens; padded share of the prefill "
             f"{padding['one_width']:.1%} at one width, {padding['grouped']:.1%} in {len(groups)} length groups "
-            "(prefill_groups; the loop prefills at one width)",
+            "(prefill_groups, as the loop prefills)",
+            flush=True,
+        )
+        prefill_s = {"one_width": float("inf"), "grouped": float("inf")}
+        with torch.inference_mode():
+            for _ in range(3):  # interleaved, best of 3: a prefill takes seconds
+                for way, cost in (("one_width", len(prompts) * max(lengths)), ("grouped", PREFILL_GROUP_COST_TOKENS)):
+                    start = time.perf_counter()
+                    lms[fast].start_decode(prompts, None, 1, group_cost=cost)
+                    prefill_s[way] = min(prefill_s[way], time.perf_counter() - start)
+        summary[f"prefill_s_{fast}_b{batch}"] = {way: round(v, 3) for way, v in prefill_s.items()}
+        print(
+            f"batch {batch}: prefill in {fast} {prefill_s['one_width']:.2f} s at one width, "
+            f"{prefill_s['grouped']:.2f} s in groups ({prefill_s['one_width'] / prefill_s['grouped']:.2f}x)",
             flush=True,
         )
 
@@ -334,8 +358,7 @@ def main() -> None:
         top = max(gflops, key=gflops.get)  # the limits and the floor come from the fastest dtype that runs
         chain_s = matmul_chain_seconds(lms[top], batch)
         chain_limit = batch / chain_s
-        width = max(len(p) for p in prompts)
-        floor = decode_floor_seconds(lms[top], batch, width, args.new_tokens, chain_s, read_rate)
+        floor = decode_floor_seconds(lms[top], lengths, args.new_tokens, chain_s, read_rate)
         floor_tok_s = batch * args.new_tokens / sum(floor.values())
         best = max(median[f"loop_{dt}"] for dt in dtypes)
         hf_best = {dt: max(median[f"hf_{dt}"], median[f"hf_{dt}_sdpa"]) for dt in dtypes}
@@ -355,7 +378,7 @@ def main() -> None:
                 f"frac_{top}_limit_b{batch}": round(best / limit[top], 3),
                 f"chain_limit_tok_s_{top}_b{batch}": round(chain_limit, 1),
                 f"frac_{top}_chain_limit_b{batch}": round(best / chain_limit, 3),
-                f"prompt_tokens_b{batch}": batch * width,
+                f"prompt_tokens_b{batch}": sum(lengths),
                 f"floor_tok_s_{top}_b{batch}": round(floor_tok_s, 1),
                 f"floor_parts_s_{top}_b{batch}": {part: round(v, 2) for part, v in floor.items()},
                 f"frac_{top}_floor_b{batch}": round(best / floor_tok_s, 3),

@@ -1,5 +1,7 @@
 """RowKVCache: prefill fan-out, in-place writes, swap-remove shrinking; the lean step vs HF's forward."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,6 +13,7 @@ from decoding_adapters.lm.models import (
     ModelSpec,
     RowCacheState,
     _onednn_linear,
+    prefill_groups,
     resolve_linear_kernel,
 )
 
@@ -71,8 +74,9 @@ def test_a_full_cache_refuses_another_column():
         cache.open_column()
 
 
-def _run_states(lm, prompts, fan_out, steps, row_cache):
-    hidden, logits, state = lm.start_decode(prompts, fan_out, steps, row_cache=row_cache)
+def _run_states(lm, prompts, fan_out, steps, row_cache, group_cost=10**9):
+    """Logits of every step; one prefill group unless ``group_cost`` says otherwise."""
+    hidden, logits, state = lm.start_decode(prompts, fan_out, steps, row_cache=row_cache, group_cost=group_cost)
     assert isinstance(state, RowCacheState if row_cache else DynamicCacheState)
     out, active = [(hidden, logits)], torch.arange(len(hidden))
     for t in range(steps - 1):
@@ -92,7 +96,8 @@ def _run_states(lm, prompts, fan_out, steps, row_cache):
 @pytest.mark.parametrize("kernel", ["torch", "onednn"])
 def test_lean_row_cache_step_matches_hf_forward_with_dynamic_cache(tiny_lm, tiny_prompts, kernel):
     """HF's forward runs its linear layers through the same kernel as the lean step
-    (``FrozenLM.linear_kernel``), so the two agree to the last bit with either kernel."""
+    (``FrozenLM.linear_kernel``), so the two agree to the last bit with either kernel (both prefilled
+    at one width)."""
     lm = FrozenLM(tiny_lm.model, tiny_lm.tokenizer, ModelSpec("tiny", linear_kernel=kernel))
     fan_out = torch.tensor([0, 1, 1, 2, 3, 0])
     lean = _run_states(lm, tiny_prompts, fan_out, 7, row_cache=True)
@@ -101,13 +106,34 @@ def test_lean_row_cache_step_matches_hf_forward_with_dynamic_cache(tiny_lm, tiny
         torch.testing.assert_close(a, b, equal_nan=True, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_prefill_in_length_groups_matches_one_padded_batch(tiny_lm, tiny_prompts, dtype):
+    """Prompts of 20-45 tokens prefill as two groups, each padded to its own longest: fewer padded
+    tokens go through the model, and every step's logits match the one-width prefill up to rounding
+    (a reduction over another padded width), so greedy picks the same tokens."""
+    lm = FrozenLM(copy.deepcopy(tiny_lm.model).to(dtype), tiny_lm.tokenizer, ModelSpec("tiny"))
+    widths = []
+    forward = lm.forward
+    lm.forward = lambda ids, *args: widths.append(tuple(ids.shape)) or forward(ids, *args)
+    fan_out = torch.tensor([0, 1, 1, 2, 3, 0])
+    grouped = _run_states(lm, tiny_prompts, fan_out, 7, row_cache=True, group_cost=0)
+    assert len(widths) > 1 and sum(r * w for r, w in widths) < len(tiny_prompts) * max(map(len, tiny_prompts))
+    one_width = _run_states(lm, tiny_prompts, fan_out, 7, row_cache=True)
+    tolerance = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 0.1, "rtol": 0.05}
+    for (_, a), (_, b) in zip(grouped, one_width):
+        torch.testing.assert_close(a, b, equal_nan=True, **tolerance)
+        live = ~a[:, 0].isnan()
+        assert torch.equal(a[live].argmax(-1), b[live].argmax(-1))
+
+
 def test_prefill_runs_every_linear_layer_through_the_chosen_kernel(tiny_lm, tiny_prompts):
     lm = FrozenLM(tiny_lm.model, tiny_lm.tokenizer, ModelSpec("tiny", linear_kernel="onednn"))
     calls, kernel = [], lm.linear
     lm.linear = lambda *args: calls.append(args[1].shape) or kernel(*args)
     lm.start_decode(tiny_prompts, None, max_new_tokens=2)
-    config = tiny_lm.model.config
-    assert len(calls) == 7 * config.num_hidden_layers + 1  # q, k, v, o, gate, up, down per layer; the LM head
+    config, groups = tiny_lm.model.config, len(prefill_groups([len(p) for p in tiny_prompts]))
+    # per prefill group: q, k, v, o, gate, up, down per layer; the LM head
+    assert len(calls) == (7 * config.num_hidden_layers + 1) * groups
     assert calls[-1] == lm.lm_head.weight.shape
 
 

