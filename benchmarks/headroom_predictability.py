@@ -13,10 +13,13 @@ split: nothing is tuned on the problem it is scored on.
    (an outcome table under ``--out``, resumable: re-running continues where it stopped).
 2. Per problem and k: the sampler's unbiased pass@k minus greedy's (0 or 1), ``gain``.
 3. ``--folds``-fold cross-validation over problems. On the training folds: the best static strategy
-   (greedy or the sampler, by mean pass@k) and two predictors of ``gain`` from the standardised
-   embedding: ridge regression (penalty chosen by leave-one-out on the training folds only) and
-   the mean gain of the ``--neighbours`` nearest training problems (cosine). On the held-out fold
-   each predictor's policy samples where its predicted gain is > 0, else decodes greedily.
+   (greedy or the sampler, by mean pass@k) and two predictors of ``gain``, ridge regression (penalty
+   chosen by leave-one-out on the training folds only) and the mean gain of the ``--neighbours``
+   nearest training problems (cosine), each on two standardised feature sets: the prompt embedding
+   (what a sequence adapter sees) and, for contrast, how sure greedy decoding was of its own answer
+   (``greedy_confidence``: available only after a greedy decode, so to a two-pass method, not to the
+   paper's adapters). On the held-out fold each predictor's policy samples where its predicted gain
+   is > 0, else decodes greedily.
 4. Printed per k: the held-out policy's pass@k minus the best static one's, as a paired 95% t
    interval over problems (points), and the Spearman correlation of predicted and actual gain.
    Beside them the *cross-fitted oracle* (per problem, the better of the two on samples 0..n/2-1,
@@ -38,7 +41,8 @@ import numpy as np
 import torch
 
 from decoding_adapters.core.stats import mean_ci
-from decoding_adapters.decoding.actions import GREEDY, DecodingAction
+from decoding_adapters.decoding.actions import GREEDY, ActionSet, DecodingAction
+from decoding_adapters.decoding.loop import decode
 from decoding_adapters.decoding.rollouts import encode_problems
 from decoding_adapters.evaluation.headroom import pass_at_k_matrix
 from decoding_adapters.lm.cpu_features import cpu_features
@@ -108,6 +112,22 @@ def crossfit_oracle(greedy: np.ndarray, samples: np.ndarray, k: int) -> np.ndarr
     return (np.mean(scores, 0) - np.mean(static, 0)) * 100
 
 
+def greedy_confidence(lm, prompts, budget: int, batch_rows: int) -> np.ndarray:
+    """``[P, 6]`` how sure greedy decoding was of its own answer: the mean and largest token entropy,
+    the mean and smallest max-probability over its tokens, its length and whether it stopped at EOS
+    (a second greedy decode, with the per-step statistics the outcome table does not keep)."""
+    rows = []
+    for start in range(0, len(prompts), batch_rows):
+        result = decode(lm, prompts[start : start + batch_rows], ActionSet([GREEDY]), row_actions=0,
+                        token_budget=budget)
+        valid = result.valid_mask()
+        for i in range(len(result.texts)):
+            entropy, max_prob = result.entropy[i][valid[i]], result.max_prob[i][valid[i]]
+            rows.append([entropy.mean(), entropy.max(), max_prob.mean(), max_prob.min(), result.lengths[i],
+                         result.stopped_at_eos[i]])
+    return np.array(rows, dtype=float)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
@@ -148,7 +168,10 @@ def main() -> None:
     greedy = np.array([table.outcomes(p.id, GREEDY.name)[0].reward >= 0.5 for p in problems], dtype=float)
     samples = np.array([[o.reward for o in table.outcomes(p.id, sampler.name)] for p in problems])  # [P, n]
     prompts, _ = encode_problems(lm, task, problems, seed=args.seed)
-    embeddings = lm.prompt_embeddings(prompts, pooling="mean").double().numpy()  # [P, hidden]
+    features = {
+        "embedding": lm.prompt_embeddings(prompts, pooling="mean").double().numpy(),  # [P, hidden]
+        "greedy_confidence": greedy_confidence(lm, prompts, args.budget, args.batch_rows),  # [P, 6]
+    }
 
     folds = np.random.default_rng(args.seed).permutation(len(problems)) % args.folds
     summary = {"cpu": cpu.model, "cpu_flags": cpu.relevant(), "task": args.task, "split": args.split,
@@ -161,17 +184,16 @@ def main() -> None:
         sampled = pass_at_k_matrix(samples[:, None, :], k)[:, 0]  # [P]
         gain = sampled - greedy
         static = np.empty(len(problems))
-        predicted = {"ridge": np.empty(len(problems)), "neighbours": np.empty(len(problems))}
-        penalties = []
+        predicted = {f"{f}/{m}": np.empty(len(problems)) for f in features for m in ("ridge", "neighbours")}
         for fold in range(args.folds):
             train, test = folds != fold, folds == fold
             static[test] = sampled[test] if sampled[train].mean() > greedy[train].mean() else greedy[test]
-            x_train, x_test = standardise(embeddings[train], embeddings[test])
-            predicted["ridge"][test], penalty = ridge_predict(x_train, gain[train], x_test)
-            penalties.append(penalty)
-            predicted["neighbours"][test] = neighbours_predict(x_train, gain[train], x_test, args.neighbours)
-        row = {"sampler_better_share": round(float((gain > 0).mean()), 3),
-               "static_pass": round(100 * static.mean(), 1), "ridge_penalties": sorted(set(penalties))}
+            for name, x in features.items():
+                x_train, x_test = standardise(x[train], x[test])
+                predicted[f"{name}/ridge"][test], _ = ridge_predict(x_train, gain[train], x_test)
+                predicted[f"{name}/neighbours"][test] = neighbours_predict(x_train, gain[train], x_test,
+                                                                           args.neighbours)
+        row = {"sampler_better_share": round(float((gain > 0).mean()), 3), "static_pass": round(100 * static.mean(), 1)}
         line = [f"pass@{k}: best static (chosen per fold) {100 * static.mean():.1f}"]
         for name, prediction in predicted.items():
             policy = np.where(prediction > 0, sampled, greedy)
