@@ -25,6 +25,11 @@ split: nothing is tuned on the problem it is scored on.
    Beside them the *cross-fitted oracle* (per problem, the better of the two on samples 0..n/2-1,
    scored on the rest and vice versa; k <= n/2): the head-room a per-problem choice could capture.
 
+5. One pass, for contrast with the two-pass policy of step 3: policies that sample (with ``--action``)
+   at a step whose max-probability is below a threshold (``--switch-thresholds``), at that step only
+   or from it to the end of the row (latched), greedy elsewhere; ``--switch-samples`` decodes per
+   problem (``one_pass.json``, each policy kept as it finishes), pass@1 against greedy.
+
 Writes ``summary.json`` under ``--out``; the last line printed is its JSON.
 
     PYTHONPATH=src .venv/bin/python benchmarks/headroom_predictability.py --out runs/predictability
@@ -36,13 +41,14 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 
 from decoding_adapters.core.stats import mean_ci
 from decoding_adapters.decoding.actions import GREEDY, ActionSet, DecodingAction
-from decoding_adapters.decoding.loop import decode
+from decoding_adapters.decoding.loop import StepFeatures, decode, row_seed
 from decoding_adapters.decoding.rollouts import encode_problems
 from decoding_adapters.evaluation.headroom import pass_at_k_matrix
 from decoding_adapters.lm.cpu_features import cpu_features
@@ -128,6 +134,48 @@ def greedy_confidence(lm, prompts, budget: int, batch_rows: int) -> np.ndarray:
     return np.array(rows, dtype=float)
 
 
+def switching_chooser(threshold: float, latch: bool, rows: int) -> Callable:
+    """A one-pass policy over actions (greedy, the sampler): sample at a step whose base max-probability
+    is below ``threshold``; with ``latch``, also at every later step of that row."""
+    switched = torch.zeros(rows, dtype=torch.bool)
+
+    def choose(features: StepFeatures) -> torch.Tensor:
+        unsure = features.max_prob < threshold
+        if not latch:
+            return unsure.long()
+        switched[features.rows] |= unsure
+        return switched[features.rows].long()
+
+    return choose
+
+
+def one_pass_part(lm, task, problems, prompts, sampler, args) -> dict[str, np.ndarray]:
+    """``--switch-samples`` decodes per problem of each switching policy (``--switch-thresholds``, per
+    step and latched); rewards ``[P, samples]`` per policy, cached in ``one_pass.json`` as they finish."""
+    path = args.out / "one_pass.json"
+    done = json.loads(path.read_text()) if path.exists() else {}
+    actions = ActionSet([GREEDY, sampler])
+    for threshold in args.switch_thresholds:
+        for latch in (False, True):
+            name = f"{'latched' if latch else 'per-step'} max_prob<{threshold:g}"
+            if name in done:
+                continue
+            start, rewards = time.perf_counter(), []
+            per_chunk = max(1, args.batch_rows // args.switch_samples)
+            for first in range(0, len(problems), per_chunk):
+                chunk = range(first, min(first + per_chunk, len(problems)))
+                of_row = [i for i in chunk for _ in range(args.switch_samples)]
+                result = decode(lm, [prompts[i] for i in chunk], actions, prompt_of_row=[i - first for i in of_row],
+                                chooser=switching_chooser(threshold, latch, len(of_row)), token_budget=args.budget,
+                                row_seeds=[row_seed(args.seed, problems[i].id, s) for i in chunk
+                                           for s in range(args.switch_samples)])
+                rewards += task.reward_batch([problems[i] for i in of_row], result.texts)
+            done[name] = np.array(rewards).reshape(len(problems), args.switch_samples).tolist()
+            path.write_text(json.dumps(done))
+            print(f"decoded {name}: {time.perf_counter() - start:.0f} s", flush=True)
+    return {name: np.array(v) for name, v in done.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
@@ -142,6 +190,9 @@ def main() -> None:
     parser.add_argument("--folds", type=int, default=10)
     parser.add_argument("--neighbours", type=int, default=15)
     parser.add_argument("--ks", default="1,2,4,8")
+    parser.add_argument("--switch-thresholds", type=lambda v: [float(x) for x in v.split(",") if x], default=[0.5, 0.8],
+                        help="max-probability thresholds of the one-pass switching policies ('' for none)")
+    parser.add_argument("--switch-samples", type=int, default=4)
     parser.add_argument("--batch-rows", type=int, default=128)
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--seed", type=int, default=0)
@@ -210,6 +261,13 @@ def main() -> None:
             line.append(f"cross-fitted oracle {mean:+.1f} [{low:+.1f}, {high:+.1f}]")
         summary["by_k"][str(k)] = row
         print("; ".join(line), flush=True)
+    switched = one_pass_part(lm, task, problems, prompts, sampler, args)
+    summary["one_pass_vs_greedy_pass1"] = {}
+    for name, rewards in switched.items():
+        mean, low, high = mean_ci(100 * (rewards.mean(1) - greedy))
+        summary["one_pass_vs_greedy_pass1"][name] = [round(v, 1) for v in (mean, low, high)]
+        print(f"one pass, {name}: pass@1 {100 * rewards.mean():.1f}, vs greedy {mean:+.1f} [{low:+.1f}, {high:+.1f}]",
+              flush=True)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary))
 

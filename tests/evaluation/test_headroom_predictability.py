@@ -49,3 +49,22 @@ def test_crossfit_oracle_against_known_answers():
     split = np.arange(4000) % 2 == 0
     sampler = np.repeat(split[:, None].astype(float), 8, axis=1)
     assert bench.crossfit_oracle((~split).astype(float), sampler, 1).mean() == 50.0
+
+
+def test_switching_chooser_samples_at_unsure_steps_and_latches_per_row():
+    import torch
+
+    from decoding_adapters.decoding.loop import StepFeatures
+
+    def step(rows, max_prob):
+        n = len(rows)
+        return StepFeatures(hidden=torch.zeros(n, 2), entropy=torch.zeros(n), max_prob=torch.tensor(max_prob),
+                            step=0, remaining_budget=torch.ones(n, dtype=torch.long), rows=torch.tensor(rows),
+                            uniform=torch.zeros(n))
+
+    per_step, latched = bench.switching_chooser(0.5, False, 3), bench.switching_chooser(0.5, True, 3)
+    assert per_step(step([0, 1, 2], [0.9, 0.4, 0.6])).tolist() == [0, 1, 0]
+    assert latched(step([0, 1, 2], [0.9, 0.4, 0.6])).tolist() == [0, 1, 0]
+    # row 1 is confident again and row 0 has finished: the latch keeps row 1 sampling, per step does not
+    assert per_step(step([1, 2], [0.95, 0.3])).tolist() == [0, 1]
+    assert latched(step([1, 2], [0.95, 0.3])).tolist() == [1, 1]
