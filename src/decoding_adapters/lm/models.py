@@ -483,9 +483,10 @@ class FrozenLM:
                 weights = mask.unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * weights).sum(1) / weights.sum(1)
             chunks.append(pooled.float().cpu())
-        pooled = torch.empty(len(prompts), self.hidden_size)
-        pooled[order] = torch.cat(chunks) if chunks else pooled[:0]
-        return pooled
+        embeddings = torch.empty(len(prompts), self.hidden_size)
+        if chunks:
+            embeddings[order] = torch.cat(chunks)  # back to the caller's order
+        return embeddings
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
