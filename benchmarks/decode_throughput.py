@@ -68,9 +68,9 @@ import dataclasses
 import json
 import statistics
 import time
+from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 from decoding_adapters.decoding.actions import GREEDY, PRESETS, ActionSet, DecodingAction
 from decoding_adapters.decoding.loop import decode
@@ -129,7 +129,7 @@ def best_seconds(fn, seconds: float, warmup: int = 1) -> float:
     return best
 
 
-def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype, linear=F.linear, seconds: float = 1.0) -> float:
+def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype, linear: Callable, seconds: float = 1.0) -> float:
     """Attainable GFLOP/s of ``[m x k] @ [k x n]`` with the ``linear`` kernel (best of the timed calls
     after a warm-up)."""
     a, w = torch.randn(m, k).to(dtype), torch.randn(n, k).to(dtype)

@@ -50,7 +50,7 @@ from decoding_adapters.core.stats import mean_ci
 from decoding_adapters.decoding.actions import GREEDY, ActionSet, DecodingAction
 from decoding_adapters.decoding.loop import StepFeatures, decode, row_seed
 from decoding_adapters.decoding.rollouts import encode_problems
-from decoding_adapters.evaluation.headroom import pass_at_k_matrix
+from decoding_adapters.evaluation.headroom import oracle_table, pass_at_k_matrix
 from decoding_adapters.lm.cpu_features import cpu_features
 from decoding_adapters.lm.models import ModelSpec, load_frozen_lm
 from decoding_adapters.selection.coverage import evaluate_pool
@@ -102,20 +102,15 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(*ranks)[0, 1])
 
 
-def crossfit_oracle(greedy: np.ndarray, samples: np.ndarray, k: int) -> np.ndarray:
-    """Per problem: choose greedy or the sampler on one half of the samples, score the choice on the
-    other half, both ways averaged, minus the better static strategy scored the same way."""
-    half = samples.shape[1] // 2
-    halves = [samples[:, :half], samples[:, half : 2 * half]]
-    scores, static = [], []
-    for choose, score in ((0, 1), (1, 0)):
-        sampler_choose = pass_at_k_matrix(halves[choose][:, None, :], k)[:, 0]
-        sampler_score = pass_at_k_matrix(halves[score][:, None, :], k)[:, 0]
-        pick_sampler = sampler_choose > greedy
-        scores.append(np.where(pick_sampler, sampler_score, greedy))
-        static_sampler = sampler_choose.mean() > greedy.mean()
-        static.append(sampler_score if static_sampler else greedy)
-    return (np.mean(scores, 0) - np.mean(static, 0)) * 100
+def crossfit_oracle(greedy: np.ndarray, samples: np.ndarray, k: int) -> tuple[float, float, float]:
+    """``evaluation.headroom``'s cross-fitted head-room between greedy and the sampler, in points (mean
+    and 95% interval over problems): per problem the better of the two chosen on one half of the
+    samples and scored on the other, both ways, minus the best static strategy chosen the same way.
+    Greedy is deterministic, so its one outcome stands for each of its samples."""
+    rewards = np.stack([np.repeat(greedy[:, None], samples.shape[1], axis=1), samples], axis=1)  # [P, 2, n]
+    row = oracle_table(rewards, ["greedy", "sampler"], [k])[0]
+    low, high = row.crossfit_headroom_ci
+    return 100 * row.crossfit_headroom, 100 * low, 100 * high
 
 
 def greedy_confidence(lm, prompts, budget: int, batch_rows: int) -> np.ndarray:
@@ -256,7 +251,7 @@ def main() -> None:
             line.append(f"{name}: {mean:+.1f} [{low:+.1f}, {high:+.1f}] (samples {(prediction > 0).mean():.0%} of "
                         f"problems, Spearman {row[name]['spearman']:+.2f})")
         if 2 * k <= args.samples:
-            mean, low, high = mean_ci(crossfit_oracle(greedy, samples, k))
+            mean, low, high = crossfit_oracle(greedy, samples, k)
             row["crossfit_oracle_vs_static"] = [round(v, 1) for v in (mean, low, high)]
             line.append(f"cross-fitted oracle {mean:+.1f} [{low:+.1f}, {high:+.1f}]")
         summary["by_k"][str(k)] = row
