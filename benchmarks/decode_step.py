@@ -1,7 +1,8 @@
 """Per-step cost of the decode loop's parts, best of many single steps (robust on a loaded machine).
 
 For each dtype and batch: one LM step through HF's forward with ``DynamicCache`` (the old path)
-vs the lean step with the preallocated ``RowKVCache``; and one sampling step the old way (an
+vs the lean step with the ``RowKVCache``; attention over a view of the cache that stops at the
+length vs over the cache's contiguous reserved block (what the lean step reads); and one sampling step the old way (an
 exponential per vocabulary entry from per-row ``torch.Generator``s) vs the new way (counter-based
 uniform, inverse CDF). First, the entropy/max-prob pass over [128, vocab] logits with glibc's
 allocator defaults and then with ``cpu_allocator.keep_freed_memory`` (as the CLI runs). Every figure
@@ -24,6 +25,7 @@ from decode_throughput import flops_per_token  # noqa: E402  (same directory)
 from decoding_adapters.decoding.actions import counter_uniform, inverse_cdf_sample
 from decoding_adapters.decoding.loop import _base_stats
 from decoding_adapters.lm.cpu_allocator import keep_freed_memory
+from decoding_adapters.lm.kv_cache import COLUMN_CHUNK
 from decoding_adapters.lm.models import FrozenLM, ModelSpec, load_frozen_lm
 from decoding_adapters.tasks import get_task
 
@@ -37,6 +39,35 @@ def best_of(fn, n: int) -> float:
         fn()
         best = min(best, CLOCK() - t)
     return best
+
+
+def attention_ms(config, batch: int, length: int, dtype: torch.dtype, steps: int) -> dict[str, float]:
+    """One step's eager attention over every layer's cache (distinct buffers, so nothing stays in the
+    CPU's caches between layers), two ways: over a view that stops at ``length`` columns of a cache
+    reserved for 128 more (rows ``reserved`` columns apart, so not contiguous), and over the whole
+    contiguous reserved block (``RowKVCache``: ``length`` rounded up to a chunk, the rest masked)."""
+    kv_heads, head_dim = config.num_key_value_heads, config.hidden_size // config.num_attention_heads
+    groups, layers = config.num_attention_heads // kv_heads, config.num_hidden_layers
+    q = torch.randn(batch, kv_heads, groups, head_dim).to(dtype)
+    ways = {"view": length + 128, "block": -(-length // COLUMN_CHUNK) * COLUMN_CHUNK}
+    out = {}
+    for way, reserved in ways.items():
+        keys = torch.randn(layers, batch, kv_heads, reserved, head_dim).to(dtype)
+        values = torch.randn(layers, batch, kv_heads, reserved, head_dim).to(dtype)
+        mask = torch.zeros(batch, 1, 1, reserved, dtype=dtype)
+        mask[..., length:] = float("-inf")
+
+        def step(keys=keys, values=values, mask=mask, way=way) -> None:
+            for layer in range(layers):
+                if way == "view":  # keys as the left operand: as the right one, transposed, it copied too
+                    k, v, m = keys[layer, :, :, :length], values[layer, :, :, :length], mask[..., :length]
+                    scores = torch.matmul(k, q.transpose(-1, -2)).transpose(-1, -2) + m
+                else:
+                    scores = torch.matmul(q, keys[layer].transpose(-1, -2)) + mask
+                torch.matmul(scores.softmax(-1, dtype=torch.float32).to(dtype), v if way == "view" else values[layer])
+
+        out[way] = best_of(step, steps) * 1e3
+    return out
 
 
 def old_sample(logits: torch.Tensor, generators) -> torch.Tensor:
@@ -118,6 +149,15 @@ def main() -> None:
             f"{lean_bf16:.0f} tok/s = {lean_bf16 / limit:.0%} of it",
             flush=True,
         )
+        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+            for length in (max(map(len, prompts)) + 16, max(map(len, prompts)) + 128):
+                ms = attention_ms(config, batch, length, dtype, args.steps)
+                out[f"attention_ms_{name}_b{batch}_len{length}"] = {way: round(v, 2) for way, v in ms.items()}
+                print(
+                    f"batch {batch} {name} attention over {length} columns, all layers: a view up to the length "
+                    f"{ms['view']:.1f} ms, the reserved block {ms['block']:.1f} ms ({ms['view'] / ms['block']:.2f}x)",
+                    flush=True,
+                )
         logits = logits.float()
         generators = [torch.Generator().manual_seed(i) for i in range(batch)]
         seeds = torch.arange(batch)

@@ -1,6 +1,8 @@
 """Sequence trainer on synthetic contextual bandits (no LLM): it learns context- and budget-
 dependent choices, and the w/o-budget variant provably cannot in the budget-dependent case."""
 
+import zlib
+
 import pytest
 import torch
 
@@ -67,7 +69,8 @@ class SyntheticRewards:
         return None
 
     def rewards(self, problems, prompts, actions, budgets, metrics, key):
-        gen = torch.Generator().manual_seed(hash(key) % (2**31))
+        # crc32, not hash(): a str inside the key hashes differently in every process (PYTHONHASHSEED)
+        gen = torch.Generator().manual_seed(zlib.crc32(repr(key).encode()))
         probs = torch.tensor([success_prob(p.meta["cluster"], a, b, self.budget_case)
                               for p, a, b in zip(problems, actions, budgets)])
         return (torch.rand(len(probs), generator=gen) < probs).float()

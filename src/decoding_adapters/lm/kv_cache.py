@@ -1,14 +1,21 @@
-"""A preallocated KV cache owned by the decode loop, with per-row shrinking.
+"""A KV cache owned by the decode loop, written in place, with per-row shrinking.
 
 HF's ``DynamicCache`` grows by concatenation (every step copies every layer's whole cache) and drops
-finished rows with ``index_select`` (another full copy). This cache is allocated once for the whole
-decode and written in place:
+finished rows with ``index_select`` (another full copy). This cache is written in place:
 
-- **Layout.** ``keys`` and ``values`` are ``[layers, rows, kv_heads, capacity, head_dim]``. The prompts
+- **Layout.** ``keys`` and ``values`` are ``[layers, rows, kv_heads, reserved, head_dim]``. The prompts
   are left-padded to one width ``W``, so every row's step ``t`` lives in the same column ``W + t``: a
-  step writes one column for the live rows, and attention reads the view ``[:live, :, :length]``
-  (no gather, no copy). ``valid`` ``[rows, capacity]`` is the per-row attention mask (False on the
-  left padding).
+  step writes one column for the live rows. ``valid`` ``[rows, capacity]`` is the per-row attention
+  mask (False on the left padding and on the columns not yet filled).
+- **Attention reads whole reserved blocks.** A step attends over every reserved column of the live
+  rows, ``[layer, :live]``: one contiguous block, so batched matmuls read the cache where it lies.
+  A view that stops at ``length`` is not contiguous (its rows are ``reserved`` columns apart), and
+  oneDNN's bf16 batched matmul copies such an operand first: at batch 128 and ~190 columns that copy
+  made attention 2.3x slower than reading the block (``benchmarks/decode_step.py``). The reserved
+  columns past ``length`` hold zeros and are masked, so they add nothing to a row's output.
+- **Growing by chunks.** The reserve starts at the prompt width plus :data:`COLUMN_CHUNK` columns
+  and grows by as many when it is full (one copy of the live rows' cache per chunk of steps, never
+  past ``capacity``), so a step reads ``COLUMN_CHUNK / 2`` masked columns on average.
 - **Shrinking.** Live rows always occupy slots ``[0, live)``. When rows finish, each finished slot
   below the new live count is refilled by one still-running row from above it ("swap-remove"), so
   a step copies as many rows as finished, never the whole cache. ``drop`` returns the new order of
@@ -23,11 +30,15 @@ from typing import Sequence
 
 import torch
 
-__all__ = ["RowKVCache"]
+__all__ = ["COLUMN_CHUNK", "RowKVCache"]
+
+COLUMN_CHUNK = 32
+"""Columns added to the reserve when it is full: larger chunks copy the cache less often and read
+more masked columns per step."""
 
 
 class RowKVCache:
-    """Preallocated keys and values for ``rows`` sequences of up to ``capacity`` positions."""
+    """Keys and values for ``rows`` sequences of up to ``capacity`` positions, reserved by chunks."""
 
     def __init__(
         self,
@@ -38,13 +49,17 @@ class RowKVCache:
         head_dim: int,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
+        reserve: int = COLUMN_CHUNK,
     ):
-        if min(num_layers, rows, kv_heads, capacity, head_dim) < 1:
+        if min(num_layers, rows, kv_heads, capacity, head_dim, reserve) < 1:
             raise ValueError("every dimension of a KV cache must be >= 1")
-        shape = (num_layers, rows, kv_heads, capacity, head_dim)
-        # empty, not zeros: a column is always written before it is read (reads stop at ``length``).
-        self.keys = torch.empty(shape, dtype=dtype, device=device)
-        self.values = torch.empty(shape, dtype=dtype, device=device)
+        self.capacity = capacity
+        """The most columns this cache will ever hold (prompt width plus the new tokens)."""
+        # zeros, not empty: reserved columns are attended (masked) before they are written, and
+        # uninitialised memory may hold NaN, which a mask cannot hide (0 x NaN = NaN).
+        shape = (num_layers, rows, kv_heads, min(reserve, capacity), head_dim)
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)
+        self.values = torch.zeros(shape, dtype=dtype, device=device)
         self.valid = torch.zeros(rows, capacity, dtype=torch.bool, device=device)
         self.length = 0
         """Columns filled so far (the same for every row)."""
@@ -52,7 +67,8 @@ class RowKVCache:
         """Rows still decoding; they occupy slots ``[0, live)``."""
 
     @property
-    def capacity(self) -> int:
+    def reserved(self) -> int:
+        """Columns allocated now, all of them attended (those past ``length`` masked)."""
         return self.keys.shape[3]
 
     @classmethod
@@ -75,7 +91,8 @@ class RowKVCache:
             raise ValueError(f"capacity {capacity} is smaller than the prompt width {width}")
         if fan_out is None:
             fan_out = torch.arange(prompts, device=k0.device)
-        cache = cls(len(layer_kv), len(fan_out), kv_heads, capacity, head_dim, k0.dtype, k0.device)
+        reserve = width + COLUMN_CHUNK
+        cache = cls(len(layer_kv), len(fan_out), kv_heads, capacity, head_dim, k0.dtype, k0.device, reserve)
         for layer, (k, v) in enumerate(layer_kv):
             cache.keys[layer, :, :, :width].copy_(k[fan_out])
             cache.values[layer, :, :, :width].copy_(v[fan_out])
@@ -84,20 +101,34 @@ class RowKVCache:
         return cache
 
     def open_column(self) -> torch.Tensor:
-        """Make column ``length`` visible to the live rows (the token being fed now) and return the
-        attention mask ``[live, 1, 1, length + 1]`` (bool, True = attend) for this step."""
+        """Make column ``length`` visible to the live rows (the token being fed now), growing the
+        reserve if it is full, and return the attention mask ``[live, 1, 1, reserved]`` (bool,
+        True = attend) for this step."""
         if self.length >= self.capacity:
             raise ValueError(f"the KV cache is full ({self.capacity} positions)")
+        if self.length >= self.reserved:
+            self._grow(min(self.capacity, self.reserved + COLUMN_CHUNK))
         self.valid[: self.live, self.length] = True
-        return self.valid[: self.live, None, None, : self.length + 1]
+        return self.valid[: self.live, None, None, : self.reserved]
+
+    def _grow(self, reserved: int) -> None:
+        """Reserve ``reserved`` columns: the live rows' filled columns move into new zeroed buffers."""
+        layers, rows, kv_heads, _, head_dim = self.keys.shape
+        filled = (slice(None), slice(0, self.live), slice(None), slice(0, self.length))
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            new = old.new_zeros(layers, rows, kv_heads, reserved, head_dim)
+            new[filled] = old[filled]
+            setattr(self, name, new)
 
     def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store one step's ``[live, kv_heads, 1, head_dim]`` keys and values in column ``length`` and
-        return the layer's keys and values so far, views ``[live, kv_heads, length + 1, head_dim]``."""
+        return the layer's reserved keys and values, contiguous views ``[live, kv_heads, reserved,
+        head_dim]`` (columns past ``length`` are zero; the mask of ``open_column`` hides them)."""
         column = self.length
         self.keys[layer, : self.live, :, column] = keys[:, :, 0]
         self.values[layer, : self.live, :, column] = values[:, :, 0]
-        return self.keys[layer, : self.live, :, : column + 1], self.values[layer, : self.live, :, : column + 1]
+        return self.keys[layer, : self.live], self.values[layer, : self.live]
 
     def close_column(self) -> None:
         """The step has been written in every layer: advance to the next column."""

@@ -362,7 +362,7 @@ class FrozenLM:
         one row per prompt). Returns the rows' last hidden states ``[rows, hidden]``, float32 logits
         ``[rows, vocab]`` and the ``DecodeState`` that feeds the next tokens.
 
-        ``row_cache`` (default: whenever ``supports_row_cache``) selects the preallocated ``RowKVCache``
+        ``row_cache`` (default: whenever ``supports_row_cache``) selects the ``RowKVCache``
         and the lean step, prefilled in length groups (``prefill_groups`` with ``group_cost``) so that
         short prompts are not padded to the longest; False keeps HF's forward and ``DynamicCache`` over
         one padded batch (the reference path)."""
@@ -426,15 +426,18 @@ class FrozenLM:
         decoder, keys and values written in place into ``cache``. Returns (hidden ``[live, hidden]``,
         float32 logits ``[live, vocab]``).
 
-        The same operations as HF's Llama forward with the model's attention (eager or SDPA) for one new token (RMSNorm
-        modules, rotary embedding module, GQA packed as HF packs it: the query heads of one KV head
-        attend as ``groups`` query rows), without HF's per-call mask building, cache bookkeeping and
-        output capturing, and with the linear layers called on their weights by ``ModelSpec.linear_kernel``."""
+        The same operations as HF's Llama forward with the model's attention (eager or SDPA) for one
+        new token (RMSNorm modules, rotary embedding module, GQA packed as HF packs it: the query heads
+        of one KV head attend as ``groups`` query rows), without HF's per-call mask building, cache
+        bookkeeping and output capturing, and with the linear layers called on their weights by
+        ``ModelSpec.linear_kernel``. One departure: attention spans the cache's whole reserved block
+        (``RowKVCache``), its unfilled columns masked, so the softmax and the weighted sum over values
+        run over a few more (zero) terms than HF's, which can move float32 logits in the last bits."""
         decoder, live, linear = self.decoder, tokens.shape[0], self.linear
         x = decoder.embed_tokens(tokens.unsqueeze(1))  # [live, 1, hidden]
         cos, sin = decoder.rotary_emb(x, positions.unsqueeze(1))  # [live, 1, head_dim]
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # broadcast over heads: [live, 1, 1, head_dim]
-        mask = cache.open_column()  # bool [live, 1, 1, length + 1], True = attend
+        mask = cache.open_column()  # bool [live, 1, 1, reserved], True = attend
         eager = self.model.config._attn_implementation == "eager"
         if eager:  # HF's eager mask: additive, 0 where a row attends and -inf on its padding; one for all layers
             mask = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill_(~mask, float("-inf"))
@@ -446,12 +449,10 @@ class FrozenLM:
             v = linear(h, attn.v_proj.weight, attn.v_proj.bias).view(live, 1, -1, attn.head_dim).transpose(1, 2)
             q = q * cos + _rotate_half(q) * sin  # [live, heads, 1, head_dim]
             k = k * cos + _rotate_half(k) * sin  # [live, kv_heads, 1, head_dim]
-            keys, values = cache.write(index, k, v)  # [live, kv_heads, length + 1, head_dim]
+            keys, values = cache.write(index, k, v)  # contiguous [live, kv_heads, reserved, head_dim]
             q = q.reshape(live, keys.shape[1], attn.num_key_value_groups, attn.head_dim)
-            if eager:  # HF's eager_attention_forward: scores [live, kv_heads, groups, length + 1]
-                # computed as (keys @ q^T)^T: keys is a [length + 1, head_dim] slice of a longer buffer,
-                # and as the right operand, transposed, it made bf16 bmm copy the layer's cache every step
-                scores = torch.matmul(keys, q.transpose(-1, -2)).transpose(-1, -2) * attn.scaling + mask
+            if eager:  # HF's eager_attention_forward: scores [live, kv_heads, groups, reserved]
+                scores = torch.matmul(q, keys.transpose(-1, -2)) * attn.scaling + mask
                 o = torch.matmul(scores.softmax(-1, dtype=torch.float32).to(q.dtype), values)
             else:
                 o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling)
@@ -509,7 +510,7 @@ class DecodeState:
 
 
 class RowCacheState(DecodeState):
-    """The preallocated ``RowKVCache`` and the lean Llama step (swap-remove shrinking)."""
+    """The ``RowKVCache`` and the lean Llama step (swap-remove shrinking)."""
 
     def __init__(self, lm: FrozenLM, cache: RowKVCache, positions: torch.Tensor):
         self.lm, self.cache, self.positions = lm, cache, positions
