@@ -112,12 +112,15 @@ class RowKVCache:
         return self.valid[: self.live, None, None, : self.reserved]
 
     def _grow(self, reserved: int) -> None:
-        """Reserve ``reserved`` columns: the live rows' filled columns move into new zeroed buffers."""
+        """Reserve ``reserved`` columns: the live rows' filled columns move into new buffers whose
+        columns past ``length`` are zero. (The filled columns of finished slots, ``[live, rows)``, are
+        left unwritten: no step reads them again.)"""
         layers, rows, kv_heads, _, head_dim = self.keys.shape
         filled = (slice(None), slice(0, self.live), slice(None), slice(0, self.length))
         for name in ("keys", "values"):
             old = getattr(self, name)
-            new = old.new_zeros(layers, rows, kv_heads, reserved, head_dim)
+            new = old.new_empty(layers, rows, kv_heads, reserved, head_dim)
+            new[:, :, :, self.length :].zero_()
             new[filled] = old[filled]
             setattr(self, name, new)
 
