@@ -20,6 +20,7 @@ import json
 import time
 
 import torch
+import torch.nn.functional as F
 from decode_throughput import flops_per_token  # noqa: E402  (same directory)
 
 from decoding_adapters.decoding.actions import counter_uniform, inverse_cdf_sample
@@ -42,14 +43,16 @@ def best_of(fn, n: int) -> float:
 
 
 def attention_ms(config, batch: int, length: int, dtype: torch.dtype, steps: int) -> dict[str, float]:
-    """One step's eager attention over every layer's cache (distinct buffers, so nothing stays in the
-    CPU's caches between layers), two ways: over a view that stops at ``length`` columns of a cache
-    reserved for 128 more (rows ``reserved`` columns apart, so not contiguous), and over the whole
-    contiguous reserved block (``RowKVCache``: ``length`` rounded up to a chunk, the rest masked)."""
+    """One step's attention over every layer's cache (distinct buffers, so nothing stays in the CPU's
+    caches between layers), three ways: eager over a view that stops at ``length`` columns of a cache
+    reserved for 128 more (rows ``reserved`` columns apart, so not contiguous); eager over the whole
+    contiguous reserved block (``RowKVCache``: ``length`` rounded up to a chunk, the rest masked); and
+    ``scaled_dot_product_attention`` over the same block (``--attention sdpa``)."""
     kv_heads, head_dim = config.num_key_value_heads, config.hidden_size // config.num_attention_heads
     groups, layers = config.num_attention_heads // kv_heads, config.num_hidden_layers
     q = torch.randn(batch, kv_heads, groups, head_dim).to(dtype)
-    ways = {"view": length + 128, "block": -(-length // COLUMN_CHUNK) * COLUMN_CHUNK}
+    block = -(-length // COLUMN_CHUNK) * COLUMN_CHUNK
+    ways = {"view": length + 128, "block": block, "sdpa_block": block}
     out = {}
     for way, reserved in ways.items():
         keys = torch.randn(layers, batch, kv_heads, reserved, head_dim).to(dtype)
@@ -59,12 +62,15 @@ def attention_ms(config, batch: int, length: int, dtype: torch.dtype, steps: int
 
         def step(keys=keys, values=values, mask=mask, way=way) -> None:
             for layer in range(layers):
+                if way == "sdpa_block":
+                    F.scaled_dot_product_attention(q, keys[layer], values[layer], attn_mask=mask)
+                    continue
                 if way == "view":  # keys as the left operand: as the right one, transposed, it copied too
                     k, v, m = keys[layer, :, :, :length], values[layer, :, :, :length], mask[..., :length]
                     scores = torch.matmul(k, q.transpose(-1, -2)).transpose(-1, -2) + m
                 else:
-                    scores = torch.matmul(q, keys[layer].transpose(-1, -2)) + mask
-                torch.matmul(scores.softmax(-1, dtype=torch.float32).to(dtype), v if way == "view" else values[layer])
+                    v, scores = values[layer], torch.matmul(q, keys[layer].transpose(-1, -2)) + mask
+                torch.matmul(scores.softmax(-1, dtype=torch.float32).to(dtype), v)
 
         out[way] = best_of(step, steps) * 1e3
     return out
@@ -155,7 +161,8 @@ def main() -> None:
                 out[f"attention_ms_{name}_b{batch}_len{length}"] = {way: round(v, 2) for way, v in ms.items()}
                 print(
                     f"batch {batch} {name} attention over {length} columns, all layers: a view up to the length "
-                    f"{ms['view']:.1f} ms, the reserved block {ms['block']:.1f} ms ({ms['view'] / ms['block']:.2f}x)",
+                    f"{ms['view']:.1f} ms, the reserved block {ms['block']:.1f} ms ({ms['view'] / ms['block']:.2f}x), "
+                    f"SDPA on the block {ms['sdpa_block']:.1f} ms",
                     flush=True,
                 )
         logits = logits.float()
