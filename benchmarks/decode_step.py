@@ -2,12 +2,13 @@
 
 For each dtype and batch: one LM step through HF's forward with ``DynamicCache`` (the old path)
 vs the lean step with the ``RowKVCache``; attention over a view of the cache that stops at the
-length vs over the cache's contiguous reserved block (what the lean step reads); and one sampling step the old way (an
-exponential per vocabulary entry from per-row ``torch.Generator``s) vs the new way (counter-based
-uniform, inverse CDF). First, the entropy/max-prob pass over [128, vocab] logits with glibc's
-allocator defaults and then with ``cpu_allocator.keep_freed_memory`` (as the CLI runs). Every figure
-(wall or, with ``--clock cpu``, CPU time) is the minimum over ``--steps`` timed steps, interleaved,
-so a load spike on a shared machine does not count. Last line: JSON.
+length vs over the cache's contiguous reserved block (what the lean step reads) vs SDPA on that
+block; and one sampling step the old way (an exponential per vocabulary entry from per-row
+``torch.Generator``s) vs the new way (counter-based uniform, inverse CDF). First, the
+entropy/max-prob pass over [128, vocab] logits with glibc's allocator defaults and then with
+``cpu_allocator.keep_freed_memory`` (as the CLI runs). Every figure (wall or, with ``--clock cpu``,
+CPU time) is the minimum over ``--steps`` timed steps, interleaved, so a load spike on a shared
+machine does not count. Last line: JSON.
 
     PYTHONPATH=src .venv/bin/python benchmarks/decode_step.py [--batches 32,128] [--steps 12]
 """
