@@ -28,7 +28,7 @@ from decoding_adapters.decoding.actions import counter_uniform, inverse_cdf_samp
 from decoding_adapters.decoding.loop import _base_stats
 from decoding_adapters.lm.cpu_allocator import keep_freed_memory
 from decoding_adapters.lm.kv_cache import COLUMN_CHUNK
-from decoding_adapters.lm.models import FrozenLM, ModelSpec, load_frozen_lm
+from decoding_adapters.lm.models import FrozenLM, ModelSpec, eager_attention, load_frozen_lm
 from decoding_adapters.tasks import get_task
 
 CLOCK = time.perf_counter
@@ -51,6 +51,7 @@ def attention_ms(config, batch: int, length: int, dtype: torch.dtype, steps: int
     ``scaled_dot_product_attention`` over the same block (``--attention sdpa``)."""
     kv_heads, head_dim = config.num_key_value_heads, config.hidden_size // config.num_attention_heads
     groups, layers = config.num_attention_heads // kv_heads, config.num_hidden_layers
+    scaling = head_dim**-0.5
     q = torch.randn(batch, kv_heads, groups, head_dim).to(dtype)
     block = -(-length // COLUMN_CHUNK) * COLUMN_CHUNK
     ways = {"view": length + 128, "block": block, "sdpa_block": block}
@@ -63,15 +64,14 @@ def attention_ms(config, batch: int, length: int, dtype: torch.dtype, steps: int
 
         def step(keys=keys, values=values, mask=mask, way=way) -> None:
             for layer in range(layers):
-                if way == "sdpa_block":
-                    F.scaled_dot_product_attention(q, keys[layer], values[layer], attn_mask=mask)
-                    continue
-                if way == "view":  # keys as the left operand: as the right one, transposed, it copied too
+                if way == "block":  # what the lean step runs
+                    eager_attention(q, keys[layer], values[layer], mask, scaling)
+                elif way == "sdpa_block":
+                    F.scaled_dot_product_attention(q, keys[layer], values[layer], attn_mask=mask, scale=scaling)
+                else:  # the view; keys as the left operand: as the right one, transposed, it copied too
                     k, v, m = keys[layer, :, :, :length], values[layer, :, :, :length], mask[..., :length]
-                    scores = torch.matmul(k, q.transpose(-1, -2)).transpose(-1, -2) + m
-                else:
-                    v, scores = values[layer], torch.matmul(q, keys[layer].transpose(-1, -2)) + mask
-                torch.matmul(scores.softmax(-1, dtype=torch.float32).to(dtype), v)
+                    scores = torch.matmul(k, q.transpose(-1, -2)).transpose(-1, -2) * scaling + m
+                    torch.matmul(scores.softmax(-1, dtype=torch.float32).to(dtype), v)
 
         out[way] = best_of(step, steps) * 1e3
     return out

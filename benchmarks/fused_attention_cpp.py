@@ -21,6 +21,7 @@ import torch
 from torch.utils.cpp_extension import load_inline
 
 from decoding_adapters.lm.kv_cache import COLUMN_CHUNK
+from decoding_adapters.lm.models import eager_attention
 
 SOURCE = r'''
 #include <torch/extension.h>
@@ -128,9 +129,8 @@ def main() -> None:
                 mask = torch.zeros(batch, 1, 1, reserved, dtype=dtype)
                 mask.masked_fill_(~valid[:, None, None], float("-inf"))
 
-                def eager(layer: int, q=q, keys=keys, values=values, mask=mask, dtype=dtype) -> torch.Tensor:
-                    scores = torch.matmul(q, keys[layer].transpose(-1, -2)) * scale + mask
-                    return torch.matmul(scores.softmax(-1, dtype=torch.float32).to(dtype), values[layer])
+                def eager(layer: int, q=q, keys=keys, values=values, mask=mask) -> torch.Tensor:
+                    return eager_attention(q, keys[layer], values[layer], mask, scale)
 
                 def fused(layer: int, q=q, keys=keys, values=values, valid=valid) -> torch.Tensor:
                     return ext.attend(q, keys[layer], values[layer], valid, scale)

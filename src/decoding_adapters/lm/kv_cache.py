@@ -55,16 +55,15 @@ class RowKVCache:
             raise ValueError("every dimension of a KV cache must be >= 1")
         self.capacity = capacity
         """The most columns this cache will ever hold (prompt width plus the new tokens)."""
-        # zeros, not empty: reserved columns are attended (masked) before they are written, and
-        # uninitialised memory may hold NaN, which a mask cannot hide (0 x NaN = NaN).
-        shape = (num_layers, rows, kv_heads, min(reserve, capacity), head_dim)
-        self.keys = torch.zeros(shape, dtype=dtype, device=device)
-        self.values = torch.zeros(shape, dtype=dtype, device=device)
         self.valid = torch.zeros(rows, capacity, dtype=torch.bool, device=device)
         self.length = 0
         """Columns filled so far (the same for every row)."""
         self.live = rows
         """Rows still decoding; they occupy slots ``[0, live)``."""
+        no_columns = (num_layers, rows, kv_heads, 0, head_dim)
+        self.keys = torch.empty(no_columns, dtype=dtype, device=device)
+        self.values = torch.empty(no_columns, dtype=dtype, device=device)
+        self._grow(min(reserve, capacity))
 
     @property
     def reserved(self) -> int:
@@ -113,8 +112,10 @@ class RowKVCache:
 
     def _grow(self, reserved: int) -> None:
         """Reserve ``reserved`` columns: the live rows' filled columns move into new buffers whose
-        columns past ``length`` are zero. (The filled columns of finished slots, ``[live, rows)``, are
-        left unwritten: no step reads them again.)"""
+        columns past ``length`` are zero, not left uninitialised: they are attended (masked) before
+        they are written, and stray memory may hold NaN, which a mask cannot hide (0 x NaN = NaN).
+        (The filled columns of finished slots, ``[live, rows)``, are left unwritten: no step reads
+        them again.)"""
         layers, rows, kv_heads, _, head_dim = self.keys.shape
         filled = (slice(None), slice(0, self.live), slice(None), slice(0, self.length))
         for name in ("keys", "values"):

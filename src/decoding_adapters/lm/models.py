@@ -51,7 +51,7 @@ default LM on 2 cores. A new group is worth it when it saves more padding than t
 
 __all__ = ["ModelSpec", "FrozenLM", "resolve_dtype", "resolve_linear_kernel", "cpu_has_native_bf16", "DecodeState",
            "prefill_groups", "padded_fraction", "PREFILL_GROUP_COST_TOKENS",
-           "RowCacheState", "DynamicCacheState", "load_frozen_lm", "resolve_gguf", "DEFAULT_MODEL"]
+           "RowCacheState", "DynamicCacheState", "eager_attention", "load_frozen_lm", "resolve_gguf", "DEFAULT_MODEL"]
 
 
 @dataclass(frozen=True)
@@ -451,9 +451,8 @@ class FrozenLM:
             k = k * cos + _rotate_half(k) * sin  # [live, kv_heads, 1, head_dim]
             keys, values = cache.write(index, k, v)  # contiguous [live, kv_heads, reserved, head_dim]
             q = q.reshape(live, keys.shape[1], attn.num_key_value_groups, attn.head_dim)
-            if eager:  # HF's eager_attention_forward: scores [live, kv_heads, groups, reserved]
-                scores = torch.matmul(q, keys.transpose(-1, -2)) * attn.scaling + mask
-                o = torch.matmul(scores.softmax(-1, dtype=torch.float32).to(q.dtype), values)
+            if eager:
+                o = eager_attention(q, keys, values, mask, attn.scaling)
             else:
                 o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling)
             x = x + linear(o.reshape(live, 1, -1), attn.o_proj.weight, attn.o_proj.bias)
@@ -488,6 +487,18 @@ class FrozenLM:
         if chunks:
             embeddings[order] = torch.cat(chunks)  # back to the caller's order
         return embeddings
+
+
+def eager_attention(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scaling: float
+) -> torch.Tensor:
+    """HF's ``eager_attention_forward`` for GQA-packed queries: ``q`` ``[rows, kv_heads, groups,
+    head_dim]`` against ``keys`` / ``values`` ``[rows, kv_heads, columns, head_dim]`` with an additive
+    ``mask`` broadcast to the scores ``[rows, kv_heads, groups, columns]``; the softmax in float32.
+    Returns ``[rows, kv_heads, groups, head_dim]``. The scores are ``q @ keys^T`` so that contiguous
+    keys are read in place (oneDNN's bf16 batched matmul copies any other layout first)."""
+    scores = torch.matmul(q, keys.transpose(-1, -2)) * scaling + mask
+    return torch.matmul(scores.softmax(-1, dtype=torch.float32).to(q.dtype), values)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
