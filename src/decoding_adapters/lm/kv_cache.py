@@ -10,7 +10,7 @@ finished rows with ``index_select`` (another full copy). This cache is written i
 - **Attention reads whole reserved blocks.** A step attends over every reserved column of the live
   rows, ``[layer, :live]``: one contiguous block, so batched matmuls read the cache where it lies.
   A view that stops at ``length`` is not contiguous (its rows are ``reserved`` columns apart), and
-  oneDNN's bf16 batched matmul copies such an operand first, which made attention 1.3-1.65x slower
+  oneDNN's bf16 batched matmul copies such an operand first, which made attention 1.4-2.2x slower
   than reading the block at batch 32 and 128 (``benchmarks/decode_step.py``). The reserved
   columns past ``length`` hold zeros and are masked, so they add nothing to a row's output.
 - **Growing by chunks.** The reserve starts at the prompt width plus :data:`COLUMN_CHUNK` columns
