@@ -1,0 +1,148 @@
+"""The draft-gated adapter on the default task: both-arms tables, training, and the comparison.
+
+Stages (each resumable; outputs under ``--out``):
+
+1. ``tables``: the both-arms tables (``training.draft.build_draft_table``) of ``--val-problems``
+   validation problems and ``--train-problems`` training problems: per problem the greedy draft
+   (outcome, answer, confidence summary, mean and last hidden state, prompt embedding) and
+   ``--samples`` re-decodes under each of ``--actions``.
+2. ``train``: draft-gated adapters (``training.draft.DraftTrainer``) for each feature set of
+   ``--features`` (and the prompt-fed control), each re-decode action set of ``--action-sets`` and
+   each re-decode cost of ``--costs``; every choice is made on the validation table.
+3. ``compare``: on the validation table, per method, pass@1 (and pass@k with majority-vote accuracy
+   at k > 1), decodes and tokens per problem, paired 95% intervals against Greedy, the strongest
+   static method, the tuned confidence threshold at the same re-decode rate and the random gate
+   (``evaluation.draft``). Writes ``compare.json``; the last line printed is its JSON.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/draft_gated.py tables --out runs/draft
+    PYTHONPATH=src .venv/bin/python benchmarks/draft_gated.py train --out runs/draft
+    PYTHONPATH=src .venv/bin/python benchmarks/draft_gated.py compare --out runs/draft
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from decoding_adapters.decoding.actions import DecodingAction
+from decoding_adapters.lm.cpu_features import cpu_features
+from decoding_adapters.lm.models import ModelSpec, load_frozen_lm
+from decoding_adapters.tasks import get_task
+
+
+def parse_action(text: str) -> DecodingAction:
+    temperature, top_k, top_p, min_p = text.split(",")
+    return DecodingAction(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), min_p=float(min_p))
+
+
+def tables(args, lm, task) -> None:
+    from decoding_adapters.training.draft import build_draft_table
+
+    actions = [parse_action(a) for a in args.actions.split(";")]
+    for split, count in (("validation", args.val_problems), ("train", args.train_problems)):
+        start = time.perf_counter()
+        problems = task.load(split)[:count]
+        build_draft_table(lm, task, problems, actions, samples=args.samples, token_budget=args.budget,
+                          path=args.out / f"table_{split}.jsonl", split=split, seed=args.seed,
+                          on_chunk=lambda done, total, s=split, t0=start: print(
+                              f"{s}: {done}/{total} problems ({time.perf_counter() - t0:.0f} s)", flush=True))
+
+
+def adapter_name(features: str, actions: list[str], cost: float) -> str:
+    return f"{features}__{'+'.join(a.replace(',', '_').replace('=', '') for a in actions)}__cost{cost:g}"
+
+
+def train(args, lm, task) -> None:
+    """One adapter per (features, re-decode action set, cost); the validation figure of each in
+    ``train_summary.json`` (the choice is made there, on validation)."""
+    from decoding_adapters.training.draft import DraftTable, DraftTrainConfig, DraftTrainer
+
+    names = [a.name for a in DraftTable.load(args.out / "table_train.jsonl").actions]
+    action_sets = [[names[int(i)] for i in group.split("+")] for group in args.action_sets.split(",")]
+    summary_path = args.out / "train_summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    for features in args.features.split(","):
+        for actions in action_sets:
+            for cost in [float(c) for c in args.costs.split(",")]:
+                name = adapter_name(features, actions, cost)
+                if name in summary:
+                    continue
+                config = DraftTrainConfig(
+                    table=str(args.out / "table_train.jsonl"), val_table=str(args.out / "table_validation.jsonl"),
+                    features=features, redecode_actions=tuple(actions), redecode_cost=cost,
+                    parallel_budgets=tuple(int(b) for b in args.budgets.split(",")), token_budget=args.budget,
+                    steps=args.steps, prompts_per_step=args.prompts_per_step, val_every=args.val_every,
+                    val_problems=args.val_problems, max_train_prompts=args.train_problems, prior_action=0,
+                    checkpoint_every=args.val_every, seed=args.seed, lr=args.lr,
+                )
+                start = time.perf_counter()
+                trainer = DraftTrainer(config, lm, task, args.out / "adapters" / name, progress=False)
+                trainer.train(resume=True)
+                best = json.loads((args.out / "adapters" / name / "adapter.json").read_text())["training"]
+                log_path = args.out / "adapters" / name / "train_log.jsonl"
+                summary[name] = {"features": features, "actions": actions, "cost": cost, "seconds":
+                                 round(time.perf_counter() - start, 1), "val": validation_figures(trainer),
+                                 "config": {k: best[k] for k in ("steps", "lr", "prompts_per_step")},
+                                 "log": str(log_path)}
+                print(f"{name}: {summary[name]['val']}", flush=True)
+                summary_path.write_text(json.dumps(summary, indent=1) + "\n")
+
+
+def validation_figures(trainer) -> dict:
+    """The trained (kept) policy's validation pass@B (no cost subtracted) and re-decode share per budget."""
+    from decoding_adapters.training.draft import arm_values
+
+    ids = [p.id for p in trainer.val_problems]
+    _, contexts, _ = trainer._encode(trainer.val_problems)
+    out = {}
+    for b in trainer.config.parallel_budgets:
+        choice, _ = trainer.policy.choose(contexts, torch.full((len(ids),), b))
+        values = torch.cat([arm_values(trainer.rewards.records[i][0], [i], trainer.rewards.actions, b) for i in ids])
+        out[str(b)] = {"pass": round(100 * float(values.gather(1, choice.unsqueeze(1)).mean()), 1),
+                       "redecode_share": round(float((choice > 0).double().mean()), 3)}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("stage", choices=["tables", "train", "compare"])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--task", default="arithmetic")
+    parser.add_argument("--val-problems", type=int, default=100)
+    parser.add_argument("--train-problems", type=int, default=400)
+    parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--actions", default="0.3,5,0.9,0.1;0.3,10,0.95,0.1",
+                        help="re-decode actions as temperature,top_k,top_p,min_p, ';'-separated (default: the "
+                        "selected pool's best sampled actions at pass@4-8 and pass@2 of docs/reproduce/actions.json)")
+    parser.add_argument("--budget", type=int, default=48)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--features", default="confidence,mean,hidden,prompt",
+                        help="feature sets to train (policies.draft.DRAFT_FEATURE_SETS)")
+    parser.add_argument("--action-sets", default="0,1,0+1",
+                        help="re-decode action sets as '+'-joined indices into --actions, ','-separated")
+    parser.add_argument("--costs", default="0,0.05", help="re-decode costs to train with")
+    parser.add_argument("--budgets", default="1", help="parallel budgets B of training")
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--prompts-per-step", type=int, default=32)
+    parser.add_argument("--val-every", type=int, default=10)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(f"CPU: {cpu_features().describe()}", flush=True)
+    lm = load_frozen_lm(ModelSpec(dtype=args.dtype))
+    task = get_task(args.task)
+    if args.stage == "tables":
+        tables(args, lm, task)
+    elif args.stage == "train":
+        torch.set_grad_enabled(True)
+        train(args, lm, task)
+
+
+if __name__ == "__main__":
+    torch.set_grad_enabled(False)
+    main()
