@@ -40,14 +40,17 @@ def parse_action(text: str) -> DecodingAction:
 
 
 def tables(args, lm, task) -> None:
+    from decoding_adapters.selection.coverage import OutcomeTable
     from decoding_adapters.training.draft import build_draft_table
 
     actions = [parse_action(a) for a in args.actions.split(";")]
-    for split, count in (("validation", args.val_problems), ("train", args.train_problems)):
+    splits = {"validation": args.val_problems, "train": args.train_problems}
+    for split in args.splits.split(","):
         start = time.perf_counter()
-        problems = task.load(split)[:count]
+        problems = task.load(split)[: splits[split]]
+        stored = OutcomeTable.load(args.stored) if args.stored and split == "train" else None
         build_draft_table(lm, task, problems, actions, samples=args.samples, token_budget=args.budget,
-                          path=args.out / f"table_{split}.jsonl", split=split, seed=args.seed,
+                          path=args.out / f"table_{split}.jsonl", split=split, seed=args.seed, stored=stored,
                           on_chunk=lambda done, total, s=split, t0=start: print(
                               f"{s}: {done}/{total} problems ({time.perf_counter() - t0:.0f} s)", flush=True))
 
@@ -107,6 +110,92 @@ def validation_figures(trainer) -> dict:
     return out
 
 
+def chosen_adapters(args) -> dict[str, str]:
+    """The adapters a user would pick on validation: per feature set the best validation pass@1 at
+    <= ``--max-decodes`` decodes per problem (ties: fewer re-decodes); 'Draft-gated' is the best of
+    the draft feature sets, 'Draft-gated (prompt)' the prompt-fed control."""
+    summary = json.loads((args.out / "train_summary.json").read_text())
+    best: dict[str, tuple] = {}
+    for name, row in summary.items():
+        figure = row["val"].get("1")
+        if figure is None or 1 + figure["redecode_share"] > args.max_decodes + 1e-9:
+            continue
+        group = "Draft-gated (prompt)" if row["features"] == "prompt" else "Draft-gated"
+        key = (figure["pass"], -figure["redecode_share"])
+        if group not in best or key > best[group][0]:
+            best[group] = (key, name)
+    return {group: name for group, (_, name) in best.items()}
+
+
+def compare(args) -> dict:
+    """Every method on the validation table at each budget (see the module docstring)."""
+    from decoding_adapters.evaluation import draft as ev
+    from decoding_adapters.policies.draft import DraftContextConfig
+    from decoding_adapters.policies.networks import load_adapter
+    from decoding_adapters.training.draft import DraftTable
+
+    table = DraftTable.load(args.out / "table_validation.jsonl")
+    ids = table.problem_ids
+    action = table.actions[0].name
+    adapters = chosen_adapters(args)
+    choices = {}
+    for group, name in adapters.items():
+        policy, config = load_adapter(args.out / "adapters" / name)
+        context = DraftContextConfig(**config.draft)
+        actions = [a.name for a in config.action_list]
+        x = table.context(ids, context)
+        choices[group] = (policy, x, actions, name)
+    out = {"validation_problems": len(ids), "action": action, "adapters": adapters, "by_budget": {}}
+    samples = min(len(table.records[i]["samples"][action]) for i in ids)
+    for budget in [b for b in (1, 2, 4, 8) if b <= samples]:
+        rows = {"Greedy": ev.static_rows(table, ids, None, budget, "Greedy"),
+                f"Sampler ({action})": ev.static_rows(table, ids, action, budget, "Sampler")}
+        best_name = max(rows, key=lambda n: sum(rows[n].passed))
+        rows["Best"] = rows[best_name]
+        redecode_all = ev.gated_rows(table, ids, [1] * len(ids), [action], budget, "redecode")
+        oracle = ev.MethodRows("Oracle", budget)
+        keep = rows["Greedy"]
+        for i in range(len(ids)):
+            j = max((keep, redecode_all), key=lambda r: r.passed[i])
+            oracle.add(j.passed[i], j.majority[i], j.decodes[i], j.tokens[i], j.redecoded[i])
+        rows["Oracle (per-problem best arm)"] = oracle
+        for group, (policy, x, actions, _) in choices.items():
+            choice, _ = policy.choose(x, torch.full((len(ids),), budget))
+            rows[group] = ev.gated_rows(table, ids, choice.tolist(), actions, budget, group)
+        if "Draft-gated" in rows:
+            share = sum(rows["Draft-gated"].redecoded) / len(ids)
+            rows["Random gate (same share)"] = ev.random_gate_rows(table, ids, share, action, budget, "Random gate")
+            candidates = []
+            for feature in args.threshold_features.split(","):  # the feature is chosen on validation
+                confidence = ev.confidence_of(table, ids, feature)
+                gate = ev.threshold_choices(confidence, ev.threshold_for_rate(confidence, share))
+                candidates.append(ev.gated_rows(table, ids, gate, [action], budget, f"threshold {feature}"))
+            rows["Confidence threshold (same share)"] = max(candidates, key=lambda r: sum(r.passed))
+        tuned = ev.tune_threshold(table, ids, action, max_decodes=args.max_decodes,
+                                  features=args.threshold_features.split(","))
+        rows["Confidence threshold (tuned)"] = ev.gated_rows(
+            table, ids, ev.threshold_choices(ev.confidence_of(table, ids, tuned["feature"]), tuned["threshold"]),
+            [action], budget, "Confidence threshold (tuned)")
+        if budget > 1:
+            rows["Confidence-weighted vote"] = ev.weighted_vote_rows(table, ids, action, budget, "DeepConf vote")
+            rows["Agreement stopping"] = ev.agreement_rows(table, ids, action, budget, "Adaptive-Consistency")
+        against = {"greedy": rows["Greedy"], "best": rows["Best"]}
+        for extra in ("Confidence threshold (same share)", "Random gate (same share)"):
+            if extra in rows:
+                against[extra.split(" (")[0].lower().replace(" ", "_")] = rows[extra]
+        out["by_budget"][str(budget)] = {"best_static": best_name, "threshold": tuned if budget == 1 else None,
+                                         "methods": {n: ev.summarise_rows(r, against) for n, r in rows.items()}}
+        print(f"B = {budget} (best static: {best_name})", flush=True)
+        for n, r in out["by_budget"][str(budget)]["methods"].items():
+            extra = "".join(f"  vs {k[8:]} {v[0]:+.1f} [{v[1]:+.1f}, {v[2]:+.1f}]" for k, v in r.items()
+                            if k.startswith("pass_vs_"))
+            print(f"  {n:38s} pass {r['pass']:5.1f}  majority {r['majority']:5.1f}  decodes "
+                  f"{r['decodes_per_problem']:.2f}  tokens {r['tokens_per_problem']:6.1f}{extra}", flush=True)
+    (args.out / "compare.json").write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(out))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("stage", choices=["tables", "train", "compare"])
@@ -118,6 +207,11 @@ def main() -> None:
     parser.add_argument("--actions", default="0.3,5,0.9,0.1;0.3,10,0.95,0.1",
                         help="re-decode actions as temperature,top_k,top_p,min_p, ';'-separated (default: the "
                         "selected pool's best sampled actions at pass@4-8 and pass@2 of docs/reproduce/actions.json)")
+    parser.add_argument("--stored", default="",
+                        help="tables: an outcome table whose samples of --actions stand in for decoding them on "
+                        "the training split (e.g. docs/headroom/predictability/outcomes.jsonl)")
+    parser.add_argument("--splits", default="validation,train", help="tables: which splits' tables to build")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--budget", type=int, default=48)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--seed", type=int, default=0)
@@ -131,8 +225,14 @@ def main() -> None:
     parser.add_argument("--prompts-per-step", type=int, default=32)
     parser.add_argument("--val-every", type=int, default=10)
     parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--max-decodes", type=float, default=1.5,
+                        help="compare: the decodes per problem a chosen adapter or tuned threshold may spend at B = 1")
+    parser.add_argument("--threshold-features", default="max_prob_mean,max_prob_min,entropy_mean,entropy_max",
+                        help="compare: confidence features a threshold may use (chosen on validation)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"CPU: {cpu_features().describe()}", flush=True)
     lm = load_frozen_lm(ModelSpec(dtype=args.dtype))
     task = get_task(args.task)
@@ -141,6 +241,8 @@ def main() -> None:
     elif args.stage == "train":
         torch.set_grad_enabled(True)
         train(args, lm, task)
+    else:
+        compare(args)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from ..policies.draft import (
     summarise_draft,
 )
 from ..policies.networks import AdapterConfig, SequencePolicy, SequencePolicyConfig, prior_distribution, save_adapter
+from ..selection.coverage import OutcomeTable, check_replay_header
 from ..tasks import problems_record
 from .common import Validation, step_generator
 from .sequence import SequenceTrainConfig, SequenceTrainer, selection_record
@@ -140,11 +141,17 @@ def _round(values: torch.Tensor, digits: int = 4) -> list[float]:
 
 def build_draft_table(lm, task, problems, actions: Sequence[DecodingAction], *, samples: int, token_budget: int,
                       path: str | Path, split: str, seed: int = 0, chunk_problems: int = 16,
-                      on_chunk=None) -> DraftTable:
+                      stored: OutcomeTable | None = None, on_chunk=None) -> DraftTable:
     """Decode the both-arms table of ``problems`` into ``path`` (resumable: problems already there
-    are kept, and a table made under other settings is refused)."""
+    are kept, and a table made under other settings is refused). ``stored``: a ``select-actions``
+    outcome table decoded under the same settings whose samples of ``actions`` are taken instead of
+    decoding them (rewards and lengths only: no answers, so no majority vote over them); only the
+    drafts are decoded then."""
     path = Path(path)
     header = _table_header(task, lm, split, actions, samples, token_budget, seed)
+    if stored is not None:
+        check_replay_header(stored, task=task, lm=lm, token_budget=token_budget, seed=seed, cot_ratio=0.0)
+        header["samples_from"] = stored.header.get("data")
     if path.is_file():
         table = DraftTable.load(path)
         if table.header != header:
@@ -157,7 +164,7 @@ def build_draft_table(lm, task, problems, actions: Sequence[DecodingAction], *, 
     action_set = ActionSet(list(actions))
     for start in range(0, len(todo), chunk_problems):
         chunk = todo[start:start + chunk_problems]
-        records = _table_chunk(lm, task, chunk, action_set, samples, token_budget, seed)
+        records = _table_chunk(lm, task, chunk, action_set, samples, token_budget, seed, stored)
         with path.open("a") as f:
             for record in records:
                 f.write(json.dumps(record) + "\n")
@@ -167,12 +174,26 @@ def build_draft_table(lm, task, problems, actions: Sequence[DecodingAction], *, 
     return table
 
 
-def _table_chunk(lm, task, problems, action_set: ActionSet, samples: int, token_budget: int, seed: int) -> list[dict]:
+def _stored_samples(stored: OutcomeTable, problem_id: str, actions: ActionSet, samples: int) -> dict:
+    out = {}
+    for name in actions.names:
+        outcomes = stored.outcomes(problem_id, name)[:samples]
+        if len(outcomes) < samples:
+            raise ValueError(f"the stored table has {len(outcomes)} samples of {name} for {problem_id}, not {samples}")
+        out[name] = [{"reward": o.reward, "answer": None, "length": o.length, "confidence": None} for o in outcomes]
+    return out
+
+
+def _table_chunk(lm, task, problems, action_set: ActionSet, samples: int, token_budget: int, seed: int,
+                 stored: OutcomeTable | None = None) -> list[dict]:
     prompts, _ = encode_problems(lm, task, problems, seed=seed)
     draft = decode(lm, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=token_budget, record_features=True)
     summary = summarise_draft(draft)
     embeddings = lm.prompt_embeddings(prompts, pooling="mean")
     draft_rewards = task.reward_batch(problems, draft.texts)
+    if stored is not None:
+        return [_record(task, problem, i, draft, summary, embeddings, draft_rewards,
+                        _stored_samples(stored, problem.id, action_set, samples)) for i, problem in enumerate(problems)]
     rows = [(i, a, j) for i in range(len(problems)) for a in range(len(action_set)) for j in range(samples)]
     result = decode(lm, prompts, action_set, prompt_of_row=[i for i, _, _ in rows],
                     row_actions=[a for _, a, _ in rows], token_budget=token_budget,
@@ -183,18 +204,22 @@ def _table_chunk(lm, task, problems, action_set: ActionSet, samples: int, token_
     conf = (result.max_prob * valid).sum(1) / result.lengths.clamp(min=1)
     out = []
     for i, problem in enumerate(problems):
-        record = {"problem": problem.id, "draft": {
-            "reward": float(draft_rewards[i]), "answer": task.extract_answer(problem, draft.texts[i]),
-            "length": int(draft.lengths[i]), "confidence": _round(summary.confidence[i]),
-            "mean_hidden": _round(summary.mean_hidden[i]), "last_hidden": _round(summary.last_hidden[i]),
-        }, "prompt_embedding": _round(embeddings[i]), "samples": {}}
+        decoded: dict[str, list[dict]] = {}
         for r, (pi, a, _) in enumerate(rows):
             if pi == i:
-                record["samples"].setdefault(action_set.names[a], []).append({
+                decoded.setdefault(action_set.names[a], []).append({
                     "reward": float(rewards[r]), "answer": task.extract_answer(problem, result.texts[r]),
                     "length": int(result.lengths[r]), "confidence": round(float(conf[r]), 4)})
-        out.append(record)
+        out.append(_record(task, problem, i, draft, summary, embeddings, draft_rewards, decoded))
     return out
+
+
+def _record(task, problem, i: int, draft, summary: DraftSummary, embeddings, draft_rewards, samples: dict) -> dict:
+    return {"problem": problem.id, "draft": {
+        "reward": float(draft_rewards[i]), "answer": task.extract_answer(problem, draft.texts[i]),
+        "length": int(draft.lengths[i]), "confidence": _round(summary.confidence[i]),
+        "mean_hidden": _round(summary.mean_hidden[i]), "last_hidden": _round(summary.last_hidden[i]),
+    }, "prompt_embedding": _round(embeddings[i]), "samples": samples}
 
 
 def arm_values(table: DraftTable, ids: Sequence[str], actions: Sequence[str], budget: int,
