@@ -185,6 +185,8 @@ def draft_gated_decode(
     seed: int = 0,
     deterministic: bool = True,
     choose: Callable[[DraftSummary, torch.Tensor], torch.Tensor] | None = None,
+    token_budgets: Sequence[int] | None = None,
+    on_draft: Callable[[DecodeResult, torch.Tensor], None] | None = None,
     on_redecode_step: StepCallback | None = None,
 ) -> DraftGatedResult:
     """Draft, summarise, choose and re-decode, for a batch of prompts (token-id lists).
@@ -193,12 +195,15 @@ def draft_gated_decode(
     re-decode row j is seeded ``row_seed(seeds[p], j)``; default ``row_seed(seed, p)``).
     ``deterministic``: the policy's argmax; else a draw keyed by the prompt's seed. ``choose``
     replaces the policy (``summary, budgets -> choice [P]``: the controls, e.g. a confidence
-    threshold, run through the same path). ``on_redecode_step``: the decode loop's callback for the
-    re-decode pass (row indices are re-decode rows, ``DraftGatedResult.redecode_prompt``)."""
+    threshold, run through the same path). ``token_budgets``: per prompt (default: the context's,
+    the budget the policy was trained at). ``on_draft(draft, choices)``: called once the choice is
+    made, before re-decoding (e.g. to stream a kept draft). ``on_redecode_step``: the decode loop's
+    callback for the re-decode pass (row indices are re-decode rows, ``DraftGatedResult.redecode_prompt``)."""
     n = len(prompts)
     budgets_t = torch.as_tensor([budgets] * n if isinstance(budgets, int) else list(budgets), dtype=torch.long)
     seeds = [row_seed(seed, p) for p in range(n)] if seeds is None else list(seeds)
-    draft = decode(lm, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=context.token_budget,
+    lengths = [context.token_budget] * n if token_budgets is None else list(token_budgets)
+    draft = decode(lm, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=lengths,
                    record_features=context.features != "prompt", row_seeds=seeds)
     summary = summarise_draft(draft) if context.features != "prompt" else None
     if choose is not None:
@@ -209,11 +214,13 @@ def draft_gated_decode(
         x = draft_context(summary, context, embeddings)
         uniform = torch.tensor([(row_seed(s, "draft-choice") % 2**24) / 2**24 for s in seeds])
         choices, probs = policy.choose(x, budgets_t, deterministic=deterministic, uniform=uniform)
-    return _redecode(lm, prompts, draft, choices, probs, budgets_t, seeds, context, redecode_actions,
+    if on_draft is not None:
+        on_draft(draft, choices)
+    return _redecode(lm, prompts, draft, choices, probs, budgets_t, seeds, lengths, redecode_actions,
                      on_redecode_step)
 
 
-def _redecode(lm, prompts, draft: DecodeResult, choices, probs, budgets, seeds, context, actions,
+def _redecode(lm, prompts, draft: DecodeResult, choices, probs, budgets, seeds, lengths, actions,
               on_step) -> DraftGatedResult:
     """The second pass: B - 1 (at B = 1: one) rows of the chosen action for every re-decoded prompt."""
     n = len(prompts)
@@ -227,7 +234,8 @@ def _redecode(lm, prompts, draft: DecodeResult, choices, probs, budgets, seeds, 
     redecoded = None
     if prompt_of_row:
         redecoded = decode(lm, prompts, ActionSet(list(actions)), prompt_of_row=prompt_of_row,
-                           row_actions=row_actions, token_budget=context.token_budget, row_seeds=row_seeds,
+                           row_actions=row_actions, token_budget=[lengths[p] for p in prompt_of_row],
+                           row_seeds=row_seeds,
                            on_step=on_step)
     texts = [[draft.texts[p]] for p in range(n)]
     decodes, tokens = [1] * n, [int(draft.lengths[p]) for p in range(n)]
