@@ -20,6 +20,10 @@ Methods (the draft is one of the B answers wherever a method decodes it):
   samples voting with their mean max-probability as weight;
 - **agreement stopping** (``agreement_rows``): Adaptive-Consistency, drafts then samples one at a
   time until two answers agree or B are drawn.
+
+The same gates run inside ``evaluate`` (live decoding, the evaluation table): ``draft_choices`` makes
+the draft pass and each draft-gated method's choice per (seed, problem, k); ``ThresholdGate`` and
+``RandomGate`` are the controls as policies (``threshold_gate_method``, ``random_gate_method``).
 """
 
 from __future__ import annotations
@@ -32,7 +36,18 @@ from typing import Sequence
 import torch
 
 from ..core.stats import mean_ci
-from ..policies.draft import CONFIDENCE_FEATURES, KEEP_DRAFT, redecode_rows
+from ..decoding.actions import GREEDY, ActionSet, DecodingAction
+from ..decoding.loop import decode, row_seed
+from ..policies.draft import (
+    CONFIDENCE_FEATURES,
+    KEEP_DRAFT,
+    DraftContextConfig,
+    DraftSummary,
+    draft_context,
+    redecode_rows,
+    summarise_draft,
+)
+from .methods import Method
 
 __all__ = [
     "MethodRows",
@@ -46,6 +61,13 @@ __all__ = [
     "agreement_rows",
     "summarise_rows",
     "paired_difference",
+    "ThresholdGate",
+    "RandomGate",
+    "threshold_gate_method",
+    "random_gate_method",
+    "draft_summaries",
+    "draft_choices",
+    "draft_compute",
 ]
 
 
@@ -252,4 +274,117 @@ def summarise_rows(rows: MethodRows, against: dict[str, MethodRows] | None = Non
             out[f"pass_vs_{label}"] = paired_difference(rows.passed, other.passed)
             if rows.budget > 1:
                 out[f"majority_vs_{label}"] = paired_difference(rows.majority, other.majority)
+    return out
+
+
+# ---- inside evaluate: the draft pass, the choices, the controls as policies -----------------------
+
+
+class ThresholdGate:
+    """ReASC's single-sample stage as a policy over the draft's confidence summary: re-decode (with
+    output ``action``) where confidence feature ``feature`` reads less sure than ``threshold``
+    (entropies and length: above it)."""
+
+    def __init__(self, feature: str, threshold: float, action: int = 1, num_outputs: int = 2):
+        if feature not in CONFIDENCE_FEATURES:
+            raise ValueError(f"feature must be one of {CONFIDENCE_FEATURES}, got {feature!r}")
+        self.feature, self.threshold, self.action, self.num_outputs = feature, float(threshold), action, num_outputs
+
+    def choose(self, contexts: torch.Tensor, budgets: torch.Tensor, *, deterministic: bool = True,
+               uniform: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        values = contexts[:, CONFIDENCE_FEATURES.index(self.feature)].double()
+        sure = -values if self.feature in ("entropy_mean", "entropy_max", "length_fraction") else values
+        choice = torch.where(sure < self.threshold, self.action, KEEP_DRAFT)
+        return choice, torch.nn.functional.one_hot(choice, self.num_outputs).float()
+
+    def eval(self) -> "ThresholdGate":
+        return self
+
+    def train(self, mode: bool = True) -> "ThresholdGate":
+        return self
+
+    training = False
+
+
+class RandomGate(ThresholdGate):
+    """The random control: re-decode a problem when its own uniform (keyed by seed, problem and k,
+    whatever the batch) is below ``share``."""
+
+    def __init__(self, share: float, action: int = 1, num_outputs: int = 2):
+        if not 0 <= share <= 1:
+            raise ValueError(f"share must be in [0, 1], got {share}")
+        self.share, self.action, self.num_outputs = float(share), action, num_outputs
+
+    def choose(self, contexts, budgets, *, deterministic: bool = True, uniform=None):
+        if uniform is None:
+            raise ValueError("the random gate needs one uniform number per problem")
+        choice = torch.where(uniform < self.share, self.action, KEEP_DRAFT)
+        return choice, torch.nn.functional.one_hot(choice, self.num_outputs).float()
+
+
+def threshold_gate_method(action: DecodingAction, feature: str, threshold: float,
+                          name: str = "Confidence threshold") -> Method:
+    """The tuned confidence threshold (chosen on validation) as an evaluation row."""
+    return Method(name, "draft", [action], role="confidence threshold", level="sequence",
+                  policy=ThresholdGate(feature, threshold), policy_mode="argmax",
+                  draft_context={"features": "confidence"})
+
+
+def random_gate_method(action: DecodingAction, share: float, name: str = "Random gate") -> Method:
+    """A gate that re-decodes a random ``share`` of problems (drawn per seed, problem and k)."""
+    return Method(name, "draft", [action], role="random gate", level="sequence", policy=RandomGate(share),
+                  policy_mode="sample", draft_context={"features": "confidence"})
+
+
+def draft_summaries(lm, prompts, token_budget: int, batch_rows: int = 64) -> DraftSummary:
+    """The greedy draft's summary of every prompt (the draft pass, in chunks of ``batch_rows``)."""
+    parts = []
+    for start in range(0, len(prompts), batch_rows):
+        result = decode(lm, prompts[start:start + batch_rows], ActionSet([GREEDY]), row_actions=0,
+                        token_budget=token_budget, record_features=True)
+        parts.append(summarise_draft(result))
+    return DraftSummary.cat(parts)
+
+
+def draft_choices(method: Method, lm, prompts, cfg, problems, summary: DraftSummary | None = None) -> list:
+    """``[seed][problem][k index]`` the policy output (0 keeps the draft) of a draft-gated method for
+    parallel budget k: its argmax, or a draw with the uniform of ``row_seed(cfg.seed, seed, problem
+    id, k, "policy")`` (policy_mode 'sample', also what a random gate reads)."""
+    context = DraftContextConfig(**{**method.draft_context, "token_budget": cfg.token_budget})
+    if context.features == "prompt":
+        pooling = context.pooling
+        x = draft_context(None, context, lm.prompt_embeddings(prompts, pooling=pooling))
+    else:
+        x = draft_context(summary if summary is not None else draft_summaries(lm, prompts, cfg.token_budget),
+                          context)
+    out = []
+    for s in range(cfg.seeds):
+        policy = method.policy_for(s)
+        per_k = []
+        for k in cfg.k_values:
+            budgets = torch.full((len(prompts),), k)
+            uniform = torch.tensor([(row_seed(cfg.seed, s, p.id, k, "policy") % 2**24) / 2**24 for p in problems])
+            choice, _ = policy.choose(x, budgets, deterministic=method.policy_mode == "argmax", uniform=uniform)
+            per_k.append(choice.tolist())
+        out.append([[int(per_k[ki][i]) for ki in range(len(cfg.k_values))] for i in range(len(prompts))])
+    return out
+
+
+def draft_compute(choices: list, cfg, lengths: Sequence[float], redecode_lengths: Sequence[Sequence[float]]) -> dict:
+    """Per k: decodes and generated tokens per problem (the draft counted) and the re-decoded share,
+    averaged over seeds and problems. ``lengths[i]``: the draft's tokens; ``redecode_lengths[i][a]``:
+    the mean tokens of a sample of re-decode action a on problem i."""
+    out = {"decodes_per_problem": {}, "tokens_per_problem": {}, "redecode_share": {}}
+    for ki, k in enumerate(cfg.k_values):
+        decodes, tokens, redone = [], [], []
+        for per_seed in choices:
+            for i, per_k in enumerate(per_seed):
+                c = per_k[ki]
+                extra = 0 if c == KEEP_DRAFT else redecode_rows(k)
+                decodes.append(1 + extra)
+                tokens.append(lengths[i] + (extra * redecode_lengths[i][c - 1] if extra else 0.0))
+                redone.append(float(extra > 0))
+        for key, values in (("decodes_per_problem", decodes), ("tokens_per_problem", tokens),
+                            ("redecode_share", redone)):
+            out[key][str(k)] = sum(values) / max(len(values), 1)
     return out

@@ -49,6 +49,10 @@ def _front_matter(config) -> list[str]:
     return lines + ["---", ""]
 
 
+def _kind_label(config) -> str:
+    return "draft-gated" if config.kind == "draft" else f"{config.kind}-level"
+
+
 def _inputs(config) -> str:
     p = config.policy
     if config.kind == "draft":
@@ -169,7 +173,7 @@ def render_model_card(config, directory: str | Path = "adapter", evaluation: Map
     lines = _front_matter(config) + [
         f"# Decoding adapter `{name}`",
         "",
-        f"A **{'draft-gated' if config.kind == 'draft' else config.kind + '-level'} decoding adapter** trained with decoding-adapters "
+        f"A **{_kind_label(config)} decoding adapter** trained with decoding-adapters "
         f"(*Learning Adaptive LLM Decoding*): a small policy that picks how the frozen LM decodes — "
         f"{_inputs(config)}. The LM itself is unchanged.",
         "",
