@@ -60,6 +60,7 @@ __all__ = [
     "DraftRewards",
     "DraftTrainer",
     "arm_values",
+    "ensure_tables",
 ]
 
 TABLE_FORMAT = "decoding-adapters/draft-table"
@@ -263,16 +264,39 @@ class DraftTrainConfig(SequenceTrainConfig):
     full_information: bool = True
     """Use every arm's table value per problem (the exact expected-reward gradient) instead of one
     sampled arm's replayed reward (the bandit signal)."""
+    table_samples: int = 8
+    """Re-decodes per action and problem when a table is built here (``ensure_tables``)."""
 
     def __post_init__(self) -> None:
         if self.replay:
             raise ValueError("the draft trainer replays its own both-arms table (table=...), not an outcome table")
         if self.metric != "pass":
             raise ValueError("the draft trainer scores pass@B (the table stores rewards)")
-        if self.redecode_cost < 0:
-            raise ValueError("redecode_cost must be >= 0")
+        if self.redecode_cost < 0 or self.table_samples < 1:
+            raise ValueError("redecode_cost must be >= 0 and table_samples >= 1")
+        if not self.table:
+            raise ValueError("the draft trainer needs a both-arms table (table=...)")
         DraftContextConfig(features=self.features, token_budget=self.token_budget)  # validates
         super().__post_init__()
+
+
+def ensure_tables(config: DraftTrainConfig, lm, task, on_chunk=None) -> None:
+    """Build ``config.table`` (the first ``max_train_prompts`` training problems) and
+    ``config.val_table`` (the first ``val_problems`` validation problems) where they are missing or
+    unfinished: the greedy draft and ``table_samples`` re-decodes under every sampled action of
+    ``config.actions`` (greedy is the draft)."""
+    from ..decoding.actions import load_action_set
+
+    actions = [a for a in load_action_set(config.actions) if not a.is_greedy]
+    if not actions:
+        raise ValueError(f"the action set {config.actions!r} has no sampled action to re-decode with")
+    for path, split, count in ((config.table, "train", config.max_train_prompts),
+                               (config.val_table, "validation", config.val_problems)):
+        if path:
+            problems = task.load(split)[:count]
+            build_draft_table(lm, task, problems, actions, samples=config.table_samples,
+                              token_budget=config.token_budget, path=path, split=split, seed=config.seed,
+                              on_chunk=on_chunk)
 
 
 class DraftRewards:
