@@ -55,8 +55,18 @@ def tables(args, lm, task) -> None:
                               f"{s}: {done}/{total} problems ({time.perf_counter() - t0:.0f} s)", flush=True))
 
 
-def adapter_name(features: str, actions: list[str], cost: float) -> str:
-    return f"{features}__{'+'.join(a.replace(',', '_').replace('=', '') for a in actions)}__cost{cost:g}"
+def adapter_name(features: str, actions: list[str], cost: float, overrides: dict | None = None) -> str:
+    name = f"{features}__{'+'.join(a.replace(',', '_').replace('=', '') for a in actions)}__cost{cost:g}"
+    return name + "".join(f"__{k}{v:g}" if isinstance(v, float) else f"__{k}{v}" for k, v in (overrides or {}).items())
+
+
+def grid(spec: str) -> list[dict]:
+    """``{"lr": [1e-3, 3e-3], "policy_hidden": [32]}`` -> every combination, as DraftTrainConfig overrides."""
+    import itertools
+
+    options = json.loads(spec) if spec else {}
+    keys = list(options)
+    return [dict(zip(keys, values)) for values in itertools.product(*(options[k] for k in keys))] or [{}]
 
 
 def train(args, lm, task) -> None:
@@ -70,24 +80,25 @@ def train(args, lm, task) -> None:
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     for features in args.features.split(","):
         for actions in action_sets:
-            for cost in [float(c) for c in args.costs.split(",")]:
-                name = adapter_name(features, actions, cost)
+            for cost, overrides in [(float(c), o) for c in args.costs.split(",") for o in grid(args.grid)]:
+                name = adapter_name(features, actions, cost, overrides)
                 if name in summary:
                     continue
-                config = DraftTrainConfig(
+                config = DraftTrainConfig(**{**dict(
                     table=str(args.out / "table_train.jsonl"), val_table=str(args.out / "table_validation.jsonl"),
                     features=features, redecode_actions=tuple(actions), redecode_cost=cost,
                     parallel_budgets=tuple(int(b) for b in args.budgets.split(",")), token_budget=args.budget,
                     steps=args.steps, prompts_per_step=args.prompts_per_step, val_every=args.val_every,
                     val_problems=args.val_problems, max_train_prompts=args.train_problems, prior_action=0,
                     checkpoint_every=args.val_every, seed=args.seed, lr=args.lr,
-                )
+                ), **overrides})
                 start = time.perf_counter()
                 trainer = DraftTrainer(config, lm, task, args.out / "adapters" / name, progress=False)
                 trainer.train(resume=True)
                 best = json.loads((args.out / "adapters" / name / "adapter.json").read_text())["training"]
                 log_path = args.out / "adapters" / name / "train_log.jsonl"
-                summary[name] = {"features": features, "actions": actions, "cost": cost, "seconds":
+                summary[name] = {"features": features, "actions": actions, "cost": cost, "overrides": overrides,
+                                 "budgets": list(config.parallel_budgets), "seconds":
                                  round(time.perf_counter() - start, 1), "val": validation_figures(trainer),
                                  "config": {k: best[k] for k in ("steps", "lr", "prompts_per_step")},
                                  "log": str(log_path)}
@@ -110,15 +121,17 @@ def validation_figures(trainer) -> dict:
     return out
 
 
-def chosen_adapters(args) -> dict[str, str]:
-    """The adapters a user would pick on validation: per feature set the best validation pass@1 at
-    <= ``--max-decodes`` decodes per problem (ties: fewer re-decodes); 'Draft-gated' is the best of
-    the draft feature sets, 'Draft-gated (prompt)' the prompt-fed control."""
+def chosen_adapters(args, budget: int) -> dict[str, str]:
+    """The adapters a user would pick on validation for parallel budget B: per group (the draft's
+    feature sets, or the prompt-fed control) the best validation pass@B among those trained at B
+    that spend at most ``--max-decodes`` decodes per problem at B = 1 (ties: fewer re-decodes)."""
     summary = json.loads((args.out / "train_summary.json").read_text())
     best: dict[str, tuple] = {}
     for name, row in summary.items():
-        figure = row["val"].get("1")
-        if figure is None or 1 + figure["redecode_share"] > args.max_decodes + 1e-9:
+        figure = row["val"].get(str(budget))
+        if figure is None or (budget == 1 and 1 + figure["redecode_share"] > args.max_decodes + 1e-9):
+            continue
+        if budget > 1 and row.get("budgets", [1]) == [1]:
             continue
         group = "Draft-gated (prompt)" if row["features"] == "prompt" else "Draft-gated"
         key = (figure["pass"], -figure["redecode_share"])
@@ -135,26 +148,29 @@ def compare(args) -> dict:
     from decoding_adapters.training.draft import DraftTable
 
     table = DraftTable.load(args.out / "table_validation.jsonl")
+    train_table = DraftTable.load(args.out / "table_train.jsonl")
     ids = table.problem_ids
     action = table.actions[0].name
-    adapters = chosen_adapters(args)
-    choices = {}
-    for group, name in adapters.items():
-        policy, config = load_adapter(args.out / "adapters" / name)
-        context = DraftContextConfig(**config.draft)
-        actions = [a.name for a in config.action_list]
-        x = table.context(ids, context)
-        choices[group] = (policy, x, actions, name)
-    out = {"validation_problems": len(ids), "action": action, "adapters": adapters, "by_budget": {}}
+    out = {"validation_problems": len(ids), "action": action, "adapters": {}, "by_budget": {}}
     samples = min(len(table.records[i]["samples"][action]) for i in ids)
+    features = args.threshold_features.split(",")
+    on_train = ev.tune_threshold(train_table, train_table.problem_ids, action, max_decodes=args.max_decodes,
+                                 features=features)
     for budget in [b for b in (1, 2, 4, 8) if b <= samples]:
+        adapters = chosen_adapters(args, budget)
+        out["adapters"][str(budget)] = adapters
+        choices = {}
+        for group, name in adapters.items():
+            policy, config = load_adapter(args.out / "adapters" / name)
+            x = table.context(ids, DraftContextConfig(**config.draft))
+            choices[group] = (policy, x, [a.name for a in config.action_list], name)
         rows = {"Greedy": ev.static_rows(table, ids, None, budget, "Greedy"),
                 f"Sampler ({action})": ev.static_rows(table, ids, action, budget, "Sampler")}
         best_name = max(rows, key=lambda n: sum(rows[n].passed))
         rows["Best"] = rows[best_name]
         redecode_all = ev.gated_rows(table, ids, [1] * len(ids), [action], budget, "redecode")
-        oracle = ev.MethodRows("Oracle", budget)
-        keep = rows["Greedy"]
+        oracle = ev.MethodRows("Oracle (per-problem best arm)", budget)  # keep (the draft alone) or re-decode
+        keep = ev.gated_rows(table, ids, [0] * len(ids), [action], budget, "keep")
         for i in range(len(ids)):
             j = max((keep, redecode_all), key=lambda r: r.passed[i])
             oracle.add(j.passed[i], j.majority[i], j.decodes[i], j.tokens[i], j.redecoded[i])
@@ -171,11 +187,13 @@ def compare(args) -> dict:
                 gate = ev.threshold_choices(confidence, ev.threshold_for_rate(confidence, share))
                 candidates.append(ev.gated_rows(table, ids, gate, [action], budget, f"threshold {feature}"))
             rows["Confidence threshold (same share)"] = max(candidates, key=lambda r: sum(r.passed))
-        tuned = ev.tune_threshold(table, ids, action, max_decodes=args.max_decodes,
-                                  features=args.threshold_features.split(","))
-        rows["Confidence threshold (tuned)"] = ev.gated_rows(
+        tuned = ev.tune_threshold(table, ids, action, max_decodes=args.max_decodes, features=features)
+        rows["Confidence threshold (tuned on validation)"] = ev.gated_rows(
             table, ids, ev.threshold_choices(ev.confidence_of(table, ids, tuned["feature"]), tuned["threshold"]),
             [action], budget, "Confidence threshold (tuned)")
+        rows["Confidence threshold (tuned on train)"] = ev.gated_rows(
+            table, ids, ev.threshold_choices(ev.confidence_of(table, ids, on_train["feature"]), on_train["threshold"]),
+            [action], budget, "Confidence threshold (tuned on train)")
         if budget > 1:
             rows["Confidence-weighted vote"] = ev.weighted_vote_rows(table, ids, action, budget, "DeepConf vote")
             rows["Agreement stopping"] = ev.agreement_rows(table, ids, action, budget, "Adaptive-Consistency")
@@ -183,7 +201,8 @@ def compare(args) -> dict:
         for extra in ("Confidence threshold (same share)", "Random gate (same share)"):
             if extra in rows:
                 against[extra.split(" (")[0].lower().replace(" ", "_")] = rows[extra]
-        out["by_budget"][str(budget)] = {"best_static": best_name, "threshold": tuned if budget == 1 else None,
+        out["by_budget"][str(budget)] = {"best_static": best_name, "threshold_validation": tuned,
+                                         "threshold_train": on_train,
                                          "methods": {n: ev.summarise_rows(r, against) for n, r in rows.items()}}
         print(f"B = {budget} (best static: {best_name})", flush=True)
         for n, r in out["by_budget"][str(budget)]["methods"].items():
@@ -225,6 +244,8 @@ def main() -> None:
     parser.add_argument("--prompts-per-step", type=int, default=32)
     parser.add_argument("--val-every", type=int, default=10)
     parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--grid", default="",
+                        help='train: JSON of DraftTrainConfig fields to lists of values, e.g. {"policy_hidden": [32]}')
     parser.add_argument("--max-decodes", type=float, default=1.5,
                         help="compare: the decodes per problem a chosen adapter or tuned threshold may spend at B = 1")
     parser.add_argument("--threshold-features", default="max_prob_mean,max_prob_min,entropy_mean,entropy_max",
