@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal, Sequence
 
@@ -45,6 +45,7 @@ from ..evaluation import (
     load_best_per_k,
 )
 from ..selection.coverage import OutcomeTable, build_pool, evaluate_pool, select_from_table, write_outputs
+from ..training.draft import DraftTrainConfig, DraftTrainer, ensure_tables
 from ..training.sequence import SequenceTrainConfig, SequenceTrainer, reward_source
 from ..training.token import TokenTrainConfig, TokenTrainer
 
@@ -63,6 +64,7 @@ __all__ = [
     "best_action_index",
     "best_action_per_budget",
     "train_sequence",
+    "train_draft",
     "token_trainer",
     "filtered_prompts",
     "train_token",
@@ -322,6 +324,28 @@ def train_sequence(lm, task, cfg: StudyConfig, actions: Path, table: Path, out: 
     rollouts = HFRollouts(lm, action_set, cfg.batch_rows) if live else None
     rewards = reward_source(config, table_task or task, action_set, rollouts, lm=lm)  # live or offline replay
     SequenceTrainer(config, lm, task, rewards, out, task_name=task.name, progress=False).train(resume=True)
+
+
+# ---- train draft-gated ---------------------------------------------------------------------------
+
+
+def train_draft(lm, task, cfg: StudyConfig, actions: Path, out: Path, seed: int, *, features: str = "confidence",
+                tables: Path | None = None, **overrides) -> None:
+    """A draft-gated adapter into ``out`` (skipped when finished, resumed when started): both-arms
+    tables of the training and validation problems under the selected set's sampled actions
+    (built once in ``tables``, default ``out``'s parent, resumable; ``cfg.sequence``'s problem
+    counts), then ``training.draft.DraftTrainer`` from the sequence settings of the study, its prior
+    on keeping the draft."""
+    if finished(out):
+        return
+    tables = tables or out.parent
+    config = DraftTrainConfig(**{
+        **{k: v for k, v in asdict(cfg.sequence).items() if k not in ("replay", "metric")},
+        "actions": str(actions), "seed": seed, "features": features, "prior_action": 0,
+        "budget_prior_actions": None, "table": str(tables / "draft-table-train.jsonl"),
+        "val_table": str(tables / "draft-table-validation.jsonl"), **overrides})
+    ensure_tables(config, lm, task)
+    DraftTrainer(config, lm, task, out, task_name=task.name, progress=False).train(resume=True)
 
 
 # ---- train token ---------------------------------------------------------------------------------
