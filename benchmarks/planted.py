@@ -39,6 +39,7 @@ it near 0; one that random-walks loses points).
     PYTHONPATH=src .venv/bin/python benchmarks/planted.py              # 3 seeds, both levels
     PYTHONPATH=src .venv/bin/python benchmarks/planted.py --blind      # the control that must fail
     PYTHONPATH=src .venv/bin/python benchmarks/planted.py --null       # no signal: does it stay put?
+    PYTHONPATH=src .venv/bin/python benchmarks/planted.py --draft      # the draft world (see its section)
 
 Ends with one JSON line: ``token_recovered`` and ``sequence_recovered`` (one fraction per seed).
 """
@@ -425,6 +426,21 @@ def run_draft(seed: int, out_dir: Path, features: str = "confidence", **override
             "seconds": time.perf_counter() - started}
 
 
+def main_draft(seeds) -> dict:
+    """The draft world for each seed, with the draft's confidence and with the prompt embedding."""
+    torch.set_num_threads(1)
+    out = {"benchmark": "planted-draft", "draft_recovered": [], "prompt_recovered": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in seeds:
+            for features, key in (("confidence", "draft_recovered"), ("prompt", "prompt_recovered")):
+                r = run_draft(seed, Path(tmp) / f"draft-{features}-{seed}", features)
+                out[key].append(round(r["recovered"], 4))
+                print(f"draft world seed {seed}, {features}: recovered {r['recovered']:+.3f} values "
+                      f"{json.dumps({k: round(v, 3) for k, v in r['values'].items()})} {r['seconds']:.1f}s", flush=True)
+    print(json.dumps(out))
+    return out
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -434,7 +450,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--no-prior", action="store_true", help="start from a random policy, not the best static")
     parser.add_argument("--token", default="{}", help="JSON overrides of TokenTrainConfig")
     parser.add_argument("--sequence", default="{}", help="JSON overrides of SequenceTrainConfig")
+    parser.add_argument("--draft", action="store_true",
+                        help="only the draft world: the draft-gated trainer fed the draft's confidence, and fed the "
+                        "prompt embedding (the control)")
     args = parser.parse_args(argv)
+    if args.draft:
+        return main_draft(args.seeds)
     torch.set_num_threads(1)
     token_over, seq_over = json.loads(args.token), json.loads(args.sequence)
     results = {"token": [], "sequence": []}
