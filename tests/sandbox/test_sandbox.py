@@ -256,16 +256,24 @@ def test_many_runs_in_parallel():
     assert [r.stdout for r in results] == [f"{i * i}\n" for i in range(16)]
 
 
-def test_output_is_truncated():
-    chatty = "import sys\nprint('x' * 200_000)\nsys.stderr.write('e' * 10)"
+def test_output_over_the_cap_stops_the_run_and_says_so():
+    chatty = "import sys\nsys.stderr.write('e' * 10)\nsys.stderr.flush()\nprint('x' * 200_000)\nprint('not reached')"
     result = run_code(chatty, timeout_s=SLOW_OK_S, max_output_bytes=1000)
-    assert result.status == "ok" and result.truncated
+    assert result.status == "output_limit" and result.truncated and result.stdout_truncated
     assert result.stdout == "x" * 1000 and result.stderr == "e" * 10
 
 
-def test_endless_output_is_bounded_and_times_out():
-    result = run_code("while True:\n    print('spam' * 1000)", timeout_s=1.0)
-    assert result.status == "timeout" and result.truncated
+def test_stderr_over_the_cap_is_cut_but_fails_nothing():
+    noisy = "import sys\nsys.stderr.write('e' * 200_000)\nprint('answer')"
+    result = run_code(noisy, timeout_s=SLOW_OK_S, max_output_bytes=1000)
+    assert (result.status, result.stdout) == ("ok", "answer\n")
+    assert result.truncated and not result.stdout_truncated and len(result.stderr) == 1000
+
+
+def test_endless_output_is_an_output_limit_not_a_timeout():
+    result = run_code("while True:\n    print('spam' * 1000)", timeout_s=SLOW_OK_S)
+    assert result.status == "output_limit" and result.truncated
+    assert result.wall_s < SLOW_OK_S / 2  # stopped at the cap, not at the deadline
     assert len(result.stdout) == SandboxConfig().max_output_bytes
 
 
@@ -339,6 +347,7 @@ def test_runs_degrade_gracefully_where_namespaces_are_refused(monkeypatch, caplo
         bootstrap = bootstrap.replace(call, call.replace("unshare(", "'Operation not permitted' or ("))
     monkeypatch.setattr(sandbox, "_BOOTSTRAP", bootstrap)
     monkeypatch.setattr(sandbox, "_warned", set())
+    monkeypatch.setattr(sandbox, "_SEEN_LAYERS", set())  # a platform that never had the namespaces
     monkeypatch.setattr(sandbox, "_CGROUPS", sandbox._Cgroups())
     monkeypatch.setattr(sandbox._CGROUPS, "_probed", True)  # as if nothing were writable
     monkeypatch.setattr(sandbox._CGROUPS, "unavailable", "simulated")
@@ -348,7 +357,7 @@ def test_runs_degrade_gracefully_where_namespaces_are_refused(monkeypatch, caplo
         result = run_code("import os\nprint(os.getpid() != 1)", timeout_s=SLOW_OK_S)
         timed_out = run_code("while True:\n    pass", timeout_s=1.0)
     assert (result.status, result.stdout, result.network_isolated) == ("ok", "True\n", False)
-    expected_missing = ["network", "pid_namespace", "private_filesystem", "socket_memory", "cgroup"]
+    expected_missing = ["network", "pid_namespace", "private_filesystem", "socket_memory", "cpu", "cgroup"]
     assert result.layers.missing() == expected_missing or not IS_ROOT
     assert timed_out.status == "timeout"
     messages = " ".join(record.getMessage() for record in caplog.records)
@@ -456,8 +465,23 @@ def test_private_filesystem_needs_the_pid_namespace(monkeypatch, caplog):
         sandbox, "_BOOTSTRAP", sandbox._BOOTSTRAP.replace(call, "'Operation not permitted' or (CLONE_NEWPID)")
     )
     monkeypatch.setattr(sandbox, "_warned", set())
+    monkeypatch.setattr(sandbox, "_SEEN_LAYERS", set())
     monkeypatch.setattr(sandbox, "_interpreter_for_sandbox_uid", {})
     with caplog.at_level(logging.WARNING, logger="decoding_adapters.sandbox.runner"):
         result = run_code("print('ran')", timeout_s=SLOW_OK_S)
     assert result.stdout == "ran\n" and not result.layers.private_filesystem and not result.layers.pid_namespace
     assert "no private filesystem view (needs a PID namespace)" in caplog.text
+
+
+def test_a_namespace_that_worked_before_is_required_after(isolation, monkeypatch):
+    # Once a run of this process had a PID namespace, a run that cannot get one (the host ran out
+    # of namespaces) does not run at all, and says why.
+    if not isolation.pid_namespace:
+        pytest.skip("no PID namespace on this machine")
+    call = "unshare(CLONE_NEWPID)"
+    monkeypatch.setattr(
+        sandbox, "_BOOTSTRAP", sandbox._BOOTSTRAP.replace(call, "'No space left on device' or (CLONE_NEWPID)")
+    )
+    result = run_code("print('ran')", timeout_s=SLOW_OK_S)
+    assert (result.status, result.stdout) == ("setup_failed", "")
+    assert result.failed_layer == "pid_namespace: No space left on device"

@@ -10,6 +10,9 @@ positional, in the order of :data:`SETTINGS`. Process tree::
       reports the program's status; its exit makes the kernel kill whatever is left in the namespace
         program: limits, uid switch, syscall filter, exec(python main.py)
 
+Fail closed: a layer named in the ``required`` setting that cannot be set up stops the run before
+the program starts (a "refused" status line names it); other layers are best effort and reported.
+
 Status lines ("kind<TAB>key=value<TAB>...") go to a pipe of their own, so the program's stdout and
 stderr stay untouched. The fast path imports neither ctypes nor json (they pull in re and enum:
 12 ms per run, a fifth of a run): libc is called through ``_ctypes``, the C core of ctypes.
@@ -36,6 +39,7 @@ SETTINGS = (
     "hidden_paths",  # ":"-separated host directories shown empty (site-packages)
     "masked_proc",  # ":"-separated entries under /proc shown empty
     "syscall_filter",  # seccomp BPF program as hex ("" for none)
+    "required",  # ","-separated layers without which the program must not run (see refuse)
 )
 INTEGERS = ("fd", "uid", "cpu_s", "as_bytes", "fsize_bytes", "nproc", "nofile", "tmpfs_bytes")
 
@@ -97,6 +101,16 @@ def report(s, kind, **fields):
     """One status line on the status pipe."""
     items = [kind] + ["%s=%s" % (k, str(v).replace("\t", " ").replace("\n", " ")) for k, v in fields.items()]
     os.write(s.fd, ("\t".join(items) + "\n").encode())
+
+
+def refuse(s, layer, error):
+    """Stop here, the program never having run: a required layer could not be set up."""
+    report(s, "refused", layer=layer, error=error or "refused")
+    os._exit(126)
+
+
+def required(s, layer):
+    return layer in s.required.split(",")
 
 
 def errno_of(name, *args):
@@ -322,6 +336,8 @@ def program(s):
     # Last, so the set-up above is not subject to it; the status pipe closes at exec.
     filter_error = install_syscall_filter(s)
     report(s, "seccomp", ok=int(not filter_error), error=filter_error)
+    if filter_error and required(s, "seccomp"):
+        refuse(s, "seccomp", filter_error)
     # -S: no site-packages (the program gets the standard library only), -s: no user site,
     # -B: no bytecode files. The environment is ours (see _minimal_env), so -E is not needed.
     os.execv(s.python, [s.python, "-S", "-s", "-B", "main.py"])
@@ -358,6 +374,8 @@ def start_init(s, fs_refused):
     libc("prctl", PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)  # die with the bootstrap
     fs_error, shown = (fs_refused, []) if fs_refused else private_filesystem(s)
     report(s, "fs", ok=int(not fs_error), error=fs_error, proc_shown=",".join(shown))
+    if fs_error and required(s, "private_filesystem"):
+        refuse(s, "private_filesystem", fs_error)
     child = spawn(s, program)
     release_pipes()
     init(s, child)
@@ -376,6 +394,11 @@ def main(s):
     report(s, "setup", uid=s.uid, net=int(not net_error), pid=int(not pid_error), mnt=int(not mnt_error),
            cgroup=int(bool(s.cgroup_procs) and not cgroup_error), net_error=net_error, pid_error=pid_error,
            mnt_error=mnt_error, cgroup_error=cgroup_error, userns_error=userns_error)
+    failures = (("cgroup", cgroup_error or ("" if s.cgroup_procs else "no control group was made for the run")),
+                ("network", net_error), ("pid_namespace", pid_error), ("private_filesystem", mnt_error))
+    for layer, error in failures:
+        if error and required(s, layer):
+            refuse(s, layer, error)
     # The new /proc needs the PID namespace (else it would show the host's processes).
     fs_refused = mnt_error or ("needs a PID namespace" if pid_error else "")
     init_pid = spawn(s, lambda s: start_init(s, fs_refused))
