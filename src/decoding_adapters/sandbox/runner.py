@@ -220,7 +220,8 @@ class Layers:
 
     def missing(self) -> list[str]:
         """Names of the layers that were not active."""
-        names = ["network", "pid_namespace", "unprivileged_uid", "private_filesystem", "seccomp", "socket_memory", "cpu"]
+        names = ["network", "pid_namespace", "unprivileged_uid", "private_filesystem", "seccomp", "socket_memory"]
+        names.append("cpu")
         return [name for name in names if not getattr(self, name)] + ([] if self.cgroup else ["cgroup"])
 
 

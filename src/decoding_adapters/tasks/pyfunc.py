@@ -756,6 +756,11 @@ class RunReport(NamedTuple):
     """Why there are no outputs (harness error, last stderr line)."""
 
 
+UNSETTLED_STATUSES = frozenset({"timeout", "memory", "error", "setup_failed"})
+"""Run statuses that may say more about the machine at that moment (a busy host, a hostile run
+beside it, a sandbox layer that could not be set up) than about the code: never cached, so the
+next reward or answer for the same code runs it again."""
+
 MAX_REPORT_CHARS = 256 * 1024
 """Longest report (JSON text) that is parsed; a longer one counts as no report. The sandbox keeps
 64 KiB of output by default, so only a caller that raised that limit meets this one."""
@@ -954,7 +959,8 @@ class PyFuncTask(Task):
         report = self._cache.get(key)
         if report is None:
             report = run_candidate(code, name, problem.meta["inputs"], self.sandbox)
-            self._cache.put(key, report)
+            if report.status not in UNSETTLED_STATUSES:
+                self._cache.put(key, report)
         return report
 
     def reward(self, problem: Problem, completion: str) -> float:
