@@ -20,6 +20,7 @@ stderr stay untouched. The fast path imports neither ctypes nor json (they pull 
 
 import os
 import resource
+import stat
 import sys
 
 SETTINGS = (
@@ -222,9 +223,18 @@ def scratch_space(s, root):
 def devices_and_proc(s, root):
     """A few device nodes, and a fresh /proc of the run's PID namespace whose entries about the
     host (its command line, load, memory, uptime, boot id, ...) read as empty."""
-    for name in ("null", "zero", "full", "random", "urandom"):
-        make_point(root + "/dev/" + name, False)
-        mount("/dev/" + name, root + "/dev/" + name, None, MS_BIND, None)
+    null = "/dev/null"
+    for name, minor in (("null", 3), ("zero", 5), ("full", 7), ("random", 8), ("urandom", 9)):
+        path = root + "/dev/" + name
+        os.makedirs(root + "/dev", 0o755, exist_ok=True)
+        try:  # a node of our own: the host's devtmpfs (whose size gives away the host's RAM) stays unseen
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+            os.chmod(path, 0o666)
+            if name == "null":
+                null = path
+        except OSError:  # no CAP_MKNOD (a user namespace): show the host's node
+            make_point(path, False)
+            mount("/dev/" + name, path, None, MS_BIND, None)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
         os.symlink(target, root + "/dev/" + name)
@@ -240,7 +250,7 @@ def devices_and_proc(s, root):
                 mount("sandbox-masked", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                       "size=4k,nr_inodes=1,mode=555")
             else:
-                mount("/dev/null", path, None, MS_BIND, None)  # reads as empty, writes vanish
+                mount(null, path, None, MS_BIND, None)  # reads as empty, writes vanish
         except OSError:
             shown.append(entry)
     return shown
@@ -252,7 +262,9 @@ def build_root(s, files):
     workdir = os.getcwd()
     mount(None, "/", None, MS_REC | MS_PRIVATE, None)  # nothing we mount reaches the host
     root = workdir  # mount point for the new root (its files are already read)
-    mount("sandbox-root", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=1000,mode=755")
+    # Not nodev: it holds the device nodes made below (the program, unprivileged on a read-only
+    # root, cannot add any).
+    mount("sandbox-root", root, "tmpfs", MS_NOSUID, "size=1m,nr_inodes=1000,mode=755")
     show_read_only(s, root)
     scratch = scratch_space(s, root)
     shown = devices_and_proc(s, root)
@@ -274,7 +286,7 @@ def build_root(s, files):
     os.chdir("/")
     libc("umount2", b"/.scratch", MNT_DETACH)  # its binds stay; the name goes
     os.rmdir("/.scratch")
-    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, None)
     os.chdir(workdir)
     return shown
 
