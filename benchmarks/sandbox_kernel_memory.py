@@ -188,9 +188,10 @@ def f(n):
     "negative_dentries": r"""
 def f(n):
     made = 0
+    tag = os.urandom(4).hex()  # names no earlier run looked up
     for i in range(n * 20):
         try:
-            os.stat("/usr/lib/nonexistent-%d" % i)
+            os.stat("/usr/lib/nonexistent-%s-%d" % (tag, i))
         except OSError:
             made += 1
     return made

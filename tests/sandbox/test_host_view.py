@@ -117,3 +117,20 @@ def test_no_host_counts_or_paths_in_proc_sys_and_mountinfo(isolation):
     result = run(code)
     assert result.ok, result.stderr
     assert result.stdout.splitlines() == ["[]", "False False", f"{not IS_ROOT} 8 True"]
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="a time namespace needs the privileges the bootstrap has as root")
+def test_host_uptime_is_hidden(isolation):
+    with open("/proc/uptime") as handle:
+        host_uptime = float(handle.read().split()[0])
+    if host_uptime < 120:
+        pytest.skip("the host has just booted: nothing to hide")
+    code = (
+        "import ctypes, time\n"
+        "info = ctypes.create_string_buffer(128)\n"
+        "ctypes.CDLL(None).sysinfo(info)\n"
+        "print(time.clock_gettime(time.CLOCK_BOOTTIME) < 60, int.from_bytes(info.raw[:8], 'little') < 60)\n"
+    )
+    result = run(code)
+    assert result.ok, result.stderr
+    assert result.stdout == "True True\n"

@@ -46,6 +46,7 @@ INTEGERS = ("fd", "uid", "cpu_s", "as_bytes", "fsize_bytes", "nproc", "nofile", 
 
 CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWPID = 0x10000000, 0x40000000, 0x20000000
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWCGROUP = 0x00020000, 0x08000000, 0x04000000, 0x02000000
+CLONE_NEWTIME = 0x00000080
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
@@ -150,6 +151,22 @@ def hide_host_names():
     if unshare(CLONE_NEWUTS) == "":
         libc("sethostname", b"sandbox", 7)
     unshare(CLONE_NEWCGROUP)  # after join_cgroups: the run's group becomes its root
+
+
+def hide_host_uptime():
+    """Best effort: a time namespace whose boot and monotonic clocks start near zero, so neither
+    ``sysinfo()`` nor ``CLOCK_BOOTTIME`` tells how long the host has been up. It applies to the
+    processes forked after it (init and the program); offsets must be set before the first."""
+    if unshare(CLONE_NEWTIME) != "":
+        return
+    import time
+
+    offsets = ["%s %d 0" % (name, 1 - int(time.clock_gettime(clock)))
+               for name, clock in (("monotonic", time.CLOCK_MONOTONIC), ("boottime", time.CLOCK_BOOTTIME))]
+    try:
+        write("/proc/self/timens_offsets", "\n".join(offsets) + "\n")
+    except OSError:
+        pass  # the children keep the host's clocks
 
 
 def join_cgroups(s):
@@ -402,6 +419,7 @@ def main(s):
     mnt_error = unshare(CLONE_NEWNS | CLONE_NEWIPC) if s.private_fs == "1" else "not requested"
     if not mnt_error:
         hide_host_names()
+        hide_host_uptime()
     pid_error = unshare(CLONE_NEWPID)  # applies to the next child
     report(s, "setup", uid=s.uid, net=int(not net_error), pid=int(not pid_error), mnt=int(not mnt_error),
            cgroup=int(bool(s.cgroup_procs) and not cgroup_error), net_error=net_error, pid_error=pid_error,
