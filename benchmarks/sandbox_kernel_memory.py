@@ -325,9 +325,9 @@ def main() -> None:
         size = max(1, int(SIZES[kind] * args.scale))
         rows = [measure(kind, size, config) for _ in range(args.repeats)]
         idle_rows = [measure("tmpfs_inodes", 1, config) for _ in range(args.repeats)]
-        summary = {key: statistics.median(row[key] for row in rows) for key in rows[0] if key != "made"}
+        summary = {key: round(statistics.median(row[key] for row in rows), 1) for key in rows[0] if key != "made"}
         summary["made"] = rows[-1]["made"]
-        summary["idle_outside_mib"] = statistics.median(row["outside_mib"] for row in idle_rows)
+        summary["idle_outside_mib"] = round(statistics.median(row["outside_mib"] for row in idle_rows), 1)
         summary["refused_by_filter"] = kind in REFUSED_NOW
         figures["kinds"][kind] = summary
         print(
