@@ -116,7 +116,10 @@ def test_codecontests_judges_stdout_alone(tmp_path):
     path.write_text(json.dumps(record) + "\n")
     task = CodeContestsTask(data={"test": path}, timeout_s=TIMEOUT_S)
     problem = task.load("test")[0]
-    chatty = "```python\nimport sys\nsys.stderr.write('debug\\n' * 50_000)\na, b = map(int, input().split())\nprint(a + b)\n```"
+    chatty = (
+        "```python\nimport sys\nsys.stderr.write('debug\\n' * 50_000)\n"  # 300 KB of stderr
+        "a, b = map(int, input().split())\nprint(a + b)\n```"
+    )
     assert task.reward(problem, chatty) == 1.0
     flooding = "```python\nimport sys\nprint(3)\nsys.stdout.write('3\\n' * 10**6)\n```"
     assert task.reward(problem, flooding) == 0.0

