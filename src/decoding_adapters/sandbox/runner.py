@@ -970,6 +970,8 @@ def _to_result(streams: _Streams, config: SandboxConfig) -> ExecutionResult:
     if "refused" in events:
         refused = events["refused"]
         failed_layer = f"{refused.get('layer')}: {refused.get('error')}"
+        if refused.get("layer") == "cgroup" and _CGROUPS.unavailable:
+            failed_layer += f" ({_CGROUPS.unavailable})"
         status, returncode = "setup_failed", None
         logger.warning("sandbox: a required layer could not be set up, the program did not run (%s)", failed_layer)
     elif streams.output_limit:

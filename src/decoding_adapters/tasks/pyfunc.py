@@ -749,9 +749,10 @@ class RunReport(NamedTuple):
     outputs: tuple[Any, ...] | None
     """Per input: ``{"value": encoded}`` or ``{"error": exception name}``; None if the run failed."""
     status: str
-    """The sandbox status ("timeout", "memory", "error" when the run failed without a report, "ok"
-    when it reported outputs), else "no code" (nothing to run), "not defined" (syntax error, crash
-    before the definition, or no such function), "no report" or "bad report"."""
+    """The sandbox status ("timeout", "memory", "error" when the run failed without a report,
+    "output_limit", "setup_failed", "ok" when it reported outputs), else "no code" (nothing to
+    run), "not defined" (syntax error, crash before the definition, or no such function), "no
+    report" or "bad report"."""
     detail: str = ""
     """Why there are no outputs (harness error, last stderr line)."""
 
