@@ -235,6 +235,52 @@ def f(n):
     return made
 """,
 }
+KINDS["sysv_sem"] = r"""
+def f(n):
+    made = 0
+    for i in range(min(n, 2000)):
+        if libc.semget(0, 250, 0o600 | 0o1000) < 0:  # IPC_PRIVATE, 250 semaphores, IPC_CREAT
+            break
+        made += 1
+    return made
+"""
+KINDS["timerfds_eventfds"] = r"""
+def f(n):
+    def work(w):
+        made, keep = 0, []
+        for i in range(120):
+            for make in (lambda: libc.timerfd_create(1, 0), lambda: os.eventfd(0)):
+                fd = make()
+                if fd is None or fd < 0:
+                    return made
+                keep.append(fd)
+                made += 1
+        globals()["keep"] = keep
+        return made
+    return forked(min(n, 50), work)
+"""
+KINDS["threads"] = r"""
+def f(n):
+    made = 0
+    stop = threading.Event()
+    for i in range(min(n, 55)):
+        try:
+            threading.Thread(target=stop.wait, daemon=True).start()
+            made += 1
+        except RuntimeError:
+            break
+    return made
+"""
+KINDS["tcp_sockets"] = r"""
+def f(n):
+    made, keep = 0, []
+    for i in range(min(n, 240)):
+        s = socket.socket()
+        keep.append(s)
+        made += 1
+    globals()["keep"] = keep
+    return made
+"""
 KINDS["sysv_msg"] = r"""
 def f(n):
     made = 0
@@ -256,7 +302,8 @@ REFUSED_NOW = {"acl_dirs", "acl_memfds", "posix_locks", "ofd_locks", "flock", "s
 
 SIZES = {"acl_dirs": 1000, "acl_memfds": 200, "posix_locks": 200_000, "ofd_locks": 200_000, "flock": 200,
          "socket_filters": 200, "seccomp_filters": 7, "inotify": 10_000, "pipes": 100, "negative_dentries": 10_000,
-         "tmpfs_inodes": 1000, "mappings": 1000, "epoll": 120, "sysv_msg": 2000}  # fmt: skip
+         "tmpfs_inodes": 1000, "mappings": 1000, "epoll": 120, "sysv_msg": 2000, "sysv_sem": 2000,
+         "timerfds_eventfds": 50, "threads": 55, "tcp_sockets": 240}  # fmt: skip
 
 
 def meminfo() -> dict[str, int]:
