@@ -79,6 +79,9 @@ def _processes_in(directory: str) -> list[int]:
         ("max_output_bytes", 0),
         ("max_file_mb", True),
         ("max_processes", 0),
+        ("cpu_cores", 0),
+        ("cpu_cores", True),
+        ("cpu_cores", float("nan")),
         ("python", ""),
     ],
 )
@@ -485,3 +488,29 @@ def test_a_namespace_that_worked_before_is_required_after(isolation, monkeypatch
     result = run_code("print('ran')", timeout_s=SLOW_OK_S)
     assert (result.status, result.stdout) == ("setup_failed", "")
     assert result.failed_layer == "pid_namespace: No space left on device"
+
+
+def test_cgroup_v2_gets_the_cpu_controller_and_quota(tmp_path):
+    # A stand-in cgroup2 tree (plain files): where the parent offers cpu, runs get cpu.max.
+    mount, own = tmp_path, "/agents/me"
+    parent = tmp_path / "agents"
+    parent.mkdir()
+    (parent / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (parent / "cgroup.subtree_control").write_text("")
+    (parent / "decoding-adapters-sandbox").mkdir()
+    (parent / "decoding-adapters-sandbox" / "cgroup.subtree_control").write_text("")
+    groups = sandbox._Cgroups()
+    base = groups._make_v2_base(str(mount), own)
+    assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
+    assert Path(base, "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
+    run_dir = Path(base, "run-1")
+    run_dir.mkdir()
+    for name in ("memory.max", "memory.swap.max", "pids.max", "cpu.max"):
+        (run_dir / name).write_text("max\n")
+    groups._limit(str(run_dir), SandboxConfig(memory_mb=256, max_processes=32, cpu_cores=0.5))
+    assert (run_dir / "cpu.max").read_text() == "50000 100000"
+    assert (run_dir / "memory.max").read_text() == str(256 * 2**20)
+    assert (run_dir / "pids.max").read_text() == "32"
+    (parent / "cgroup.controllers").write_text("memory pids\n")  # no cpu offered: runs go without a quota
+    sandbox._Cgroups()._make_v2_base(str(mount), own)
+    assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids"
