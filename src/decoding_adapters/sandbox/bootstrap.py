@@ -22,6 +22,7 @@ import os
 import resource
 import stat
 import sys
+import time
 
 SETTINGS = (
     "fd",  # the status pipe's write end
@@ -159,8 +160,6 @@ def hide_host_uptime():
     processes forked after it (init and the program); offsets must be set before the first."""
     if unshare(CLONE_NEWTIME) != "":
         return
-    import time
-
     offsets = ["%s %d 0" % (name, 1 - int(time.clock_gettime(clock)))
                for name, clock in (("monotonic", time.CLOCK_MONOTONIC), ("boottime", time.CLOCK_BOOTTIME))]
     try:
