@@ -111,12 +111,13 @@ def test_no_host_counts_or_paths_in_proc_sys_and_mountinfo(isolation):
         "import os\n"
         "print(os.listdir('/proc/sys'))\n"
         "print(os.path.exists('/proc/sys/kernel/random/boot_id'), os.path.exists('/proc/sys/fs/file-nr'))\n"
+        "print(repr(open('/proc/locks').read()))\n"
         "info = open('/proc/self/mountinfo').read()\n"
         "print('devtmpfs' in info, len(open('/dev/urandom', 'rb').read(8)), open('/dev/null').read() == '')\n"
     )
     result = run(code)
     assert result.ok, result.stderr
-    assert result.stdout.splitlines() == ["[]", "False False", f"{not IS_ROOT} 8 True"]
+    assert result.stdout.splitlines() == ["[]", "False False", "''", f"{not IS_ROOT} 8 True"]
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="a time namespace needs the privileges the bootstrap has as root")

@@ -96,11 +96,13 @@ def test_only_ipv4_and_ipv6_sockets():
 def test_what_no_control_group_counts_is_refused():
     for name in seccomp.NO_XATTRS:  # POSIX ACLs and other extended attributes
         assert evaluate(PROGRAM, NR[name]) == seccomp.EOPNOTSUPP, name
-    for command in seccomp.LOCK_COMMANDS:  # byte-range, OFD locks, leases, dnotify
+    for command in seccomp.LOCK_COMMANDS:  # byte-range and OFD locks: granted, nothing held
+        assert evaluate(PROGRAM, NR["fcntl"], 3, arg1=command) == seccomp.GRANTED, command
+    for command in seccomp.WATCH_COMMANDS:  # leases, dnotify
         assert evaluate(PROGRAM, NR["fcntl"], 3, arg1=command) == seccomp.ENOLCK, command
     for command in (0, 1, 2, 3, 4, 5, 36, 1030):  # F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_GETLK, ...
         assert evaluate(PROGRAM, NR["fcntl"], 3, arg1=command) == ALLOW, command
-    assert evaluate(PROGRAM, NR["flock"], 3, arg1=2) == seccomp.ENOLCK
+    assert evaluate(PROGRAM, NR["flock"], 3, arg1=2) == seccomp.GRANTED
     for option in seccomp.SOCKET_FILTER_OPTIONS:
         assert evaluate(PROGRAM, NR["setsockopt"], 3, arg1=seccomp.SOL_SOCKET, arg2=option) == seccomp.EPERM
         assert evaluate(PROGRAM, NR["setsockopt"], 3, arg1=6, arg2=option) == ALLOW  # IPPROTO_TCP: another option
@@ -297,8 +299,18 @@ show("lsetxattr", libc.lsetxattr(b"d", b"user.x", b"y", 1, 0))
 fd = os.open("f", os.O_CREAT | os.O_RDWR)
 show("fsetxattr", libc.fsetxattr(fd, b"user.x", b"y", 1, 0))
 show("setxattrat", libc.syscall(463, -100, b"d", 0, b"user.x", None, 0))
+def held(start):
+    # What another process sees at byte ``start`` of "f" (through a file description of its own).
+    pid = os.fork()
+    if pid == 0:
+        other = os.open("f", os.O_RDWR)
+        answer = fcntl.fcntl(other, fcntl.F_GETLK, struct.pack("hhqqi", fcntl.F_WRLCK, 0, start, 1, 0))
+        os._exit(0 if struct.unpack("hhqqi", answer)[0] == fcntl.F_UNLCK else 1)
+    print("held_%d=%s" % (start, "yes" if os.waitpid(pid, 0)[1] else "no"), flush=True)
 attempt("lockf", lambda: fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0))
+held(0)
 attempt("ofd_lock", lambda: fcntl.fcntl(fd, 37, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 10, 1, 0)))
+held(10)
 attempt("flock", lambda: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB))
 attempt("lease", lambda: fcntl.fcntl(fd, 1024, fcntl.F_RDLCK))
 sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -317,11 +329,23 @@ attempt("getfl", lambda: fcntl.fcntl(fd, fcntl.F_GETFL))
 """
 
 
+def test_sqlite_on_a_file_still_works(layers):
+    # It takes byte-range locks on its file: granted (nothing held), so a one-process program works.
+    code = (
+        "import sqlite3\n"
+        "db = sqlite3.connect('db.sqlite')\n"
+        "db.execute('create table t(x)'); db.execute('insert into t values (7)'); db.commit()\n"
+        "print(db.execute('select x from t').fetchall())\n"
+    )
+    result = run(code)
+    assert (result.status, result.stdout) == ("ok", "[(7,)]\n"), result.stderr
+
+
 def test_uncounted_kernel_objects_are_refused_inside_a_run(layers):
     results = probe_results(run(UNCOUNTED))
     expected = {name: "ENOTSUP" for name in ("acl_access", "acl_default", "user_xattr", "lsetxattr",
                                                    "fsetxattr", "setxattrat")}
-    expected.update({name: "ENOLCK" for name in ("lockf", "ofd_lock", "flock", "lease")})
+    expected.update(lockf="0", ofd_lock="0", flock="0", held_0="no", held_10="no", lease="ENOLCK")  # granted, not held
     expected.update({name: "EPERM" for name in ("so_attach_filter", "so_attach_reuseport_cbpf", "seccomp",
                                                 "prctl_seccomp", "inotify", "io_setup")})
     expected.update(reuseaddr="0", getfl="0")
@@ -333,3 +357,4 @@ def test_without_the_filter_the_kernel_would_take_them(layers):
     results = probe_results(run(UNCOUNTED, restrict_syscalls=False))
     for name in ("acl_access", "acl_default", "lockf", "ofd_lock", "flock", "so_attach_filter", "inotify"):
         assert results[name] == "0", (name, results[name])
+    assert results["held_0"] == results["held_10"] == "yes"

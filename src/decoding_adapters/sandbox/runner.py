@@ -1129,13 +1129,14 @@ def _warn_once_if_degraded(config: SandboxConfig, events: dict[str, dict], strea
 MASKED_PROC_ENTRIES = (
     "cmdline", "loadavg", "meminfo", "stat", "uptime", "vmstat", "zoneinfo", "buddyinfo", "pagetypeinfo", "swaps",
     "diskstats", "partitions", "interrupts", "softirqs", "schedstat", "kallsyms", "modules", "timer_list",
-    "sched_debug", "keys", "key-users", "pressure", "cgroups", "sys",
+    "sched_debug", "keys", "key-users", "pressure", "cgroups", "locks", "sys",
 )  # fmt: skip
 """Entries of the run's /proc that are about the host, not the run: they read as empty (files
 covered with /dev/null, directories with an empty read-only tmpfs). Without ``stat`` the C
 library counts CPUs with ``sched_getaffinity``, so ``os.cpu_count()`` still works. ``sys`` goes
 whole (the host's boot id, open-file, dentry, AIO and thread counts, its settings; nothing the
-standard library needs), as does ``cgroups`` (how many groups, hence runs, the host has)."""
+standard library needs), as does ``cgroups`` (how many groups, hence runs, the host has);
+``locks`` lists every file lock on the host."""
 
 _SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache", "/etc/localtime")
 """What the private filesystem shows of the host (read-only), besides the interpreter's prefix."""

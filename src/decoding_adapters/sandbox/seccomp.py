@@ -22,9 +22,12 @@ What it refuses (the kernel answers the program with an error; nothing is killed
   ``lsetxattr``, ``fsetxattr``, ``setxattrat``; a POSIX ACL of 8,190 entries per directory held
   ~1 GiB of slab outside the run's memory limit) get EOPNOTSUPP, as on a file system without
   them; byte-range and open-file-description locks (``fcntl`` with ``F_SETLK``, ``F_SETLKW``,
-  ``F_OFD_SETLK``, ``F_OFD_SETLKW``), leases and directory notifications (``F_SETLEASE``,
-  ``F_NOTIFY``) and ``flock`` get ENOLCK (the lock cache is not charged, and a lock or a watch
-  on the shared read-only standard library is a channel between concurrent runs);
+  ``F_OFD_SETLK``, ``F_OFD_SETLKW``) and ``flock`` are *granted without being taken*: the call
+  returns 0 and the kernel holds nothing (the lock cache is not charged, and a lock on the
+  shared read-only standard library is a channel between concurrent runs). A single-process
+  program that locks its own files, sqlite3 on a file, works as before; processes of one
+  program that rely on locks to exclude each other are not excluded. Leases and directory
+  notifications (``F_SETLEASE``, ``F_NOTIFY``: a watch is a channel too) get ENOLCK;
   socket filters (``setsockopt`` ``SO_ATTACH_FILTER``, ``SO_ATTACH_BPF`` and their
   ``SO_ATTACH_REUSEPORT_*`` forms) and seccomp filters of the program's own (``seccomp``,
   ``prctl(PR_SET_SECCOMP)``) get EPERM: their compiled code counts against the host-wide
@@ -70,10 +73,14 @@ UNSHARE_NAMESPACES = CLONE_NAMESPACES | CLONE_NEWTIME
 
 AF_INET, AF_INET6 = 2, 10
 
+GRANTED = 0
+"""The "errno" of a call answered with success without running it."""
 F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW, F_SETLEASE, F_NOTIFY = 6, 7, 37, 38, 1024, 1026
-LOCK_COMMANDS = (F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW, F_SETLEASE, F_NOTIFY)
-"""``fcntl`` commands that take a lock or a lease (the kernel keeps one uncharged object per
-range) or watch a directory (dnotify: a channel on the shared read-only files)."""
+LOCK_COMMANDS = (F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW)
+"""``fcntl`` commands that take a lock (the kernel keeps one uncharged object per range): granted
+without being taken."""
+WATCH_COMMANDS = (F_SETLEASE, F_NOTIFY)
+"""``fcntl`` commands that take a lease or watch a directory (dnotify): refused with ENOLCK."""
 SOL_SOCKET = 1
 SO_ATTACH_FILTER, SO_ATTACH_BPF, SO_ATTACH_REUSEPORT_CBPF, SO_ATTACH_REUSEPORT_EBPF = 26, 50, 51, 52
 SOCKET_FILTER_OPTIONS = (SO_ATTACH_FILTER, SO_ATTACH_BPF, SO_ATTACH_REUSEPORT_CBPF, SO_ATTACH_REUSEPORT_EBPF)
@@ -165,12 +172,23 @@ def _socket_families() -> list[bytes]:
     ]
 
 
+def _answer_values(offset: int, answers: list[tuple[tuple[int, ...], int]]) -> list[bytes]:
+    """For each ``(values, errno)`` of ``answers``: that errno when the 32-bit argument word at
+    ``offset`` is one of ``values``; allow any other value."""
+    count = sum(len(values) for values, _ in answers)
+    body, done = [_insn(LD_W_ABS, offset)], 0
+    for index, (values, _) in enumerate(answers):
+        for value in values:
+            done += 1
+            # Jump over the tests left, the allow and the returns of earlier answers.
+            body.append(_insn(JEQ_K, value, (count - done) + 1 + index, 0))
+    body.append(_insn(RET_K, RET_ALLOW))
+    return body + [_errno(number) for _, number in answers]
+
+
 def _refuse_values(offset: int, values: tuple[int, ...], number: int) -> list[bytes]:
     """``number`` (an errno) when the 32-bit argument word at ``offset`` is one of ``values``, else allow."""
-    body = [_insn(LD_W_ABS, offset)]
-    for index, value in enumerate(values):
-        body.append(_insn(JEQ_K, value, len(values) - index, 0))  # to the errno after the last test
-    return body + [_insn(RET_K, RET_ALLOW), _errno(number)]
+    return _answer_values(offset, [(values, number)])
 
 
 def _socket_options() -> list[bytes]:
@@ -195,8 +213,9 @@ def build_filter(numbers: dict[str, int] = SYSCALLS_X86_64, arch: int = AUDIT_AR
     program += _rule(numbers["socket"], _socket_families())
     program += _rule(numbers["socketpair"], [_errno(EAFNOSUPPORT)])
     program += _rule(numbers["setsockopt"], _socket_options())
-    program += _rule(numbers["fcntl"], _refuse_values(OFFSET_ARG1, LOCK_COMMANDS, ENOLCK))
-    program += _rule(numbers["flock"], [_errno(ENOLCK)])
+    locks = [(LOCK_COMMANDS, GRANTED), (WATCH_COMMANDS, ENOLCK)]
+    program += _rule(numbers["fcntl"], _answer_values(OFFSET_ARG1, locks))
+    program += _rule(numbers["flock"], [_errno(GRANTED)])
     program += _rule(numbers["prctl"], _refuse_values(OFFSET_ARG0, (PR_SET_SECCOMP,), EPERM))
     for name in NO_XATTRS:
         program += _rule(numbers[name], [_errno(EOPNOTSUPP)])
