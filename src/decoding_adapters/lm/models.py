@@ -51,7 +51,8 @@ default LM on 2 cores. A new group is worth it when it saves more padding than t
 
 __all__ = ["ModelSpec", "FrozenLM", "resolve_dtype", "resolve_linear_kernel", "cpu_has_native_bf16", "DecodeState",
            "prefill_groups", "padded_fraction", "PREFILL_GROUP_COST_TOKENS",
-           "RowCacheState", "DynamicCacheState", "eager_attention", "load_frozen_lm", "resolve_gguf", "DEFAULT_MODEL"]
+           "RowCacheState", "DynamicCacheState", "eager_attention", "load_frozen_lm", "describe_device",
+           "resolve_gguf", "DEFAULT_MODEL"]
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,8 @@ class ModelSpec:
 
     name_or_path: str = DEFAULT_MODEL
     """``smollm2`` (embedded default), a ``.gguf`` file, a local HF directory, or a hub id."""
-    device: str = "cpu"
-    """torch device; ``auto`` picks cuda when available."""
+    device: str = "auto"
+    """torch device: auto (cuda where present, else cpu), cpu, cuda, cuda:N"""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """weights and KV-cache dtype; auto: bfloat16 where the device computes it natively, float32
     elsewhere. float32 matches an adapter trained in float32 (why auto: docs/cpu-kernels.md)."""
@@ -620,4 +621,13 @@ def load_frozen_lm(spec: ModelSpec | str | None = None) -> FrozenLM:
     lm = FrozenLM(model.to(spec.torch_device), tokenizer, spec)
     if spec.attention == "auto" and lm.device.type == "cpu" and lm.supports_row_cache:
         model.set_attn_implementation("eager")  # see ModelSpec.attention
+    dtype = str(lm.dtype).removeprefix("torch.")
+    log.info("frozen LM %s on %s in %s", spec.name_or_path, describe_device(lm.device), dtype)
     return lm
+
+
+def describe_device(device: torch.device) -> str:
+    """``device`` with the GPU's name where it is one (e.g. ``cuda:0 (NVIDIA H100 80GB HBM3)``)."""
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return str(device)
