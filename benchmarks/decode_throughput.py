@@ -81,6 +81,7 @@ from decoding_adapters.lm.models import (
     FrozenLM,
     ModelSpec,
     load_frozen_lm,
+    locate_model,
     padded_fraction,
     prefill_groups,
 )
@@ -205,6 +206,184 @@ def timed_dtypes(requested: str, cpu: CpuFeatures) -> tuple[list[str], dict[str,
     return wanted, skipped
 
 
+# ---- on a GPU (--device cuda) ----------------------------------------------------------------------
+
+
+def copy_bytes_per_s(device: torch.device, seconds: float = 1.0) -> float:
+    """Device memory bandwidth: bytes read plus written per second by a 1 GiB device-to-device copy
+    (best of the timed copies)."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    return 2 * src.numel() / best_cuda_seconds(lambda: dst.copy_(src), seconds)
+
+
+def best_cuda_seconds(fn, seconds: float = 1.0, warmup: int = 1) -> float:
+    """Best wall time of ``fn()`` with the device synchronised around each call."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    best, start = float("inf"), time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        t = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def memory_floor_seconds(lm: FrozenLM, lengths: list[int], new_tokens: int, rate: float) -> float:
+    """The least time any decode of one row per prompt could take for ``new_tokens`` on a memory-bound
+    GPU: every step reads every weight once and every row's keys and values once (prompt + the tokens
+    so far), at the measured copy rate. Prefill, sampling and writes left out."""
+    config = lm.model.config
+    weight_bytes = sum(p.numel() * p.element_size() for p in lm.model.parameters())  # tied: counted once
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    column_bytes = config.num_hidden_layers * 2 * config.num_key_value_heads * head_dim * lm.dtype.itemsize
+    kv_columns = sum(sum(length + t for length in lengths) for t in range(1, new_tokens + 1))
+    return (new_tokens * weight_bytes + kv_columns * column_bytes) / rate
+
+
+def greedy_agreement(lm: FrozenLM, prompts, tokens: int, near_tie: float) -> dict:
+    """Rows of our greedy loop against HF ``generate(do_sample=False)`` on the same model: identical
+    rows, and for the others whether HF's logits at the first differing step put our token within
+    ``near_tie`` of HF's (a near-tie: rounding of different kernels decides it)."""
+    ours = decode(lm, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=tokens, stop_token_ids=[])
+    ids, mask = lm.pad(prompts)
+    with torch.inference_mode():
+        out = lm.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens,
+                                do_sample=False, output_scores=True, return_dict_in_generate=True,
+                                pad_token_id=lm.tokenizer.pad_token_id)
+    theirs = out.sequences[:, ids.shape[1]:].cpu()
+    identical, near_ties, gaps = 0, 0, []
+    for row in range(len(prompts)):
+        differ = (ours.tokens[row, :tokens] != theirs[row]).nonzero()
+        if len(differ) == 0:
+            identical += 1
+            continue
+        step = int(differ[0])
+        scores = out.scores[step][row].float()
+        gap = float(scores[theirs[row, step]] - scores[ours.tokens[row, step]])
+        gaps.append(round(gap, 4))
+        near_ties += gap <= near_tie
+    return {"rows": len(prompts), "tokens": tokens, "identical": identical, "near_ties": near_ties,
+            "near_tie_logit_gap": near_tie, "first_difference_gaps": gaps}
+
+
+def main_cuda(args) -> None:
+    """Loop (CUDA graphs), loop with the eager step, loop + token adapter, HF generate() default and
+    HF with a static cache compiled, against the memory floor; all on one GPU in one run."""
+    from random_weights import random_llama
+
+    device = torch.device(args.device)
+    lm = random_llama(args.random_weights, args.tokenizer, torch.bfloat16, str(device))
+    eager = FrozenLM(lm.model, lm.tokenizer, dataclasses.replace(lm.spec, cuda_graphs=False))
+    config = lm.model.config
+    print(f"GPU: {torch.cuda.get_device_name(device)}; torch {torch.__version__}; shape {args.random_weights} "
+          f"({sum(p.numel() for p in lm.model.parameters()) / 1e9:.3f}B parameters, bf16, sdpa), random weights",
+          flush=True)
+    rate = copy_bytes_per_s(device)
+    print(f"copy bandwidth {rate / 1e12:.2f} TB/s (read + write)", flush=True)
+    summary: dict = {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__,
+                     "shape": args.random_weights, "dtype": "bfloat16",
+                     "parameters": sum(p.numel() for p in lm.model.parameters()),
+                     "new_tokens": args.new_tokens, "repeats": args.repeats, "copy_tb_s": round(rate / 1e12, 3)}
+    temperature_one = ActionSet([DecodingAction(temperature=1.0)])
+    token_actions = ActionSet(PRESETS["math-token"])
+    policy = TokenPolicy(
+        TokenPolicyConfig(hidden_size=config.hidden_size, num_actions=4, token_budget=args.new_tokens)
+    ).eval().to(device)
+    compile_config = None
+    if args.hf_compiled:
+        from transformers import CompileConfig
+
+        compile_config = CompileConfig(mode="reduce-overhead")
+
+    for batch in [int(b) for b in args.batches.split(",") if b]:
+        prompts = lm.encode_chat(prompt_mix(batch))
+        lengths = [len(p) for p in prompts]
+
+        def hf(static: bool = False, prompts=prompts, batch=batch) -> int:
+            ids, mask = lm.pad(prompts)
+            extra = {"cache_implementation": "static", "compile_config": compile_config} if static else {}
+            with torch.inference_mode():
+                lm.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.new_tokens,
+                                  min_new_tokens=args.new_tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                                  pad_token_id=lm.tokenizer.pad_token_id, **extra)
+            return batch * args.new_tokens
+
+        def loop(model: FrozenLM, chooser=None, prompts=prompts) -> int:
+            actions = temperature_one if chooser is None else token_actions
+            fixed = 0 if chooser is None else None
+            result = decode(model, prompts, actions, row_actions=fixed, chooser=chooser, token_budget=args.new_tokens,
+                            stop_token_ids=[])
+            return int(result.lengths.sum())
+
+        runs = {
+            "loop": lambda: loop(lm),
+            "loop_eager_step": lambda: loop(eager),
+            "mixed": lambda: loop(lm, UniformChooser(len(token_actions))),
+            "adapter": lambda: loop(lm, TokenPolicyChooser(policy)),
+            "hf_generate": lambda: hf(),
+        }
+        if compile_config is not None:
+            runs["hf_static_compiled"] = lambda: hf(static=True)
+        warm: dict[str, float] = {}
+        for name, fn in runs.items():  # warm-up: graph captures, HF's compilation
+            start = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            warm[name] = time.perf_counter() - start
+        summary[f"warmup_s_b{batch}"] = {k: round(v, 2) for k, v in warm.items()}
+        print(f"batch {batch}: warm-up seconds {summary[f'warmup_s_b{batch}']}", flush=True)
+        rates: dict[str, float] = {}
+        for r in range(args.repeats):
+            order = list(runs.items())
+            for name, fn in order if r % 2 == 0 else reversed(order):
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                tokens = fn()
+                torch.cuda.synchronize()
+                rate_now = tokens / (time.perf_counter() - start)
+                rates[name] = max(rates.get(name, 0.0), rate_now)
+                print(f"batch {batch:4d} round {r + 1} {name:18s} {rate_now:10.0f} tok/s", flush=True)
+        floor = batch * args.new_tokens / memory_floor_seconds(lm, lengths, args.new_tokens, rate)
+        for name, value in rates.items():
+            summary[f"{name}_tok_s_b{batch}"] = round(value, 1)
+        figures = {
+            f"loop_vs_hf_generate_b{batch}": rates["loop"] / rates["hf_generate"],
+            f"loop_vs_eager_step_b{batch}": rates["loop"] / rates["loop_eager_step"],
+            f"adapter_overhead_b{batch}": 1 - rates["adapter"] / rates["mixed"],
+            f"adapter_vs_loop_b{batch}": 1 - rates["adapter"] / rates["loop"],
+            f"floor_tok_s_b{batch}": floor,
+            f"frac_floor_b{batch}": rates["loop"] / floor,
+        }
+        if "hf_static_compiled" in rates:
+            figures[f"loop_vs_hf_static_compiled_b{batch}"] = rates["loop"] / rates["hf_static_compiled"]
+        summary.update({k: round(v, 3) for k, v in figures.items()})
+        hf_compiled = ""
+        if "hf_static_compiled" in rates:
+            ratio = figures[f"loop_vs_hf_static_compiled_b{batch}"]
+            hf_compiled = f", HF static+compiled {rates['hf_static_compiled']:.0f} ({ratio:.2f}x)"
+        print(
+            f"batch {batch}: loop {rates['loop']:.0f} tok/s = {figures[f'loop_vs_hf_generate_b{batch}']:.2f}x HF "
+            f"generate() {rates['hf_generate']:.0f}{hf_compiled}; eager step {rates['loop_eager_step']:.0f} "
+            f"(graphs {figures[f'loop_vs_eager_step_b{batch}']:.2f}x); adapter {rates['adapter']:.0f}: overhead "
+            f"{figures[f'adapter_overhead_b{batch}']:.1%} over per-token Mixed, "
+            f"{figures[f'adapter_vs_loop_b{batch}']:.1%} under the plain loop; memory floor {floor:.0f} tok/s, "
+            f"loop = {figures[f'frac_floor_b{batch}']:.0%} of it",
+            flush=True,
+        )
+    if args.accuracy_problems:
+        prompts = lm.encode_chat(prompt_mix(args.accuracy_problems))
+        agreement = greedy_agreement(lm, prompts, args.accuracy_tokens, near_tie=0.0625)
+        summary["greedy_vs_hf"] = agreement
+        a = agreement
+        print(f"greedy loop vs HF greedy on the same GPU and dtype: {a['identical']}/{a['rows']} rows identical over "
+              f"{a['tokens']} tokens; of the others {a['near_ties']} differ first at a near-tie (HF logit gap <= "
+              f"{a['near_tie_logit_gap']}); gaps {a['first_difference_gaps']}", flush=True)
+    print(json.dumps(summary))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2")
@@ -220,7 +399,21 @@ def main() -> None:
         "--dtypes", default="auto", help="auto: fp32, plus bf16 where the CPU computes it natively; or e.g. fp32,bf16"
     )
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--device", default="cpu", help="cpu (the CPU figures above) or cuda (the GPU run: main_cuda)")
+    parser.add_argument("--random-weights", choices=("default", "1b"), default="default",
+                        help="cuda: the model shape, with random weights (random_weights.py)")
+    parser.add_argument("--tokenizer", help="cuda: directory with the default model's tokenizer (random_weights.py)")
+    parser.add_argument("--hf-compiled", action=argparse.BooleanOptionalAction, default=True,
+                        help="cuda: also time HF generate() with a static cache compiled (reduce-overhead)")
     args = parser.parse_args()
+    if args.device != "cpu":
+        for key, value in {"batches": "32,128", "new_tokens": 128, "repeats": 2, "accuracy_problems": 32}.items():
+            if getattr(args, key) is None:
+                setattr(args, key, value)
+        if args.tokenizer is None:
+            args.tokenizer = locate_model("smollm2")
+        main_cuda(args)
+        return
     for key, value in (QUICK if args.quick else FULL).items():
         if getattr(args, key) is None:
             setattr(args, key, value)

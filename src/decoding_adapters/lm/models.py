@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from .cpu_features import cpu_features
+from .cuda_graphs import graphed_decoder
 from .kv_cache import RowKVCache
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,10 @@ class ModelSpec:
     linear_kernel: Literal["auto", "torch", "onednn"] = "auto"
     """matmul kernel of the LM's linear layers in this project's decode; auto: onednn for float32 on CPU
     (about 2x MKL's rate there), torch elsewhere. torch: float32 bit-identical to HF's (docs/cpu-kernels.md)."""
+
+    cuda_graphs: bool = True
+    """on a GPU, replay the decode step from CUDA graphs (one launch per step) instead of launching
+    its kernels one by one; off: the eager step, for comparison (docs/gpu.md)"""
 
     def __post_init__(self) -> None:
         if self.dtype not in ("float32", "bfloat16", "float16", "auto"):
@@ -269,6 +274,9 @@ class FrozenLM:
         # to its removal, with a deprecation warning) ``past_key_values``
         parameters = inspect.signature(self.decoder.forward).parameters
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
+        self.graphs_without_capture = False
+        """Tests only: use the CUDA-graph path's static buffers and buckets off a GPU too, stepping
+        eagerly where a GPU would replay (``lm.cuda_graphs``)."""
 
     # ---- identity -------------------------------------------------------------------------
     @property
@@ -382,7 +390,12 @@ class FrozenLM:
             fan_out = fan_out.to(self.device)
             hidden, logits, next_position = hidden[fan_out], logits[fan_out], next_position[fan_out]
         if use_row_cache:
-            row_kv = RowKVCache.from_prefill(layer_kv, mask, fan_out, capacity=mask.shape[1] + max_new_tokens)
+            capacity = mask.shape[1] + max_new_tokens
+            if self.spec.cuda_graphs and (self.device.type == "cuda" or self.graphs_without_capture):
+                graphs = graphed_decoder(self, len(hidden), capacity, capture=self.device.type == "cuda")
+                return hidden, logits, GraphedRowCacheState(graphs, graphs.start(layer_kv, mask, fan_out, capacity),
+                                                            next_position)
+            row_kv = RowKVCache.from_prefill(layer_kv, mask, fan_out, capacity=capacity)
             return hidden, logits, RowCacheState(self, row_kv, next_position)
         if fan_out is not None:
             cache.batch_select_indices(fan_out)
@@ -536,6 +549,19 @@ class RowCacheState(DecodeState):
         order = self.cache.drop(done)
         self.positions = self.positions[order]
         return order
+
+
+class GraphedRowCacheState(RowCacheState):
+    """The lean step replayed from CUDA graphs over static buffers (``cuda_graphs``); rows dropped as
+    in the ``RowKVCache``."""
+
+    def __init__(self, graphs, cache, positions: torch.Tensor):
+        self.graphs, self.cache, self.positions = graphs, cache, positions
+
+    def step(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.graphs.step(tokens, self.positions, self.cache)
+        self.positions = self.positions + 1
+        return out
 
 
 class DynamicCacheState(DecodeState):
