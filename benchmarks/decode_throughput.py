@@ -80,6 +80,7 @@ from decoding_adapters.lm.models import (
     PREFILL_GROUP_COST_TOKENS,
     FrozenLM,
     ModelSpec,
+    describe_device,
     load_frozen_lm,
     locate_model,
     padded_fraction,
@@ -214,19 +215,25 @@ def copy_bytes_per_s(device: torch.device, seconds: float = 1.0) -> float:
     (best of the timed copies)."""
     src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    return 2 * src.numel() / best_cuda_seconds(lambda: dst.copy_(src), seconds)
+    return 2 * src.numel() / best_cuda_seconds(lambda: dst.copy_(src), seconds, device=device)
 
 
-def best_cuda_seconds(fn, seconds: float = 1.0, warmup: int = 1) -> float:
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def best_cuda_seconds(fn, seconds: float = 1.0, warmup: int = 1, device: torch.device | None = None) -> float:
     """Best wall time of ``fn()`` with the device synchronised around each call."""
+    device = device or torch.device("cuda")
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
+    sync(device)
     best, start = float("inf"), time.perf_counter()
     while time.perf_counter() - start < seconds:
         t = time.perf_counter()
         fn()
-        torch.cuda.synchronize()
+        sync(device)
         best = min(best, time.perf_counter() - t)
     return best
 
@@ -275,16 +282,18 @@ def main_cuda(args) -> None:
     from random_weights import random_llama
 
     device = torch.device(args.device)
-    lm = random_llama(args.random_weights, args.tokenizer, torch.bfloat16, str(device))
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # float32: a dry run of this code on a CPU
+    lm = random_llama(args.random_weights, args.tokenizer, dtype, str(device))
+    name = describe_device(device)
     eager = FrozenLM(lm.model, lm.tokenizer, dataclasses.replace(lm.spec, cuda_graphs=False))
     config = lm.model.config
-    print(f"GPU: {torch.cuda.get_device_name(device)}; torch {torch.__version__}; shape {args.random_weights} "
-          f"({sum(p.numel() for p in lm.model.parameters()) / 1e9:.3f}B parameters, bf16, sdpa), random weights",
+    print(f"GPU: {name}; torch {torch.__version__}; shape {args.random_weights} "
+          f"({sum(p.numel() for p in lm.model.parameters()) / 1e9:.3f}B parameters, {lm.dtype}, sdpa), random weights",
           flush=True)
     rate = copy_bytes_per_s(device)
     print(f"copy bandwidth {rate / 1e12:.2f} TB/s (read + write)", flush=True)
-    summary: dict = {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__,
-                     "shape": args.random_weights, "dtype": "bfloat16",
+    summary: dict = {"gpu": name, "torch": torch.__version__,
+                     "shape": args.random_weights, "dtype": str(dtype).removeprefix("torch."),
                      "parameters": sum(p.numel() for p in lm.model.parameters()),
                      "new_tokens": args.new_tokens, "repeats": args.repeats, "copy_tb_s": round(rate / 1e12, 3)}
     temperature_one = ActionSet([DecodingAction(temperature=1.0)])
@@ -331,7 +340,7 @@ def main_cuda(args) -> None:
         for name, fn in runs.items():  # warm-up: graph captures, HF's compilation
             start = time.perf_counter()
             fn()
-            torch.cuda.synchronize()
+            sync(device)
             warm[name] = time.perf_counter() - start
         summary[f"warmup_s_b{batch}"] = {k: round(v, 2) for k, v in warm.items()}
         print(f"batch {batch}: warm-up seconds {summary[f'warmup_s_b{batch}']}", flush=True)
@@ -339,10 +348,10 @@ def main_cuda(args) -> None:
         for r in range(args.repeats):
             order = list(runs.items())
             for name, fn in order if r % 2 == 0 else reversed(order):
-                torch.cuda.synchronize()
+                sync(device)
                 start = time.perf_counter()
                 tokens = fn()
-                torch.cuda.synchronize()
+                sync(device)
                 rate_now = tokens / (time.perf_counter() - start)
                 rates[name] = max(rates.get(name, 0.0), rate_now)
                 print(f"batch {batch:4d} round {r + 1} {name:18s} {rate_now:10.0f} tok/s", flush=True)
