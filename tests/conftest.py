@@ -61,9 +61,8 @@ def pytest_configure(config):
         raise pytest.UsageError("--device cuda: no CUDA device is visible here")
 
 
-def on_test_device() -> bool:
-    """Whether the tiny models run on a GPU (some tests check CPU-only kernels and skip there)."""
-    return TEST_DEVICE.type != "cpu"
+CPU_ONLY = pytest.mark.skipif("config.getoption('--device') != 'cpu'", reason="a CPU-only kernel (oneDNN)")
+"""For tests of CPU-only kernels: skipped when the tiny models run on another device (``--device``)."""
 
 
 def make_tiny_lm(seed: int = 0, hidden_size: int = 32, device: torch.device | str | None = None) -> FrozenLM:

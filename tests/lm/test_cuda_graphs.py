@@ -82,3 +82,16 @@ def test_an_interleaved_decode_on_the_same_buffers_is_refused():
     graphed.start_decode(prompts[:2], None, max_new_tokens=8)  # same buffers, overwritten
     with pytest.raises(RuntimeError, match="interleave"):
         first.step(logits.argmax(-1))
+
+
+@pytest.mark.gpu
+def test_steps_replay_captured_graphs_on_a_gpu():
+    if TEST_DEVICE.type != "cuda":
+        pytest.skip("the GPU lane: pytest --device cuda (make test-gpu)")
+    graphed, eager = _pair()
+    prompts = _prompts(graphed)
+    result = decode(graphed, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=[4, 9, 2, 7, 5, 3, 8, 6])
+    buffers = graphed._graphed_decoder
+    assert buffers.capture and buffers.keys.is_cuda and 8 in buffers.graphs and len(buffers.graphs) >= 3
+    reference = decode(eager, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=[4, 9, 2, 7, 5, 3, 8, 6])
+    assert torch.equal(result.tokens, reference.tokens)

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import CPU_ONLY
 from decoding_adapters.lm.kv_cache import COLUMN_CHUNK, RowKVCache
 from decoding_adapters.lm.models import (
     DynamicCacheState,
@@ -121,7 +122,7 @@ def _run_states(lm, prompts, fan_out, steps, row_cache, group_cost=10**9):
     return out
 
 
-@pytest.mark.parametrize("kernel", ["torch", "onednn"])
+@pytest.mark.parametrize("kernel", ["torch", pytest.param("onednn", marks=CPU_ONLY)])
 def test_lean_row_cache_step_matches_hf_forward_with_dynamic_cache(tiny_lm, tiny_prompts, kernel):
     """HF's forward runs its linear layers through the same kernel as the lean step
     (``FrozenLM.linear_kernel``), both prefilled at one width. The lean step's attention also sums
@@ -157,6 +158,7 @@ def test_prefill_in_length_groups_matches_one_padded_batch(tiny_lm, tiny_prompts
         assert torch.equal(a[live].argmax(-1), b[live].argmax(-1))
 
 
+@CPU_ONLY
 def test_prefill_runs_every_linear_layer_through_the_chosen_kernel(tiny_lm, tiny_prompts):
     lm = FrozenLM(tiny_lm.model, tiny_lm.tokenizer, ModelSpec("tiny", linear_kernel="onednn"))
     calls, kernel = [], lm.linear
