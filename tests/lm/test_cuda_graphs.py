@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from conftest import TEST_DEVICE, make_tiny_lm
-from decoding_adapters.decoding.actions import GREEDY, ActionSet, DecodingAction
+from decoding_adapters.decoding.actions import GREEDY, PRESETS, ActionSet, DecodingAction
 from decoding_adapters.decoding.loop import decode
 from decoding_adapters.lm.cuda_graphs import batch_bucket, graphed_decoder
 from decoding_adapters.lm.models import FrozenLM, GraphedRowCacheState, RowCacheState
+from decoding_adapters.policies.networks import UniformChooser
 
 
 def test_batch_buckets_cover_every_size_with_at_most_a_third_padding():
@@ -39,15 +40,30 @@ def _prompts(lm):
     return lm.encode_chat([[{"role": "user", "content": q}] for q in questions])
 
 
-@pytest.mark.parametrize("action", [GREEDY, DecodingAction(temperature=1.0)], ids=["greedy", "t1"])
-def test_graph_path_decodes_the_tokens_of_the_eager_step(action):
+ACTION_SETS = {
+    "greedy": [GREEDY],
+    "t1": [DecodingAction(temperature=1.0)],
+    "math-token": list(PRESETS["math-token"]),
+    "truncations": [GREEDY, DecodingAction(temperature=0.7, top_k=5), DecodingAction(temperature=1.0, top_p=0.9),
+                    DecodingAction(temperature=1.2, min_p=0.05)],
+}
+
+
+@pytest.mark.parametrize("name", ACTION_SETS)
+@pytest.mark.parametrize("per_token", [False, True], ids=["fixed", "chooser"])
+def test_graph_path_decodes_the_tokens_of_the_eager_step(name, per_token):
+    """Step, statistics and sampler from the graph path (on the CPU: the same code run eagerly on the
+    static buffers) give the eager lean step's tokens, with a fixed action per row or a chooser."""
     graphed, eager = _pair()
     prompts = _prompts(graphed)
+    actions = ActionSet(ACTION_SETS[name])
     # rows of several budgets finish at different steps, so the live batch crosses bucket sizes
     rows = torch.arange(24) % len(prompts)
     budgets = [3 + (i * 5) % 29 for i in range(24)]
-    runs = [decode(lm, prompts, ActionSet([action]), prompt_of_row=rows, row_actions=0, token_budget=budgets, seed=3)
+    how = {"chooser": UniformChooser(len(actions))} if per_token else {"row_actions": torch.arange(24) % len(actions)}
+    runs = [decode(lm, prompts, actions, prompt_of_row=rows, token_budget=budgets, seed=3, **how)
             for lm in (graphed, eager)]
+    assert torch.equal(runs[0].actions, runs[1].actions)
     assert torch.equal(runs[0].lengths, runs[1].lengths)
     assert torch.equal(runs[0].tokens, runs[1].tokens)
     assert runs[0].texts == runs[1].texts
@@ -92,6 +108,7 @@ def test_steps_replay_captured_graphs_on_a_gpu():
     prompts = _prompts(graphed)
     result = decode(graphed, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=[4, 9, 2, 7, 5, 3, 8, 6])
     buffers = graphed._graphed_decoder
-    assert buffers.capture and buffers.keys.is_cuda and 8 in buffers.graphs and len(buffers.graphs) >= 3
+    steps = [key[1] for key in buffers.graphs if key[0] == "step"]
+    assert buffers.capture and buffers.keys.is_cuda and 8 in steps and len(steps) >= 3
     reference = decode(eager, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=[4, 9, 2, 7, 5, 3, 8, 6])
     assert torch.equal(result.tokens, reference.tokens)

@@ -107,17 +107,17 @@ def _run_states(lm, prompts, fan_out, steps, row_cache, group_cost=10**9):
     """Logits of every step; one prefill group unless ``group_cost`` says otherwise."""
     hidden, logits, state = lm.start_decode(prompts, fan_out, steps, row_cache=row_cache, group_cost=group_cost)
     assert isinstance(state, RowCacheState if row_cache else DynamicCacheState)
-    out, active = [(hidden, logits)], torch.arange(len(hidden))
+    out, active = [(hidden, logits.cpu())], torch.arange(len(hidden))
     for t in range(steps - 1):
         tokens = logits.argmax(-1)
         if t == 2:  # drop rows 0 and 2 (of the batch as it is now)
-            done = torch.zeros(len(tokens), dtype=torch.bool)
+            done = torch.zeros(len(tokens), dtype=torch.bool, device=tokens.device)
             done[[0, 2]] = True
             order = state.drop(done)
-            tokens, active = tokens[order], active[order]
+            tokens, active = tokens[order], active[order.cpu()]
         hidden, logits = state.step(tokens)
         full = torch.full((len(prompts) if fan_out is None else len(fan_out), logits.shape[1]), float("nan"))
-        full[active] = logits
+        full[active] = logits.cpu()
         out.append((hidden, full))
     return out
 

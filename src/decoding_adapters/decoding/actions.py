@@ -369,7 +369,7 @@ def _mix64(x: torch.Tensor) -> torch.Tensor:
 
 
 def counter_uniform(
-    seeds: torch.Tensor, step: int, stream: int = TOKEN_STREAM, dtype: torch.dtype = torch.float64
+    seeds: torch.Tensor, step: int | torch.Tensor, stream: int = TOKEN_STREAM, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
     """One U[0, 1) draw per row, a pure function of ``(seeds[i], step, stream)``: long ``[B]`` -> ``[B]``.
 
@@ -382,7 +382,9 @@ def counter_uniform(
     if bits is None:
         raise ValueError(f"counter_uniform makes float32 or float64 draws, not {dtype}")
     key = _mix64(seeds.long() + _int64(stream * _GOLDEN))
-    z = _mix64(key + _int64((step + 1) * _GOLDEN))
+    # step: an int, or a long tensor (a device scalar a CUDA graph reads at replay); int64 wraps mod 2^64 alike
+    counter = (step + 1) * _int64(_GOLDEN) if isinstance(step, torch.Tensor) else _int64((step + 1) * _GOLDEN)
+    z = _mix64(key + counter)
     return _shift_right(z, 64 - bits).to(dtype) * 2.0 ** -bits
 
 

@@ -33,7 +33,7 @@ from typing import Callable, Literal, Sequence
 
 import torch
 
-from ..lm.models import FrozenLM
+from ..lm.models import FrozenLM, GraphedRowCacheState
 from .actions import (
     ACTION_STREAM,
     TOKEN_STREAM,
@@ -43,6 +43,7 @@ from .actions import (
     sampling_weights,
     transform_logits,
 )
+from .graph_sampling import GraphSampling
 
 __all__ = ["StepFeatures", "Chooser", "StepTokens", "DecodeResult", "Trajectory", "decode", "row_seed", "base_entropy"]
 
@@ -280,23 +281,35 @@ def decode(
 
     fan_out = None if torch.equal(rows_prompt, torch.arange(len(prompts))) else rows_prompt
     hidden, logits, state = lm.start_decode(prompts, fan_out, max_new_tokens=steps)
+    # on a GPU the statistics and the sampler are replayed from CUDA graphs too (graph_sampling)
+    graphed = GraphSampling(state, action_set, seeds_dev) if isinstance(state, GraphedRowCacheState) else None
     active = torch.arange(n)  # global row index of each batch row (CPU)
     active_dev = active.to(device)
     budgets_dev = budgets.to(device)
     static_actions_dev = None if static_actions is None else static_actions.to(device)
 
     for t in range(steps):
-        entropy, max_prob, shifted, weights = _base_stats(logits)
+        if graphed is None:
+            entropy, max_prob, shifted, weights = _base_stats(logits)
+        else:
+            stats = graphed.stats(t, logits)
+            entropy, max_prob = stats.entropy, stats.max_prob
         remaining = budgets_dev[active_dev] - t
         if chooser is not None:
-            uniform = counter_uniform(seeds_dev[active_dev], t, ACTION_STREAM, dtype=torch.float32)
+            if graphed is None:
+                uniform = counter_uniform(seeds_dev[active_dev], t, ACTION_STREAM, dtype=torch.float32)
+            else:
+                uniform = stats.action_uniform
             features = StepFeatures(
                 hidden.float(), entropy, max_prob, t, remaining, active, uniform, seeds_dev[active_dev]
             )
             action_index = chooser(features).to(device=device, dtype=torch.long)
         else:
             action_index = static_actions_dev[active_dev]
-        tokens = _sample_step(logits, shifted, weights, action_set, action_index, seeds_dev[active_dev], t)
+        if graphed is None:
+            tokens = _sample_step(logits, shifted, weights, action_set, action_index, seeds_dev[active_dev], t)
+        else:
+            tokens = graphed.sample(logits, stats, action_index)
         rec.write(active_dev, t, tokens, action_index, entropy, max_prob, hidden if record_features else None)
 
         at_eos = torch.isin(tokens, stop_ids)
@@ -313,6 +326,10 @@ def decode(
             order = state.drop(done)
             tokens, active_dev = tokens[order], active_dev[order]
             active = active[order.cpu()]
+            if graphed is not None:
+                graphed.drop(order)
+        if graphed is not None:
+            graphed.before_step(t + 1)
         hidden, logits = state.step(tokens)
 
     rec = rec.cpu()

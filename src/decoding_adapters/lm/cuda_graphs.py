@@ -123,7 +123,9 @@ class GraphedDecoder:
         self.capture = capture
         """False: run each bucket's step eagerly on the same buffers (what a replay computes; for tests
         of the buffers and buckets on a machine without a GPU)."""
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
+        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph | None, tuple[torch.Tensor, ...]]] = {}
+        """Captured graphs by key (``("step", bucket, epilogue key)``, or a caller's key) and their outputs."""
+        self.buffers: dict[str, torch.Tensor] = {}
         self.generation = 0
 
     def fits(self, rows: int, columns: int) -> bool:
@@ -149,43 +151,71 @@ class GraphedDecoder:
         cache.length = width
         return cache
 
-    def step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: StaticRowKVCache):
+    def buffer(self, name: str, size: int, dtype: torch.dtype) -> torch.Tensor:
+        """A device buffer kept for the life of these graphs (same address at every replay), e.g. a
+        caller's per-row inputs to its own captured code; zero when first made. A request for more
+        entries than it has makes a larger one and drops every graph (they read the old address)."""
+        current = self.buffers.get(name)
+        if current is None or current.numel() < size or current.dtype != dtype:
+            if current is not None:
+                self.graphs.clear()
+            current = self.buffers[name] = torch.zeros(size, dtype=dtype, device=self.lm.device)
+        return current
+
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: StaticRowKVCache, epilogue=None):
         """One step for the ``live`` rows (``tokens`` / ``positions`` long ``[live]``): hidden ``[live,
-        hidden]`` and float32 logits ``[live, vocab]``, views into the graph's outputs that the next
-        replay overwrites."""
+        hidden]``, float32 logits ``[live, vocab]`` and the outputs of ``epilogue`` (None, or ``(key,
+        fn)`` with ``fn(hidden, logits, rows)`` returning a tuple of ``[rows, ...]`` tensors: work
+        recorded in the same graph, right after the step, on the bucket's ``rows``), each cut to the
+        live rows: views into the graph's outputs that the next replay overwrites."""
         live = tokens.shape[0]
         cache.check()
         cache.open_column()
         self.tokens[:live].copy_(tokens)
         self.positions[:live].copy_(positions)
         bucket = batch_bucket(live)
-        if not self.capture:
+
+        def run():
             hidden, logits = self.lm.step_with_row_cache(self.tokens[:bucket], self.positions[:bucket],
                                                          _GraphView(self, bucket))
-        else:
-            if bucket not in self.graphs:
-                self.graphs[bucket] = self._capture(bucket)
-            graph, hidden, logits = self.graphs[bucket]
-            graph.replay()
-        cache.length += 1
-        return hidden[:live], logits[:live]
+            return (hidden, logits, *(epilogue[1](hidden, logits, bucket) if epilogue else ()))
 
-    def _capture(self, bucket: int):
-        """Record the lean step on the first ``bucket`` slots (after two warm-up runs on a side
-        stream, as torch.cuda.graphs asks). The warm-ups write the current column of slots that the
-        replay right after rewrites, so they leave no trace."""
-        view = _GraphView(self, bucket)
-        tokens, positions = self.tokens[:bucket], self.positions[:bucket]
+        outputs = self.replay(("step", bucket, epilogue and epilogue[0]), run)
+        cache.length += 1
+        return tuple(t[:live] for t in outputs)
+
+    def outputs(self, key: tuple) -> tuple[torch.Tensor, ...]:
+        """The outputs of the graph captured under ``key`` (full bucket size)."""
+        return self.graphs[key][1]
+
+    def replay(self, key: tuple, run) -> tuple[torch.Tensor, ...]:
+        """``run()`` (returning a tuple of tensors): captured into a graph the first time ``key`` is seen,
+        replayed after that; its outputs, which every replay rewrites in place. ``run`` must read its
+        inputs from tensors whose addresses stay fixed (these buffers, other graphs' outputs).
+        Without ``capture`` it is simply called (and its outputs kept under ``key`` all the same)."""
+        if not self.capture:
+            self.graphs[key] = (None, run())
+            return self.graphs[key][1]
+        if key not in self.graphs:
+            self.graphs[key] = self._capture(run)
+        graph, outputs = self.graphs[key]
+        graph.replay()
+        return outputs
+
+    def _capture(self, run):
+        """Record ``run`` after two warm-up calls on a side stream, as torch.cuda.graphs asks. A step's
+        warm-ups write the current column of slots that the replay right after rewrites, so they leave
+        no trace."""
         side = torch.cuda.Stream(self.lm.device)
         side.wait_stream(torch.cuda.current_stream(self.lm.device))
         with torch.cuda.stream(side):
             for _ in range(2):
-                self.lm.step_with_row_cache(tokens, positions, view)
+                run()
         torch.cuda.current_stream(self.lm.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            hidden, logits = self.lm.step_with_row_cache(tokens, positions, view)
-        return graph, hidden, logits
+            outputs = run()
+        return graph, outputs
 
 
 def graphed_decoder(lm: "FrozenLM", rows: int, capacity: int, capture: bool = True) -> GraphedDecoder:

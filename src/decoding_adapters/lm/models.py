@@ -557,11 +557,15 @@ class GraphedRowCacheState(RowCacheState):
 
     def __init__(self, graphs, cache, positions: torch.Tensor):
         self.graphs, self.cache, self.positions = graphs, cache, positions
+        self.epilogue = None
+        """``(key, fn)``: work recorded in the step's graph right after it (``GraphedDecoder.step``);
+        its outputs of the last step are in ``epilogue_outputs``."""
+        self.epilogue_outputs: tuple[torch.Tensor, ...] = ()
 
     def step(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.graphs.step(tokens, self.positions, self.cache)
+        hidden, logits, *self.epilogue_outputs = self.graphs.step(tokens, self.positions, self.cache, self.epilogue)
         self.positions = self.positions + 1
-        return out
+        return hidden, logits
 
 
 class DynamicCacheState(DecodeState):
