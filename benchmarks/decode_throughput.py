@@ -299,6 +299,25 @@ def time_hf_compiled(run, batch: int, repeats: int, device: torch.device, loop_r
             round(compile_s, 1), f"loop_vs_hf_static_compiled_b{batch}": round(loop_rate / best, 3)}
 
 
+def step_breakdown(lm: FrozenLM, prompts, new_tokens: int, device: torch.device) -> dict:
+    """Where a decode's time goes: the prefill (``start_decode``) alone, and the LM's step alone (the
+    state's ``step``, CUDA graphs replayed, no statistics, sampler or bookkeeping), per step."""
+    sync(device)
+    start = time.perf_counter()
+    _, logits, state = lm.start_decode(prompts, None, max_new_tokens=new_tokens + 8)
+    sync(device)
+    prefill_s = time.perf_counter() - start
+    tokens = logits.argmax(-1)
+    for _ in range(8):  # capture
+        state.step(tokens)
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(new_tokens):
+        state.step(tokens)
+    sync(device)
+    return {"prefill_ms": 1e3 * prefill_s, "lm_step_ms": 1e3 * (time.perf_counter() - start) / new_tokens}
+
+
 def main_cuda(args) -> None:
     """Loop (CUDA graphs), loop with the eager step, loop + token adapter, HF generate() default and
     HF with a static cache compiled, against the memory floor; all on one GPU in one run."""
@@ -386,6 +405,11 @@ def main_cuda(args) -> None:
                 rates[name] = max(rates.get(name, 0.0), rate_now)
                 print(f"batch {batch:4d} round {r + 1} {name:18s} {rate_now:10.0f} tok/s", flush=True)
         floor = batch * args.new_tokens / memory_floor_seconds(lm, lengths, args.new_tokens, rate)
+        parts = step_breakdown(lm, prompts, args.new_tokens, device)
+        parts["loop_step_ms"] = (1e3 * batch * args.new_tokens / rates["loop"] - parts["prefill_ms"]) / args.new_tokens
+        summary[f"breakdown_ms_b{batch}"] = {k: round(v, 3) for k, v in parts.items()}
+        print(f"batch {batch}: prefill {parts['prefill_ms']:.1f} ms; the LM's step alone {parts['lm_step_ms']:.2f} ms, "
+              f"a loop step {parts['loop_step_ms']:.2f} ms (its prefill taken out)", flush=True)
         for name, value in rates.items():
             summary[f"{name}_tok_s_b{batch}"] = round(value, 1)
         figures = {

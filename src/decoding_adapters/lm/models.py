@@ -50,8 +50,13 @@ PREFILL_GROUP_COST_TOKENS = 32
 per layer) and the lower matmul rate of a smaller M, against ~1 ms of matmul per prompt token of the
 default LM on 2 cores. A new group is worth it when it saves more padding than this."""
 
-__all__ = ["ModelSpec", "FrozenLM", "resolve_dtype", "resolve_linear_kernel", "cpu_has_native_bf16", "DecodeState",
-           "prefill_groups", "padded_fraction", "PREFILL_GROUP_COST_TOKENS",
+PREFILL_GROUP_COST_TOKENS_GPU = 4096
+"""The same on a GPU, where a prefill call is launch-bound: one eager HF forward of a 16-layer 1B Llama
+took ~13 ms on the H200 machine measured (docs/gpu.md), while a padded token costs ~2 GFLOP, a few
+microseconds: a second group almost never pays."""
+
+__all__ = ["ModelSpec", "FrozenLM", "PREFILL_GROUP_COST_TOKENS_GPU", "resolve_dtype", "resolve_linear_kernel",
+           "cpu_has_native_bf16", "DecodeState", "prefill_groups", "padded_fraction", "PREFILL_GROUP_COST_TOKENS",
            "RowCacheState", "DynamicCacheState", "eager_attention", "load_frozen_lm", "describe_device",
            "resolve_gguf", "DEFAULT_MODEL"]
 
@@ -365,17 +370,20 @@ class FrozenLM:
         return all(hasattr(obj, name) for obj, names in needed for name in names)
 
     def start_decode(self, prompts: Sequence[Sequence[int]], fan_out: torch.Tensor | None, max_new_tokens: int,
-                     row_cache: bool | None = None, group_cost: int = PREFILL_GROUP_COST_TOKENS,
+                     row_cache: bool | None = None, group_cost: int | None = None,
                      ) -> tuple[torch.Tensor, torch.Tensor, "DecodeState"]:
         """Prefill each prompt once and fan it out to rows (``fan_out[r]`` = prompt of row ``r``; None:
         one row per prompt). Returns the rows' last hidden states ``[rows, hidden]``, float32 logits
         ``[rows, vocab]`` and the ``DecodeState`` that feeds the next tokens.
 
         ``row_cache`` (default: whenever ``supports_row_cache``) selects the ``RowKVCache``
-        and the lean step, prefilled in length groups (``prefill_groups`` with ``group_cost``) so that
+        and the lean step, prefilled in length groups (``prefill_groups`` with ``group_cost``; default
+        ``PREFILL_GROUP_COST_TOKENS`` on a CPU, ``PREFILL_GROUP_COST_TOKENS_GPU`` elsewhere) so that
         short prompts are not padded to the longest; False keeps HF's forward and ``DynamicCache`` over
         one padded batch (the reference path)."""
         use_row_cache = self.supports_row_cache if row_cache is None else row_cache
+        if group_cost is None:
+            group_cost = PREFILL_GROUP_COST_TOKENS if self.device.type == "cpu" else PREFILL_GROUP_COST_TOKENS_GPU
         if use_row_cache and not self.supports_row_cache:
             raise ValueError(
                 f"the row cache supports Llama-architecture models only, not {self.model.config.model_type!r}"
