@@ -58,6 +58,20 @@ ends within 15 minutes on either kind of CPU.
 Last line: one JSON object with every figure (the CPU's model and flags included).
 
     PYTHONPATH=src .venv/bin/python benchmarks/decode_throughput.py [--quick] [--batches 32,128] [--new-tokens 128]
+
+On a GPU (``--device cuda``, ``main_cuda``): a model of ``--random-weights`` shape (``default``: the
+default model's, ``1b``: a 1.07B Llama; ``random_weights.py``) in bf16 with the default model's
+tokenizer (``--tokenizer DIR``), and, side by side in one run: ``loop`` (our decode, T = 1, its step
+replayed from CUDA graphs), ``loop_eager_step`` (the same with ``cuda_graphs=False``), ``mixed`` and
+``adapter`` (per-token Mixed and the 3-layer-MLP adapter over the 4 token actions), ``hf_generate``
+(HF ``generate()``, its default dynamic cache) and, unless ``--no-hf-compiled``, HF with a static
+cache and its forward compiled (``reduce-overhead``), timed last; the memory floor (every weight and
+every row's KV read once per step at the device-to-device copy bandwidth measured in the same run);
+where a decode's time goes (the prefill alone, the LM's graphed step alone); and the agreement of our
+greedy loop with HF's greedy ``generate()`` on ``--accuracy-problems`` rows (differences at near-ties
+counted). Figures: ``docs/gpu.md``.
+
+    python benchmarks/decode_throughput.py --device cuda --random-weights 1b --tokenizer DIR
 """
 
 from __future__ import annotations
