@@ -112,3 +112,17 @@ def test_steps_replay_captured_graphs_on_a_gpu():
     assert buffers.capture and buffers.keys.is_cuda and 8 in steps and len(steps) >= 3
     reference = decode(eager, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=[4, 9, 2, 7, 5, 3, 8, 6])
     assert torch.equal(result.tokens, reference.tokens)
+
+
+def test_bucket_slots_no_row_uses_stay_finite():
+    """5 rows run in the 6-row bucket: the sixth slot never held a prompt, yet its statistics and its
+    draw are computed (and thrown away) at every step; nothing there may be NaN (eager attention: a
+    softmax over no column is NaN there)."""
+    graphed, eager = _pair()
+    graphed.model.set_attn_implementation("eager")
+    prompts = _prompts(graphed)[:5]
+    runs = [decode(lm, prompts, ActionSet([DecodingAction(temperature=1.0)]), row_actions=0, token_budget=6, seed=1)
+            for lm in (graphed, eager)]
+    assert torch.equal(runs[0].tokens, runs[1].tokens)
+    _, logits, *stats = graphed._graphed_decoder.outputs(("step", 6, ("sampling.stats",)))
+    assert not logits.isnan().any() and not any(t.float().isnan().any() for t in stats)

@@ -147,6 +147,10 @@ class GraphedDecoder:
             self.keys[layer, :rows, :, :width].copy_(k[fan_out])
             self.values[layer, :rows, :, :width].copy_(v[fan_out])
         self.valid[:rows, :width] = prompt_mask[fan_out].bool()
+        # Slots no row uses still run in a bucket's graph: give them one (zero) column to attend to, so
+        # that their softmax is not over nothing (NaN), and nothing computed from them (the sampler's
+        # draw included) meets NaN.
+        self.valid[rows:, 0] = True
         cache = StaticRowKVCache(self, rows, capacity)
         cache.length = width
         return cache
