@@ -46,7 +46,7 @@ from ..evaluation import (
     sequence_mixture_of_token_actions,
     token_mixed_method,
 )
-from ..lm.models import load_frozen_lm
+from ..lm.models import ModelSpec, load_frozen_lm
 from ..reporting.report import (
     compare,
     headroom_section,
@@ -472,14 +472,14 @@ def _token_baselines(actions: list[DecodingAction], best: DecodingAction) -> lis
 
 
 def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progress: bool = True,
-             label: str = "demo", command: str = "", minutes: float | None = None) -> dict:
+             label: str = "demo", command: str = "", minutes: float | None = None, device: str = "auto") -> dict:
     """Run every stage into ``out`` and return the evaluation results. With ``minutes``, the sizes
     are cut by ``fit_to_minutes`` when this machine's plan is longer (the report says so)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     clock = pipeline.StageClock(label, out / "stage_minutes.json", plan=estimate_minutes(cfg))
     clock.begin("load", "loading the frozen LM", model)
-    lm = load_frozen_lm(model)
+    lm = load_frozen_lm(ModelSpec(name_or_path=model, device=device))
     task = get_task("arithmetic")
     speed = _probe_once(lm, task, out / "decode_probe.json")  # the plan, scaled to this machine
 
