@@ -76,12 +76,13 @@ def train(args, lm, task) -> None:
 
     names = [a.name for a in DraftTable.load(args.out / "table_train.jsonl").actions]
     action_sets = [[names[int(i)] for i in group.split("+")] for group in args.action_sets.split(",")]
-    summary_path = args.out / "train_summary.json"
+    summary_path = args.out / f"train_summary{args.tag}.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     for features in args.features.split(","):
         for actions in action_sets:
             for cost, overrides in [(float(c), o) for c in args.costs.split(",") for o in grid(args.grid)]:
-                name = adapter_name(features, actions, cost, overrides)
+                name = adapter_name(features, actions, cost, overrides) + (
+                    "" if args.budgets == "1" else f"__B{args.budgets.replace(',', '-')}") + args.tag
                 if name in summary:
                     continue
                 config = DraftTrainConfig(**{**dict(
@@ -125,7 +126,7 @@ def chosen_adapters(args, budget: int) -> dict[str, str]:
     """The adapters a user would pick on validation for parallel budget B: per group (the draft's
     feature sets, or the prompt-fed control) the best validation pass@B among those trained at B
     that spend at most ``--max-decodes`` decodes per problem at B = 1 (ties: fewer re-decodes)."""
-    summary = json.loads((args.out / "train_summary.json").read_text())
+    summary = json.loads((args.out / f"train_summary{args.tag}.json").read_text())
     best: dict[str, tuple] = {}
     for name, row in summary.items():
         figure = row["val"].get(str(budget))
@@ -149,13 +150,18 @@ def compare(args) -> dict:
 
     table = DraftTable.load(args.out / "table_validation.jsonl")
     train_table = DraftTable.load(args.out / "table_train.jsonl")
-    ids = table.problem_ids
+    train_ids = train_table.problem_ids[: args.train_problems]
+    if args.report == "train-holdout":  # training-split problems no adapter was trained on
+        table, ids = train_table, train_table.problem_ids[args.train_problems:]
+        tuning = DraftTable.load(args.out / "table_validation.jsonl")
+    else:
+        ids, tuning = table.problem_ids, table
     action = table.actions[0].name
-    out = {"validation_problems": len(ids), "action": action, "adapters": {}, "by_budget": {}}
+    out = {"report": args.report, "problems": len(ids), "action": action, "adapters": {}, "by_budget": {}}
     samples = min(len(table.records[i]["samples"][action]) for i in ids)
     features = args.threshold_features.split(",")
-    on_train = ev.tune_threshold(train_table, train_table.problem_ids, action, max_decodes=args.max_decodes,
-                                 features=features)
+    on_train = ev.tune_threshold(train_table, train_ids, action, max_decodes=args.max_decodes, features=features)
+    tuned = ev.tune_threshold(tuning, tuning.problem_ids, action, max_decodes=args.max_decodes, features=features)
     for budget in [b for b in (1, 2, 4, 8) if b <= samples]:
         adapters = chosen_adapters(args, budget)
         out["adapters"][str(budget)] = adapters
@@ -166,7 +172,9 @@ def compare(args) -> dict:
             choices[group] = (policy, x, [a.name for a in config.action_list], name)
         rows = {"Greedy": ev.static_rows(table, ids, None, budget, "Greedy"),
                 f"Sampler ({action})": ev.static_rows(table, ids, action, budget, "Sampler")}
-        best_name = max(rows, key=lambda n: sum(rows[n].passed))
+        on_validation = {"Greedy": ev.static_rows(tuning, tuning.problem_ids, None, budget),  # Best: chosen there
+                         f"Sampler ({action})": ev.static_rows(tuning, tuning.problem_ids, action, budget)}
+        best_name = max(on_validation, key=lambda n: sum(on_validation[n].passed) / len(tuning.problem_ids))
         rows["Best"] = rows[best_name]
         redecode_all = ev.gated_rows(table, ids, [1] * len(ids), [action], budget, "redecode")
         oracle = ev.MethodRows("Oracle (per-problem best arm)", budget)  # keep (the draft alone) or re-decode
@@ -181,13 +189,13 @@ def compare(args) -> dict:
         if "Draft-gated" in rows:
             share = sum(rows["Draft-gated"].redecoded) / len(ids)
             rows["Random gate (same share)"] = ev.random_gate_rows(table, ids, share, action, budget, "Random gate")
-            candidates = []
-            for feature in args.threshold_features.split(","):  # the feature is chosen on validation
-                confidence = ev.confidence_of(table, ids, feature)
-                gate = ev.threshold_choices(confidence, ev.threshold_for_rate(confidence, share))
-                candidates.append(ev.gated_rows(table, ids, gate, [action], budget, f"threshold {feature}"))
-            rows["Confidence threshold (same share)"] = max(candidates, key=lambda r: sum(r.passed))
-        tuned = ev.tune_threshold(table, ids, action, max_decodes=args.max_decodes, features=features)
+            best_feature = max(features, key=lambda f: sum(ev.gated_rows(  # the feature is chosen on validation
+                tuning, tuning.problem_ids, ev.threshold_choices(ev.confidence_of(tuning, tuning.problem_ids, f),
+                ev.threshold_for_rate(ev.confidence_of(tuning, tuning.problem_ids, f), share)), [action], budget,
+                f).passed))
+            confidence = ev.confidence_of(table, ids, best_feature)
+            gate = ev.threshold_choices(confidence, ev.threshold_for_rate(confidence, share))
+            rows["Confidence threshold (same share)"] = ev.gated_rows(table, ids, gate, [action], budget, best_feature)
         rows["Confidence threshold (tuned on validation)"] = ev.gated_rows(
             table, ids, ev.threshold_choices(ev.confidence_of(table, ids, tuned["feature"]), tuned["threshold"]),
             [action], budget, "Confidence threshold (tuned)")
@@ -210,7 +218,7 @@ def compare(args) -> dict:
                             if k.startswith("pass_vs_"))
             print(f"  {n:38s} pass {r['pass']:5.1f}  majority {r['majority']:5.1f}  decodes "
                   f"{r['decodes_per_problem']:.2f}  tokens {r['tokens_per_problem']:6.1f}{extra}", flush=True)
-    (args.out / "compare.json").write_text(json.dumps(out, indent=1) + "\n")
+    (args.out / f"compare{args.tag}.json").write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out))
     return out
 
@@ -244,6 +252,10 @@ def main() -> None:
     parser.add_argument("--prompts-per-step", type=int, default=32)
     parser.add_argument("--val-every", type=int, default=10)
     parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--tag", default="", help="suffix of the adapters' names and of the summary files")
+    parser.add_argument("--report", choices=["validation", "train-holdout"], default="validation",
+                        help="compare: score on the validation table, or on the training problems after the first "
+                        "--train-problems (which no adapter trained on; every choice stays on validation)")
     parser.add_argument("--grid", default="",
                         help='train: JSON of DraftTrainConfig fields to lists of values, e.g. {"policy_hidden": [32]}')
     parser.add_argument("--max-decodes", type=float, default=1.5,
