@@ -218,7 +218,7 @@ def compare(args) -> dict:
                             if k.startswith("pass_vs_"))
             print(f"  {n:38s} pass {r['pass']:5.1f}  majority {r['majority']:5.1f}  decodes "
                   f"{r['decodes_per_problem']:.2f}  tokens {r['tokens_per_problem']:6.1f}{extra}", flush=True)
-    (args.out / f"compare{args.tag}.json").write_text(json.dumps(out, indent=1) + "\n")
+    (args.out / f"compare{args.tag}_{args.report}.json").write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out))
     return out
 
