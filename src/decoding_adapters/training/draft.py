@@ -34,7 +34,7 @@ from typing import Sequence
 
 import torch
 
-from ..decoding.actions import GREEDY, ActionSet, DecodingAction
+from ..decoding.actions import GREEDY, ActionSet, DecodingAction, load_action_set
 from ..decoding.loop import decode, row_seed
 from ..decoding.rollouts import encode_problems
 from ..policies.draft import (
@@ -285,8 +285,6 @@ def ensure_tables(config: DraftTrainConfig, lm, task, on_chunk=None) -> None:
     ``config.val_table`` (the first ``val_problems`` validation problems) where they are missing or
     unfinished: the greedy draft and ``table_samples`` re-decodes under every sampled action of
     ``config.actions`` (greedy is the draft)."""
-    from ..decoding.actions import load_action_set
-
     actions = [a for a in load_action_set(config.actions) if not a.is_greedy]
     if not actions:
         raise ValueError(f"the action set {config.actions!r} has no sampled action to re-decode with")
