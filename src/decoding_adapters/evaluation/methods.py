@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Mapping, Sequence
+from typing import Callable, Literal, Mapping, Sequence
 
 import torch
 
 from ..core.stats import check_int
 from ..decoding.actions import GREEDY, DecodingAction
+from ..decoding.loop import DecodeResult
+from ..decoding.rollouts import RolloutRequest, Rollouts
 from ..policies.networks import AdapterConfig, load_adapter, resolve_policy_mode
 from ..selection.best import BestStatic
 
@@ -19,7 +21,10 @@ __all__ = [
     "EvalConfig",
     "Method",
     "MethodKind",
+    "MethodRollout",
     "greedy_method",
+    "stop_at_first_answer_method",
+    "STOP_AT_FIRST_ANSWER",
     "static_method",
     "best_per_k_method",
     "best_static_method",
@@ -33,7 +38,20 @@ __all__ = [
     "resolve_best_action",
 ]
 
-MethodKind = Literal["greedy", "static", "mixed", "sequence", "token"]
+MethodKind = Literal["greedy", "static", "mixed", "sequence", "token", "custom"]
+
+MethodRollout = Callable[[Rollouts, RolloutRequest, int], DecodeResult]
+"""How a method that produces its answers its own way decodes them: ``(rollouts over the method's
+actions, the rows to answer, evaluation seed) -> DecodeResult`` with one row per requested row, in
+request order (``request.row_seeds`` keep the evaluation's common random numbers). The result's
+``texts`` are the answers scored. Its per-row ``decodes`` and ``generated_tokens`` must count every
+pass the answer cost: a greedy draft and a conditional re-decode reports ``decodes`` 1 where the
+draft was kept and 2 where it re-decoded, and the tokens of both passes. The evaluation aggregates
+them into ``decodes_per_problem`` / ``tokens_per_problem`` (``runner.subset_cost``). Helpers:
+``decoding.rollouts.take_rows`` and ``concat_results`` build the merged result."""
+
+STOP_AT_FIRST_ANSWER = "Stop at first answer"
+"""Display name of the greedy baseline that ends each row at its first complete answer."""
 
 
 # ---- configuration and methods -------------------------------------------------------------------
@@ -118,12 +136,22 @@ class Method:
     k_actions: dict[int, DecodingAction] | None = None
     """greedy/static only: the action whose samples give pass@k, for each k (the Best row: the best
     static strategy at each k, chosen on validation); None: ``actions[0]`` for every k."""
+    stop_at_answer: bool = False
+    """greedy/static only: end each row at its first complete answer (``Task.answer_complete``,
+    checked inside the decode loop after every token, so the tokens after it are never generated)."""
+    rollout: MethodRollout | None = None
+    """custom only: how the method decodes its rows (e.g. a draft, then a conditional re-decode);
+    its rows are its own, never shared with another method."""
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a method needs a name")
-        if self.kind not in ("greedy", "static", "mixed", "sequence", "token"):
+        if self.kind not in ("greedy", "static", "mixed", "sequence", "token", "custom"):
             raise ValueError(f"unknown method kind {self.kind!r}")
+        if (self.kind == "custom") != (self.rollout is not None):
+            raise ValueError(f"method {self.name!r}: a custom method needs a rollout, and only a custom one takes it")
+        if self.stop_at_answer and self.kind not in ("greedy", "static"):
+            raise ValueError(f"method {self.name!r}: only a static method can stop at the first answer")
         if not self.actions:
             raise ValueError(f"method {self.name!r} has no actions")
         if self.k_actions is not None:
@@ -146,6 +174,12 @@ class Method:
     def decodes_per_token(self) -> bool:
         """Whether a chooser picks this method's action at every token (token adapters, per-token Mixed)."""
         return self.kind == "token" or self.per_token
+
+    @property
+    def decodes_own_rows(self) -> bool:
+        """Whether the method's rows are its own (a chooser at every token, or its own rollout)
+        rather than static rows keyed by action and shared with other methods."""
+        return self.decodes_per_token or self.kind == "custom"
 
     @property
     def action_names(self) -> list[str]:
@@ -184,11 +218,20 @@ class Method:
             out["adapter_policy"] = dict(self.adapter.policy)
         if self.k_actions is not None:
             out["k_actions"] = {str(k): a.name for k, a in self.k_actions.items()}
+        if self.stop_at_answer:
+            out["stop_at_answer"] = True
         return out
 
 
 def greedy_method(name: str = "Greedy") -> Method:
     return Method(name, "greedy", [GREEDY], role="greedy")
+
+
+def stop_at_first_answer_method(name: str = STOP_AT_FIRST_ANSWER) -> Method:
+    """Greedy that ends each row at its first complete answer (what the task calls complete:
+    ``Task.answer_complete``); a static baseline, role 'stop at first answer'. On a task whose
+    answers are never complete before the end (code) it equals Greedy."""
+    return Method(name, "greedy", [GREEDY], role="stop at first answer", stop_at_answer=True)
 
 
 def static_method(action: DecodingAction, name: str = "Best", role: str = "best") -> Method:

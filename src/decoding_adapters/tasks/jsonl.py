@@ -312,6 +312,11 @@ class JsonlTask(Task):
             return 0.0
         return min(max(score, 0.0), 1.0)
 
+    def answer_complete(self, problem: Problem, text: str) -> bool:
+        """With the default verifier (:func:`exact_match`, which prefers a boxed answer): a closed
+        ``\\boxed{}``. A verifier of your own may read anything: never."""
+        return self.verifier is None and extract_boxed(text) is not None
+
     def _warn(self, problem: Problem, failure: str) -> None:
         self.verifier_failures += 1
         n = self.verifier_failures

@@ -115,6 +115,15 @@ def extract_final_answer(text: str) -> str | None:
     return None
 
 
+def final_answer_complete(text: str) -> bool:
+    """Whether ``text`` (a completion so far) holds a finished final answer: a closed ``\\boxed{}``,
+    or a ``#### X`` / "answer is X" / "Answer: X" line that a newline has ended."""
+    if extract_boxed(text) is not None:
+        return True
+    lines = (match for pattern in (_HASHES, _ANSWER_LINE) for match in pattern.finditer(text))
+    return any(text.find("\n", match.end()) >= 0 for match in lines)
+
+
 # --------------------------------------------------------------------------- fast normaliser
 
 _SIZING = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![a-zA-Z])")
@@ -338,6 +347,10 @@ class _JsonlMathTask(Task):
     def extract_answer(self, problem: Problem, completion: str) -> str:
         answer = extract_final_answer(completion)
         return "" if answer is None else canonical_answer(answer)
+
+    def answer_complete(self, problem: Problem, text: str) -> bool:
+        """A closed ``\\boxed{}``, or a ``####`` / "answer is" line ended by a newline."""
+        return final_answer_complete(text)
 
     @abstractmethod
     def to_problem(self, row: dict[str, Any], problem_id: str) -> Problem:
