@@ -168,3 +168,40 @@ def test_method_options_are_checked():
         Method("x", "greedy", [GREEDY], rollout=draft_then_redecode)
     with pytest.raises(ValueError, match="first answer"):
         Method("x", "mixed", [GREEDY, SAMPLER], stop_at_answer=True)
+
+
+def test_best_can_take_a_k_from_stopping_at_the_first_answer(tiny_lm, tmp_path):
+    import json
+
+    from decoding_adapters.evaluation import STOP_CANDIDATE, best_per_k_method, best_static_method, select_best_action
+    from decoding_adapters.experiments.pipeline import best_method
+
+    cfg = EvalConfig(k_values=(1, 2), seeds=2, token_budget=12, keep_trajectories=0)
+    best = best_per_k_method({1: STOP_CANDIDATE, 2: SAMPLER})
+    assert best.k_stop == {1} and best.describe()["k_actions"] == {"1": STOP_CANDIDATE, "2": SAMPLER.name}
+    ev = run(tiny_lm, [stop_at_first_answer_method(), static_method(SAMPLER, name="Sampler", role="s"), best], cfg)
+    per = ev.details["per_problem"]
+    assert per["Best"]["pass@1"] == per["Stop at first answer"]["pass@1"]
+    assert per["Best"]["pass@2"] == per["Sampler"]["pass@2"]
+    assert ev.details["methods"]["Best"]["tokens_per_problem"]["1"] == \
+        ev.details["methods"]["Stop at first answer"]["tokens_per_problem"]["1"]
+    with pytest.raises(ValueError, match="neither"):
+        best_per_k_method({1: "greedy"})
+    # chosen on validation among the candidates, stopping included
+    task = ContainsOne()
+    chosen = select_best_action(tiny_lm, task, task.load("validation"), [SAMPLER, GREEDY], samples=2,
+                                k_values=(1, 2), config=cfg, stop_at_first_answer=True)
+    assert chosen.names == (SAMPLER.name, "greedy", STOP_CANDIDATE)
+    assert chosen.score_for(1, STOP_CANDIDATE) == chosen.score_for(2, STOP_CANDIDATE)  # deterministic
+    method = best_static_method(chosen, [SAMPLER, GREEDY])
+    assert all(method.stops_at(k) == (chosen.name_for(k) == STOP_CANDIDATE) for k in (1, 2))
+    # the study's Best row: stopping wins a k only when strictly ahead of the selection's best there
+    actions = tmp_path / "actions.json"
+    actions.write_text(json.dumps({"best_per_k": {"k_values": [1, 2], "best": {"1": "greedy", "2": SAMPLER.name},
+                                                  "best_score": {"1": 0.4, "2": 0.6},
+                                                  "actions": {"greedy": GREEDY.to_dict(),
+                                                              SAMPLER.name: SAMPLER.to_dict()}}}))
+    assert best_method(actions, (1, 2)).k_stop == frozenset()
+    assert best_method(actions, (1, 2), stop_score=0.5).k_stop == {1}
+    assert best_method(actions, (1, 2), stop_score=0.6).k_stop == {1}  # a tie at k=2 stays with the sampler
+    assert best_method(actions, (1, 2), stop_score=0.7).k_stop == {1, 2}

@@ -8,14 +8,15 @@ Methods (each a :class:`Method`), evaluated on the same problems and seeds:
   and is decoded once per prompt (``EvalConfig.decode_deterministic_once``; off decodes every
   sample, with the same outcomes).
 - ``Best``: the strongest static baseline: for each reported pass@k, the single strategy among
-  every static candidate (the pool and greedy) with the highest validation pass@k
+  every static candidate (the pool, greedy and stop at the first answer) with the highest validation pass@k
   (``selection.best``; ``best_per_k`` of ``select-actions``' ``actions.json``, or
   :func:`select_best_action`), so pass@1 may come from greedy's samples and pass@8 from a
   sampler's (``best_per_k_method``; ``eval_details.json`` names the action of each k).
 - ``Stop at first answer``: greedy that ends each row at its first complete answer (what the task
   calls complete: ``Task.answer_complete``), checked inside the decode loop after every token, so
   the tokens after the answer are never generated (``stop_at_first_answer_method``). A static
-  baseline beside Greedy and Best.
+  baseline beside Greedy and Best, and a candidate for Best (``STOP_CANDIDATE``: Best's pass@k may
+  come from its rows where it won on validation).
 - ``Mixed``: every sample draws its action uniformly from an action set (seeded, per sample): the
   sequence-level Mixed. Over the token action set this per-sequence mixture has its own row
   (``Mixed per sequence (token actions)``).
@@ -103,6 +104,7 @@ budget cuts off, to choose the budget on validation); the statistics are in
 from ..core.stats import binomial_halfwidth
 from .methods import (
     STOP_AT_FIRST_ANSWER,
+    STOP_CANDIDATE,
     EvalConfig,
     Method,
     MethodRollout,
@@ -122,6 +124,7 @@ from .methods import (
 )
 from .ood import ood_label, ood_labels
 from .runner import (
+    COMPUTE_FIELDS,
     Evaluation,
     StaticKey,
     TokenKey,
@@ -138,9 +141,11 @@ __all__ = [
     "Method",
     "MethodRollout",
     "STOP_AT_FIRST_ANSWER",
+    "STOP_CANDIDATE",
     "greedy_method",
     "stop_at_first_answer_method",
     "subset_cost",
+    "COMPUTE_FIELDS",
     "static_method",
     "best_per_k_method",
     "best_static_method",

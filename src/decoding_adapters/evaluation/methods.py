@@ -25,6 +25,7 @@ __all__ = [
     "greedy_method",
     "stop_at_first_answer_method",
     "STOP_AT_FIRST_ANSWER",
+    "STOP_CANDIDATE",
     "static_method",
     "best_per_k_method",
     "best_static_method",
@@ -52,6 +53,10 @@ them into ``decodes_per_problem`` / ``tokens_per_problem`` (``runner.subset_cost
 
 STOP_AT_FIRST_ANSWER = "Stop at first answer"
 """Display name of the greedy baseline that ends each row at its first complete answer."""
+
+STOP_CANDIDATE = "greedy, stop at first answer"
+"""The name of that strategy among the static candidates the Best row is chosen from (a
+``best_per_k_method`` value, a ``selection.best.BestStatic`` name)."""
 
 
 # ---- configuration and methods -------------------------------------------------------------------
@@ -139,6 +144,9 @@ class Method:
     stop_at_answer: bool = False
     """greedy/static only: end each row at its first complete answer (``Task.answer_complete``,
     checked inside the decode loop after every token, so the tokens after it are never generated)."""
+    k_stop: frozenset[int] = frozenset()
+    """With ``k_actions``: the k whose samples stop at the first answer (the Best row where that
+    strategy won on validation)."""
     rollout: MethodRollout | None = None
     """custom only: how the method decodes its rows (e.g. a draft, then a conditional re-decode);
     its rows are its own, never shared with another method."""
@@ -150,8 +158,11 @@ class Method:
             raise ValueError(f"unknown method kind {self.kind!r}")
         if (self.kind == "custom") != (self.rollout is not None):
             raise ValueError(f"method {self.name!r}: a custom method needs a rollout, and only a custom one takes it")
-        if self.stop_at_answer and self.kind not in ("greedy", "static"):
+        if (self.stop_at_answer or self.k_stop) and self.kind not in ("greedy", "static"):
             raise ValueError(f"method {self.name!r}: only a static method can stop at the first answer")
+        self.k_stop = frozenset(int(k) for k in self.k_stop)
+        if self.k_stop and (self.k_actions is None or not self.k_stop <= set(self.k_actions)):
+            raise ValueError(f"method {self.name!r}: k_stop names k without an action in k_actions")
         if not self.actions:
             raise ValueError(f"method {self.name!r} has no actions")
         if self.k_actions is not None:
@@ -195,6 +206,10 @@ class Method:
             chosen = ", ".join(map(str, self.k_actions))
             raise ValueError(f"{self.name} has no action for pass@{k} (it has one for k in {chosen})") from None
 
+    def stops_at(self, k: int) -> bool:
+        """Whether pass@k's samples end at their first complete answer."""
+        return self.stop_at_answer or k in self.k_stop
+
     def policy_for(self, seed: int) -> torch.nn.Module | None:
         return self.seed_policies[seed % len(self.seed_policies)] if self.seed_policies else self.policy
 
@@ -217,7 +232,8 @@ class Method:
         if self.adapter is not None:
             out["adapter_policy"] = dict(self.adapter.policy)
         if self.k_actions is not None:
-            out["k_actions"] = {str(k): a.name for k, a in self.k_actions.items()}
+            out["k_actions"] = {str(k): STOP_CANDIDATE if k in self.k_stop else a.name
+                                for k, a in self.k_actions.items()}
         if self.stop_at_answer:
             out["stop_at_answer"] = True
         return out
@@ -238,18 +254,25 @@ def static_method(action: DecodingAction, name: str = "Best", role: str = "best"
     return Method(name, "greedy" if action.is_greedy else "static", [action], role=role)
 
 
-def best_per_k_method(k_actions: Mapping[int, DecodingAction], name: str = "Best", role: str = "best") -> Method:
+def best_per_k_method(k_actions: Mapping[int, DecodingAction | str], name: str = "Best", role: str = "best") -> Method:
     """A static row whose pass@k comes from the samples of ``k_actions[k]``: the Best row when the
-    best static strategy differs between metrics (greedy at pass@1, a sampler at pass@8)."""
-    actions = list(dict.fromkeys(k_actions[k] for k in sorted(k_actions)))
+    best static strategy differs between metrics (greedy at pass@1, a sampler at pass@8). A value
+    :data:`STOP_CANDIDATE` means greedy ended at its first complete answer."""
+    for k, a in k_actions.items():
+        if not isinstance(a, DecodingAction) and a != STOP_CANDIDATE:
+            raise ValueError(f"pass@{k}: {a!r} is neither a DecodingAction nor {STOP_CANDIDATE!r}")
+    stop = frozenset(k for k, a in k_actions.items() if a == STOP_CANDIDATE)
+    plain = {k: GREEDY if k in stop else a for k, a in k_actions.items()}
+    actions = list(dict.fromkeys(plain[k] for k in sorted(plain)))
     kind = "greedy" if all(a.is_greedy for a in actions) else "static"
-    return Method(name, kind, actions, role=role, k_actions=dict(k_actions))
+    return Method(name, kind, actions, role=role, k_actions=plain, k_stop=stop)
 
 
 def best_static_method(best: BestStatic, actions: Sequence[DecodingAction], name: str = "Best",
                        role: str = "best") -> Method:
-    """The Best row from a ``selection.best.BestStatic`` (its names resolved among ``actions``)."""
-    by_name = {a.name: a for a in actions}
+    """The Best row from a ``selection.best.BestStatic`` (its names resolved among ``actions``, and
+    :data:`STOP_CANDIDATE`)."""
+    by_name = {a.name: a for a in actions} | {STOP_CANDIDATE: STOP_CANDIDATE}
     return best_per_k_method({k: by_name[best.name_for(k)] for k in best.k_values}, name, role)
 
 

@@ -25,7 +25,7 @@ from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, encode_pro
 from ..policies.networks import TokenPolicyChooser, UniformChooser
 from ..selection.best import BestStatic, best_static_from_counts
 from ..tasks import content_hash
-from .methods import EvalConfig, Method, static_method
+from .methods import STOP_CANDIDATE, EvalConfig, Method, static_method, stop_at_first_answer_method
 
 __all__ = [
     "Evaluation",
@@ -37,7 +37,12 @@ __all__ = [
     "format_table",
     "train_overlap",
     "subset_cost",
+    "COMPUTE_FIELDS",
 ]
+
+COMPUTE_FIELDS = ("decodes_per_problem", "tokens_per_problem")
+"""The keys of ``eval_details.json`` ``methods[name]`` that the evaluation measures (the others
+describe the method)."""
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +101,7 @@ def _sample_keys(method: Method, cfg: EvalConfig, s: int, i: int, pid: str, choi
     if method.kind == "mixed":
         keys = [_static_key(_mixed_action(method, cfg, s, pid, j), s, i, j, once) for j in range(n)]
     elif method.k_actions is not None:  # the Best row: pass@k from the samples of that k's action
-        return [[_static_key(method.action_for_k(k), s, i, j, once, method.stop_at_answer) for j in range(n)]
+        return [[_static_key(method.action_for_k(k), s, i, j, once, method.stops_at(k)) for j in range(n)]
                 for k in ks]
     else:
         keys = [_static_key(method.actions[0], s, i, j, once, method.stop_at_answer) for j in range(n)]
@@ -707,11 +712,14 @@ def select_best_action(
     samples: int = 4,
     k_values: Sequence[int] = (1,),
     config: EvalConfig | None = None,
+    stop_at_first_answer: bool = False,
     **kwargs,
 ) -> BestStatic:
     """The best static strategy among ``actions`` at each pass@k in ``k_values``
     (``selection.best``), from ``samples`` samples of every action on ``problems`` in one seed (use
-    validation problems, never the test set). Ties go to the earlier action."""
+    validation problems, never the test set). Ties go to the earlier action. With
+    ``stop_at_first_answer``, greedy ended at its first complete answer is a candidate too, last,
+    named :data:`~.methods.STOP_CANDIDATE`."""
     base = config or EvalConfig()
     cfg = EvalConfig(
         k_values=(1, samples),
@@ -722,11 +730,15 @@ def select_best_action(
         keep_trajectories=0,
     )
     methods = [static_method(a, name=f"{i}:{a.name}") for i, a in enumerate(actions)]
+    names = [a.name for a in actions]
+    if stop_at_first_answer:
+        methods.append(stop_at_first_answer_method(f"{len(actions)}:{STOP_CANDIDATE}"))
+        names.append(STOP_CANDIDATE)
     ev = evaluate(lm, task, problems, methods, cfg, **kwargs)
     # pass@1 of a problem in the one seed is c / samples: the counts behind every pass@k
     correct = [[round(ev.details["per_problem"][m.name]["pass@1"][i][0] * samples) for m in methods]
                for i in range(len(problems))]
-    return best_static_from_counts(correct, samples, k_values, [a.name for a in actions])
+    return best_static_from_counts(correct, samples, k_values, names)
 
 
 # ---- printing ------------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from ..evaluation import (
     greedy_method,
     mixed_method,
     sequence_mixture_of_token_actions,
+    stop_at_first_answer_method,
     token_mixed_method,
 )
 from ..lm.models import ModelSpec, load_frozen_lm
@@ -515,6 +516,7 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     meta = pipeline.selection_meta(cfg, task.name, len(problems), pool)
     print(pipeline.write_selection(out / "actions", pool, table, sel.k, meta, cfg.eval.k_values))
     actions_path, table_path = out / "actions" / "actions.json", out / "actions" / "outcomes.jsonl"
+    stop_score = pipeline.stop_first_validation(lm, task, problems, cfg, out / "actions" / "stop_first.json", progress)
     token_actions = list(PRESETS["math-token"])
     best_token = _best_token_action(lm, task, cfg, out / "actions", progress)
     token_baselines = _token_baselines(token_actions, best_token)
@@ -546,7 +548,8 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
 
     clock.begin("evaluate", "evaluation", f"{cfg.eval_problems} test problems x {cfg.seeds} seeds, "
                                           f"pass@{','.join(map(str, cfg.eval.k_values))}")
-    methods = [greedy_method(), pipeline.best_method(actions_path, cfg.eval.k_values),
+    methods = [greedy_method(), stop_at_first_answer_method(),
+               pipeline.best_method(actions_path, cfg.eval.k_values, stop_score),
                mixed_method(load_action_set(actions_path), "Mixed"),
                *token_baselines]
     methods += [pipeline.adapter_runs(out, prefix, cfg, lm, name) for prefix, name in ADAPTER_NAMES.items()]
