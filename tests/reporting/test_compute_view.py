@@ -101,3 +101,14 @@ def test_report_has_the_section_and_the_figure(tmp_path):
     assert "## Accuracy per compute" in report and "![Accuracy per compute](pass_vs_compute.png)" in report
     assert (tmp_path / "pass_vs_compute.png").stat().st_size > 10_000
     assert method_info(results, None)["Stop at first answer"]["role"] == "stop at first answer"
+
+
+def test_best_line_says_when_stopping_was_a_candidate():
+    from decoding_adapters.reporting.report import best_line
+
+    results, details = synthetic()
+    details["methods"]["Best"]["k_actions"] = {"1": "greedy, stop at first answer", "2": "T=1", "4": "T=1"}
+    assert "(every candidate and greedy)" in best_line(results, details)
+    details["methods"]["Best"]["stop_candidate"] = True
+    line = best_line(results, details)
+    assert "greedy stopped at its first answer" in line and "Pass@1 `greedy, stop at first answer`" in line

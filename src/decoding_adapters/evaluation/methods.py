@@ -147,6 +147,8 @@ class Method:
     k_stop: frozenset[int] = frozenset()
     """With ``k_actions``: the k whose samples stop at the first answer (the Best row where that
     strategy won on validation)."""
+    stop_candidate: bool = False
+    """The Best row: stopping at the first answer was among the candidates it was chosen from."""
     rollout: MethodRollout | None = None
     """custom only: how the method decodes its rows (e.g. a draft, then a conditional re-decode);
     its rows are its own, never shared with another method."""
@@ -236,6 +238,8 @@ class Method:
                                 for k, a in self.k_actions.items()}
         if self.stop_at_answer:
             out["stop_at_answer"] = True
+        if self.stop_candidate:
+            out["stop_candidate"] = True
         return out
 
 
@@ -254,10 +258,12 @@ def static_method(action: DecodingAction, name: str = "Best", role: str = "best"
     return Method(name, "greedy" if action.is_greedy else "static", [action], role=role)
 
 
-def best_per_k_method(k_actions: Mapping[int, DecodingAction | str], name: str = "Best", role: str = "best") -> Method:
+def best_per_k_method(k_actions: Mapping[int, DecodingAction | str], name: str = "Best", role: str = "best",
+                      stop_candidate: bool = False) -> Method:
     """A static row whose pass@k comes from the samples of ``k_actions[k]``: the Best row when the
     best static strategy differs between metrics (greedy at pass@1, a sampler at pass@8). A value
-    :data:`STOP_CANDIDATE` means greedy ended at its first complete answer."""
+    :data:`STOP_CANDIDATE` means greedy ended at its first complete answer; ``stop_candidate``
+    records that it was a candidate (implied when it was chosen)."""
     for k, a in k_actions.items():
         if not isinstance(a, DecodingAction) and a != STOP_CANDIDATE:
             raise ValueError(f"pass@{k}: {a!r} is neither a DecodingAction nor {STOP_CANDIDATE!r}")
@@ -265,7 +271,8 @@ def best_per_k_method(k_actions: Mapping[int, DecodingAction | str], name: str =
     plain = {k: GREEDY if k in stop else a for k, a in k_actions.items()}
     actions = list(dict.fromkeys(plain[k] for k in sorted(plain)))
     kind = "greedy" if all(a.is_greedy for a in actions) else "static"
-    return Method(name, kind, actions, role=role, k_actions=plain, k_stop=stop)
+    return Method(name, kind, actions, role=role, k_actions=plain, k_stop=stop,
+                  stop_candidate=stop_candidate or bool(stop))
 
 
 def best_static_method(best: BestStatic, actions: Sequence[DecodingAction], name: str = "Best",
@@ -273,7 +280,8 @@ def best_static_method(best: BestStatic, actions: Sequence[DecodingAction], name
     """The Best row from a ``selection.best.BestStatic`` (its names resolved among ``actions``, and
     :data:`STOP_CANDIDATE`)."""
     by_name = {a.name: a for a in actions} | {STOP_CANDIDATE: STOP_CANDIDATE}
-    return best_per_k_method({k: by_name[best.name_for(k)] for k in best.k_values}, name, role)
+    return best_per_k_method({k: by_name[best.name_for(k)] for k in best.k_values}, name, role,
+                             stop_candidate=STOP_CANDIDATE in best.names)
 
 
 def load_best_per_k(spec: str | Path | Mapping) -> dict[int, DecodingAction] | None:

@@ -281,7 +281,7 @@ def best_method(actions: Path, k_values, stop_score: float | None = None) -> Met
         for k in k_values:
             if stop_score > float(scores[str(k)]) + TIE_TOLERANCE:
                 chosen[k] = STOP_CANDIDATE
-    return best_per_k_method(chosen)
+    return best_per_k_method(chosen, stop_candidate=stop_score is not None)
 
 
 def stop_first_validation(lm, task, problems, cfg: StudyConfig, path: Path, progress: bool) -> float:

@@ -506,7 +506,9 @@ def best_line(results: Mapping, details: Mapping | None = None) -> str:
     if not k_actions:
         actions = info[best].get("actions") or []
         return f"{best} is one static strategy at every k: `{actions[0]}`." if actions else ""
-    return (f"{best} is the static strategy (every candidate and greedy) with the highest validation pass@k, "
+    pool = "every candidate, greedy and greedy stopped at its first answer" if info[best].get("stop_candidate") \
+        else "every candidate and greedy"
+    return (f"{best} is the static strategy ({pool}) with the highest validation pass@k, "
             "chosen for each k: " + ", ".join(f"{_metric_label(m)} `{_k_action(info, best, m)}`" for m in metrics)
             + ".")
 
