@@ -170,7 +170,12 @@ def plot_pass_vs_compute(
     markers = "osD^v<>ph*"
     key = "tokens" if tokens else "decodes"
     for i, name in enumerate(methods):
-        own = sorted((p for p in points if p["method"] == name), key=lambda p: (p[key], p["k"]))
+        own = []  # points with the same compute and value (greedy at every k) drawn once, labelled with every k
+        for p in sorted((p for p in points if p["method"] == name), key=lambda p: (p[key], p["k"])):
+            if own and math.isclose(own[-1][key], p[key]) and math.isclose(own[-1]["mean"], p["mean"]):
+                own[-1] = {**own[-1], "ks": own[-1]["ks"] + [p["k"]]}
+            else:
+                own.append({**p, "ks": [p["k"]]})
         x = np.array([p[key] for p in own], dtype=float) * 2 ** (0.03 * (i - (len(methods) - 1) / 2))
         mean = np.array([p["mean"] for p in own]) * 100
         low = np.array([p["mean"] if p.get("low") is None else p["low"] for p in own]) * 100
@@ -179,9 +184,14 @@ def plot_pass_vs_compute(
                     color=method_color(i), marker=markers[i % 10], capsize=3, linewidth=1.6, markersize=6,
                     linestyle="--" if name in static else "-")
         for xi, yi, p in zip(x, mean, own):
-            ax.annotate(f"k={p['k']}", (xi, yi), textcoords="offset points", xytext=(4, -11), fontsize=7.5,
-                        color=method_color(i))
+            ax.annotate("k=" + ",".join(map(str, p["ks"])), (xi, yi), textcoords="offset points", xytext=(4, -11),
+                        fontsize=7.5, color=method_color(i))
     ax.set_xscale("log", base=2)
+    if not tokens:  # decodes: ticks at the powers of two the points span, written as numbers
+        top = max(p[key] for p in points)
+        ticks = [2.0**e for e in range(0, max(1, math.ceil(math.log2(max(top, 1.0)))) + 1)]
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
     ax.set_ylim(max(ax.get_ylim()[0], -2), min(ax.get_ylim()[1], 102))
     ax.set_xlabel("generated tokens per problem" if tokens else "decodes per problem (generated sequences)")
     ax.set_ylabel("pass@k (%)")

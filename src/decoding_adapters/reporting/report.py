@@ -937,8 +937,9 @@ def compute_section(results: Mapping, details: Mapping | None) -> str:
             "problem (a method that drafts and then re-decodes counts both), *tokens* are the generated tokens "
             "summed over the problem's decodes (EOS included, padding and forced tokens excluded). pass@k's k "
             "answers cost k samples; a deterministic row (greedy) is decoded once, so it costs one decode at every "
-            "k.\n\n" + table + "\n\nWho wins at each compute level (every method at the largest k it can afford "
-            "within that many decodes per problem, compared at equal or lower compute):\n\n"
+            "k.\n\n" + table + "\n\nWho wins at each compute level: every method at its best pass@k within that many "
+            "decodes per problem (equal or lower compute). pass@k with k > 1 counts a problem solved when any of its "
+            "k answers is right, which a user only gets with a verifier to pick it.\n\n"
             + "\n".join(compute_verdicts(results, details)))
 
 
