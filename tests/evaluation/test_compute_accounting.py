@@ -24,6 +24,7 @@ from decoding_adapters.evaluation import (
     subset_cost,
     token_mixed_method,
 )
+from decoding_adapters.policies.networks import TokenPolicy, TokenPolicyConfig
 from decoding_adapters.tasks import Problem, Task, chat_messages
 
 SAMPLER = DecodingAction(True, 1.25)
@@ -86,6 +87,31 @@ def run(lm, methods, cfg=CFG):
     task = ContainsOne()
     factory = lambda action_set, per_token: HFRollouts(lm, action_set, 16)  # noqa: E731
     return evaluate(lm, task, task.load("test"), methods, cfg, rollouts_factory=factory)
+
+
+def token_adapter(lm, name: str, mode: str, prefer: int) -> Method:
+    """A token adapter over math-token whose policy prefers action ``prefer`` at every token."""
+    torch.manual_seed(0)
+    policy = TokenPolicy(TokenPolicyConfig(hidden_size=lm.hidden_size, num_actions=4, token_budget=8))
+    with torch.no_grad():
+        last = [m for m in policy.mlp if isinstance(m, torch.nn.Linear)][-1]
+        last.weight.zero_()
+        last.bias.copy_(torch.nn.functional.one_hot(torch.tensor(prefer), 4).float() * 5)
+    return Method(name, "token", list(PRESETS["math-token"]), role="w/ budget", level="token", policy=policy,
+                  policy_mode=mode)
+
+
+def test_token_adapters_cost_k_decodes_unless_their_rows_are_deterministic(tiny_lm):
+    ev = run(tiny_lm, [token_adapter(tiny_lm, "Token greedy", "argmax", 0),
+                       token_adapter(tiny_lm, "Token hot", "sample", 3)])
+    info = ev.details["methods"]
+    # argmax at greedy everywhere: one row per problem stands for every sample (decoded once)
+    assert info["Token greedy"]["decodes_per_problem"] == {"1": 1.0, "2": 1.0, "4": 1.0}
+    lengths = ev.details["lengths"]["Token greedy"]  # [seed][problem][sample] flattened; samples are one row
+    assert info["Token greedy"]["tokens_per_problem"]["4"] == pytest.approx(statistics.fmean(lengths[0:16:4]))
+    assert info["Token hot"]["decodes_per_problem"] == {"1": 1.0, "2": 2.0, "4": 4.0}
+    mean_tokens = statistics.fmean(ev.details["lengths"]["Token hot"])  # every sample of every seed decoded
+    assert info["Token hot"]["tokens_per_problem"]["2"] == pytest.approx(2 * mean_tokens)
 
 
 def test_subset_cost_counts_a_shared_generation_once():
