@@ -286,7 +286,8 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
     n = max(cfg.eval.k_values) * cfg.eval_problems * cfg.seeds
     # static rows: Best, Mixed (K actions), token Mixed, best token action, the sequence adapters'
     # picks (shared with those where the action is the same: ~2 more actions' worth)
-    static_rows = n * 5 + cfg.eval_problems
+    # (+ one greedy row per problem, and one stopped at its first answer)
+    static_rows = n * 5 + 2 * cfg.eval_problems
     evaluation = _decode_minutes(static_rows, cfg) + _decode_minutes(n * 3, cfg, TOKEN_ROLLOUT_OVERHEAD)
     budget = 0.0
     if cfg.budget.candidates:  # greedy rows once at the largest candidate (about half of it is used)
@@ -294,7 +295,9 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
     slower = 1.0 if tokens_per_second is None else REFERENCE_PROBE_TOKENS_PER_SECOND / tokens_per_second
     decoding = {
         "budget": budget,
-        "select": _decode_minutes(pool * cfg.selection.problems * cfg.selection.samples, cfg, POOL_ROW_OVERHEAD),
+        # the pool's samples, then greedy stopped at its first answer once per problem (a Best candidate)
+        "select": _decode_minutes(pool * cfg.selection.problems * cfg.selection.samples, cfg, POOL_ROW_OVERHEAD)
+        + _decode_minutes(cfg.selection.problems, cfg),
         "sequence": sequence,
         "token": token,
         "evaluate": evaluation,
