@@ -7,7 +7,7 @@ import pytest
 
 from decoding_adapters.tasks import Problem, get_task
 from decoding_adapters.tasks.arithmetic import arithmetic_answer_complete, score_arithmetic
-from decoding_adapters.tasks.math import final_answer_complete
+from decoding_adapters.tasks.math import extract_boxed, final_answer_complete, has_closed_box
 
 PROBLEM = Problem("p", "What is 8 + 8?", "16")
 
@@ -74,3 +74,16 @@ def test_each_task_says_what_a_complete_answer_is():
     mix = get_task("arithmetic+pyfunc")
     tagged = [p for p in mix.load("test") if p.meta["domain"] == "arithmetic"][0]
     assert mix.answer_complete(tagged, "= 16 apples") and not mix.answer_complete(PROBLEM, "= 16 apples")
+
+
+@pytest.mark.parametrize("text", ["=" + " " * 50_000 + "x", " " * 50_000 + "5", "= " * 25_000, "answer" + " " * 50_000,
+                                  "\\boxed{" * 5_000, "**" * 25_000 + "\n"])
+def test_hostile_text_is_no_answer_and_never_raises(text):
+    assert not arithmetic_answer_complete(text)
+    assert not final_answer_complete(text)
+
+
+@pytest.mark.parametrize("text", ["\\boxed{5}", "\\boxed{\\frac{1}{2}}", "\\boxed{ \\boxed{5}", "a {b} \\fbox{x}",
+                                  "\\boxed{", "\\boxed{\\frac{1}{2}", "{}\\boxed{{}", "no box {}", "\\boxed{a}}{"])
+def test_has_closed_box_agrees_with_the_extractor(text):
+    assert has_closed_box(text) == (extract_boxed(text) is not None)

@@ -35,7 +35,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar
 
 from .base import SPLITS, Problem, Task, chat_messages, register_task, resolve_system_prompt
-from .math import extract_boxed
+from .math import extract_boxed, has_closed_box
 
 Pool = list[tuple[str, int]]
 """A family's distinct problems as ``(question, integer answer)``, in a fixed order."""
@@ -393,13 +393,15 @@ def _drop_cut_off_sentence(text: str) -> str:
 
 
 # Where a stated number is an answer: after "=", "equals", "answer is / : / =", "####" (markdown or
-# "$" between allowed); and a first line that is only a number, once the line has ended.
-_ANSWER_CONTEXT = re.compile(r"(?:=|\bequals\b|answer\s*(?:is|:|=)|####)[ \t]*[*$]*[ \t]*(-?\d+(?:,\d{3})*(?:\.\d+)?)",
-                             re.IGNORECASE)
+# "$" between allowed); and a first line that is only a number, once the line has ended. No two
+# adjacent repetitions can match the same characters, so a scan stays linear in the text.
+_ANSWER_CONTEXT = re.compile(
+    r"(?:=|\bequals\b|answer\s*(?:is|:|=)|####)[ \t]*(?:[*$]+[ \t]*)?(-?\d+(?:,\d{3})*(?:\.\d+)?)", re.IGNORECASE
+)
 # After the number: a line end, a character that can neither continue the number nor the
 # expression (an operator, "=", "x", a digit), or punctuation followed by a non-digit.
 _NUMBER_FINISHED = re.compile(r"[ \t]*\n|[ \t]*[^\s\d.,+\-*/×÷=^(xX]|\*\*|[.,;:!?](?:\s|[^\d\s])")
-_BARE_FIRST_LINE_ENDED = re.compile(r"\s*[*$]*\s*-?\d[\d,]*(?:\.\d+)?\s*[*$]*[ \t]*\.?[ \t]*\n")
+_BARE_NUMBER = re.compile(r"[*$]*\s*-?\d[\d,]*(?:\.\d+)?\s*[*$]*\.?")  # a stripped line that is one number
 
 
 def arithmetic_answer_complete(text: str) -> bool:
@@ -408,7 +410,11 @@ def arithmetic_answer_complete(text: str) -> bool:
     break; or a number after "=", "equals", "answer is" or "####" that something other than a
     digit, a decimal point or an operator follows ("= 16 pencils", "= 16.\\n", but not "= 7 + 4"
     or "= 1" that may still become 16). Linear in the text's length."""
-    if extract_boxed(text) is not None or _BARE_FIRST_LINE_ENDED.match(text):
+    if has_closed_box(text):
+        return True
+    stripped = text.lstrip()
+    newline = stripped.find("\n")
+    if newline >= 0 and _BARE_NUMBER.fullmatch(stripped[:newline].strip()):
         return True
     return any(_NUMBER_FINISHED.match(text, m.end()) for m in _ANSWER_CONTEXT.finditer(text))
 
