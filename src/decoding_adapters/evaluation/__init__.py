@@ -8,7 +8,8 @@ Methods (each a :class:`Method`), evaluated on the same problems and seeds:
   and is decoded once per prompt (``EvalConfig.decode_deterministic_once``; off decodes every
   sample, with the same outcomes).
 - ``Best``: the strongest static baseline: for each reported pass@k, the single strategy among
-  every static candidate (the pool, greedy and stop at the first answer) with the highest validation pass@k
+  every static candidate (the pool and greedy, and greedy stopped at its first answer where it was
+  scored: the studies, ``evaluate --best-action auto``) with the highest validation pass@k
   (``selection.best``; ``best_per_k`` of ``select-actions``' ``actions.json``, or
   :func:`select_best_action`), so pass@1 may come from greedy's samples and pass@8 from a
   sampler's (``best_per_k_method``; ``eval_details.json`` names the action of each k).
