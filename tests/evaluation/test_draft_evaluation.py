@@ -61,9 +61,12 @@ def test_draft_gated_rows_in_evaluate(tmp_path, tiny_lm):
             for k in (2, 4):
                 want = 1 - (1 - draft) * (1 - pass_at_k(4, c, k - 1))
                 assert per["Draft-gated redo"][f"pass@{k}"][i][s] == pytest.approx(want)
-    compute = result.details["draft"]
-    assert compute["Draft-gated keep"]["decodes_per_problem"] == {"1": 1, "2": 1, "4": 1}
-    assert compute["Draft-gated redo"]["decodes_per_problem"] == {"1": 2, "2": 2, "4": 4}
+    compute, shared = result.details["draft"], result.details["methods"]
+    for name, want in (("Draft-gated keep", {"1": 1, "2": 1, "4": 1}), ("Draft-gated redo", {"1": 2, "2": 2, "4": 4})):
+        assert compute[name]["decodes_per_problem"] == want
+        assert shared[name]["decodes_per_problem"] == pytest.approx(want)  # the evaluation's compute fields
+        for k in ("1", "2", "4"):
+            assert shared[name]["tokens_per_problem"][k] == pytest.approx(compute[name]["tokens_per_problem"][k])
     assert compute["Draft-gated redo"]["redecode_share"]["1"] == 1
     assert compute["Draft-gated keep"]["tokens_per_problem"]["1"] == pytest.approx(
         sum(result.details["lengths"]["Greedy"]) / 3)

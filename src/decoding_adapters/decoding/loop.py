@@ -45,7 +45,17 @@ from .actions import (
 )
 from .graph_sampling import GraphSampling
 
-__all__ = ["StepFeatures", "Chooser", "StepTokens", "DecodeResult", "Trajectory", "decode", "row_seed", "base_entropy"]
+__all__ = [
+    "StepFeatures",
+    "Chooser",
+    "StepTokens",
+    "StopCheck",
+    "DecodeResult",
+    "Trajectory",
+    "decode",
+    "row_seed",
+    "base_entropy",
+]
 
 
 @dataclass(frozen=True)
@@ -97,6 +107,11 @@ class StepTokens:
 StepCallback = Callable[[StepTokens], "Sequence[int] | None"]
 """Called after every step; may return global row indices to stop now (e.g. a client went away)."""
 
+StopCheck = Callable[[str], bool]
+"""A per-row stop condition on the row's text so far (decoded without special tokens, as
+``DecodeResult.texts``): True ends the row after the token that made it true, e.g. the task's
+"holds a complete answer" (``tasks.Task.answer_complete``)."""
+
 
 @dataclass
 class Trajectory:
@@ -128,6 +143,19 @@ class DecodeResult:
     token_budgets: torch.Tensor  # [N] long, the token budget of each row
     features: torch.Tensor | None = None  # [N, T, hidden] float when recorded
     prompts: list[list[int]] = field(default_factory=list)
+    stopped_by_check: torch.Tensor | None = None  # [N] bool: ended by its stop check (None: no row had one)
+    decodes: torch.Tensor | None = None
+    """``[N]`` long, generated sequences the row cost (None: one each). A method that decodes more
+    than once for an answer (a draft, then a re-decode) counts every pass here."""
+    generated_tokens: torch.Tensor | None = None
+    """``[N]`` long, tokens generated for the row over all its decodes, EOS included, padding and
+    forced tokens excluded (None: ``lengths``)."""
+
+    def row_costs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(decodes [N], generated tokens [N])`` that produced each row (see the fields)."""
+        decodes = self.decodes if self.decodes is not None else torch.ones_like(self.lengths)
+        tokens = self.generated_tokens if self.generated_tokens is not None else self.lengths
+        return decodes, tokens
 
     def valid_mask(self) -> torch.Tensor:
         """``[N, T]`` True on generated steps."""
@@ -235,6 +263,7 @@ def decode(
     record_features: bool = False,
     stop_token_ids: Sequence[int] | None = None,
     on_step: StepCallback | None = None,
+    stop_checks: Sequence[StopCheck | None] | None = None,
 ) -> DecodeResult:
     """Decode every row; see the module docstring.
 
@@ -250,6 +279,9 @@ def decode(
         on_step: called after each step with the tokens just produced (``StepTokens``), e.g. to
             stream them; it may return global row indices to stop now: those rows end after this
             step as if their budget ran out (``stopped_at_eos`` False), the others are unaffected.
+        stop_checks: one per row (None for a row without one): after each step a row whose check
+            is true of its text so far ends there (``stopped_by_check``), so a row can stop at its
+            first complete answer and spend no more tokens.
     """
     prompts = [list(p) for p in prompts]
     if prompt_of_row is None:
@@ -272,6 +304,10 @@ def decode(
     seeds = [row_seed(seed, i) for i in range(n)] if row_seeds is None else list(row_seeds)
     if len(seeds) != n:
         raise ValueError(f"got {len(seeds)} row seeds for {n} rows")
+    checks = list(stop_checks) if stop_checks is not None and any(c is not None for c in stop_checks) else None
+    if checks is not None and len(checks) != n:
+        raise ValueError(f"got {len(checks)} stop checks for {n} rows")
+    stopped_by_check = torch.zeros(n, dtype=torch.bool) if checks is not None else None
 
     device = lm.device
     seeds_dev = torch.tensor(seeds, dtype=torch.long, device=device)
@@ -315,6 +351,10 @@ def decode(
         at_eos = torch.isin(tokens, stop_ids)
         done = at_eos | (remaining <= 1)
         rec.eos[active_dev] |= at_eos
+        if checks is not None:  # per-row text conditions: the rows whose text now holds what ends them
+            hit = _check_rows(checks, active, ~done.cpu(), rec, t, lm.tokenizer)
+            stopped_by_check[hit] = True
+            done = done | torch.isin(active, hit).to(device)
         if on_step is not None:
             cancel = on_step(StepTokens(t, active, tokens.cpu(), action_index.cpu(), done.cpu(), at_eos.cpu()))
             if cancel is not None and len(cancel) > 0:
@@ -348,7 +388,19 @@ def decode(
         token_budgets=budgets,
         features=rec.features,
         prompts=prompts,
+        stopped_by_check=stopped_by_check,
     )
+
+
+def _check_rows(checks: list, active: torch.Tensor, running: torch.Tensor, rec: _Recorder, t: int,
+                tokenizer) -> torch.Tensor:
+    """Global indices of the rows still ``running`` (``[B]`` bool) whose stop check is true of their
+    text after step ``t`` (decoded as ``DecodeResult.texts`` will be)."""
+    rows = [int(r) for r, run in zip(active.tolist(), running.tolist()) if run and checks[r] is not None]
+    if not rows:
+        return torch.zeros(0, dtype=torch.long)
+    texts = tokenizer.batch_decode(rec.tokens[rows, : t + 1].tolist(), skip_special_tokens=True)  # rec: any device
+    return torch.tensor([r for r, text in zip(rows, texts) if checks[r](text)], dtype=torch.long)
 
 
 def _sample_step(logits: torch.Tensor, shifted: torch.Tensor, weights: torch.Tensor, action_set: ActionSet,
