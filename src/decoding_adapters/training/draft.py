@@ -284,8 +284,9 @@ def ensure_tables(config: DraftTrainConfig, lm, task, on_chunk=None) -> None:
     """Build ``config.table`` (the first ``max_train_prompts`` training problems) and
     ``config.val_table`` (the first ``val_problems`` validation problems) where they are missing or
     unfinished: the greedy draft and ``table_samples`` re-decodes under every sampled action of
-    ``config.actions`` (greedy is the draft)."""
-    actions = [a for a in load_action_set(config.actions) if not a.is_greedy]
+    ``config.actions`` (greedy is the draft; only ``redecode_actions`` when those are named)."""
+    wanted = set(config.redecode_actions)
+    actions = [a for a in load_action_set(config.actions) if not a.is_greedy and (not wanted or a.name in wanted)]
     if not actions:
         raise ValueError(f"the action set {config.actions!r} has no sampled action to re-decode with")
     for path, split, count in ((config.table, "train", config.max_train_prompts),
