@@ -14,6 +14,7 @@ import logging
 import sys
 
 from ..lm.cpu_allocator import keep_freed_memory
+from .help import HelpFormatter, cached_help, is_help_request, print_help_text, shorten_help, store_help
 
 # sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -58,6 +59,9 @@ typical flow:
   decoding-adapters train-token --task arithmetic --token-budget 32 --out runs/tok
   decoding-adapters evaluate --task arithmetic --adapter runs/seq --adapter runs/tok --out runs/eval
   decoding-adapters demo --out runs/demo          # all of the above, fitted to 15 minutes on this machine (--minutes)
+  decoding-adapters demo --size tiny --out runs/demo-tiny   # the same pipeline in about a minute
+
+`decoding-adapters COMMAND --help` lists a command's options (--help-all: every option, with its full help).
 """
 
 
@@ -74,9 +78,10 @@ class _OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None, full_help: bool = True) -> argparse.ArgumentParser:
     """The full parser; only ``command``'s module is imported (all of them when None), so that
-    ``decoding-adapters --help`` and each sub-command start quickly."""
+    ``decoding-adapters --help`` and each sub-command start quickly. ``full_help=False`` gives the
+    short ``--help`` (``help.shorten_help``)."""
     parser = _OneLineErrorParser(
         prog="decoding-adapters", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -91,17 +96,38 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             name,
             help=help_text,
             description=(module.__doc__ or help_text).split("\n\n")[0],
-            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            formatter_class=HelpFormatter,
         )
         module.configure_parser(p)
+        if not full_help:
+            shorten_help(p)
         p.set_defaults(_run=module.run_cli)
     return parser
+
+
+def _help_text(argv: list[str]) -> str:
+    """The help screen ``argv`` (``[command] --help`` or ``--help-all``) asks for."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command or "", full_help="--help-all" in argv)
+    if command is None:
+        return parser.format_help()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[command].format_help()
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(command if command in COMMANDS else "")
+    if is_help_request(argv) and (command is None or command in COMMANDS):
+        text = cached_help(argv)  # a help screen is kept: printing it again imports no library module
+        if text is None:
+            text = _help_text(argv)
+            store_help(argv, text)
+        print_help_text(text)
+        return 0
+    full_help = "--help-all" in argv
+    argv = ["--help" if a == "--help-all" else a for a in argv]
+    parser = build_parser(command if command in COMMANDS else "", full_help=full_help or "--help" not in argv)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
