@@ -12,6 +12,7 @@ import argparse
 import importlib
 import logging
 import sys
+from pathlib import Path
 
 from ..lm.cpu_allocator import keep_freed_memory
 from .help import HelpFormatter, cached_help, is_help_request, print_help_text, shorten_help, store_help
@@ -129,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = ["--help" if a == "--help-all" else a for a in argv]
     parser = build_parser(command if command in COMMANDS else "", full_help=full_help or "--help" not in argv)
     args = parser.parse_args(argv)
+    args._given = _given_options(parser, argv) if getattr(args, "resume", False) else set()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
@@ -142,8 +144,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"decoding-adapters {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted; finished work is on disk (use --resume where offered)", file=sys.stderr)
+        print(f"interrupted; {_saved_note(args)}", file=sys.stderr)
         return 130
+
+
+def _given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The ``dest`` of every option ``argv`` sets itself (not by default): parsed again with every
+    default suppressed."""
+    parsers = [parser] + [c for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+                          for c in a.choices.values()]
+    saved = [(a, a.default) for p in parsers for a in p._actions]
+    try:
+        for action, _ in saved:
+            action.default = argparse.SUPPRESS
+        return set(vars(parser.parse_args(argv)))
+    finally:
+        for action, default in saved:
+            action.default = default
+
+
+def _saved_note(args) -> str:
+    """What an interrupted command leaves: a checkpoint to resume, finished stages, or nothing."""
+    out = Path(getattr(args, "out", "") or "")
+    if args.command in ("train-token", "train-sequence"):
+        if (out / "checkpoint.pt").is_file():
+            return f"the last checkpoint is in {out}: add --resume to the same command to continue"
+        return f"nothing saved yet (no checkpoint in {out}): the same command starts over"
+    if str(out) not in ("", ".") and out.is_dir() and any(out.iterdir()):
+        return f"finished stages are in {out}: the same command continues from them"
+    return "nothing saved yet"
 
 
 if __name__ == "__main__":

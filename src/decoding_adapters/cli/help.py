@@ -18,8 +18,8 @@ import hashlib
 import os
 import re
 import shutil
-import textwrap
 import sys
+import textwrap
 from pathlib import Path
 
 __all__ = ["HelpFormatter", "shorten_help", "cached_help", "store_help", "help_width", "HELP_FLAGS"]
