@@ -46,11 +46,13 @@ def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys):
     (out / "tok-budget-s0" / "adapter.safetensors").touch()
     assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress"]) == 0
     assert (out / "eval" / "results.json").stat().st_mtime > before[1]
-    # so does any other setting the evaluation records (here its row seed)
+    # a run with other options into the same folder is refused: its report would mix two runs
     decoded = (out / "eval" / "results.json").stat().st_mtime
+    capsys.readouterr()
     assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress",
-                 "--eval.seed", "1"]) == 0
-    assert (out / "eval" / "results.json").stat().st_mtime > decoded
+                 "--seeds", "1"]) == 2
+    assert "holds a run started with other options (study.seeds: '2' -> '1')" in capsys.readouterr().err
+    assert (out / "eval" / "results.json").stat().st_mtime == decoded
 
 
 def test_demo_cuts_its_sizes_to_fit_the_minutes_and_keeps_the_probe_for_resumes(tiny_model_dir, tmp_path, capsys):
