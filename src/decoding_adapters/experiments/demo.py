@@ -389,7 +389,7 @@ def check_same_run(out: Path, requested: dict) -> None:
             old, new = _flat(before), _flat(requested)
             raise ValueError(
                 f"{out} holds a run started with other options ("
-                + "; ".join(f"{n}: {old.get(n)!r} -> {new.get(n)!r}" for n in names[:6])
+                + "; ".join(f"{n}: {old.get(n)} -> {new.get(n)}" for n in names[:6])
                 + "): re-run it with the options it was started with, or choose another --out"
             )
     else:
