@@ -510,7 +510,8 @@ def _best_token_action(lm, task, cfg: StudyConfig, out: Path, progress: bool) ->
     (cells already in the pool table are reused; missing ones are decoded into it)."""
     actions = list(PRESETS["math-token"])
     problems = task.load("validation")[: cfg.selection.problems]
-    table = pipeline.decode_candidates(lm, task, problems, actions, cfg, out / "outcomes.jsonl", progress)
+    label = "token actions (best single one)" if progress else False
+    table = pipeline.decode_candidates(lm, task, problems, actions, cfg, out / "outcomes.jsonl", label)
     best = best_static_from_table(table, (1,), [a.name for a in actions])  # ties: the first (greedy, in math-token)
     return actions[best.choice[0]]
 
@@ -532,7 +533,7 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     are cut by ``fit_to_minutes`` when this machine's plan is longer (the report says so)."""
     out = Path(out)
     check_same_run(out, {"model": model, "minutes": minutes, "study": asdict(cfg)})
-    clock = pipeline.StageClock(label, out / "stage_minutes.json", plan=estimate_minutes(cfg))
+    clock = pipeline.StageClock(label, out / "stage_minutes.json")  # the plan needs the probe: after loading
     clock.begin("load", "loading the frozen LM", model)
     lm = load_frozen_lm(ModelSpec(name_or_path=model, device=device))
     task = get_task("arithmetic")
@@ -630,5 +631,7 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     for line in evidence_lines(evaluation.results, evaluation.details):
         print(line.replace("**", ""))
     print(format_table(evaluation.results))
-    print(f"\n{label} finished in {clock.elapsed():.1f} min; report: {report_path}")
+    runs, total = clock.runs(), sum(clock.total_minutes().values())
+    spent = f"{clock.elapsed():.1f} min" + (f" (this run; {total:.1f} min over {runs} runs into {out})" if runs > 1 else "")
+    print(f"\n{label} finished in {spent}; report: {report_path}")
     return evaluation.results

@@ -408,7 +408,7 @@ def evaluate_pool(
     table_path: str | Path,
     rollouts: Rollouts | None = None,
     batch_rows: int = 64,
-    progress: bool = True,
+    progress: bool | str = True,
     cot_ratio: float = 0.0,
     share_prefill: bool = True,
     on_chunk: Callable[[int, int], None] | None = None,
@@ -451,7 +451,7 @@ def evaluate_pool(
         with tqdm(
             total=total,
             initial=total - _pending_count(pending),
-            desc="pool",
+            desc=progress if isinstance(progress, str) else "pool",
             unit="sample",
             disable=not progress,
             dynamic_ncols=True,
