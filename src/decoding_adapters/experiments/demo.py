@@ -632,6 +632,8 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
         print(line.replace("**", ""))
     print(format_table(evaluation.results))
     runs, total = clock.runs(), sum(clock.total_minutes().values())
-    spent = f"{clock.elapsed():.1f} min" + (f" (this run; {total:.1f} min over {runs} runs into {out})" if runs > 1 else "")
+    spent = f"{clock.elapsed():.1f} min"
+    if runs > 1:
+        spent += f" (this run; {total:.1f} min over {runs} runs into {out})"
     print(f"\n{label} finished in {spent}; report: {report_path}")
     return evaluation.results
