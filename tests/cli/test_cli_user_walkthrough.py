@@ -157,3 +157,24 @@ def test_python_dash_m_runs_the_command():
     done = subprocess.run([sys.executable, "-m", "decoding_adapters", "--help"], capture_output=True, text=True,
                           env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"}, timeout=120)
     assert done.returncode == 0 and "select-actions" in done.stdout
+
+
+def test_a_hub_id_is_its_cached_snapshot_or_one_clear_error(tmp_path, capsys, monkeypatch):
+    import huggingface_hub
+
+    def not_cached(*args, **kwargs):
+        raise huggingface_hub.errors.LocalEntryNotFoundError("not in the cache")
+
+    def offline(self, *args, **kwargs):
+        raise ConnectionError("Name or service not known")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", not_cached)
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", offline)
+    assert main(["model-path", "--model", "someorg/somemodel"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "'someorg/somemodel'" in err and "network" in err
+    snapshot = tmp_path / "snapshot"
+    snapshot.mkdir()
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: str(snapshot))
+    assert main(["model-path", "--model", "someorg/somemodel"]) == 0
+    assert capsys.readouterr().out.strip() == str(snapshot)
