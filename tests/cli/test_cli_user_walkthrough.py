@@ -178,3 +178,13 @@ def test_a_hub_id_is_its_cached_snapshot_or_one_clear_error(tmp_path, capsys, mo
     monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: str(snapshot))
     assert main(["model-path", "--model", "someorg/somemodel"]) == 0
     assert capsys.readouterr().out.strip() == str(snapshot)
+
+
+def test_generation_configs_are_valid_for_transformers_without_warnings():
+    from transformers import GenerationConfig
+
+    from decoding_adapters.decoding.actions import GREEDY, PRESETS
+    from decoding_adapters.serving.adapter import generation_kwargs
+
+    for action in [GREEDY, *PRESETS["math"]]:
+        GenerationConfig(**generation_kwargs(action, 4)).validate(strict=True)  # raises where it would warn
