@@ -188,3 +188,15 @@ def test_generation_configs_are_valid_for_transformers_without_warnings():
 
     for action in [GREEDY, *PRESETS["math"]]:
         GenerationConfig(**generation_kwargs(action, 4)).validate(strict=True)  # raises where it would warn
+
+
+def test_an_extrapolated_pass_at_k_never_falls_below_the_measured_one():
+    import numpy as np
+
+    from decoding_adapters.selection.best import best_static_from_counts
+
+    correct = np.array([[1, 2], [1, 0], [2, 0], [0, 1]])  # 4 problems x 2 candidates, 2 samples per cell
+    best = best_static_from_counts(correct, 2, (1, 2, 4, 8), ["a", "b"])
+    for name in ("a", "b"):
+        scores = [best.score_for(k, name) for k in (1, 2, 4, 8)]
+        assert scores == sorted(scores), (name, scores)

@@ -807,8 +807,8 @@ def best_lines(best: BestStatic) -> list[str]:
         greedy_score = f"{best.score_for(k, greedy):.3f}" if greedy else "–"
         lines.append(f"| pass@{k}{mark} | `{best.name_for(k)}` | {best.score_for(k):.3f} | {greedy_score} |")
     if any(best.extrapolated(k) for k in best.k_values):
-        lines += ["", f"pass@k above {best.samples} samples is extrapolated as 1 - (1 - c/n)^k: exact for greedy, "
-                  "biased low for a sampler."]
+        lines += ["", f"pass@k above {best.samples} samples is extrapolated as 1 - (1 - c/n)^k, never below the "
+                  "measured pass@n: exact for greedy, biased low for a sampler."]
     return lines
 
 
