@@ -200,3 +200,16 @@ def test_an_extrapolated_pass_at_k_never_falls_below_the_measured_one():
     for name in ("a", "b"):
         scores = [best.score_for(k, name) for k in (1, 2, 4, 8)]
         assert scores == sorted(scores), (name, scores)
+
+
+def test_a_stored_help_screen_prints_without_importing_the_library(tmp_path):
+    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(tmp_path),
+           "COLUMNS": "100"}
+    warm = "from decoding_adapters.cli import COMMANDS, warm_help_cache; print(warm_help_cache(), len(COMMANDS))"
+    done = subprocess.run([sys.executable, "-c", warm], env=env, capture_output=True, text=True, timeout=300)
+    stored, commands = map(int, done.stdout.split())
+    assert stored == 1 + 2 * commands
+    probe = ("import sys; from decoding_adapters.cli import main; main(['train-token', '--help']); "
+             "print('torch' in sys.modules, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    assert "--out OUT" in done.stdout and done.stderr.strip() == "False"

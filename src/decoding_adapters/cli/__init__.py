@@ -116,6 +116,17 @@ def _help_text(argv: list[str]) -> str:
     return sub.choices[command].format_help()
 
 
+def warm_help_cache() -> int:
+    """Build every help screen once (``make setup`` runs this), so that the first ``--help`` of each
+    command is as fast as the next. Returns how many screens were stored."""
+    stored = 0
+    for argv in [["--help"]] + [[name, flag] for name in COMMANDS for flag in ("--help", "--help-all")]:
+        if cached_help(argv) is None:
+            store_help(argv, _help_text(argv))
+            stored += 1
+    return stored
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
