@@ -262,6 +262,9 @@ def test_the_readme_has_blocks_to_run_and_starts_short():
     assert any("--task jsonl --data my/rows.jsonl" in c for c in commands)
     assert "python -m decoding_adapters --help" in " ".join(commands)
     assert any(c.startswith("make setup") for c in commands) and any("--size tiny" in c for c in commands)
+    # the planted benchmark's "current defaults" start at a prior: the README's own train-token sets one
+    assert any("train-token --task arithmetic" in c and "--prior-action" in c for c in commands)
+    assert "--prior-action" in (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
     for link in re.findall(r"\]\((docs/[^)#]+)", text):  # every page the README hands on to exists
         assert (ROOT / link).exists(), link
 
