@@ -213,3 +213,57 @@ def test_a_stored_help_screen_prints_without_importing_the_library(tmp_path):
              "print('torch' in sys.modules, file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
     assert "--out OUT" in done.stdout and done.stderr.strip() == "False"
+
+
+def test_the_training_bar_shows_a_validation_only_on_steps_that_validated(tmp_path, monkeypatch):
+    from dataclasses import dataclass
+
+    import torch
+
+    import decoding_adapters.training.common as common
+
+    shown = []
+
+    class Bar:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def set_postfix(self, **values):
+            shown.append(values)
+
+        def update(self, n):
+            pass
+
+        def close(self):
+            pass
+
+    @dataclass(frozen=True)
+    class Config:
+        steps: int = 4
+        val_every: int = 2
+        checkpoint_every: int = 2
+        seed: int = 0
+
+    class Loop(common.TrainingLoop):
+        def __init__(self, out):
+            self.config = Config()
+            self._init_loop(out, progress=True)
+            self.policy = torch.nn.Linear(1, 1)
+
+        def train_step(self):
+            return {"reward": 0.5}
+
+        def validate(self):
+            return common.Validation(torch.tensor([0.25, 0.75]), mode="argmax")
+
+        def state(self):
+            return {}
+
+        def save(self):
+            return self.out_dir
+
+    monkeypatch.setattr(common, "tqdm", Bar)
+    Loop(tmp_path / "run").train()
+    assert [s.get("val") for s in shown] == [None, "0.50 (argmax)", None, "0.50 (argmax)"]
+    assert all("nan" not in str(s) for s in shown)
+    assert (tmp_path / "run" / "checkpoint.pt").is_file()
