@@ -265,6 +265,8 @@ def test_the_readme_has_blocks_to_run_and_starts_short():
     # the planted benchmark's "current defaults" start at a prior: the README's own train-token sets one
     assert any("train-token --task arithmetic" in c and "--prior-action" in c for c in commands)
     assert "--prior-action" in (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    # the commands come with their sizes and a measured time, and how to make them small
+    assert all(word in text for word in ("--max-problems", "--baselines", "7 minutes"))
     for link in re.findall(r"\]\((docs/[^)#]+)", text):  # every page the README hands on to exists
         assert (ROOT / link).exists(), link
 

@@ -267,3 +267,21 @@ def test_the_training_bar_shows_a_validation_only_on_steps_that_validated(tmp_pa
     assert [s.get("val") for s in shown] == [None, "0.50 (argmax)", None, "0.50 (argmax)"]
     assert all("nan" not in str(s) for s in shown)
     assert (tmp_path / "run" / "checkpoint.pt").is_file()
+
+
+def test_evaluate_says_first_when_nothing_was_solved(tiny_model_dir, tmp_path, capsys):
+    data = _rows(tmp_path / "rows.jsonl", 60, fields=("input", "target"))
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--task", "jsonl", "--data", str(data), "--question-field",
+            "input", "--answer-field", "target", "--verifier", "numeric", "--token-budget", "2", "--baselines",
+            "greedy", "--k", "1", "--seeds", "1", "--max-problems", "3", "--no-progress", "--out", str(tmp_path / "e")]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert printed.index("Nothing was solved") < printed.index("Greedy")  # the random tiny model solves nothing
+
+
+def test_a_folder_without_an_adapter_names_the_api_that_writes_one(tmp_path):
+    from decoding_adapters.policies.networks import load_adapter
+
+    with pytest.raises(FileNotFoundError, match="Adapter.save_pretrained") as missing:
+        load_adapter(tmp_path)
+    assert "save_adapter" not in str(missing.value)
