@@ -616,7 +616,8 @@ def check_disjoint(task: Task, splits: Sequence[str] | None = None) -> dict[str,
                     twin = next(p for p in loaded[first] if content_hash(p) == content_hash(problem))
                     text = " ".join(problem.question.split())
                     text = text if len(text) <= 80 else text[:77] + "..."
-                    quoted.append(f"{task.locate(twin)} = {task.locate(problem)}: {text!r}")
+                    locate = getattr(task, "locate", lambda p: p.id)  # a task need not subclass Task
+                    quoted.append(f"{locate(twin)} = {locate(problem)}: {text!r}")
     if clashes:
         drop = " or pass --drop-overlap (drop_overlap=True) to drop them from train and validation," \
             if "drop_overlap" in getattr(task, "__dataclass_fields__", {}) else ""
