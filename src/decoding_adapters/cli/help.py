@@ -57,7 +57,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 ADVANCED = frozenset({
     # the frozen LM's kernels and the rollout engine
-    "attention", "linear_kernel", "batch_rows", "backend", "workers", "ray_address", "gpu_memory_utilization",
+    "attention", "linear_kernel", "cuda_graphs", "batch_rows", "backend", "workers", "ray_address",
+    "gpu_memory_utilization",
     # task details
     "system_prompt", "cot_ratio", "verifier_timeout_s",
     # trainer internals (docs/token-defaults.md says why their defaults are what they are)
@@ -67,6 +68,9 @@ ADVANCED = frozenset({
     "patience", "min_improvement", "checkpoint_every", "hidden", "weight_decay",
 })
 """Options ``--help`` names in one paragraph instead of describing (``--help-all`` describes them)."""
+
+SHORT_HELP_CHARS = 150
+"""The longest option help ``--help`` prints (about three lines); ``--help-all`` prints all of it."""
 
 _FIRST_SENTENCE = re.compile(r"^(.+?[.;:])(\s+[A-Z(]|\s*$)", re.S)
 
@@ -83,6 +87,8 @@ def shorten_help(parser: argparse.ArgumentParser) -> None:
                 match = _FIRST_SENTENCE.match(action.help)
                 if match and len(match.group(1)) < len(action.help):
                     action.help = match.group(1).rstrip(";:") + " ..."
+                if len(action.help) > SHORT_HELP_CHARS:  # still long: cut at a word, the rest in --help-all
+                    action.help = action.help[:SHORT_HELP_CHARS].rsplit(" ", 1)[0].rstrip(",;:(") + " ..."
     parser._action_groups = [g for g in parser._action_groups if not (g.title or "").endswith(".*)")]
     advanced = [a for a in parser._actions if a.dest in ADVANCED and a.help != argparse.SUPPRESS]
     for action in advanced:
