@@ -272,7 +272,8 @@ def candidate_pool(cfg: StudyConfig) -> list[DecodingAction]:
     return build_pool("pool", subsample=cfg.selection.pool_subsample, add_greedy=True)
 
 
-def decode_candidates(lm, task, problems, actions, cfg: StudyConfig, table_path: Path, progress: bool) -> OutcomeTable:
+def decode_candidates(lm, task, problems, actions, cfg: StudyConfig, table_path: Path,
+                      progress: bool | str) -> OutcomeTable:
     """Every (problem, action) cell of ``actions`` on ``problems``, ``selection.samples`` times, in
     the outcome table at ``table_path`` (cells already there are reused; missing ones are decoded)."""
     return evaluate_pool(lm, task, problems, actions, samples=cfg.selection.samples, token_budget=cfg.token_budget,

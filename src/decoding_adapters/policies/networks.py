@@ -32,7 +32,7 @@ from torch import nn
 from ..core.files import atomic_write, write_json
 from ..decoding.actions import _GOLDEN, DecodingAction, _int64, _mix64, _shift_right  # the counter generator's mixing
 from ..decoding.loop import StepFeatures
-from .model_card import read_results, write_model_card
+from .model_card import EVALUATIONS_FILE, evaluation_label, read_evaluations, read_results, write_model_card
 
 __all__ = [
     "SequencePolicyConfig",
@@ -573,11 +573,17 @@ def save_adapter(directory: str | Path, policy: nn.Module, config: AdapterConfig
 
 
 def add_evaluation(adapter_dir: str | Path, eval_dir_or_results: str | Path | Mapping) -> Path:
-    """Rewrite the model card of ``adapter_dir`` with an evaluation table (an ``evaluate`` output
-    directory, a ``results.json`` path, or the results mapping)."""
+    """Add an evaluation to the model card of ``adapter_dir`` (an ``evaluate`` output directory, a
+    ``results.json`` path, or the results mapping). Evaluations are kept per task and split
+    (``evaluations.json`` beside the card): a later one on another task or split is added as its own
+    table, labelled with its size; one on the same task and split replaces the earlier."""
     adapter_dir = Path(adapter_dir)
     config = read_adapter_config(adapter_dir)
-    return write_model_card(adapter_dir, config, read_results(eval_dir_or_results))
+    key, label = evaluation_label(eval_dir_or_results)
+    store = read_evaluations(adapter_dir)
+    store[key] = {"label": label, "results": dict(read_results(eval_dir_or_results))}
+    write_json(adapter_dir / EVALUATIONS_FILE, store)
+    return write_model_card(adapter_dir, config, evaluations=store)
 
 
 def load_adapter(directory: str | Path, lm=None) -> tuple[nn.Module, AdapterConfig]:
@@ -585,7 +591,8 @@ def load_adapter(directory: str | Path, lm=None) -> tuple[nn.Module, AdapterConf
     directory = Path(directory)
     if not (directory / "adapter.json").is_file():
         raise FileNotFoundError(
-            f"{directory} holds no adapter.json: point at a directory written by save_adapter / train-*."
+            f"{directory} holds no adapter.json: point at a directory written by train-token / train-sequence "
+            "or Adapter.save_pretrained."
         )
     config = read_adapter_config(directory)
     if lm is not None:

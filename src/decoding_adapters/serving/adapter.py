@@ -346,13 +346,14 @@ def _own_base_model(base_model: str, adapter_dir: Path) -> str:
 
 def generation_kwargs(action: DecodingAction, n: int = 1) -> dict:
     """``GenerationConfig`` sampling fields for one action, every one explicit (none left to defaults)."""
-    if action.is_greedy:
+    if action.is_greedy:  # no sampling: generate applies no warper, and a sampling field set here would
+        # only make transformers warn that it is ignored; None keeps each unset whatever the model's defaults
         return {
             "do_sample": False,
             "num_return_sequences": 1,
-            "temperature": 1.0,
-            "top_k": 0,
-            "top_p": 1.0,
+            "temperature": None,
+            "top_k": None,
+            "top_p": None,
             "min_p": None,
         }
     return {

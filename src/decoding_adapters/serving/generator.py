@@ -276,14 +276,19 @@ class AdaptiveGenerator:
         token_budget: int | None = None,
         parallel_budget: int = 1,
         seed: int = 0,
+        raw_text: bool = False,
     ) -> list[PreparedPrompt]:
-        """Validate and tokenize; raises ``ValueError`` on a malformed prompt or one too long for the LM."""
+        """Validate and tokenize; raises ``ValueError`` on a malformed prompt or one too long for the LM.
+        ``raw_text``: string prompts are text to continue (tokenized as they are), not user messages."""
         prompts = _normalize_prompts(prompts)
         budget = _check_positive("token_budget", self.default_token_budget if token_budget is None else token_budget)
         _check_positive("parallel_budget", parallel_budget)
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"seed must be an integer, got {seed!r}")
-        ids = self.lm.encode_chat([_as_chat(p, i) for i, p in enumerate(prompts)])
+        if raw_text and all(isinstance(p, str) for p in prompts):
+            ids = [self.lm.tokenizer(p)["input_ids"] for p in prompts]
+        else:
+            ids = self.lm.encode_chat([_as_chat(p, i) for i, p in enumerate(prompts)])
         for i, p in enumerate(ids):
             if self.max_context is not None and len(p) + budget > self.max_context:
                 raise ValueError(

@@ -16,8 +16,9 @@ How this departs from the OpenAI API:
   field with the action(s) taken per choice and the names of the ignored parameters.
 - ``n`` is the parallel budget B (a sequence adapter sees it when choosing); ``max_tokens`` (or
   ``max_completion_tokens``) is the token budget b (default ``min(128, --max-tokens-limit)``).
-- ``/v1/completions`` sends each prompt as one user message through the chat template (the adapters
-  are trained on chat prompts); choice ``i * n + j`` is completion j of prompt i, as in OpenAI.
+- ``/v1/completions`` continues each prompt as raw text, as OpenAI's completions do ("The capital of
+  France is" is completed, not answered as a chat); ``/v1/chat/completions`` applies the model's chat
+  template, the form the adapters are trained on. Choice ``i * n + j`` is completion j of prompt i.
 - ``seed`` makes a request reproducible; without one the server draws a seed and reports it.
 - ``stop`` strings are applied to the finished text (it is cut at the first one; finish_reason
   ``stop``); a streamed row is also *stopped in the decode* where its text meets one, so its
@@ -284,6 +285,8 @@ class Job:
     future: asyncio.Future | None = field(default=None, repr=False)
     stream: JobStream | None = field(default=None, repr=False)
     """Set for a streaming request: its rows' tokens go out as they are produced."""
+    raw_text: bool = False
+    """The prompts are text to continue (``/v1/completions``), not user messages for the chat template."""
 
     @property
     def rows(self) -> int:
@@ -601,8 +604,9 @@ class BatchingWorker:
         prepared = {}
         for i, job in enumerate(batch):
             try:
+                raw = {"raw_text": True} if job.raw_text else {}
                 prepared[i] = self.generator.prepare(job.prompts, token_budget=job.max_tokens, parallel_budget=job.n,
-                                                     seed=job.seed)
+                                                     seed=job.seed, **raw)
             except ValueError as err:  # this request's own input: a 400 for it alone
                 code = "context_length_exceeded" if "context" in str(err) else "invalid_value"
                 outcomes[i] = ApiError(400, str(err), param="prompt", code=code)
@@ -720,7 +724,7 @@ def completion_job(req: CompletionRequest, limits: ServerLimits) -> Job:
     _check_text(req)
     prompts = [req.prompt] if isinstance(req.prompt, str) else list(req.prompt)
     max_tokens = _check_limits(req, len(prompts), sum(map(len, prompts)), limits, req.max_tokens)
-    return Job(prompts, req.n, max_tokens, _seed(req))
+    return Job(prompts, req.n, max_tokens, _seed(req), raw_text=True)
 
 
 def chat_job(req: ChatCompletionRequest, limits: ServerLimits) -> Job:

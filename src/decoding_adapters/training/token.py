@@ -371,12 +371,17 @@ class TokenTrainer(TrainingLoop):
         self.val_problems = load_split(self.task, "validation")[: cfg.val_problems]
         val_ids = {p.id for p in self.val_problems}
         problems = [p for p in self.task.load("train") if p.id not in val_ids][: cfg.max_train_prompts]
-        if self.given_problems is None and cfg.filter_samples:  # the probe is sized to the run it feeds
+        if self.given_problems is None and cfg.filter_samples and cfg.steps:  # the probe is sized to the run
             problems = problems[: cfg.steps * cfg.prompts_per_step * PROBE_PROMPTS_PER_TRAINING_PROMPT]
+        if not problems and self.given_problems is None and cfg.steps:
+            raise ValueError(
+                f"no training prompt left: the train split holds {len(self.task.load('train'))} problem(s) and "
+                f"validation takes {len(self.val_problems)} of them; give more training rows or a validation file"
+            )
         if self.given_problems is not None:
             self.train_problems = list(self.given_problems)
             return {"train_prompts": len(problems), "kept": len(self.train_problems), "prefiltered": True}
-        if cfg.filter_samples == 0:
+        if cfg.filter_samples == 0 or cfg.steps == 0:  # no steps: nothing to filter for, the adapter is its start
             self.train_problems = problems
             return {"train_prompts": len(problems), "kept": len(problems)}
         request = self._request(problems, cfg.filter_samples, ("probe",))
@@ -493,7 +498,8 @@ class TokenTrainer(TrainingLoop):
         request = self._request(self.val_problems, cfg.val_samples, ("val",))
         scores = {}
         for mode in cfg.val_modes:
-            result = self.rollouts.run(request, TokenPolicyChooser(self.policy, deterministic=mode == "argmax"))
+            chooser = TokenPolicyChooser(self.policy, deterministic=mode == "argmax")
+            result = self.rollouts.run(request, chooser, progress=f"validate ({mode})" if self.progress else False)
             rewards = score_rows(self.task, self.val_problems, result)
             scores[mode] = rewards.view(len(self.val_problems), cfg.val_samples).mean(1)
         best = max(cfg.val_modes, key=lambda m: float(scores[m].mean()))  # ties: the first listed
