@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "evaluate a candidate pool and pick K complementary actions",
     ),
     "train-sequence": ("decoding_adapters.cli.train_sequence", "train a sequence-level (contextual bandit) adapter"),
+    "train-draft": ("decoding_adapters.cli.train_draft",
+                    "train a draft-gated adapter (keep a greedy draft or re-decode)"),
     "train-token": ("decoding_adapters.cli.train_token", "train a token-level (POMDP) adapter"),
     "evaluate": ("decoding_adapters.cli.evaluate", "pass@k of static baselines and adapters with confidence intervals"),
     "report": ("decoding_adapters.cli.report", "write report.md, results.json and figures from an evaluation"),

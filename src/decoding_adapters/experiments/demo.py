@@ -176,6 +176,11 @@ ADAPTER_NAMES = {  # directory prefix -> method name in the evaluation
     "tok-entropy": "Token entropy-only",
 }
 
+DRAFT_TRAINING = dict(steps=400, lr=1e-3, prompts_per_step=32, val_every=10, checkpoint_every=10, policy_hidden=256)
+"""The draft stage's trainer settings, where they differ from the sequence adapters': the setting
+chosen on validation in docs/draft-gated.md (its tables cost no decoding per step, so many steps
+are cheap; 1e-3 kept more configurations above step 0 than 3e-3 there)."""
+
 # ---- the time estimate ---------------------------------------------------------------------------
 
 DECODE_TOKENS_PER_SECOND = 220.0
@@ -192,7 +197,7 @@ tokens per CPU-second for 128 rows of the 180 pool against ~150 for temperature-
 MEAN_SAMPLED_LENGTH = 0.75
 """Mean generated length of a sampled row as a fraction of the token budget (measured at budget 48
 on validation: T=0.5 0.57, T=1.0 0.74, T=1.25 0.89; greedy 0.56 at budget 64)."""
-STAGE_SCALE = {"budget": 0.28, "select": 0.37, "sequence": 0.43, "token": 0.26, "evaluate": 0.28}
+STAGE_SCALE = {"budget": 0.28, "select": 0.37, "sequence": 0.43, "token": 0.26, "evaluate": 0.28, "draft": 0.37}
 """Measured over planned minutes of each decoding stage (the model above at the constants above),
 fitted on the reference machine (probe 440 tok/s), ``reproduce`` at budget 48 idle: budget 0.12 of
 0.40, selection 5.2 of 17.8, sequence 15.1 of 35.2, token 34.1 of 133.4, evaluation 30.7 of 111.2
@@ -304,6 +309,10 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
         "token": token,
         "evaluate": evaluation,
     }
+    if cfg.draft_stage:  # both-arms tables: a draft and draft_samples re-decodes per training and validation problem
+        table_rows = ((seq.max_train_prompts or 256) + seq.val_problems) * (1 + cfg.draft_samples)
+        decoding["draft"] = _decode_minutes(table_rows, cfg) + cfg.seeds * DRAFT_TRAINING["steps"] * 0.05 / 60
+        decoding["evaluate"] += _decode_minutes(cfg.eval_problems, cfg)  # the draft pass
     scaled = {stage: minutes * STAGE_SCALE[stage] * slower for stage, minutes in decoding.items()}
     return {"load": 0.1, **scaled, "report": 0.1}
 
@@ -590,6 +599,14 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
                                     use_budget)
     clock.end()
 
+    if cfg.draft_stage:
+        clock.begin("draft", "draft-gated adapters", f"both-arms tables ({cfg.draft_samples} re-decodes per problem), "
+                                                     f"{cfg.seeds} seeds, features {cfg.draft_features}")
+        for seed in seeds:
+            pipeline.train_draft(lm, task, cfg, actions_path, out / f"draft-s{seed}", seed,
+                                 features=cfg.draft_features, **DRAFT_TRAINING)
+        clock.end()
+
     stop = f", early stop after {cfg.token.patience} flat validations" if cfg.token.patience else ""
     clock.begin("token", "token adapters",
                 f"{len(TOKEN_VARIANTS)} variants x {cfg.seeds} seeds x <= {cfg.token.steps} steps{stop}")
@@ -608,6 +625,9 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
                mixed_method(load_action_set(actions_path), "Mixed"),
                *token_baselines]
     methods += [pipeline.adapter_runs(out, prefix, cfg, lm, name) for prefix, name in ADAPTER_NAMES.items()]
+    if cfg.draft_stage:  # the draft-gated adapter and its controls at the same compute
+        methods += [pipeline.adapter_runs(out, "draft", cfg, lm, "Draft-gated"),
+                    *pipeline.draft_controls(lm, task, cfg, actions_path, out / "draft-s0", out)]
     evaluation = pipeline.evaluate_methods(lm, task, task.load("test")[: cfg.eval_problems], methods, cfg,
                                            out / "eval", meta={"model": model, "task": task.name}, progress=progress)
     clock.end()

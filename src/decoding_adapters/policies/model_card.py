@@ -53,8 +53,22 @@ def _front_matter(config) -> list[str]:
     return lines + ["---", ""]
 
 
+def _kind_label(config) -> str:
+    return "draft-gated" if config.kind == "draft" else f"{config.kind}-level"
+
+
 def _inputs(config) -> str:
     p = config.policy
+    if config.kind == "draft":
+        draft = config.draft or {}
+        seen = {"confidence": "its confidence summary (token entropy and max-probability, length, stopped at EOS)",
+                "mean": "its confidence summary and the mean hidden state over it",
+                "hidden": "its confidence summary and its mean and last hidden states",
+                "prompt": "the prompt embedding instead (the control that sees what a sequence adapter sees)"}
+        what = seen.get(draft.get("features"), "?")
+        return (f"a greedy draft first ({draft.get('token_budget')} tokens), then, from {what} and the parallel "
+                "budget B: keep the draft (policy output 0) or re-decode with action k of the table below (output "
+                "k + 1); the draft is one of the B answers")
     if config.kind == "sequence":
         budget = " and the parallel budget B (x = [e ; g(B)])" if p.get("use_budget", True) else " (x = e, no budget)"
         pooling = config.embedding.get("pooling", "mean")
@@ -112,7 +126,15 @@ INTERVAL_LEGEND = ("The 95% interval `evaluate` reported (as in its `report.md`)
 
 def _usage(config, name: str) -> list[str]:
     budget = config.policy.get("token_budget", 128)
-    if config.kind == "token":
+    if config.kind == "draft":
+        py = [
+            "from decoding_adapters import Adapter",
+            "",
+            f'gen = Adapter.from_pretrained("{name}", lm="base").generator()  # draft, choose, re-decode',
+            'out = gen.generate(["What is 2+3?"], parallel_budget=1)[0]',
+            "print(out.completions[0], out.draft_kept, out.decodes)",
+        ]
+    elif config.kind == "token":
         py = [
             "from transformers import AutoModelForCausalLM, AutoTokenizer",
             "from decoding_adapters import Adapter",
@@ -157,7 +179,7 @@ def render_model_card(config, directory: str | Path = "adapter", evaluation: Map
     lines = _front_matter(config) + [
         f"# Decoding adapter `{name}`",
         "",
-        f"A **{config.kind}-level decoding adapter** trained with decoding-adapters "
+        f"A **{_kind_label(config)} decoding adapter** trained with decoding-adapters "
         f"(*Learning Adaptive LLM Decoding*): a small policy that picks how the frozen LM decodes — "
         f"{_inputs(config)}. The LM itself is unchanged.",
         "",

@@ -416,6 +416,10 @@ class JobStream:
             row = self.rows[index]
             if row.finished:
                 continue
+            if event.token_id < 0:  # a completion that will not be generated (a kept draft's others at n > 1)
+                row.finished = True
+                events.append(("finish", index, event.finish_reason or "stop"))
+                continue
             row.tokens += 1
             row.actions.append(event.action)
             row.detokenizer.push(event.token_id)
@@ -456,6 +460,10 @@ class JobStream:
             info: dict = {"index": index, "action_counts": dict(Counter(names).most_common())}
             if self.kind == "sequence":
                 info["action"] = names[0] if names else None
+            elif self.kind == "draft":  # a draft's tokens carry output 0; re-decoded ones the chosen output
+                info["action"] = names[0] if names else None
+                siblings = self.rows[index - index % self.n: index - index % self.n + self.n]
+                info["draft_kept"] = all(not r.actions or r.actions[0] == 0 for r in siblings)
             else:
                 info["token_actions"] = row.actions
             out.append(info)
@@ -755,9 +763,11 @@ def _choices(gens, req: _Common, echo_prompts: Sequence[str] | None = None) -> l
             if echo_prompts is not None:
                 text = echo_prompts[i] + text
             info: dict = {"index": len(out), "action_counts": counts[j]}
-            if g.kind == "sequence":
+            if g.kind in ("sequence", "draft"):
                 info.update(action=g.action,
                             action_probs=dict(zip(g.action_names, [round(p, 6) for p in g.action_probs])))
+                if g.kind == "draft":
+                    info.update(draft_kept=g.draft_kept, decodes=g.decodes, draft_tokens=g.draft_tokens)
             else:
                 info["token_actions"] = g.token_actions[j]
             out.append(Choice(len(out), text, "stop" if stopped else g.finish_reasons[j], info))
@@ -765,7 +775,7 @@ def _choices(gens, req: _Common, echo_prompts: Sequence[str] | None = None) -> l
 
 
 def _adapter_field(generator, req: _Common, seed: int, choices: list[Choice], deterministic: bool) -> dict:
-    return {"adapter": generator.name, "kind": generator.kind, "actions": generator.action_set.names, "seed": seed,
+    return {"adapter": generator.name, "kind": generator.kind, "actions": generator.action_names, "seed": seed,
             "deterministic_policy": deterministic, "ignored_parameters": req.ignored_parameters(),
             "choices": [c.adapter for c in choices]}
 
@@ -918,7 +928,7 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
         return body_fn(response_meta(req, chat), choices, usage, adapter)
 
     async def stream(req: _Common, job: Job, echo: Sequence[str] | None, chat: bool):
-        job.stream = JobStream(asyncio.get_running_loop(), job.n, req.stop, echo, generator.action_set.names,
+        job.stream = JobStream(asyncio.get_running_loop(), job.n, req.stop, echo, generator.action_names,
                                generator.kind)
         first = await worker.submit_stream(job)  # errors before the first token are ordinary responses
         include_usage = req.stream_options is not None and req.stream_options.include_usage
