@@ -34,6 +34,7 @@ public so that the server can merge several requests into one decode call.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -50,6 +51,7 @@ from ..policies.networks import (
     TokenPolicyChooser,
     check_compatible,
 )
+from ..tasks.base import Problem
 
 KEEP_DRAFT_NAME = "keep draft"
 """A draft-gated adapter's output 0 in ``Generation.action_names``."""
@@ -205,8 +207,11 @@ class AdaptiveGenerator:
         lm: FrozenLM,
         name: str = "adapter",
         max_batch_rows: int = 64,
+        task=None,
     ):
-        """Prefer ``Adapter.generator()``. ``max_batch_rows`` bounds the rows (prompts x B) of one decode."""
+        """Prefer ``Adapter.generator()``. ``max_batch_rows`` bounds the rows (prompts x B) of one decode.
+        ``task``: where a draft-gated adapter stops at the first complete answer, the task whose
+        ``answer_complete`` says where (default: the adapter's own task, ``config.task``)."""
         check_compatible(config, lm)
         _check_input_size(config, lm)
         self.lm, self.config, self.name = lm, config, name
@@ -214,6 +219,10 @@ class AdaptiveGenerator:
         self.action_set = ActionSet(config.action_list, device=lm.device)
         self.max_batch_rows = _check_positive("max_batch_rows", max_batch_rows)
         self.draft_context = DraftContextConfig(**config.draft) if config.kind == "draft" else None
+        self.answer_task = None
+        if self.draft_context is not None and (self.draft_context.draft_stop_at_answer
+                                               or self.draft_context.redecode_stop_at_answer):
+            self.answer_task = task if task is not None else _adapter_task(config)
         expected = config.policy.get("num_actions")
         if expected is not None and expected != len(self.action_set) + (config.kind == "draft"):
             raise ValueError(
@@ -416,6 +425,9 @@ class AdaptiveGenerator:
             self.lm, [list(p.prompt_ids) for p in chunk], self.policy, self.draft_context, self.action_set.actions,
             budgets, seeds=[row_seed(p.seed, p.index, "draft") for p in chunk], deterministic=deterministic,
             token_budgets=[p.token_budget for p in chunk], on_draft=on_draft, on_redecode_step=on_step,
+            answer_complete=None if self.answer_task is None else [
+                functools.partial(self.answer_task.answer_complete, Problem(f"prompt/{p.index}", p.prompt, ""))
+                for p in chunk],
         )
         return [self._draft_generation(p, i, result) for i, p in enumerate(chunk)]
 
@@ -428,11 +440,27 @@ class AdaptiveGenerator:
         return Generation(
             prompt=p.prompt, completions=[res.texts[r] for res, r in rows], kind="draft",
             action_names=self.action_names,
-            finish_reasons=["stop" if bool(res.stopped_at_eos[r]) else "length" for res, r in rows],
+            finish_reasons=["stop" if _ended(res, r) else "length" for res, r in rows],
             completion_tokens=lengths, prompt_tokens=len(p.prompt_ids), seed=p.seed, action_index=choice,
             action_probs=result.probs[i].tolist(), draft_kept=choice == KEEP_DRAFT, decodes=result.decodes[i],
             draft_tokens=int(draft.lengths[i]),
         )
+
+
+def _ended(result: DecodeResult, row: int) -> bool:
+    """The row ended on its own: at EOS, or at its first complete answer."""
+    return bool(result.stopped_at_eos[row]) or (result.stopped_by_check is not None
+                                                and bool(result.stopped_by_check[row]))
+
+
+def _adapter_task(config: AdapterConfig):
+    """The task an adapter was trained on (its ``answer_complete`` ends a stopped draft)."""
+    from ..tasks import get_task
+
+    if not config.task:
+        raise ValueError("this draft-gated adapter stops at the first complete answer but names no task: "
+                         "pass task= to AdaptiveGenerator")
+    return get_task(config.task)
 
 
 def _draft_reporter(chunk, offset: int, on_tokens: TokenCallback, state: dict) -> Callable:
