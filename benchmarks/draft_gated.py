@@ -169,7 +169,8 @@ def compare(args) -> dict:
     if args.greedy_table:
         greedy_table = DraftTable.load(Path(args.greedy_table) / (
             "table_train.jsonl" if args.report == "train-holdout" else "table_validation.jsonl"))
-    out = {"report": args.report, "draft_stop_at_answer": draft_stop, "redecode_stop_at_answer": sample_stop, "problems": len(ids), "action": action, "adapters": {}, "by_budget": {}}
+    out = {"report": args.report, "draft_stop_at_answer": draft_stop, "redecode_stop_at_answer": sample_stop,
+           "problems": len(ids), "action": action, "adapters": {}, "by_budget": {}}
     samples = min(len(table.records[i]["samples"][action]) for i in ids)
     features = args.threshold_features.split(",")
     on_train = ev.tune_threshold(train_table, train_ids, action, max_decodes=args.max_decodes, features=features)

@@ -130,7 +130,7 @@ def test_a_stopped_draft_and_its_redecodes_end_at_the_first_answer(tiny_lm, tiny
                                      redecode_stop_at_answer=redecode_stop)
         seen = {}
 
-        def choose(summary, budgets):
+        def choose(summary, budgets, seen=seen):
             seen["summary"] = summary
             return choices
 

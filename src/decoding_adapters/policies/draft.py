@@ -120,7 +120,9 @@ def summarise_draft(result: DecodeResult) -> DraftSummary:
     max_prob_min = result.max_prob.masked_fill(~valid, 1.0).amin(1)
     length_fraction = result.lengths.float() / result.token_budgets.clamp(min=1).float()
     # "ended on its own": at EOS, or (a draft decoded with the stop) at its first complete answer
-    ended = result.stopped_at_eos if result.stopped_by_check is None else result.stopped_at_eos | result.stopped_by_check
+    ended = result.stopped_at_eos
+    if result.stopped_by_check is not None:
+        ended = ended | result.stopped_by_check
     confidence = torch.stack([entropy_mean, entropy_max, max_prob_mean, max_prob_min, length_fraction,
                               ended.float()], dim=1)
     features = result.features.float()  # [N, T, H]
