@@ -9,6 +9,9 @@ Stages (each resumable; outputs under ``--out``):
 2. ``train``: draft-gated adapters (``training.draft.DraftTrainer``) for each feature set of
    ``--features`` (and the prompt-fed control), each re-decode action set of ``--action-sets`` and
    each re-decode cost of ``--costs``; every choice is made on the validation table.
+   ``join``: one pair of tables from tables decoded in parts (``--parts``), optionally with the
+   re-decodes of another folder's tables (``--samples-from``: e.g. stopped drafts beside samples
+   decoded without the stop).
 3. ``compare``: on the validation table, per method, pass@1 (and pass@k with majority-vote accuracy
    at k > 1), decodes and tokens per problem, paired 95% intervals against Greedy, the strongest
    static method, the tuned confidence threshold at the same re-decode rate and the random gate
@@ -54,6 +57,43 @@ def tables(args, lm, task) -> None:
                           draft_stop=args.draft_stop, sample_stop=args.sample_stop,
                           on_chunk=lambda done, total, s=split, t0=start: print(
                               f"{s}: {done}/{total} problems ({time.perf_counter() - t0:.0f} s)", flush=True))
+
+
+def join(args) -> None:
+    """One pair of tables in ``--out`` from the tables of ``--parts`` (folders decoded under the same
+    settings, e.g. a split's problems in two processes). With ``--samples-from``, every problem's
+    re-decodes are taken from that folder's tables instead (the same problems' samples decoded
+    another way, e.g. without the stop) and the header says so."""
+    from decoding_adapters.training.draft import DraftTable
+
+    for split in ("train", "validation"):
+        parts = [Path(p) / f"table_{split}.jsonl" for p in args.parts.split(",")]
+        tables = [DraftTable.load(p) for p in parts if p.is_file()]
+        if not tables:
+            continue
+        header = dict(tables[0].header)
+        if any(t.header != header for t in tables[1:]):
+            raise ValueError(f"the {split} tables of {args.parts} were decoded under other settings")
+        records = {pid: r for t in tables for pid, r in t.records.items()}
+        if args.samples_from:
+            other = DraftTable.load(Path(args.samples_from) / f"table_{split}.jsonl")
+            if other.header["actions"] != header["actions"]:
+                raise ValueError("--samples-from holds other re-decode actions")
+            missing = [pid for pid in records if pid not in other.records]
+            if missing:
+                raise ValueError(f"--samples-from lacks {len(missing)} {split} problems, e.g. {missing[0]}")
+            header.pop("redecode_stop_at_answer", None)
+            header.update({k: other.header[k] for k in ("samples", "redecode_stop_at_answer", "samples_from")
+                           if k in other.header})
+            header["samples_table"] = str(Path(args.samples_from) / f"table_{split}.jsonl")
+            records = {pid: {**r, "samples": other.records[pid]["samples"]} for pid, r in records.items()}
+        ids = sorted(records, key=lambda pid: int(pid.rsplit("/", 1)[1]))
+        args.out.mkdir(parents=True, exist_ok=True)
+        with (args.out / f"table_{split}.jsonl").open("w") as f:
+            f.write(json.dumps({"header": header}) + "\n")
+            for pid in ids:
+                f.write(json.dumps(records[pid]) + "\n")
+        print(f"{split}: {len(ids)} problems from {len(tables)} parts", flush=True)
 
 
 def adapter_name(features: str, actions: list[str], cost: float, overrides: dict | None = None) -> str:
@@ -240,7 +280,7 @@ def compare(args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("stage", choices=["tables", "train", "compare"])
+    parser.add_argument("stage", choices=["tables", "join", "train", "compare"])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--task", default="arithmetic")
     parser.add_argument("--val-problems", type=int, default=100)
@@ -253,6 +293,9 @@ def main() -> None:
                         help="tables: an outcome table whose samples of --actions stand in for decoding them on "
                         "the training split (e.g. docs/headroom/predictability/outcomes.jsonl)")
     parser.add_argument("--splits", default="validation,train", help="tables: which splits' tables to build")
+    parser.add_argument("--parts", default="", help="join: ','-separated folders whose tables are joined")
+    parser.add_argument("--samples-from", default="",
+                        help="join: a folder whose tables' re-decodes replace the parts' (the same problems)")
     parser.add_argument("--offset", type=int, default=0,
                         help="tables: start at this problem (a second process can decode the rest into another --out)")
     parser.add_argument("--draft-stop", action="store_true",
@@ -290,6 +333,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.stage == "join":
+        return join(args)
     print(f"CPU: {cpu_features().describe()}", flush=True)
     lm = load_frozen_lm(ModelSpec(dtype=args.dtype))
     task = get_task(args.task)

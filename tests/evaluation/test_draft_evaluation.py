@@ -23,6 +23,7 @@ from decoding_adapters.evaluation import draft as ev
 from decoding_adapters.evaluation.methods import adapter_method
 from decoding_adapters.policies.draft import DraftContextConfig
 from decoding_adapters.policies.networks import AdapterConfig, SequencePolicy, SequencePolicyConfig, save_adapter
+from decoding_adapters.reporting import report
 from decoding_adapters.training.draft import DraftTable
 
 SAMPLER = DecodingAction(temperature=1.25)
@@ -106,6 +107,16 @@ def test_a_stopped_draft_is_stop_at_first_answer_in_evaluate(tmp_path, tiny_lm):
         shared["Stop at first answer"]["tokens_per_problem"]["1"])
     assert shared["Keep"]["tokens_per_problem"]["1"] < shared["Greedy"]["tokens_per_problem"]["1"]
     assert ev.draft_stops(keep) == (True, True) and ev.draft_stops(greedy_method()) == (False, False)
+    assert result.details["draft"]["Keep"]["tokens_per_problem"]["1"] == pytest.approx(
+        shared["Stop at first answer"]["tokens_per_problem"]["1"])
+    # the report: its draft-gated section and the accuracy-per-compute points hold the draft rows
+    rows = {r["method"]: r for r in report.draft_rows(result.details)}
+    assert rows["Keep"]["redecode_share"] == 0 and rows["Keep"]["n_kept"] == 3 and rows["Keep"]["redecoded"] is None
+    assert rows["Redo"]["n_redecoded"] == 3 and rows["Redo"]["redecoded"] == pytest.approx(
+        sum(r[0] for r in per["Redo"]["pass@1"]) / 3)
+    assert "| Keep | 1 | 0% |" in report.draft_section(result.details)
+    points = {p["method"] for p in report.compute_points(result.results, result.details)}
+    assert {"Keep", "Redo", "Random 0"} <= points
 
 
 def _record(draft: float, answer: str, conf: float, samples: list[tuple[float, str, float]]) -> dict:

@@ -651,12 +651,13 @@ def _draft_details(m: Method, cfg, problems, choices, store: _Store) -> dict:
     """A draft-gated method's choices ``[seed][problem][k index]`` (0 keeps the draft) and its compute
     per k: decodes and tokens per problem (the draft counted), re-decoded share."""
     once = cfg.decode_deterministic_once
-    lengths = [store.length[_static_key(GREEDY, 0, i, 0, once)] for i in range(len(problems))]
+    draft_stop, redecode_stop = draft_stops(m)
+    lengths = [store.length[_static_key(GREEDY, 0, i, 0, once, draft_stop)] for i in range(len(problems))]
     redecode = []
     for i in range(len(problems)):
         per_action = []
         for a in m.actions:
-            keys = [_static_key(a, s, i, j, once) for s in range(cfg.seeds) for j in range(cfg.n)]
+            keys = [_static_key(a, s, i, j, once, redecode_stop) for s in range(cfg.seeds) for j in range(cfg.n)]
             known = [store.length[key] for key in keys if key in store.length]
             per_action.append(statistics.fmean(known) if known else 0.0)
         redecode.append(per_action)
