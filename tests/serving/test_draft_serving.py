@@ -76,19 +76,26 @@ def test_served_response_says_whether_the_draft_was_kept_and_what_it_cost(genera
     assert text == full["choices"][0]["message"]["content"]  # the streamed tokens are the final answer's
 
 
-def test_a_kept_draft_at_n_2_streams_one_answer_and_ends_the_other_empty(generators):
+def test_a_kept_draft_at_n_2_answers_with_two_choices(generators):
+    """A client that asks for n = 2 gets two choices where the draft is kept, streamed or not: the
+    draft and a sample of the adapter's most probable re-decode action (two decodes)."""
     body = dict(model=generators[True].name, messages=[{"role": "user", "content": "Hi"}], max_tokens=BUDGET, n=2,
-                stream=True)
+                seed=5)
     with BackgroundServer(create_app(generators[True], LIMITS)) as url:
-        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as r:
+        full = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60).json()
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json={**body, "stream": True}, timeout=60) as r:
             chunks = [json.loads(line[6:]) for line in r.iter_lines()
                       if line.startswith("data: ") and line != "data: [DONE]"]
-    texts, reasons = {}, {}
+    assert len(full["choices"]) == 2 and all(c["message"]["content"] for c in full["choices"])
+    infos = full["decoding_adapter"]["choices"]
+    assert all(i["draft_kept"] and i["decodes"] == 2 for i in infos)
+    texts = {}
     for chunk in chunks:
         for c in chunk["choices"]:
             texts[c["index"]] = texts.get(c["index"], "") + (c["delta"].get("content") or "")
-            reasons[c["index"]] = c.get("finish_reason") or reasons.get(c["index"])
-    assert texts.get(1, "") == "" and reasons[1] == "stop" and texts[0]
+    assert texts == {i: c["message"]["content"] for i, c in enumerate(full["choices"])}
+    library = generators[True].generate(["Hi"], parallel_budget=2)[0]  # the library call: the draft alone
+    assert library.draft_kept and library.decodes == 1 and len(library.completions) == 1
 
 
 class _AnswerAfterTwoCharacters:

@@ -38,6 +38,7 @@ __all__ = [
     "DraftGatedResult",
     "draft_gated_decode",
     "redecode_rows",
+    "fill_actions",
     "expected_decodes",
 ]
 
@@ -198,6 +199,7 @@ def draft_gated_decode(
     on_draft: Callable[[DecodeResult, torch.Tensor], None] | None = None,
     on_redecode_step: StepCallback | None = None,
     answer_complete: Sequence[StopCheck | None] | None = None,
+    fill_kept: bool = False,
 ) -> DraftGatedResult:
     """Draft, summarise, choose and re-decode, for a batch of prompts (token-id lists).
 
@@ -211,7 +213,9 @@ def draft_gated_decode(
     callback for the re-decode pass (row indices are re-decode rows, ``DraftGatedResult.redecode_prompt``).
     ``answer_complete``: per prompt, the task's "holds a complete answer" check on a text; the draft
     and re-decodes end there where the context says so (``draft_stop_at_answer``,
-    ``redecode_stop_at_answer``). A context with a stop needs it (a prompt's None: no stop for it)."""
+    ``redecode_stop_at_answer``). A context with a stop needs it (a prompt's None: no stop for it).
+    ``fill_kept``: at B > 1 a kept draft gets B - 1 samples of the policy's most probable re-decode
+    action too, so every prompt has B answers (a client that asked for B completions; B decodes)."""
     n = len(prompts)
     budgets_t = torch.as_tensor([budgets] * n if isinstance(budgets, int) else list(budgets), dtype=torch.long)
     seeds = [row_seed(seed, p) for p in range(n)] if seeds is None else list(seeds)
@@ -236,19 +240,32 @@ def draft_gated_decode(
     if on_draft is not None:
         on_draft(draft, choices)
     return _redecode(lm, prompts, draft, choices, probs, budgets_t, seeds, lengths, redecode_actions,
-                     on_redecode_step, checks if context.redecode_stop_at_answer else None)
+                     on_redecode_step, checks if context.redecode_stop_at_answer else None, fill_kept)
+
+
+def fill_actions(choices: torch.Tensor, probs: torch.Tensor, budgets: torch.Tensor, fill_kept: bool) -> list[int]:
+    """Per prompt, the policy output whose rows the second pass decodes (0: none): the chosen one,
+    or, with ``fill_kept``, for a draft kept at B > 1 the most probable re-decode output."""
+    out = []
+    for p in range(len(choices)):
+        choice = int(choices[p])
+        if choice == KEEP_DRAFT and fill_kept and int(budgets[p]) > 1:
+            choice = 1 + int(probs[p, 1:].argmax())
+        out.append(choice)
+    return out
 
 
 def _redecode(lm, prompts, draft: DecodeResult, choices, probs, budgets, seeds, lengths, actions,
-              on_step, checks=None) -> DraftGatedResult:
-    """The second pass: B - 1 (at B = 1: one) rows of the chosen action for every re-decoded prompt."""
+              on_step, checks=None, fill_kept: bool = False) -> DraftGatedResult:
+    """The second pass: B - 1 (at B = 1: one) rows of the chosen action for every re-decoded prompt
+    (and, ``fill_kept``, for every draft kept at B > 1)."""
     n = len(prompts)
     prompt_of_row, row_actions, row_seeds = [], [], []
-    for p in range(n):
-        if int(choices[p]) != KEEP_DRAFT:
+    for p, output in enumerate(fill_actions(choices, probs, budgets, fill_kept)):
+        if output != KEEP_DRAFT:
             for j in range(redecode_rows(int(budgets[p]))):
                 prompt_of_row.append(p)
-                row_actions.append(int(choices[p]) - 1)
+                row_actions.append(output - 1)
                 row_seeds.append(row_seed(seeds[p], "redecode", j))
     redecoded = None
     if prompt_of_row:

@@ -324,16 +324,23 @@ class AdaptiveGenerator:
         prepared: Sequence[PreparedPrompt],
         deterministic_policy: bool | None = None,
         on_tokens: TokenCallback | None = None,
+        all_answers: bool = False,
     ) -> list[Generation]:
         """Decode prepared prompts (possibly from several calls) in as few decode calls as
         ``max_batch_rows`` allows; one ``Generation`` per prepared prompt, in order.
         ``deterministic_policy`` None: the adapter's ``policy_mode``.
 
         ``on_tokens``: called after every decode step with the new tokens (``TokenEvent``s), for
-        streaming; it may return ``(prompt, completion)`` pairs to stop early."""
+        streaming; it may return ``(prompt, completion)`` pairs to stop early.
+        ``all_answers``: a draft-gated adapter answers every prompt with its parallel budget B of
+        completions even where it keeps the draft (the draft and B - 1 samples of its most probable
+        re-decode action: a client that asked for B); else a kept draft is the only answer."""
         deterministic = self.deterministic(deterministic_policy)
         out: list[Generation] = []
         for chunk in self._chunks(list(prepared)):
+            if self.kind == "draft":
+                out += self._draft_chunk(chunk, deterministic, on_tokens, len(out), all_answers)
+                continue
             out += self._decode_chunk(chunk, deterministic, on_tokens, offset=len(out))
         return out
 
@@ -411,7 +418,7 @@ class AdaptiveGenerator:
 
     # ---- draft-gated adapters ------------------------------------------------------------------
     def _draft_chunk(self, chunk: list[PreparedPrompt], deterministic: bool, on_tokens: TokenCallback | None,
-                     offset: int) -> list[Generation]:
+                     offset: int, all_answers: bool = False) -> list[Generation]:
         """Both passes for the chunk's prompts (``draft_gated_decode``), then one Generation each.
         Completion j of a prompt: the draft is 0 when it is an answer; re-decode j' is j' + 1 then,
         else j' (B = 1)."""
@@ -419,8 +426,8 @@ class AdaptiveGenerator:
         state: dict = {}
         on_draft = on_step = None
         if on_tokens is not None:
-            on_draft = _draft_reporter(chunk, offset, on_tokens, state)
-            on_step = _redecode_reporter(chunk, offset, on_tokens, state)
+            on_draft = _draft_reporter(chunk, offset, on_tokens, state, all_answers)
+            on_step = _redecode_reporter(chunk, offset, on_tokens, state, all_answers)
         result = draft_gated_decode(
             self.lm, [list(p.prompt_ids) for p in chunk], self.policy, self.draft_context, self.action_set.actions,
             budgets, seeds=[row_seed(p.seed, p.index, "draft") for p in chunk], deterministic=deterministic,
@@ -428,6 +435,7 @@ class AdaptiveGenerator:
             answer_complete=None if self.answer_task is None else [
                 functools.partial(self.answer_task.answer_complete, Problem(f"prompt/{p.index}", p.prompt, ""))
                 for p in chunk],
+            fill_kept=all_answers,
         )
         return [self._draft_generation(p, i, result) for i, p in enumerate(chunk)]
 
@@ -463,9 +471,10 @@ def _adapter_task(config: AdapterConfig):
     return get_task(config.task)
 
 
-def _draft_reporter(chunk, offset: int, on_tokens: TokenCallback, state: dict) -> Callable:
+def _draft_reporter(chunk, offset: int, on_tokens: TokenCallback, state: dict, all_answers: bool = False) -> Callable:
     """``draft_gated_decode``'s ``on_draft``: the draft's tokens as completion 0 of every prompt
-    whose draft is one of its answers (kept, or B > 1), all at once once the choice is made."""
+    whose draft is one of its answers (kept, or B > 1), all at once once the choice is made; a kept
+    draft's other completions end empty unless ``all_answers`` (then they are decoded)."""
 
     def on_draft(draft: DecodeResult, choices: torch.Tensor) -> None:
         state["choices"] = choices
@@ -477,9 +486,9 @@ def _draft_reporter(chunk, offset: int, on_tokens: TokenCallback, state: dict) -
             n = int(draft.lengths[i])
             for t in range(n):
                 last = t == n - 1
-                reason = ("stop" if bool(draft.stopped_at_eos[i]) else "length") if last else None
+                reason = ("stop" if _ended(draft, i) else "length") if last else None
                 events.append(TokenEvent(offset + i, 0, int(draft.tokens[i, t]), KEEP_DRAFT, reason))
-            if choice == KEEP_DRAFT:  # the draft is the only answer: the other completions end empty
+            if choice == KEEP_DRAFT and not all_answers:  # the draft is the only answer: the others end empty
                 events += [TokenEvent(offset + i, j, -1, KEEP_DRAFT, "stop") for j in range(1, p.parallel_budget)]
         if events:
             on_tokens(events)  # the draft is finished: nothing left to stop
@@ -487,25 +496,25 @@ def _draft_reporter(chunk, offset: int, on_tokens: TokenCallback, state: dict) -
     return on_draft
 
 
-def _redecode_reporter(chunk, offset: int, on_tokens: TokenCallback, state: dict) -> Callable:
+def _redecode_reporter(chunk, offset: int, on_tokens: TokenCallback, state: dict,
+                       all_answers: bool = False) -> Callable:
     """``on_redecode_step``: re-decode row r (of prompt q, its j-th) -> completion j (+1 when the draft
-    is completion 0), with the chosen output as the action; stop requests map back to rows."""
+    is completion 0), with the re-decode's output as the action; stop requests map back to rows."""
     keys: list[tuple[int, int]] = []
 
     def on_step(step: StepTokens) -> list[int] | None:
         if not keys:
             choices = state["choices"]
             for i in range(len(chunk)):
-                if int(choices[i]) == KEEP_DRAFT:
+                if int(choices[i]) == KEEP_DRAFT and not (all_answers and chunk[i].parallel_budget > 1):
                     continue
                 first = 1 if chunk[i].parallel_budget > 1 else 0  # the draft is completion 0 at B > 1
                 keys.extend((offset + i, first + j) for j in range(max(1, chunk[i].parallel_budget - 1)))
-        columns = (step.rows, step.tokens, step.finished, step.at_eos)
+        columns = (step.rows, step.tokens, step.actions, step.finished, step.at_eos)
         events = []
-        for row, token, finished, eos in zip(*(c.tolist() for c in columns)):
+        for row, token, action, finished, eos in zip(*(c.tolist() for c in columns)):
             prompt, completion = keys[row]
-            action = int(state["choices"][prompt - offset])
-            events.append(TokenEvent(prompt, completion, token, action,
+            events.append(TokenEvent(prompt, completion, token, action + 1,  # output k: re-decode action k - 1
                                      ("stop" if eos else "length") if finished else None))
         stop = on_tokens(events)
         if not stop:
