@@ -297,11 +297,12 @@ class DraftTrainConfig(SequenceTrainConfig):
     sampled arm's replayed reward (the bandit signal)."""
     table_samples: int = 8
     """Re-decodes per action and problem when a table is built here (``ensure_tables``)."""
-    draft_stop_at_answer: bool = False
+    draft_stop_at_answer: bool = True
     """The draft ends at its first complete answer (greedy as "Stop at first answer" decodes it);
-    the tables must have been decoded so (their header says)."""
-    redecode_stop_at_answer: bool = False
-    """The re-decodes end at their first complete answer too."""
+    the tables must have been decoded so (their header says). On by default: chosen on validation
+    (docs/draft-gated.md), where the stopped draft is the strongest static method to beat."""
+    redecode_stop_at_answer: bool = True
+    """The re-decodes end at their first complete answer too (on by default: chosen on validation)."""
 
     def __post_init__(self) -> None:
         if self.replay:
