@@ -417,6 +417,25 @@ def target_lines(results: dict, details: dict | None, confidence: float = 0.95) 
     ]
 
 
+def _token_data_section(prompts_file: Path, cfg: StudyConfig) -> str:
+    """What the token runs trained and validated on: the prompt filter's counts (``token-prompts.json``)."""
+    if not prompts_file.is_file():
+        return ""
+    r = json.loads(prompts_file.read_text())
+    tok = cfg.token
+    kept = r.get("kept_count", len(r.get("kept", [])))
+    if "dropped_all_fail" not in r:
+        return f"Training prompts: {kept} (no filter)."
+    return (f"The prompt filter judged training prompts with the policy every token run starts from "
+            f"({r.get('judged_by', 'start policy')}, {tok.filter_samples} samples each): it kept **{kept}** of "
+            f"{r['train_prompts']} probed ({r['dropped_all_fail']} always failed, {r['dropped_all_pass']} always "
+            f"passed; {r.get('wanted', '?')} wanted). Each run saw {r.get('distinct_prompts_per_run', '?')} distinct "
+            f"training prompts ({tok.steps} steps x {tok.prompts_per_step}, epoch by epoch). Validation: "
+            f"{r.get('val_problems', tok.val_problems)} problems x {tok.val_samples} samples per policy mode, the same "
+            f"rows and seeds at every validation; a later step is kept only when its paired gain over the kept one "
+            f"exceeds {tok.min_improvement_se:g} standard errors.")
+
+
 def _cost_section(clock: pipeline.StageClock, out: Path, cfg: StudyConfig, note: str = "") -> str:
     """Minutes per stage (measured against planned), what the time fit cut (``note``) and the
     training throughput figures."""
@@ -575,6 +594,7 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
         ("Action selection", selection_section(actions_path, out / "report")),
         ("Token budget and truncation", truncation_section(
             budget_record["stats"], budget_record["chosen"], budget_record["max_truncated"]) if budget_record else ""),
+        ("Token training data", _token_data_section(out / "token-prompts.json", cfg)),
         ("Training curves (every seed)", training_curve_section(out / "report", curves)),
         ("Head-room captured", headroom_section(actions_path, evaluation.results,
                                                 evaluation.details, list(ADAPTER_NAMES.values()))),

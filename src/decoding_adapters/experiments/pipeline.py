@@ -363,7 +363,8 @@ def filtered_prompts(lm, task, cfg: StudyConfig, out: Path, progress: bool, prio
     config = replace(cfg.token, use_budget=True, features="hidden", seed=0, prior_action=prior_action)
     trainer = token_trainer(config, lm, task, out / "probe", cfg, progress=progress)
     summary = trainer.prepare()
-    write_json(cache, {**summary, "judged_by": judged_by, "kept": [p.id for p in trainer.train_problems]})
+    write_json(cache, {**summary, "judged_by": judged_by, "kept_count": summary["kept"],
+                       "kept": [p.id for p in trainer.train_problems]})
     return trainer.train_problems
 
 
