@@ -111,33 +111,41 @@ class LinearProbe:
         return x @ self.weight + self.bias
 
 
-def logistic_probe(x: np.ndarray, y: np.ndarray, penalty: float, components: int) -> LinearProbe:
-    """Standardise ``x [n, d]``, project on its top ``components`` principal directions, fit a
-    logistic regression, and fold all three into one affine map of the raw features."""
+def principal_basis(x: np.ndarray, components: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean ``[d]``, std ``[d]`` and the top ``components`` principal directions ``[d, r]`` of the
+    standardised rows of ``x [n, d]``."""
     mean, std = x.mean(0), x.std(0)
     std[std == 0] = 1.0
-    standard = (x - mean) / std
-    _, _, vt = np.linalg.svd(standard, full_matrices=False)
-    basis = vt[: min(components, len(x) - 1)].T  # [d, r]
-    w, b = fit_logistic(standard @ basis, y, penalty)
-    weight = basis @ w / std  # [d]
-    return LinearProbe(weight, b - float(mean @ weight))
+    _, _, vt = np.linalg.svd((x - mean) / std, full_matrices=False)
+    return mean, std, vt[: min(components, len(x) - 1)].T
+
+
+def logistic_probes(x: np.ndarray, y: np.ndarray, penalties, components: int) -> list[LinearProbe]:
+    """For each penalty: standardise ``x [n, d]``, project on its top ``components`` principal
+    directions, fit a logistic regression, and fold all three into one affine map of the raw
+    features (the basis is computed once for all penalties)."""
+    mean, std, basis = principal_basis(x, components)
+    z = ((x - mean) / std) @ basis
+    probes = []
+    for penalty in penalties:
+        w, b = fit_logistic(z, y, penalty)
+        weight = basis @ w / std  # [d]
+        probes.append(LinearProbe(weight, b - float(mean @ weight)))
+    return probes
 
 
 def choose_logistic(x: np.ndarray, y: np.ndarray, components: int, seed: int) -> tuple[LinearProbe, np.ndarray]:
     """The logistic probe with the penalty of the best inner 3-fold log-loss, and the inner held-out
     logits ``[n]`` of every row at that penalty (for choosing a threshold without the outer fold)."""
     inner = np.random.default_rng(seed).permutation(len(x)) % 3
-    best = (np.inf, LOGISTIC_PENALTIES[0], None)
-    for penalty in LOGISTIC_PENALTIES:
-        logits = np.empty(len(x))
-        for fold in range(3):
-            train, test = inner != fold, inner == fold
-            logits[test] = logistic_probe(x[train], y[train], penalty, components).logit(x[test])
-        loss = np.mean(np.logaddexp(0, logits) - y * logits)
-        if loss < best[0]:
-            best = (loss, penalty, logits)
-    return logistic_probe(x, y, best[1], components), best[2]
+    logits = np.empty((len(LOGISTIC_PENALTIES), len(x)))
+    for fold in range(3):
+        train, test = inner != fold, inner == fold
+        for i, probe in enumerate(logistic_probes(x[train], y[train], LOGISTIC_PENALTIES, components)):
+            logits[i, test] = probe.logit(x[test])
+    losses = np.mean(np.logaddexp(0, logits) - y * logits, axis=1)
+    best = int(np.argmin(losses))
+    return logistic_probes(x, y, [LOGISTIC_PENALTIES[best]], components)[0], logits[best]
 
 
 def step_features(hidden: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
@@ -273,7 +281,8 @@ class Decoder:
         for first in range(0, rows, self.args.batch_rows):
             chunk = range(first, min(first + self.args.batch_rows, rows))
             path = self.cache / f"{name}_{first:05d}.pt"
-            if not path.exists():
+            key = [[problem_of_row[r], seeds[r], len(prefix[r])] for r in chunk]  # what the chunk decodes
+            if not path.exists() or torch.load(path).get("key", key) != key:
                 problems = [self.problems[problem_of_row[r]] for r in chunk]
                 result = decode(
                     self.lm, [self.prompts[problem_of_row[r]] + list(prefix[r]) for r in chunk], actions,
@@ -286,7 +295,7 @@ class Decoder:
                     skip_special_tokens=True)
                 rewards = self.task.reward_batch(problems, texts)
                 torch.save({
-                    "rewards": torch.tensor(rewards), "lengths": result.lengths, "tokens": result.tokens,
+                    "key": key, "rewards": torch.tensor(rewards), "lengths": result.lengths, "tokens": result.tokens,
                     "switched_steps": (result.actions > 0).sum(1),
                     "features": result.features.half() if record_features else None,
                 }, path)
@@ -405,7 +414,7 @@ def main() -> None:
                "greedy_pass1": round(100 * greedy.mean(), 1),
                "greedy_tokens_per_problem": round(float(lengths.mean()), 1),
                "auc_by_step": {k: [round(v, 3) for v in vals] for k, vals in probes["auc_by_step"].items()},
-               "rows_by_step": probes["rows_by_step"], "policies": {}, "tau": {}}
+               "rows_by_step": probes["rows_by_step"], "policies": {}, "tau": {}, "switch_economics": {}}
     for name, values in probes["auc_by_step"].items():
         best = int(np.nanargmax(values))
         print(f"AUC {name}: step 0 {values[0]:.3f}, step 8 {values[8]:.3f}, best {values[best]:.3f} at step {best}, "
@@ -443,6 +452,24 @@ def main() -> None:
         summary["policies"][f"oracle restart T={temperature:g}"] = compare(
             f"oracle restart T={temperature:g}", oracle, greedy, 1 + wrong.mean(),
             lengths.mean() + (wrong[:, None] * sampled_tokens).mean(), {"fired_share": round(float(wrong.mean()), 3)})
+        # Why a switch pays or not: the sampler's pass rate where greedy is wrong (what a switch can
+        # win) and where greedy is right (what it risks); a switch pays on average only where the
+        # probe's P(wrong) exceeds the break-even. Then, in hindsight (descriptive, chosen on the
+        # same problems), the restart at every tau of the grid with the held-out end-of-row probe.
+        fix, keep = sampled.mean(1)[wrong > 0].mean(), sampled.mean(1)[wrong == 0].mean()
+        break_even = (1 - keep) / (fix + 1 - keep)
+        end = np.nan_to_num(probes["heldout_prob"][np.arange(total), lengths - 1], nan=0.0)
+        hindsight = {f"{tau:g}": round(100 * float(np.where(end > tau, sampled.mean(1), greedy).mean()
+                                                   - greedy.mean()), 1) for tau in TAU_GRID[:-1]}
+        summary["switch_economics"][f"T={temperature:g}"] = {
+            "sampler_pass_where_greedy_wrong": round(100 * float(fix), 1),
+            "sampler_pass_where_greedy_right": round(100 * float(keep), 1),
+            "break_even_p_wrong": round(float(break_even), 3),
+            "share_of_problems_above_break_even_at_row_end": round(float((end > break_even).mean()), 3),
+            "restart_gain_by_tau_in_hindsight": hindsight}
+        print(f"T={temperature:g}: sampler passes {100 * fix:.1f}% where greedy is wrong, {100 * keep:.1f}% where "
+              f"it is right: a switch pays where P(wrong) > {break_even:.2f}; restart gain by tau in hindsight "
+              f"{hindsight}", flush=True)
 
         # One pass: greedy until the probe first fires on greedy's own states (step t*), then the
         # sampler from there (latched) or wherever the probe fires on the row's own states (per
