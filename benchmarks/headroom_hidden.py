@@ -282,7 +282,7 @@ class Decoder:
             chunk = range(first, min(first + self.args.batch_rows, rows))
             path = self.cache / f"{name}_{first:05d}.pt"
             key = [[problem_of_row[r], seeds[r], len(prefix[r])] for r in chunk]  # what the chunk decodes
-            if not path.exists() or torch.load(path).get("key", key) != key:
+            if not path.exists() or torch.load(path).get("key") != key:
                 problems = [self.problems[problem_of_row[r]] for r in chunk]
                 result = decode(
                     self.lm, [self.prompts[problem_of_row[r]] + list(prefix[r]) for r in chunk], actions,
