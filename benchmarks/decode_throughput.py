@@ -58,6 +58,20 @@ ends within 15 minutes on either kind of CPU.
 Last line: one JSON object with every figure (the CPU's model and flags included).
 
     PYTHONPATH=src .venv/bin/python benchmarks/decode_throughput.py [--quick] [--batches 32,128] [--new-tokens 128]
+
+On a GPU (``--device cuda``, ``main_cuda``): a model of ``--random-weights`` shape (``default``: the
+default model's, ``1b``: a 1.07B Llama; ``random_weights.py``) in bf16 with the default model's
+tokenizer (``--tokenizer DIR``), and, side by side in one run: ``loop`` (our decode, T = 1, its step
+replayed from CUDA graphs), ``loop_eager_step`` (the same with ``cuda_graphs=False``), ``mixed`` and
+``adapter`` (per-token Mixed and the 3-layer-MLP adapter over the 4 token actions), ``hf_generate``
+(HF ``generate()``, its default dynamic cache) and, unless ``--no-hf-compiled``, HF with a static
+cache and its forward compiled (``reduce-overhead``), timed last; the memory floor (every weight and
+every row's KV read once per step at the device-to-device copy bandwidth measured in the same run);
+where a decode's time goes (the prefill alone, the LM's graphed step alone); and the agreement of our
+greedy loop with HF's greedy ``generate()`` on ``--accuracy-problems`` rows (differences at near-ties
+counted). Figures: ``docs/gpu.md``.
+
+    python benchmarks/decode_throughput.py --device cuda --random-weights 1b --tokenizer DIR
 """
 
 from __future__ import annotations
@@ -80,7 +94,9 @@ from decoding_adapters.lm.models import (
     PREFILL_GROUP_COST_TOKENS,
     FrozenLM,
     ModelSpec,
+    describe_device,
     load_frozen_lm,
+    locate_model,
     padded_fraction,
     prefill_groups,
 )
@@ -205,6 +221,237 @@ def timed_dtypes(requested: str, cpu: CpuFeatures) -> tuple[list[str], dict[str,
     return wanted, skipped
 
 
+# ---- on a GPU (--device cuda) ----------------------------------------------------------------------
+
+
+def copy_bytes_per_s(device: torch.device, seconds: float = 1.0) -> float:
+    """Device memory bandwidth: bytes read plus written per second by a 1 GiB device-to-device copy
+    (best of the timed copies)."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    return 2 * src.numel() / best_cuda_seconds(lambda: dst.copy_(src), seconds, device=device)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def best_cuda_seconds(fn, seconds: float = 1.0, warmup: int = 1, device: torch.device | None = None) -> float:
+    """Best wall time of ``fn()`` with the device synchronised around each call."""
+    device = device or torch.device("cuda")
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    best, start = float("inf"), time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        t = time.perf_counter()
+        fn()
+        sync(device)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def memory_floor_seconds(lm: FrozenLM, lengths: list[int], new_tokens: int, rate: float) -> float:
+    """The least time any decode of one row per prompt could take for ``new_tokens`` on a memory-bound
+    GPU: every step reads every weight once and every row's keys and values once (prompt + the tokens
+    so far), at the measured copy rate. Prefill, sampling and writes left out."""
+    config = lm.model.config
+    weight_bytes = sum(p.numel() * p.element_size() for p in lm.model.parameters())  # tied: counted once
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    column_bytes = config.num_hidden_layers * 2 * config.num_key_value_heads * head_dim * lm.dtype.itemsize
+    kv_columns = sum(sum(length + t for length in lengths) for t in range(1, new_tokens + 1))
+    return (new_tokens * weight_bytes + kv_columns * column_bytes) / rate
+
+
+def greedy_agreement(lm: FrozenLM, prompts, tokens: int, near_tie: float) -> dict:
+    """Rows of our greedy loop against HF ``generate(do_sample=False)`` on the same model: identical
+    rows, and for the others whether HF's logits at the first differing step put our token within
+    ``near_tie`` of HF's (a near-tie: rounding of different kernels decides it)."""
+    ours = decode(lm, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=tokens, stop_token_ids=[])
+    ids, mask = lm.pad(prompts)
+    with torch.inference_mode():
+        out = lm.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens,
+                                do_sample=False, output_scores=True, return_dict_in_generate=True,
+                                pad_token_id=lm.tokenizer.pad_token_id)
+    theirs = out.sequences[:, ids.shape[1]:].cpu()
+    identical, near_ties, gaps = 0, 0, []
+    for row in range(len(prompts)):
+        differ = (ours.tokens[row, :tokens] != theirs[row]).nonzero()
+        if len(differ) == 0:
+            identical += 1
+            continue
+        step = int(differ[0])
+        scores = out.scores[step][row].float()
+        gap = float(scores[theirs[row, step]] - scores[ours.tokens[row, step]])
+        gaps.append(round(gap, 4))
+        near_ties += gap <= near_tie
+    return {"rows": len(prompts), "tokens": tokens, "identical": identical, "near_ties": near_ties,
+            "near_tie_logit_gap": near_tie, "first_difference_gaps": gaps}
+
+
+def time_hf_compiled(run, batch: int, repeats: int, device: torch.device, loop_rate: float) -> dict:
+    """HF ``generate()`` with a static cache, its forward compiled (``reduce-overhead``: CUDA graphs):
+    one warm-up call (the compilation, timed apart), then the best of ``repeats``."""
+    try:
+        start = time.perf_counter()
+        run()
+        sync(device)
+        compile_s = time.perf_counter() - start
+        best = 0.0
+        for _ in range(repeats):
+            start = time.perf_counter()
+            tokens = run()
+            sync(device)
+            best = max(best, tokens / (time.perf_counter() - start))
+    except Exception as err:  # a compiler missing on the machine: say so, keep the rest
+        print(f"batch {batch}: HF static cache compiled failed: {type(err).__name__}: {err}"[:400], flush=True)
+        return {f"hf_static_compiled_error_b{batch}": f"{type(err).__name__}: {err}"[:400]}
+    print(f"batch {batch}: HF static cache compiled {best:.0f} tok/s (compiled in {compile_s:.0f} s); loop = "
+          f"{loop_rate / best:.2f}x it", flush=True)
+    return {f"hf_static_compiled_tok_s_b{batch}": round(best, 1), f"hf_static_compiled_warmup_s_b{batch}":
+            round(compile_s, 1), f"loop_vs_hf_static_compiled_b{batch}": round(loop_rate / best, 3)}
+
+
+def step_breakdown(lm: FrozenLM, prompts, new_tokens: int, device: torch.device) -> dict:
+    """Where a decode's time goes: the prefill (``start_decode``) alone, and the LM's step alone (the
+    state's ``step``, CUDA graphs replayed, no statistics, sampler or bookkeeping), per step."""
+    sync(device)
+    start = time.perf_counter()
+    _, logits, state = lm.start_decode(prompts, None, max_new_tokens=new_tokens + 8)
+    sync(device)
+    prefill_s = time.perf_counter() - start
+    tokens = logits.argmax(-1)
+    for _ in range(8):  # capture
+        state.step(tokens)
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(new_tokens):
+        state.step(tokens)
+    sync(device)
+    return {"prefill_ms": 1e3 * prefill_s, "lm_step_ms": 1e3 * (time.perf_counter() - start) / new_tokens}
+
+
+def main_cuda(args) -> None:
+    """Loop (CUDA graphs), loop with the eager step, loop + token adapter, HF generate() default and
+    HF with a static cache compiled, against the memory floor; all on one GPU in one run."""
+    from random_weights import random_llama
+
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # float32: a dry run of this code on a CPU
+    lm = random_llama(args.random_weights, args.tokenizer, dtype, str(device))
+    name = describe_device(device)
+    eager = FrozenLM(lm.model, lm.tokenizer, dataclasses.replace(lm.spec, cuda_graphs=False))
+    config = lm.model.config
+    print(f"GPU: {name}; torch {torch.__version__}; shape {args.random_weights} "
+          f"({sum(p.numel() for p in lm.model.parameters()) / 1e9:.3f}B parameters, {lm.dtype}, sdpa), random weights",
+          flush=True)
+    rate = copy_bytes_per_s(device)
+    print(f"copy bandwidth {rate / 1e12:.2f} TB/s (read + write)", flush=True)
+    summary: dict = {"gpu": name, "torch": torch.__version__,
+                     "shape": args.random_weights, "dtype": str(dtype).removeprefix("torch."),
+                     "parameters": sum(p.numel() for p in lm.model.parameters()),
+                     "new_tokens": args.new_tokens, "repeats": args.repeats, "copy_tb_s": round(rate / 1e12, 3)}
+    temperature_one = ActionSet([DecodingAction(temperature=1.0)])
+    token_actions = ActionSet(PRESETS["math-token"])
+    policy = TokenPolicy(
+        TokenPolicyConfig(hidden_size=config.hidden_size, num_actions=4, token_budget=args.new_tokens)
+    ).eval().to(device)
+    compile_config = None
+    if args.hf_compiled:
+        from transformers import CompileConfig
+
+        compile_config = CompileConfig(mode="reduce-overhead")
+
+    if args.accuracy_problems:
+        prompts = lm.encode_chat(prompt_mix(args.accuracy_problems))
+        agreement = greedy_agreement(lm, prompts, args.accuracy_tokens, near_tie=0.0625)
+        summary["greedy_vs_hf"] = agreement
+        a = agreement
+        print(f"greedy loop vs HF greedy on the same GPU and dtype: {a['identical']}/{a['rows']} rows identical over "
+              f"{a['tokens']} tokens; of the others {a['near_ties']} differ first at a near-tie (HF logit gap <= "
+              f"{a['near_tie_logit_gap']}); gaps {a['first_difference_gaps']}", flush=True)
+    compiled_runs = {}
+    for batch in [int(b) for b in args.batches.split(",") if b]:
+        prompts = lm.encode_chat(prompt_mix(batch))
+        lengths = [len(p) for p in prompts]
+
+        def hf(static: bool = False, prompts=prompts, batch=batch) -> int:
+            ids, mask = lm.pad(prompts)
+            extra = {"cache_implementation": "static", "compile_config": compile_config} if static else {}
+            with torch.inference_mode():
+                lm.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.new_tokens,
+                                  min_new_tokens=args.new_tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                                  pad_token_id=lm.tokenizer.pad_token_id, **extra)
+            return batch * args.new_tokens
+
+        def loop(model: FrozenLM, chooser=None, prompts=prompts) -> int:
+            actions = temperature_one if chooser is None else token_actions
+            fixed = 0 if chooser is None else None
+            result = decode(model, prompts, actions, row_actions=fixed, chooser=chooser, token_budget=args.new_tokens,
+                            stop_token_ids=[])
+            return int(result.lengths.sum())
+
+        runs = {
+            "loop": lambda: loop(lm),
+            "loop_eager_step": lambda: loop(eager),
+            "mixed": lambda: loop(lm, UniformChooser(len(token_actions))),
+            "adapter": lambda: loop(lm, TokenPolicyChooser(policy)),
+            "hf_generate": lambda: hf(),
+        }
+        warm: dict[str, float] = {}
+        for name, fn in runs.items():  # warm-up: graph captures, HF's compilation
+            start = time.perf_counter()
+            fn()
+            sync(device)
+            warm[name] = time.perf_counter() - start
+        summary[f"warmup_s_b{batch}"] = {k: round(v, 2) for k, v in warm.items()}
+        print(f"batch {batch}: warm-up seconds {summary[f'warmup_s_b{batch}']}", flush=True)
+        rates: dict[str, float] = {}
+        for r in range(args.repeats):
+            order = list(runs.items())
+            for name, fn in order if r % 2 == 0 else reversed(order):
+                sync(device)
+                start = time.perf_counter()
+                tokens = fn()
+                sync(device)
+                rate_now = tokens / (time.perf_counter() - start)
+                rates[name] = max(rates.get(name, 0.0), rate_now)
+                print(f"batch {batch:4d} round {r + 1} {name:18s} {rate_now:10.0f} tok/s", flush=True)
+        floor = batch * args.new_tokens / memory_floor_seconds(lm, lengths, args.new_tokens, rate)
+        parts = step_breakdown(lm, prompts, args.new_tokens, device)
+        parts["loop_step_ms"] = (1e3 * batch * args.new_tokens / rates["loop"] - parts["prefill_ms"]) / args.new_tokens
+        summary[f"breakdown_ms_b{batch}"] = {k: round(v, 3) for k, v in parts.items()}
+        print(f"batch {batch}: prefill {parts['prefill_ms']:.1f} ms; the LM's step alone {parts['lm_step_ms']:.2f} ms, "
+              f"a loop step {parts['loop_step_ms']:.2f} ms (its prefill taken out)", flush=True)
+        for name, value in rates.items():
+            summary[f"{name}_tok_s_b{batch}"] = round(value, 1)
+        figures = {
+            f"loop_vs_hf_generate_b{batch}": rates["loop"] / rates["hf_generate"],
+            f"loop_vs_eager_step_b{batch}": rates["loop"] / rates["loop_eager_step"],
+            f"adapter_overhead_b{batch}": 1 - rates["adapter"] / rates["mixed"],
+            f"adapter_vs_loop_b{batch}": 1 - rates["adapter"] / rates["loop"],
+            f"floor_tok_s_b{batch}": floor,
+            f"frac_floor_b{batch}": rates["loop"] / floor,
+        }
+        summary.update({k: round(v, 3) for k, v in figures.items()})
+        print(
+            f"batch {batch}: loop {rates['loop']:.0f} tok/s = {figures[f'loop_vs_hf_generate_b{batch}']:.2f}x HF "
+            f"generate() {rates['hf_generate']:.0f}; eager step {rates['loop_eager_step']:.0f} "
+            f"(graphs {figures[f'loop_vs_eager_step_b{batch}']:.2f}x); adapter {rates['adapter']:.0f}: overhead "
+            f"{figures[f'adapter_overhead_b{batch}']:.1%} over per-token Mixed, "
+            f"{figures[f'adapter_vs_loop_b{batch}']:.1%} under the plain loop; memory floor {floor:.0f} tok/s, "
+            f"loop = {figures[f'frac_floor_b{batch}']:.0%} of it",
+            flush=True,
+        )
+        compiled_runs[batch] = (lambda hf=hf: hf(static=True), rates["loop"])
+        print(json.dumps(summary), flush=True)  # after every batch: the last line holds every figure so far
+    if compile_config is not None:  # last: its compilation takes a while (once per batch size) and may fail
+        for batch, (run, loop_rate) in compiled_runs.items():
+            summary.update(time_hf_compiled(run, batch, args.repeats, device, loop_rate))
+            print(json.dumps(summary), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2")
@@ -220,7 +467,21 @@ def main() -> None:
         "--dtypes", default="auto", help="auto: fp32, plus bf16 where the CPU computes it natively; or e.g. fp32,bf16"
     )
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--device", default="cpu", help="cpu (the CPU figures above) or cuda (the GPU run: main_cuda)")
+    parser.add_argument("--random-weights", choices=("default", "1b"), default="default",
+                        help="cuda: the model shape, with random weights (random_weights.py)")
+    parser.add_argument("--tokenizer", help="cuda: directory with the default model's tokenizer (random_weights.py)")
+    parser.add_argument("--hf-compiled", action=argparse.BooleanOptionalAction, default=True,
+                        help="cuda: also time HF generate() with a static cache compiled (reduce-overhead)")
     args = parser.parse_args()
+    if args.device != "cpu":
+        for key, value in {"batches": "32,128", "new_tokens": 128, "repeats": 2, "accuracy_problems": 32}.items():
+            if getattr(args, key) is None:
+                setattr(args, key, value)
+        if args.tokenizer is None:
+            args.tokenizer = locate_model("smollm2")
+        main_cuda(args)
+        return
     for key, value in (QUICK if args.quick else FULL).items():
         if getattr(args, key) is None:
             setattr(args, key, value)

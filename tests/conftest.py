@@ -1,4 +1,8 @@
-"""Shared fixtures: a tiny random-weight Llama with a character-level tokenizer (no downloads)."""
+"""Shared fixtures: a tiny random-weight Llama with a character-level tokenizer (no downloads).
+
+``--device`` (default cpu) puts the tiny models on that device: ``--device cuda`` is the GPU lane
+(``make test-gpu``). The CLI runs load their models with ``--device auto``, i.e. on cuda wherever
+one is present, so the lane runs them there too."""
 
 from __future__ import annotations
 
@@ -42,7 +46,26 @@ def make_char_tokenizer():
     return tok
 
 
-def make_tiny_lm(seed: int = 0, hidden_size: int = 32) -> FrozenLM:
+TEST_DEVICE = torch.device("cpu")
+"""Where the tiny models live (``--device``); set once per session by ``pytest_configure``."""
+
+
+def pytest_addoption(parser):
+    parser.addoption("--device", default="cpu", help="torch device of the tiny test models (cpu, cuda, cuda:N)")
+
+
+def pytest_configure(config):
+    global TEST_DEVICE
+    TEST_DEVICE = torch.device(config.getoption("--device"))
+    if TEST_DEVICE.type == "cuda" and not torch.cuda.is_available():
+        raise pytest.UsageError("--device cuda: no CUDA device is visible here")
+
+
+CPU_ONLY = pytest.mark.skipif("config.getoption('--device') != 'cpu'", reason="a CPU-only kernel (oneDNN)")
+"""For tests of CPU-only kernels: skipped when the tiny models run on another device (``--device``)."""
+
+
+def make_tiny_lm(seed: int = 0, hidden_size: int = 32, device: torch.device | str | None = None) -> FrozenLM:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = make_char_tokenizer()
@@ -65,7 +88,7 @@ def make_tiny_lm(seed: int = 0, hidden_size: int = 32) -> FrozenLM:
         model.lm_head.weight.mul_(40)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
-    return FrozenLM(model, tok)
+    return FrozenLM(model.to(TEST_DEVICE if device is None else device), tok)
 
 
 class FakeLM:

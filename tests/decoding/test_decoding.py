@@ -127,7 +127,7 @@ def test_chooser_sees_features_and_its_actions_are_recorded(tiny_lm, tiny_prompt
     result = decode(tiny_lm, tiny_prompts, TOKEN_ACTIONS, chooser=chooser, token_budget=6, record_features=True)
     first = seen[0]
     assert first.hidden.shape == (4, tiny_lm.hidden_size)
-    assert torch.equal(first.remaining_budget, torch.full((4,), 6))
+    assert torch.equal(first.remaining_budget.cpu(), torch.full((4,), 6))
     assert ((first.entropy >= 0) & (first.max_prob <= 1) & (first.uniform < 1)).all()
     for row, traj in enumerate(result.trajectories()):
         assert traj.actions == [(t + row) % 4 for t in range(len(traj.token_ids))]
@@ -179,7 +179,7 @@ def test_token_budgets_are_recorded(tiny_lm, tiny_prompts):
 @pytest.mark.parametrize("attention, expected", [("auto", "eager"), ("sdpa", "sdpa"), ("eager", "eager")])
 def test_loaded_llama_on_cpu_uses_the_attention_the_spec_asks_for(tiny_model_dir, attention, expected):
     """auto: eager where the lean step runs (a Llama on CPU)."""
-    lm = load_frozen_lm(ModelSpec(str(tiny_model_dir), dtype="float32", attention=attention))
+    lm = load_frozen_lm(ModelSpec(str(tiny_model_dir), device="cpu", dtype="float32", attention=attention))
     assert lm.model.config._attn_implementation == expected
 
 

@@ -9,7 +9,6 @@ import warnings
 from dataclasses import asdict, replace
 
 import pytest
-import torch
 
 from conftest import make_tiny_lm
 from decoding_adapters.cli import main
@@ -30,8 +29,9 @@ from decoding_adapters.training.common import check_resume
 from decoding_adapters.training.sequence import SequenceTrainConfig, reward_source
 from decoding_adapters.training.token import TokenTrainConfig
 
-# The CLI loads the LM with dtype "auto": bfloat16 on CPUs with native bf16, float32 elsewhere.
-AUTO_DTYPE = str(resolve_dtype("auto", torch.device("cpu"))).removeprefix("torch.")
+# The CLI loads the LM with dtype "auto" on device "auto": bfloat16 on GPUs and on CPUs with native
+# bf16, float32 elsewhere.
+AUTO_DTYPE = str(resolve_dtype("auto", ModelSpec().torch_device)).removeprefix("torch.")
 
 
 def _write(path, text: str | bytes):

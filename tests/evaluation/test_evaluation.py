@@ -275,7 +275,8 @@ def test_cli_evaluate_end_to_end(tmp_path, tiny_lm, capsys, monkeypatch):
     results = json.loads((out / "results.json").read_text())
     # the token table's rows: per-token Mixed (the paper's token-level Mixed) and the best token action
     best_token = next(n for n in results if n.startswith("Best token action ("))
-    assert set(results) == {"Greedy", "Best", "Mixed", "Mixed (per token)", best_token, "Seq w/ budget", "mine"}
+    assert set(results) == {"Greedy", "Stop at first answer", "Best", "Mixed", "Mixed (per token)", best_token,
+                            "Seq w/ budget", "mine"}
     assert set(results["mine"]) == {"pass@1", "pass@2", "mean_length"}
     details = json.loads((out / "eval_details.json").read_text())
     assert details["config"]["num_problems"] == 2 and details["methods"]["mine"]["kind"] == "token"

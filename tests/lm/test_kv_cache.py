@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import CPU_ONLY
 from decoding_adapters.lm.kv_cache import COLUMN_CHUNK, RowKVCache
 from decoding_adapters.lm.models import (
     DynamicCacheState,
@@ -106,22 +107,22 @@ def _run_states(lm, prompts, fan_out, steps, row_cache, group_cost=10**9):
     """Logits of every step; one prefill group unless ``group_cost`` says otherwise."""
     hidden, logits, state = lm.start_decode(prompts, fan_out, steps, row_cache=row_cache, group_cost=group_cost)
     assert isinstance(state, RowCacheState if row_cache else DynamicCacheState)
-    out, active = [(hidden, logits)], torch.arange(len(hidden))
+    out, active = [(hidden, logits.cpu())], torch.arange(len(hidden))
     for t in range(steps - 1):
         tokens = logits.argmax(-1)
         if t == 2:  # drop rows 0 and 2 (of the batch as it is now)
-            done = torch.zeros(len(tokens), dtype=torch.bool)
+            done = torch.zeros(len(tokens), dtype=torch.bool, device=tokens.device)
             done[[0, 2]] = True
             order = state.drop(done)
-            tokens, active = tokens[order], active[order]
+            tokens, active = tokens[order], active[order.cpu()]
         hidden, logits = state.step(tokens)
         full = torch.full((len(prompts) if fan_out is None else len(fan_out), logits.shape[1]), float("nan"))
-        full[active] = logits
+        full[active] = logits.cpu()
         out.append((hidden, full))
     return out
 
 
-@pytest.mark.parametrize("kernel", ["torch", "onednn"])
+@pytest.mark.parametrize("kernel", ["torch", pytest.param("onednn", marks=CPU_ONLY)])
 def test_lean_row_cache_step_matches_hf_forward_with_dynamic_cache(tiny_lm, tiny_prompts, kernel):
     """HF's forward runs its linear layers through the same kernel as the lean step
     (``FrozenLM.linear_kernel``), both prefilled at one width. The lean step's attention also sums
@@ -157,6 +158,7 @@ def test_prefill_in_length_groups_matches_one_padded_batch(tiny_lm, tiny_prompts
         assert torch.equal(a[live].argmax(-1), b[live].argmax(-1))
 
 
+@CPU_ONLY
 def test_prefill_runs_every_linear_layer_through_the_chosen_kernel(tiny_lm, tiny_prompts):
     lm = FrozenLM(tiny_lm.model, tiny_lm.tokenizer, ModelSpec("tiny", linear_kernel="onednn"))
     calls, kernel = [], lm.linear

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(os.name != "posix", reason="the sandbox needs PO
 
 SLOW_OK_S = 20.0
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
-HOST_ENTRIES = ("cmdline", "loadavg", "meminfo", "stat", "uptime", "sys/kernel/random/boot_id")
+HOST_ENTRIES = ("cmdline", "loadavg", "meminfo", "stat", "uptime", "cgroups")
 
 
 @pytest.fixture(scope="module")
@@ -93,11 +93,45 @@ def test_the_interpreters_site_packages_are_among_the_hidden(isolation):
 def test_host_name_and_control_group_paths_are_hidden(isolation):
     code = (
         "import os\n"
-        "print(os.uname().nodename, open('/proc/sys/kernel/hostname').read().strip())\n"
+        "print(os.uname().nodename, os.path.exists('/proc/sys/kernel/hostname'))\n"
         "print(sorted({line.strip().split(':', 2)[2] for line in open('/proc/self/cgroup')}))\n"
     )
     result = run(code)
     assert result.ok, result.stderr
     names, paths = result.stdout.splitlines()
-    assert names == "sandbox sandbox" and os.uname().nodename != "sandbox"
+    assert names == "sandbox False" and os.uname().nodename != "sandbox"
     assert paths == "['/']", paths  # no decoding-adapters-sandbox/run-<caller's pid>-<n>
+
+
+def test_no_host_counts_or_paths_in_proc_sys_and_mountinfo(isolation):
+    # /proc/sys (the host's boot id, open files, dentries, AIO contexts, RAM-derived limits) is an
+    # empty directory; mountinfo names no host device file system (devtmpfs gives the RAM size).
+    assert "sys" in sandbox.MASKED_PROC_ENTRIES
+    code = (
+        "import os\n"
+        "print(os.listdir('/proc/sys'))\n"
+        "print(os.path.exists('/proc/sys/kernel/random/boot_id'), os.path.exists('/proc/sys/fs/file-nr'))\n"
+        "print(repr(open('/proc/locks').read()))\n"
+        "info = open('/proc/self/mountinfo').read()\n"
+        "print('devtmpfs' in info, len(open('/dev/urandom', 'rb').read(8)), open('/dev/null').read() == '')\n"
+    )
+    result = run(code)
+    assert result.ok, result.stderr
+    assert result.stdout.splitlines() == ["[]", "False False", "''", f"{not IS_ROOT} 8 True"]
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="a time namespace needs the privileges the bootstrap has as root")
+def test_host_uptime_is_hidden(isolation):
+    with open("/proc/uptime") as handle:
+        host_uptime = float(handle.read().split()[0])
+    if host_uptime < 120:
+        pytest.skip("the host has just booted: nothing to hide")
+    code = (
+        "import ctypes, time\n"
+        "info = ctypes.create_string_buffer(128)\n"
+        "ctypes.CDLL(None).sysinfo(info)\n"
+        "print(time.clock_gettime(time.CLOCK_BOOTTIME) < 60, int.from_bytes(info.raw[:8], 'little') < 60)\n"
+    )
+    result = run(code)
+    assert result.ok, result.stderr
+    assert result.stdout == "True True\n"

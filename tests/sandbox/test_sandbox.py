@@ -79,6 +79,9 @@ def _processes_in(directory: str) -> list[int]:
         ("max_output_bytes", 0),
         ("max_file_mb", True),
         ("max_processes", 0),
+        ("cpu_cores", 0),
+        ("cpu_cores", True),
+        ("cpu_cores", float("nan")),
         ("python", ""),
     ],
 )
@@ -256,16 +259,24 @@ def test_many_runs_in_parallel():
     assert [r.stdout for r in results] == [f"{i * i}\n" for i in range(16)]
 
 
-def test_output_is_truncated():
-    chatty = "import sys\nprint('x' * 200_000)\nsys.stderr.write('e' * 10)"
+def test_output_over_the_cap_stops_the_run_and_says_so():
+    chatty = "import sys\nsys.stderr.write('e' * 10)\nsys.stderr.flush()\nprint('x' * 200_000)\nprint('not reached')"
     result = run_code(chatty, timeout_s=SLOW_OK_S, max_output_bytes=1000)
-    assert result.status == "ok" and result.truncated
+    assert result.status == "output_limit" and result.truncated and result.stdout_truncated
     assert result.stdout == "x" * 1000 and result.stderr == "e" * 10
 
 
-def test_endless_output_is_bounded_and_times_out():
-    result = run_code("while True:\n    print('spam' * 1000)", timeout_s=1.0)
-    assert result.status == "timeout" and result.truncated
+def test_stderr_over_the_cap_is_cut_but_fails_nothing():
+    noisy = "import sys\nsys.stderr.write('e' * 200_000)\nprint('answer')"
+    result = run_code(noisy, timeout_s=SLOW_OK_S, max_output_bytes=1000)
+    assert (result.status, result.stdout) == ("ok", "answer\n")
+    assert result.truncated and not result.stdout_truncated and len(result.stderr) == 1000
+
+
+def test_endless_output_is_an_output_limit_not_a_timeout():
+    result = run_code("while True:\n    print('spam' * 1000)", timeout_s=SLOW_OK_S)
+    assert result.status == "output_limit" and result.truncated
+    assert result.wall_s < SLOW_OK_S / 2  # stopped at the cap, not at the deadline
     assert len(result.stdout) == SandboxConfig().max_output_bytes
 
 
@@ -339,6 +350,7 @@ def test_runs_degrade_gracefully_where_namespaces_are_refused(monkeypatch, caplo
         bootstrap = bootstrap.replace(call, call.replace("unshare(", "'Operation not permitted' or ("))
     monkeypatch.setattr(sandbox, "_BOOTSTRAP", bootstrap)
     monkeypatch.setattr(sandbox, "_warned", set())
+    monkeypatch.setattr(sandbox, "_SEEN_LAYERS", set())  # a platform that never had the namespaces
     monkeypatch.setattr(sandbox, "_CGROUPS", sandbox._Cgroups())
     monkeypatch.setattr(sandbox._CGROUPS, "_probed", True)  # as if nothing were writable
     monkeypatch.setattr(sandbox._CGROUPS, "unavailable", "simulated")
@@ -348,7 +360,7 @@ def test_runs_degrade_gracefully_where_namespaces_are_refused(monkeypatch, caplo
         result = run_code("import os\nprint(os.getpid() != 1)", timeout_s=SLOW_OK_S)
         timed_out = run_code("while True:\n    pass", timeout_s=1.0)
     assert (result.status, result.stdout, result.network_isolated) == ("ok", "True\n", False)
-    expected_missing = ["network", "pid_namespace", "private_filesystem", "socket_memory", "cgroup"]
+    expected_missing = ["network", "pid_namespace", "private_filesystem", "socket_memory", "cpu", "cgroup"]
     assert result.layers.missing() == expected_missing or not IS_ROOT
     assert timed_out.status == "timeout"
     messages = " ".join(record.getMessage() for record in caplog.records)
@@ -456,8 +468,49 @@ def test_private_filesystem_needs_the_pid_namespace(monkeypatch, caplog):
         sandbox, "_BOOTSTRAP", sandbox._BOOTSTRAP.replace(call, "'Operation not permitted' or (CLONE_NEWPID)")
     )
     monkeypatch.setattr(sandbox, "_warned", set())
+    monkeypatch.setattr(sandbox, "_SEEN_LAYERS", set())
     monkeypatch.setattr(sandbox, "_interpreter_for_sandbox_uid", {})
     with caplog.at_level(logging.WARNING, logger="decoding_adapters.sandbox.runner"):
         result = run_code("print('ran')", timeout_s=SLOW_OK_S)
     assert result.stdout == "ran\n" and not result.layers.private_filesystem and not result.layers.pid_namespace
     assert "no private filesystem view (needs a PID namespace)" in caplog.text
+
+
+def test_a_namespace_that_worked_before_is_required_after(isolation, monkeypatch):
+    # Once a run of this process had a PID namespace, a run that cannot get one (the host ran out
+    # of namespaces) does not run at all, and says why.
+    if not isolation.pid_namespace:
+        pytest.skip("no PID namespace on this machine")
+    call = "unshare(CLONE_NEWPID)"
+    monkeypatch.setattr(
+        sandbox, "_BOOTSTRAP", sandbox._BOOTSTRAP.replace(call, "'No space left on device' or (CLONE_NEWPID)")
+    )
+    result = run_code("print('ran')", timeout_s=SLOW_OK_S)
+    assert (result.status, result.stdout) == ("setup_failed", "")
+    assert result.failed_layer == "pid_namespace: No space left on device"
+
+
+def test_cgroup_v2_gets_the_cpu_controller_and_quota(tmp_path):
+    # A stand-in cgroup2 tree (plain files): where the parent offers cpu, runs get cpu.max.
+    mount, own = tmp_path, "/agents/me"
+    parent = tmp_path / "agents"
+    parent.mkdir()
+    (parent / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (parent / "cgroup.subtree_control").write_text("")
+    (parent / "decoding-adapters-sandbox").mkdir()
+    (parent / "decoding-adapters-sandbox" / "cgroup.subtree_control").write_text("")
+    groups = sandbox._Cgroups()
+    base = groups._make_v2_base(str(mount), own)
+    assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
+    assert Path(base, "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
+    run_dir = Path(base, "run-1")
+    run_dir.mkdir()
+    for name in ("memory.max", "memory.swap.max", "pids.max", "cpu.max"):
+        (run_dir / name).write_text("max\n")
+    groups._limit(str(run_dir), SandboxConfig(memory_mb=256, max_processes=32, cpu_cores=0.5))
+    assert (run_dir / "cpu.max").read_text() == "50000 100000"
+    assert (run_dir / "memory.max").read_text() == str(256 * 2**20)
+    assert (run_dir / "pids.max").read_text() == "32"
+    (parent / "cgroup.controllers").write_text("memory pids\n")  # no cpu offered: runs go without a quota
+    sandbox._Cgroups()._make_v2_base(str(mount), own)
+    assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids"

@@ -227,3 +227,48 @@ def test_the_view_is_read_only_except_the_scratch_places(layers):
     )
     result = run(probe)
     assert result.stdout.strip() == str([False] * 4 + [True] * 4), result.stdout + result.stderr
+
+
+# Spinners in sessions of their own (each would be an autogroup of its own, with a fair share
+# each, where only the memory and pids controllers are set): CPU seconds used over wall seconds.
+SESSION_SPINNERS = r"""
+import os, time
+pids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        end = time.monotonic() + 0.6
+        while time.monotonic() < end:
+            pass
+        os._exit(0)
+    pids.append(pid)
+start = time.monotonic()
+for pid in pids:
+    os.waitpid(pid, 0)
+wall = time.monotonic() - start
+cpu = os.times().children_user + os.times().children_system
+print(round(cpu / wall, 2))
+"""
+
+
+def test_the_whole_run_shares_one_cpu_quota(layers):
+    need(layers, "cgroup", "cpu")
+    from decoding_adapters.sandbox import runner
+
+    # The quota is set on the run's group while it runs (read from the host side)...
+    with runner.FunctionSession("def f():\n    return 1\n", "f", SandboxConfig(timeout_s=SLOW_OK_S)) as session:
+        assert session.call_outcome().value == 1
+        quotas = {}
+        for path in session._run.cgroup_dirs:
+            for name in ("cpu.cfs_quota_us", "cpu.max"):
+                if os.path.exists(os.path.join(path, name)):
+                    quotas[name] = Path(path, name).read_text().split()[0]
+    assert quotas in ({"cpu.cfs_quota_us": "100000"}, {"cpu.max": "100000"}), quotas
+    assert session.result.layers.cpu
+    # ... and holds whatever sessions the program starts: three spinners share one core.
+    result = run(SESSION_SPINNERS)
+    assert result.ok, result.stderr
+    assert float(result.stdout) <= 1.25, result.stdout
+    half = run(SESSION_SPINNERS, cpu_cores=0.5)
+    assert float(half.stdout) <= 0.7, half.stdout

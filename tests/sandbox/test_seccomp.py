@@ -24,9 +24,12 @@ ALLOW = "allow"
 # --------------------------------------------------------------------------- the BPF program
 
 
-def evaluate(program: bytes, nr: int, arg0: int = 0, arch: int = seccomp.AUDIT_ARCH_X86_64) -> str | int:
+def evaluate(
+    program: bytes, nr: int, arg0: int = 0, arch: int = seccomp.AUDIT_ARCH_X86_64, arg1: int = 0, arg2: int = 0
+) -> str | int:
     """Run the classic-BPF ``program`` on one system call: "allow", or the errno it returns."""
-    data = {seccomp.OFFSET_NR: nr, seccomp.OFFSET_ARCH: arch, seccomp.OFFSET_ARG0: arg0 & 0xFFFFFFFF}
+    data = {seccomp.OFFSET_NR: nr, seccomp.OFFSET_ARCH: arch, seccomp.OFFSET_ARG0: arg0 & 0xFFFFFFFF,
+            seccomp.OFFSET_ARG1: arg1 & 0xFFFFFFFF, seccomp.OFFSET_ARG2: arg2 & 0xFFFFFFFF}
     insns = [program[i : i + 8] for i in range(0, len(program), 8)]
     pc, accumulator = 0, 0
     for _ in range(len(insns)):
@@ -88,6 +91,26 @@ def test_only_ipv4_and_ipv6_sockets():
     for family in (1, 16, 17, 38, 40):  # AF_UNIX, AF_NETLINK, AF_PACKET, AF_ALG, AF_VSOCK
         assert evaluate(PROGRAM, NR["socket"], family) == seccomp.EAFNOSUPPORT
     assert evaluate(PROGRAM, NR["socketpair"], 1) == seccomp.EAFNOSUPPORT
+
+
+def test_what_no_control_group_counts_is_refused():
+    for name in seccomp.NO_XATTRS:  # POSIX ACLs and other extended attributes
+        assert evaluate(PROGRAM, NR[name]) == seccomp.EOPNOTSUPP, name
+    for command in seccomp.LOCK_COMMANDS:  # byte-range and OFD locks: granted, nothing held
+        assert evaluate(PROGRAM, NR["fcntl"], 3, arg1=command) == seccomp.GRANTED, command
+    for command in seccomp.WATCH_COMMANDS:  # leases, dnotify
+        assert evaluate(PROGRAM, NR["fcntl"], 3, arg1=command) == seccomp.ENOLCK, command
+    for command in (0, 1, 2, 3, 4, 5, 36, 1030):  # F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_GETLK, ...
+        assert evaluate(PROGRAM, NR["fcntl"], 3, arg1=command) == ALLOW, command
+    assert evaluate(PROGRAM, NR["flock"], 3, arg1=2) == seccomp.GRANTED
+    for option in seccomp.SOCKET_FILTER_OPTIONS:
+        assert evaluate(PROGRAM, NR["setsockopt"], 3, arg1=seccomp.SOL_SOCKET, arg2=option) == seccomp.EPERM
+        assert evaluate(PROGRAM, NR["setsockopt"], 3, arg1=6, arg2=option) == ALLOW  # IPPROTO_TCP: another option
+    assert evaluate(PROGRAM, NR["setsockopt"], 3, arg1=seccomp.SOL_SOCKET, arg2=2) == ALLOW  # SO_REUSEADDR
+    assert evaluate(PROGRAM, NR["prctl"], seccomp.PR_SET_SECCOMP) == seccomp.EPERM
+    assert evaluate(PROGRAM, NR["prctl"], 15) == ALLOW  # PR_SET_NAME
+    for name in ("seccomp", "inotify_init", "inotify_init1", "inotify_add_watch", "io_setup"):
+        assert evaluate(PROGRAM, NR[name]) == seccomp.EPERM, name
 
 
 def test_other_abis_cannot_dodge_the_numbers():
@@ -231,18 +254,107 @@ def test_without_the_filter_the_layer_is_reported_missing(layers):
     assert result.ok and not result.layers.seccomp and "seccomp" in result.layers.missing()
 
 
-def test_a_kernel_that_refuses_the_filter_degrades_with_a_warning(layers, monkeypatch, caplog):
-    # A jump past the program's end: the kernel rejects the program (EINVAL), as a kernel
-    # without seccomp would refuse any. The run still happens, the layer is reported missing.
+def test_a_filter_the_kernel_refuses_means_the_program_does_not_run(layers, monkeypatch, caplog):
+    # A jump past the program's end: the kernel rejects the program (EINVAL), as it would any
+    # program once the host's bpf_jit_limit is spent. Fail closed: the program never starts
+    # (it would have written a file and printed), and the outcome names the layer.
     broken = seccomp._insn(seccomp.JEQ_K, 0, 5, 5) + seccomp._insn(seccomp.RET_K, seccomp.RET_ALLOW)
     monkeypatch.setattr(sandbox, "_syscall_filter", lambda: broken)
     monkeypatch.setattr(sandbox, "_warned", set())
     with caplog.at_level(logging.WARNING, logger="decoding_adapters.sandbox.runner"):
         result = run("print('ran')")
-    assert result.stdout == "ran\n" and not result.layers.seccomp
-    assert "no seccomp filter (seccomp: Invalid argument)" in caplog.text
+    assert (result.status, result.stdout, result.returncode) == ("setup_failed", "", None)
+    assert result.failed_layer == "seccomp: seccomp: Invalid argument" and not result.layers.seccomp
+    assert "the program did not run (seccomp: seccomp: Invalid argument)" in caplog.text
+    with sandbox.FunctionSession("def f():\n    return 1\n", "f", SandboxConfig(timeout_s=SLOW_OK_S)) as session:
+        outcome = session.call_outcome()
+    assert not outcome.ok and "could not set up seccomp" in outcome.error
+    assert session.result.status == "setup_failed"
 
 
 def test_a_machine_without_a_table_reports_no_filter(monkeypatch):
     monkeypatch.setattr(platform, "machine", lambda: "sparc64")
     assert seccomp.syscall_filter() is None
+
+
+# Each call the filter refuses to keep uncounted kernel objects out of reach, tried once from
+# inside a run (the sizes are tiny: what is checked is the refusal, not the exhaustion).
+UNCOUNTED = r"""
+import ctypes, errno, fcntl, os, socket, struct
+libc = ctypes.CDLL(None, use_errno=True)
+def show(name, result):
+    print("%s=%s" % (name, errno.errorcode.get(ctypes.get_errno(), "?") if result == -1 else "0"), flush=True)
+def attempt(name, call):
+    try:
+        call()
+        print(name + "=0", flush=True)
+    except OSError as exc:
+        print("%s=%s" % (name, errno.errorcode.get(exc.errno, "?")), flush=True)
+os.mkdir("d")
+acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, 7, 0xFFFFFFFF) for tag in (1, 4, 32))
+show("acl_access", libc.setxattr(b"d", b"system.posix_acl_access", acl, len(acl), 0))
+show("acl_default", libc.setxattr(b"d", b"system.posix_acl_default", acl, len(acl), 0))
+show("user_xattr", libc.setxattr(b"d", b"user.x", b"y", 1, 0))
+show("lsetxattr", libc.lsetxattr(b"d", b"user.x", b"y", 1, 0))
+fd = os.open("f", os.O_CREAT | os.O_RDWR)
+show("fsetxattr", libc.fsetxattr(fd, b"user.x", b"y", 1, 0))
+show("setxattrat", libc.syscall(463, -100, b"d", 0, b"user.x", None, 0))
+def held(start):
+    # What another process sees at byte ``start`` of "f" (through a file description of its own).
+    pid = os.fork()
+    if pid == 0:
+        other = os.open("f", os.O_RDWR)
+        answer = fcntl.fcntl(other, fcntl.F_GETLK, struct.pack("hhqqi", fcntl.F_WRLCK, 0, start, 1, 0))
+        os._exit(0 if struct.unpack("hhqqi", answer)[0] == fcntl.F_UNLCK else 1)
+    print("held_%d=%s" % (start, "yes" if os.waitpid(pid, 0)[1] else "no"), flush=True)
+attempt("lockf", lambda: fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0))
+held(0)
+attempt("ofd_lock", lambda: fcntl.fcntl(fd, 37, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 10, 1, 0)))
+held(10)
+attempt("flock", lambda: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB))
+attempt("lease", lambda: fcntl.fcntl(fd, 1024, fcntl.F_RDLCK))
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+accept_all = struct.pack("HBBI", 0x06, 0, 0, 0xFFFF)  # one classic-BPF instruction: ret #65535
+keep = ctypes.create_string_buffer(accept_all)
+fprog = struct.pack("HL", 1, ctypes.addressof(keep))
+attempt("so_attach_filter", lambda: sock.setsockopt(socket.SOL_SOCKET, 26, fprog))
+attempt("so_attach_reuseport_cbpf", lambda: sock.setsockopt(socket.SOL_SOCKET, 51, fprog))
+show("seccomp", libc.syscall(317, 1, 0, ctypes.c_void_p(0)))
+show("prctl_seccomp", libc.prctl(22, 2, ctypes.c_void_p(0), 0, 0))
+show("inotify", libc.inotify_init1(0))
+ctx = ctypes.c_ulong(0)
+show("io_setup", libc.syscall(206, 1, ctypes.byref(ctx)))
+attempt("reuseaddr", lambda: sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1))
+attempt("getfl", lambda: fcntl.fcntl(fd, fcntl.F_GETFL))
+"""
+
+
+def test_sqlite_on_a_file_still_works(layers):
+    # It takes byte-range locks on its file: granted (nothing held), so a one-process program works.
+    code = (
+        "import sqlite3\n"
+        "db = sqlite3.connect('db.sqlite')\n"
+        "db.execute('create table t(x)'); db.execute('insert into t values (7)'); db.commit()\n"
+        "print(db.execute('select x from t').fetchall())\n"
+    )
+    result = run(code)
+    assert (result.status, result.stdout) == ("ok", "[(7,)]\n"), result.stderr
+
+
+def test_uncounted_kernel_objects_are_refused_inside_a_run(layers):
+    results = probe_results(run(UNCOUNTED))
+    expected = {name: "ENOTSUP" for name in ("acl_access", "acl_default", "user_xattr", "lsetxattr",
+                                                   "fsetxattr", "setxattrat")}
+    expected.update(lockf="0", ofd_lock="0", flock="0", held_0="no", held_10="no", lease="ENOLCK")  # granted, not held
+    expected.update({name: "EPERM" for name in ("so_attach_filter", "so_attach_reuseport_cbpf", "seccomp",
+                                                "prctl_seccomp", "inotify", "io_setup")})
+    expected.update(reuseaddr="0", getfl="0")
+    assert results == expected
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs root to show the contrast: the same calls without the filter")
+def test_without_the_filter_the_kernel_would_take_them(layers):
+    results = probe_results(run(UNCOUNTED, restrict_syscalls=False))
+    for name in ("acl_access", "acl_default", "lockf", "ofd_lock", "flock", "so_attach_filter", "inotify"):
+        assert results[name] == "0", (name, results[name])
+    assert results["held_0"] == results["held_10"] == "yes"

@@ -194,7 +194,7 @@ def test_sampling_adapter_matches_our_loops_token_distribution(tmp_path, tiny_lm
     with torch.no_grad():
         _, logits, _ = tiny_lm.forward(ids, mask, (mask.cumsum(-1) - 1))
     aset = ActionSet(ACTIONS)
-    probs = transform_logits(logits, aset.params(torch.tensor([1]))).softmax(-1)[0]
+    probs = transform_logits(logits.cpu(), aset.params(torch.tensor([1]))).softmax(-1)[0]
     assert int((probs > 0).sum()) >= 3  # a test that can fail: several tokens in the support
 
     model = tiny_lm.model
@@ -220,8 +220,8 @@ def test_sampling_adapter_matches_our_loops_token_distribution(tmp_path, tiny_lm
         ok, chi2 = _chi2_ok(torch.bincount(tokens.cpu(), minlength=probs.numel()).float(), probs, draws)
         assert ok, (name, chi2)
     # and a wrong distribution is rejected by the same test (T=0.7 + top-p/min-p)
-    wrong = transform_logits(logits, aset.params(torch.tensor([2]))).softmax(-1)[0]
-    assert not _chi2_ok(torch.bincount(hf_tokens, minlength=probs.numel()).float(), wrong, draws)[0]
+    wrong = transform_logits(logits.cpu(), aset.params(torch.tensor([2]))).softmax(-1)[0]
+    assert not _chi2_ok(torch.bincount(hf_tokens.cpu(), minlength=probs.numel()).float(), wrong, draws)[0]
 
 
 def test_random_token_adapter_picks_the_same_actions_as_our_loop(tmp_path, tiny_lm, tiny_prompts):
@@ -244,6 +244,6 @@ def test_random_token_adapter_picks_the_same_actions_as_our_loop(tmp_path, tiny_
         token_budget=6,
     )
     valid = ours.valid_mask()  # generate pads a row after its EOS; our loop stops it
-    assert torch.equal(out[:, -6:][valid], ours.tokens[valid])
-    assert torch.equal(lp.action_matrix[:, : valid.shape[1]][valid], ours.actions[valid])
+    assert torch.equal(out[:, -6:].cpu()[valid], ours.tokens[valid])
+    assert torch.equal(lp.action_matrix[:, : valid.shape[1]].cpu()[valid], ours.actions[valid])
     assert len(set(ours.actions.flatten().tolist())) > 1  # the adapter really switches actions

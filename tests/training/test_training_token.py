@@ -225,10 +225,11 @@ def test_rollout_and_loss_see_the_same_dropped_out_policy(tiny_lm, tiny_prompts)
     class Recording(TokenPolicyChooser):
         def __call__(self, f):
             action = super().__call__(f)
-            obs = self.policy.observation(f.hidden, f.entropy, f.remaining_budget)
+            obs = self.policy.observation(f.hidden.cpu(), f.entropy.cpu(), f.remaining_budget.cpu())
+            seeds = f.seeds.cpu()
             with torch.no_grad():
-                logp = self.policy.log_probs(obs, dropout_key=(f.seeds, torch.full_like(f.seeds, f.step)))
-            for seed, lp in zip(f.seeds.tolist(), logp.gather(1, action[:, None])[:, 0].tolist()):
+                logp = self.policy.log_probs(obs, dropout_key=(seeds, torch.full_like(seeds, f.step)))
+            for seed, lp in zip(seeds.tolist(), logp.gather(1, action.cpu()[:, None])[:, 0].tolist()):
                 seen[(seed, f.step)] = lp
             return action
 

@@ -30,6 +30,8 @@ class DemoOptions:
     down to 0.25 until it fits, and the output and the report say so; 0 keeps the sizes as given"""
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""
+    device: str = "auto"
+    """torch device: auto (cuda where present, else cpu), cpu, cuda, cuda:N"""
     plan: bool = False
     """print the stage-by-stage time estimate, scaled to this machine by a few seconds' decode probe, and exit"""
     publish: str | None = None
@@ -48,12 +50,13 @@ def run_cli(args) -> int:
         raise ValueError(f"--minutes must be >= 0 (0 keeps the sizes as given), got {args.minutes:g}")
     cfg = study_config(args, SIZES)
     if args.plan:
-        print(format_plan(cfg, args.model, minutes=args.minutes))
+        print(format_plan(cfg, args.model, minutes=args.minutes, device=args.device))
         return 0
     check_output_dir(args.out)  # pre-flight: a file or unwritable --out fails now, not after a stage
     command = study_command("demo", args, cfg, SIZES)
     if args.minutes != DemoOptions.minutes:
         command += f" --minutes {args.minutes:g}"
-    run_demo(args.out, cfg, model=args.model, progress=args.progress, command=command, minutes=args.minutes or None)
+    run_demo(args.out, cfg, model=args.model, progress=args.progress, command=command, minutes=args.minutes or None,
+             device=args.device)
     publish_if_asked(args)
     return 0

@@ -26,6 +26,8 @@ class DomainsOptions:
     """stage sizes: tiny (tests), default (~25 min on a loaded 2-core machine)"""
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""
+    device: str = "auto"
+    """torch device: auto (cuda where present, else cpu), cpu, cuda, cuda:N"""
     progress: bool = True
     """progress bars"""
 
@@ -37,5 +39,5 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 def run_cli(args) -> int:
     cfg = study_config(args, SIZES)
     run_domains(args.out, cfg, model=args.model, progress=args.progress,
-                command=study_command("domains", args, cfg, SIZES))
+                command=study_command("domains", args, cfg, SIZES), device=args.device)
     return 0

@@ -32,6 +32,7 @@ from ..evaluation import (
     select_best_action,
     sequence_mixture_of_token_actions,
     static_method,
+    stop_at_first_answer_method,
     token_mixed_method,
 )
 from ..policies.networks import add_evaluation
@@ -67,10 +68,10 @@ class EvaluateOptions:
     best_problems: int = 32
     """validation problems used to choose Best (--best-action auto) and the best token action (best-token);
     never more than --max-problems"""
-    baselines: str = "greedy,best,mixed,best-token"
-    """static baselines to include (comma-separated): greedy, best, mixed (per sequence over --actions; with
-    token adapters also the per-token Mixed over their action set, the paper's token-level Mixed),
-    best-token (with token adapters: the best single token action, chosen on the validation split),
+    baselines: str = "greedy,stop-first,best,mixed,best-token"
+    """static baselines to include (comma-separated): greedy, stop-first (greedy ended at its first answer),
+    best, mixed (per sequence over --actions; with token adapters also the paper's per-token Mixed over their
+    actions), best-token (with token adapters: the best single token action, chosen on validation),
     token-actions (with token adapters: one static row per token action)"""
     policy_mode: str | None = None
     """how adapters pick actions: sample, argmax, or both (two rows per adapter, named '... [sample]' and
@@ -143,7 +144,7 @@ def load_adapter_methods(specs: Sequence[str], lm, policy_mode: str | None = Non
     return methods
 
 
-BASELINES = ("greedy", "best", "mixed", "best-token", "token-actions")
+BASELINES = ("greedy", "stop-first", "best", "mixed", "best-token", "token-actions")
 
 
 def _baseline_methods(args, lm, task, adapters: list[Method], cfg: EvalConfig, factory) -> list[Method]:
@@ -153,6 +154,8 @@ def _baseline_methods(args, lm, task, adapters: list[Method], cfg: EvalConfig, f
         raise ValueError(f"unknown baseline(s) {sorted(unknown)}: choose from {', '.join(BASELINES)}")
     actions = _base_actions(args, adapters)
     out = [greedy_method()] if "greedy" in wanted else []
+    if "stop-first" in wanted:
+        out.append(stop_at_first_answer_method())
     if "best" in wanted:
         best = _best_method(args, lm, task, actions, cfg, factory)
         if best is not None:
@@ -219,17 +222,20 @@ def _best_method(args, lm, task, actions, cfg: EvalConfig, factory) -> Method | 
             raise ValueError(f"{spec} has no best_single entry")
         return static_method(best)
     candidates = list(dict.fromkeys([*actions, GREEDY]))  # greedy is always a static candidate
-    return best_static_method(_auto_best(args, lm, task, candidates, cfg, factory, cfg.k_values), candidates)
+    # and greedy stopped at its first answer, where the backend can stop a row on its text
+    stop = getattr(args, "backend", "hf") != "vllm"
+    return best_static_method(_auto_best(args, lm, task, candidates, cfg, factory, cfg.k_values, stop), candidates)
 
 
-def _auto_best(args, lm, task, actions, cfg: EvalConfig, factory, k_values) -> BestStatic:
-    """The best of ``actions`` at each k on the validation split (train where there is none; never test)."""
+def _auto_best(args, lm, task, actions, cfg: EvalConfig, factory, k_values, stop_at_first_answer=False) -> BestStatic:
+    """The best of ``actions`` (and, with ``stop_at_first_answer``, greedy stopped at its first answer)
+    at each k on the validation split (train where there is none; never test)."""
     split = "validation" if "validation" in getattr(task, "splits", ()) else "train"
     limit = args.best_problems if args.max_problems is None else min(args.best_problems, args.max_problems)
     problems = task.load(split)[:limit]
     log.info("choosing the best of %d actions on %d %s problems", len(actions), len(problems), split)
     best = select_best_action(lm, task, problems, actions, samples=min(4, cfg.n), k_values=k_values, config=cfg,
-                              rollouts_factory=factory)
+                              stop_at_first_answer=stop_at_first_answer, rollouts_factory=factory)
     log.info("best by k: %s", {k: best.name_for(k) for k in best.k_values})
     return best
 

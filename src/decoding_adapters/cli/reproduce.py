@@ -80,6 +80,8 @@ class ReproduceOptions:
     """stage sizes: full (the study cut to ~90 min on 2 cores), complete (uncut, ~7 h there), smoke (tests)"""
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""
+    device: str = "auto"
+    """torch device: auto (cuda where present, else cpu), cpu, cuda, cuda:N"""
     plan: bool = False
     """print the stage-by-stage time estimate, scaled to this machine by a few seconds' decode probe, and exit"""
     publish: str | None = None
@@ -96,9 +98,10 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 def run_cli(args) -> int:
     cfg = study_config(args, REPRODUCE_SIZES)
     if args.plan:
-        print(format_plan(cfg, args.model))
+        print(format_plan(cfg, args.model, device=args.device))
         return 0
     command = study_command("reproduce", args, cfg, REPRODUCE_SIZES)
-    run_demo(args.out, cfg, model=args.model, progress=args.progress, label="reproduce", command=command)
+    run_demo(args.out, cfg, model=args.model, progress=args.progress, label="reproduce", command=command,
+             device=args.device)
     publish_if_asked(args)
     return 0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..experiments.demo import estimate_minutes, fit_note, fit_to_minutes, probe_tokens_per_second
 from ..experiments.pipeline import StudyConfig
-from ..lm.models import load_frozen_lm
+from ..lm.models import ModelSpec, load_frozen_lm
 from ..tasks import get_task
 from .config_args import add_config_arguments, build_config
 
@@ -51,17 +51,20 @@ def study_command(command: str, args, cfg: StudyConfig, sizes: dict[str, StudyCo
     parts = ["decoding-adapters", command, "--out", args.out, "--size", args.size]
     if args.model != "smollm2":
         parts += ["--model", args.model]
+    if getattr(args, "device", "auto") != "auto":
+        parts += ["--device", args.device]
     parts += _changes(cfg, sizes[args.size])
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def format_plan(cfg: StudyConfig, model: str | None = None, minutes: float | None = None) -> str:
+def format_plan(cfg: StudyConfig, model: str | None = None, minutes: float | None = None, device: str = "auto") -> str:
     """The stage-by-stage estimate; with ``model``, scaled to this machine by a few seconds' decode
     probe of it (``experiments.demo.probe_tokens_per_second``), and with ``minutes`` as well, of the
     sizes ``fit_to_minutes`` keeps on this machine."""
     speed = None
     if model is not None:
-        speed = probe_tokens_per_second(load_frozen_lm(model), get_task("arithmetic"))
+        lm = load_frozen_lm(ModelSpec(name_or_path=model, device=device))
+        speed = probe_tokens_per_second(lm, get_task("arithmetic"))
     fitting = bool(minutes and speed)
     fitted = fit_to_minutes(cfg, speed, minutes)[0] if fitting else cfg
     plan = estimate_minutes(fitted, speed)

@@ -233,6 +233,7 @@ class ActionSet:
         self.uses_min_p = any(a.min_p for a in self.actions if not a.is_greedy)
         self.all_greedy = all(greedy)
         self.uses_greedy = any(greedy)
+        self._params_on = {self._params.greedy.device: self._params}  # the [K] tables, per device they were asked on
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -242,9 +243,20 @@ class ActionSet:
         return [a.name for a in self.actions]
 
     def params(self, action_index: torch.Tensor) -> SamplingParams:
-        """Gather ``[batch]`` parameters for ``action_index`` (long ``[batch]``)."""
-        p = self._params
+        """Gather ``[batch]`` parameters for ``action_index`` (long ``[batch]``) on the indices' device:
+        an action set built on the CPU serves rows decoded on a GPU (its ``[K]`` tables are copied
+        there once, on first use)."""
+        p = self._on(action_index.device)
         return SamplingParams(*(t[action_index] for t in (p.temperature, p.top_k, p.top_p, p.min_p, p.greedy)))
+
+    def _on(self, device: torch.device) -> SamplingParams:
+        """The ``[K]`` parameter tables on ``device``."""
+        if device not in self._params_on:
+            p = self._params
+            self._params_on[device] = SamplingParams(
+                *(t.to(device) for t in (p.temperature, p.top_k, p.top_p, p.min_p, p.greedy))
+            )
+        return self._params_on[device]
 
     def to_json(self) -> list[dict]:
         return [a.to_dict() for a in self.actions]
@@ -357,7 +369,7 @@ def _mix64(x: torch.Tensor) -> torch.Tensor:
 
 
 def counter_uniform(
-    seeds: torch.Tensor, step: int, stream: int = TOKEN_STREAM, dtype: torch.dtype = torch.float64
+    seeds: torch.Tensor, step: int | torch.Tensor, stream: int = TOKEN_STREAM, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
     """One U[0, 1) draw per row, a pure function of ``(seeds[i], step, stream)``: long ``[B]`` -> ``[B]``.
 
@@ -370,7 +382,9 @@ def counter_uniform(
     if bits is None:
         raise ValueError(f"counter_uniform makes float32 or float64 draws, not {dtype}")
     key = _mix64(seeds.long() + _int64(stream * _GOLDEN))
-    z = _mix64(key + _int64((step + 1) * _GOLDEN))
+    # step: an int, or a long tensor (a device scalar a CUDA graph reads at replay); int64 wraps mod 2^64 alike
+    counter = (step + 1) * _int64(_GOLDEN) if isinstance(step, torch.Tensor) else _int64((step + 1) * _GOLDEN)
+    z = _mix64(key + counter)
     return _shift_right(z, 64 - bits).to(dtype) * 2.0 ** -bits
 
 

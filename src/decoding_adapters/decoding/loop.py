@@ -33,7 +33,7 @@ from typing import Callable, Literal, Sequence
 
 import torch
 
-from ..lm.models import FrozenLM
+from ..lm.models import FrozenLM, GraphedRowCacheState
 from .actions import (
     ACTION_STREAM,
     TOKEN_STREAM,
@@ -43,8 +43,19 @@ from .actions import (
     sampling_weights,
     transform_logits,
 )
+from .graph_sampling import GraphSampling
 
-__all__ = ["StepFeatures", "Chooser", "StepTokens", "DecodeResult", "Trajectory", "decode", "row_seed", "base_entropy"]
+__all__ = [
+    "StepFeatures",
+    "Chooser",
+    "StepTokens",
+    "StopCheck",
+    "DecodeResult",
+    "Trajectory",
+    "decode",
+    "row_seed",
+    "base_entropy",
+]
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,11 @@ class StepTokens:
 StepCallback = Callable[[StepTokens], "Sequence[int] | None"]
 """Called after every step; may return global row indices to stop now (e.g. a client went away)."""
 
+StopCheck = Callable[[str], bool]
+"""A per-row stop condition on the row's text so far (decoded without special tokens, as
+``DecodeResult.texts``): True ends the row after the token that made it true, e.g. the task's
+"holds a complete answer" (``tasks.Task.answer_complete``)."""
+
 
 @dataclass
 class Trajectory:
@@ -127,6 +143,19 @@ class DecodeResult:
     token_budgets: torch.Tensor  # [N] long, the token budget of each row
     features: torch.Tensor | None = None  # [N, T, hidden] float when recorded
     prompts: list[list[int]] = field(default_factory=list)
+    stopped_by_check: torch.Tensor | None = None  # [N] bool: ended by its stop check (None: no row had one)
+    decodes: torch.Tensor | None = None
+    """``[N]`` long, generated sequences the row cost (None: one each). A method that decodes more
+    than once for an answer (a draft, then a re-decode) counts every pass here."""
+    generated_tokens: torch.Tensor | None = None
+    """``[N]`` long, tokens generated for the row over all its decodes, EOS included, padding and
+    forced tokens excluded (None: ``lengths``)."""
+
+    def row_costs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(decodes [N], generated tokens [N])`` that produced each row (see the fields)."""
+        decodes = self.decodes if self.decodes is not None else torch.ones_like(self.lengths)
+        tokens = self.generated_tokens if self.generated_tokens is not None else self.lengths
+        return decodes, tokens
 
     def valid_mask(self) -> torch.Tensor:
         """``[N, T]`` True on generated steps."""
@@ -181,25 +210,33 @@ def _base_stats(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
 
 
 class _Recorder:
-    """Preallocated ``[N, T]`` buffers written at the active rows' global indices each step."""
+    """Preallocated ``[N, T]`` buffers on the LM's device, written at the active rows' global indices
+    (``rows``, on that device) each step and brought to the CPU once at the end (``cpu``): on a GPU a
+    step then waits for nothing but the finished flags. Features (``[N, T, hidden]``, large) are kept
+    on the CPU."""
 
-    def __init__(self, n: int, steps: int, hidden: int, with_features: bool):
-        self.tokens = torch.full((n, steps), -1, dtype=torch.long)
-        self.actions = torch.full((n, steps), -1, dtype=torch.long)
-        self.entropy = torch.zeros(n, steps)
-        self.max_prob = torch.zeros(n, steps)
-        self.lengths = torch.zeros(n, dtype=torch.long)
-        self.eos = torch.zeros(n, dtype=torch.bool)
+    def __init__(self, n: int, steps: int, hidden: int, with_features: bool, device: torch.device):
+        self.tokens = torch.full((n, steps), -1, dtype=torch.long, device=device)
+        self.actions = torch.full((n, steps), -1, dtype=torch.long, device=device)
+        self.entropy = torch.zeros(n, steps, device=device)
+        self.max_prob = torch.zeros(n, steps, device=device)
+        self.lengths = torch.zeros(n, dtype=torch.long, device=device)
+        self.eos = torch.zeros(n, dtype=torch.bool, device=device)
         self.features = torch.zeros(n, steps, hidden) if with_features else None
 
     def write(self, rows, t, tokens, actions, entropy, max_prob, hidden) -> None:
-        self.tokens[rows, t] = tokens.cpu()
-        self.actions[rows, t] = actions.cpu()
-        self.entropy[rows, t] = entropy.cpu()
-        self.max_prob[rows, t] = max_prob.cpu()
+        self.tokens[rows, t] = tokens
+        self.actions[rows, t] = actions
+        self.entropy[rows, t] = entropy
+        self.max_prob[rows, t] = max_prob
         self.lengths[rows] = t + 1
         if self.features is not None:
-            self.features[rows, t] = hidden.float().cpu()
+            self.features[rows.cpu(), t] = hidden.float().cpu()
+
+    def cpu(self) -> "_Recorder":
+        for name in ("tokens", "actions", "entropy", "max_prob", "lengths", "eos"):
+            setattr(self, name, getattr(self, name).cpu())
+        return self
 
 
 def _as_row_tensor(value, n: int, name: str) -> torch.Tensor:
@@ -226,6 +263,7 @@ def decode(
     record_features: bool = False,
     stop_token_ids: Sequence[int] | None = None,
     on_step: StepCallback | None = None,
+    stop_checks: Sequence[StopCheck | None] | None = None,
 ) -> DecodeResult:
     """Decode every row; see the module docstring.
 
@@ -241,6 +279,9 @@ def decode(
         on_step: called after each step with the tokens just produced (``StepTokens``), e.g. to
             stream them; it may return global row indices to stop now: those rows end after this
             step as if their budget ran out (``stopped_at_eos`` False), the others are unaffected.
+        stop_checks: one per row (None for a row without one): after each step a row whose check
+            is true of its text so far ends there (``stopped_by_check``), so a row can stop at its
+            first complete answer and spend no more tokens.
     """
     prompts = [list(p) for p in prompts]
     if prompt_of_row is None:
@@ -263,48 +304,75 @@ def decode(
     seeds = [row_seed(seed, i) for i in range(n)] if row_seeds is None else list(row_seeds)
     if len(seeds) != n:
         raise ValueError(f"got {len(seeds)} row seeds for {n} rows")
+    checks = list(stop_checks) if stop_checks is not None and any(c is not None for c in stop_checks) else None
+    if checks is not None and len(checks) != n:
+        raise ValueError(f"got {len(checks)} stop checks for {n} rows")
+    stopped_by_check = torch.zeros(n, dtype=torch.bool) if checks is not None else None
 
     device = lm.device
     seeds_dev = torch.tensor(seeds, dtype=torch.long, device=device)
     stop_ids = torch.tensor(list(stop_token_ids) if stop_token_ids is not None else lm.eos_token_ids, device=device)
     steps = int(budgets.max())
-    rec = _Recorder(n, steps, lm.hidden_size, record_features)
+    rec = _Recorder(n, steps, lm.hidden_size, record_features, device)
 
     fan_out = None if torch.equal(rows_prompt, torch.arange(len(prompts))) else rows_prompt
     hidden, logits, state = lm.start_decode(prompts, fan_out, max_new_tokens=steps)
+    # on a GPU the statistics and the sampler are replayed from CUDA graphs too (graph_sampling)
+    graphed = GraphSampling(state, action_set, seeds_dev) if isinstance(state, GraphedRowCacheState) else None
     active = torch.arange(n)  # global row index of each batch row (CPU)
     active_dev = active.to(device)
     budgets_dev = budgets.to(device)
+    static_actions_dev = None if static_actions is None else static_actions.to(device)
 
     for t in range(steps):
-        entropy, max_prob, shifted, weights = _base_stats(logits)
+        if graphed is None:
+            entropy, max_prob, shifted, weights = _base_stats(logits)
+        else:
+            stats = graphed.stats(t, logits)
+            entropy, max_prob = stats.entropy, stats.max_prob
         remaining = budgets_dev[active_dev] - t
         if chooser is not None:
-            uniform = counter_uniform(seeds_dev[active_dev], t, ACTION_STREAM, dtype=torch.float32)
+            if graphed is None:
+                uniform = counter_uniform(seeds_dev[active_dev], t, ACTION_STREAM, dtype=torch.float32)
+            else:
+                uniform = stats.action_uniform
             features = StepFeatures(
                 hidden.float(), entropy, max_prob, t, remaining, active, uniform, seeds_dev[active_dev]
             )
             action_index = chooser(features).to(device=device, dtype=torch.long)
         else:
-            action_index = static_actions[active].to(device)
-        tokens = _sample_step(logits, shifted, weights, action_set, action_index, seeds_dev[active_dev], t)
-        rec.write(active, t, tokens, action_index, entropy, max_prob, hidden if record_features else None)
+            action_index = static_actions_dev[active_dev]
+        if graphed is None:
+            tokens = _sample_step(logits, shifted, weights, action_set, action_index, seeds_dev[active_dev], t)
+        else:
+            tokens = graphed.sample(logits, stats, action_index)
+        rec.write(active_dev, t, tokens, action_index, entropy, max_prob, hidden if record_features else None)
 
         at_eos = torch.isin(tokens, stop_ids)
         done = at_eos | (remaining <= 1)
-        rec.eos[active[at_eos.cpu()]] = True
+        rec.eos[active_dev] |= at_eos
+        if checks is not None:  # per-row text conditions: the rows whose text now holds what ends them
+            hit = _check_rows(checks, active, ~done.cpu(), rec, t, lm.tokenizer)
+            stopped_by_check[hit] = True
+            done = done | torch.isin(active, hit).to(device)
         if on_step is not None:
             cancel = on_step(StepTokens(t, active, tokens.cpu(), action_index.cpu(), done.cpu(), at_eos.cpu()))
             if cancel is not None and len(cancel) > 0:
                 done = done | torch.isin(active, torch.as_tensor(cancel, dtype=torch.long).reshape(-1)).to(device)
-        if bool(done.all()):
+        done_host = done.cpu()  # the step's one wait for the device
+        if bool(done_host.all()):
             break
-        if bool(done.any()):  # shrink the batch and the cache to the rows still running
+        if bool(done_host.any()):  # shrink the batch and the cache to the rows still running
             order = state.drop(done)
             tokens, active_dev = tokens[order], active_dev[order]
             active = active[order.cpu()]
+            if graphed is not None:
+                graphed.drop(order)
+        if graphed is not None:
+            graphed.before_step(t + 1)
         hidden, logits = state.step(tokens)
 
+    rec = rec.cpu()
     texts = lm.tokenizer.batch_decode(
         [rec.tokens[i, : rec.lengths[i]].tolist() for i in range(n)], skip_special_tokens=True
     )
@@ -320,7 +388,19 @@ def decode(
         token_budgets=budgets,
         features=rec.features,
         prompts=prompts,
+        stopped_by_check=stopped_by_check,
     )
+
+
+def _check_rows(checks: list, active: torch.Tensor, running: torch.Tensor, rec: _Recorder, t: int,
+                tokenizer) -> torch.Tensor:
+    """Global indices of the rows still ``running`` (``[B]`` bool) whose stop check is true of their
+    text after step ``t`` (decoded as ``DecodeResult.texts`` will be)."""
+    rows = [int(r) for r, run in zip(active.tolist(), running.tolist()) if run and checks[r] is not None]
+    if not rows:
+        return torch.zeros(0, dtype=torch.long)
+    texts = tokenizer.batch_decode(rec.tokens[rows, : t + 1].tolist(), skip_special_tokens=True)  # rec: any device
+    return torch.tensor([r for r, text in zip(rows, texts) if checks[r](text)], dtype=torch.long)
 
 
 def _sample_step(logits: torch.Tensor, shifted: torch.Tensor, weights: torch.Tensor, action_set: ActionSet,

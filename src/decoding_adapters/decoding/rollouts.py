@@ -23,13 +23,14 @@ from tqdm.auto import tqdm
 
 from ..tasks import build_prompts
 from .actions import ActionSet
-from .loop import Chooser, DecodeResult, decode
+from .loop import Chooser, DecodeResult, StopCheck, decode
 
 __all__ = [
     "RolloutRequest",
     "Rollouts",
     "HFRollouts",
     "concat_results",
+    "take_rows",
     "decode_request",
     "encode_problems",
     "score_rows",
@@ -46,11 +47,15 @@ class RolloutRequest:
     token_budget: int | list[int]
     row_actions: list[int] | None = None
     """Fixed action index per row; None when a chooser decides every token."""
+    stop_checks: list[StopCheck | None] | None = None
+    """Per row, a condition on its text that ends it early (``decode``'s ``stop_checks``), or None."""
 
     def __post_init__(self) -> None:
         n = len(self.prompt_of_row)
         if len(self.row_seeds) != n or (self.row_actions is not None and len(self.row_actions) != n):
             raise ValueError("prompt_of_row, row_seeds and row_actions need one entry per row")
+        if self.stop_checks is not None and len(self.stop_checks) != n:
+            raise ValueError("stop_checks needs one entry (a check or None) per row")
         if isinstance(self.token_budget, list) and len(self.token_budget) != n:
             raise ValueError("a per-row token_budget needs one entry per row")
 
@@ -71,6 +76,7 @@ class RolloutRequest:
             row_seeds=[self.row_seeds[r] for r in rows],
             token_budget=self.budget_of(rows),
             row_actions=None if self.row_actions is None else [self.row_actions[r] for r in rows],
+            stop_checks=None if self.stop_checks is None else [self.stop_checks[r] for r in rows],
         )
 
     def chunks(self, batch_rows: int) -> list[tuple[list[int], "RolloutRequest"]]:
@@ -96,6 +102,7 @@ def decode_request(
         token_budget=request.token_budget,
         row_seeds=request.row_seeds,
         record_features=record_features,
+        stop_checks=request.stop_checks,
     )
 
 
@@ -125,6 +132,18 @@ def concat_results(
         for i, row in enumerate(rows):
             texts[row] = r.texts[i]
     with_features = parts[0][1].features is not None
+
+    def gather_optional(name: str, default) -> torch.Tensor | None:
+        """A per-row field some parts may lack (None there: ``default(part)``); None if all lack it."""
+        if all(getattr(r, name) is None for _, r in parts):
+            return None
+        first = next(getattr(r, name) for _, r in parts if getattr(r, name) is not None)
+        out = torch.zeros(num_rows, dtype=first.dtype)
+        for rows, r in parts:
+            value = getattr(r, name)
+            out[rows] = value if value is not None else default(r).to(first.dtype)
+        return out
+
     return DecodeResult(
         prompt_of_row=torch.as_tensor(list(prompt_of_row), dtype=torch.long),
         tokens=gather("tokens", -1),
@@ -137,6 +156,35 @@ def concat_results(
         token_budgets=gather("token_budgets", 0),
         features=gather("features", 0.0) if with_features else None,
         prompts=prompts,
+        stopped_by_check=gather_optional("stopped_by_check", lambda r: torch.zeros_like(r.stopped_at_eos)),
+        decodes=gather_optional("decodes", lambda r: r.row_costs()[0]),
+        generated_tokens=gather_optional("generated_tokens", lambda r: r.row_costs()[1]),
+    )
+
+
+def take_rows(result: DecodeResult, rows: Sequence[int]) -> DecodeResult:
+    """The rows ``rows`` of ``result`` (in that order) as a result of their own, e.g. the drafts a
+    two-pass method keeps, to merge with its re-decodes by :func:`concat_results`."""
+    index = torch.as_tensor(list(rows), dtype=torch.long)
+
+    def pick(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else t[index]
+
+    return DecodeResult(
+        prompt_of_row=result.prompt_of_row[index],
+        tokens=result.tokens[index],
+        lengths=result.lengths[index],
+        actions=result.actions[index],
+        entropy=result.entropy[index],
+        max_prob=result.max_prob[index],
+        stopped_at_eos=result.stopped_at_eos[index],
+        texts=[result.texts[r] for r in index.tolist()],
+        token_budgets=result.token_budgets[index],
+        features=pick(result.features),
+        prompts=result.prompts,
+        stopped_by_check=pick(result.stopped_by_check),
+        decodes=pick(result.decodes),
+        generated_tokens=pick(result.generated_tokens),
     )
 
 

@@ -298,6 +298,9 @@ class VLLMRollouts(Rollouts):
         if record_features:
             raise ValueError("the vllm backend records no hidden states "
                              "(record_features=True needs --backend hf or ray)")
+        if request.stop_checks is not None and any(c is not None for c in request.stop_checks):
+            raise ValueError("the vllm backend cannot end a row on a text condition (stop at the first answer): "
+                             "use --backend hf or ray")
         if min(request.row_actions) < 0 or max(request.row_actions) >= len(self.action_set):
             raise ValueError(f"row_actions must be in [0, {len(self.action_set)})")
         params = [self.sampling_params_cls(**d) for d in self.params_for_rows(request)]

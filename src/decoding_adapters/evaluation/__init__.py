@@ -8,10 +8,16 @@ Methods (each a :class:`Method`), evaluated on the same problems and seeds:
   and is decoded once per prompt (``EvalConfig.decode_deterministic_once``; off decodes every
   sample, with the same outcomes).
 - ``Best``: the strongest static baseline: for each reported pass@k, the single strategy among
-  every static candidate (the pool and greedy) with the highest validation pass@k
+  every static candidate (the pool and greedy, and greedy stopped at its first answer where it was
+  scored: the studies, ``evaluate --best-action auto``) with the highest validation pass@k
   (``selection.best``; ``best_per_k`` of ``select-actions``' ``actions.json``, or
   :func:`select_best_action`), so pass@1 may come from greedy's samples and pass@8 from a
   sampler's (``best_per_k_method``; ``eval_details.json`` names the action of each k).
+- ``Stop at first answer``: greedy that ends each row at its first complete answer (what the task
+  calls complete: ``Task.answer_complete``), checked inside the decode loop after every token, so
+  the tokens after the answer are never generated (``stop_at_first_answer_method``). A static
+  baseline beside Greedy and Best, and a candidate for Best (``STOP_CANDIDATE``: Best's pass@k may
+  come from its rows where it won on validation).
 - ``Mixed``: every sample draws its action uniformly from an action set (seeded, per sample): the
   sequence-level Mixed. Over the token action set this per-sequence mixture has its own row
   (``Mixed per sequence (token actions)``).
@@ -41,10 +47,22 @@ sample get the *same* generation: static rows are keyed by (action, seed, proble
 once and shared (Best, Mixed and the sequence adapters reuse each other's generations, and greedy
 rows are shared across seeds). Comparisons between methods are therefore paired and less noisy.
 
-Cost: ``eval_details.json`` ``cost`` gives, per method, the rows decoded for it, their generated
-tokens and decode seconds (``seconds_alone`` counts shared rows in full, ``seconds_share`` splits
-them among the methods that use them), and the totals (decoded rows, tokens, decode and wall
-seconds).
+Compute per answer: ``eval_details.json`` ``methods[name]`` gives ``decodes_per_problem`` and
+``tokens_per_problem``, ``{k: mean over problems}`` for every reported k (pass@k's answers cost
+k samples), and ``compute[name]`` the per-problem values. A *decode* is one generated sequence for
+one problem; *tokens* are the generated tokens summed over the problem's decodes (EOS included;
+padding and forced tokens excluded). Each row reports what it cost (``DecodeResult.row_costs``:
+one decode and its length for a plain row; a two-pass method, a draft and then a conditional
+re-decode, reports both passes, so its count is its own, not a formula per method). pass@k's k
+answers are k of the n samples; a deterministic row standing for several samples (greedy, an
+all-greedy argmax token row) is decoded once, so Greedy costs one decode at every k
+(``subset_cost``). A method that decodes its own rows its own way is ``kind="custom"`` with a
+``rollout`` (``MethodRollout``).
+
+Cost of the evaluation itself: ``eval_details.json`` ``cost`` gives, per method, the rows decoded
+for it, their generated tokens and decode seconds (``seconds_alone`` counts shared rows in full,
+``seconds_share`` splits them among the methods that use them), and the totals (decoded rows,
+tokens, decode and wall seconds).
 
 Uncertainty (``mean_ci``): for each method and metric we average each problem's value over the
 seeds, then report the mean over problems with a two-sided Student-t interval (``confidence``,
@@ -86,8 +104,11 @@ budget cuts off, to choose the budget on validation); the statistics are in
 
 from ..core.stats import binomial_halfwidth
 from .methods import (
+    STOP_AT_FIRST_ANSWER,
+    STOP_CANDIDATE,
     EvalConfig,
     Method,
+    MethodRollout,
     adapter_method,
     adapter_role,
     best_per_k_method,
@@ -99,16 +120,33 @@ from .methods import (
     resolve_best_action,
     sequence_mixture_of_token_actions,
     static_method,
+    stop_at_first_answer_method,
     token_mixed_method,
 )
 from .ood import ood_label, ood_labels
-from .runner import Evaluation, StaticKey, TokenKey, details_config, evaluate, format_table, select_best_action
+from .runner import (
+    COMPUTE_FIELDS,
+    Evaluation,
+    StaticKey,
+    TokenKey,
+    details_config,
+    evaluate,
+    format_table,
+    select_best_action,
+    subset_cost,
+)
 from .truncation import TruncationStats, choose_token_budget, greedy_truncation, truncation_stats
 
 __all__ = [
     "EvalConfig",
     "Method",
+    "MethodRollout",
+    "STOP_AT_FIRST_ANSWER",
+    "STOP_CANDIDATE",
     "greedy_method",
+    "stop_at_first_answer_method",
+    "subset_cost",
+    "COMPUTE_FIELDS",
     "static_method",
     "best_per_k_method",
     "best_static_method",

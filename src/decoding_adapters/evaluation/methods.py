@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Mapping, Sequence
+from typing import Callable, Literal, Mapping, Sequence
 
 import torch
 
 from ..core.stats import check_int
 from ..decoding.actions import GREEDY, DecodingAction
+from ..decoding.loop import DecodeResult
+from ..decoding.rollouts import RolloutRequest, Rollouts
 from ..policies.networks import AdapterConfig, load_adapter, resolve_policy_mode
 from ..selection.best import BestStatic
 
@@ -19,7 +21,11 @@ __all__ = [
     "EvalConfig",
     "Method",
     "MethodKind",
+    "MethodRollout",
     "greedy_method",
+    "stop_at_first_answer_method",
+    "STOP_AT_FIRST_ANSWER",
+    "STOP_CANDIDATE",
     "static_method",
     "best_per_k_method",
     "best_static_method",
@@ -33,7 +39,24 @@ __all__ = [
     "resolve_best_action",
 ]
 
-MethodKind = Literal["greedy", "static", "mixed", "sequence", "token"]
+MethodKind = Literal["greedy", "static", "mixed", "sequence", "token", "custom"]
+
+MethodRollout = Callable[[Rollouts, RolloutRequest, int], DecodeResult]
+"""How a method that produces its answers its own way decodes them: ``(rollouts over the method's
+actions, the rows to answer, evaluation seed) -> DecodeResult`` with one row per requested row, in
+request order (``request.row_seeds`` keep the evaluation's common random numbers). The result's
+``texts`` are the answers scored. Its per-row ``decodes`` and ``generated_tokens`` must count every
+pass the answer cost: a greedy draft and a conditional re-decode reports ``decodes`` 1 where the
+draft was kept and 2 where it re-decoded, and the tokens of both passes. The evaluation aggregates
+them into ``decodes_per_problem`` / ``tokens_per_problem`` (``runner.subset_cost``). Helpers:
+``decoding.rollouts.take_rows`` and ``concat_results`` build the merged result."""
+
+STOP_AT_FIRST_ANSWER = "Stop at first answer"
+"""Display name of the greedy baseline that ends each row at its first complete answer."""
+
+STOP_CANDIDATE = "greedy, stop at first answer"
+"""The name of that strategy among the static candidates the Best row is chosen from (a
+``best_per_k_method`` value, a ``selection.best.BestStatic`` name)."""
 
 
 # ---- configuration and methods -------------------------------------------------------------------
@@ -118,12 +141,30 @@ class Method:
     k_actions: dict[int, DecodingAction] | None = None
     """greedy/static only: the action whose samples give pass@k, for each k (the Best row: the best
     static strategy at each k, chosen on validation); None: ``actions[0]`` for every k."""
+    stop_at_answer: bool = False
+    """greedy/static only: end each row at its first complete answer (``Task.answer_complete``,
+    checked inside the decode loop after every token, so the tokens after it are never generated)."""
+    k_stop: frozenset[int] = frozenset()
+    """With ``k_actions``: the k whose samples stop at the first answer (the Best row where that
+    strategy won on validation)."""
+    stop_candidate: bool = False
+    """The Best row: stopping at the first answer was among the candidates it was chosen from."""
+    rollout: MethodRollout | None = None
+    """custom only: how the method decodes its rows (e.g. a draft, then a conditional re-decode);
+    its rows are its own, never shared with another method."""
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a method needs a name")
-        if self.kind not in ("greedy", "static", "mixed", "sequence", "token"):
+        if self.kind not in ("greedy", "static", "mixed", "sequence", "token", "custom"):
             raise ValueError(f"unknown method kind {self.kind!r}")
+        if (self.kind == "custom") != (self.rollout is not None):
+            raise ValueError(f"method {self.name!r}: a custom method needs a rollout, and only a custom one takes it")
+        if (self.stop_at_answer or self.k_stop) and self.kind not in ("greedy", "static"):
+            raise ValueError(f"method {self.name!r}: only a static method can stop at the first answer")
+        self.k_stop = frozenset(int(k) for k in self.k_stop)
+        if self.k_stop and (self.k_actions is None or not self.k_stop <= set(self.k_actions)):
+            raise ValueError(f"method {self.name!r}: k_stop names k without an action in k_actions")
         if not self.actions:
             raise ValueError(f"method {self.name!r} has no actions")
         if self.k_actions is not None:
@@ -148,6 +189,12 @@ class Method:
         return self.kind == "token" or self.per_token
 
     @property
+    def decodes_own_rows(self) -> bool:
+        """Whether the method's rows are its own (a chooser at every token, or its own rollout)
+        rather than static rows keyed by action and shared with other methods."""
+        return self.decodes_per_token or self.kind == "custom"
+
+    @property
     def action_names(self) -> list[str]:
         return [a.name for a in self.actions]
 
@@ -160,6 +207,10 @@ class Method:
         except KeyError:
             chosen = ", ".join(map(str, self.k_actions))
             raise ValueError(f"{self.name} has no action for pass@{k} (it has one for k in {chosen})") from None
+
+    def stops_at(self, k: int) -> bool:
+        """Whether pass@k's samples end at their first complete answer."""
+        return self.stop_at_answer or k in self.k_stop
 
     def policy_for(self, seed: int) -> torch.nn.Module | None:
         return self.seed_policies[seed % len(self.seed_policies)] if self.seed_policies else self.policy
@@ -183,7 +234,12 @@ class Method:
         if self.adapter is not None:
             out["adapter_policy"] = dict(self.adapter.policy)
         if self.k_actions is not None:
-            out["k_actions"] = {str(k): a.name for k, a in self.k_actions.items()}
+            out["k_actions"] = {str(k): STOP_CANDIDATE if k in self.k_stop else a.name
+                                for k, a in self.k_actions.items()}
+        if self.stop_at_answer:
+            out["stop_at_answer"] = True
+        if self.stop_candidate:
+            out["stop_candidate"] = True
         return out
 
 
@@ -191,23 +247,41 @@ def greedy_method(name: str = "Greedy") -> Method:
     return Method(name, "greedy", [GREEDY], role="greedy")
 
 
+def stop_at_first_answer_method(name: str = STOP_AT_FIRST_ANSWER) -> Method:
+    """Greedy that ends each row at its first complete answer (what the task calls complete:
+    ``Task.answer_complete``); a static baseline, role 'stop at first answer'. On a task whose
+    answers are never complete before the end (code) it equals Greedy."""
+    return Method(name, "greedy", [GREEDY], role="stop at first answer", stop_at_answer=True)
+
+
 def static_method(action: DecodingAction, name: str = "Best", role: str = "best") -> Method:
     return Method(name, "greedy" if action.is_greedy else "static", [action], role=role)
 
 
-def best_per_k_method(k_actions: Mapping[int, DecodingAction], name: str = "Best", role: str = "best") -> Method:
+def best_per_k_method(k_actions: Mapping[int, DecodingAction | str], name: str = "Best", role: str = "best",
+                      stop_candidate: bool = False) -> Method:
     """A static row whose pass@k comes from the samples of ``k_actions[k]``: the Best row when the
-    best static strategy differs between metrics (greedy at pass@1, a sampler at pass@8)."""
-    actions = list(dict.fromkeys(k_actions[k] for k in sorted(k_actions)))
+    best static strategy differs between metrics (greedy at pass@1, a sampler at pass@8). A value
+    :data:`STOP_CANDIDATE` means greedy ended at its first complete answer; ``stop_candidate``
+    records that it was a candidate (implied when it was chosen)."""
+    for k, a in k_actions.items():
+        if not isinstance(a, DecodingAction) and a != STOP_CANDIDATE:
+            raise ValueError(f"pass@{k}: {a!r} is neither a DecodingAction nor {STOP_CANDIDATE!r}")
+    stop = frozenset(k for k, a in k_actions.items() if a == STOP_CANDIDATE)
+    plain = {k: GREEDY if k in stop else a for k, a in k_actions.items()}
+    actions = list(dict.fromkeys(plain[k] for k in sorted(plain)))
     kind = "greedy" if all(a.is_greedy for a in actions) else "static"
-    return Method(name, kind, actions, role=role, k_actions=dict(k_actions))
+    return Method(name, kind, actions, role=role, k_actions=plain, k_stop=stop,
+                  stop_candidate=stop_candidate or bool(stop))
 
 
 def best_static_method(best: BestStatic, actions: Sequence[DecodingAction], name: str = "Best",
                        role: str = "best") -> Method:
-    """The Best row from a ``selection.best.BestStatic`` (its names resolved among ``actions``)."""
-    by_name = {a.name: a for a in actions}
-    return best_per_k_method({k: by_name[best.name_for(k)] for k in best.k_values}, name, role)
+    """The Best row from a ``selection.best.BestStatic`` (its names resolved among ``actions``, and
+    :data:`STOP_CANDIDATE`)."""
+    by_name = {a.name: a for a in actions} | {STOP_CANDIDATE: STOP_CANDIDATE}
+    return best_per_k_method({k: by_name[best.name_for(k)] for k in best.k_values}, name, role,
+                             stop_candidate=STOP_CANDIDATE in best.names)
 
 
 def load_best_per_k(spec: str | Path | Mapping) -> dict[int, DecodingAction] | None:

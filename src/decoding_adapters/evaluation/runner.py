@@ -4,6 +4,7 @@ docstring for the sampling scheme (common random numbers) and the intervals."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import statistics
@@ -24,7 +25,7 @@ from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, encode_pro
 from ..policies.networks import TokenPolicyChooser, UniformChooser
 from ..selection.best import BestStatic, best_static_from_counts
 from ..tasks import content_hash
-from .methods import EvalConfig, Method, static_method
+from .methods import STOP_CANDIDATE, EvalConfig, Method, static_method, stop_at_first_answer_method
 
 __all__ = [
     "Evaluation",
@@ -35,7 +36,13 @@ __all__ = [
     "select_best_action",
     "format_table",
     "train_overlap",
+    "subset_cost",
+    "COMPUTE_FIELDS",
 ]
+
+COMPUTE_FIELDS = ("decodes_per_problem", "tokens_per_problem")
+"""The keys of ``eval_details.json`` ``methods[name]`` that the evaluation measures (the others
+describe the method)."""
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +62,13 @@ class StaticKey(NamedTuple):
     problem: int
     """Index into the evaluated problems."""
     sample: int
+    stop_at_answer: bool = False
+    """The row ends at its first complete answer (a generation of its own, not the action's)."""
 
 
 class TokenKey(NamedTuple):
-    """A generation of a token adapter (its own, never shared)."""
+    """A generation of a method that decodes its own rows (a token adapter, per-token Mixed, a
+    custom rollout), never shared with another method."""
 
     method: str
     seed: int
@@ -69,10 +79,10 @@ class TokenKey(NamedTuple):
 Key = Union[StaticKey, TokenKey]
 
 
-def _static_key(action: DecodingAction, s: int, i: int, j: int, once: bool = True) -> StaticKey:
+def _static_key(action: DecodingAction, s: int, i: int, j: int, once: bool = True, stop: bool = False) -> StaticKey:
     if action.is_greedy:
-        return StaticKey(GREEDY, 0, i, 0) if once else StaticKey(GREEDY, s, i, j)
-    return StaticKey(action, s, i, j)
+        return StaticKey(GREEDY, 0, i, 0, stop) if once else StaticKey(GREEDY, s, i, j, stop)
+    return StaticKey(action, s, i, j, stop)
 
 
 def _mixed_action(method: Method, cfg: EvalConfig, s: int, pid: str, j: int) -> DecodingAction:
@@ -82,7 +92,7 @@ def _mixed_action(method: Method, cfg: EvalConfig, s: int, pid: str, j: int) -> 
 def _sample_keys(method: Method, cfg: EvalConfig, s: int, i: int, pid: str, choices) -> list[list[Key]]:
     """For each k (in ``cfg.k_values`` order) the n keys of the samples pass@k is computed from."""
     n, ks, once = cfg.n, cfg.k_values, cfg.decode_deterministic_once
-    if method.decodes_per_token:
+    if method.decodes_own_rows:
         keys = [TokenKey(method.name, s, i, j) for j in range(n)]
         return [keys] * len(ks)
     if method.kind == "sequence":
@@ -91,9 +101,10 @@ def _sample_keys(method: Method, cfg: EvalConfig, s: int, i: int, pid: str, choi
     if method.kind == "mixed":
         keys = [_static_key(_mixed_action(method, cfg, s, pid, j), s, i, j, once) for j in range(n)]
     elif method.k_actions is not None:  # the Best row: pass@k from the samples of that k's action
-        return [[_static_key(method.action_for_k(k), s, i, j, once) for j in range(n)] for k in ks]
+        return [[_static_key(method.action_for_k(k), s, i, j, once, method.stops_at(k)) for j in range(n)]
+                for k in ks]
     else:
-        keys = [_static_key(method.actions[0], s, i, j, once) for j in range(n)]
+        keys = [_static_key(method.actions[0], s, i, j, once, method.stop_at_answer) for j in range(n)]
     return [keys] * len(ks)
 
 
@@ -126,6 +137,12 @@ class _Store:
     seconds: dict = field(default_factory=dict)
     """Decode seconds of each *decoded* key: its decode call's time split over the call's rows in
     proportion to their lengths (a replicated key has none)."""
+    decodes: dict = field(default_factory=dict)
+    """Sequences generated for each key (``DecodeResult.row_costs``: more than one for a two-pass method)."""
+    generated: dict = field(default_factory=dict)
+    """Tokens generated for each key over all its decodes."""
+    source: dict = field(default_factory=dict)
+    """A replicated key -> the decoded key it stands for (a deterministic row decoded once)."""
     all_greedy: dict = field(default_factory=dict)
     """Token keys: whether every action the chooser took in the row was greedy."""
     row_actions: dict = field(default_factory=dict)
@@ -141,9 +158,12 @@ class _Store:
         share = lengths / lengths.sum() if float(lengths.sum()) > 0 else torch.full_like(lengths, 1 / len(keys))
         greedy = torch.tensor([a.is_greedy for a in actions] + [True])  # index -1 (past the end) counts as greedy
         row_greedy = greedy[result.actions].all(dim=1)  # [rows]
+        decodes, generated = result.row_costs()
         for r, key in enumerate(keys):
             self.correct[key] = float(rewards[r])
             self.length[key] = int(result.lengths[r])
+            self.decodes[key] = int(decodes[r])
+            self.generated[key] = int(generated[r])
             self.seconds[key] = seconds * float(share[r])
             if key in self.wanted:
                 self.records[key] = _record(result, r, self.tokenizer, actions, float(rewards[r]))
@@ -156,6 +176,9 @@ class _Store:
         """``target`` has ``source``'s outcome without being decoded (a deterministic row)."""
         self.correct[target] = self.correct[source]
         self.length[target] = self.length[source]
+        self.decodes[target] = self.decodes[source]
+        self.generated[target] = self.generated[source]
+        self.source[target] = self.source.get(source, source)
         if target in self.wanted and source in self.records:
             self.records[target] = self.records[source]
 
@@ -172,8 +195,16 @@ def _record(result: DecodeResult, r: int, tokenizer, actions: list[DecodingActio
         "max_prob": [round(float(x), 4) for x in result.max_prob[r, :n]],
         "correct": reward,
         "length": n,
-        "stop_reason": "eos" if bool(result.stopped_at_eos[r]) else "budget",
+        "stop_reason": _stop_reason(result, r),
     }
+
+
+def _stop_reason(result: DecodeResult, r: int) -> str:
+    if bool(result.stopped_at_eos[r]):
+        return "eos"
+    if result.stopped_by_check is not None and bool(result.stopped_by_check[r]):
+        return "answer"
+    return "budget"
 
 
 def _score(task, problems, keys_problem: list[int], result: DecodeResult) -> torch.Tensor:
@@ -201,8 +232,11 @@ def _run_rows(
     row_actions=None,
     chooser=None,
     actions,
+    stop_checks=None,
+    run: Callable[[RolloutRequest], DecodeResult] | None = None,
 ) -> list[DecodeResult]:
-    """Decode the rows ``keys`` in slices and record their outcomes."""
+    """Decode the rows ``keys`` in slices and record their outcomes (``run``: how a request is
+    decoded; default ``rollouts.run`` with ``chooser``)."""
     results = []
     for start in range(0, len(keys), ROWS_PER_REQUEST):
         part = keys[start : start + ROWS_PER_REQUEST]
@@ -212,9 +246,12 @@ def _run_rows(
             [_row_seed_of(cfg, k, problems) for k in part],
             cfg.token_budget,
             None if row_actions is None else row_actions[start : start + len(part)],
+            None if stop_checks is None else stop_checks[start : start + len(part)],
         )
         start_time = time.perf_counter()
-        result = rollouts.run(request, chooser, progress=progress)
+        result = run(request) if run is not None else rollouts.run(request, chooser, progress=progress)
+        if len(result.texts) != len(part):
+            raise ValueError(f"a rollout returned {len(result.texts)} rows for {len(part)} requested")
         seconds = time.perf_counter() - start_time
         store.add(part, result, _score(task, problems, request.prompt_of_row, result), actions, seconds)
         results.append(result)
@@ -225,6 +262,7 @@ def _decode_static(keys, prompts, problems, task, cfg, rollouts: Rollouts, store
     if not keys:
         return
     index = {a: i for i, a in enumerate(rollouts.action_set.actions)}
+    stops = [functools.partial(task.answer_complete, problems[k.problem]) if k.stop_at_answer else None for k in keys]
     _run_rows(
         keys,
         prompts,
@@ -236,6 +274,7 @@ def _decode_static(keys, prompts, problems, task, cfg, rollouts: Rollouts, store
         progress,
         row_actions=[index[k.action] for k in keys],
         actions=rollouts.action_set.actions,
+        stop_checks=stops if any(stops) else None,
     )
 
 
@@ -245,19 +284,26 @@ def _decode_token(method: Method, s, prompts, problems, task, cfg, rollouts: Rol
     An argmax adapter whose chosen actions were all greedy for a prompt produced a row that depends
     on no seed (every step's action and token are functions of the prefix alone): with
     ``decode_deterministic_once`` its sample 0 is decoded first, and where it is all greedy it
-    stands for every sample of this seed and of the later seeds that use the same policy."""
-    chooser = (
-        UniformChooser(len(method.actions))
-        if method.per_token
-        else TokenPolicyChooser(method.policy_for(s), deterministic=method.policy_mode == "argmax")
-    )
+    stands for every sample of this seed and of the later seeds that use the same policy.
+
+    A custom method (``Method.rollout``) decodes its rows its own way, every sample."""
+    own_run = None
+    if method.kind == "custom":
+        chooser = None
+
+        def own_run(request: RolloutRequest) -> DecodeResult:
+            return method.rollout(rollouts, request, s)
+    elif method.per_token:
+        chooser = UniformChooser(len(method.actions))
+    else:
+        chooser = TokenPolicyChooser(method.policy_for(s), deterministic=method.policy_mode == "argmax")
     counts = store.token_counts.setdefault(method.name, Counter())
 
     def run(keys: list[TokenKey]) -> None:
         if not keys:
             return
         for result in _run_rows(keys, prompts, problems, task, cfg, rollouts, store, progress, chooser=chooser,
-                                actions=method.actions):
+                                actions=method.actions, run=own_run):
             counts.update(result.actions[result.valid_mask()].tolist())
 
     keys = [[TokenKey(method.name, s, i, j) for j in range(cfg.n)] for i in range(len(problems))]  # [problem][sample]
@@ -305,7 +351,7 @@ def _static_actions(methods: Sequence[Method], choices: dict) -> list[DecodingAc
     """Every action static rows will use (greedy canonicalised), in first-use order."""
     seen: dict[DecodingAction, None] = {}
     for m in methods:
-        if m.decodes_per_token:
+        if m.decodes_own_rows:
             continue
         pool = (
             [a for per_seed in choices[m.name] for per_problem in per_seed for a in per_problem]
@@ -395,7 +441,7 @@ def evaluate(
     store.wanted = {k for keys in display.values() for k in keys}
     static_set = _static_actions(methods, choices)
     static_rollouts = factory(ActionSet(static_set), False) if static_set else None
-    token_rollouts = {m.name: factory(ActionSet(m.actions), True) for m in methods if m.decodes_per_token}
+    token_rollouts = {m.name: factory(ActionSet(m.actions), m.decodes_per_token) for m in methods if m.decodes_own_rows}
     try:
         for s in tqdm(range(cfg.seeds), desc="evaluate (seeds)", unit="seed", disable=not progress):
             needed = _keys_for_seed(methods, cfg, s, problems, choices)
@@ -405,7 +451,7 @@ def evaluate(
             )
             _decode_static(todo, prompts, problems, task, cfg, static_rollouts, store, progress and f"static s={s}")
             for m in methods:
-                if m.decodes_per_token:
+                if m.decodes_own_rows:
                     _decode_token(
                         m,
                         s,
@@ -501,6 +547,12 @@ def _assemble(methods, cfg: EvalConfig, problems, cot, choices, store: _Store, d
                 per_problem[metric].append([v[metric] for v in values])
         results[m.name], details["summary"][m.name] = _summarise(per_problem, cfg)
         details["per_problem"][m.name] = per_problem
+        per_problem_compute = _compute(m, cfg, problems, choices, store)
+        details["compute"][m.name] = per_problem_compute
+        for unit in ("decodes", "tokens"):
+            details["methods"][m.name][f"{unit}_per_problem"] = {
+                k: statistics.fmean(values) for k, values in per_problem_compute[unit].items()
+            }
         details["lengths"][m.name] = _method_lengths(m, cfg, problems, choices, store)
         details["action_usage"][m.name] = _action_usage(m, cfg, problems, choices, store)
         details["trajectories"][m.name] = [
@@ -545,6 +597,7 @@ def _details_header(methods, cfg: EvalConfig, problems, cot, meta) -> dict:
         "action_usage": {},
         "sequence_choices": {},
         "trajectories": {},
+        "compute": {},
     }
 
 
@@ -555,6 +608,47 @@ def _method_keys(m: Method, cfg, problems, choices) -> list[Key]:
             for per_k in _sample_keys(m, cfg, s, i, p.id, choices):
                 keys.update(dict.fromkeys(per_k))
     return list(keys)
+
+
+def subset_cost(sources: Sequence, costs: Mapping, k: int) -> tuple[float, float]:
+    """Expected ``(decodes, tokens)`` of answering with ``k`` of the ``n`` samples ``sources`` (one
+    entry per sample: the decoded generation it is; ``costs[source] = (decodes, tokens)``), the
+    ``k`` drawn without replacement as pass@k's estimator draws them. Samples that are one
+    generation (a deterministic row standing for several samples) cost it once: a generation that
+    is ``m`` of the ``n`` samples is among the ``k`` with probability ``1 - C(n-m, k) / C(n, k)``.
+    So ``k`` distinct samples cost ``k`` times their mean, and greedy costs one decode at every k."""
+    n = len(sources)
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be in [1, {n}], got {k}")
+    decodes = tokens = 0.0
+    for source, m in Counter(sources).items():
+        share = 1.0 - math.comb(n - m, k) / math.comb(n, k)
+        decodes += share * costs[source][0]
+        tokens += share * costs[source][1]
+    return decodes, tokens
+
+
+def _compute(m: Method, cfg: EvalConfig, problems, choices, store: _Store) -> dict[str, dict[str, list[float]]]:
+    """What answering each problem cost the method at each k: ``{"decodes": {k: [per problem]},
+    "tokens": {k: [per problem]}}`` (k as a string), each value the mean over seeds of
+    :func:`subset_cost` on the n samples pass@k comes from. A decode is one generated sequence for
+    one problem (a method that decodes twice for an answer counts both: ``DecodeResult.decodes``);
+    tokens are the generated tokens summed over those decodes (EOS included; padding and forced
+    tokens excluded: ``DecodeResult.generated_tokens``)."""
+    out = {"decodes": {str(k): [] for k in cfg.k_values}, "tokens": {str(k): [] for k in cfg.k_values}}
+    for i, p in enumerate(problems):
+        sums = {k: [0.0, 0.0] for k in cfg.k_values}
+        for s in range(cfg.seeds):
+            for k, keys in zip(cfg.k_values, _sample_keys(m, cfg, s, i, p.id, choices)):
+                sources = [store.source.get(key, key) for key in keys]
+                costs = {src: (store.decodes[src], store.generated[src]) for src in set(sources)}
+                d, t = subset_cost(sources, costs, k)
+                sums[k][0] += d
+                sums[k][1] += t
+        for k in cfg.k_values:
+            out["decodes"][str(k)].append(sums[k][0] / cfg.seeds)
+            out["tokens"][str(k)].append(sums[k][1] / cfg.seeds)
+    return out
 
 
 def _method_lengths(m: Method, cfg, problems, choices, store: _Store) -> list[int]:
@@ -586,8 +680,9 @@ def _costs(methods, cfg, problems, choices, store: _Store, wall_seconds: float) 
 
 
 def _action_usage(m: Method, cfg, problems, choices, store: _Store) -> list[float]:
-    """Share of each of the method's actions: over tokens (token adapters, per-token Mixed) or over samples."""
-    if m.decodes_per_token:
+    """Share of each of the method's actions: over tokens (methods with rows of their own: token
+    adapters, per-token Mixed, custom rollouts) or over samples."""
+    if m.decodes_own_rows:
         counts = store.token_counts.get(m.name, Counter())
         total = sum(counts.values()) or 1
         return [counts.get(a, 0) / total for a in range(len(m.actions))]
@@ -617,11 +712,14 @@ def select_best_action(
     samples: int = 4,
     k_values: Sequence[int] = (1,),
     config: EvalConfig | None = None,
+    stop_at_first_answer: bool = False,
     **kwargs,
 ) -> BestStatic:
     """The best static strategy among ``actions`` at each pass@k in ``k_values``
     (``selection.best``), from ``samples`` samples of every action on ``problems`` in one seed (use
-    validation problems, never the test set). Ties go to the earlier action."""
+    validation problems, never the test set). Ties go to the earlier action. With
+    ``stop_at_first_answer``, greedy ended at its first complete answer is a candidate too, last,
+    named :data:`~.methods.STOP_CANDIDATE`."""
     base = config or EvalConfig()
     cfg = EvalConfig(
         k_values=(1, samples),
@@ -632,11 +730,15 @@ def select_best_action(
         keep_trajectories=0,
     )
     methods = [static_method(a, name=f"{i}:{a.name}") for i, a in enumerate(actions)]
+    names = [a.name for a in actions]
+    if stop_at_first_answer:
+        methods.append(stop_at_first_answer_method(f"{len(actions)}:{STOP_CANDIDATE}"))
+        names.append(STOP_CANDIDATE)
     ev = evaluate(lm, task, problems, methods, cfg, **kwargs)
     # pass@1 of a problem in the one seed is c / samples: the counts behind every pass@k
     correct = [[round(ev.details["per_problem"][m.name]["pass@1"][i][0] * samples) for m in methods]
                for i in range(len(problems))]
-    return best_static_from_counts(correct, samples, k_values, [a.name for a in actions])
+    return best_static_from_counts(correct, samples, k_values, names)
 
 
 # ---- printing ------------------------------------------------------------------------------------

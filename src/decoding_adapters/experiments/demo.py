@@ -44,9 +44,10 @@ from ..evaluation import (
     greedy_method,
     mixed_method,
     sequence_mixture_of_token_actions,
+    stop_at_first_answer_method,
     token_mixed_method,
 )
-from ..lm.models import load_frozen_lm
+from ..lm.models import ModelSpec, load_frozen_lm
 from ..reporting.report import (
     compare,
     headroom_section,
@@ -294,7 +295,8 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
     n = max(cfg.eval.k_values) * cfg.eval_problems * cfg.seeds
     # static rows: Best, Mixed (K actions), token Mixed, best token action, the sequence adapters'
     # picks (shared with those where the action is the same: ~2 more actions' worth)
-    static_rows = n * 5 + cfg.eval_problems
+    # (+ one greedy row per problem, and one stopped at its first answer)
+    static_rows = n * 5 + 2 * cfg.eval_problems
     evaluation = _decode_minutes(static_rows, cfg) + _decode_minutes(n * 3, cfg, TOKEN_ROLLOUT_OVERHEAD)
     budget = 0.0
     if cfg.budget.candidates:  # greedy rows once at the largest candidate (about half of it is used)
@@ -302,7 +304,9 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
     slower = 1.0 if tokens_per_second is None else REFERENCE_PROBE_TOKENS_PER_SECOND / tokens_per_second
     decoding = {
         "budget": budget,
-        "select": _decode_minutes(pool * cfg.selection.problems * cfg.selection.samples, cfg, POOL_ROW_OVERHEAD),
+        # the pool's samples, then greedy stopped at its first answer once per problem (a Best candidate)
+        "select": _decode_minutes(pool * cfg.selection.problems * cfg.selection.samples, cfg, POOL_ROW_OVERHEAD)
+        + _decode_minutes(cfg.selection.problems, cfg),
         "sequence": sequence,
         "token": token,
         "evaluate": evaluation,
@@ -500,14 +504,14 @@ def _token_baselines(actions: list[DecodingAction], best: DecodingAction) -> lis
 
 
 def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progress: bool = True,
-             label: str = "demo", command: str = "", minutes: float | None = None) -> dict:
+             label: str = "demo", command: str = "", minutes: float | None = None, device: str = "auto") -> dict:
     """Run every stage into ``out`` and return the evaluation results. With ``minutes``, the sizes
     are cut by ``fit_to_minutes`` when this machine's plan is longer (the report says so)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     clock = pipeline.StageClock(label, out / "stage_minutes.json", plan=estimate_minutes(cfg))
     clock.begin("load", "loading the frozen LM", model)
-    lm = load_frozen_lm(model)
+    lm = load_frozen_lm(ModelSpec(name_or_path=model, device=device))
     task = get_task("arithmetic", **pipeline.study_task_options(cfg))
     speed = _probe_once(lm, task, out / "decode_probe.json")  # the plan, scaled to this machine
 
@@ -543,6 +547,7 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     meta = pipeline.selection_meta(cfg, task.name, len(problems), pool)
     print(pipeline.write_selection(out / "actions", pool, table, sel.k, meta, cfg.eval.k_values))
     actions_path, table_path = out / "actions" / "actions.json", out / "actions" / "outcomes.jsonl"
+    stop_score = pipeline.stop_first_validation(lm, task, problems, cfg, out / "actions" / "stop_first.json", progress)
     token_actions = list(PRESETS["math-token"])
     best_token = _best_token_action(lm, task, cfg, out / "actions", progress)
     token_baselines = _token_baselines(token_actions, best_token)
@@ -578,7 +583,8 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
 
     clock.begin("evaluate", "evaluation", f"{cfg.eval_problems} test problems x {cfg.seeds} seeds, "
                                           f"pass@{','.join(map(str, cfg.eval.k_values))}")
-    methods = [greedy_method(), pipeline.best_method(actions_path, cfg.eval.k_values),
+    methods = [greedy_method(), stop_at_first_answer_method(),
+               pipeline.best_method(actions_path, cfg.eval.k_values, stop_score),
                mixed_method(load_action_set(actions_path), "Mixed"),
                *token_baselines]
     methods += [pipeline.adapter_runs(out, prefix, cfg, lm, name) for prefix, name in ADAPTER_NAMES.items()]

@@ -31,8 +31,16 @@ import torch
 
 from ..core.files import write_json, write_text
 from ..decoding.actions import load_action_set
-from ..evaluation import EvalConfig, Method, format_table, greedy_method, mixed_method, ood_labels
-from ..lm.models import load_frozen_lm
+from ..evaluation import (
+    EvalConfig,
+    Method,
+    format_table,
+    greedy_method,
+    mixed_method,
+    ood_labels,
+    stop_at_first_answer_method,
+)
+from ..lm.models import ModelSpec, load_frozen_lm
 from ..reporting.domains import domains_markdown
 from ..tasks import get_task
 from ..training.sequence import SequenceTrainConfig
@@ -112,7 +120,7 @@ def _select(lm, mix, cfg: StudyConfig, out: Path, progress: bool) -> tuple[Path,
 
 def _methods(out: Path, cfg: StudyConfig, lm, task: str, split: str, mix_name: str, actions: dict) -> list[Method]:
     """Greedy, ``task``'s Best and Mixed, then the adapters evaluated on ``task``:``split``."""
-    methods = [greedy_method(), pipeline.best_method(actions[task], cfg.eval.k_values),
+    methods = [greedy_method(), stop_at_first_answer_method(), pipeline.best_method(actions[task], cfg.eval.k_values),
                mixed_method(load_action_set(actions[task]), "Mixed")]
     trained = [task, mix_name]
     if split == "test":  # cross-domain OOD: the other domain's sequence adapter
@@ -145,7 +153,7 @@ def _evaluate(lm, out: Path, cfg: StudyConfig, task_name: str, split: str, mix_n
 
 
 def run_domains(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progress: bool = True,
-                command: str = "") -> dict:
+                command: str = "", device: str = "auto") -> dict:
     """Run every stage into ``out``; returns ``{"task:split": results}``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -154,7 +162,7 @@ def run_domains(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", pr
         torch.set_num_threads(cfg.threads)
     clock = pipeline.StageClock("domains", out / "stage_minutes.json")
     clock.begin("load", "loading the frozen LM", model)
-    lm = load_frozen_lm(model)
+    lm = load_frozen_lm(ModelSpec(name_or_path=model, device=device))
     mix = get_task("+".join(DOMAINS))
     tasks = {**{d: mix.domains[d] for d in DOMAINS}, mix.name: mix}
     clock.end()

@@ -33,6 +33,9 @@ from ..core.files import write_json
 from ..decoding.actions import ActionSet, DecodingAction, load_action_set
 from ..decoding.rollouts import HFRollouts
 from ..evaluation import (
+    COMPUTE_FIELDS,
+    STOP_AT_FIRST_ANSWER,
+    STOP_CANDIDATE,
     EvalConfig,
     Evaluation,
     Method,
@@ -43,7 +46,9 @@ from ..evaluation import (
     evaluate,
     greedy_truncation,
     load_best_per_k,
+    stop_at_first_answer_method,
 )
+from ..selection.best import TIE_TOLERANCE
 from ..selection.coverage import OutcomeTable, build_pool, evaluate_pool, select_from_table, write_outputs
 from ..training.sequence import SequenceTrainConfig, SequenceTrainer, reward_source
 from ..training.token import TokenTrainConfig, TokenTrainer
@@ -279,11 +284,36 @@ def write_selection(out: Path, pool, table: OutcomeTable, k: int, meta: dict, k_
     return write_outputs(out, pool, select_from_table(table, k, k_values), meta)
 
 
-def best_method(actions: Path, k_values) -> Method:
-    """The Best row: at each pass@k the static strategy (pool + greedy) with the highest validation
-    pass@k, from the selection's ``actions.json``."""
+def best_method(actions: Path, k_values, stop_score: float | None = None) -> Method:
+    """The Best row: at each pass@k the static strategy (pool + greedy, and greedy stopped at its
+    first answer when ``stop_score`` gives its validation pass@1 on the selection's problems) with
+    the highest validation pass@k, from the selection's ``actions.json``. Stopping is deterministic,
+    so its pass@k is its pass@1 at every k; it wins a k only when strictly ahead."""
     per_k = load_best_per_k(actions)
-    return best_per_k_method({k: per_k[k] for k in k_values})
+    chosen: dict[int, DecodingAction | str] = {k: per_k[k] for k in k_values}
+    if stop_score is not None:
+        scores = json.loads(Path(actions).read_text())["best_per_k"]["best_score"]
+        for k in k_values:
+            if stop_score > float(scores[str(k)]) + TIE_TOLERANCE:
+                chosen[k] = STOP_CANDIDATE
+    return best_per_k_method(chosen, stop_candidate=stop_score is not None)
+
+
+def stop_first_validation(lm, task, problems, cfg: StudyConfig, path: Path, progress: bool) -> float:
+    """Validation pass@1 of greedy stopped at its first answer on ``problems`` (the selection's, at
+    the study's token budget): the score that lets it compete for the Best row
+    (:func:`best_method`). Cached in ``path`` for the same problems and budget."""
+    ids = [p.id for p in problems]
+    if path.is_file():
+        stored = json.loads(path.read_text())
+        if stored.get("problems") == ids and stored.get("token_budget") == cfg.token_budget:
+            return float(stored["pass@1"])
+    config = EvalConfig(k_values=(1,), seeds=1, token_budget=cfg.token_budget, keep_trajectories=0)
+    ev = evaluate(lm, task, problems, [stop_at_first_answer_method()], config, batch_rows=cfg.batch_rows,
+                  progress=progress)
+    score = float(ev.results[STOP_AT_FIRST_ANSWER]["pass@1"]["mean"])
+    write_json(path, {"pass@1": score, "token_budget": cfg.token_budget, "split": "validation", "problems": ids})
+    return score
 
 
 def selection_meta(cfg: StudyConfig, task_name: str, problems: int, pool) -> dict:
@@ -414,7 +444,9 @@ def _finished_evaluation(out: Path, methods: list[Method], problems, cfg: StudyC
     stored = details.get("config", {})
     stored_ids = [p.get("id") if isinstance(p, dict) else p for p in details.get("problems", [])]
     described = json.loads(json.dumps({m.name: m.describe() for m in methods}))  # as JSON stores it
-    same = (details.get("methods") == described and stored_ids == [p.id for p in problems]
+    stored_methods = {name: {k: v for k, v in d.items() if k not in COMPUTE_FIELDS}  # measured, not described
+                      for name, d in details.get("methods", {}).items()}
+    same = (stored_methods == described and stored_ids == [p.id for p in problems]
             and all(stored.get(k) == v for k, v in details_config(cfg.eval, meta).items()))
     # an adapter saved after the evaluation (retrained) makes it stale
     weights = [Path(d) / "adapter.safetensors" for m in methods if m.source for d in m.source.split(", ")]

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from .cpu_features import cpu_features
+from .cuda_graphs import graphed_decoder
 from .kv_cache import RowKVCache
 
 log = logging.getLogger(__name__)
@@ -49,9 +50,15 @@ PREFILL_GROUP_COST_TOKENS = 32
 per layer) and the lower matmul rate of a smaller M, against ~1 ms of matmul per prompt token of the
 default LM on 2 cores. A new group is worth it when it saves more padding than this."""
 
-__all__ = ["ModelSpec", "FrozenLM", "resolve_dtype", "resolve_linear_kernel", "cpu_has_native_bf16", "DecodeState",
-           "prefill_groups", "padded_fraction", "PREFILL_GROUP_COST_TOKENS",
-           "RowCacheState", "DynamicCacheState", "eager_attention", "load_frozen_lm", "resolve_gguf", "DEFAULT_MODEL"]
+PREFILL_GROUP_COST_TOKENS_GPU = 4096
+"""The same on a GPU, where a prefill call is launch-bound: one eager HF forward of a 16-layer 1B Llama
+took ~13 ms on the H200 machine measured (docs/gpu.md), while a padded token costs ~2 GFLOP, a few
+microseconds: a second group almost never pays."""
+
+__all__ = ["ModelSpec", "FrozenLM", "PREFILL_GROUP_COST_TOKENS_GPU", "resolve_dtype", "resolve_linear_kernel",
+           "cpu_has_native_bf16", "DecodeState", "prefill_groups", "padded_fraction", "PREFILL_GROUP_COST_TOKENS",
+           "RowCacheState", "DynamicCacheState", "eager_attention", "load_frozen_lm", "describe_device",
+           "resolve_gguf", "DEFAULT_MODEL"]
 
 
 @dataclass(frozen=True)
@@ -60,8 +67,8 @@ class ModelSpec:
 
     name_or_path: str = DEFAULT_MODEL
     """``smollm2`` (embedded default), a ``.gguf`` file, a local HF directory, or a hub id."""
-    device: str = "cpu"
-    """torch device; ``auto`` picks cuda when available."""
+    device: str = "auto"
+    """torch device: auto (cuda where present, else cpu), cpu, cuda, cuda:N"""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """weights and KV-cache dtype; auto: bfloat16 where the device computes it natively, float32
     elsewhere. float32 matches an adapter trained in float32 (why auto: docs/cpu-kernels.md)."""
@@ -71,6 +78,10 @@ class ModelSpec:
     linear_kernel: Literal["auto", "torch", "onednn"] = "auto"
     """matmul kernel of the LM's linear layers in this project's decode; auto: onednn for float32 on CPU
     (about 2x MKL's rate there), torch elsewhere. torch: float32 bit-identical to HF's (docs/cpu-kernels.md)."""
+
+    cuda_graphs: bool = True
+    """on a GPU, replay the decode step from CUDA graphs (one launch per step) instead of launching
+    its kernels one by one; off: the eager step, for comparison (docs/gpu.md)"""
 
     def __post_init__(self) -> None:
         if self.dtype not in ("float32", "bfloat16", "float16", "auto"):
@@ -268,6 +279,9 @@ class FrozenLM:
         # to its removal, with a deprecation warning) ``past_key_values``
         parameters = inspect.signature(self.decoder.forward).parameters
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
+        self.graphs_without_capture = False
+        """Tests only: use the CUDA-graph path's static buffers and buckets off a GPU too, stepping
+        eagerly where a GPU would replay (``lm.cuda_graphs``)."""
 
     # ---- identity -------------------------------------------------------------------------
     @property
@@ -356,17 +370,20 @@ class FrozenLM:
         return all(hasattr(obj, name) for obj, names in needed for name in names)
 
     def start_decode(self, prompts: Sequence[Sequence[int]], fan_out: torch.Tensor | None, max_new_tokens: int,
-                     row_cache: bool | None = None, group_cost: int = PREFILL_GROUP_COST_TOKENS,
+                     row_cache: bool | None = None, group_cost: int | None = None,
                      ) -> tuple[torch.Tensor, torch.Tensor, "DecodeState"]:
         """Prefill each prompt once and fan it out to rows (``fan_out[r]`` = prompt of row ``r``; None:
         one row per prompt). Returns the rows' last hidden states ``[rows, hidden]``, float32 logits
         ``[rows, vocab]`` and the ``DecodeState`` that feeds the next tokens.
 
         ``row_cache`` (default: whenever ``supports_row_cache``) selects the ``RowKVCache``
-        and the lean step, prefilled in length groups (``prefill_groups`` with ``group_cost``) so that
+        and the lean step, prefilled in length groups (``prefill_groups`` with ``group_cost``; default
+        ``PREFILL_GROUP_COST_TOKENS`` on a CPU, ``PREFILL_GROUP_COST_TOKENS_GPU`` elsewhere) so that
         short prompts are not padded to the longest; False keeps HF's forward and ``DynamicCache`` over
         one padded batch (the reference path)."""
         use_row_cache = self.supports_row_cache if row_cache is None else row_cache
+        if group_cost is None:
+            group_cost = PREFILL_GROUP_COST_TOKENS if self.device.type == "cpu" else PREFILL_GROUP_COST_TOKENS_GPU
         if use_row_cache and not self.supports_row_cache:
             raise ValueError(
                 f"the row cache supports Llama-architecture models only, not {self.model.config.model_type!r}"
@@ -381,7 +398,12 @@ class FrozenLM:
             fan_out = fan_out.to(self.device)
             hidden, logits, next_position = hidden[fan_out], logits[fan_out], next_position[fan_out]
         if use_row_cache:
-            row_kv = RowKVCache.from_prefill(layer_kv, mask, fan_out, capacity=mask.shape[1] + max_new_tokens)
+            capacity = mask.shape[1] + max_new_tokens
+            if self.spec.cuda_graphs and (self.device.type == "cuda" or self.graphs_without_capture):
+                graphs = graphed_decoder(self, len(hidden), capacity, capture=self.device.type == "cuda")
+                return hidden, logits, GraphedRowCacheState(graphs, graphs.start(layer_kv, mask, fan_out, capacity),
+                                                            next_position)
+            row_kv = RowKVCache.from_prefill(layer_kv, mask, fan_out, capacity=capacity)
             return hidden, logits, RowCacheState(self, row_kv, next_position)
         if fan_out is not None:
             cache.batch_select_indices(fan_out)
@@ -537,6 +559,23 @@ class RowCacheState(DecodeState):
         return order
 
 
+class GraphedRowCacheState(RowCacheState):
+    """The lean step replayed from CUDA graphs over static buffers (``cuda_graphs``); rows dropped as
+    in the ``RowKVCache``."""
+
+    def __init__(self, graphs, cache, positions: torch.Tensor):
+        self.graphs, self.cache, self.positions = graphs, cache, positions
+        self.epilogue = None
+        """``(key, fn)``: work recorded in the step's graph right after it (``GraphedDecoder.step``);
+        its outputs of the last step are in ``epilogue_outputs``."""
+        self.epilogue_outputs: tuple[torch.Tensor, ...] = ()
+
+    def step(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden, logits, *self.epilogue_outputs = self.graphs.step(tokens, self.positions, self.cache, self.epilogue)
+        self.positions = self.positions + 1
+        return hidden, logits
+
+
 class DynamicCacheState(DecodeState):
     """HF's forward and ``DynamicCache`` (grows by concatenation, shrinks by ``index_select``): the
     path for architectures the row cache does not cover, and the reference it is tested against."""
@@ -620,4 +659,13 @@ def load_frozen_lm(spec: ModelSpec | str | None = None) -> FrozenLM:
     lm = FrozenLM(model.to(spec.torch_device), tokenizer, spec)
     if spec.attention == "auto" and lm.device.type == "cpu" and lm.supports_row_cache:
         model.set_attn_implementation("eager")  # see ModelSpec.attention
+    dtype = str(lm.dtype).removeprefix("torch.")
+    log.info("frozen LM %s on %s in %s", spec.name_or_path, describe_device(lm.device), dtype)
     return lm
+
+
+def describe_device(device: torch.device) -> str:
+    """``device`` with the GPU's name where it is one (e.g. ``cuda:0 (NVIDIA H100 80GB HBM3)``)."""
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return str(device)

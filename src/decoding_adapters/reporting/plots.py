@@ -25,6 +25,7 @@ __all__ = [
     "action_color",
     "method_color",
     "plot_pass_at_k",
+    "plot_pass_vs_compute",
     "plot_training",
     "plot_validation_curves",
     "plot_entropy_modulation",
@@ -143,6 +144,60 @@ def plot_pass_at_k(
         bbox_to_anchor=(1.01, 1.0),
         frameon=False,
     )
+    return _save(fig, path)
+
+
+@_styled
+def plot_pass_vs_compute(
+    points: Sequence[Mapping],
+    path,
+    title: str = "Accuracy per compute",
+    confidence: float = 0.95,
+    static: Sequence[str] = (),
+    tokens: bool = False,
+) -> Path:
+    """Pass@k (%) against the compute it costs per problem, one line per method through its k
+    values, with confidence-interval error bars: ``points`` are dicts ``{method, k, mean, low,
+    high, decodes, tokens}`` (pass@k as fractions; ``decodes`` / ``tokens`` per problem at that
+    k). x is decodes per problem (log2), or generated tokens per problem with ``tokens``. A
+    method's first point is labelled with k once; ``static`` methods are drawn dashed."""
+    methods = list(dict.fromkeys(p["method"] for p in points))
+    fig = _figure(8.4, 5.0)
+    ax = fig.add_subplot()
+    if not points:
+        _no_data(ax)
+        return _save(fig, path)
+    markers = "osD^v<>ph*"
+    key = "tokens" if tokens else "decodes"
+    for i, name in enumerate(methods):
+        own = []  # points with the same compute and value (greedy at every k) drawn once, labelled with every k
+        for p in sorted((p for p in points if p["method"] == name), key=lambda p: (p[key], p["k"])):
+            if own and math.isclose(own[-1][key], p[key]) and math.isclose(own[-1]["mean"], p["mean"]):
+                own[-1] = {**own[-1], "ks": own[-1]["ks"] + [p["k"]]}
+            else:
+                own.append({**p, "ks": [p["k"]]})
+        x = np.array([p[key] for p in own], dtype=float) * 2 ** (0.03 * (i - (len(methods) - 1) / 2))
+        mean = np.array([p["mean"] for p in own]) * 100
+        low = np.array([p["mean"] if p.get("low") is None else p["low"] for p in own]) * 100
+        high = np.array([p["mean"] if p.get("high") is None else p["high"] for p in own]) * 100
+        ax.errorbar(x, mean, yerr=[np.clip(mean - low, 0, None), np.clip(high - mean, 0, None)], label=name,
+                    color=method_color(i), marker=markers[i % 10], capsize=3, linewidth=1.6, markersize=6,
+                    linestyle="--" if name in static else "-")
+        for xi, yi, p in zip(x, mean, own):
+            ax.annotate("k=" + ",".join(map(str, p["ks"])), (xi, yi), textcoords="offset points", xytext=(4, -11),
+                        fontsize=7.5, color=method_color(i))
+    ax.set_xscale("log", base=2)
+    if not tokens:  # decodes: ticks at the powers of two the points span, written as numbers
+        top = max(p[key] for p in points)
+        ticks = [2.0**e for e in range(0, max(1, math.ceil(math.log2(max(top, 1.0)))) + 1)]
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
+    ax.set_ylim(max(ax.get_ylim()[0], -2), min(ax.get_ylim()[1], 102))
+    ax.set_xlabel("generated tokens per problem" if tokens else "decodes per problem (generated sequences)")
+    ax.set_ylabel("pass@k (%)")
+    ax.set_title(title)
+    ax.legend(title=f"bars: {confidence:.0%} CI" + (", dashed: static" if static else ""), loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), frameon=False)
     return _save(fig, path)
 
 

@@ -10,6 +10,9 @@ positional, in the order of :data:`SETTINGS`. Process tree::
       reports the program's status; its exit makes the kernel kill whatever is left in the namespace
         program: limits, uid switch, syscall filter, exec(python main.py)
 
+Fail closed: a layer named in the ``required`` setting that cannot be set up stops the run before
+the program starts (a "refused" status line names it); other layers are best effort and reported.
+
 Status lines ("kind<TAB>key=value<TAB>...") go to a pipe of their own, so the program's stdout and
 stderr stay untouched. The fast path imports neither ctypes nor json (they pull in re and enum:
 12 ms per run, a fifth of a run): libc is called through ``_ctypes``, the C core of ctypes.
@@ -17,7 +20,9 @@ stderr stay untouched. The fast path imports neither ctypes nor json (they pull 
 
 import os
 import resource
+import stat
 import sys
+import time
 
 SETTINGS = (
     "fd",  # the status pipe's write end
@@ -36,11 +41,13 @@ SETTINGS = (
     "hidden_paths",  # ":"-separated host directories shown empty (site-packages)
     "masked_proc",  # ":"-separated entries under /proc shown empty
     "syscall_filter",  # seccomp BPF program as hex ("" for none)
+    "required",  # ","-separated layers without which the program must not run (see refuse)
 )
 INTEGERS = ("fd", "uid", "cpu_s", "as_bytes", "fsize_bytes", "nproc", "nofile", "tmpfs_bytes")
 
 CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWPID = 0x10000000, 0x40000000, 0x20000000
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWCGROUP = 0x00020000, 0x08000000, 0x04000000, 0x02000000
+CLONE_NEWTIME = 0x00000080
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
@@ -99,6 +106,16 @@ def report(s, kind, **fields):
     os.write(s.fd, ("\t".join(items) + "\n").encode())
 
 
+def refuse(s, layer, error):
+    """Stop here, the program never having run: a required layer could not be set up."""
+    report(s, "refused", layer=layer, error=error or "refused")
+    os._exit(126)
+
+
+def required(s, layer):
+    return layer in s.required.split(",")
+
+
 def errno_of(name, *args):
     """Why the libc call ``name(*args)`` fails (only on the rare failure path: it repeats the call
     through ctypes to read errno)."""
@@ -135,6 +152,20 @@ def hide_host_names():
     if unshare(CLONE_NEWUTS) == "":
         libc("sethostname", b"sandbox", 7)
     unshare(CLONE_NEWCGROUP)  # after join_cgroups: the run's group becomes its root
+
+
+def hide_host_uptime():
+    """Best effort: a time namespace whose boot and monotonic clocks start near zero, so neither
+    ``sysinfo()`` nor ``CLOCK_BOOTTIME`` tells how long the host has been up. It applies to the
+    processes forked after it (init and the program); offsets must be set before the first."""
+    if unshare(CLONE_NEWTIME) != "":
+        return
+    offsets = ["%s %d 0" % (name, 1 - int(time.clock_gettime(clock)))
+               for name, clock in (("monotonic", time.CLOCK_MONOTONIC), ("boottime", time.CLOCK_BOOTTIME))]
+    try:
+        write("/proc/self/timens_offsets", "\n".join(offsets) + "\n")
+    except OSError:
+        pass  # the children keep the host's clocks
 
 
 def join_cgroups(s):
@@ -208,9 +239,18 @@ def scratch_space(s, root):
 def devices_and_proc(s, root):
     """A few device nodes, and a fresh /proc of the run's PID namespace whose entries about the
     host (its command line, load, memory, uptime, boot id, ...) read as empty."""
-    for name in ("null", "zero", "full", "random", "urandom"):
-        make_point(root + "/dev/" + name, False)
-        mount("/dev/" + name, root + "/dev/" + name, None, MS_BIND, None)
+    null = "/dev/null"
+    for name, minor in (("null", 3), ("zero", 5), ("full", 7), ("random", 8), ("urandom", 9)):
+        path = root + "/dev/" + name
+        os.makedirs(root + "/dev", 0o755, exist_ok=True)
+        try:  # a node of our own: the host's devtmpfs (whose size gives away the host's RAM) stays unseen
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+            os.chmod(path, 0o666)
+            if name == "null":
+                null = path
+        except OSError:  # no CAP_MKNOD (a user namespace): show the host's node
+            make_point(path, False)
+            mount("/dev/" + name, path, None, MS_BIND, None)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
         os.symlink(target, root + "/dev/" + name)
@@ -226,7 +266,7 @@ def devices_and_proc(s, root):
                 mount("sandbox-masked", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                       "size=4k,nr_inodes=1,mode=555")
             else:
-                mount("/dev/null", path, None, MS_BIND, None)  # reads as empty, writes vanish
+                mount(null, path, None, MS_BIND, None)  # reads as empty, writes vanish
         except OSError:
             shown.append(entry)
     return shown
@@ -238,7 +278,9 @@ def build_root(s, files):
     workdir = os.getcwd()
     mount(None, "/", None, MS_REC | MS_PRIVATE, None)  # nothing we mount reaches the host
     root = workdir  # mount point for the new root (its files are already read)
-    mount("sandbox-root", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=1000,mode=755")
+    # Not nodev: it holds the device nodes made below (the program, unprivileged on a read-only
+    # root, cannot add any).
+    mount("sandbox-root", root, "tmpfs", MS_NOSUID, "size=1m,nr_inodes=1000,mode=755")
     show_read_only(s, root)
     scratch = scratch_space(s, root)
     shown = devices_and_proc(s, root)
@@ -260,7 +302,7 @@ def build_root(s, files):
     os.chdir("/")
     libc("umount2", b"/.scratch", MNT_DETACH)  # its binds stay; the name goes
     os.rmdir("/.scratch")
-    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, None)
     os.chdir(workdir)
     return shown
 
@@ -322,6 +364,8 @@ def program(s):
     # Last, so the set-up above is not subject to it; the status pipe closes at exec.
     filter_error = install_syscall_filter(s)
     report(s, "seccomp", ok=int(not filter_error), error=filter_error)
+    if filter_error and required(s, "seccomp"):
+        refuse(s, "seccomp", filter_error)
     # -S: no site-packages (the program gets the standard library only), -s: no user site,
     # -B: no bytecode files. The environment is ours (see _minimal_env), so -E is not needed.
     os.execv(s.python, [s.python, "-S", "-s", "-B", "main.py"])
@@ -358,6 +402,8 @@ def start_init(s, fs_refused):
     libc("prctl", PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)  # die with the bootstrap
     fs_error, shown = (fs_refused, []) if fs_refused else private_filesystem(s)
     report(s, "fs", ok=int(not fs_error), error=fs_error, proc_shown=",".join(shown))
+    if fs_error and required(s, "private_filesystem"):
+        refuse(s, "private_filesystem", fs_error)
     child = spawn(s, program)
     release_pipes()
     init(s, child)
@@ -372,10 +418,16 @@ def main(s):
     mnt_error = unshare(CLONE_NEWNS | CLONE_NEWIPC) if s.private_fs == "1" else "not requested"
     if not mnt_error:
         hide_host_names()
+        hide_host_uptime()
     pid_error = unshare(CLONE_NEWPID)  # applies to the next child
     report(s, "setup", uid=s.uid, net=int(not net_error), pid=int(not pid_error), mnt=int(not mnt_error),
            cgroup=int(bool(s.cgroup_procs) and not cgroup_error), net_error=net_error, pid_error=pid_error,
            mnt_error=mnt_error, cgroup_error=cgroup_error, userns_error=userns_error)
+    failures = (("cgroup", cgroup_error or ("" if s.cgroup_procs else "no control group was made for the run")),
+                ("network", net_error), ("pid_namespace", pid_error), ("private_filesystem", mnt_error))
+    for layer, error in failures:
+        if error and required(s, layer):
+            refuse(s, layer, error)
     # The new /proc needs the PID namespace (else it would show the host's processes).
     fs_refused = mnt_error or ("needs a PID namespace" if pid_error else "")
     init_pid = spawn(s, lambda s: start_init(s, fs_refused))

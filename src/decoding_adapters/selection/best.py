@@ -5,7 +5,9 @@ A user who compares an adapter with static decoding picks the best fixed strateg
 the metric they care about: greedy can be best at pass@1 and a sampler at pass@8. :func:`best_static`
 is the one place that choice is made; selection writes it into ``actions.json`` (``best_per_k``),
 the evaluation turns it into the ``Best`` row (``evaluation.best_static_method``) and the
-experiments pass it along.
+experiments pass it along. Greedy stopped at its first complete answer is a static candidate too
+where it was scored on the same validation problems (``evaluation.STOP_CANDIDATE``: the studies
+compare its validation pass@1 with the choice here, ``select_best_action`` scores it beside the rest).
 
 Estimates, per (problem, action) cell with ``c`` correct of ``n`` samples (a sample is correct when
 its reward is >= 0.5, as in the evaluation):

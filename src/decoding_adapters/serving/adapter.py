@@ -99,7 +99,7 @@ class Adapter:
         directory: str | Path,
         lm: FrozenLM | ModelSpec | str | None = None,
         *,
-        device: str = "cpu",
+        device: str = "auto",
         dtype: str | None = None,
     ) -> "Adapter":
         """Load the adapter saved in ``directory`` (``adapter.json`` + ``adapter.safetensors``).

@@ -37,7 +37,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar
 
 from .base import SPLITS, Problem, Task, chat_messages, register_task, resolve_system_prompt
-from .math import extract_boxed
+from .math import extract_boxed, has_closed_box
 
 Pool = list[tuple[str, int]]
 """A family's distinct problems as ``(question, integer answer)``, in a fixed order."""
@@ -393,6 +393,33 @@ def _drop_cut_off_sentence(text: str) -> str:
     return "\n".join(sentences)
 
 
+# Where a stated number is an answer: after "=", "equals", "answer is / : / =", "####" (markdown or
+# "$" between allowed); and a first line that is only a number, once the line has ended. No two
+# adjacent repetitions can match the same characters, so a scan stays linear in the text.
+_ANSWER_CONTEXT = re.compile(
+    r"(?:=|\bequals\b|answer\s*(?:is|:|=)|####)[ \t]*(?:[*$]+[ \t]*)?(-?\d+(?:,\d{3})*(?:\.\d+)?)", re.IGNORECASE
+)
+# After the number: a line end, a character that can neither continue the number nor the
+# expression (an operator, "=", "x", a digit), or punctuation followed by a non-digit.
+_NUMBER_FINISHED = re.compile(r"[ \t]*\n|[ \t]*[^\s\d.,+\-*/×÷=^(xX]|\*\*|[.,;:!?](?:\s|[^\d\s])")
+_BARE_NUMBER = re.compile(r"[*$]*\s*-?\d[\d,]*(?:\.\d+)?\s*[*$]*\.?")  # a stripped line that is one number
+
+
+def arithmetic_answer_complete(text: str) -> bool:
+    """Whether a completion so far already states a finished answer (the "stop at the first
+    answer" condition): a closed ``\\boxed{}``; a first line that is only a number, ended by a line
+    break; or a number after "=", "equals", "answer is" or "####" that something other than a
+    digit, a decimal point or an operator follows ("= 16 pencils", "= 16.\\n", but not "= 7 + 4"
+    or "= 1" that may still become 16). Linear in the text's length."""
+    if has_closed_box(text):
+        return True
+    stripped = text.lstrip()
+    newline = stripped.find("\n")
+    if newline >= 0 and _BARE_NUMBER.fullmatch(stripped[:newline].strip()):
+        return True
+    return any(_NUMBER_FINISHED.match(text, m.end()) for m in _ANSWER_CONTEXT.finditer(text))
+
+
 def score_arithmetic(completion: str, answer: str) -> float:
     """1.0 if the completion's integer answer equals ``answer``, else 0.0; never raises."""
     try:
@@ -447,3 +474,6 @@ class ArithmeticTask(Task):
     def extract_answer(self, problem: Problem, completion: str) -> str:
         answer = extract_integer_answer(completion)
         return "" if answer is None else str(answer)
+
+    def answer_complete(self, problem: Problem, text: str) -> bool:
+        return arithmetic_answer_complete(text)

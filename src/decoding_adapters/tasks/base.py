@@ -134,6 +134,15 @@ class Task(ABC):
         majority voting); "" when it states none. Default: the stripped completion."""
         return completion.strip()
 
+    def answer_complete(self, problem: Problem, text: str) -> bool:
+        """Whether ``text``, a completion so far (it may go on), already states a complete answer
+        that the verifier would read, so a decoder may end the row there: the "stop at the first
+        answer" baseline checks it after every generated token and ends the row at the first
+        True. It must not read an answer that later tokens could still change (a number whose
+        next digit may follow). Never raises. Default: never (a task that does not say what a
+        complete answer is, e.g. code, is decoded to its end)."""
+        return False
+
     def check_split(self, split: str) -> None:
         """Raise a ValueError naming the valid splits if ``split`` is not one of them."""
         if split not in self.splits:

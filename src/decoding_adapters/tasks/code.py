@@ -341,4 +341,5 @@ class CodeContestsTask(_SandboxedTask):
         # Room for twice the expected output, so a long correct answer is never cut short.
         cap = max(self.sandbox.max_output_bytes, 2 * len(expected.encode()) + 1024)
         result = execute(code, stdin, replace(self.sandbox, max_output_bytes=cap))
-        return result.ok and not result.truncated and outputs_match(expected, result.stdout)
+        # stdout alone is judged: what the program writes to stderr (however much) never fails it.
+        return result.ok and not result.stdout_truncated and outputs_match(expected, result.stdout)

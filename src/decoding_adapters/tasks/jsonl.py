@@ -58,7 +58,7 @@ from .base import (
     resolve_system_prompt,
     validate_data_option,
 )
-from .math import extract_boxed
+from .math import extract_boxed, has_closed_box
 
 log = logging.getLogger(__name__)
 
@@ -311,6 +311,11 @@ class JsonlTask(Task):
             self._warn(problem, failure)
             return 0.0
         return min(max(score, 0.0), 1.0)
+
+    def answer_complete(self, problem: Problem, text: str) -> bool:
+        """With the default verifier (:func:`exact_match`, which prefers a boxed answer): a closed
+        ``\\boxed{}``. A verifier of your own may read anything: never."""
+        return self.verifier is None and has_closed_box(text)
 
     def _warn(self, problem: Problem, failure: str) -> None:
         self.verifier_failures += 1

@@ -115,6 +115,30 @@ def extract_final_answer(text: str) -> str | None:
     return None
 
 
+def has_closed_box(text: str) -> bool:
+    """Whether some ``\\boxed{`` / ``\\fbox{`` of ``text`` is closed (nested braces matched), in one
+    pass over the text (a check run after every generated token must stay linear)."""
+    openers = {m.end() - 1 for m in _BOX_OPEN.finditer(text)}  # index of each box's "{"
+    if not openers:
+        return False
+    stack: list[bool] = []  # for each open brace: whether it opened a box
+    for i in range(min(openers), len(text)):
+        if text[i] == "{":
+            stack.append(i in openers)
+        elif text[i] == "}" and stack and stack.pop():
+            return True
+    return False
+
+
+def final_answer_complete(text: str) -> bool:
+    """Whether ``text`` (a completion so far) holds a finished final answer: a closed ``\\boxed{}``,
+    or a ``#### X`` / "answer is X" / "Answer: X" line that a newline has ended."""
+    if has_closed_box(text):
+        return True
+    lines = (match for pattern in (_HASHES, _ANSWER_LINE) for match in pattern.finditer(text))
+    return any(text.find("\n", match.end()) >= 0 for match in lines)
+
+
 # --------------------------------------------------------------------------- fast normaliser
 
 _SIZING = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![a-zA-Z])")
@@ -338,6 +362,10 @@ class _JsonlMathTask(Task):
     def extract_answer(self, problem: Problem, completion: str) -> str:
         answer = extract_final_answer(completion)
         return "" if answer is None else canonical_answer(answer)
+
+    def answer_complete(self, problem: Problem, text: str) -> bool:
+        """A closed ``\\boxed{}``, or a ``####`` / "answer is" line ended by a newline."""
+        return final_answer_complete(text)
 
     @abstractmethod
     def to_problem(self, row: dict[str, Any], problem_id: str) -> Problem:

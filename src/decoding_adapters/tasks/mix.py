@@ -160,6 +160,13 @@ class MixTask(Task):
     def extract_answer(self, problem: Problem, completion: str) -> str:
         return self.domain_task(problem).extract_answer(problem, completion)
 
+    def answer_complete(self, problem: Problem, text: str) -> bool:
+        try:
+            task = self.domain_task(problem)
+        except ValueError:
+            return False
+        return task.answer_complete(problem, text)
+
     def prompt_groups(self, problems: Sequence[Problem]) -> dict[str, Any]:
         """The trainers' per-step grouping: ``{"groups": domain of each problem, "weights": ...}``."""
         return {"groups": [domain_of(p) for p in problems], "weights": dict(self.weights)}

@@ -749,12 +749,18 @@ class RunReport(NamedTuple):
     outputs: tuple[Any, ...] | None
     """Per input: ``{"value": encoded}`` or ``{"error": exception name}``; None if the run failed."""
     status: str
-    """The sandbox status ("timeout", "memory", "error" when the run failed without a report, "ok"
-    when it reported outputs), else "no code" (nothing to run), "not defined" (syntax error, crash
-    before the definition, or no such function), "no report" or "bad report"."""
+    """The sandbox status ("timeout", "memory", "error" when the run failed without a report,
+    "output_limit", "setup_failed", "ok" when it reported outputs), else "no code" (nothing to
+    run), "not defined" (syntax error, crash before the definition, or no such function), "no
+    report" or "bad report"."""
     detail: str = ""
     """Why there are no outputs (harness error, last stderr line)."""
 
+
+UNSETTLED_STATUSES = frozenset({"timeout", "memory", "error", "setup_failed"})
+"""Run statuses that may say more about the machine at that moment (a busy host, a hostile run
+beside it, a sandbox layer that could not be set up) than about the code: never cached, so the
+next reward or answer for the same code runs it again."""
 
 MAX_REPORT_CHARS = 256 * 1024
 """Longest report (JSON text) that is parsed; a longer one counts as no report. The sandbox keeps
@@ -954,7 +960,8 @@ class PyFuncTask(Task):
         report = self._cache.get(key)
         if report is None:
             report = run_candidate(code, name, problem.meta["inputs"], self.sandbox)
-            self._cache.put(key, report)
+            if report.status not in UNSETTLED_STATUSES:
+                self._cache.put(key, report)
         return report
 
     def reward(self, problem: Problem, completion: str) -> float:
