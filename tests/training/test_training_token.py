@@ -301,7 +301,7 @@ def test_prompt_filtering_probes_only_as_many_prompts_as_the_run_can_use(tmp_pat
             probed.append(len(request.prompts))
             return super().run(request, chooser, **kwargs)
 
-    # 32 training problems on offer: a 1-step run of 2 prompts wants 2, and probes 2 per wanted prompt
+    # 32 training problems on offer: a 1-step run of 2 prompts wants 2, and probes 3 per wanted prompt
     config = TokenTrainConfig(token_budget=T, steps=1, prompts_per_step=2, filter_samples=4, dropout=0.0)
     trainer = TokenTrainer(config, FakeLM(H), FakeTask(), Counting(), tmp_path, progress=False)
     summary = trainer.prepare()

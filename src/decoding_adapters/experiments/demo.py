@@ -289,6 +289,7 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
                            + val_rows * _small_batch_cost(val_call_rows, 96))
     token = _decode_minutes(tok_rows, cfg, TOKEN_ROLLOUT_OVERHEAD, calls=tok_runs * (steps + vals))
     if tok.filter_samples:  # the start policy's probe: about PROBE_ROUND_FACTOR prompts per prompt wanted
+        # (it keeps about a third of the prompts on the default task)
         wanted = min(tok.min_train_prompts, tok.steps * tok.prompts_per_step)
         probed = min(PROBE_ROUND_FACTOR * wanted, tok.max_train_prompts or PROBE_ROUND_FACTOR * wanted)
         token += _decode_minutes(probed * tok.filter_samples, cfg)
