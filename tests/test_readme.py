@@ -1,8 +1,9 @@
-"""The README's smoke test: every command and Python snippet in README.md runs, as written, at a tiny size.
+"""The README's smoke test: every command and Python snippet in README.md, then in the pages it hands
+the reader on to for using an adapter (``DOCS``), runs as written at a tiny size.
 
-The README is parsed when the test runs, so a new block is covered the day it is written. Blocks run
-in README order in one working folder (``runs/...`` written by one command is read by the next) and
-Python blocks share one namespace, as in a session that follows the README top to bottom.
+The files are parsed when the test runs, so a new block is covered the day it is written. Blocks run
+in order (README first) in one working folder (``runs/...`` written by one command is read by the
+next) and Python blocks share one namespace, as in a session that follows the README top to bottom.
 
 What "as written" allows, and nothing else:
 - **Sizes**, through documented options appended to a command (argparse keeps the last value):
@@ -33,6 +34,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = [ROOT / "docs" / "using-adapters.md"]
+"""Pages whose blocks run after the README's, in the same session (they use what it trained)."""
+README_MAX_LINES = 250
 
 TINY: dict[str, list[str]] = {
     "select-actions": ["--max-problems", "2", "--samples", "1", "--token-budget", "4", "--no-progress"],
@@ -60,6 +64,7 @@ EXAMPLE_TINY = ["--token-budget", "3", "--steps", "1", "--prompts-per-step", "2"
 
 NOT_RUN: dict[str, str] = {
     "make test": "it is this test suite (CI runs it as .ci/run)",
+    "make setup": "this test runs in the environment it sets up",
     ". .venv/bin/activate": "activates the environment this test already runs in",
 }
 """Bash commands (matched at their start) that are not run, with the reason."""
@@ -80,18 +85,19 @@ PYTHON_NOT_RUN: dict[str, str] = {
 class Block:
     language: str
     line: int
-    """1-based line of the block's first code line in README.md."""
+    """1-based line of the block's first code line in its file."""
     text: str
+    source: Path = README
 
 
-def readme_blocks(text: str) -> list[Block]:
+def readme_blocks(text: str, source: Path = README) -> list[Block]:
     """The fenced ``bash``/``sh``/``python`` blocks of a Markdown text, in order."""
     blocks = []
     for match in re.finditer(r"^```([\w-]*)[ \t]*\n(.*?)^```[ \t]*$", text, flags=re.M | re.S):
         language = match.group(1).lower()
         if language in ("bash", "sh", "shell", "console", "python", "py"):
             line = text.count("\n", 0, match.start(2)) + 1
-            blocks.append(Block("python" if language.startswith("py") else "bash", line, match.group(2)))
+            blocks.append(Block("python" if language.startswith("py") else "bash", line, match.group(2), source))
     return blocks
 
 
@@ -138,6 +144,9 @@ class Session:
         assert "..." not in argv, f"not runnable as written (an elided '...'): {command}"
         if argv[0] == "decoding-adapters":
             self._cli(argv[1:], command)
+        elif argv[0] == "python" and argv[1:3] == ["-m", "decoding_adapters"]:
+            assert "--help" in argv, f"teach the smoke test a size for: {command}"
+            self._subprocess([sys.executable, *argv[1:]], command)
         elif argv[0] == "python" and argv[1:2] == ["examples/user_task/train.py"]:
             self._subprocess([sys.executable, *argv[1:], "--model", self.model, *EXAMPLE_TINY], command)
         else:
@@ -188,14 +197,15 @@ class Session:
 
     # ---- python -------------------------------------------------------------------------------
     def run_python(self, block: Block) -> None:
+        where = f"{block.source.name}:{block.line}"
         for word, reason in PYTHON_NOT_RUN.items():
             if word in block.text:
-                self.skipped.append((f"python block at README.md:{block.line}", reason))
+                self.skipped.append((f"python block at {where}", reason))
                 return
         code = block.text.replace("127.0.0.1:8000", f"127.0.0.1:{self.port}")
-        # line numbers in a traceback are README.md's own
-        exec(compile("\n" * (block.line - 1) + code, str(README), "exec"), self.namespace)
-        self.ran.append(f"python block at README.md:{block.line}")
+        # line numbers in a traceback are the file's own
+        exec(compile("\n" * (block.line - 1) + code, str(block.source), "exec"), self.namespace)
+        self.ran.append(f"python block at {where}")
 
     def close(self) -> None:
         if self.server is not None:
@@ -210,6 +220,8 @@ USER_FILES = {
     # A user task as the README's "Your own task" describes it: JSONL rows and a verifier module.
     "my/train.jsonl": "".join(f'{{"question": "What is {i} + {i}?", "answer": "{2 * i}"}}\n' for i in range(12)),
     "my/test.jsonl": "".join(f'{{"question": "What is {i} + 1?", "answer": "{i + 1}"}}\n' for i in range(100, 104)),
+    # one file with other field names (divided 80/10/10 by content hash)
+    "my/rows.jsonl": "".join(f'{{"input": "What is {i} + {2 * i}?", "target": "{3 * i}"}}\n' for i in range(60)),
     "mypkg/__init__.py": "",
     "mypkg/check.py": "def score(completion, answer):\n    return float(completion.strip() == answer.strip())\n",
 }
@@ -236,15 +248,31 @@ def session(tmp_path_factory, tiny_model_dir):
         sys.modules.pop("mypkg", None)
 
 
-BLOCKS = readme_blocks(README.read_text(encoding="utf-8"))
+BLOCKS = readme_blocks(README.read_text(encoding="utf-8")) + [
+    block for page in DOCS for block in readme_blocks(page.read_text(encoding="utf-8"), page)]
 
 
-def test_the_readme_has_blocks_to_run():
-    assert sum(b.language == "bash" for b in BLOCKS) >= 3 and sum(b.language == "python" for b in BLOCKS) >= 3
+def test_the_readme_has_blocks_to_run_and_starts_short():
+    readme = [b for b in BLOCKS if b.source == README]
+    assert sum(b.language == "bash" for b in readme) >= 3 and sum(b.language == "python" for b in readme) >= 3
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= README_MAX_LINES
+    commands = [c for b in readme if b.language == "bash" for c in bash_commands(b.text)]
+    # a single JSONL file, the module entry point, the set-up and the tiny demo are shown
+    assert any("--task jsonl --data my/rows.jsonl" in c for c in commands)
+    assert "python -m decoding_adapters --help" in " ".join(commands)
+    assert any(c.startswith("make setup") for c in commands) and any("--size tiny" in c for c in commands)
+    # the planted benchmark's "current defaults" start at a prior: the README's own train-token sets one
+    assert any("train-token --task arithmetic" in c and "--prior-action" in c for c in commands)
+    assert "--prior-action" in (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    # the commands come with their sizes and a measured time, and how to make them small
+    assert all(word in text for word in ("--max-problems", "--baselines", "7 minutes"))
+    for link in re.findall(r"\]\((docs/[^)#]+)", text):  # every page the README hands on to exists
+        assert (ROOT / link).exists(), link
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("block", BLOCKS, ids=[f"L{b.line}-{b.language}" for b in BLOCKS])
+@pytest.mark.parametrize("block", BLOCKS, ids=[f"{b.source.stem}-L{b.line}-{b.language}" for b in BLOCKS])
 def test_readme_block_runs_as_written(block: Block, session: Session, capsys):
     ran, skipped = len(session.ran), len(session.skipped)
     if block.language == "python":
@@ -253,7 +281,7 @@ def test_readme_block_runs_as_written(block: Block, session: Session, capsys):
         for command in bash_commands(block.text):
             session.run_command(command)
     with capsys.disabled():  # what this block ran and left out, in the test log
-        print(f" README.md:{block.line}: ran {len(session.ran) - ran}"
+        print(f" {block.source.name}:{block.line}: ran {len(session.ran) - ran}"
               + "".join(f"; not run: {c} ({r})" for c, r in session.skipped[skipped:]), end=" ")
 
 

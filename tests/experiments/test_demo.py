@@ -16,6 +16,8 @@ def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys):
     assert set(results["Greedy"]) >= {"pass@1", "pass@2", "mean_length"}
     assert (out / "report" / "report.md").is_file()
     assert "demo finished" in printed
+    first = next(line for line in printed.splitlines() if line.startswith("[demo"))
+    assert "loading the frozen LM" in first and "left" not in first  # no plan before the probe
     for seed in (0, 1):
         assert (out / f"tok-budget-s{seed}" / "adapter.json").is_file()
         assert (out / f"seq-nobudget-s{seed}" / "adapter.json").is_file()
@@ -42,15 +44,19 @@ def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys):
     before = [(out / name).stat().st_mtime for name in watched]
     assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress"]) == 0
     assert [(out / name).stat().st_mtime for name in watched] == before
+    assert "over 2 runs into" in capsys.readouterr().out  # a resumed run says what the whole run took
     # a retrained adapter makes the stored evaluation stale: it is decoded again
     (out / "tok-budget-s0" / "adapter.safetensors").touch()
     assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress"]) == 0
     assert (out / "eval" / "results.json").stat().st_mtime > before[1]
-    # so does any other setting the evaluation records (here its row seed)
+    # a run with other options into the same folder is refused: its report would mix two runs
     decoded = (out / "eval" / "results.json").stat().st_mtime
+    capsys.readouterr()
     assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress",
-                 "--eval.seed", "1"]) == 0
-    assert (out / "eval" / "results.json").stat().st_mtime > decoded
+                 "--seeds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "holds a run started with other options" in err and "study.seeds: 2 -> 1" in err
+    assert (out / "eval" / "results.json").stat().st_mtime == decoded
 
 
 def test_demo_cuts_its_sizes_to_fit_the_minutes_and_keeps_the_probe_for_resumes(tiny_model_dir, tmp_path, capsys):

@@ -113,3 +113,33 @@ def test_the_card_shows_the_interval_the_report_shows(tmp_path):
     shown = format_interval(12.5, 0.0, 42.06)
     assert shown == "12.50 [0.00, 42.06]"
     assert f"| Greedy | {shown} |" in card and shown in all_methods_table(clipped) and "±" not in shown
+
+
+def _eval_dir(root, task, split, problems, results):
+    root.mkdir(parents=True)
+    (root / "results.json").write_text(json.dumps(results))
+    details = {"config": {"task": task, "split": split, "seeds": 2, "token_budget": 32},
+               "problems": [f"p{i}" for i in range(problems)]}
+    (root / "eval_details.json").write_text(json.dumps(details))
+    return root
+
+
+def test_evaluations_are_kept_per_task_and_split_each_labelled_with_its_size(tmp_path):
+    directory, _ = _saved(tmp_path)
+    arithmetic = _eval_dir(tmp_path / "eval", "arithmetic", "test", 200, RESULTS)
+    ood = _eval_dir(tmp_path / "eval-ood", "pyfunc", "ood", 2, {"Greedy": {"pass@1": {"mean": 0.5}}})
+    add_evaluation(directory, arithmetic)
+    card = add_evaluation(directory, ood).read_text()
+    assert "### Task arithmetic, split test (200 problems, 2 seeds, token budget 32)" in card
+    assert "### Task pyfunc, split ood (2 problems, 2 seeds, token budget 32)" in card
+    assert "| Greedy | 12.50 ± 7.50 | 14.50 ± 0.50 |" in card and "| Greedy | 50.00 |" in card
+    # the same task and split again replaces its own table only
+    again = _eval_dir(tmp_path / "eval2", "arithmetic", "test", 100, {"Greedy": {"pass@1": {"mean": 0.25}}})
+    card = add_evaluation(directory, again).read_text()
+    assert "(100 problems" in card and "(200 problems" not in card and "split ood" in card
+
+
+def test_the_cards_usage_names_the_adapter_by_its_full_path(tmp_path):
+    directory, _ = _saved(tmp_path)
+    card = (directory / "README.md").read_text()
+    assert f'Adapter.from_pretrained("{directory.resolve()}")' in card

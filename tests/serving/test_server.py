@@ -340,3 +340,15 @@ def test_chunked_body_under_the_limit_is_served(http):
     body = json.dumps({"prompt": "hi", "max_tokens": 4, "seed": 1}).encode()
     r = http.post("/v1/completions", content=iter([body[:5], body[5:]]), headers={"content-type": "application/json"})
     assert r.status_code == 200 and "transfer-encoding" in r.request.headers and r.json()["choices"]
+
+
+def test_completions_continue_raw_text_and_chat_uses_the_template(client, tiny_lm):
+    """A completions prompt is text to continue (as OpenAI's completions): its tokens are the text's
+    own, not a chat template around it; chat completions apply the template."""
+    text = "The capital of France is"
+    raw = client.completions.create(model="tiny-token", prompt=text, max_tokens=2, seed=0)
+    assert raw.usage.prompt_tokens == len(tiny_lm.tokenizer(text)["input_ids"])
+    chat = client.chat.completions.create(model="tiny-token", messages=[{"role": "user", "content": text}],
+                                          max_tokens=2, seed=0)
+    assert chat.usage.prompt_tokens == len(tiny_lm.encode_chat([[{"role": "user", "content": text}]])[0])
+    assert chat.usage.prompt_tokens > raw.usage.prompt_tokens

@@ -232,7 +232,7 @@ def test_codecontests_hostile_batch_keeps_honest_rewards(tmp_path):
 def test_jsonl_default_verifier_scores_hostile_completions_zero(tmp_path):
     path = tmp_path / "qa.jsonl"
     path.write_text(json.dumps({"question": "1+1?", "answer": "2"}) + "\n")
-    task = JsonlTask(data=str(path), verifier_timeout_s=20.0)
+    task = JsonlTask(data=f"test={path}", verifier_timeout_s=20.0)  # one file as a named split: used whole
     problem = task.load("test")[0]
     hostile = ["\ud800\udcff", "\\boxed{" * 200, "{" * 100_000, "2" * 100_000 + "\n\x00"]
     try:

@@ -106,7 +106,7 @@ def test_bad_user_input_fails_early_with_one_clear_line(user_dir):
 
 
 def test_raising_hanging_dying_and_nan_verifiers_score_zero_with_a_warning(user_dir, caplog):
-    p = JsonlTask(data=str(user_dir / "train.jsonl"), verifier="uverify:boom").load("test")[0]
+    p = JsonlTask(data=f"test={user_dir / 'train.jsonl'}", verifier="uverify:boom").load("test")[1]
     caplog.set_level(logging.WARNING, logger="decoding_adapters.tasks.jsonl")
     boom = _task(user_dir, "uverify:boom")
     assert boom.reward(p, "Paris") == 0.0 and boom.verifier_failures == 1
@@ -156,7 +156,7 @@ def test_python_callables_and_register_task(user_dir):
     @register_task("my-capitals")
     @dataclass
     class Capitals(JsonlTask):
-        data: object = str(user_dir / "test.jsonl")
+        data: object = f"test={user_dir / 'test.jsonl'}"
         verifier: object = "uverify:score"
 
     mine = get_task("my-capitals")

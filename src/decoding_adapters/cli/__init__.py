@@ -12,8 +12,10 @@ import argparse
 import importlib
 import logging
 import sys
+from pathlib import Path
 
 from ..lm.cpu_allocator import keep_freed_memory
+from .help import HelpFormatter, cached_help, is_help_request, print_help_text, shorten_help, store_help
 
 # sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -31,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "evaluate a candidate pool and pick K complementary actions",
     ),
     "train-sequence": ("decoding_adapters.cli.train_sequence", "train a sequence-level (contextual bandit) adapter"),
+    "train-draft": ("decoding_adapters.cli.train_draft",
+                    "train a draft-gated adapter (keep a greedy draft or re-decode)"),
     "train-token": ("decoding_adapters.cli.train_token", "train a token-level (POMDP) adapter"),
     "evaluate": ("decoding_adapters.cli.evaluate", "pass@k of static baselines and adapters with confidence intervals"),
     "report": ("decoding_adapters.cli.report", "write report.md, results.json and figures from an evaluation"),
@@ -58,6 +62,9 @@ typical flow:
   decoding-adapters train-token --task arithmetic --token-budget 32 --out runs/tok
   decoding-adapters evaluate --task arithmetic --adapter runs/seq --adapter runs/tok --out runs/eval
   decoding-adapters demo --out runs/demo          # all of the above, fitted to 15 minutes on this machine (--minutes)
+  decoding-adapters demo --size tiny --out runs/demo-tiny   # the same pipeline in about a minute
+
+`decoding-adapters COMMAND --help` lists a command's options (--help-all: every option, with its full help).
 """
 
 
@@ -74,9 +81,10 @@ class _OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None, full_help: bool = True) -> argparse.ArgumentParser:
     """The full parser; only ``command``'s module is imported (all of them when None), so that
-    ``decoding-adapters --help`` and each sub-command start quickly."""
+    ``decoding-adapters --help`` and each sub-command start quickly. ``full_help=False`` gives the
+    short ``--help`` (``help.shorten_help``)."""
     parser = _OneLineErrorParser(
         prog="decoding-adapters", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -91,18 +99,51 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             name,
             help=help_text,
             description=(module.__doc__ or help_text).split("\n\n")[0],
-            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            formatter_class=HelpFormatter,
         )
         module.configure_parser(p)
+        if not full_help:
+            shorten_help(p)
         p.set_defaults(_run=module.run_cli)
     return parser
+
+
+def _help_text(argv: list[str]) -> str:
+    """The help screen ``argv`` (``[command] --help`` or ``--help-all``) asks for."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command or "", full_help="--help-all" in argv)
+    if command is None:
+        return parser.format_help()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[command].format_help()
+
+
+def warm_help_cache() -> int:
+    """Build every help screen once (``make setup`` runs this), so that the first ``--help`` of each
+    command is as fast as the next. Returns how many screens were stored."""
+    stored = 0
+    for argv in [["--help"]] + [[name, flag] for name in COMMANDS for flag in ("--help", "--help-all")]:
+        if cached_help(argv) is None:
+            store_help(argv, _help_text(argv))
+            stored += 1
+    return stored
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(command if command in COMMANDS else "")
+    if is_help_request(argv) and (command is None or command in COMMANDS):
+        text = cached_help(argv)  # a help screen is kept: printing it again imports no library module
+        if text is None:
+            text = _help_text(argv)
+            store_help(argv, text)
+        print_help_text(text)
+        return 0
+    full_help = "--help-all" in argv
+    argv = ["--help" if a == "--help-all" else a for a in argv]
+    parser = build_parser(command if command in COMMANDS else "", full_help=full_help or "--help" not in argv)
     args = parser.parse_args(argv)
+    args._given = _given_options(parser, argv) if getattr(args, "resume", False) else set()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
@@ -116,8 +157,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"decoding-adapters {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted; finished work is on disk (use --resume where offered)", file=sys.stderr)
+        print(f"interrupted; {_saved_note(args)}", file=sys.stderr)
         return 130
+
+
+def _given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The ``dest`` of every option ``argv`` sets itself (not by default): parsed again with every
+    default suppressed."""
+    parsers = [parser] + [c for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+                          for c in a.choices.values()]
+    saved = [(a, a.default) for p in parsers for a in p._actions]
+    try:
+        for action, _ in saved:
+            action.default = argparse.SUPPRESS
+        return set(vars(parser.parse_args(argv)))
+    finally:
+        for action, default in saved:
+            action.default = default
+
+
+def _saved_note(args) -> str:
+    """What an interrupted command leaves: a checkpoint to resume, finished stages, or nothing."""
+    out = Path(getattr(args, "out", "") or "")
+    if args.command in ("train-token", "train-sequence"):
+        if (out / "checkpoint.pt").is_file():
+            return f"the last checkpoint is in {out}: add --resume to the same command to continue"
+        return f"nothing saved yet (no checkpoint in {out}): the same command starts over"
+    if str(out) not in ("", ".") and out.is_dir() and any(out.iterdir()):
+        return f"finished stages are in {out}: the same command continues from them"
+    return "nothing saved yet"
 
 
 if __name__ == "__main__":

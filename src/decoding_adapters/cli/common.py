@@ -58,7 +58,8 @@ class TaskOptions:
     max_problems: int | None = None
     """use at most this many problems of the split"""
     verifier: str | None = None
-    """your own task's verifier as module:function, e.g. mypkg.check:score (task jsonl; default: exact match)"""
+    """task jsonl: math (answer extraction + math-verify), numeric (the final number), exact (the default:
+    last line equals the answer), or your own module:function, e.g. mypkg.check:score"""
     verifier_timeout_s: float | None = None
     """seconds one verifier call may take before it scores 0 (task jsonl; default 10)"""
     train_size: int | None = None
@@ -66,6 +67,13 @@ class TaskOptions:
     validation_size: int | None = None
     """problems a generated task makes for its validation split (task arithmetic; default 100; the first
     ones and the test split stay the same problems whatever the size)"""
+    question_field: str | None = None
+    """task jsonl: the JSONL field holding the question (default question)"""
+    answer_field: str | None = None
+    """task jsonl: the JSONL field holding the gold answer (default answer)"""
+    drop_overlap: bool = False
+    """task jsonl: drop from train and validation the problems test (or validation) also holds, instead of
+    refusing the overlap"""
 
     def __post_init__(self) -> None:
         if self.max_problems is not None and self.max_problems < 1:  # 0 would silently mean "all"
@@ -142,11 +150,13 @@ def task_options(args) -> dict:
         options["data"] = args.data
     if args.system_prompt is not None:
         options["system_prompt"] = args.system_prompt
-    # --verifier / --verifier-timeout-s reach tasks that take them (jsonl), --train-size / --validation-size
-    # the generated ones (arithmetic); get_task names any task that does not
-    for name in ("verifier", "verifier_timeout_s", "train_size", "validation_size"):
+    # --verifier / --verifier-timeout-s / --question-field / --answer-field reach tasks that take them (jsonl),
+    # --train-size / --validation-size the generated ones (arithmetic); get_task names any task that does not
+    for name in ("verifier", "verifier_timeout_s", "question_field", "answer_field", "train_size", "validation_size"):
         if getattr(args, name, None) is not None:
             options[name] = getattr(args, name)
+    if getattr(args, "drop_overlap", False):
+        options["drop_overlap"] = True
     if options.get("verifier") and "" not in sys.path and os.getcwd() not in sys.path:
         # `module:function` from the current folder, as with `python -m` (a console script lacks it)
         sys.path.append(os.getcwd())

@@ -23,11 +23,12 @@ class DemoOptions:
     out: str = "runs/demo"
     """output directory (re-run the same command to resume)"""
     size: Literal["default", "tiny"] = "default"
-    """stage sizes: tiny (tests), default (~13 min on the 2-core reference machine); the full study is `reproduce`"""
+    """stage sizes: tiny (every stage at toy sizes, a 4-token budget: the pipeline, not evidence), default
+    (~13 min on the 2-core reference machine); the full study is `reproduce`"""
     minutes: float = 15.0
     """fit the run into this many minutes on this machine: when the plan (scaled by the decode probe) is
-    longer, token-training steps, then evaluation and selection problems, are cut by factors from 0.75
-    down to 0.25 until it fits, and the output and the report say so; 0 keeps the sizes as given"""
+    longer, token-training steps, then seeds and selection samples, and only then evaluation and
+    selection problems are cut until it fits, and the output and the report say so; 0 keeps the sizes"""
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""
     device: str = "auto"

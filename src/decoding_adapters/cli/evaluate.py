@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from ..core.stats import INTERVAL_NOTE
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction, load_action_set
 from ..decoding.backends import check_backend_actions
 from ..decoding.rollouts import HFRollouts, Rollouts
@@ -36,7 +37,7 @@ from ..evaluation import (
     token_mixed_method,
 )
 from ..policies.networks import add_evaluation
-from ..reporting.report import write_report
+from ..reporting.report import evidence_lines, nothing_solved, write_report
 from ..selection.best import BestStatic
 from ..tasks import check_disjoint
 from . import common as cli_common
@@ -271,7 +272,12 @@ def run_cli(args) -> int:
         log.warning("--allow-train-overlap: %s scored on problems it was trained or selected on",
                     ", ".join(ev.details["config"]["train_overlap"]))
     paths = ev.write(args.out)
+    for line in evidence_lines(ev.results, ev.details):  # first: nothing solved, or nothing told apart
+        print(line.replace("**", ""))
+        if nothing_solved(ev.results):
+            log.warning("no method solved any problem: check --verifier and --token-budget")
     print(format_table(ev.results, cfg.metrics))
+    print(INTERVAL_NOTE.replace("`", ""))
     print(f"\nwrote {paths['results']} and {paths['details']}")
     if args.report:
         print(f"report: {write_report(args.out, ev.results, ev.details)}")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
-from ..core.files import Checkpoint
+from ..core.files import Checkpoint, write_json
 from ..decoding.actions import ActionSet, load_action_set
 from ..training.common import check_resume
 from .common import (
@@ -24,6 +27,8 @@ from .config_args import add_config_arguments, build_config
 
 __all__ = ["configure_training_parser", "resolve_config", "training_run"]
 
+log = logging.getLogger(__name__)
+
 # Fields of a trainer config that replace the shared task / rollout options of the same name.
 OWNED_BY_CONFIG = ("token_budget", "seed", "cot_ratio")
 
@@ -37,23 +42,56 @@ def configure_training_parser(p: argparse.ArgumentParser, config_cls: type, titl
     add_run_arguments(p)
 
 
+OPTIONS_FILE = "cli_options.json"
+"""The options a training run was started with, beside its checkpoint: ``--resume`` reads them back."""
+NOT_STORED = ("out", "resume", "command", "verbose", "progress")
+
+
 def resolve_config(args, config_cls):
     """The run's config, from the command line, after the pre-flight checks that need no model:
-    ``--out`` is a directory; an existing run there is refused without ``--resume``; with it, the
-    options must match the checkpoint's (``training.common.check_resume``: only options that
-    extend the run may change, and the change is reported); the action set and the task's
-    training data load."""
-    config = build_config(config_cls, args)
+    ``--out`` is a directory; an existing run there is refused without ``--resume``; with it, every
+    option not given again is read back from the run (``cli_options.json``, else the checkpoint's
+    config), and the options given must match the checkpoint's (``training.common.check_resume``:
+    only options that extend the run may change, and the change is reported); the action set and
+    the task's training data load. A fresh run records its options."""
     check_output_dir(args.out)
     checkpoint = Checkpoint(args.out)
-    if checkpoint.exists():
-        if not args.resume:
-            raise ValueError(f"{args.out} already holds a run: pass --resume to continue it or choose another --out")
-        state = checkpoint.load()
+    state = checkpoint.load() if checkpoint.exists() else None
+    if state is not None and not args.resume:
+        raise ValueError(f"{args.out} already holds a run: pass --resume to continue it or choose another --out")
+    if state is not None:
+        _restore_options(args, state["config"])
+    elif args.resume:
+        log.warning("--resume: %s holds no checkpoint yet; starting the run from the beginning", args.out)
+    config = build_config(config_cls, args)
+    if state is not None:
         check_resume(state["config"], config, state["step"], checkpoint.path)  # the trainer logs allowed changes
     load_action_set(config.actions)
     load_problems(build_task(args), "train")
+    if state is None:
+        stored = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()
+                  if not k.startswith("_") and k not in NOT_STORED}
+        write_json(Path(args.out) / OPTIONS_FILE, stored)
     return config
+
+
+def _restore_options(args, saved_config: dict) -> None:
+    """Every option not given on this command line takes the value the run was started with."""
+    given = getattr(args, "_given", set())
+    stored = dict(saved_config)
+    path = Path(args.out) / OPTIONS_FILE
+    if path.is_file():
+        stored.update(json.loads(path.read_text()))
+    restored = []
+    for name, value in stored.items():
+        if name in given or not hasattr(args, name) or name in NOT_STORED:
+            continue
+        value = tuple(value) if isinstance(value, list) and isinstance(getattr(args, name), tuple) else value
+        if getattr(args, name) != value:
+            restored.append(f"--{name.replace('_', '-')} {value}")
+        setattr(args, name, value)
+    if restored:
+        log.info("resuming %s with its original options: %s", args.out, " ".join(map(str, restored)))
 
 
 @contextmanager

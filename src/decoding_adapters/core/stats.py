@@ -141,6 +141,11 @@ def finite_or_none(x: float) -> float | None:
     return None if x is None or math.isnan(x) else x
 
 
+INTERVAL_NOTE = ("Each cell is the mean with its 95% interval: `m ± h` (half-width) where the interval is "
+                 "symmetric, `m [low, high]` where it was clipped to the possible range (0-100 for pass@k).")
+"""The one sentence that says how :func:`format_interval` prints an interval, for every table that uses it."""
+
+
 def format_interval(mean: float, low: float | None, high: float | None, digits: int = 2) -> str:
     """``m ± h`` for a symmetric interval, ``m [lo, hi]`` for a clipped one, ``m`` without one."""
     if low is None or high is None:

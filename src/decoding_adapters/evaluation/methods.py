@@ -39,7 +39,7 @@ __all__ = [
     "resolve_best_action",
 ]
 
-MethodKind = Literal["greedy", "static", "mixed", "sequence", "token", "custom"]
+MethodKind = Literal["greedy", "static", "mixed", "sequence", "token", "draft", "custom"]
 
 MethodRollout = Callable[[Rollouts, RolloutRequest, int], DecodeResult]
 """How a method that produces its answers its own way decodes them: ``(rollouts over the method's
@@ -141,6 +141,10 @@ class Method:
     k_actions: dict[int, DecodingAction] | None = None
     """greedy/static only: the action whose samples give pass@k, for each k (the Best row: the best
     static strategy at each k, chosen on validation); None: ``actions[0]`` for every k."""
+    draft_context: dict | None = None
+    """draft only: the ``policies.draft.DraftContextConfig`` fields of what ``policy`` reads (default:
+    the adapter's). ``policy`` is anything with ``choose(contexts, budgets, deterministic=...,
+    uniform=...)``: the adapter, or a control's gate (``evaluation.draft``)."""
     stop_at_answer: bool = False
     """greedy/static only: end each row at its first complete answer (``Task.answer_complete``,
     checked inside the decode loop after every token, so the tokens after it are never generated)."""
@@ -156,7 +160,7 @@ class Method:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a method needs a name")
-        if self.kind not in ("greedy", "static", "mixed", "sequence", "token", "custom"):
+        if self.kind not in ("greedy", "static", "mixed", "sequence", "token", "draft", "custom"):
             raise ValueError(f"unknown method kind {self.kind!r}")
         if (self.kind == "custom") != (self.rollout is not None):
             raise ValueError(f"method {self.name!r}: a custom method needs a rollout, and only a custom one takes it")
@@ -175,9 +179,13 @@ class Method:
                 raise ValueError(f"method {self.name!r}: actions must be the distinct k_actions in k order")
         elif self.kind in ("greedy", "static") and len(self.actions) != 1:
             raise ValueError(f"static method {self.name!r} needs exactly one action")
-        if self.kind in ("sequence", "token") and self.policy is None:
+        if self.kind in ("sequence", "token", "draft") and self.policy is None:
             raise ValueError(f"adapter method {self.name!r} needs a policy")
-        if self.kind in ("sequence", "token"):
+        if self.kind == "draft" and self.draft_context is None:
+            if self.adapter is None or self.adapter.draft is None:
+                raise ValueError(f"draft-gated method {self.name!r} needs a draft_context")
+            self.draft_context = dict(self.adapter.draft)
+        if self.kind in ("sequence", "token", "draft"):
             stored = self.adapter.policy_mode if self.adapter is not None else None
             self.policy_mode = resolve_policy_mode(self.policy_mode or stored, self.kind)
         if self.per_token and self.kind != "mixed":
@@ -320,7 +328,10 @@ def best_token_action_method(action: DecodingAction) -> Method:
 
 
 def adapter_role(config: AdapterConfig) -> str:
-    """'entropy-only', 'w/ budget' or 'w/o budget' from an adapter's policy config."""
+    """'entropy-only', 'w/ budget' or 'w/o budget' from an adapter's policy config; 'draft-gated'
+    (or 'draft-gated, prompt-fed', the control) for a draft-gated adapter."""
+    if config.kind == "draft":
+        return "draft-gated, prompt-fed" if (config.draft or {}).get("features") == "prompt" else "draft-gated"
     if config.kind == "token" and config.policy.get("features", "hidden") == "entropy":
         return "entropy-only"
     return "w/ budget" if config.policy.get("use_budget", True) else "w/o budget"
@@ -339,13 +350,15 @@ def adapter_method(
         if (other.kind, other.actions, adapter_role(other)) != (config.kind, config.actions, adapter_role(config)):
             raise ValueError(f"adapters {directories} differ in kind, actions or variant: they cannot share a method")
     role = adapter_role(config)
+    if config.kind == "draft":
+        name = name or ("Draft-gated (prompt)" if role.endswith("prompt-fed") else "Draft-gated")
     name = name or f"{'Seq' if config.kind == 'sequence' else 'Token'} {role}"
     return Method(
         name,
         config.kind,
         config.action_list,
         role=role,
-        level=config.kind,
+        level="sequence" if config.kind == "draft" else config.kind,
         policy=policy,
         adapter=config,
         source=", ".join(map(str, directories)),

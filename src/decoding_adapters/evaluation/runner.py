@@ -25,6 +25,7 @@ from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, encode_pro
 from ..policies.networks import TokenPolicyChooser, UniformChooser
 from ..selection.best import BestStatic, best_static_from_counts
 from ..tasks import content_hash
+from .draft import draft_choices, draft_compute, draft_summaries
 from .methods import STOP_CANDIDATE, EvalConfig, Method, static_method, stop_at_first_answer_method
 
 __all__ = [
@@ -92,6 +93,10 @@ def _mixed_action(method: Method, cfg: EvalConfig, s: int, pid: str, j: int) -> 
 def _sample_keys(method: Method, cfg: EvalConfig, s: int, i: int, pid: str, choices) -> list[list[Key]]:
     """For each k (in ``cfg.k_values`` order) the n keys of the samples pass@k is computed from."""
     n, ks, once = cfg.n, cfg.k_values, cfg.decode_deterministic_once
+    if method.kind == "draft":  # the draft alone (kept), or the draft then n samples of the chosen action
+        draft = _static_key(GREEDY, s, i, 0, once)
+        return [[draft] if c == 0 else [draft] + [_static_key(method.actions[c - 1], s, i, j, once) for j in range(n)]
+                for c in choices[method.name][s][i]]
     if method.decodes_own_rows:
         keys = [TokenKey(method.name, s, i, j) for j in range(n)]
         return [keys] * len(ks)
@@ -115,7 +120,10 @@ def _display_keys(method: Method, cfg: EvalConfig, problems, choices) -> list[Ke
         i, j = idx % len(problems), idx // len(problems)
         if j >= cfg.n or (method.kind == "greedy" and j > 0 and cfg.decode_deterministic_once):
             break
-        key = _sample_keys(method, cfg, 0, i, problems[i].id, choices)[-1][j]
+        keys = _sample_keys(method, cfg, 0, i, problems[i].id, choices)[-1]
+        if j >= len(keys):  # a draft-gated method that kept the draft has one generation
+            continue
+        key = keys[j]
         if key not in out:
             out.append(key)
     return out
@@ -356,7 +364,7 @@ def _static_actions(methods: Sequence[Method], choices: dict) -> list[DecodingAc
         pool = (
             [a for per_seed in choices[m.name] for per_problem in per_seed for a in per_problem]
             if m.kind == "sequence"
-            else m.actions
+            else [GREEDY, *m.actions] if m.kind == "draft" else m.actions
         )
         for a in pool:
             seen.setdefault(GREEDY if a.is_greedy else a, None)
@@ -431,6 +439,10 @@ def evaluate(
     factory = rollouts_factory or _default_factory(lm, batch_rows)
     prompts, cot = encode_problems(lm, task, problems, cfg.cot_ratio, cfg.seed)
     choices = {m.name: _sequence_choices(m, lm, prompts, cfg, problems) for m in methods if m.kind == "sequence"}
+    if any(m.kind == "draft" for m in methods):  # the draft pass: one greedy decode that records hidden states
+        summary = draft_summaries(lm, prompts, cfg.token_budget, batch_rows)
+        choices.update({m.name: draft_choices(m, lm, prompts, cfg, problems, summary)
+                        for m in methods if m.kind == "draft"})
     _warn_token_budgets(methods, cfg)
     modes = {id(p): p.training for m in methods for p in m.all_policies}
     for m in methods:
@@ -509,11 +521,28 @@ def _problem_values(
     """pass@k and mean length of one problem in one seed."""
     out, lengths = {}, []
     for k, keys in zip(cfg.k_values, _sample_keys(method, cfg, s, i, pid, choices)):
+        if method.kind == "draft":
+            out[f"pass@{k}"], answer_keys = _draft_pass(keys, k, cfg.n, store)
+            lengths.append(statistics.fmean(store.length[key] for key in answer_keys))
+            continue
         c = int(round(sum(store.correct[key] >= 0.5 for key in keys)))
         out[f"pass@{k}"] = pass_at_k(cfg.n, c, k)
         lengths.append(statistics.fmean(store.length[key] for key in keys))
     out["mean_length"] = statistics.fmean(lengths)
     return out
+
+
+def _draft_pass(keys: list[Key], k: int, n: int, store: _Store) -> tuple[float, list[Key]]:
+    """pass@k of a draft-gated method on one problem and the keys of its answers: the draft alone
+    (kept); at k = 1 the re-decode (its n samples' mean); above, the draft and k - 1 samples (right
+    unless all are wrong, unbiased over the n samples)."""
+    draft = float(store.correct[keys[0]] >= 0.5)
+    if len(keys) == 1:
+        return draft, keys
+    c = int(round(sum(store.correct[key] >= 0.5 for key in keys[1:])))
+    if k == 1:
+        return c / n, keys[1:]
+    return 1 - (1 - draft) * (1 - pass_at_k(n, c, min(k - 1, n))), keys
 
 
 def _summarise(per_problem: dict[str, list[list[float]]], cfg: EvalConfig) -> tuple[dict, dict]:
@@ -558,6 +587,8 @@ def _assemble(methods, cfg: EvalConfig, problems, cot, choices, store: _Store, d
         details["trajectories"][m.name] = [
             _public_record(store.records[k], k, m, problems) for k in display[m.name] if k in store.records
         ]
+        if m.kind == "draft":
+            details.setdefault("draft", {})[m.name] = _draft_details(m, cfg, problems, choices, store)
         if m.kind == "sequence":
             by_seed = [[[m.actions.index(a) for a in per_problem_choice] for per_problem_choice in per_seed]
                        for per_seed in choices[m.name]]
@@ -610,6 +641,23 @@ def _method_keys(m: Method, cfg, problems, choices) -> list[Key]:
     return list(keys)
 
 
+def _draft_details(m: Method, cfg, problems, choices, store: _Store) -> dict:
+    """A draft-gated method's choices ``[seed][problem][k index]`` (0 keeps the draft) and its compute
+    per k: decodes and tokens per problem (the draft counted), re-decoded share."""
+    once = cfg.decode_deterministic_once
+    lengths = [store.length[_static_key(GREEDY, 0, i, 0, once)] for i in range(len(problems))]
+    redecode = []
+    for i in range(len(problems)):
+        per_action = []
+        for a in m.actions:
+            keys = [_static_key(a, s, i, j, once) for s in range(cfg.seeds) for j in range(cfg.n)]
+            known = [store.length[key] for key in keys if key in store.length]
+            per_action.append(statistics.fmean(known) if known else 0.0)
+        redecode.append(per_action)
+    return {"k_values": list(cfg.k_values), "choices_by_seed": choices[m.name],
+            **draft_compute(choices[m.name], cfg, lengths, redecode)}
+
+
 def subset_cost(sources: Sequence, costs: Mapping, k: int) -> tuple[float, float]:
     """Expected ``(decodes, tokens)`` of answering with ``k`` of the ``n`` samples ``sources`` (one
     entry per sample: the decoded generation it is; ``costs[source] = (decodes, tokens)``), the
@@ -628,6 +676,17 @@ def subset_cost(sources: Sequence, costs: Mapping, k: int) -> tuple[float, float
     return decodes, tokens
 
 
+def _draft_cost(sources: Sequence, costs: Mapping, k: int) -> tuple[float, float]:
+    """A draft-gated answer's ``(decodes, tokens)``: the draft (``sources[0]``), plus, where it
+    re-decoded, the expected cost of the 1 (k = 1) or k - 1 of the n samples ``sources[1:]`` that
+    the answer uses (:func:`subset_cost`)."""
+    decodes, tokens = costs[sources[0]]
+    if len(sources) > 1:
+        extra = subset_cost(sources[1:], costs, min(max(1, k - 1), len(sources) - 1))
+        decodes, tokens = decodes + extra[0], tokens + extra[1]
+    return decodes, tokens
+
+
 def _compute(m: Method, cfg: EvalConfig, problems, choices, store: _Store) -> dict[str, dict[str, list[float]]]:
     """What answering each problem cost the method at each k: ``{"decodes": {k: [per problem]},
     "tokens": {k: [per problem]}}`` (k as a string), each value the mean over seeds of
@@ -642,7 +701,7 @@ def _compute(m: Method, cfg: EvalConfig, problems, choices, store: _Store) -> di
             for k, keys in zip(cfg.k_values, _sample_keys(m, cfg, s, i, p.id, choices)):
                 sources = [store.source.get(key, key) for key in keys]
                 costs = {src: (store.decodes[src], store.generated[src]) for src in set(sources)}
-                d, t = subset_cost(sources, costs, k)
+                d, t = _draft_cost(sources, costs, k) if m.kind == "draft" else subset_cost(sources, costs, k)
                 sums[k][0] += d
                 sums[k][1] += t
         for k in cfg.k_values:
@@ -688,12 +747,12 @@ def _action_usage(m: Method, cfg, problems, choices, store: _Store) -> list[floa
         return [counts.get(a, 0) / total for a in range(len(m.actions))]
     keys = _method_keys(m, cfg, problems, choices)
     counts = Counter(GREEDY if k.action.is_greedy else k.action for k in keys)
-    canon = [GREEDY if a.is_greedy else a for a in m.actions]
+    canon = [GREEDY if a.is_greedy else a for a in ([GREEDY, *m.actions] if m.kind == "draft" else m.actions)]
     return [counts.get(a, 0) / max(len(keys), 1) for a in canon]
 
 
 def _public_record(record: dict, key: Key, m: Method, problems) -> dict:
-    canon = [GREEDY if a.is_greedy else a for a in m.actions]
+    canon = [GREEDY if a.is_greedy else a for a in ([GREEDY, *m.actions] if m.kind == "draft" else m.actions)]
     out = {k: v for k, v in record.items() if k != "_actions"}
     out["actions"] = [canon.index(GREEDY if a.is_greedy else a) for a in record["_actions"]]
     out.update(problem_id=problems[key.problem].id, seed=key.seed, sample=key.sample)

@@ -50,7 +50,9 @@ from ..evaluation import (
 from ..lm.models import ModelSpec, load_frozen_lm
 from ..reporting.report import (
     compare,
+    evidence_lines,
     headroom_section,
+    nothing_solved,
     selection_section,
     training_curve_section,
     truncation_section,
@@ -180,6 +182,11 @@ ADAPTER_NAMES = {  # directory prefix -> method name in the evaluation
     "tok-entropy": "Token entropy-only",
 }
 
+DRAFT_TRAINING = dict(steps=400, lr=1e-3, prompts_per_step=32, val_every=10, checkpoint_every=10, policy_hidden=256)
+"""The draft stage's trainer settings, where they differ from the sequence adapters': the setting
+chosen on validation in docs/draft-gated.md (its tables cost no decoding per step, so many steps
+are cheap; 1e-3 kept more configurations above step 0 than 3e-3 there)."""
+
 # ---- the time estimate ---------------------------------------------------------------------------
 
 DECODE_TOKENS_PER_SECOND = 220.0
@@ -196,7 +203,7 @@ tokens per CPU-second for 128 rows of the 180 pool against ~150 for temperature-
 MEAN_SAMPLED_LENGTH = 0.75
 """Mean generated length of a sampled row as a fraction of the token budget (measured at budget 48
 on validation: T=0.5 0.57, T=1.0 0.74, T=1.25 0.89; greedy 0.56 at budget 64)."""
-STAGE_SCALE = {"budget": 0.28, "select": 0.37, "sequence": 0.43, "token": 0.26, "evaluate": 0.28}
+STAGE_SCALE = {"budget": 0.28, "select": 0.37, "sequence": 0.43, "token": 0.26, "evaluate": 0.28, "draft": 0.37}
 """Measured over planned minutes of each decoding stage (the model above at the constants above),
 fitted on the reference machine (probe 440 tok/s), ``reproduce`` at budget 48 idle: budget 0.12 of
 0.40, selection 5.2 of 17.8, sequence 15.1 of 35.2, token 34.1 of 133.4, evaluation 30.7 of 111.2
@@ -312,35 +319,50 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
         "token": token,
         "evaluate": evaluation,
     }
+    if cfg.draft_stage:  # both-arms tables: a draft and draft_samples re-decodes per training and validation problem
+        table_rows = ((seq.max_train_prompts or 256) + seq.val_problems) * (1 + cfg.draft_samples)
+        decoding["draft"] = _decode_minutes(table_rows, cfg) + cfg.seeds * DRAFT_TRAINING["steps"] * 0.05 / 60
+        decoding["evaluate"] += _decode_minutes(cfg.eval_problems, cfg)  # the draft pass
     scaled = {stage: minutes * STAGE_SCALE[stage] * slower for stage, minutes in decoding.items()}
     return {"load": 0.1, **scaled, "report": 0.1}
 
 
-FIT_LADDER = ((1.0, 1.0), (0.75, 1.0), (0.75, 0.75), (0.5, 0.75), (0.5, 0.5), (0.33, 0.5), (0.33, 0.33),
-              (0.25, 0.33), (0.25, 0.25))
-"""The (token-training steps, problems) factors ``fit_to_minutes`` tries, in order: training is cut
-a notch before the problems, since the token stage is the largest and the evaluation's problems
-decide how wide every interval in the table is."""
+FIT_LADDER = (
+    (1.0, 1.0, 1.0, 1.0), (0.75, 1.0, 1.0, 1.0), (0.5, 1.0, 1.0, 1.0), (0.33, 1.0, 1.0, 1.0),
+    (0.33, 1.0, 0.67, 1.0), (0.33, 1.0, 0.34, 1.0), (0.33, 1.0, 0.34, 0.5), (0.25, 1.0, 0.34, 0.5),
+    (0.25, 0.75, 0.34, 0.5), (0.25, 0.5, 0.34, 0.5), (0.25, 0.33, 0.34, 0.5), (0.25, 0.25, 0.34, 0.5),
+)
+"""The (token-training steps, problems, seeds, selection samples) factors ``fit_to_minutes`` tries,
+in order: training steps, then seeds, then selection samples are cut before any problem, since the
+evaluation's and the selection's problems decide how wide every interval in the table is (at 8
+problems the intervals are about ±45 points and nothing can be told apart)."""
 
 
-def scaled_sizes(cfg: StudyConfig, steps_scale: float, problems_scale: float) -> StudyConfig:
+def scaled_sizes(cfg: StudyConfig, steps_scale: float, problems_scale: float, seeds_scale: float = 1.0,
+                 samples_scale: float = 1.0) -> StudyConfig:
     """``cfg`` with the sizes that trade evidence for time multiplied (never raised): token-training
     steps by ``steps_scale`` (rounded down to whole validation intervals, at least one), evaluation
-    and selection problems by ``problems_scale`` (rounded down to multiples of 8, at least 8).
-    Everything else, the token budget and every rate included, stays."""
+    and selection problems by ``problems_scale`` (rounded down to multiples of 8, at least 8), seeds
+    by ``seeds_scale`` (rounded, at least 1) and the selection's samples per problem by
+    ``samples_scale`` (at least 2, and at least the largest B offline replay serves). Everything
+    else, the token budget and every rate included, stays."""
     tok, sel = cfg.token, cfg.selection
     steps = min(tok.steps, max(tok.val_every, int(tok.steps * steps_scale) // tok.val_every * tok.val_every))
 
     def problems(n: int) -> int:
         return min(n, max(8, int(n * problems_scale) // 8 * 8))
 
-    fitted = replace(cfg, token=replace(tok, steps=steps), eval_problems=problems(cfg.eval_problems),
-                     selection=replace(sel, problems=problems(sel.problems)))
+    seeds = min(cfg.seeds, max(1, round(cfg.seeds * seeds_scale)))
+    # offline replay serves budgets B up to the selection's samples
+    replayed = max(cfg.sequence.parallel_budgets) if cfg.sequence_rewards == "replay" else 2
+    samples = min(sel.samples, max(2, replayed, int(sel.samples * samples_scale)))
+    fitted = replace(cfg, token=replace(tok, steps=steps), eval_problems=problems(cfg.eval_problems), seeds=seeds,
+                     selection=replace(sel, problems=problems(sel.problems), samples=samples))
     return cfg if fitted == cfg else fitted
 
 
 def fit_to_minutes(cfg: StudyConfig, tokens_per_second: float | None,
-                   minutes: float) -> tuple[StudyConfig, tuple[float, float]]:
+                   minutes: float) -> tuple[StudyConfig, tuple[float, ...]]:
     """The first of ``FIT_LADDER`` whose ``scaled_sizes`` plan (``estimate_minutes`` at this machine's
     probe) takes at most ``minutes``, and that config; the last rung when none does. Trades how much
     the demo shows for time on slower CPUs (e.g. an AVX2-only one decoding fp32): the evidence lives
@@ -356,6 +378,8 @@ def fit_note(cfg: StudyConfig, fitted: StudyConfig, minutes: float, tokens_per_s
     """One sentence saying which sizes ``fit_to_minutes`` cut, and why ('' when none)."""
     cuts = [(label, a, b) for label, a, b in (
         ("token-training steps", cfg.token.steps, fitted.token.steps),
+        ("seeds", cfg.seeds, fitted.seeds),
+        ("selection samples", cfg.selection.samples, fitted.selection.samples),
         ("evaluation problems", cfg.eval_problems, fitted.eval_problems),
         ("selection problems", cfg.selection.problems, fitted.selection.problems),
     ) if a != b]
@@ -366,6 +390,40 @@ def fit_note(cfg: StudyConfig, fitted: StudyConfig, minutes: float, tokens_per_s
     return (f"Sizes cut to fit {minutes:g} minutes on this machine (decode probe {tokens_per_second:.0f} tok/s, "
             f"{tokens_per_second / REFERENCE_PROBE_TOKENS_PER_SECOND:.2f} x the reference): "
             + ", ".join(f"{label} {a} -> {b}" for label, a, b in cuts) + f"; planned {planned:.1f} minutes{short}.")
+
+
+OPTIONS_FILE = "demo_options.json"
+"""What a study run in a folder was asked for (model, minutes, every size): a later run into the same
+folder must ask for the same, or its report would mix runs."""
+
+
+def check_same_run(out: Path, requested: dict) -> None:
+    """Record ``requested`` in ``out``, or refuse when ``out`` holds a run started with other options."""
+    path = out / OPTIONS_FILE
+    if path.is_file():
+        before = json.loads(path.read_text())
+        changed = sorted(_flat(requested).items() ^ _flat(before).items())
+        if changed:
+            names = sorted({name for name, _ in changed})
+            old, new = _flat(before), _flat(requested)
+            raise ValueError(
+                f"{out} holds a run started with other options ("
+                + "; ".join(f"{n}: {old.get(n)} -> {new.get(n)}" for n in names[:6])
+                + "): re-run it with the options it was started with, or choose another --out"
+            )
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(path, requested)
+
+
+def _flat(data: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = json.dumps(value)
+    return flat
 
 
 TOKEN_MIXED = "Mixed (per token)"
@@ -382,6 +440,8 @@ def target_lines(results: dict, details: dict | None, confidence: float = 0.95) 
     target saying whether it is met, with the difference and its interval in points."""
     if not results:
         return []
+    if nothing_solved(results):
+        return ["- **not judged**: nothing was solved, so no target can be met or missed at this size"]
     p1, pmax = _metric_at(results, "first"), _metric_at(results, "last")
     token_mixed = TOKEN_MIXED
 
@@ -488,7 +548,8 @@ def _best_token_action(lm, task, cfg: StudyConfig, out: Path, progress: bool) ->
     (cells already in the pool table are reused; missing ones are decoded into it)."""
     actions = list(PRESETS["math-token"])
     problems = task.load("validation")[: cfg.selection.problems]
-    table = pipeline.decode_candidates(lm, task, problems, actions, cfg, out / "outcomes.jsonl", progress)
+    label = "token actions (best single one)" if progress else False
+    table = pipeline.decode_candidates(lm, task, problems, actions, cfg, out / "outcomes.jsonl", label)
     best = best_static_from_table(table, (1,), [a.name for a in actions])  # ties: the first (greedy, in math-token)
     return actions[best.choice[0]]
 
@@ -509,8 +570,8 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     """Run every stage into ``out`` and return the evaluation results. With ``minutes``, the sizes
     are cut by ``fit_to_minutes`` when this machine's plan is longer (the report says so)."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    clock = pipeline.StageClock(label, out / "stage_minutes.json", plan=estimate_minutes(cfg))
+    check_same_run(out, {"model": model, "minutes": minutes, "study": asdict(cfg)})
+    clock = pipeline.StageClock(label, out / "stage_minutes.json")  # the plan needs the probe: after loading
     clock.begin("load", "loading the frozen LM", model)
     lm = load_frozen_lm(ModelSpec(name_or_path=model, device=device))
     task = get_task("arithmetic", **pipeline.study_task_options(cfg))
@@ -570,6 +631,14 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
                                     use_budget)
     clock.end()
 
+    if cfg.draft_stage:
+        clock.begin("draft", "draft-gated adapters", f"both-arms tables ({cfg.draft_samples} re-decodes per problem), "
+                                                     f"{cfg.seeds} seeds, features {cfg.draft_features}")
+        for seed in seeds:
+            pipeline.train_draft(lm, task, cfg, actions_path, out / f"draft-s{seed}", seed,
+                                 features=cfg.draft_features, **DRAFT_TRAINING)
+        clock.end()
+
     stop = f", early stop after {cfg.token.patience} flat validations" if cfg.token.patience else ""
     clock.begin("token", "token adapters",
                 f"{len(TOKEN_VARIANTS)} variants x {cfg.seeds} seeds x <= {cfg.token.steps} steps{stop}")
@@ -589,6 +658,9 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
                mixed_method(load_action_set(actions_path), "Mixed"),
                *token_baselines]
     methods += [pipeline.adapter_runs(out, prefix, cfg, lm, name) for prefix, name in ADAPTER_NAMES.items()]
+    if cfg.draft_stage:  # the draft-gated adapter and its controls at the same compute
+        methods += [pipeline.adapter_runs(out, "draft", cfg, lm, "Draft-gated"),
+                    *pipeline.draft_controls(lm, task, cfg, actions_path, out / "draft-s0", out)]
     evaluation = pipeline.evaluate_methods(lm, task, task.load("test")[: cfg.eval_problems], methods, cfg,
                                            out / "eval", meta={"model": model, "task": task.name}, progress=progress)
     clock.end()
@@ -610,6 +682,12 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     ]
     report_path = write_report(out / "report", evaluation.results, evaluation.details, logs, sections=sections)
     clock.end()
+    for line in evidence_lines(evaluation.results, evaluation.details):
+        print(line.replace("**", ""))
     print(format_table(evaluation.results))
-    print(f"\n{label} finished in {clock.elapsed():.1f} min; report: {report_path}")
+    runs, total = clock.runs(), sum(clock.total_minutes().values())
+    spent = f"{clock.elapsed():.1f} min"
+    if runs > 1:
+        spent += f" (this run; {total:.1f} min over {runs} runs into {out})"
+    print(f"\n{label} finished in {spent}; report: {report_path}")
     return evaluation.results

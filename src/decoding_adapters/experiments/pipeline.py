@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal, Sequence
+
+import torch
 
 from ..core.files import write_json
 from ..decoding.actions import ActionSet, DecodingAction, load_action_set
@@ -48,8 +50,12 @@ from ..evaluation import (
     load_best_per_k,
     stop_at_first_answer_method,
 )
+from ..evaluation import draft as draft_eval
+from ..policies.draft import DraftContextConfig
+from ..policies.networks import load_adapter
 from ..selection.best import TIE_TOLERANCE
 from ..selection.coverage import OutcomeTable, build_pool, evaluate_pool, select_from_table, write_outputs
+from ..training.draft import DraftTable, DraftTrainConfig, DraftTrainer, ensure_tables
 from ..training.sequence import SequenceTrainConfig, SequenceTrainer, reward_source
 from ..training.token import TokenTrainConfig, TokenTrainer
 
@@ -69,6 +75,9 @@ __all__ = [
     "best_action_index",
     "best_action_per_budget",
     "train_sequence",
+    "train_draft",
+    "redecode_action",
+    "draft_controls",
     "token_trainer",
     "filtered_prompts",
     "train_token",
@@ -158,6 +167,14 @@ class StudyConfig:
     """Rows decoded together: on a CPU, bigger batches give more tokens per second."""
     threads: int = 0
     """torch CPU threads (1 is fastest on a shared, loaded machine; 0 keeps torch's default)."""
+    draft_stage: bool = False
+    """Also train the draft-gated adapter (one per seed) and evaluate it beside a random gate at its
+    re-decode share and a confidence threshold tuned on validation."""
+    draft_features: Literal["confidence", "mean", "hidden"] = "mean"
+    """What the draft-gated adapter reads of the greedy draft (docs/draft-gated.md)."""
+    draft_samples: int = 4
+    """Re-decodes per problem in the draft stage's both-arms tables (one re-decode action: the
+    selected set's Best at the largest k, else its first sampled action)."""
 
     def __post_init__(self) -> None:
         if self.sequence_rewards not in ("replay", "live"):
@@ -165,7 +182,7 @@ class StudyConfig:
         if self.sequence_rewards == "replay" and max(self.sequence.parallel_budgets) > self.selection.samples:
             raise ValueError("offline replay serves budgets B up to selection.samples: raise it or use "
                              "sequence_rewards=live")
-        for name in ("eval_problems", "seeds", "batch_rows"):
+        for name in ("eval_problems", "seeds", "batch_rows", "draft_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("train_size", "validation_size"):
@@ -270,7 +287,8 @@ def candidate_pool(cfg: StudyConfig) -> list[DecodingAction]:
     return build_pool("pool", subsample=cfg.selection.pool_subsample, add_greedy=True)
 
 
-def decode_candidates(lm, task, problems, actions, cfg: StudyConfig, table_path: Path, progress: bool) -> OutcomeTable:
+def decode_candidates(lm, task, problems, actions, cfg: StudyConfig, table_path: Path,
+                      progress: bool | str) -> OutcomeTable:
     """Every (problem, action) cell of ``actions`` on ``problems``, ``selection.samples`` times, in
     the outcome table at ``table_path`` (cells already there are reused; missing ones are decoded)."""
     return evaluate_pool(lm, task, problems, actions, samples=cfg.selection.samples, token_budget=cfg.token_budget,
@@ -367,6 +385,60 @@ def train_sequence(lm, task, cfg: StudyConfig, actions: Path, table: Path, out: 
     rollouts = HFRollouts(lm, action_set, cfg.batch_rows) if live else None
     rewards = reward_source(config, table_task or task, action_set, rollouts, lm=lm)  # live or offline replay
     SequenceTrainer(config, lm, task, rewards, out, task_name=task.name, progress=False).train(resume=True)
+
+
+# ---- train draft-gated ---------------------------------------------------------------------------
+
+
+def train_draft(lm, task, cfg: StudyConfig, actions: Path, out: Path, seed: int, *, features: str = "confidence",
+                tables: Path | None = None, **overrides) -> None:
+    """A draft-gated adapter into ``out`` (skipped when finished, resumed when started): both-arms
+    tables of the training and validation problems under the selected set's sampled actions
+    (built once in ``tables``, default ``out``'s parent, resumable; ``cfg.sequence``'s problem
+    counts), then ``training.draft.DraftTrainer`` from the sequence settings of the study, its prior
+    on keeping the draft."""
+    if finished(out):
+        return
+    tables = tables or out.parent
+    overrides.setdefault("redecode_actions", (redecode_action(actions, cfg.eval.k_values).name,))
+    overrides.setdefault("table_samples", cfg.draft_samples)
+    config = DraftTrainConfig(**{
+        **{k: v for k, v in asdict(cfg.sequence).items() if k not in ("replay", "metric")},
+        "actions": str(actions), "seed": seed, "features": features, "prior_action": 0,
+        "budget_prior_actions": None, "table": str(tables / "draft-table-train.jsonl"),
+        "val_table": str(tables / "draft-table-validation.jsonl"), **overrides})
+    ensure_tables(replace(config, seed=0), lm, task)  # one pair of tables for every training seed
+    DraftTrainer(config, lm, task, out, task_name=task.name, progress=False).train(resume=True)
+
+
+def redecode_action(actions: Path, k_values) -> DecodingAction:
+    """The draft stage's re-decode action: the selected set's Best at the largest k when it samples,
+    else the set's first sampled action."""
+    per_k = (load_best_per_k(actions) if Path(actions).is_file() else None) or {}  # a preset name has none
+    best = per_k.get(max(k_values)) if k_values else None
+    if best is not None and not best.is_greedy:
+        return best
+    sampled = [a for a in load_action_set(actions) if not a.is_greedy]
+    if not sampled:
+        raise ValueError(f"{actions} has no sampled action to re-decode with")
+    return sampled[0]
+
+
+def draft_controls(lm, task, cfg: StudyConfig, actions: Path, adapter: Path, tables: Path) -> list[Method]:
+    """The draft-gated adapter's controls for the evaluation, from the validation table: a random
+    gate at the adapter's validation re-decode share (B = 1) and the confidence threshold tuned on
+    validation (pass@1 at <= 1.5 decodes per problem)."""
+    table = DraftTable.load(tables / "draft-table-validation.jsonl")
+    ids = table.problem_ids
+    policy, config = load_adapter(adapter, lm)
+    contexts = table.context(ids, DraftContextConfig(**config.draft))
+    choice, _ = policy.choose(contexts, torch.ones(len(ids), dtype=torch.long))
+    share = float((choice > 0).double().mean())
+    action = config.action_list[0]
+    tuned = draft_eval.tune_threshold(table, ids, action.name, max_decodes=1.5)
+    return [draft_eval.random_gate_method(action, share, f"Random gate ({share:.0%})"),
+            draft_eval.threshold_gate_method(action, tuned["feature"], tuned["threshold"],
+                                             f"Confidence threshold ({tuned['feature']})")]
 
 
 # ---- train token ---------------------------------------------------------------------------------

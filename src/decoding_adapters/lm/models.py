@@ -254,7 +254,28 @@ def locate_model(name_or_path: str) -> str:
             f"Model {name_or_path!r} was looked for as a local directory and a .gguf file and found neither: "
             f"pass an existing path, an HF hub id like 'org/name', or {DEFAULT_MODEL!r} for the embedded default."
         )
-    return name_or_path  # a hub id
+    return _locate_hub_model(name_or_path)
+
+
+def _locate_hub_model(repo_id: str) -> str:
+    """A hub id's snapshot directory in the local Hugging Face cache; when it is not there, the id itself
+    once the hub confirms it exists (transformers then downloads it). One quick request decides, so
+    a wrong id or no network is one clear error instead of a minute of retries."""
+    from huggingface_hub import HfApi, snapshot_download
+
+    try:
+        return snapshot_download(repo_id, local_files_only=True)
+    except Exception:  # not cached (or only partly): ask the hub once
+        pass
+    try:
+        HfApi().model_info(repo_id, timeout=10)
+    except Exception as err:
+        reason = " ".join(str(err).split())[:160] or type(err).__name__
+        raise FileNotFoundError(
+            f"model {repo_id!r} is not a local path, not in the Hugging Face cache, and the hub did not confirm it "
+            f"({type(err).__name__}: {reason}): check the id and the network, or pass a local directory"
+        ) from None
+    return repo_id
 
 
 

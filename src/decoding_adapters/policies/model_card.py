@@ -6,7 +6,8 @@ the kind of adapter and its inputs, the action set (in policy-output order), the
 and copy-paste usage. The evaluation table is added when results are known: passed as
 ``evaluation=`` (``evaluate``'s ``results.json`` content: ``{method: {metric: {mean, ci_low,
 ci_high}}}``), or found as ``results.json`` / ``eval/results.json`` inside the adapter directory;
-``policies.add_evaluation(adapter_dir, eval_dir)`` rewrites the card after an ``evaluate`` run.
+``policies.add_evaluation(adapter_dir, eval_dir)`` rewrites the card after an ``evaluate`` run,
+keeping one table per task and split (``evaluations.json``), each labelled with its size.
 
 The card opens with Hugging Face hub metadata (YAML front matter) so the directory can be uploaded
 as it is; ``base_model`` is only stated there when it looks like a hub id.
@@ -22,9 +23,12 @@ from typing import Any, Mapping
 from ..core.stats import format_interval
 from ..decoding.actions import DecodingAction
 
-__all__ = ["render_model_card", "write_model_card", "read_results", "MODEL_CARD_NAME"]
+__all__ = ["render_model_card", "write_model_card", "read_results", "read_evaluations", "evaluation_label",
+           "MODEL_CARD_NAME", "EVALUATIONS_FILE"]
 
 MODEL_CARD_NAME = "README.md"
+EVALUATIONS_FILE = "evaluations.json"
+"""Beside the card: ``{task/split: {"label", "results"}}``, every evaluation the card shows."""
 _EVAL_FILES = ("results.json", "eval/results.json")
 
 
@@ -49,8 +53,22 @@ def _front_matter(config) -> list[str]:
     return lines + ["---", ""]
 
 
+def _kind_label(config) -> str:
+    return "draft-gated" if config.kind == "draft" else f"{config.kind}-level"
+
+
 def _inputs(config) -> str:
     p = config.policy
+    if config.kind == "draft":
+        draft = config.draft or {}
+        seen = {"confidence": "its confidence summary (token entropy and max-probability, length, stopped at EOS)",
+                "mean": "its confidence summary and the mean hidden state over it",
+                "hidden": "its confidence summary and its mean and last hidden states",
+                "prompt": "the prompt embedding instead (the control that sees what a sequence adapter sees)"}
+        what = seen.get(draft.get("features"), "?")
+        return (f"a greedy draft first ({draft.get('token_budget')} tokens), then, from {what} and the parallel "
+                "budget B: keep the draft (policy output 0) or re-decode with action k of the table below (output "
+                "k + 1); the draft is one of the B answers")
     if config.kind == "sequence":
         budget = " and the parallel budget B (x = [e ; g(B)])" if p.get("use_budget", True) else " (x = e, no budget)"
         pooling = config.embedding.get("pooling", "mean")
@@ -99,16 +117,24 @@ def _evaluation_table(results: Mapping[str, Mapping]) -> list[str]:
                                        None if high is None else high * scale))
         rows.append(row)
     header = ["method"] + [f"{m} (%)" if m.startswith("pass@") else m for m in metrics]
-    return _table(header, rows) + [
-        "",
-        "The 95% interval `evaluate` reported (as in its `report.md`): mean ± half-width, or mean [low, high] "
-        "where it was clipped to the possible range.",
-    ]
+    return _table(header, rows)
+
+
+INTERVAL_LEGEND = ("The 95% interval `evaluate` reported (as in its `report.md`): mean ± half-width, or mean "
+                   "[low, high] where it was clipped to the possible range.")
 
 
 def _usage(config, name: str) -> list[str]:
     budget = config.policy.get("token_budget", 128)
-    if config.kind == "token":
+    if config.kind == "draft":
+        py = [
+            "from decoding_adapters import Adapter",
+            "",
+            f'gen = Adapter.from_pretrained("{name}", lm="base").generator()  # draft, choose, re-decode',
+            'out = gen.generate(["What is 2+3?"], parallel_budget=1)[0]',
+            "print(out.completions[0], out.draft_kept, out.decodes)",
+        ]
+    elif config.kind == "token":
         py = [
             "from transformers import AutoModelForCausalLM, AutoTokenizer",
             "from decoding_adapters import Adapter",
@@ -144,14 +170,16 @@ def _usage(config, name: str) -> list[str]:
     ]
 
 
-def render_model_card(config, directory: str | Path = "adapter", evaluation: Mapping | None = None) -> str:
-    """The model card text for ``config`` (an ``AdapterConfig``), with ``evaluation`` results if given."""
+def render_model_card(config, directory: str | Path = "adapter", evaluation: Mapping | None = None,
+                      evaluations: Mapping[str, Mapping] | None = None) -> str:
+    """The model card text for ``config`` (an ``AdapterConfig``), with ``evaluations`` (one labelled
+    table per task and split) or a single ``evaluation`` results mapping if given."""
     name = Path(directory).name or "adapter"
     fp = {k: v for k, v in config.base_fingerprint.items() if k != "name_or_path"}
     lines = _front_matter(config) + [
         f"# Decoding adapter `{name}`",
         "",
-        f"A **{config.kind}-level decoding adapter** trained with decoding-adapters "
+        f"A **{_kind_label(config)} decoding adapter** trained with decoding-adapters "
         f"(*Learning Adaptive LLM Decoding*): a small policy that picks how the frozen LM decodes — "
         f"{_inputs(config)}. The LM itself is unchanged.",
         "",
@@ -188,19 +216,65 @@ def render_model_card(config, directory: str | Path = "adapter", evaluation: Map
             *_table(["setting", "value"], [[k, v] for k, v in config.training.items()]),
             "",
         ]
-    table = _evaluation_table(evaluation) if evaluation else []
-    if table:
-        lines += ["## Evaluation", "", *table, ""]
+    if evaluations:
+        lines += ["## Evaluation", ""]
+        for entry in evaluations.values():
+            table = _evaluation_table(entry.get("results") or {})
+            if table:
+                lines += [f"### {entry.get('label', 'evaluation')}", "", *table, ""]
+        lines += [INTERVAL_LEGEND, ""]
+    else:
+        table = _evaluation_table(evaluation) if evaluation else []
+        if table:
+            lines += ["## Evaluation", "", *table, "", INTERVAL_LEGEND, ""]
     lines += [
         "## Usage",
         "",
-        *_usage(config, name),
+        *_usage(config, _usage_path(directory)),
         "",
         "Files: `adapter.safetensors` (policy weights), `adapter.json` (everything needed to use it again), "
         "this `README.md`.",
         "",
     ]
     return "\n".join(lines)
+
+
+def _usage_path(directory: str | Path) -> str:
+    """How the card's usage names the adapter: its absolute path where the folder exists (the snippet
+    runs from any folder), else its name."""
+    path = Path(directory)
+    return str(path.resolve()) if path.is_dir() else (path.name or "adapter")
+
+
+def read_evaluations(directory: str | Path) -> dict:
+    """The evaluations kept beside an adapter's card (``{}`` when none or unreadable)."""
+    try:
+        data = json.loads((Path(directory) / EVALUATIONS_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def evaluation_label(eval_dir_or_results: str | Path | Mapping) -> tuple[str, str]:
+    """``(key, label)`` of an evaluation: its task and split, and a heading with its size, read from
+    the ``eval_details.json`` beside its results (a bare results mapping: one unnamed evaluation)."""
+    details = {}
+    if not isinstance(eval_dir_or_results, Mapping):
+        path = Path(eval_dir_or_results)
+        path = path / "eval_details.json" if path.is_dir() else path.with_name("eval_details.json")
+        try:
+            details = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            details = {}
+    config = details.get("config", {}) if isinstance(details, dict) else {}
+    task, split = config.get("task"), config.get("split", "test")
+    if task is None:
+        return "evaluation", "Evaluation"
+    problems = len(details.get("problems") or []) or config.get("num_problems")
+    size = ", ".join(part for part in (
+        f"{problems} problems" if problems else "", f"{config['seeds']} seeds" if config.get("seeds") else "",
+        f"token budget {config['token_budget']}" if config.get("token_budget") else "") if part)
+    return f"{task}/{split}", f"Task {task}, split {split}" + (f" ({size})" if size else "")
 
 
 def _find_evaluation(directory: Path) -> dict | None:
@@ -216,12 +290,17 @@ def _find_evaluation(directory: Path) -> dict | None:
     return None
 
 
-def write_model_card(directory: str | Path, config, evaluation: Mapping | None = None) -> Path:
+def write_model_card(directory: str | Path, config, evaluation: Mapping | None = None,
+                     evaluations: Mapping[str, Mapping] | None = None) -> Path:
     """Write ``README.md`` into the adapter ``directory`` (atomically) and return its path.
 
-    ``evaluation`` defaults to a ``results.json`` (or ``eval/results.json``) found in ``directory``."""
+    ``evaluations`` defaults to the ``evaluations.json`` kept in ``directory``; without one,
+    ``evaluation`` defaults to a ``results.json`` (or ``eval/results.json``) found there."""
     directory = Path(directory)
-    text = render_model_card(config, directory, evaluation if evaluation is not None else _find_evaluation(directory))
+    if evaluations is None:
+        evaluations = read_evaluations(directory) or None
+    found = evaluation if evaluation is not None else (None if evaluations else _find_evaluation(directory))
+    text = render_model_card(config, directory, found, evaluations)
     path, tmp = directory / MODEL_CARD_NAME, directory / f"{MODEL_CARD_NAME}.tmp{os.getpid()}"
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)

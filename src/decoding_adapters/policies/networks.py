@@ -32,7 +32,7 @@ from torch import nn
 from ..core.files import atomic_write, write_json
 from ..decoding.actions import _GOLDEN, DecodingAction, _int64, _mix64, _shift_right  # the counter generator's mixing
 from ..decoding.loop import StepFeatures
-from .model_card import read_results, write_model_card
+from .model_card import EVALUATIONS_FILE, evaluation_label, read_evaluations, read_results, write_model_card
 
 __all__ = [
     "SequencePolicyConfig",
@@ -43,6 +43,7 @@ __all__ = [
     "UniformChooser",
     "AdapterConfig",
     "POLICY_MODES",
+    "ADAPTER_KINDS",
     "default_policy_mode",
     "resolve_policy_mode",
     "save_adapter",
@@ -185,10 +186,18 @@ class SequencePolicyConfig:
     """With ``use_budget``: ``(B, distribution)`` pairs, a prior per parallel budget that replaces
     ``prior`` (e.g. mass on the best static action at pass@B for each B). A budget between listed
     ones takes the largest listed B below it; one below them all, the smallest's."""
+    input_norm: Literal["layer", "standardise"] = "layer"
+    """How the context is normalised before the head. 'layer': a LayerNorm over the vector (LM
+    states, whose scales are large and uneven); 'standardise': each feature centred and scaled by
+    statistics of the training contexts (``set_standardisation``; buffers saved with the weights), for
+    contexts that mix units (the draft's confidence summary beside hidden states), where a LayerNorm
+    across a handful of features would erase what they say."""
 
     def __post_init__(self) -> None:
         if self.embed_dim < 1 or self.num_actions < 1 or self.layers < 1:
             raise ValueError("embed_dim, num_actions and layers must be >= 1")
+        if self.input_norm not in ("layer", "standardise"):
+            raise ValueError(f"input_norm must be 'layer' or 'standardise', got {self.input_norm!r}")
         if self.temperature <= 0:
             raise ValueError("policy temperature must be > 0")
         _check_prior(self)
@@ -202,7 +211,9 @@ class SequencePolicyConfig:
 
 
 class SequencePolicy(_PolicyBase):
-    """pi(a | e, B): logits over K actions from a prompt embedding and a parallel budget."""
+    """pi(a | x, B): logits over K actions from a context vector and a parallel budget. The context
+    is the prompt embedding (the paper's sequence adapter) or, for the draft-gated adapter, the
+    summary of a greedy draft (``policies.draft``): one class, two contexts."""
 
     def __init__(self, config: SequencePolicyConfig):
         super().__init__()
@@ -211,6 +222,9 @@ class SequencePolicy(_PolicyBase):
         self.embed_norm = nn.LayerNorm(
             config.embed_dim, elementwise_affine=False
         )  # LM states have large, uneven scales
+        if config.input_norm == "standardise":  # persistent: the statistics travel with the weights
+            self.register_buffer("context_mean", torch.zeros(config.embed_dim))
+            self.register_buffer("context_std", torch.ones(config.embed_dim))
         extra = 0
         if config.use_budget:
             self.budget_encoder = _mlp([1, config.budget_dim, config.budget_dim], 0.0)
@@ -225,13 +239,28 @@ class SequencePolicy(_PolicyBase):
             self.register_buffer("prior_budgets", torch.tensor(budgets), persistent=False)  # [M], ascending
             self.register_buffer("budget_log_priors", torch.tensor(priors).log(), persistent=False)  # [M, K]
 
+    def set_standardisation(self, contexts: torch.Tensor) -> None:
+        """Store the per-feature mean and std of training contexts ``[N, embed_dim]`` (a constant
+        feature keeps std 1) for ``input_norm='standardise'``."""
+        if self.config.input_norm != "standardise":
+            raise ValueError("set_standardisation needs input_norm='standardise'")
+        std = contexts.float().std(0, unbiased=False) if len(contexts) > 1 else torch.ones(contexts.shape[1])
+        self.context_mean.copy_(contexts.float().mean(0))
+        self.context_std.copy_(torch.where(std > 1e-6, std, torch.ones_like(std)))
+
+    def normalise(self, context: torch.Tensor) -> torch.Tensor:
+        """``[N, embed_dim]`` context as the head sees it (see ``SequencePolicyConfig.input_norm``)."""
+        if self.config.input_norm == "standardise":
+            return ((context.float() - self.context_mean) / self.context_std).clamp(-10, 10)
+        return self.embed_norm(context.float())
+
     def encode_budget(self, budget: torch.Tensor) -> torch.Tensor:
         """``[N]`` budgets -> ``[N, 1]`` scalar in [0, 1] (log scale: 1, 2, 4, 8 are evenly spaced)."""
         return (budget.float().clamp(min=1).log2() / math.log2(max(self.config.max_budget, 2))).unsqueeze(-1)
 
     def forward(self, embedding: torch.Tensor, budget: torch.Tensor | None = None) -> torch.Tensor:
         """Logits ``[N, K]`` for embeddings ``[N, embed_dim]`` and budgets ``[N]``."""
-        x = self.embed_norm(embedding.float())
+        x = self.normalise(embedding)
         if self.config.use_budget:
             if budget is None:
                 raise ValueError("this adapter was trained with the budget as input: pass parallel budgets")
@@ -395,6 +424,9 @@ class UniformChooser:
 # ---- save / load ---------------------------------------------------------------------------------
 
 
+ADAPTER_KINDS = ("sequence", "token", "draft")
+"""Adapter kinds: the paper's two, and the draft-gated adapter (``policies.draft``)."""
+
 POLICY_MODES = ("sample", "argmax")
 """How a trained adapter picks its action when it is used: a draw from pi, or its most likely action."""
 
@@ -415,9 +447,10 @@ def default_policy_mode(kind: str) -> str:
 
     ``evaluate``, ``generate``, ``serve``, ``AdaptiveGenerator`` and ``Adapter`` all default to the
     adapter's stored ``policy_mode`` (this default when none is stored), so the number a report
-    prints describes what a user gets by default."""
-    if kind not in ("sequence", "token"):
-        raise ValueError(f"adapter kind must be 'sequence' or 'token', got {kind!r}")
+    prints describes what a user gets by default. Draft-gated adapters (a sequence policy over the
+    draft's summary) follow sequence adapters."""
+    if kind not in ADAPTER_KINDS:
+        raise ValueError(f"adapter kind must be one of {list(ADAPTER_KINDS)}, got {kind!r}")
     return "sample" if kind == "token" else "argmax"
 
 
@@ -434,11 +467,12 @@ def resolve_policy_mode(mode: str | None, kind: str) -> str:
 class AdapterConfig:
     """Everything needed to use a trained adapter again (saved as ``adapter.json``)."""
 
-    kind: Literal["sequence", "token"]
+    kind: Literal["sequence", "token", "draft"]
     policy: dict
-    """The SequencePolicyConfig / TokenPolicyConfig fields."""
+    """The SequencePolicyConfig (sequence and draft adapters) / TokenPolicyConfig fields."""
     actions: list[dict]
-    """The action set, as DecodingAction dicts, in policy-output order."""
+    """The action set, as DecodingAction dicts, in policy-output order (draft adapters: the
+    re-decode actions, outputs 1.. of the policy; output 0 keeps the draft)."""
     base_model: str
     """ModelSpec.name_or_path of the frozen LM it was trained on."""
     base_fingerprint: dict
@@ -462,22 +496,31 @@ class AdapterConfig:
     """``tasks.problems_record`` (count, digest, content hashes) of the problems it was trained on."""
     selected_on: dict | None = None
     """Sequence adapters: ``problems_record`` of the problems its action set was selected on."""
+    draft: dict | None = None
+    """Draft-gated adapters: the ``policies.draft.DraftContextConfig`` fields (which summary of the
+    greedy draft the policy reads, and the draft's token budget)."""
 
     def __post_init__(self) -> None:
-        if self.kind not in ("sequence", "token"):
-            raise ValueError(f"adapter kind must be 'sequence' or 'token', got {self.kind!r}")
+        if self.kind not in ADAPTER_KINDS:
+            raise ValueError(f"adapter kind must be one of {list(ADAPTER_KINDS)}, got {self.kind!r}")
+        if (self.kind == "draft") != (self.draft is not None):
+            raise ValueError("a draft-gated adapter (and only one) needs the 'draft' field")
         for name, typ in (("policy", dict), ("actions", list), ("base_fingerprint", dict), ("base_model", str)):
             if not isinstance(getattr(self, name), typ):
                 raise ValueError(f"adapter field {name!r} must be a {typ.__name__}, got {getattr(self, name)!r}")
         if self.lm_dtype is None:
             self.lm_dtype = self.base_fingerprint.get("dtype")
         try:
-            shape = (SequencePolicyConfig if self.kind == "sequence" else TokenPolicyConfig)(**self.policy)
+            shape = (TokenPolicyConfig if self.kind == "token" else SequencePolicyConfig)(**self.policy)
         except TypeError as err:  # a missing or unknown policy field
             raise ValueError(f"adapter 'policy' does not describe a {self.kind} policy: {err}") from None
         actions = self.action_list  # validates every action
-        if shape.num_actions != len(actions):
+        outputs = len(actions) + (1 if self.kind == "draft" else 0)  # a draft policy's output 0 keeps the draft
+        if shape.num_actions != outputs:
             raise ValueError(f"adapter policy has {shape.num_actions} outputs but {len(actions)} actions are listed")
+        if self.kind == "draft":  # its context is the draft's summary, not an LM state of the hidden size
+            self.policy_mode = resolve_policy_mode(self.policy_mode, self.kind)
+            return
         width = shape.embed_dim if self.kind == "sequence" else shape.hidden_size
         hidden = self.base_fingerprint.get("hidden_size")
         if hidden is not None and width != hidden and (self.kind == "sequence" or shape.features == "hidden"):
@@ -513,7 +556,7 @@ class AdapterConfig:
         return [DecodingAction.from_dict(a) for a in self.actions]
 
     def build_policy(self) -> SequencePolicy | TokenPolicy:
-        if self.kind == "sequence":
+        if self.kind in ("sequence", "draft"):
             return SequencePolicy(SequencePolicyConfig(**self.policy))
         return TokenPolicy(TokenPolicyConfig(**self.policy))
 
@@ -530,11 +573,17 @@ def save_adapter(directory: str | Path, policy: nn.Module, config: AdapterConfig
 
 
 def add_evaluation(adapter_dir: str | Path, eval_dir_or_results: str | Path | Mapping) -> Path:
-    """Rewrite the model card of ``adapter_dir`` with an evaluation table (an ``evaluate`` output
-    directory, a ``results.json`` path, or the results mapping)."""
+    """Add an evaluation to the model card of ``adapter_dir`` (an ``evaluate`` output directory, a
+    ``results.json`` path, or the results mapping). Evaluations are kept per task and split
+    (``evaluations.json`` beside the card): a later one on another task or split is added as its own
+    table, labelled with its size; one on the same task and split replaces the earlier."""
     adapter_dir = Path(adapter_dir)
     config = read_adapter_config(adapter_dir)
-    return write_model_card(adapter_dir, config, read_results(eval_dir_or_results))
+    key, label = evaluation_label(eval_dir_or_results)
+    store = read_evaluations(adapter_dir)
+    store[key] = {"label": label, "results": dict(read_results(eval_dir_or_results))}
+    write_json(adapter_dir / EVALUATIONS_FILE, store)
+    return write_model_card(adapter_dir, config, evaluations=store)
 
 
 def load_adapter(directory: str | Path, lm=None) -> tuple[nn.Module, AdapterConfig]:
@@ -542,7 +591,8 @@ def load_adapter(directory: str | Path, lm=None) -> tuple[nn.Module, AdapterConf
     directory = Path(directory)
     if not (directory / "adapter.json").is_file():
         raise FileNotFoundError(
-            f"{directory} holds no adapter.json: point at a directory written by save_adapter / train-*."
+            f"{directory} holds no adapter.json: point at a directory written by train-token / train-sequence "
+            "or Adapter.save_pretrained."
         )
     config = read_adapter_config(directory)
     if lm is not None:

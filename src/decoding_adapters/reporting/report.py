@@ -30,7 +30,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..core.files import write_json, write_text
-from ..core.stats import format_interval, paired_ci
+from ..core.stats import INTERVAL_NOTE, format_interval, paired_ci
 from ..decoding.actions import DecodingAction
 from ..evaluation.headroom import oracle_table
 from ..selection.coverage import OutcomeTable
@@ -343,7 +343,7 @@ def paper_interval_table(results: Mapping) -> str:
 
 def _header(label: str, name: str) -> str:
     """A column header: the short label, and the method's own name where it says more (plain Markdown)."""
-    return label if label == name else f"{label} ({name})"
+    return name if name.startswith(label) else f"{label} ({name})"
 
 
 def _row(cells: Sequence[str]) -> str:
@@ -438,6 +438,45 @@ def verdicts(results: Mapping, details: Mapping | None = None, confidence: float
                 continue
             out += [_adapter_verdict(results, details, name, b, metrics, confidence) for b in baselines]
     return out
+
+
+NOTHING_SOLVED = ("**Nothing was solved**: every method scores 0 at every k, so the tables cannot rank the "
+                  "methods and no verdict or target below is evidence. Check the verifier (for free-text answers "
+                  "`--verifier math` or `numeric`) and the token budget (`--token-budget`).")
+
+
+def nothing_solved(results: Mapping) -> bool:
+    """True when every method's every pass@k is 0."""
+    means = [entry["mean"] for metrics in results.values() for m, entry in metrics.items()
+             if m.startswith("pass@") and entry]
+    return bool(means) and max(means) == 0
+
+
+def evidence_lines(results: Mapping, details: Mapping | None = None, confidence: float = 0.95) -> list[str]:
+    """What the report must say first: that nothing was solved, or that at this size no method can be
+    told from Greedy (no paired interval at the first or last k excludes 0), with the widest interval."""
+    if nothing_solved(results):
+        return [NOTHING_SOLVED]
+    metrics = [m for m in _metrics(results) if m.startswith("pass@")]
+    if not metrics or "Greedy" not in results:
+        return []
+    separated = False
+    for name in results:
+        for metric in {metrics[0], metrics[-1]}:
+            if name == "Greedy" or not results[name].get(metric) or not results["Greedy"].get(metric):
+                continue
+            c = compare(results, details, name, "Greedy", metric, confidence)
+            separated |= _outcome(c) in ("better", "worse")
+    if separated:
+        return []
+    halves = [(e["ci_high"] - e["ci_low"]) / 2 * 100 for r in results.values()
+              if (e := r.get(metrics[0])) and e.get("ci_low") is not None and e.get("ci_high") is not None]
+    problems = len((details or {}).get("problems") or [])
+    size = f"{problems} problems" if problems else "this size"
+    width = f" (intervals up to ±{max(halves):.0f} points at {metrics[0]})" if halves else ""
+    return [f"**At {size} the evidence cannot separate the methods**{width}: no method differs from Greedy "
+            f"by a paired interval that excludes 0 at {metrics[0]} or {metrics[-1]}. Read the table as a run of "
+            "the pipeline, not as a ranking; more problems (`--max-problems`, or `reproduce`) narrow it."]
 
 
 def _baselines_for(info, level) -> list[str]:
@@ -1049,7 +1088,9 @@ def training_curve_section(out_dir: str | Path, runs: Mapping[str, Sequence[str 
 
 
 def _markdown(title, results, details, figs, sections=()) -> str:
-    parts = [f"# {title}", "", "## Setup", "", *_setup_lines(results, details), ""]
+    evidence = evidence_lines(results, details)
+    parts = [f"# {title}", "", *[f"> {line}\n" for line in evidence], "## Setup", "", *_setup_lines(results, details),
+             ""]
     verdict = verdicts(results, details)
     if verdict:
         parts += [
@@ -1086,7 +1127,7 @@ def _markdown(title, results, details, figs, sections=()) -> str:
             "Δ is the adapter minus Greedy (the paper's primary static baseline for the token level).",
             "",
         ]
-    parts += ["## All methods", "", all_methods_table(results, details), ""]
+    parts += ["## All methods", "", all_methods_table(results, details), "", INTERVAL_NOTE, ""]
     paper = paper_interval_table(results)
     if paper:
         parts += [

@@ -15,7 +15,8 @@ its reward is >= 0.5, as in the evaluation):
 - ``k <= n``: the unbiased estimator ``1 - C(n-c, k) / C(n, k)`` (``core.stats.pass_at_k``);
 - ``k > n``: extrapolated as ``1 - (1 - c/n)^k``: exact for a deterministic action (greedy, whose
   one decode stands for all its samples, so ``c`` is 0 or ``n``), biased low for a sampler (by
-  Jensen's inequality), so a table with fewer samples than the largest k favours greedy there. The
+  Jensen's inequality), so a table with fewer samples than the largest k favours greedy there;
+  a candidate's mean is floored at its measured pass@n, since pass@k cannot fall as k grows. The
   result records which k were extrapolated.
 
 Validation pass@k of an action is the mean of its cells over the problems; the best action is the
@@ -170,6 +171,11 @@ def best_static_from_counts(correct: np.ndarray, samples: np.ndarray | int, k_va
         raise ValueError(f"k_values must be positive integers, got {k_values}")
     samples_arr = np.broadcast_to(np.asarray(samples, dtype=np.int64), correct.shape)
     scores = {k: pass_at_k_cells(correct, samples_arr, k).mean(axis=0) for k in ks}
+    # An extrapolated pass@k is biased low and can fall below the measured pass@n of the same candidate;
+    # pass@k never falls as k grows, so it is floored there (n: the fewest samples of any cell).
+    n = int(samples_arr.min())
+    measured = pass_at_k_cells(correct, samples_arr, n).mean(axis=0)
+    scores = {k: np.maximum(v, measured) if k > n else v for k, v in scores.items()}
     return best_static(scores, names, samples=int(samples_arr.min()), problems=correct.shape[0])
 
 

@@ -408,7 +408,7 @@ def evaluate_pool(
     table_path: str | Path,
     rollouts: Rollouts | None = None,
     batch_rows: int = 64,
-    progress: bool = True,
+    progress: bool | str = True,
     cot_ratio: float = 0.0,
     share_prefill: bool = True,
     on_chunk: Callable[[int, int], None] | None = None,
@@ -451,7 +451,7 @@ def evaluate_pool(
         with tqdm(
             total=total,
             initial=total - _pending_count(pending),
-            desc="pool",
+            desc=progress if isinstance(progress, str) else "pool",
             unit="sample",
             disable=not progress,
             dynamic_ncols=True,
@@ -807,8 +807,8 @@ def best_lines(best: BestStatic) -> list[str]:
         greedy_score = f"{best.score_for(k, greedy):.3f}" if greedy else "–"
         lines.append(f"| pass@{k}{mark} | `{best.name_for(k)}` | {best.score_for(k):.3f} | {greedy_score} |")
     if any(best.extrapolated(k) for k in best.k_values):
-        lines += ["", f"pass@k above {best.samples} samples is extrapolated as 1 - (1 - c/n)^k: exact for greedy, "
-                  "biased low for a sampler."]
+        lines += ["", f"pass@k above {best.samples} samples is extrapolated as 1 - (1 - c/n)^k, never below the "
+                  "measured pass@n: exact for greedy, biased low for a sampler."]
     return lines
 
 

@@ -37,6 +37,7 @@ from ..decoding.actions import DecodingAction
 from ..decoding.loop import row_seed
 from ..decoding.vllm_rollouts import sampling_params_dict
 from ..lm.models import FrozenLM, ModelSpec, load_frozen_lm, locate_model
+from ..policies.draft import DraftContextConfig
 from ..policies.networks import AdapterConfig, categorical_from_uniform, check_compatible, load_adapter, save_adapter
 from .generator import AdaptiveGenerator
 from .integrations.hf import AdapterLogitsProcessor
@@ -84,7 +85,7 @@ class Adapter:
         self.policy, self.config, self.name = policy.eval(), config, name
         self.actions: list[DecodingAction] = config.action_list
         expected = config.policy.get("num_actions")
-        if expected is not None and expected != len(self.actions):
+        if expected is not None and expected != len(self.actions) + (config.kind == "draft"):  # + keep the draft
             raise ValueError(
                 f"adapter policy has {expected} outputs but its action set has {len(self.actions)} actions"
             )
@@ -132,6 +133,12 @@ class Adapter:
         return self
 
     def _check_hidden_size(self, hidden_size: int) -> None:
+        if self.kind == "draft":  # its context width depends on the hidden size through its feature set
+            want_dim = DraftContextConfig(**self.config.draft).dim(hidden_size)
+            if self.config.policy.get("embed_dim") != want_dim:
+                raise ValueError(f"draft-gated adapter (base model {self.config.base_model!r}) does not fit a model "
+                                 f"of hidden_size={hidden_size}: use it with its own base model.")
+            return
         want = (
             self.config.policy.get("embed_dim")
             if self.kind == "sequence"
@@ -158,7 +165,7 @@ class Adapter:
 
     # ---- identity ----------------------------------------------------------------------------
     @property
-    def kind(self) -> Literal["sequence", "token"]:
+    def kind(self) -> Literal["sequence", "token", "draft"]:
         return self.config.kind
 
     @property
@@ -339,13 +346,14 @@ def _own_base_model(base_model: str, adapter_dir: Path) -> str:
 
 def generation_kwargs(action: DecodingAction, n: int = 1) -> dict:
     """``GenerationConfig`` sampling fields for one action, every one explicit (none left to defaults)."""
-    if action.is_greedy:
+    if action.is_greedy:  # no sampling: generate applies no warper, and a sampling field set here would
+        # only make transformers warn that it is ignored; None keeps each unset whatever the model's defaults
         return {
             "do_sample": False,
             "num_return_sequences": 1,
-            "temperature": 1.0,
-            "top_k": 0,
-            "top_p": 1.0,
+            "temperature": None,
+            "top_k": None,
+            "top_p": None,
             "min_p": None,
         }
     return {

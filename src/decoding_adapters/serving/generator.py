@@ -12,6 +12,12 @@ reports by default: a draw from pi for token adapters, the argmax for sequence a
   argmax of pi(a | e, B) or a draw. All B completions of that prompt use the chosen action.
 - **token adapter**: an action at every generated token of every completion, from the LM's hidden
   state (and the remaining token budget): a draw from pi, or its argmax.
+- **draft-gated adapter**: a greedy draft first, then, from the draft's summary and B, keep it or
+  re-decode with one action (``policies.draft.draft_gated_decode``, the function evaluation calls
+  too). The draft is one of the B completions (at B = 1 a re-decode replaces it);
+  ``Generation.draft_kept`` and ``decodes`` say which happened and what it cost. Streaming sends the
+  final answers' tokens: a kept draft's (or, at B > 1, the draft's) once the choice is made, then the
+  re-decodes' as they are generated.
 
 A prompt is a string (sent as one user message through the chat template, as in training) or a
 chat: a list of ``{"role", "content"}`` messages.
@@ -38,11 +44,15 @@ import torch
 from ..decoding.actions import ActionSet
 from ..decoding.loop import DecodeResult, StepTokens, decode, row_seed
 from ..lm.models import FrozenLM
+from ..policies.draft import KEEP_DRAFT, DraftContextConfig, DraftGatedResult, draft_gated_decode
 from ..policies.networks import (
     AdapterConfig,
     TokenPolicyChooser,
     check_compatible,
 )
+
+KEEP_DRAFT_NAME = "keep draft"
+"""A draft-gated adapter's output 0 in ``Generation.action_names``."""
 
 __all__ = ["AdaptiveGenerator", "Generation", "PreparedPrompt", "Prompt", "TokenEvent", "format_generations"]
 
@@ -63,10 +73,11 @@ class Generation:
     """The prompt as given (text or chat)."""
     completions: list[str]
     """``parallel_budget`` completions, special tokens removed."""
-    kind: Literal["sequence", "token"]
-    """Which adapter decided: one action per prompt, or one per token."""
+    kind: Literal["sequence", "token", "draft"]
+    """Which adapter decided: one action per prompt, one per token, or keep-or-re-decode after a draft."""
     action_names: list[str]
-    """The adapter's action set, in policy-output order (indices below point into it)."""
+    """The adapter's action set, in policy-output order (indices below point into it; a draft-gated
+    adapter's output 0 is ``"keep draft"``)."""
     finish_reasons: list[str]
     """Per completion: ``"stop"`` (EOS) or ``"length"`` (token budget reached)."""
     completion_tokens: list[int]
@@ -81,6 +92,12 @@ class Generation:
     """Sequence adapter: pi(a | e, B) over the action set."""
     token_actions: list[list[int]] | None = None
     """Token adapter: per completion, the action index at each generated token."""
+    draft_kept: bool | None = None
+    """Draft-gated adapter: whether the greedy draft was kept (no re-decode)."""
+    decodes: int | None = None
+    """Draft-gated adapter: sequences decoded for this prompt, the draft included (1 when kept)."""
+    draft_tokens: int | None = None
+    """Draft-gated adapter: tokens of the draft (generated whether or not it is an answer)."""
 
     @property
     def action(self) -> str | None:
@@ -97,7 +114,7 @@ class Generation:
     @property
     def actions(self) -> str | list[list[str]] | None:
         """The actions taken: one name (sequence adapter) or names per token per completion (token)."""
-        return self.action if self.kind == "sequence" else self.token_action_names
+        return self.token_action_names if self.kind == "token" else self.action
 
     def action_counts(self) -> list[dict[str, int]]:
         """Per completion, how many tokens each action produced (every token: the sequence action)."""
@@ -131,7 +148,8 @@ class TokenEvent:
     completion: int
     """Which of its ``parallel_budget`` completions (j)."""
     token_id: int
-    """The token (an EOS token included: it decodes to no text)."""
+    """The token (an EOS token included: it decodes to no text); -1: this completion will not be
+    generated and ends here empty (a draft-gated adapter that keeps its draft at B > 1)."""
     action: int
     """Index of the action that produced it (into ``action_names``)."""
     finish_reason: Literal["stop", "length"] | None
@@ -195,21 +213,28 @@ class AdaptiveGenerator:
         self.policy = policy.to(lm.device).eval()
         self.action_set = ActionSet(config.action_list, device=lm.device)
         self.max_batch_rows = _check_positive("max_batch_rows", max_batch_rows)
+        self.draft_context = DraftContextConfig(**config.draft) if config.kind == "draft" else None
         expected = config.policy.get("num_actions")
-        if expected is not None and expected != len(self.action_set):
+        if expected is not None and expected != len(self.action_set) + (config.kind == "draft"):
             raise ValueError(
                 f"adapter policy has {expected} outputs but its action set has {len(self.action_set)} actions"
             )
 
     @property
-    def kind(self) -> Literal["sequence", "token"]:
+    def kind(self) -> Literal["sequence", "token", "draft"]:
         return self.config.kind
+
+    @property
+    def action_names(self) -> list[str]:
+        """Names of the policy's outputs (a draft-gated adapter's output 0 keeps the draft)."""
+        return ([KEEP_DRAFT_NAME] if self.kind == "draft" else []) + self.action_set.names
 
     @property
     def default_token_budget(self) -> int:
         """``DEFAULT_TOKEN_BUDGET``, whatever budget the adapter was trained at (a short training
-        budget would cut answers)."""
-        return DEFAULT_TOKEN_BUDGET
+        budget would cut answers); a draft-gated adapter: its draft's budget (its length feature is a
+        fraction of it)."""
+        return self.draft_context.token_budget if self.draft_context is not None else DEFAULT_TOKEN_BUDGET
 
     @property
     def max_context(self) -> int | None:
@@ -223,7 +248,7 @@ class AdaptiveGenerator:
             "kind": self.kind,
             "base_model": self.config.base_model,
             "lm": self.lm.spec.name_or_path,
-            "actions": self.action_set.names,
+            "actions": self.action_names,
             "device": str(self.lm.device),
             "max_context": self.max_context,
             "policy_mode": self.policy_mode,
@@ -251,14 +276,19 @@ class AdaptiveGenerator:
         token_budget: int | None = None,
         parallel_budget: int = 1,
         seed: int = 0,
+        raw_text: bool = False,
     ) -> list[PreparedPrompt]:
-        """Validate and tokenize; raises ``ValueError`` on a malformed prompt or one too long for the LM."""
+        """Validate and tokenize; raises ``ValueError`` on a malformed prompt or one too long for the LM.
+        ``raw_text``: string prompts are text to continue (tokenized as they are), not user messages."""
         prompts = _normalize_prompts(prompts)
         budget = _check_positive("token_budget", self.default_token_budget if token_budget is None else token_budget)
         _check_positive("parallel_budget", parallel_budget)
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"seed must be an integer, got {seed!r}")
-        ids = self.lm.encode_chat([_as_chat(p, i) for i, p in enumerate(prompts)])
+        if raw_text and all(isinstance(p, str) for p in prompts):
+            ids = [self.lm.tokenizer(p)["input_ids"] for p in prompts]
+        else:
+            ids = self.lm.encode_chat([_as_chat(p, i) for i, p in enumerate(prompts)])
         for i, p in enumerate(ids):
             if self.max_context is not None and len(p) + budget > self.max_context:
                 raise ValueError(
@@ -312,6 +342,8 @@ class AdaptiveGenerator:
     def _decode_chunk(
         self, chunk: list[PreparedPrompt], deterministic: bool, on_tokens: TokenCallback | None = None, offset: int = 0
     ) -> list[Generation]:
+        if self.kind == "draft":
+            return self._draft_chunk(chunk, deterministic, on_tokens, offset)
         prompt_of_row = [i for i, p in enumerate(chunk) for _ in range(p.parallel_budget)]
         chosen = probs = None
         if self.kind == "sequence":
@@ -368,6 +400,94 @@ class AdaptiveGenerator:
         return out
 
 
+    # ---- draft-gated adapters ------------------------------------------------------------------
+    def _draft_chunk(self, chunk: list[PreparedPrompt], deterministic: bool, on_tokens: TokenCallback | None,
+                     offset: int) -> list[Generation]:
+        """Both passes for the chunk's prompts (``draft_gated_decode``), then one Generation each.
+        Completion j of a prompt: the draft is 0 when it is an answer; re-decode j' is j' + 1 then,
+        else j' (B = 1)."""
+        budgets = [p.parallel_budget for p in chunk]
+        state: dict = {}
+        on_draft = on_step = None
+        if on_tokens is not None:
+            on_draft = _draft_reporter(chunk, offset, on_tokens, state)
+            on_step = _redecode_reporter(chunk, offset, on_tokens, state)
+        result = draft_gated_decode(
+            self.lm, [list(p.prompt_ids) for p in chunk], self.policy, self.draft_context, self.action_set.actions,
+            budgets, seeds=[row_seed(p.seed, p.index, "draft") for p in chunk], deterministic=deterministic,
+            token_budgets=[p.token_budget for p in chunk], on_draft=on_draft, on_redecode_step=on_step,
+        )
+        return [self._draft_generation(p, i, result) for i, p in enumerate(chunk)]
+
+    def _draft_generation(self, p: PreparedPrompt, i: int, result: DraftGatedResult) -> Generation:
+        draft = result.draft
+        rows = [(draft, i)] if result.kept[i] or p.parallel_budget > 1 else []
+        rows += [(result.redecoded, r) for r, q in enumerate(result.redecode_prompt) if q == i]
+        lengths = [int(res.lengths[r]) for res, r in rows]
+        choice = int(result.choices[i])
+        return Generation(
+            prompt=p.prompt, completions=[res.texts[r] for res, r in rows], kind="draft",
+            action_names=self.action_names,
+            finish_reasons=["stop" if bool(res.stopped_at_eos[r]) else "length" for res, r in rows],
+            completion_tokens=lengths, prompt_tokens=len(p.prompt_ids), seed=p.seed, action_index=choice,
+            action_probs=result.probs[i].tolist(), draft_kept=choice == KEEP_DRAFT, decodes=result.decodes[i],
+            draft_tokens=int(draft.lengths[i]),
+        )
+
+
+def _draft_reporter(chunk, offset: int, on_tokens: TokenCallback, state: dict) -> Callable:
+    """``draft_gated_decode``'s ``on_draft``: the draft's tokens as completion 0 of every prompt
+    whose draft is one of its answers (kept, or B > 1), all at once once the choice is made."""
+
+    def on_draft(draft: DecodeResult, choices: torch.Tensor) -> None:
+        state["choices"] = choices
+        events = []
+        for i, p in enumerate(chunk):
+            choice = int(choices[i])
+            if choice != KEEP_DRAFT and p.parallel_budget == 1:
+                continue
+            n = int(draft.lengths[i])
+            for t in range(n):
+                last = t == n - 1
+                reason = ("stop" if bool(draft.stopped_at_eos[i]) else "length") if last else None
+                events.append(TokenEvent(offset + i, 0, int(draft.tokens[i, t]), KEEP_DRAFT, reason))
+            if choice == KEEP_DRAFT:  # the draft is the only answer: the other completions end empty
+                events += [TokenEvent(offset + i, j, -1, KEEP_DRAFT, "stop") for j in range(1, p.parallel_budget)]
+        if events:
+            on_tokens(events)  # the draft is finished: nothing left to stop
+
+    return on_draft
+
+
+def _redecode_reporter(chunk, offset: int, on_tokens: TokenCallback, state: dict) -> Callable:
+    """``on_redecode_step``: re-decode row r (of prompt q, its j-th) -> completion j (+1 when the draft
+    is completion 0), with the chosen output as the action; stop requests map back to rows."""
+    keys: list[tuple[int, int]] = []
+
+    def on_step(step: StepTokens) -> list[int] | None:
+        if not keys:
+            choices = state["choices"]
+            for i in range(len(chunk)):
+                if int(choices[i]) == KEEP_DRAFT:
+                    continue
+                first = 1 if chunk[i].parallel_budget > 1 else 0  # the draft is completion 0 at B > 1
+                keys.extend((offset + i, first + j) for j in range(max(1, chunk[i].parallel_budget - 1)))
+        columns = (step.rows, step.tokens, step.finished, step.at_eos)
+        events = []
+        for row, token, finished, eos in zip(*(c.tolist() for c in columns)):
+            prompt, completion = keys[row]
+            action = int(state["choices"][prompt - offset])
+            events.append(TokenEvent(prompt, completion, token, action,
+                                     ("stop" if eos else "length") if finished else None))
+        stop = on_tokens(events)
+        if not stop:
+            return None
+        row_of = {key: row for row, key in enumerate(keys)}
+        return [row_of[key] for key in stop if key in row_of]
+
+    return on_step
+
+
 def _step_reporter(chunk: list[PreparedPrompt], offset: int, on_tokens: TokenCallback) -> Callable:
     """decode's ``on_step`` for one chunk: rows -> ``TokenEvent``s keyed by (prompt position in
     ``run``'s list, completion), and the pairs ``on_tokens`` wants stopped -> rows."""
@@ -388,6 +508,12 @@ def _step_reporter(chunk: list[PreparedPrompt], offset: int, on_tokens: TokenCal
 
 def _check_input_size(config: AdapterConfig, lm: FrozenLM) -> None:
     """The policy's input width must be the LM's hidden size (also when the fingerprint lacks it)."""
+    if config.kind == "draft":
+        want = DraftContextConfig(**config.draft).dim(lm.hidden_size)
+        if config.policy.get("embed_dim") != want:
+            raise ValueError(f"draft-gated adapter reads {config.policy.get('embed_dim')} features, but its "
+                             f"context on this model has {want}: load it onto its own base model.")
+        return
     size = (
         config.policy.get("embed_dim")
         if config.kind == "sequence"
@@ -406,12 +532,15 @@ def _check_input_size(config: AdapterConfig, lm: FrozenLM) -> None:
 def format_generations(gen: AdaptiveGenerator, outs: Sequence[Generation]) -> str:
     """Readable text: per prompt, the action(s) taken and each completion."""
     lines = [
-        f"adapter {gen.name} ({gen.kind}) on {gen.lm.spec.name_or_path}; actions: {' | '.join(gen.action_set.names)}"
+        f"adapter {gen.name} ({gen.kind}) on {gen.lm.spec.name_or_path}; actions: {' | '.join(gen.action_names)}"
     ]
     for i, g in enumerate(outs):
         lines.append(f"\n=== prompt {i + 1}: {g.prompt if isinstance(g.prompt, str) else json.dumps(g.prompt)}")
         if g.kind == "sequence":
             lines.append(f"action: {g.action} (p={g.action_probs[g.action_index]:.2f}, budget B={len(g.completions)})")
+        if g.kind == "draft":
+            lines.append(f"draft {'kept' if g.draft_kept else 're-decoded with ' + str(g.action)} "
+                         f"(p={g.action_probs[g.action_index]:.2f}; {g.decodes} decode(s))")
         for j, (text, counts) in enumerate(zip(g.completions, g.action_counts())):
             detail = f"{g.finish_reasons[j]}, {g.completion_tokens[j]} tokens"
             if g.kind == "token":

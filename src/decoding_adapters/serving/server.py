@@ -16,8 +16,9 @@ How this departs from the OpenAI API:
   field with the action(s) taken per choice and the names of the ignored parameters.
 - ``n`` is the parallel budget B (a sequence adapter sees it when choosing); ``max_tokens`` (or
   ``max_completion_tokens``) is the token budget b (default ``min(128, --max-tokens-limit)``).
-- ``/v1/completions`` sends each prompt as one user message through the chat template (the adapters
-  are trained on chat prompts); choice ``i * n + j`` is completion j of prompt i, as in OpenAI.
+- ``/v1/completions`` continues each prompt as raw text, as OpenAI's completions do ("The capital of
+  France is" is completed, not answered as a chat); ``/v1/chat/completions`` applies the model's chat
+  template, the form the adapters are trained on. Choice ``i * n + j`` is completion j of prompt i.
 - ``seed`` makes a request reproducible; without one the server draws a seed and reports it.
 - ``stop`` strings are applied to the finished text (it is cut at the first one; finish_reason
   ``stop``); a streamed row is also *stopped in the decode* where its text meets one, so its
@@ -284,6 +285,8 @@ class Job:
     future: asyncio.Future | None = field(default=None, repr=False)
     stream: JobStream | None = field(default=None, repr=False)
     """Set for a streaming request: its rows' tokens go out as they are produced."""
+    raw_text: bool = False
+    """The prompts are text to continue (``/v1/completions``), not user messages for the chat template."""
 
     @property
     def rows(self) -> int:
@@ -413,6 +416,10 @@ class JobStream:
             row = self.rows[index]
             if row.finished:
                 continue
+            if event.token_id < 0:  # a completion that will not be generated (a kept draft's others at n > 1)
+                row.finished = True
+                events.append(("finish", index, event.finish_reason or "stop"))
+                continue
             row.tokens += 1
             row.actions.append(event.action)
             row.detokenizer.push(event.token_id)
@@ -453,6 +460,10 @@ class JobStream:
             info: dict = {"index": index, "action_counts": dict(Counter(names).most_common())}
             if self.kind == "sequence":
                 info["action"] = names[0] if names else None
+            elif self.kind == "draft":  # a draft's tokens carry output 0; re-decoded ones the chosen output
+                info["action"] = names[0] if names else None
+                siblings = self.rows[index - index % self.n: index - index % self.n + self.n]
+                info["draft_kept"] = all(not r.actions or r.actions[0] == 0 for r in siblings)
             else:
                 info["token_actions"] = row.actions
             out.append(info)
@@ -593,8 +604,9 @@ class BatchingWorker:
         prepared = {}
         for i, job in enumerate(batch):
             try:
+                raw = {"raw_text": True} if job.raw_text else {}
                 prepared[i] = self.generator.prepare(job.prompts, token_budget=job.max_tokens, parallel_budget=job.n,
-                                                     seed=job.seed)
+                                                     seed=job.seed, **raw)
             except ValueError as err:  # this request's own input: a 400 for it alone
                 code = "context_length_exceeded" if "context" in str(err) else "invalid_value"
                 outcomes[i] = ApiError(400, str(err), param="prompt", code=code)
@@ -712,7 +724,7 @@ def completion_job(req: CompletionRequest, limits: ServerLimits) -> Job:
     _check_text(req)
     prompts = [req.prompt] if isinstance(req.prompt, str) else list(req.prompt)
     max_tokens = _check_limits(req, len(prompts), sum(map(len, prompts)), limits, req.max_tokens)
-    return Job(prompts, req.n, max_tokens, _seed(req))
+    return Job(prompts, req.n, max_tokens, _seed(req), raw_text=True)
 
 
 def chat_job(req: ChatCompletionRequest, limits: ServerLimits) -> Job:
@@ -751,9 +763,11 @@ def _choices(gens, req: _Common, echo_prompts: Sequence[str] | None = None) -> l
             if echo_prompts is not None:
                 text = echo_prompts[i] + text
             info: dict = {"index": len(out), "action_counts": counts[j]}
-            if g.kind == "sequence":
+            if g.kind in ("sequence", "draft"):
                 info.update(action=g.action,
                             action_probs=dict(zip(g.action_names, [round(p, 6) for p in g.action_probs])))
+                if g.kind == "draft":
+                    info.update(draft_kept=g.draft_kept, decodes=g.decodes, draft_tokens=g.draft_tokens)
             else:
                 info["token_actions"] = g.token_actions[j]
             out.append(Choice(len(out), text, "stop" if stopped else g.finish_reasons[j], info))
@@ -761,7 +775,7 @@ def _choices(gens, req: _Common, echo_prompts: Sequence[str] | None = None) -> l
 
 
 def _adapter_field(generator, req: _Common, seed: int, choices: list[Choice], deterministic: bool) -> dict:
-    return {"adapter": generator.name, "kind": generator.kind, "actions": generator.action_set.names, "seed": seed,
+    return {"adapter": generator.name, "kind": generator.kind, "actions": generator.action_names, "seed": seed,
             "deterministic_policy": deterministic, "ignored_parameters": req.ignored_parameters(),
             "choices": [c.adapter for c in choices]}
 
@@ -914,7 +928,7 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
         return body_fn(response_meta(req, chat), choices, usage, adapter)
 
     async def stream(req: _Common, job: Job, echo: Sequence[str] | None, chat: bool):
-        job.stream = JobStream(asyncio.get_running_loop(), job.n, req.stop, echo, generator.action_set.names,
+        job.stream = JobStream(asyncio.get_running_loop(), job.n, req.stop, echo, generator.action_names,
                                generator.kind)
         first = await worker.submit_stream(job)  # errors before the first token are ordinary responses
         include_usage = req.stream_options is not None and req.stream_options.include_usage

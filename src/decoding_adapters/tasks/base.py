@@ -153,6 +153,10 @@ class Task(ABC):
         task that generates its problems."""
         return {}
 
+    def locate(self, problem: Problem) -> str:
+        """Where ``problem`` was read from, for messages (``file:line`` where the task knows it)."""
+        return problem.id
+
 
 # --------------------------------------------------------------------------- registry
 
@@ -256,7 +260,8 @@ def build_prompts(
 
 
 def read_jsonl(
-    path: str | Path, required_fields: Sequence[str] = (), *, skip_bad: bool = False
+    path: str | Path, required_fields: Sequence[str] = (), *, skip_bad: bool = False,
+    line_numbers: list[int] | None = None,
 ) -> list[dict[str, Any]]:
     """Read a JSON-lines file of objects (gzip-compressed if its name ends in ``.gz``), checking that
     each has ``required_fields``.
@@ -265,6 +270,7 @@ def read_jsonl(
     a ValueError naming the file, the 1-based line number and the field; with ``skip_bad=True``
     such lines are dropped instead and one warning reports how many. A file with no row at all is
     a ValueError too (an empty data set would otherwise surface much later, after the model loads).
+    ``line_numbers``, when given, receives each returned row's 1-based line number.
     """
     path = Path(path)
     if not path.is_file():
@@ -286,6 +292,8 @@ def read_jsonl(
                 continue
             try:
                 rows.append(_parse_row(line, required_fields))
+                if line_numbers is not None:
+                    line_numbers.append(lineno)
             except ValueError as err:
                 if not skip_bad:
                     raise ValueError(f"{path}:{lineno}: {err}") from None
@@ -574,35 +582,51 @@ def load_planned_split(
     return kept
 
 
+SHOWN_SHARED = 3
+"""How many shared problems an overlap error quotes (file:line and text)."""
+
+
 def check_disjoint(task: Task, splits: Sequence[str] | None = None) -> dict[str, list[str]]:
     """Check that ``splits`` of ``task`` (default: all it offers) share no problem by content.
 
     Returns split -> content hashes of its problems (in load order), for recording. Raises a
     ValueError naming each overlapping pair of splits, their files and how many problems they
-    share. Costs one read of each split's file (well under a second for MATH or GSM8K).
+    share, and quoting the first few shared problems (where each was read and its text). Costs
+    one read of each split's file (well under a second for MATH or GSM8K).
     """
     names = list(task.splits if splits is None else splits)
     for split in names:
         task.check_split(split)
-    hashes = {split: content_hashes(task.load(split)) for split in names}
+    loaded = {split: task.load(split) for split in names}
+    hashes = {split: content_hashes(problems) for split, problems in loaded.items()}
     sources = task.split_sources()
 
     def where(split: str) -> str:
         return f"{split} ({sources[split].describe()})" if split in sources else split
 
-    clashes, overlapping = [], set()
+    clashes, overlapping, quoted = [], set(), []
     for i, first in enumerate(names):
         for second in names[i + 1 :]:
             shared = set(hashes[first]) & set(hashes[second])
             overlapping |= shared
             if shared:
                 clashes.append(f"{len(shared)} problem(s) are in both {where(first)} and {where(second)}")
+            for problem in loaded[second]:
+                if len(quoted) < SHOWN_SHARED and content_hash(problem) in shared:
+                    twin = next(p for p in loaded[first] if content_hash(p) == content_hash(problem))
+                    text = " ".join(problem.question.split())
+                    text = text if len(text) <= 80 else text[:77] + "..."
+                    locate = getattr(task, "locate", lambda p: p.id)  # a task need not subclass Task
+                    quoted.append(f"{locate(twin)} = {locate(problem)}: {text!r}")
     if clashes:
+        drop = " or pass --drop-overlap (drop_overlap=True) to drop them from train and validation," \
+            if "drop_overlap" in getattr(task, "__dataclass_fields__", {}) else ""
         raise ValueError(
-            f"task {task.name!r}: splits overlap in {len(overlapping)} problem(s): "
+            f"task {task.name!r}: splits overlap in {len(overlapping)} problem(s) (same normalised question): "
             + "; ".join(clashes)
-            + ". Train, validation and test must "
-            "not share problems: remove the shared problems from one file, or pass one file as data=<path> "
-            "to have it divided by content hash."
+            + ". First shared: "
+            + "; ".join(quoted)
+            + ". Train, validation and test must not share problems: remove the shared problems from one "
+            f"file,{drop} or pass one file as data=<path> to have it divided by content hash."
         )
     return hashes

@@ -49,12 +49,15 @@ from ._verifier_worker import wants_meta
 from .base import (
     SPLITS,
     Problem,
+    SplitSource,
     Task,
     chat_messages,
+    content_hash,
+    load_planned_split,
     normalise_data_spec,
+    plan_splits,
     read_jsonl,
     register_task,
-    resolve_data_path,
     resolve_system_prompt,
     validate_data_option,
 )
@@ -62,7 +65,7 @@ from .math import extract_boxed, has_closed_box
 
 log = logging.getLogger(__name__)
 
-__all__ = ["JsonlTask", "exact_match", "VerifierRunner"]
+__all__ = ["JsonlTask", "exact_match", "VerifierRunner", "NAMED_VERIFIERS"]
 
 WORKER_SCRIPT = Path(__file__).with_name("_verifier_worker.py")
 LOG_FIRST_FAILURES = 10
@@ -79,6 +82,15 @@ def exact_match(completion: str, answer: str) -> float:
         text = lines[-1] if lines else ""
     norm = lambda s: s.strip().rstrip(".").strip().casefold()  # noqa: E731
     return float(bool(text) and norm(text) == norm(answer))
+
+
+NAMED_VERIFIERS: dict[str, str] = {
+    "exact": "decoding_adapters.tasks.jsonl:exact_match",
+    "math": "decoding_adapters.tasks.math:score_math",
+    "numeric": "decoding_adapters.tasks.math:score_gsm8k",
+}
+"""The project's own checkers by name: ``exact`` (the default), ``math`` (the math task's answer
+extraction and math-verify) and ``numeric`` (the last number or final answer, compared as a number)."""
 
 
 def _importable_name(fn: Callable) -> str | None:
@@ -99,7 +111,13 @@ def _check_spec(spec: str) -> None:
     """Fail early, in the caller's process, with one clear line when ``spec`` names no callable."""
     module, sep, attr = spec.partition(":")
     if not sep or not module or not attr:
-        raise ValueError(f"verifier must be 'module:function' (e.g. mypkg.check:score), got {spec!r}")
+        raise ValueError(
+            f"verifier must be 'module:function' (e.g. mypkg.check:score) or one of {', '.join(NAMED_VERIFIERS)}, "
+            f"got {spec!r}"
+        )
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        # `module:function` from the current folder, whatever folder the running script is in
+        sys.path.append(os.getcwd())
     try:
         obj = importlib.import_module(module)
     except ImportError as err:
@@ -234,7 +252,8 @@ class JsonlTask(Task):
     data: Any = None
     """One JSONL path for every split, a mapping split -> path, or ``"train=a.jsonl,test=b.jsonl"``."""
     verifier: Verifier = None
-    """``"module:function"`` or a callable ``(completion, answer[, row]) -> float``; None = :func:`exact_match`."""
+    """``"module:function"``, a name from :data:`NAMED_VERIFIERS` (``exact``, ``math``, ``numeric``), or a
+    callable ``(completion, answer[, row]) -> float``; None = :func:`exact_match`."""
     question_field: str = "question"
     """JSONL field holding the question."""
     answer_field: str = "answer"
@@ -245,6 +264,9 @@ class JsonlTask(Task):
     """A preset name from ``SYSTEM_PROMPTS``, literal text, or None (the model's default)."""
     verifier_timeout_s: float = 10.0
     """Longest a single verifier call may take; longer counts as 0.0 (the worker is restarted)."""
+    drop_overlap: bool = False
+    """Drop from train and validation the problems that a later split also holds (test wins, then
+    validation), instead of refusing the overlap."""
     verifier_failures: int = field(default=0, init=False, compare=False)
     """How many verifier calls raised, timed out or died (each scored 0.0)."""
 
@@ -255,7 +277,8 @@ class JsonlTask(Task):
             )
         self.data = normalise_data_spec(self.data)
         validate_data_option(self.data, SPLITS)
-        self.splits = SPLITS if isinstance(self.data, (str, Path)) else tuple(s for s in SPLITS if s in self.data)
+        self.splits = tuple(self.split_sources())
+        self._lines: dict[str, str] = {}  # problem id -> "file:line", for messages
         self.system_prompt = resolve_system_prompt(self.system_prompt)
         if not self.verifier_timeout_s > 0:
             raise ValueError(f"verifier_timeout_s must be > 0, got {self.verifier_timeout_s}")
@@ -264,6 +287,8 @@ class JsonlTask(Task):
     def _make_runner(self, verifier: Verifier) -> VerifierRunner:
         if verifier is None:
             verifier = exact_match
+        if isinstance(verifier, str) and verifier in NAMED_VERIFIERS:
+            verifier = NAMED_VERIFIERS[verifier]
         if isinstance(verifier, str):
             _check_spec(verifier)
             return VerifierRunner(spec=verifier, timeout_s=self.verifier_timeout_s)
@@ -282,21 +307,43 @@ class JsonlTask(Task):
         return r.spec if r.spec else getattr(r.fn, "__qualname__", repr(r.fn))
 
     # ---- Task -----------------------------------------------------------------------------------
+    def split_sources(self) -> dict[str, SplitSource]:
+        """One path is divided 80/10/10 by content hash; a mapping names a whole file per split."""
+        if isinstance(self.data, (str, Path)):
+            return plan_splits(self.data, {}, self.name, SPLITS)
+        return {s: SplitSource(Path(self.data[s])) for s in SPLITS if s in self.data}
+
     def load(self, split: str) -> list[Problem]:
         self.check_split(split)
-        path = resolve_data_path(self.data, split, {}, self.name)
-        rows = read_jsonl(path, (self.question_field, self.answer_field))
+        problems = load_planned_split(self.split_sources(), split, lambda path: self._read(path, split), self.name)
+        if self.drop_overlap:
+            later = [s for s in self.splits[self.splits.index(split) + 1 :]]
+            taken = {content_hash(p) for s in later for p in self.load(s)}
+            kept = [p for p in problems if content_hash(p) not in taken]
+            if len(kept) < len(problems):
+                log.warning("task %s, split %s: dropped %d problem(s) that %s also hold%s (drop_overlap)", self.name,
+                            split, len(problems) - len(kept), " / ".join(later), "s" if len(later) == 1 else "")
+            problems = kept
+        return problems
+
+    def _read(self, path: Path, split: str) -> list[Problem]:
+        lines: list[int] = []
+        rows = read_jsonl(path, (self.question_field, self.answer_field), line_numbers=lines)
         problems = []
-        for i, row in enumerate(rows):
+        for i, (row, line) in enumerate(zip(rows, lines)):
             pid = f"{self.name}/{split}/{row.get('id', i)}"
             meta = {k: v for k, v in row.items() if k not in (self.question_field, self.answer_field)}
             try:
                 problems.append(Problem(pid, str(row[self.question_field]), str(row[self.answer_field]), meta))
             except ValueError as err:
-                raise ValueError(f"{path}: line {i + 1}: {err}") from None
+                raise ValueError(f"{path}:{line}: {err}") from None
+            self._lines[pid] = f"{path}:{line}"
         if len({p.id for p in problems}) != len(problems):
             raise ValueError(f"{path}: the 'id' field must be unique within a split")
         return problems
+
+    def locate(self, problem: Problem) -> str:
+        return self._lines.get(problem.id, problem.id)
 
     def prompt(self, problem: Problem, cot: bool = False) -> list[dict[str, str]]:
         parts = [problem.question, "Think step by step." if cot else None, self.instruction]

@@ -342,6 +342,10 @@ class TrainingLoop:
                 summary = {**(summary or {}), **self._observe_validation(patience=0)}
             if summary is not None:
                 self.log.append({"step": 0, **summary})
+            # the filtered prompts and the step-0 validation are kept: a kill from here on resumes after them
+            self.checkpoint.save(
+                {"step": 0, "config": asdict(cfg), **self.state(), "early_stopping": self.early.state()}
+            )
         self.log.truncate_after(self.step)
         bar = tqdm(total=cfg.steps, initial=self.step, desc=self.name, unit="step", disable=not self.progress)
         patience = getattr(cfg, "patience", 0)  # only configs that declare it stop early
@@ -354,7 +358,11 @@ class TrainingLoop:
             if self.step % cfg.val_every == 0 or self.step == cfg.steps:
                 record.update(self._observe_validation(patience))
             self.log.append(record)
-            bar.set_postfix(reward=f"{record['reward']:.2f}", val=f"{record.get('val_reward', float('nan')):.2f}")
+            shown = {"reward": f"{record['reward']:.2f}"}
+            if "val_reward" in record:  # only on steps that validated, in the mode the log records
+                mode = record.get("val_mode")
+                shown["val"] = f"{record['val_reward']:.2f}" + (f" ({mode})" if mode else "")
+            bar.set_postfix(**shown)
             bar.update(1)
             if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps or self.early.stopped:
                 self.checkpoint.save(

@@ -354,28 +354,33 @@ class SequenceTrainer(TrainingLoop):
         self.task_name = task_name or getattr(task, "name", "")
         with torch.random.fork_rng():  # same seed, same initial weights, whatever ran before
             seed_everything(config.seed, "init")
-            self.policy = SequencePolicy(
-                SequencePolicyConfig(
-                    embed_dim=lm.hidden_size,
-                    num_actions=len(self.action_set),
-                    use_budget=config.use_budget,
-                    hidden=config.policy_hidden,
-                    temperature=config.policy_temperature,
-                    max_budget=max(max(config.parallel_budgets), 2),
-                    prior=prior_distribution(len(self.action_set), config.prior_action, config.prior_mass),
-                    budget_priors=self._budget_priors(),
-                )
-            )
+            self.policy = self._build_policy()
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr)
         self.embeddings = PromptEmbeddings(lm, config.pooling, self.out_dir / "embeddings.pt")
         self.baselines: dict[str, float] = {}
         self._prepare()
 
-    def _budget_priors(self) -> tuple[tuple[int, tuple[float, ...]], ...] | None:
+    def _build_policy(self) -> SequencePolicy:
+        """The policy over prompt embeddings (the draft trainer overrides the context)."""
+        cfg = self.config
+        return SequencePolicy(
+            SequencePolicyConfig(
+                embed_dim=self.lm.hidden_size,
+                num_actions=len(self.action_set),
+                use_budget=cfg.use_budget,
+                hidden=cfg.policy_hidden,
+                temperature=cfg.policy_temperature,
+                max_budget=max(max(cfg.parallel_budgets), 2),
+                prior=prior_distribution(len(self.action_set), cfg.prior_action, cfg.prior_mass),
+                budget_priors=self._budget_priors(len(self.action_set)),
+            )
+        )
+
+    def _budget_priors(self, outputs: int) -> tuple[tuple[int, tuple[float, ...]], ...] | None:
         cfg = self.config
         if not cfg.use_budget or cfg.budget_prior_actions is None:
             return None
-        return tuple((b, prior_distribution(len(self.action_set), a, cfg.prior_mass))
+        return tuple((b, prior_distribution(outputs, a, cfg.prior_mass))
                      for b, a in zip(cfg.parallel_budgets, cfg.budget_prior_actions))
 
     def _prepare(self) -> None:

@@ -399,12 +399,17 @@ class TokenTrainer(TrainingLoop):
         val_ids = {p.id for p in self.val_problems}
         problems = distinct_questions([p for p in self.task.load("train") if p.id not in val_ids])
         problems = problems[: cfg.max_train_prompts]
+        if not problems and self.given_problems is None and cfg.steps:
+            raise ValueError(
+                f"no training prompt left: the train split holds {len(self.task.load('train'))} problem(s) and "
+                f"validation takes {len(self.val_problems)} of them; give more training rows or a validation file"
+            )
         base = {"val_problems": len(self.val_problems), "val_samples": cfg.val_samples}
         if self.given_problems is not None:
             self.train_problems = list(self.given_problems)
             return {**base, "train_prompts": len(problems), "kept": len(self.train_problems), "prefiltered": True,
                     "distinct_prompts_per_run": self.distinct_prompts_per_run()}
-        if cfg.filter_samples == 0:
+        if cfg.filter_samples == 0 or cfg.steps == 0:  # no steps: nothing to filter for, the adapter is its start
             self.train_problems = problems
             return {**base, "train_prompts": len(problems), "kept": len(problems),
                     "distinct_prompts_per_run": self.distinct_prompts_per_run()}
@@ -539,7 +544,8 @@ class TokenTrainer(TrainingLoop):
         request = self._request(self.val_problems, cfg.val_samples, ("val",))
         scores = {}
         for mode in cfg.val_modes:
-            result = self.rollouts.run(request, TokenPolicyChooser(self.policy, deterministic=mode == "argmax"))
+            chooser = TokenPolicyChooser(self.policy, deterministic=mode == "argmax")
+            result = self.rollouts.run(request, chooser, progress=f"validate ({mode})" if self.progress else False)
             rewards = score_rows(self.task, self.val_problems, result)
             scores[mode] = rewards.view(len(self.val_problems), cfg.val_samples).mean(1)
         best = max(cfg.val_modes, key=lambda m: float(scores[m].mean()))  # ties: the first listed

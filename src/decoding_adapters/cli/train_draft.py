@@ -1,0 +1,28 @@
+"""``train-draft``: train a draft-gated adapter (``training.draft``): the sequence policy over a greedy
+draft's summary, choosing to keep the draft or re-decode with one action.
+
+Its own command rather than a context option of ``train-sequence``: it trains from both-arms tables
+(every problem's draft and re-decodes under every action, built here where missing, resumable), not
+from live rollouts or a ``select-actions`` table, so most of ``train-sequence``'s reward options
+would mean nothing; the policy class and the trainer's loop are the sequence adapter's.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..training.draft import DraftTrainConfig, DraftTrainer, ensure_tables
+from .training import configure_training_parser, resolve_config, training_run
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    configure_training_parser(p, DraftTrainConfig, "draft-gated training")
+
+
+def run_cli(args) -> int:
+    config = resolve_config(args, DraftTrainConfig)
+    with training_run(args, config, needs_rollouts=False) as (lm, task, _, _):
+        ensure_tables(config, lm, task, on_chunk=lambda done, total: print(f"table: {done}/{total} problems"))
+        out = DraftTrainer(config, lm, task, args.out, task_name=args.task).train(resume=args.resume)
+    print(f"draft-gated adapter written to {out}")
+    return 0

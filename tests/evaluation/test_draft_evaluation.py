@@ -1,0 +1,103 @@
+"""Draft-gated methods inside ``evaluate`` (the evaluation table) and on a both-arms table: a gate
+that keeps every draft is Greedy at one decode per problem; one that re-decodes everything is the
+sampler at pass@1 (two decodes) and the draft plus k - 1 samples at pass@k (k decodes); the random
+gate at share 0 / 1 is those two; the table-based controls (threshold, weighted vote, agreement)
+follow their rules."""
+
+import dataclasses
+
+import pytest
+import torch
+from test_evaluation import HasOneTask
+
+from decoding_adapters.core.stats import pass_at_k
+from decoding_adapters.decoding.actions import DecodingAction
+from decoding_adapters.evaluation import EvalConfig, evaluate, greedy_method, static_method
+from decoding_adapters.evaluation import draft as ev
+from decoding_adapters.evaluation.methods import adapter_method
+from decoding_adapters.policies.draft import DraftContextConfig
+from decoding_adapters.policies.networks import AdapterConfig, SequencePolicy, SequencePolicyConfig, save_adapter
+from decoding_adapters.training.draft import DraftTable
+
+SAMPLER = DecodingAction(temperature=1.25)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def draft_adapter(directory, lm, keep: bool) -> str:
+    context = DraftContextConfig(features="mean", token_budget=6)
+    policy = SequencePolicy(SequencePolicyConfig(embed_dim=context.dim(lm.hidden_size), num_actions=2,
+                                                 prior=(0.99, 0.01) if keep else (0.01, 0.99),
+                                                 input_norm="standardise"))
+    config = AdapterConfig(kind="draft", policy=dataclasses.asdict(policy.config), actions=[SAMPLER.to_dict()],
+                           base_model="tiny", base_fingerprint=lm.fingerprint(), draft=dataclasses.asdict(context))
+    save_adapter(directory, policy, config)
+    return str(directory)
+
+
+def test_draft_gated_rows_in_evaluate(tmp_path, tiny_lm):
+    task = HasOneTask()
+    keep = adapter_method(draft_adapter(tmp_path / "keep", tiny_lm, True), tiny_lm, name="Draft-gated keep")
+    redo = adapter_method(draft_adapter(tmp_path / "redo", tiny_lm, False), tiny_lm, name="Draft-gated redo")
+    assert keep.kind == "draft" and keep.role == "draft-gated" and keep.draft_context["features"] == "mean"
+    methods = [greedy_method(), static_method(SAMPLER, name="Sampler"), keep, redo,
+               ev.random_gate_method(SAMPLER, 0.0, "Random 0"), ev.random_gate_method(SAMPLER, 1.0, "Random 1"),
+               ev.threshold_gate_method(SAMPLER, "max_prob_mean", 2.0, "Threshold all")]
+    cfg = EvalConfig(k_values=(1, 2, 4), seeds=2, token_budget=6, keep_trajectories=3)
+    result = evaluate(tiny_lm, task, task.load("test"), methods, cfg, batch_rows=16)
+    per = result.details["per_problem"]
+    assert per["Draft-gated keep"] == per["Greedy"] == per["Random 0"]
+    assert per["Draft-gated redo"]["pass@1"] == per["Sampler"]["pass@1"] == per["Random 1"]["pass@1"]
+    assert per["Threshold all"] == per["Draft-gated redo"]  # every max-probability is below 2
+    for i in range(3):  # the draft and k - 1 of the sampler's n = 4 samples (the same generations)
+        for s in range(2):
+            draft, c = per["Greedy"]["pass@1"][i][s], round(4 * per["Sampler"]["pass@1"][i][s])
+            for k in (2, 4):
+                want = 1 - (1 - draft) * (1 - pass_at_k(4, c, k - 1))
+                assert per["Draft-gated redo"][f"pass@{k}"][i][s] == pytest.approx(want)
+    compute, shared = result.details["draft"], result.details["methods"]
+    for name, want in (("Draft-gated keep", {"1": 1, "2": 1, "4": 1}), ("Draft-gated redo", {"1": 2, "2": 2, "4": 4})):
+        assert compute[name]["decodes_per_problem"] == want
+        assert shared[name]["decodes_per_problem"] == pytest.approx(want)  # the evaluation's compute fields
+        for k in ("1", "2", "4"):
+            assert shared[name]["tokens_per_problem"][k] == pytest.approx(compute[name]["tokens_per_problem"][k])
+    assert compute["Draft-gated redo"]["redecode_share"]["1"] == 1
+    assert compute["Draft-gated keep"]["tokens_per_problem"]["1"] == pytest.approx(
+        sum(result.details["lengths"]["Greedy"]) / 3)
+    assert result.details["action_usage"]["Draft-gated keep"][0] == 1  # output 0: the draft
+
+
+def _record(draft: float, answer: str, conf: float, samples: list[tuple[float, str, float]]) -> dict:
+    return {"draft": {"reward": draft, "answer": answer, "length": 4, "confidence": [1.0, 2.0, conf, 0.1, 0.5, 1.0]},
+            "samples": {"s": [{"reward": r, "answer": a, "length": 6, "confidence": c} for r, a, c in samples]}}
+
+
+def test_table_controls():
+    records = {
+        "sure-right": _record(1.0, "7", 0.9, [(0.0, "8", 0.5), (1.0, "7", 0.6), (0.0, "8", 0.5)]),
+        "unsure-wrong": _record(0.0, "3", 0.4, [(1.0, "5", 0.9), (1.0, "5", 0.8), (0.0, "4", 0.3)]),
+    }
+    table = DraftTable({"actions": []}, records)
+    ids = list(records)
+    conf = ev.confidence_of(table, ids)
+    gate = ev.threshold_choices(conf, ev.threshold_for_rate(conf, 0.5))
+    assert gate == [0, 1]  # the least confident half is re-decoded
+    rows = ev.gated_rows(table, ids, gate, ["s"], 1, "t")
+    assert rows.passed == [1.0, pytest.approx(2 / 3)] and rows.decodes == [1, 2] and rows.tokens == [4, 10]
+    tuned = ev.tune_threshold(table, ids, "s", max_decodes=1.5)
+    assert tuned["pass"] == pytest.approx((1 + 2 / 3) / 2) and tuned["decodes"] == 1.5
+    vote = ev.weighted_vote_rows(table, ids, "s", 3, "v")
+    assert vote.majority == [1.0, 1.0] and vote.decodes == [3, 3]  # 0.9 > 0.5 + ...: "7"; two "5"s beat "3"
+    agree = ev.agreement_rows(table, ids, "s", 4, "a")
+    assert agree.decodes == [3, 3] and agree.majority == [1.0, 1.0]  # "7","8","7" / "3","5","5": two agree
+    rand = ev.random_gate_rows(table, ids, 0.5, "s", 1, "r")
+    assert rand.passed == [pytest.approx(0.5 + 0.5 / 3), pytest.approx(1 / 3)] and rand.decodes == [1.5, 1.5]
+    summary = ev.summarise_rows(rows, {"random": rand})
+    assert summary["decodes_per_problem"] == 1.5 and summary["pass_vs_random"][0] == pytest.approx(
+        100 * ((1 - 0.5 - 0.5 / 3) + (2 / 3 - 1 / 3)) / 2, abs=0.05)
