@@ -60,10 +60,12 @@ def test_write_is_in_place_and_returns_the_reserved_block():
 
 
 def test_a_full_reserve_grows_by_a_chunk_keeping_the_live_rows():
-    capacity = 3 + 2 * COLUMN_CHUNK + 5
+    """The reserve is whole chunks (the prompt's 3 columns rounded up to one, plus one) and grows by a
+    chunk; only the last one, cut at the capacity, may be partial."""
+    capacity = 3 * COLUMN_CHUNK + 5
     cache, kv = _filled_cache(capacity=capacity)
-    assert cache.reserved == 3 + COLUMN_CHUNK
-    for column in range(3, 3 + COLUMN_CHUNK + 1):
+    assert cache.reserved == 2 * COLUMN_CHUNK
+    for column in range(3, 2 * COLUMN_CHUNK + 1):
         if column == 10:
             cache.drop(torch.tensor([False, False, False, False, True, True]))
         mask = cache.open_column()
@@ -71,11 +73,12 @@ def test_a_full_reserve_grows_by_a_chunk_keeping_the_live_rows():
             fill = torch.full((cache.live, 2, 1, 4), float(column))
             keys, values = cache.write(layer, fill, -fill)
         cache.close_column()
-    assert cache.reserved == 3 + 2 * COLUMN_CHUNK and mask.shape == (4, 1, 1, 3 + 2 * COLUMN_CHUNK)
+    assert cache.reserved == 3 * COLUMN_CHUNK and mask.shape == (4, 1, 1, 3 * COLUMN_CHUNK)
     assert keys.is_contiguous() and torch.equal(keys[:, :, :3], kv[1][0][:4])
-    filled = torch.arange(3, 4 + COLUMN_CHUNK, dtype=torch.float32)
-    assert torch.equal(keys[0, 0, 3 : 4 + COLUMN_CHUNK, 0], filled) and (keys[:, :, 4 + COLUMN_CHUNK :] == 0).all()
-    assert mask[:, 0, 0, 1 : 4 + COLUMN_CHUNK].all() and not mask[:, 0, 0, 4 + COLUMN_CHUNK :].any()
+    filled = torch.arange(3, 2 * COLUMN_CHUNK + 1, dtype=torch.float32)
+    assert torch.equal(keys[0, 0, 3 : 2 * COLUMN_CHUNK + 1, 0], filled)
+    assert (keys[:, :, 2 * COLUMN_CHUNK + 1 :] == 0).all()
+    assert mask[:, 0, 0, 1 : 2 * COLUMN_CHUNK + 1].all() and not mask[:, 0, 0, 2 * COLUMN_CHUNK + 1 :].any()
     while cache.length < cache.reserved:
         cache.open_column()
         cache.close_column()
@@ -164,7 +167,8 @@ def test_prefill_runs_every_linear_layer_through_the_chosen_kernel(tiny_lm, tiny
     calls, kernel = [], lm.linear
     lm.linear = lambda *args: calls.append(args[1].shape) or kernel(*args)
     lm.start_decode(tiny_prompts, None, max_new_tokens=2)
-    config, groups = tiny_lm.model.config, len(prefill_groups([len(p) for p in tiny_prompts]))
+    # batch-invariant by default: one group per prompt length (group cost 0)
+    config, groups = tiny_lm.model.config, len(prefill_groups([len(p) for p in tiny_prompts], 0))
     # per prefill group: q, k, v, o, gate, up, down per layer; the LM head
     assert len(calls) == (7 * config.num_hidden_layers + 1) * groups
     assert calls[-1] == lm.lm_head.weight.shape

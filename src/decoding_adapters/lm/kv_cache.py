@@ -13,9 +13,13 @@ finished rows with ``index_select`` (another full copy). This cache is written i
   oneDNN's bf16 batched matmul copies such an operand first, which made attention 1.4-2.2x slower
   than reading the block at batch 32 and 128 (``benchmarks/decode_step.py``). The reserved
   columns past ``length`` hold zeros and are masked, so they add nothing to a row's output.
-- **Growing by chunks.** The reserve starts at the prompt width plus :data:`COLUMN_CHUNK` columns
-  and grows by as many when it is full (one copy of the live rows' cache per chunk of steps, never
-  past ``capacity``), so a step reads ``COLUMN_CHUNK / 2`` masked columns on average.
+- **Growing by chunks.** The reserve is a whole number of :data:`COLUMN_CHUNK` columns: it starts
+  at the prompt width rounded up to a chunk, plus a chunk, and grows by a chunk when it is full (one
+  copy of the live rows' cache per chunk of steps, never past ``capacity``), so a step reads
+  ``COLUMN_CHUNK / 2`` masked columns on average. Whole chunks keep the attended width out of the
+  ranges where CPU kernels take another path (float32 ``q @ keys^T`` under 8 and at 70-71 columns,
+  the softmax under 16, on the development CPU), so a row's attention does not depend on how wide
+  its batch mates' prompts are (``FrozenLM.start_decode`` rounds ``capacity`` up to a chunk too).
 - **Shrinking.** Live rows always occupy slots ``[0, live)``. When rows finish, each finished slot
   below the new live count is refilled by one still-running row from above it ("swap-remove"), so
   a step copies as many rows as finished, never the whole cache. ``drop`` returns the new order of
@@ -30,11 +34,16 @@ from typing import Sequence
 
 import torch
 
-__all__ = ["COLUMN_CHUNK", "RowKVCache"]
+__all__ = ["COLUMN_CHUNK", "RowKVCache", "chunks_for"]
 
 COLUMN_CHUNK = 32
 """Columns added to the reserve when it is full: larger chunks copy the cache less often and read
 more masked columns per step."""
+
+
+def chunks_for(columns: int) -> int:
+    """``columns`` rounded up to a whole number of :data:`COLUMN_CHUNK` columns."""
+    return -(-columns // COLUMN_CHUNK) * COLUMN_CHUNK
 
 
 class RowKVCache:
@@ -90,7 +99,7 @@ class RowKVCache:
             raise ValueError(f"capacity {capacity} is smaller than the prompt width {width}")
         if fan_out is None:
             fan_out = torch.arange(prompts, device=k0.device)
-        reserve = width + COLUMN_CHUNK
+        reserve = min(capacity, chunks_for(width) + COLUMN_CHUNK)
         cache = cls(len(layer_kv), len(fan_out), kv_heads, capacity, head_dim, k0.dtype, k0.device, reserve)
         for layer, (k, v) in enumerate(layer_kv):
             cache.keys[layer, :, :, :width].copy_(k[fan_out])
