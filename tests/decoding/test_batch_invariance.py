@@ -11,18 +11,35 @@ import random
 import pytest
 import torch
 
-from conftest import make_tiny_lm
+from conftest import make_char_tokenizer, make_tiny_lm
 from decoding_adapters.decoding.actions import GREEDY, ActionSet
 from decoding_adapters.decoding.loop import decode
 from decoding_adapters.lm.models import FrozenLM, ModelSpec
 
-TOKENS = 24
+TOKENS = 32
+
+
+def attention_shaped_lm(dtype: torch.dtype) -> FrozenLM:
+    """A 2-layer random Llama whose attention has the default model's shapes (head_dim 64, 3 query
+    heads per KV head), where bf16 kernels sum a row's attention in an order that depends on its
+    columns' alignment; smaller logits than the fixture's, so near-ties happen."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = make_char_tokenizer()
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=192, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=3, num_key_value_heads=1, max_position_embeddings=512,
+                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id)
+    torch.manual_seed(1)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(10)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    return FrozenLM(model.to(dtype), tok, ModelSpec("tiny"))
 
 
 @pytest.fixture(scope="module", params=[torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def lm(request):
-    tiny = make_tiny_lm(seed=1, hidden_size=64)
-    return FrozenLM(copy.deepcopy(tiny.model).to(request.param), tiny.tokenizer, ModelSpec("tiny"))
+    return attention_shaped_lm(request.param)
 
 
 @pytest.fixture(scope="module")
