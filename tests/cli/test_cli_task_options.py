@@ -49,6 +49,15 @@ def test_task_options_carry_the_verifier_only_when_given():
     assert given == {"data": "a.jsonl", "verifier": "m:f", "verifier_timeout_s": 2.5}
 
 
+def test_generated_split_sizes_reach_the_arithmetic_task():
+    options = task_options(_parse(["--train-size", "1500", "--validation-size", "400"]))
+    assert options == {"train_size": 1500, "validation_size": 400}
+    from decoding_adapters.tasks import get_task
+
+    task = get_task("arithmetic", **options)
+    assert len(task.load("train")) == 1500 and len(task.load("validation")) == 400
+
+
 def _evaluate(user_dir, tiny_model_dir, *extra: str) -> int:
     return cli.main([
         "evaluate", "--task", "jsonl", "--data", f"train={user_dir / 'train.jsonl'},test={user_dir / 'test.jsonl'}",

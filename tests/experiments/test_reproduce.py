@@ -46,6 +46,7 @@ def test_smoke_runs_every_stage_and_resumes_after_a_kill(tiny_model_dir, tmp_pat
     budget = json.loads((out / "budget" / "truncation.json").read_text())
     assert config["token_budget"] == budget["chosen"] and budget["split"] == "validation"
     assert config["token"]["token_budget"] == config["eval"]["token_budget"] == budget["chosen"]
+    assert config["token"]["prior_action"] is not None  # the prior every token run started from
     minutes = json.loads((out / "stage_minutes.json").read_text())
     assert minutes["runs"] == 2 and {"select", "sequence", "evaluate"} <= set(minutes["minutes"])
     header = json.loads((out / "actions" / "outcomes.jsonl").read_text().splitlines()[0])
@@ -60,7 +61,7 @@ def test_smoke_runs_every_stage_and_resumes_after_a_kill(tiny_model_dir, tmp_pat
     assert demo.TOKEN_MIXED in results
     assert any(name.startswith("Best token action") for name in results)
     report = (out / "report" / "report.md").read_text()
-    for heading in ("Token budget and truncation", "Training curves", "Targets", "Cost"):
+    for heading in ("Token budget and truncation", "Token training data", "Training curves", "Targets", "Cost"):
         assert f"## {heading}" in report
     assert (out / "report" / "training_curves.png").is_file()
     published = {p.name for p in (tmp_path / "docs").iterdir()}

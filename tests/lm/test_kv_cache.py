@@ -29,7 +29,6 @@ def _filled_cache(rows=6, width=3, capacity=8, layers=2, heads=2, head_dim=4):
         for _ in range(layers)
     ]
     mask = torch.ones(rows, width, dtype=torch.long)
-    mask[0, 0] = 0  # row 0 is left-padded
     return RowKVCache.from_prefill(kv, mask, None, capacity), kv
 
 
@@ -37,17 +36,18 @@ def test_prefill_fan_out_copies_each_prompt_to_its_rows():
     kv = [(torch.arange(2 * 1 * 2 * 1.0).view(2, 1, 2, 1), -torch.arange(2 * 1 * 2 * 1.0).view(2, 1, 2, 1))]
     mask = torch.tensor([[0, 1], [1, 1]])
     cache = RowKVCache.from_prefill(kv, mask, torch.tensor([1, 0, 1]), capacity=5)
-    assert cache.length == 2 and cache.live == 3
-    assert torch.equal(cache.keys[0, :, :, :2], kv[0][0][[1, 0, 1]])
-    assert torch.equal(cache.values[0, :, :, :2], kv[0][1][[1, 0, 1]])
-    assert cache.valid[:, :2].tolist() == [[True, True], [False, True], [True, True]]
+    assert cache.length == 2 and cache.live == 3 and cache.columns.tolist() == [2, 1, 2]
+    # every prompt starts at column 0: prompt 0's one token moves left, a masked zero after it
+    assert cache.keys[0, :, 0, :2, 0].tolist() == [[2.0, 3.0], [1.0, 0.0], [2.0, 3.0]]
+    assert cache.values[0, :, 0, :2, 0].tolist() == [[-2.0, -3.0], [-1.0, 0.0], [-2.0, -3.0]]
+    assert cache.valid[:, :2].tolist() == [[True, True], [True, False], [True, True]]
 
 
 def test_write_is_in_place_and_returns_the_reserved_block():
     cache, kv = _filled_cache(capacity=8)
     mask = cache.open_column()
     assert cache.reserved == 8  # the prompt's 3 columns and a chunk, up to the capacity
-    assert mask.shape == (6, 1, 1, 8) and not mask[0, 0, 0, 0] and mask[:, 0, 0, 1:4].all()
+    assert mask.shape == (6, 1, 1, 8) and mask[:, 0, 0, :4].all()
     assert not mask[:, 0, 0, 4:].any()  # reserved, not filled yet
     new = torch.full((6, 2, 1, 4), 7.0)
     keys, values = cache.write(1, new, -new)
@@ -60,10 +60,12 @@ def test_write_is_in_place_and_returns_the_reserved_block():
 
 
 def test_a_full_reserve_grows_by_a_chunk_keeping_the_live_rows():
-    capacity = 3 + 2 * COLUMN_CHUNK + 5
+    """The reserve is whole chunks (the prompt's 3 columns rounded up to one, plus one) and grows by a
+    chunk; only the last one, cut at the capacity, may be partial."""
+    capacity = 3 * COLUMN_CHUNK + 5
     cache, kv = _filled_cache(capacity=capacity)
-    assert cache.reserved == 3 + COLUMN_CHUNK
-    for column in range(3, 3 + COLUMN_CHUNK + 1):
+    assert cache.reserved == 2 * COLUMN_CHUNK
+    for column in range(3, 2 * COLUMN_CHUNK + 1):
         if column == 10:
             cache.drop(torch.tensor([False, False, False, False, True, True]))
         mask = cache.open_column()
@@ -71,11 +73,12 @@ def test_a_full_reserve_grows_by_a_chunk_keeping_the_live_rows():
             fill = torch.full((cache.live, 2, 1, 4), float(column))
             keys, values = cache.write(layer, fill, -fill)
         cache.close_column()
-    assert cache.reserved == 3 + 2 * COLUMN_CHUNK and mask.shape == (4, 1, 1, 3 + 2 * COLUMN_CHUNK)
+    assert cache.reserved == 3 * COLUMN_CHUNK and mask.shape == (4, 1, 1, 3 * COLUMN_CHUNK)
     assert keys.is_contiguous() and torch.equal(keys[:, :, :3], kv[1][0][:4])
-    filled = torch.arange(3, 4 + COLUMN_CHUNK, dtype=torch.float32)
-    assert torch.equal(keys[0, 0, 3 : 4 + COLUMN_CHUNK, 0], filled) and (keys[:, :, 4 + COLUMN_CHUNK :] == 0).all()
-    assert mask[:, 0, 0, 1 : 4 + COLUMN_CHUNK].all() and not mask[:, 0, 0, 4 + COLUMN_CHUNK :].any()
+    filled = torch.arange(3, 2 * COLUMN_CHUNK + 1, dtype=torch.float32)
+    assert torch.equal(keys[0, 0, 3 : 2 * COLUMN_CHUNK + 1, 0], filled)
+    assert (keys[:, :, 2 * COLUMN_CHUNK + 1 :] == 0).all()
+    assert mask[:, 0, 0, : 2 * COLUMN_CHUNK + 1].all() and not mask[:, 0, 0, 2 * COLUMN_CHUNK + 1 :].any()
     while cache.length < cache.reserved:
         cache.open_column()
         cache.close_column()
@@ -164,7 +167,8 @@ def test_prefill_runs_every_linear_layer_through_the_chosen_kernel(tiny_lm, tiny
     calls, kernel = [], lm.linear
     lm.linear = lambda *args: calls.append(args[1].shape) or kernel(*args)
     lm.start_decode(tiny_prompts, None, max_new_tokens=2)
-    config, groups = tiny_lm.model.config, len(prefill_groups([len(p) for p in tiny_prompts]))
+    # batch-invariant by default: one group per prompt length (group cost 0)
+    config, groups = tiny_lm.model.config, len(prefill_groups([len(p) for p in tiny_prompts], 0))
     # per prefill group: q, k, v, o, gate, up, down per layer; the LM head
     assert len(calls) == (7 * config.num_hidden_layers + 1) * groups
     assert calls[-1] == lm.lm_head.weight.shape
@@ -179,3 +183,16 @@ def test_auto_linear_kernel_is_onednn_for_float32_on_cpu_only():
         resolve_linear_kernel("onednn", torch.float32, torch.device("meta"))
     with pytest.raises(ValueError, match="linear_kernel"):
         ModelSpec(linear_kernel="mkl")
+
+
+def test_rows_of_other_lengths_write_their_own_next_column():
+    """A row's tokens sit at their positions whatever its mates' lengths: a row with a 1-token prompt
+    writes column 1 while its mate with 2 tokens writes column 2, in the same step."""
+    kv = [(torch.ones(2, 1, 2, 1), torch.ones(2, 1, 2, 1))]
+    cache = RowKVCache.from_prefill(kv, torch.tensor([[0, 1], [1, 1]]), None, capacity=6)
+    mask = cache.open_column()
+    keys, _ = cache.write(0, torch.tensor([5.0, 7.0]).view(2, 1, 1, 1), torch.zeros(2, 1, 1, 1))
+    cache.close_column()
+    assert keys[:, 0, :4, 0].tolist() == [[1.0, 5.0, 0.0, 0.0], [1.0, 1.0, 7.0, 0.0]]
+    assert mask[:, 0, 0, :4].tolist() == [[True, True, False, False], [True, True, True, False]]
+    assert cache.columns.tolist() == [2, 3] and cache.length == 3

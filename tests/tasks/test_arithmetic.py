@@ -98,13 +98,24 @@ def test_family_schedule_keeps_the_mixture_in_every_prefix() -> None:
         assert all(abs(counts[f] - w * n) <= 1 for f, w in weights.items())
 
 
-def test_allocate_blocks_is_exact_when_the_pool_suffices_and_proportional_otherwise() -> None:
+def test_allocate_blocks_is_exact_when_the_pool_suffices_and_serves_splits_in_order_otherwise() -> None:
     assert allocate_blocks(100, {"test": 20, "validation": 10, "train": 50}) == {
         "test": 20, "validation": 10, "train": 50}
     shares = allocate_blocks(10, {"test": 20, "validation": 10, "train": 70})
-    assert sum(shares.values()) == 10 and shares == {"test": 2, "validation": 1, "train": 7}
+    assert sum(shares.values()) == 10 and shares == {"test": 8, "validation": 1, "train": 1}
+    assert allocate_blocks(81, {"test": 20, "validation": 40, "train": 150}) == {
+        "test": 20, "validation": 40, "train": 21}
     assert allocate_blocks(3, {"test": 1, "validation": 1, "train": 100}) == {"test": 1, "validation": 1, "train": 1}
-    assert allocate_blocks(5, {"test": 0, "validation": 0, "train": 9})["test"] == 0
+    assert allocate_blocks(5, {"test": 0, "validation": 0, "train": 9}) == {"test": 0, "validation": 0, "train": 5}
+
+
+def test_growing_train_and_validation_leaves_test_and_the_first_validation_problems() -> None:
+    small = build_splits(ArithmeticConfig())
+    large = build_splits(ArithmeticConfig(train_size=1500, validation_size=400))
+    assert large["test"] == small["test"] and large["validation"][:100] == small["validation"]
+    texts = {s: {p.question for p in large[s]} for s in large}
+    assert not (texts["test"] & texts["validation"]) and not (texts["train"] & (texts["test"] | texts["validation"]))
+    assert len(texts["validation"]) == 400  # no repeats in validation; train repeats the small families' rest
     with pytest.raises(ValueError, match="cannot be split"):
         allocate_blocks(2, {"test": 1, "validation": 1, "train": 1})
 
@@ -244,7 +255,10 @@ def test_default_splits_are_byte_identical_to_before_the_ood_split() -> None:
     task.load("ood")
     custom = ArithmeticTask(seed=3, families=["add_1digit", "sub_2digit", "add_chain"], test_size=50,
                             ood_families=["sub_word"])
-    assert _digest(custom.load("test")) == "0b96b7d6f88cb98365f9ad3b64137e72d120f20300df4a6b186bf13c65d91d9c"
+    # add_1digit's 81 questions cannot serve this config's 217: test takes its 17 first (it used to get
+    # 6 of them, repeated), then validation, then train
+    assert _digest(custom.load("test")) == "132e7d4671755c0171d537c0422c61b28841bd90ddc610da6832fb84e224bda5"
+    assert len({p.question for p in custom.load("test")}) == 50
 
 
 def test_ood_split_uses_only_held_out_families_and_is_disjoint() -> None:

@@ -51,3 +51,12 @@ def test_a_trainer_blind_to_the_observation_fails_the_benchmark(tmp_path):
 def test_with_nothing_to_learn_the_token_trainer_ends_where_it_started(tmp_path):
     """The null world: greedy is optimal everywhere; the adapter kept must be no worse than it."""
     assert planted.run_token(1, tmp_path, null=True)["recovered"] > -0.01
+
+
+def test_the_weak_world_blurs_the_fork_to_the_real_signals_strength():
+    problems = planted.PlantedTask().load("test")
+    assert 0.7 < planted.weak_signal_auc(problems) < 0.8
+    values = planted.token_values(None, problems, weak=True)
+    best_static = max(v for k, v in values.items() if k.startswith("static:"))
+    assert values == {**planted.token_values(None, problems), "attainable": values["attainable"]}  # same problems
+    assert best_static + 0.05 < values["attainable"] < values["oracle"] - 0.2

@@ -13,8 +13,9 @@ from decoding_adapters.decoding.rollouts import Rollouts
 from decoding_adapters.lm.protocols import LanguageModel, VerifiableTask
 from decoding_adapters.policies.networks import TokenPolicyChooser, load_adapter
 from decoding_adapters.tasks import Problem
+from decoding_adapters.training.common import epoch_prompt_batch
 from decoding_adapters.training.token import (
-    PROBE_PROMPTS_PER_TRAINING_PROMPT,
+    PROBE_ROUND_FACTOR,
     TokenBatch,
     TokenTrainConfig,
     TokenTrainer,
@@ -30,7 +31,7 @@ class FakeTask:
     name = "pomdp"
 
     def load(self, split):
-        return [Problem(id=f"{split}{i}", question="q", answer="a") for i in range(32)]
+        return [Problem(id=f"{split}{i}", question=f"q {split} {i}", answer="a") for i in range(32)]
 
     def prompt(self, problem, cot=False):
         return [{"role": "user", "content": problem.question}]
@@ -300,8 +301,41 @@ def test_prompt_filtering_probes_only_as_many_prompts_as_the_run_can_use(tmp_pat
             probed.append(len(request.prompts))
             return super().run(request, chooser, **kwargs)
 
-    # 32 training problems on offer, max_train_prompts 256: a 1-step run of 2 prompts probes 8
+    # 32 training problems on offer: a 1-step run of 2 prompts wants 2, and probes 3 per wanted prompt
     config = TokenTrainConfig(token_budget=T, steps=1, prompts_per_step=2, filter_samples=4, dropout=0.0)
     trainer = TokenTrainer(config, FakeLM(H), FakeTask(), Counting(), tmp_path, progress=False)
     summary = trainer.prepare()
-    assert probed == [1 * 2 * PROBE_PROMPTS_PER_TRAINING_PROMPT] and summary["train_prompts"] == 8
+    assert probed[0] == 2 * PROBE_ROUND_FACTOR and summary["wanted"] == 2
+    assert summary["train_prompts"] == sum(probed) and summary["distinct_prompts_per_run"] == min(summary["kept"], 2)
+
+
+def test_prompt_filter_judges_with_the_starting_policy_and_probes_until_enough_survive(tmp_path):
+    choosers = []
+
+    class EveryFourth(FakeTask):  # three prompts in four always pass: a round of 12 keeps at most 3
+        def reward(self, problem, completion):
+            return 1.0 if int(problem.id[len("train"):]) % 4 != 1 else float(completion == "1")
+
+    class Recording(PomdpRollouts):
+        def run(self, request, chooser=None, **kwargs):
+            choosers.append(chooser)
+            return super().run(request, chooser, **kwargs)
+
+    config = TokenTrainConfig(token_budget=T, steps=3, prompts_per_step=2, filter_samples=8, min_train_prompts=6,
+                              dropout=0.0, prior_action=0)
+    trainer = TokenTrainer(config, FakeLM(H), EveryFourth(), Recording(), tmp_path, progress=False)
+    summary = trainer.prepare()
+    assert all(isinstance(c, TokenPolicyChooser) and c.policy is trainer.policy and not c.deterministic
+               for c in choosers)  # the prior the trainer starts from, sampled as its first rollouts are
+    assert len(choosers) >= 2 and summary["kept"] >= 6  # rounds until 6 survive
+    assert summary["dropped_all_pass"] >= 3 * summary["train_prompts"] // 4
+    assert summary["distinct_prompts_per_run"] == 6
+
+
+def test_epoch_batches_see_every_kept_prompt():
+    seen = [epoch_prompt_batch(300, 8, seed=3, step=s) for s in range(48)]
+    assert all(len(set(b)) == 8 for b in seen)
+    assert len({i for b in seen for i in b}) == 300  # 384 independent draws would see about 220
+    assert seen[5] == epoch_prompt_batch(300, 8, seed=3, step=5) and seen != [epoch_prompt_batch(300, 8, 4, s)
+                                                                              for s in range(48)]
+    assert sorted(epoch_prompt_batch(5, 8, seed=0, step=2)) == list(range(5))

@@ -62,6 +62,11 @@ class TaskOptions:
     last line equals the answer), or your own module:function, e.g. mypkg.check:score"""
     verifier_timeout_s: float | None = None
     """seconds one verifier call may take before it scores 0 (task jsonl; default 10)"""
+    train_size: int | None = None
+    """problems a generated task makes for its train split (task arithmetic; default 500)"""
+    validation_size: int | None = None
+    """problems a generated task makes for its validation split (task arithmetic; default 100; the first
+    ones and the test split stay the same problems whatever the size)"""
     question_field: str | None = None
     """task jsonl: the JSONL field holding the question (default question)"""
     answer_field: str | None = None
@@ -73,6 +78,9 @@ class TaskOptions:
     def __post_init__(self) -> None:
         if self.max_problems is not None and self.max_problems < 1:  # 0 would silently mean "all"
             raise ValueError(f"--max-problems must be >= 1 (or none for all), got {self.max_problems}")
+        for name in ("train_size", "validation_size"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.cot_ratio <= 1.0:
             raise ValueError(f"--cot-ratio must be in [0, 1], got {self.cot_ratio}")
 
@@ -142,8 +150,9 @@ def task_options(args) -> dict:
         options["data"] = args.data
     if args.system_prompt is not None:
         options["system_prompt"] = args.system_prompt
-    # --verifier / --verifier-timeout-s reach tasks that take them (jsonl); get_task names any task that does not
-    for name in ("verifier", "verifier_timeout_s", "question_field", "answer_field"):
+    # --verifier / --verifier-timeout-s / --question-field / --answer-field reach tasks that take them (jsonl),
+    # --train-size / --validation-size the generated ones (arithmetic); get_task names any task that does not
+    for name in ("verifier", "verifier_timeout_s", "question_field", "answer_field", "train_size", "validation_size"):
         if getattr(args, name, None) is not None:
             options[name] = getattr(args, name)
     if getattr(args, "drop_overlap", False):

@@ -57,7 +57,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 ADVANCED = frozenset({
     # the frozen LM's kernels and the rollout engine
-    "attention", "linear_kernel", "cuda_graphs", "batch_rows", "backend", "workers", "ray_address",
+    "attention", "linear_kernel", "cuda_graphs", "batch_invariant", "batch_rows", "backend", "workers", "ray_address",
     "gpu_memory_utilization",
     # task details
     "system_prompt", "cot_ratio", "verifier_timeout_s",

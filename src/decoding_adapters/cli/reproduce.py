@@ -3,7 +3,7 @@ default model, with intervals narrow enough to tell? It runs the demo's stages
 (``experiments.demo.run_demo``) at ``REPRODUCE_SIZES`` (``full``, ``complete``, ``smoke``); the
 README's headline table names this one command with its own output directory.
 
-    decoding-adapters reproduce --out runs/reproduce --publish docs/reproduce   # ~88 min planned on 2 cores; resumable
+    decoding-adapters reproduce --out runs/reproduce --publish docs/reproduce   # ~126 min planned on 2 cores; resumable
     decoding-adapters reproduce --plan                        # the stage-by-stage estimate for this machine
     decoding-adapters reproduce --size smoke --model DIR      # every stage on a tiny model (tests)
 
@@ -21,8 +21,12 @@ What runs (``full``):
    validated kept; the w/ budget adapter keeps a new policy only if it loses at no B);
    the w/ budget adapter starts at Best at pass@B for each B, the w/o budget one at Best at pass@1.
 3. token adapters w/ budget, w/o budget, entropy-only, 3 seeds, 48 steps x 8 prompts x G=8 each,
-   prior at the best static token action, validation (sampled and argmax policy) on 96 problems
-   at step 0 and every 8 steps, best validated weights and mode kept; every seed's curve in the report.
+   prior at the best static token action; training prompts filtered by that prior (2 samples each,
+   probed until 300 survive, from a train split of 1,500 generated problems), walked epoch by epoch
+   so each run sees 300 distinct prompts; validation (sampled and argmax policy) on 400 problems x 2
+   samples at step 0 and every 16 steps (the validation split generated at 400: its first 100 and
+   the test split are the same problems as at the default size), a later step kept only when its
+   paired gain's 95% interval is above 0; every seed's curve in the report.
 4. evaluation on 200 test problems x 3 seeds x 8 samples, pass@1/2/4/8: Greedy, Best, Mixed,
    Mixed (per token), Mixed per sequence (token actions), Best token action, and the five adapters.
 5. report: paired intervals, the targets, seed spread, truncation, training curves,
@@ -34,6 +38,10 @@ seconds' decode probe (``demo.probe_tokens_per_second``) that scales it to the m
 Greedy on the 100 validation problems at budgets 16/24/32/48/64/96 has mean length 14.6 / 20.5 /
 25.3 / 32.5 / 35.7 / 39.3 tokens, stopped by the budget 77 / 70 / 52 / 30 / 15 / 7% of rows: the
 model keeps talking after the answer, so "greedy not truncated" needs about 128 tokens.
+
+The token stage's data and validation sizes above plan at 72 of the study's 126 minutes on the
+reference machine (34.7 of 88 with the 96-problem validation and the 96-prompt filter that the
+published run used: it trained on 23 prompts).
 
 The run published in docs/reproduce took 139.7 min on a 2-core AMD EPYC (AVX512-BF16) whose decode
 probe measured 0.59 x the reference machine (plan scaled to it: 148; reference plan: 88): load 0.4,

@@ -22,7 +22,8 @@ Randomness: a row's draws are a counter-based hash of (its seed, the step, the s
 (``actions.counter_uniform``): one uniform for its token (inverse CDF) and one handed to the
 chooser for its action draw. A row's output therefore depends only on its prompt, its seed and its
 actions — not on the batch it shares, on when other rows finish, or on how rows are spread across
-workers (up to the rounding of batched matmuls).
+workers: to the bit with ``ModelSpec.batch_invariant`` (the default; the row-cache path), else up to
+the rounding of batched kernels.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ from ..reporting.report import (
 from ..selection.best import best_static_from_table
 from ..tasks import get_task
 from ..training.sequence import SequenceTrainConfig
-from ..training.token import TokenTrainConfig
+from ..training.token import PROBE_ROUND_FACTOR, TokenTrainConfig
 from . import pipeline
 from .pipeline import BudgetConfig, SelectionConfig, StudyConfig
 
@@ -82,7 +82,8 @@ DEFAULT = StudyConfig(
     # 12 token steps keep the demo within 15 minutes on 2 cores at the 64-token budget: 16 took 15.2.
     # The learning rate is the trainer's default (docs/token-defaults.md); the best static token
     # action is the policy's prior (run_demo passes it).
-    token=TokenTrainConfig(steps=12, prompts_per_step=8, group_size=4, max_train_prompts=48,
+    # The demo is a demonstration, not evidence: its filter probes 48 prompts, its validation 16.
+    token=TokenTrainConfig(steps=12, prompts_per_step=8, group_size=4, max_train_prompts=48, min_train_prompts=24,
                            filter_samples=4, val_every=4, val_problems=16, checkpoint_every=1, patience=2),
     eval=EvalConfig(k_values=(1, 2, 4)),
     eval_problems=32,
@@ -120,16 +121,21 @@ FULL = StudyConfig(
                                  val_every=8, val_problems=48, checkpoint_every=1),
     # Token training at the trainer's validated defaults (lr, PPO epochs, prior at the best static
     # token action: docs/token-defaults.md), every run to its 48-step cap (no early stop) with
-    # groups of 8 (fewer all-equal groups than 4): the run's largest stage. Validation is paired
-    # across steps (same problems and seeds), so one sample of 96 problems per mode decides
-    # improvements by the paired standard error; it runs at step 0 and every 8 steps.
-    token=TokenTrainConfig(steps=48, prompts_per_step=8, group_size=8, max_train_prompts=96,
-                           filter_samples=2, val_every=8, val_problems=96, val_samples=1, checkpoint_every=1,
+    # groups of 8 (fewer all-equal groups than 4): the run's largest stage. The prompt filter
+    # judges with that prior (2 samples) and probes until 300 prompts survive; 48 x 8 epoch-wise
+    # slots show each run all 300. Validation: 400 problems x 2 samples per mode, the same rows and
+    # seeds at every validation (step 0 included), a later step kept only when its paired gain's
+    # 95% interval is above 0; at step 0 and every 16 steps (each validation decodes 1,600 rows).
+    token=TokenTrainConfig(steps=48, prompts_per_step=8, group_size=8, max_train_prompts=None, min_train_prompts=300,
+                           filter_samples=2, val_every=16, val_problems=400, val_samples=2, checkpoint_every=1,
                            patience=0),
     eval=EvalConfig(k_values=(1, 2, 4, 8)),
     eval_problems=200,
     seeds=3,
     batch_rows=128,
+    # the generated task's splits sized for the token trainer (test unchanged: it is served first)
+    train_size=1500,
+    validation_size=400,
 )
 
 COMPLETE = replace(
@@ -140,8 +146,8 @@ COMPLETE = replace(
     budget=BudgetConfig(candidates=(48, 64, 96, 128, 192), problems=100, max_truncated=0.02),
     selection=SelectionConfig(pool_subsample=None, problems=32, samples=4, k=6),
     sequence=replace(FULL.sequence, steps=60, prompts_per_step=16, val_every=20, val_problems=32),
-    token=replace(FULL.token, steps=60, prompts_per_step=8, group_size=8, max_train_prompts=256, filter_samples=4,
-                  val_every=5, val_problems=64, patience=3),
+    token=replace(FULL.token, steps=60, prompts_per_step=8, group_size=8, filter_samples=4, val_every=10,
+                  patience=3),
 )
 
 SMOKE = replace(
@@ -289,7 +295,11 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
     tok_rows = tok_runs * (steps * step_rows * _small_batch_cost(step_rows, 64)
                            + val_rows * _small_batch_cost(val_call_rows, 96))
     token = _decode_minutes(tok_rows, cfg, TOKEN_ROLLOUT_OVERHEAD, calls=tok_runs * (steps + vals))
-    token += _decode_minutes((tok.max_train_prompts or 0) * tok.filter_samples, cfg)
+    if tok.filter_samples:  # the start policy's probe: about PROBE_ROUND_FACTOR prompts per prompt wanted
+        # (it keeps about a third of the prompts on the default task)
+        wanted = min(tok.min_train_prompts, tok.steps * tok.prompts_per_step)
+        probed = min(PROBE_ROUND_FACTOR * wanted, tok.max_train_prompts or PROBE_ROUND_FACTOR * wanted)
+        token += _decode_minutes(probed * tok.filter_samples, cfg)
     n = max(cfg.eval.k_values) * cfg.eval_problems * cfg.seeds
     # static rows: Best, Mixed (K actions), token Mixed, best token action, the sequence adapters'
     # picks (shared with those where the action is the same: ~2 more actions' worth)
@@ -472,6 +482,25 @@ def target_lines(results: dict, details: dict | None, confidence: float = 0.95) 
     ]
 
 
+def _token_data_section(prompts_file: Path, cfg: StudyConfig) -> str:
+    """What the token runs trained and validated on: the prompt filter's counts (``token-prompts.json``)."""
+    if not prompts_file.is_file():
+        return ""
+    r = json.loads(prompts_file.read_text())
+    tok = cfg.token
+    kept = r.get("kept_count", len(r.get("kept", [])))
+    if "dropped_all_fail" not in r:
+        return f"Training prompts: {kept} (no filter)."
+    return (f"The prompt filter judged training prompts with the policy every token run starts from "
+            f"({r.get('judged_by', 'start policy')}, {tok.filter_samples} samples each): it kept **{kept}** of "
+            f"{r['train_prompts']} probed ({r['dropped_all_fail']} always failed, {r['dropped_all_pass']} always "
+            f"passed; {r.get('wanted', '?')} wanted). Each run saw {r.get('distinct_prompts_per_run', '?')} distinct "
+            f"training prompts ({tok.steps} steps x {tok.prompts_per_step}, epoch by epoch). Validation: "
+            f"{r.get('val_problems', tok.val_problems)} problems x {tok.val_samples} samples per policy mode, the same "
+            f"rows and seeds at every validation; a later step is kept only when its paired gain over the kept one "
+            f"exceeds {tok.min_improvement_se:g} standard errors.")
+
+
 def _cost_section(clock: pipeline.StageClock, out: Path, cfg: StudyConfig, note: str = "") -> str:
     """Minutes per stage (measured against planned), what the time fit cut (``note``) and the
     training throughput figures."""
@@ -545,7 +574,7 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     clock = pipeline.StageClock(label, out / "stage_minutes.json")  # the plan needs the probe: after loading
     clock.begin("load", "loading the frozen LM", model)
     lm = load_frozen_lm(ModelSpec(name_or_path=model, device=device))
-    task = get_task("arithmetic")
+    task = get_task("arithmetic", **pipeline.study_task_options(cfg))
     speed = _probe_once(lm, task, out / "decode_probe.json")  # the plan, scaled to this machine
 
     def fit(cfg: StudyConfig) -> StudyConfig:
@@ -584,6 +613,9 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     token_actions = list(PRESETS["math-token"])
     best_token = _best_token_action(lm, task, cfg, out / "actions", progress)
     token_baselines = _token_baselines(token_actions, best_token)
+    # every token run starts at the prior on the best static token action: the recorded config says so
+    cfg = replace(cfg, token=replace(cfg.token, prior_action=token_actions.index(best_token)))
+    write_json(out / "study_config.json", {"model": model, "command": command, "fit": note, **asdict(cfg)})
     clock.end()
 
     seeds = range(cfg.seeds)
@@ -610,7 +642,8 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     stop = f", early stop after {cfg.token.patience} flat validations" if cfg.token.patience else ""
     clock.begin("token", "token adapters",
                 f"{len(TOKEN_VARIANTS)} variants x {cfg.seeds} seeds x <= {cfg.token.steps} steps{stop}")
-    problems = pipeline.filtered_prompts(lm, task, cfg, out, progress)
+    problems = pipeline.filtered_prompts(lm, task, cfg, out, progress,
+                                         prior_action=token_actions.index(best_token))
     for seed in seeds:
         for tag, (use_budget, features) in TOKEN_VARIANTS.items():
             pipeline.train_token(lm, task, cfg, out / f"tok-{tag}-s{seed}", seed, use_budget=use_budget,
@@ -640,6 +673,7 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
         ("Action selection", selection_section(actions_path, out / "report")),
         ("Token budget and truncation", truncation_section(
             budget_record["stats"], budget_record["chosen"], budget_record["max_truncated"]) if budget_record else ""),
+        ("Token training data", _token_data_section(out / "token-prompts.json", cfg)),
         ("Training curves (every seed)", training_curve_section(out / "report", curves)),
         ("Head-room captured", headroom_section(actions_path, evaluation.results,
                                                 evaluation.details, list(ADAPTER_NAMES.values()))),

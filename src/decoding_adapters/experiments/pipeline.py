@@ -64,6 +64,7 @@ __all__ = [
     "SelectionConfig",
     "StudyConfig",
     "StageClock",
+    "study_task_options",
     "finished",
     "choose_budget",
     "candidate_pool",
@@ -154,6 +155,12 @@ class StudyConfig:
     """evaluation"""
     eval_problems: int = 32
     """Test problems of every evaluated split."""
+    train_size: int | None = None
+    """Problems the generated task makes for its train split (``arithmetic``'s ``train_size``; None:
+    the task's default): enough that ``token.min_train_prompts`` survive the token trainer's filter."""
+    validation_size: int | None = None
+    """Problems the generated task makes for its validation split (None: the task's default); the
+    first ones stay the same problems whatever the size, and test does not change."""
     seeds: int = 3
     """Training seeds of every adapter, and evaluation seeds."""
     batch_rows: int = 128
@@ -178,10 +185,18 @@ class StudyConfig:
         for name in ("eval_problems", "seeds", "batch_rows", "draft_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("train_size", "validation_size"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {getattr(self, name)}")
         budget = self.token_budget  # one token budget and one seed count, copied into the nested configs
         object.__setattr__(self, "sequence", replace(self.sequence, token_budget=budget))
         object.__setattr__(self, "token", replace(self.token, token_budget=budget))
         object.__setattr__(self, "eval", replace(self.eval, token_budget=budget, seeds=self.seeds))
+
+
+def study_task_options(cfg: StudyConfig) -> dict:
+    """``get_task`` options of a study's generated task: the split sizes it sets."""
+    return {name: getattr(cfg, name) for name in ("train_size", "validation_size") if getattr(cfg, name) is not None}
 
 
 class StageClock:
@@ -437,17 +452,22 @@ def token_trainer(config: TokenTrainConfig, lm, task, out: Path, cfg: StudyConfi
     return TokenTrainer(config, lm, task, rollouts, out, progress=progress, train_problems=train_problems)
 
 
-def filtered_prompts(lm, task, cfg: StudyConfig, out: Path, progress: bool) -> list:
-    """Probe the training prompts once for all token runs (pass rate 0 or 1 dropped); cached in
-    ``out/token-prompts.json``."""
+def filtered_prompts(lm, task, cfg: StudyConfig, out: Path, progress: bool, prior_action: int | None = None) -> list:
+    """Probe the training prompts once for all token runs with the policy they start from (the prior
+    at ``prior_action``: every run starts exactly there, whatever its seed or variant) and keep those
+    it neither always passes nor always fails; cached in ``out/token-prompts.json`` with the counts."""
     cache = out / "token-prompts.json"
     by_id = {p.id: p for p in task.load("train")}
+    judged_by = f"start policy, prior at action {prior_action}"
     if cache.is_file():
-        return [by_id[i] for i in json.loads(cache.read_text())["kept"]]
-    config = replace(cfg.token, use_budget=True, features="hidden", seed=0)
+        record = json.loads(cache.read_text())
+        if record.get("judged_by") == judged_by:
+            return [by_id[i] for i in record["kept"]]
+    config = replace(cfg.token, use_budget=True, features="hidden", seed=0, prior_action=prior_action)
     trainer = token_trainer(config, lm, task, out / "probe", cfg, progress=progress)
     summary = trainer.prepare()
-    write_json(cache, {**summary, "kept": [p.id for p in trainer.train_problems]})
+    write_json(cache, {**summary, "judged_by": judged_by, "kept_count": summary["kept"],
+                       "kept": [p.id for p in trainer.train_problems]})
     return trainer.train_problems
 
 

@@ -82,13 +82,20 @@ class _GraphView:
 
 class StaticRowKVCache(RowKVCache):
     """A ``RowKVCache`` over a ``GraphedDecoder``'s static buffers: every column reserved from the start
-    (never grown, never moved), rows dropped by the inherited swap-remove."""
+    (never grown, never moved), rows dropped by the inherited swap-remove. Its prompts are left-padded
+    to one width and every row writes the same column, ``length`` (a captured step reads the column
+    from one device scalar), so, unlike the ``RowKVCache``'s rows at their positions, a row's columns
+    depend on its batch mates' prompt lengths."""
+
+    length = 0
+    """Columns filled by every row (a plain attribute here, not the ``RowKVCache`` property)."""
 
     def __init__(self, buffers: "GraphedDecoder", rows: int, capacity: int):
         self.buffers = buffers
         self.capacity = capacity
         self.keys, self.values, self.valid = buffers.keys, buffers.values, buffers.valid
         self.length = 0
+        self.columns = torch.zeros(rows, dtype=torch.long, device=buffers.keys.device)  # moved by ``drop``; unused
         self.live = rows
         self.generation = buffers.generation
         """Which ``start`` of the buffers this decode is: a later one overwrote them (see ``check``)."""

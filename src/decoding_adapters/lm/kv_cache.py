@@ -3,19 +3,26 @@
 HF's ``DynamicCache`` grows by concatenation (every step copies every layer's whole cache) and drops
 finished rows with ``index_select`` (another full copy). This cache is written in place:
 
-- **Layout.** ``keys`` and ``values`` are ``[layers, rows, kv_heads, reserved, head_dim]``. The prompts
-  are left-padded to one width ``W``, so every row's step ``t`` lives in the same column ``W + t``: a
-  step writes one column for the live rows. ``valid`` ``[rows, capacity]`` is the per-row attention
-  mask (False on the left padding and on the columns not yet filled).
+- **Layout.** ``keys`` and ``values`` are ``[layers, rows, kv_heads, reserved, head_dim]``. A row's
+  token at position ``p`` lives in column ``p``: every prompt starts at column 0 (prompts of other
+  lengths are padded on the right, by masked columns), and a step writes each live row's own next
+  column (``columns``). ``valid`` ``[rows, capacity]`` is the per-row attention mask (True on a
+  row's filled columns). So a row's keys and values sit in the same columns whatever its batch
+  mates are: bf16 batched matmuls sum pairs of neighbouring columns together (AVX512-BF16 dot
+  products), and a row shifted by an odd number of columns (left padding to the batch's longest
+  prompt) summed its attention in another order and parted from itself decoded in another batch.
 - **Attention reads whole reserved blocks.** A step attends over every reserved column of the live
   rows, ``[layer, :live]``: one contiguous block, so batched matmuls read the cache where it lies.
-  A view that stops at ``length`` is not contiguous (its rows are ``reserved`` columns apart), and
-  oneDNN's bf16 batched matmul copies such an operand first, which made attention 1.4-2.2x slower
-  than reading the block at batch 32 and 128 (``benchmarks/decode_step.py``). The reserved
-  columns past ``length`` hold zeros and are masked, so they add nothing to a row's output.
-- **Growing by chunks.** The reserve starts at the prompt width plus :data:`COLUMN_CHUNK` columns
-  and grows by as many when it is full (one copy of the live rows' cache per chunk of steps, never
-  past ``capacity``), so a step reads ``COLUMN_CHUNK / 2`` masked columns on average.
+  A view that stops at the longest row is not contiguous (its rows are ``reserved`` columns apart),
+  and oneDNN's bf16 batched matmul copies such an operand first, which made attention 1.4-2.2x slower
+  than reading the block at batch 32 and 128 (``benchmarks/decode_step.py``). The columns a row has
+  not filled hold zeros and are masked, so they add nothing to its output.
+- **Growing by chunks.** The reserve is a whole number of :data:`COLUMN_CHUNK` columns: it starts
+  at the longest prompt rounded up to a chunk, plus a chunk, and grows by a chunk when the longest
+  row fills it (one copy of the live rows' cache per chunk of steps, never past ``capacity``).
+  Whole chunks keep the attended width out of the ranges where CPU kernels take another path
+  (float32 ``q @ keys^T`` under 8 and at 70-71 columns, the softmax under 16, on the development
+  CPU); ``FrozenLM.start_decode`` rounds ``capacity`` up to a chunk too.
 - **Shrinking.** Live rows always occupy slots ``[0, live)``. When rows finish, each finished slot
   below the new live count is refilled by one still-running row from above it ("swap-remove"), so
   a step copies as many rows as finished, never the whole cache. ``drop`` returns the new order of
@@ -30,11 +37,16 @@ from typing import Sequence
 
 import torch
 
-__all__ = ["COLUMN_CHUNK", "RowKVCache"]
+__all__ = ["COLUMN_CHUNK", "RowKVCache", "chunks_for"]
 
 COLUMN_CHUNK = 32
 """Columns added to the reserve when it is full: larger chunks copy the cache less often and read
 more masked columns per step."""
+
+
+def chunks_for(columns: int) -> int:
+    """``columns`` rounded up to a whole number of :data:`COLUMN_CHUNK` columns."""
+    return -(-columns // COLUMN_CHUNK) * COLUMN_CHUNK
 
 
 class RowKVCache:
@@ -54,12 +66,13 @@ class RowKVCache:
         if min(num_layers, rows, kv_heads, capacity, head_dim, reserve) < 1:
             raise ValueError("every dimension of a KV cache must be >= 1")
         self.capacity = capacity
-        """The most columns this cache will ever hold (prompt width plus the new tokens)."""
+        """The most columns a row will ever hold (its prompt plus the new tokens)."""
         self.valid = torch.zeros(rows, capacity, dtype=torch.bool, device=device)
-        self.length = 0
-        """Columns filled so far (the same for every row)."""
+        self.columns = torch.zeros(rows, dtype=torch.long, device=device)
+        """``[rows]`` columns each row has filled (its next token's position and column)."""
         self.live = rows
         """Rows still decoding; they occupy slots ``[0, live)``."""
+        self._slots = torch.arange(rows, device=device)
         no_columns = (num_layers, rows, kv_heads, 0, head_dim)
         self.keys = torch.empty(no_columns, dtype=dtype, device=device)
         self.values = torch.empty(no_columns, dtype=dtype, device=device)
@@ -67,8 +80,13 @@ class RowKVCache:
 
     @property
     def reserved(self) -> int:
-        """Columns allocated now, all of them attended (those past ``length`` masked)."""
+        """Columns allocated now, all of them attended (those a row has not filled masked)."""
         return self.keys.shape[3]
+
+    @property
+    def length(self) -> int:
+        """Columns filled by the longest live row."""
+        return int(self.columns[: self.live].max()) if self.live else 0
 
     @classmethod
     def from_prefill(
@@ -80,63 +98,69 @@ class RowKVCache:
     ) -> "RowKVCache":
         """A cache holding a prefill's keys and values, fanned out to rows.
 
-        ``layer_kv``: per layer ``(keys, values)``, each ``[prompts, kv_heads, W, head_dim]``;
-        ``prompt_mask``: ``[prompts, W]`` (1 on real tokens); ``fan_out``: ``[rows]`` prompt index of
-        each row (None: one row per prompt); ``capacity``: ``W`` plus the new tokens to come.
-        """
+        ``layer_kv``: per layer ``(keys, values)``, each ``[prompts, kv_heads, W, head_dim]``, left-padded
+        (a prompt's tokens are its last columns); ``prompt_mask``: ``[prompts, W]`` (1 on real tokens);
+        ``fan_out``: ``[rows]`` prompt index of each row (None: one row per prompt); ``capacity``: ``W``
+        plus the new tokens to come. Each row's prompt is moved to start at column 0."""
         k0 = layer_kv[0][0]
         prompts, kv_heads, width, head_dim = k0.shape
         if capacity < width:
             raise ValueError(f"capacity {capacity} is smaller than the prompt width {width}")
         if fan_out is None:
             fan_out = torch.arange(prompts, device=k0.device)
-        reserve = width + COLUMN_CHUNK
+        reserve = min(capacity, chunks_for(width) + COLUMN_CHUNK)
         cache = cls(len(layer_kv), len(fan_out), kv_heads, capacity, head_dim, k0.dtype, k0.device, reserve)
-        for layer, (k, v) in enumerate(layer_kv):
-            cache.keys[layer, :, :, :width].copy_(k[fan_out])
-            cache.values[layer, :, :, :width].copy_(v[fan_out])
-        cache.valid[:, :width] = prompt_mask[fan_out].bool()
-        cache.length = width
+        lengths = prompt_mask.long().sum(1)[fan_out]  # [rows]
+        for pad in (width - lengths).unique().tolist():  # rows whose prompt has `pad` columns of padding
+            rows = (width - lengths == pad).nonzero().squeeze(-1)
+            prompt_rows = fan_out[rows]
+            for layer, (k, v) in enumerate(layer_kv):
+                cache.keys[layer, rows, :, : width - pad] = k[prompt_rows, :, pad:]
+                cache.values[layer, rows, :, : width - pad] = v[prompt_rows, :, pad:]
+        cache.valid[:, :width] = torch.arange(width, device=k0.device) < lengths.unsqueeze(1)
+        cache.columns = lengths.clone()
         return cache
 
     def open_column(self) -> torch.Tensor:
-        """Make column ``length`` visible to the live rows (the token being fed now), growing the
-        reserve if it is full, and return the attention mask ``[live, 1, 1, reserved]`` (bool,
-        True = attend) for this step."""
-        if self.length >= self.capacity:
+        """Make each live row's next column visible to it (the token being fed now), growing the
+        reserve if the longest row has filled it, and return the attention mask ``[live, 1, 1,
+        reserved]`` (bool, True = attend) for this step."""
+        longest = self.length
+        if longest >= self.capacity:
             raise ValueError(f"the KV cache is full ({self.capacity} positions)")
-        if self.length >= self.reserved:
+        if longest >= self.reserved:
             self._grow(min(self.capacity, self.reserved + COLUMN_CHUNK))
-        self.valid[: self.live, self.length] = True
+        self.valid[self._slots[: self.live], self.columns[: self.live]] = True
         return self.valid[: self.live, None, None, : self.reserved]
 
     def _grow(self, reserved: int) -> None:
         """Reserve ``reserved`` columns: the live rows' filled columns move into new buffers whose
-        columns past ``length`` are zero, not left uninitialised: they are attended (masked) before
-        they are written, and stray memory may hold NaN, which a mask cannot hide (0 x NaN = NaN).
+        other columns are zero, not left uninitialised: they are attended (masked) before they are
+        written, and stray memory may hold NaN, which a mask cannot hide (0 x NaN = NaN).
         (The filled columns of finished slots, ``[live, rows)``, are left unwritten: no step reads
         them again.)"""
         layers, rows, kv_heads, _, head_dim = self.keys.shape
-        filled = (slice(None), slice(0, self.live), slice(None), slice(0, self.length))
+        filled = self.length
         for name in ("keys", "values"):
             old = getattr(self, name)
             new = old.new_empty(layers, rows, kv_heads, reserved, head_dim)
-            new[:, :, :, self.length :].zero_()
-            new[filled] = old[filled]
+            new[:, :, :, filled:].zero_()
+            new[:, : self.live, :, :filled] = old[:, : self.live, :, :filled]
             setattr(self, name, new)
 
     def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store one step's ``[live, kv_heads, 1, head_dim]`` keys and values in column ``length`` and
-        return the layer's reserved keys and values, contiguous views ``[live, kv_heads, reserved,
-        head_dim]`` (columns past ``length`` are zero; the mask of ``open_column`` hides them)."""
-        column = self.length
-        self.keys[layer, : self.live, :, column] = keys[:, :, 0]
-        self.values[layer, : self.live, :, column] = values[:, :, 0]
+        """Store one step's ``[live, kv_heads, 1, head_dim]`` keys and values in each live row's next
+        column and return the layer's reserved keys and values, contiguous views ``[live, kv_heads,
+        reserved, head_dim]`` (columns a row has not filled are zero; the mask of ``open_column`` hides
+        them)."""
+        slots, columns = self._slots[: self.live], self.columns[: self.live]
+        self.keys[layer, slots, :, columns] = keys[:, :, 0]
+        self.values[layer, slots, :, columns] = values[:, :, 0]
         return self.keys[layer, : self.live], self.values[layer, : self.live]
 
     def close_column(self) -> None:
-        """The step has been written in every layer: advance to the next column."""
-        self.length += 1
+        """The step has been written in every layer: every live row advances one column."""
+        self.columns[: self.live] += 1
 
     def drop(self, done: torch.Tensor) -> torch.Tensor:
         """Remove the live rows flagged in ``done`` (bool ``[live]``).
@@ -156,6 +180,7 @@ class RowKVCache:
             self.keys[:, holes, :, columns] = self.keys[:, movers, :, columns]
             self.values[:, holes, :, columns] = self.values[:, movers, :, columns]
             self.valid[holes] = self.valid[movers]
+            self.columns[holes] = self.columns[movers]
             order[holes] = movers
         self.live = new_live
         return order

@@ -28,6 +28,7 @@ import logging
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
 from typing import Callable, Literal, Sequence
 
@@ -37,7 +38,7 @@ from torch.overrides import TorchFunctionMode
 
 from .cpu_features import cpu_features
 from .cuda_graphs import graphed_decoder
-from .kv_cache import RowKVCache
+from .kv_cache import RowKVCache, chunks_for
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,11 @@ class ModelSpec:
     linear_kernel: Literal["auto", "torch", "onednn"] = "auto"
     """matmul kernel of the LM's linear layers in this project's decode; auto: onednn for float32 on CPU
     (about 2x MKL's rate there), torch elsewhere. torch: float32 bit-identical to HF's (docs/cpu-kernels.md)."""
+    batch_invariant: bool = True
+    """a row's tokens do not depend on its batch mates: prompts prefilled in groups of one length, a
+    lone row computed as two by the linear layers (row-cache path, linear kernel auto; why and the
+    cost: docs/cpu-kernels.md). False: groups trade padding for fewer calls; rows can then part at
+    near-ties with their batch mates."""
 
     cuda_graphs: bool = True
     """on a GPU, replay the decode step from CUDA graphs (one launch per step) instead of launching
@@ -90,6 +96,8 @@ class ModelSpec:
             raise ValueError(f"attention must be auto, eager or sdpa, got {self.attention!r}")
         if self.linear_kernel not in ("auto", "torch", "onednn"):
             raise ValueError(f"linear_kernel must be auto, torch or onednn, got {self.linear_kernel!r}")
+        if not isinstance(self.batch_invariant, bool):
+            raise ValueError(f"batch_invariant must be a bool, got {self.batch_invariant!r}")
 
 
     @property
@@ -122,6 +130,29 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``F.linear`` through oneDNN (the op TorchInductor emits for CPU linears), on dense weights."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+class _NeverOneRow:
+    """``linear`` that computes a lone row as two (the row and a zero row), so that its result never
+    comes from another kernel than a batch's.
+
+    oneDNN (and MKL) send a one-row matmul (M = 1) to a matrix-vector kernel that sums in another order
+    than the blocked kernel of M >= 2; measured on the development CPU (AVX512-BF16) in float32 for every
+    weight shape of the default model (a row's result at M = 1 differs from its result at any larger M;
+    oneDNN's results for M = 2..512 agree to the bit), and not in bf16 (M = 1..512 agree). The
+    batch-invariance tests check this on the machine that runs them. A row alone is rare in a batched
+    decode (a single prompt, the last row still running), so the extra row costs little."""
+
+    def __init__(self, linear: Callable):
+        self.linear = linear
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        rows = x.shape[:-1].numel()
+        if rows != 1:
+            return self.linear(x, weight, bias)
+        flat = x.reshape(1, x.shape[-1])
+        two = torch.cat([flat, torch.zeros_like(flat)])
+        return self.linear(two, weight, bias)[:1].reshape(*x.shape[:-1], weight.shape[0])
 
 
 class _LinearKernelMode(TorchFunctionMode):
@@ -296,6 +327,8 @@ class FrozenLM:
         self.decoder = model.get_decoder()  # the transformer without the LM head
         self.lm_head = model.get_output_embeddings()
         self.linear = resolve_linear_kernel(self.spec.linear_kernel, self.dtype, self.device)
+        if self.spec.batch_invariant:
+            self.linear = _NeverOneRow(self.linear)
         # transformers 5.x names the decoder's KV cache argument and output ``cache``; 4.x (and 5.x up
         # to its removal, with a deprecation warning) ``past_key_values``
         parameters = inspect.signature(self.decoder.forward).parameters
@@ -401,7 +434,11 @@ class FrozenLM:
         and the lean step, prefilled in length groups (``prefill_groups`` with ``group_cost``; default
         ``PREFILL_GROUP_COST_TOKENS`` on a CPU, ``PREFILL_GROUP_COST_TOKENS_GPU`` elsewhere) so that
         short prompts are not padded to the longest; False keeps HF's forward and ``DynamicCache`` over
-        one padded batch (the reference path)."""
+        one padded batch (the reference path). ``group_cost`` defaults to 0 (groups of one length, no
+        padding: a prompt's prefill then does not depend on the other prompts) when
+        ``ModelSpec.batch_invariant``, else to ``PREFILL_GROUP_COST_TOKENS``."""
+        if group_cost is None:
+            group_cost = 0 if self.spec.batch_invariant else PREFILL_GROUP_COST_TOKENS
         use_row_cache = self.supports_row_cache if row_cache is None else row_cache
         if group_cost is None:
             group_cost = PREFILL_GROUP_COST_TOKENS if self.device.type == "cpu" else PREFILL_GROUP_COST_TOKENS_GPU
@@ -419,7 +456,7 @@ class FrozenLM:
             fan_out = fan_out.to(self.device)
             hidden, logits, next_position = hidden[fan_out], logits[fan_out], next_position[fan_out]
         if use_row_cache:
-            capacity = mask.shape[1] + max_new_tokens
+            capacity = chunks_for(mask.shape[1] + max_new_tokens)  # whole chunks: see RowKVCache
             if self.spec.cuda_graphs and (self.device.type == "cuda" or self.graphs_without_capture):
                 graphs = graphed_decoder(self, len(hidden), capacity, capture=self.device.type == "cuda")
                 return hidden, logits, GraphedRowCacheState(graphs, graphs.start(layer_kv, mask, fan_out, capacity),
@@ -512,11 +549,16 @@ class FrozenLM:
         self, prompts: Sequence[Sequence[int]], pooling: Literal["mean", "last"] = "mean", batch_size: int = 32
     ) -> torch.Tensor:
         """Final hidden states pooled over each prompt's tokens, float32 ``[n, hidden]`` on CPU. Prompts
-        go through in batches of similar length (sorted), so little of the work is padding."""
+        go through in batches of similar length (sorted), so little of the work is padding; with
+        ``ModelSpec.batch_invariant``, of one length (no padding), so a prompt's embedding does not
+        depend on the other prompts."""
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        runs = ([list(run) for _, run in groupby(order, key=lambda i: len(prompts[i]))]
+                if self.spec.batch_invariant else [order])
+        batches = [run[start:start + batch_size] for run in runs for start in range(0, len(run), batch_size)]
         chunks = []
-        for start in range(0, len(prompts), batch_size):
-            ids, mask = self.pad([prompts[i] for i in order[start:start + batch_size]])
+        for batch in batches:
+            ids, mask = self.pad([prompts[i] for i in batch])
             positions = positions_from_mask(mask)
             with self.linear_kernel():
                 hidden = self.decoder(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
@@ -528,7 +570,7 @@ class FrozenLM:
             chunks.append(pooled.float().cpu())
         embeddings = torch.empty(len(prompts), self.hidden_size)
         if chunks:
-            embeddings[order] = torch.cat(chunks)  # back to the caller's order
+            embeddings[[i for batch in batches for i in batch]] = torch.cat(chunks)  # back to the caller's order
         return embeddings
 
 

@@ -13,9 +13,11 @@ How splits are built (train, validation, test):
    round-robin, so every prefix of a split has the mixture's proportions (±1 per family).
 3. The pool is shuffled with the config seed and cut into disjoint blocks, test first, then
    validation, then train. When the pool is large enough, each block is exactly the split's
-   demand and no question repeats. When it is not (tiny pools, large splits), blocks are
-   proportional to the demands and a split cycles through its block, so questions may repeat
-   *within* a split but a question never appears in two splits: disjointness is by question text.
+   demand and no question repeats. When it is not (tiny pools, large splits), the splits take their
+   whole demand in that order while the pool lasts (one question kept for each later split) and a
+   split cycles through its block, so questions may repeat *within* a later split but a question
+   never appears in two splits: disjointness is by question text. Growing train or validation
+   therefore never changes test, nor the first problems of validation.
 
 The ``ood`` split (``test_size`` problems, for out-of-distribution evaluation) is built the same
 way from the held-out families ``ood_families`` (default: subtraction, subtraction word problems,
@@ -263,27 +265,26 @@ def family_schedule(weights: Mapping[str, float], n: int) -> list[str]:
 
 
 def allocate_blocks(pool_size: int, demands: Mapping[str, int]) -> dict[str, int]:
-    """How many distinct pool items each split gets (blocks are disjoint).
+    """How many distinct pool items each split gets (blocks are disjoint), splits served in the
+    order of ``demands`` (test, validation, train).
 
-    Exactly the demand when the pool covers all demands; otherwise shares proportional to the
-    demands (largest remainder), with at least one item for every split that asks for any.
+    Exactly the demand when the pool covers all demands; otherwise each split in turn gets its whole
+    demand while the pool lasts, keeping one item for every later split that asks for any (so a
+    split grown past the pool never changes the blocks of the splits served before it: growing
+    train or validation leaves test, and the first validation problems, as they were).
     """
     total = sum(demands.values())
     if total <= pool_size:
         return dict(demands)
-    wanted = {s: d for s, d in demands.items() if d > 0}
+    wanted = [s for s, d in demands.items() if d > 0]
     if len(wanted) > pool_size:
         raise ValueError(f"a pool of {pool_size} question(s) cannot be split among {len(wanted)} splits")
-    exact = {s: pool_size * d / total for s, d in wanted.items()}
-    shares = {s: max(1, int(x)) for s, x in exact.items()}
-    # Hand out what rounding left over, largest fractional part first; take back any excess
-    # (caused by the minimum of one) from the largest shares.
-    by_remainder = sorted(wanted, key=lambda s: exact[s] - int(exact[s]), reverse=True)
-    for s in itertools.islice(itertools.cycle(by_remainder), max(0, pool_size - sum(shares.values()))):
-        shares[s] += 1
-    while sum(shares.values()) > pool_size:
-        shares[max(shares, key=shares.__getitem__)] -= 1
-    return {s: shares.get(s, 0) for s in demands}
+    shares, left = dict.fromkeys(demands, 0), pool_size
+    for position, split in enumerate(wanted):
+        later = len(wanted) - position - 1  # one item kept for each
+        shares[split] = min(demands[split], left - later)
+        left -= shares[split]
+    return shares
 
 
 def build_splits(cfg: ArithmeticConfig) -> dict[str, list[Problem]]:
