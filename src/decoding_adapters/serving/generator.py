@@ -51,6 +51,7 @@ from ..policies.networks import (
     TokenPolicyChooser,
     check_compatible,
 )
+from ..tasks import get_task
 from ..tasks.base import Problem
 
 KEEP_DRAFT_NAME = "keep draft"
@@ -463,8 +464,6 @@ def _ended(result: DecodeResult, row: int) -> bool:
 
 def _adapter_task(config: AdapterConfig):
     """The task an adapter was trained on (its ``answer_complete`` ends a stopped draft)."""
-    from ..tasks import get_task
-
     if not config.task:
         raise ValueError("this draft-gated adapter stops at the first complete answer but names no task: "
                          "pass task= to AdaptiveGenerator")
