@@ -9,6 +9,9 @@ Stages (each resumable; outputs under ``--out``):
 2. ``train``: draft-gated adapters (``training.draft.DraftTrainer``) for each feature set of
    ``--features`` (and the prompt-fed control), each re-decode action set of ``--action-sets`` and
    each re-decode cost of ``--costs``; every choice is made on the validation table.
+   ``join``: one pair of tables from tables decoded in parts (``--parts``), optionally with the
+   re-decodes of another folder's tables (``--samples-from``: e.g. stopped drafts beside samples
+   decoded without the stop).
 3. ``compare``: on the validation table, per method, pass@1 (and pass@k with majority-vote accuracy
    at k > 1), decodes and tokens per problem, paired 95% intervals against Greedy, the strongest
    static method, the tuned confidence threshold at the same re-decode rate and the random gate
@@ -47,12 +50,50 @@ def tables(args, lm, task) -> None:
     splits = {"validation": args.val_problems, "train": args.train_problems}
     for split in args.splits.split(","):
         start = time.perf_counter()
-        problems = task.load(split)[: splits[split]]
+        problems = task.load(split)[args.offset: splits[split]]
         stored = OutcomeTable.load(args.stored) if args.stored and split == "train" else None
         build_draft_table(lm, task, problems, actions, samples=args.samples, token_budget=args.budget,
                           path=args.out / f"table_{split}.jsonl", split=split, seed=args.seed, stored=stored,
+                          draft_stop=args.draft_stop, sample_stop=args.sample_stop,
                           on_chunk=lambda done, total, s=split, t0=start: print(
                               f"{s}: {done}/{total} problems ({time.perf_counter() - t0:.0f} s)", flush=True))
+
+
+def join(args) -> None:
+    """One pair of tables in ``--out`` from the tables of ``--parts`` (folders decoded under the same
+    settings, e.g. a split's problems in two processes). With ``--samples-from``, every problem's
+    re-decodes are taken from that folder's tables instead (the same problems' samples decoded
+    another way, e.g. without the stop) and the header says so."""
+    from decoding_adapters.training.draft import DraftTable
+
+    for split in ("train", "validation"):
+        parts = [Path(p) / f"table_{split}.jsonl" for p in args.parts.split(",")]
+        tables = [DraftTable.load(p) for p in parts if p.is_file()]
+        if not tables:
+            continue
+        header = dict(tables[0].header)
+        if any(t.header != header for t in tables[1:]):
+            raise ValueError(f"the {split} tables of {args.parts} were decoded under other settings")
+        records = {pid: r for t in tables for pid, r in t.records.items()}
+        if args.samples_from:
+            other = DraftTable.load(Path(args.samples_from) / f"table_{split}.jsonl")
+            if other.header["actions"] != header["actions"]:
+                raise ValueError("--samples-from holds other re-decode actions")
+            missing = [pid for pid in records if pid not in other.records]
+            if missing:
+                raise ValueError(f"--samples-from lacks {len(missing)} {split} problems, e.g. {missing[0]}")
+            header.pop("redecode_stop_at_answer", None)
+            header.update({k: other.header[k] for k in ("samples", "redecode_stop_at_answer", "samples_from")
+                           if k in other.header})
+            header["samples_table"] = str(Path(args.samples_from) / f"table_{split}.jsonl")
+            records = {pid: {**r, "samples": other.records[pid]["samples"]} for pid, r in records.items()}
+        ids = sorted(records, key=lambda pid: int(pid.rsplit("/", 1)[1]))
+        args.out.mkdir(parents=True, exist_ok=True)
+        with (args.out / f"table_{split}.jsonl").open("w") as f:
+            f.write(json.dumps({"header": header}) + "\n")
+            for pid in ids:
+                f.write(json.dumps(records[pid]) + "\n")
+        print(f"{split}: {len(ids)} problems from {len(tables)} parts", flush=True)
 
 
 def adapter_name(features: str, actions: list[str], cost: float, overrides: dict | None = None) -> str:
@@ -72,9 +113,11 @@ def grid(spec: str) -> list[dict]:
 def train(args, lm, task) -> None:
     """One adapter per (features, re-decode action set, cost); the validation figure of each in
     ``train_summary.json`` (the choice is made there, on validation)."""
-    from decoding_adapters.training.draft import DraftTable, DraftTrainConfig, DraftTrainer
+    from decoding_adapters.training.draft import DraftTable, DraftTrainConfig, DraftTrainer, table_stops
 
-    names = [a.name for a in DraftTable.load(args.out / "table_train.jsonl").actions]
+    train_table = DraftTable.load(args.out / "table_train.jsonl")
+    names = [a.name for a in train_table.actions]
+    draft_stop, sample_stop = table_stops(train_table.header)  # the adapter decodes as its tables were
     action_sets = [[names[int(i)] for i in group.split("+")] for group in args.action_sets.split(",")]
     summary_path = args.out / f"train_summary{args.tag}.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
@@ -92,6 +135,7 @@ def train(args, lm, task) -> None:
                     steps=args.steps, prompts_per_step=args.prompts_per_step, val_every=args.val_every,
                     val_problems=args.val_problems, max_train_prompts=args.train_problems, prior_action=0,
                     checkpoint_every=args.val_every, seed=args.seed, lr=args.lr,
+                    draft_stop_at_answer=draft_stop, redecode_stop_at_answer=sample_stop,
                 ), **overrides})
                 start = time.perf_counter()
                 trainer = DraftTrainer(config, lm, task, args.out / "adapters" / name, progress=False)
@@ -146,7 +190,7 @@ def compare(args) -> dict:
     from decoding_adapters.evaluation import draft as ev
     from decoding_adapters.policies.draft import DraftContextConfig
     from decoding_adapters.policies.networks import load_adapter
-    from decoding_adapters.training.draft import DraftTable
+    from decoding_adapters.training.draft import DraftTable, table_stops
 
     table = DraftTable.load(args.out / "table_validation.jsonl")
     train_table = DraftTable.load(args.out / "table_train.jsonl")
@@ -157,7 +201,16 @@ def compare(args) -> dict:
     else:
         ids, tuning = table.problem_ids, table
     action = table.actions[0].name
-    out = {"report": args.report, "problems": len(ids), "action": action, "adapters": {}, "by_budget": {}}
+    draft_stop, sample_stop = table_stops(table.header)
+    # the draft alone is a static method: greedy, or (drafted with the stop) "Stop at first answer"
+    draft_name = "Stop at first answer" if draft_stop else "Greedy"
+    sampler_name = f"Sampler ({action}{', stop at first answer' if sample_stop else ''})"
+    greedy_table = None
+    if args.greedy_table:
+        greedy_table = DraftTable.load(Path(args.greedy_table) / (
+            "table_train.jsonl" if args.report == "train-holdout" else "table_validation.jsonl"))
+    out = {"report": args.report, "draft_stop_at_answer": draft_stop, "redecode_stop_at_answer": sample_stop,
+           "problems": len(ids), "action": action, "adapters": {}, "by_budget": {}}
     samples = min(len(table.records[i]["samples"][action]) for i in ids)
     features = args.threshold_features.split(",")
     on_train = ev.tune_threshold(train_table, train_ids, action, max_decodes=args.max_decodes, features=features)
@@ -170,10 +223,12 @@ def compare(args) -> dict:
             policy, config = load_adapter(args.out / "adapters" / name)
             x = table.context(ids, DraftContextConfig(**config.draft))
             choices[group] = (policy, x, [a.name for a in config.action_list], name)
-        rows = {"Greedy": ev.static_rows(table, ids, None, budget, "Greedy"),
-                f"Sampler ({action})": ev.static_rows(table, ids, action, budget, "Sampler")}
-        on_validation = {"Greedy": ev.static_rows(tuning, tuning.problem_ids, None, budget),  # Best: chosen there
-                         f"Sampler ({action})": ev.static_rows(tuning, tuning.problem_ids, action, budget)}
+        rows = {draft_name: ev.static_rows(table, ids, None, budget, draft_name),
+                sampler_name: ev.static_rows(table, ids, action, budget, "Sampler")}
+        on_validation = {draft_name: ev.static_rows(tuning, tuning.problem_ids, None, budget),  # Best: chosen there
+                         sampler_name: ev.static_rows(tuning, tuning.problem_ids, action, budget)}
+        if greedy_table is not None:  # greedy run to EOS or the budget, decoded in other batches
+            rows["Greedy (reference)"] = ev.static_rows(greedy_table, ids, None, budget, "Greedy")
         best_name = max(on_validation, key=lambda n: sum(on_validation[n].passed) / len(tuning.problem_ids))
         rows["Best"] = rows[best_name]
         redecode_all = ev.gated_rows(table, ids, [1] * len(ids), [action], budget, "redecode")
@@ -205,7 +260,7 @@ def compare(args) -> dict:
         if budget > 1:
             rows["Confidence-weighted vote"] = ev.weighted_vote_rows(table, ids, action, budget, "DeepConf vote")
             rows["Agreement stopping"] = ev.agreement_rows(table, ids, action, budget, "Adaptive-Consistency")
-        against = {"greedy": rows["Greedy"], "best": rows["Best"]}
+        against = {draft_name.lower().replace(" ", "_"): rows[draft_name], "best": rows["Best"]}
         for extra in ("Confidence threshold (same share)", "Random gate (same share)"):
             if extra in rows:
                 against[extra.split(" (")[0].lower().replace(" ", "_")] = rows[extra]
@@ -225,7 +280,7 @@ def compare(args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("stage", choices=["tables", "train", "compare"])
+    parser.add_argument("stage", choices=["tables", "join", "train", "compare"])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--task", default="arithmetic")
     parser.add_argument("--val-problems", type=int, default=100)
@@ -238,6 +293,15 @@ def main() -> None:
                         help="tables: an outcome table whose samples of --actions stand in for decoding them on "
                         "the training split (e.g. docs/headroom/predictability/outcomes.jsonl)")
     parser.add_argument("--splits", default="validation,train", help="tables: which splits' tables to build")
+    parser.add_argument("--parts", default="", help="join: ','-separated folders whose tables are joined")
+    parser.add_argument("--samples-from", default="",
+                        help="join: a folder whose tables' re-decodes replace the parts' (the same problems)")
+    parser.add_argument("--offset", type=int, default=0,
+                        help="tables: start at this problem (a second process can decode the rest into another --out)")
+    parser.add_argument("--draft-stop", action="store_true",
+                        help="tables: the drafts end at their first complete answer (Task.answer_complete)")
+    parser.add_argument("--sample-stop", action="store_true",
+                        help="tables: the re-decodes end at their first complete answer")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--budget", type=int, default=48)
     parser.add_argument("--dtype", default="bfloat16")
@@ -258,6 +322,9 @@ def main() -> None:
                         "--train-problems (which no adapter trained on; every choice stays on validation)")
     parser.add_argument("--grid", default="",
                         help='train: JSON of DraftTrainConfig fields to lists of values, e.g. {"policy_hidden": [32]}')
+    parser.add_argument("--greedy-table", default="",
+                        help="compare: a --out folder whose tables hold the same problems' greedy drafts run to EOS "
+                        "or the budget: a reference 'Greedy' row where this folder's drafts stop at the first answer")
     parser.add_argument("--max-decodes", type=float, default=1.5,
                         help="compare: the decodes per problem a chosen adapter or tuned threshold may spend at B = 1")
     parser.add_argument("--threshold-features", default="max_prob_mean,max_prob_min,entropy_mean,entropy_max",
@@ -266,6 +333,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.stage == "join":
+        return join(args)
     print(f"CPU: {cpu_features().describe()}", flush=True)
     lm = load_frozen_lm(ModelSpec(dtype=args.dtype))
     task = get_task(args.task)

@@ -12,11 +12,18 @@ from test_evaluation import HasOneTask
 
 from decoding_adapters.core.stats import pass_at_k
 from decoding_adapters.decoding.actions import DecodingAction
-from decoding_adapters.evaluation import EvalConfig, evaluate, greedy_method, static_method
+from decoding_adapters.evaluation import (
+    EvalConfig,
+    evaluate,
+    greedy_method,
+    static_method,
+    stop_at_first_answer_method,
+)
 from decoding_adapters.evaluation import draft as ev
 from decoding_adapters.evaluation.methods import adapter_method
 from decoding_adapters.policies.draft import DraftContextConfig
 from decoding_adapters.policies.networks import AdapterConfig, SequencePolicy, SequencePolicyConfig, save_adapter
+from decoding_adapters.reporting import report
 from decoding_adapters.training.draft import DraftTable
 
 SAMPLER = DecodingAction(temperature=1.25)
@@ -30,8 +37,9 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def draft_adapter(directory, lm, keep: bool) -> str:
-    context = DraftContextConfig(features="mean", token_budget=6)
+def draft_adapter(directory, lm, keep: bool, stops: tuple[bool, bool] = (False, False)) -> str:
+    context = DraftContextConfig(features="mean", token_budget=6, draft_stop_at_answer=stops[0],
+                                 redecode_stop_at_answer=stops[1])
     policy = SequencePolicy(SequencePolicyConfig(embed_dim=context.dim(lm.hidden_size), num_actions=2,
                                                  prior=(0.99, 0.01) if keep else (0.01, 0.99),
                                                  input_norm="standardise"))
@@ -71,6 +79,44 @@ def test_draft_gated_rows_in_evaluate(tmp_path, tiny_lm):
     assert compute["Draft-gated keep"]["tokens_per_problem"]["1"] == pytest.approx(
         sum(result.details["lengths"]["Greedy"]) / 3)
     assert result.details["action_usage"]["Draft-gated keep"][0] == 1  # output 0: the draft
+
+
+class AnswersAtTwoTokens(HasOneTask):
+    """The has-one task whose "complete answer" is any text of two or more characters."""
+
+    def answer_complete(self, problem, text):
+        return len(text) >= 2
+
+
+def test_a_stopped_draft_is_stop_at_first_answer_in_evaluate(tmp_path, tiny_lm):
+    """A draft-gated adapter drafting with the stop that keeps every draft is the "Stop at first
+    answer" row (same generations, same tokens); one that re-decodes everything with the stop is the
+    sampler stopped likewise; the controls built with the stops decode the same draft."""
+    task = AnswersAtTwoTokens()
+    keep = adapter_method(draft_adapter(tmp_path / "keep", tiny_lm, True, (True, True)), tiny_lm, name="Keep")
+    redo = adapter_method(draft_adapter(tmp_path / "redo", tiny_lm, False, (True, True)), tiny_lm, name="Redo")
+    stopped_sampler = dataclasses.replace(static_method(SAMPLER, name="Sampler stopped"), stop_at_answer=True)
+    methods = [stop_at_first_answer_method(), greedy_method(), stopped_sampler, keep, redo,
+               ev.random_gate_method(SAMPLER, 0.0, "Random 0", stops=(True, True))]
+    cfg = EvalConfig(k_values=(1,), seeds=1, token_budget=6, keep_trajectories=3)
+    result = evaluate(tiny_lm, task, task.load("test"), methods, cfg, batch_rows=16)
+    per, shared = result.details["per_problem"], result.details["methods"]
+    assert per["Keep"] == per["Stop at first answer"] == per["Random 0"]
+    assert per["Redo"]["pass@1"] == per["Sampler stopped"]["pass@1"]
+    assert shared["Keep"]["tokens_per_problem"]["1"] == pytest.approx(
+        shared["Stop at first answer"]["tokens_per_problem"]["1"])
+    assert shared["Keep"]["tokens_per_problem"]["1"] < shared["Greedy"]["tokens_per_problem"]["1"]
+    assert ev.draft_stops(keep) == (True, True) and ev.draft_stops(greedy_method()) == (False, False)
+    assert result.details["draft"]["Keep"]["tokens_per_problem"]["1"] == pytest.approx(
+        shared["Stop at first answer"]["tokens_per_problem"]["1"])
+    # the report: its draft-gated section and the accuracy-per-compute points hold the draft rows
+    rows = {r["method"]: r for r in report.draft_rows(result.details)}
+    assert rows["Keep"]["redecode_share"] == 0 and rows["Keep"]["n_kept"] == 3 and rows["Keep"]["redecoded"] is None
+    assert rows["Redo"]["n_redecoded"] == 3 and rows["Redo"]["redecoded"] == pytest.approx(
+        sum(r[0] for r in per["Redo"]["pass@1"]) / 3)
+    assert "| Keep | 1 | 0% |" in report.draft_section(result.details)
+    points = {p["method"] for p in report.compute_points(result.results, result.details)}
+    assert {"Keep", "Redo", "Random 0"} <= points
 
 
 def _record(draft: float, answer: str, conf: float, samples: list[tuple[float, str, float]]) -> dict:

@@ -76,16 +76,57 @@ def test_served_response_says_whether_the_draft_was_kept_and_what_it_cost(genera
     assert text == full["choices"][0]["message"]["content"]  # the streamed tokens are the final answer's
 
 
-def test_a_kept_draft_at_n_2_streams_one_answer_and_ends_the_other_empty(generators):
+def test_a_kept_draft_at_n_2_answers_with_two_choices(generators):
+    """A client that asks for n = 2 gets two choices where the draft is kept, streamed or not: the
+    draft and a sample of the adapter's most probable re-decode action (two decodes)."""
     body = dict(model=generators[True].name, messages=[{"role": "user", "content": "Hi"}], max_tokens=BUDGET, n=2,
-                stream=True)
+                seed=5)
     with BackgroundServer(create_app(generators[True], LIMITS)) as url:
-        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as r:
+        full = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60).json()
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json={**body, "stream": True}, timeout=60) as r:
             chunks = [json.loads(line[6:]) for line in r.iter_lines()
                       if line.startswith("data: ") and line != "data: [DONE]"]
-    texts, reasons = {}, {}
+    assert len(full["choices"]) == 2 and all(c["message"]["content"] for c in full["choices"])
+    infos = full["decoding_adapter"]["choices"]
+    assert all(i["draft_kept"] and i["decodes"] == 2 for i in infos)
+    texts = {}
     for chunk in chunks:
         for c in chunk["choices"]:
             texts[c["index"]] = texts.get(c["index"], "") + (c["delta"].get("content") or "")
-            reasons[c["index"]] = c.get("finish_reason") or reasons.get(c["index"])
-    assert texts.get(1, "") == "" and reasons[1] == "stop" and texts[0]
+    assert texts == {i: c["message"]["content"] for i, c in enumerate(full["choices"])}
+    library = generators[True].generate(["Hi"], parallel_budget=2)[0]  # the library call: the draft alone
+    assert library.draft_kept and library.decodes == 1 and len(library.completions) == 1
+
+
+class _AnswerAfterTwoCharacters:
+    """A task stand-in whose "complete answer" is any text of two or more characters."""
+
+    def answer_complete(self, problem, text):
+        return len(text) >= 2
+
+
+def test_a_stopping_adapter_serves_the_stopped_draft(tmp_path, tiny_lm):
+    """A draft-gated adapter that drafts (and re-decodes) with the stop ends its answers at the task's
+    first complete answer, reports them as stopped, and without a task to ask it is refused."""
+    base = str(save_tiny_base(tiny_lm, tmp_path / "base"))
+    context = DraftContextConfig(features="confidence", token_budget=BUDGET, draft_stop_at_answer=True,
+                                 redecode_stop_at_answer=True)
+    prompt = "What is 2+3?"
+    prompts = tiny_lm.encode_chat([[{"role": "user", "content": prompt}]])
+    checks = [lambda text: len(text) >= 2]
+    draft = decode(tiny_lm, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=BUDGET, stop_checks=checks)
+    for keep in (True, False):
+        policy = SequencePolicy(SequencePolicyConfig(embed_dim=context.dim(tiny_lm.hidden_size), num_actions=2,
+                                                     prior=(0.99, 0.01) if keep else (0.01, 0.99),
+                                                     input_norm="standardise"))
+        config = AdapterConfig(kind="draft", policy=dataclasses.asdict(policy.config), actions=[SAMPLER.to_dict()],
+                               base_model=base, base_fingerprint=tiny_lm.fingerprint(),
+                               draft=dataclasses.asdict(context))
+        adapter = Adapter.from_pretrained(save_adapter(tmp_path / f"stop-{keep}", policy, config), lm=tiny_lm)
+        out = adapter.generator(task=_AnswerAfterTwoCharacters()).generate([prompt])[0]
+        assert out.draft_tokens == int(draft.lengths[0]) and out.draft_kept is keep
+        if keep:
+            assert out.completions == draft.texts
+        assert len(out.completions[0]) >= 2 and out.finish_reasons == ["stop"]
+        with pytest.raises(ValueError, match="names no task"):
+            adapter.generator()

@@ -19,6 +19,7 @@ from decoding_adapters.training.draft import (
     DraftTrainConfig,
     arm_values,
     build_draft_table,
+    table_stops,
 )
 
 _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "planted.py"
@@ -93,3 +94,26 @@ def test_draft_trainer_recovers_the_planted_optimum(tmp_path, seed):
 def test_prompt_fed_control_finds_nothing(tmp_path):
     result = planted.run_draft(0, tmp_path, features="prompt")
     assert abs(result["recovered"]) <= 0.1, json.dumps(result["values"])
+
+
+def test_a_table_decoded_with_the_stop_says_so(tmp_path, tiny_lm, monkeypatch):
+    """Drafts and samples decoded with the stop end at their first complete answer (here: after one
+    token), the header records it, a table without it is refused under it, and stored samples (decoded
+    without the stop) cannot stand in for stopped ones."""
+    task = get_task("arithmetic")
+    monkeypatch.setattr(task, "answer_complete", lambda problem, text: True)
+    problems = task.load("validation")[:2]
+    path = tmp_path / "stopped.jsonl"
+    table = build_draft_table(tiny_lm, task, problems, [SAMPLER], samples=2, token_budget=4, path=path,
+                              split="validation", draft_stop=True, sample_stop=True)
+    assert table_stops(table.header) == (True, True)
+    for record in table.records.values():
+        assert record["draft"]["length"] == 1 and record["draft"]["confidence"][5] == 1.0
+        assert [s["length"] for s in record["samples"][SAMPLER.name]] == [1, 1]
+    with pytest.raises(ValueError, match="other settings"):
+        build_draft_table(tiny_lm, task, problems, [SAMPLER], samples=2, token_budget=4, path=path,
+                          split="validation")
+    with pytest.raises(ValueError, match="stored samples"):
+        build_draft_table(tiny_lm, task, problems, [SAMPLER], samples=2, token_budget=4, path=tmp_path / "s.jsonl",
+                          split="train", sample_stop=True, stored=object())
+    assert table_stops({}) == (False, False)

@@ -66,6 +66,7 @@ __all__ = [
     "threshold_gate_method",
     "random_gate_method",
     "draft_summaries",
+    "draft_stops",
     "draft_choices",
     "draft_compute",
 ]
@@ -322,26 +323,42 @@ class RandomGate(ThresholdGate):
         return choice, torch.nn.functional.one_hot(choice, self.num_outputs).float()
 
 
+def _stop_context(stops: tuple[bool, bool]) -> dict:
+    return {"features": "confidence", "draft_stop_at_answer": bool(stops[0]),
+            "redecode_stop_at_answer": bool(stops[1])}
+
+
 def threshold_gate_method(action: DecodingAction, feature: str, threshold: float,
-                          name: str = "Confidence threshold") -> Method:
-    """The tuned confidence threshold (chosen on validation) as an evaluation row."""
+                          name: str = "Confidence threshold", stops: tuple[bool, bool] = (False, False)) -> Method:
+    """The tuned confidence threshold (chosen on validation) as an evaluation row. ``stops``: the
+    draft and the re-decodes end at their first complete answer (as the adapter it is compared to)."""
     return Method(name, "draft", [action], role="confidence threshold", level="sequence",
-                  policy=ThresholdGate(feature, threshold), policy_mode="argmax",
-                  draft_context={"features": "confidence"})
+                  policy=ThresholdGate(feature, threshold), policy_mode="argmax", draft_context=_stop_context(stops))
 
 
-def random_gate_method(action: DecodingAction, share: float, name: str = "Random gate") -> Method:
+def random_gate_method(action: DecodingAction, share: float, name: str = "Random gate",
+                       stops: tuple[bool, bool] = (False, False)) -> Method:
     """A gate that re-decodes a random ``share`` of problems (drawn per seed, problem and k)."""
     return Method(name, "draft", [action], role="random gate", level="sequence", policy=RandomGate(share),
-                  policy_mode="sample", draft_context={"features": "confidence"})
+                  policy_mode="sample", draft_context=_stop_context(stops))
 
 
-def draft_summaries(lm, prompts, token_budget: int, batch_rows: int = 64) -> DraftSummary:
-    """The greedy draft's summary of every prompt (the draft pass, in chunks of ``batch_rows``)."""
+def draft_stops(method: Method) -> tuple[bool, bool]:
+    """Whether a draft-gated method's (draft, re-decodes) end at their first complete answer."""
+    context = method.draft_context or {}
+    return bool(context.get("draft_stop_at_answer", False)), bool(context.get("redecode_stop_at_answer", False))
+
+
+def draft_summaries(lm, prompts, token_budget: int, batch_rows: int = 64,
+                    answer_complete: Sequence | None = None) -> DraftSummary:
+    """The greedy draft's summary of every prompt (the draft pass, in chunks of ``batch_rows``).
+    ``answer_complete``: per prompt, the check that ends its draft at its first complete answer
+    (None: drafts run to EOS or the budget)."""
     parts = []
     for start in range(0, len(prompts), batch_rows):
+        checks = None if answer_complete is None else list(answer_complete[start:start + batch_rows])
         result = decode(lm, prompts[start:start + batch_rows], ActionSet([GREEDY]), row_actions=0,
-                        token_budget=token_budget, record_features=True)
+                        token_budget=token_budget, record_features=True, stop_checks=checks)
         parts.append(summarise_draft(result))
     return DraftSummary.cat(parts)
 

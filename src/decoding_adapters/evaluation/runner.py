@@ -25,7 +25,7 @@ from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, encode_pro
 from ..policies.networks import TokenPolicyChooser, UniformChooser
 from ..selection.best import BestStatic, best_static_from_counts
 from ..tasks import content_hash
-from .draft import draft_choices, draft_compute, draft_summaries
+from .draft import draft_choices, draft_compute, draft_stops, draft_summaries
 from .methods import STOP_CANDIDATE, EvalConfig, Method, static_method, stop_at_first_answer_method
 
 __all__ = [
@@ -94,8 +94,10 @@ def _sample_keys(method: Method, cfg: EvalConfig, s: int, i: int, pid: str, choi
     """For each k (in ``cfg.k_values`` order) the n keys of the samples pass@k is computed from."""
     n, ks, once = cfg.n, cfg.k_values, cfg.decode_deterministic_once
     if method.kind == "draft":  # the draft alone (kept), or the draft then n samples of the chosen action
-        draft = _static_key(GREEDY, s, i, 0, once)
-        return [[draft] if c == 0 else [draft] + [_static_key(method.actions[c - 1], s, i, j, once) for j in range(n)]
+        draft_stop, redecode_stop = draft_stops(method)
+        draft = _static_key(GREEDY, s, i, 0, once, draft_stop)
+        return [[draft] if c == 0 else [draft] + [_static_key(method.actions[c - 1], s, i, j, once, redecode_stop)
+                                                  for j in range(n)]
                 for c in choices[method.name][s][i]]
     if method.decodes_own_rows:
         keys = [TokenKey(method.name, s, i, j) for j in range(n)]
@@ -439,10 +441,14 @@ def evaluate(
     factory = rollouts_factory or _default_factory(lm, batch_rows)
     prompts, cot = encode_problems(lm, task, problems, cfg.cot_ratio, cfg.seed)
     choices = {m.name: _sequence_choices(m, lm, prompts, cfg, problems) for m in methods if m.kind == "sequence"}
-    if any(m.kind == "draft" for m in methods):  # the draft pass: one greedy decode that records hidden states
-        summary = draft_summaries(lm, prompts, cfg.token_budget, batch_rows)
-        choices.update({m.name: draft_choices(m, lm, prompts, cfg, problems, summary)
-                        for m in methods if m.kind == "draft"})
+    summaries = {}  # the draft pass: one greedy decode that records hidden states (per kind of draft)
+    for m in methods:
+        if m.kind == "draft":
+            stop = draft_stops(m)[0]
+            if stop not in summaries:
+                checks = [functools.partial(task.answer_complete, p) for p in problems] if stop else None
+                summaries[stop] = draft_summaries(lm, prompts, cfg.token_budget, batch_rows, checks)
+            choices[m.name] = draft_choices(m, lm, prompts, cfg, problems, summaries[stop])
     _warn_token_budgets(methods, cfg)
     modes = {id(p): p.training for m in methods for p in m.all_policies}
     for m in methods:
@@ -645,12 +651,13 @@ def _draft_details(m: Method, cfg, problems, choices, store: _Store) -> dict:
     """A draft-gated method's choices ``[seed][problem][k index]`` (0 keeps the draft) and its compute
     per k: decodes and tokens per problem (the draft counted), re-decoded share."""
     once = cfg.decode_deterministic_once
-    lengths = [store.length[_static_key(GREEDY, 0, i, 0, once)] for i in range(len(problems))]
+    draft_stop, redecode_stop = draft_stops(m)
+    lengths = [store.length[_static_key(GREEDY, 0, i, 0, once, draft_stop)] for i in range(len(problems))]
     redecode = []
     for i in range(len(problems)):
         per_action = []
         for a in m.actions:
-            keys = [_static_key(a, s, i, j, once) for s in range(cfg.seeds) for j in range(cfg.n)]
+            keys = [_static_key(a, s, i, j, once, redecode_stop) for s in range(cfg.seeds) for j in range(cfg.n)]
             known = [store.length[key] for key in keys if key in store.length]
             per_action.append(statistics.fmean(known) if known else 0.0)
         redecode.append(per_action)

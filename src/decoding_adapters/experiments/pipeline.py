@@ -436,9 +436,10 @@ def draft_controls(lm, task, cfg: StudyConfig, actions: Path, adapter: Path, tab
     share = float((choice > 0).double().mean())
     action = config.action_list[0]
     tuned = draft_eval.tune_threshold(table, ids, action.name, max_decodes=1.5)
-    return [draft_eval.random_gate_method(action, share, f"Random gate ({share:.0%})"),
+    stops = (bool(config.draft.get("draft_stop_at_answer")), bool(config.draft.get("redecode_stop_at_answer")))
+    return [draft_eval.random_gate_method(action, share, f"Random gate ({share:.0%})", stops=stops),
             draft_eval.threshold_gate_method(action, tuned["feature"], tuned["threshold"],
-                                             f"Confidence threshold ({tuned['feature']})")]
+                                             f"Confidence threshold ({tuned['feature']})", stops=stops)]
 
 
 # ---- train token ---------------------------------------------------------------------------------

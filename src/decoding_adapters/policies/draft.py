@@ -24,7 +24,7 @@ from typing import Callable, Literal, Sequence
 import torch
 
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction
-from ..decoding.loop import DecodeResult, StepCallback, decode, row_seed
+from ..decoding.loop import DecodeResult, StepCallback, StopCheck, decode, row_seed
 from .networks import SequencePolicy
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "DraftGatedResult",
     "draft_gated_decode",
     "redecode_rows",
+    "fill_actions",
     "expected_decodes",
 ]
 
@@ -64,6 +65,11 @@ class DraftContextConfig:
     """The draft's (and every re-decode's) token budget; the length feature is a fraction of it."""
     pooling: Literal["mean", "last"] = "mean"
     """Pooling of the prompt embedding (features='prompt' only)."""
+    draft_stop_at_answer: bool = False
+    """The draft ends at its first complete answer (the task's ``answer_complete``: greedy as the
+    "Stop at first answer" baseline decodes it), and the policy reads the stopped draft."""
+    redecode_stop_at_answer: bool = False
+    """Every re-decode ends at its first complete answer too."""
 
     def __post_init__(self) -> None:
         if self.features not in DRAFT_FEATURE_SETS:
@@ -114,8 +120,12 @@ def summarise_draft(result: DecodeResult) -> DraftSummary:
     max_prob_mean = (result.max_prob * masked).sum(1) / lengths
     max_prob_min = result.max_prob.masked_fill(~valid, 1.0).amin(1)
     length_fraction = result.lengths.float() / result.token_budgets.clamp(min=1).float()
+    # "ended on its own": at EOS, or (a draft decoded with the stop) at its first complete answer
+    ended = result.stopped_at_eos
+    if result.stopped_by_check is not None:
+        ended = ended | result.stopped_by_check
     confidence = torch.stack([entropy_mean, entropy_max, max_prob_mean, max_prob_min, length_fraction,
-                              result.stopped_at_eos.float()], dim=1)
+                              ended.float()], dim=1)
     features = result.features.float()  # [N, T, H]
     mean_hidden = (features * masked.unsqueeze(-1)).sum(1) / lengths.unsqueeze(-1)
     last = (result.lengths - 1).clamp(min=0)
@@ -188,6 +198,8 @@ def draft_gated_decode(
     token_budgets: Sequence[int] | None = None,
     on_draft: Callable[[DecodeResult, torch.Tensor], None] | None = None,
     on_redecode_step: StepCallback | None = None,
+    answer_complete: Sequence[StopCheck | None] | None = None,
+    fill_kept: bool = False,
 ) -> DraftGatedResult:
     """Draft, summarise, choose and re-decode, for a batch of prompts (token-id lists).
 
@@ -198,13 +210,24 @@ def draft_gated_decode(
     threshold, run through the same path). ``token_budgets``: per prompt (default: the context's,
     the budget the policy was trained at). ``on_draft(draft, choices)``: called once the choice is
     made, before re-decoding (e.g. to stream a kept draft). ``on_redecode_step``: the decode loop's
-    callback for the re-decode pass (row indices are re-decode rows, ``DraftGatedResult.redecode_prompt``)."""
+    callback for the re-decode pass (row indices are re-decode rows, ``DraftGatedResult.redecode_prompt``).
+    ``answer_complete``: per prompt, the task's "holds a complete answer" check on a text; the draft
+    and re-decodes end there where the context says so (``draft_stop_at_answer``,
+    ``redecode_stop_at_answer``). A context with a stop needs it (a prompt's None: no stop for it).
+    ``fill_kept``: at B > 1 a kept draft gets B - 1 samples of the policy's most probable re-decode
+    action too, so every prompt has B answers (a client that asked for B completions; B decodes)."""
     n = len(prompts)
     budgets_t = torch.as_tensor([budgets] * n if isinstance(budgets, int) else list(budgets), dtype=torch.long)
     seeds = [row_seed(seed, p) for p in range(n)] if seeds is None else list(seeds)
     lengths = [context.token_budget] * n if token_budgets is None else list(token_budgets)
+    checks = list(answer_complete) if answer_complete is not None else None
+    if checks is not None and len(checks) != n:
+        raise ValueError(f"got {len(checks)} answer checks for {n} prompts")
+    if checks is None and (context.draft_stop_at_answer or context.redecode_stop_at_answer):
+        raise ValueError("this adapter stops at the first complete answer: pass the task's answer_complete checks")
     draft = decode(lm, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=lengths,
-                   record_features=context.features != "prompt", row_seeds=seeds)
+                   record_features=context.features != "prompt", row_seeds=seeds,
+                   stop_checks=checks if context.draft_stop_at_answer else None)
     summary = summarise_draft(draft) if context.features != "prompt" else None
     if choose is not None:
         choices = torch.as_tensor(choose(summary, budgets_t), dtype=torch.long)
@@ -217,26 +240,39 @@ def draft_gated_decode(
     if on_draft is not None:
         on_draft(draft, choices)
     return _redecode(lm, prompts, draft, choices, probs, budgets_t, seeds, lengths, redecode_actions,
-                     on_redecode_step)
+                     on_redecode_step, checks if context.redecode_stop_at_answer else None, fill_kept)
+
+
+def fill_actions(choices: torch.Tensor, probs: torch.Tensor, budgets: torch.Tensor, fill_kept: bool) -> list[int]:
+    """Per prompt, the policy output whose rows the second pass decodes (0: none): the chosen one,
+    or, with ``fill_kept``, for a draft kept at B > 1 the most probable re-decode output."""
+    out = []
+    for p in range(len(choices)):
+        choice = int(choices[p])
+        if choice == KEEP_DRAFT and fill_kept and int(budgets[p]) > 1:
+            choice = 1 + int(probs[p, 1:].argmax())
+        out.append(choice)
+    return out
 
 
 def _redecode(lm, prompts, draft: DecodeResult, choices, probs, budgets, seeds, lengths, actions,
-              on_step) -> DraftGatedResult:
-    """The second pass: B - 1 (at B = 1: one) rows of the chosen action for every re-decoded prompt."""
+              on_step, checks=None, fill_kept: bool = False) -> DraftGatedResult:
+    """The second pass: B - 1 (at B = 1: one) rows of the chosen action for every re-decoded prompt
+    (and, ``fill_kept``, for every draft kept at B > 1)."""
     n = len(prompts)
     prompt_of_row, row_actions, row_seeds = [], [], []
-    for p in range(n):
-        if int(choices[p]) != KEEP_DRAFT:
+    for p, output in enumerate(fill_actions(choices, probs, budgets, fill_kept)):
+        if output != KEEP_DRAFT:
             for j in range(redecode_rows(int(budgets[p]))):
                 prompt_of_row.append(p)
-                row_actions.append(int(choices[p]) - 1)
+                row_actions.append(output - 1)
                 row_seeds.append(row_seed(seeds[p], "redecode", j))
     redecoded = None
     if prompt_of_row:
         redecoded = decode(lm, prompts, ActionSet(list(actions)), prompt_of_row=prompt_of_row,
                            row_actions=row_actions, token_budget=[lengths[p] for p in prompt_of_row],
-                           row_seeds=row_seeds,
-                           on_step=on_step)
+                           row_seeds=row_seeds, on_step=on_step,
+                           stop_checks=None if checks is None else [checks[p] for p in prompt_of_row])
     texts = [[draft.texts[p]] for p in range(n)]
     decodes, tokens = [1] * n, [int(draft.lengths[p]) for p in range(n)]
     for r, p in enumerate(prompt_of_row):

@@ -894,6 +894,53 @@ def compute_points(results: Mapping, details: Mapping | None) -> list[dict]:
     return points
 
 
+def draft_rows(details: Mapping | None) -> list[dict]:
+    """Per draft-gated method (``eval_details.json["draft"]``) and k: the share of (seed, problem)
+    pairs re-decoded and pass@k over the kept and over the re-decoded ones (None where there are
+    none): ``{method, k, redecode_share, kept, redecoded, n_kept, n_redecoded}``."""
+    out = []
+    per_problem = (details or {}).get("per_problem", {})
+    for name, info in ((details or {}).get("draft") or {}).items():
+        choices = info.get("choices_by_seed")  # [seed][problem][k index]
+        ks = [int(k) for k in info.get("k_values", [])]
+        if not choices or not ks:
+            continue
+        for ki, k in enumerate(ks):
+            scores = per_problem.get(name, {}).get(f"pass@{k}")  # [problem][seed]
+            kept, redone = [], []
+            for s, per_seed in enumerate(choices):
+                for i, per_k in enumerate(per_seed):
+                    if scores is None or i >= len(scores) or s >= len(scores[i]):
+                        continue
+                    (kept if per_k[ki] == 0 else redone).append(float(scores[i][s]))
+            share = info["redecode_share"][str(k)]
+            out.append({"method": name, "k": k, "redecode_share": share, "n_kept": len(kept),
+                        "n_redecoded": len(redone), "kept": sum(kept) / len(kept) if kept else None,
+                        "redecoded": sum(redone) / len(redone) if redone else None})
+    return out
+
+
+def draft_section(details: Mapping | None) -> str:
+    """Markdown: what each draft-gated method did (re-decoded share) and how its kept and its
+    re-decoded answers scored; '' when the evaluation has none."""
+    rows = draft_rows(details)
+    if not rows:
+        return ""
+
+    def pct(value):
+        return "–" if value is None else f"{100 * value:.1f}"
+
+    lines = [_row(["Method", "k", "re-decoded", "pass@k where kept (n)", "pass@k where re-decoded (n)"]),
+             _row(["---", "---:", "---:", "---:", "---:"])]
+    for r in rows:
+        lines.append(_row([r["method"], str(r["k"]), f"{100 * r['redecode_share']:.0f}%",
+                           f"{pct(r['kept'])} ({r['n_kept']})", f"{pct(r['redecoded'])} ({r['n_redecoded']})"]))
+    return "\n".join(lines) + (
+        "\n\nA draft-gated method decodes greedily first and keeps the draft or re-decodes; the kept "
+        "answers are the draft's, the re-decoded ones the chosen action's (at k > 1 with the draft among "
+        "them). Counts are (seed, problem) pairs.")
+
+
 def _compute_cell(values: Sequence[float], digits: int) -> str:
     return " · ".join(f"{v:.{digits}f}" for v in values)
 
@@ -1147,6 +1194,9 @@ def _markdown(title, results, details, figs, sections=()) -> str:
     per_compute = compute_section(results, details)
     if per_compute:
         parts += ["## Accuracy per compute", "", per_compute, ""]
+    gated = draft_section(details)
+    if gated:
+        parts += ["## Draft-gated methods", "", gated, ""]
     cost = cost_table(details)
     if cost:
         parts += ["## Evaluation cost", "", cost, ""]

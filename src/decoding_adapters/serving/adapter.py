@@ -306,15 +306,18 @@ class Adapter:
         return [SamplingParams(**d) for d in self.sampling_params_dicts(prompts, n, **kwargs)]
 
     # ---- this project's own decode loop ---------------------------------------------------------
-    def generator(self, max_batch_rows: int = 64) -> AdaptiveGenerator:
+    def generator(self, max_batch_rows: int = 64, task=None) -> AdaptiveGenerator:
         """An ``AdaptiveGenerator`` on the bound LM: this project's batched decode loop, the one behind
-        ``generate`` and ``serve``. ``max_batch_rows`` bounds the rows (prompts x B) of one decode."""
+        ``generate`` and ``serve``. ``max_batch_rows`` bounds the rows (prompts x B) of one decode.
+        ``task``: where a draft-gated adapter stops at the first complete answer, the task that says
+        where (default: the adapter's own, by the name it was trained on)."""
         if self.lm is None:
             raise ValueError(
                 "the project's decode loop needs the LM: load with Adapter.from_pretrained(dir, lm='base') "
                 "(its own base model) or lm=<model>, or bind one"
             )
-        return AdaptiveGenerator(self.policy, self.config, self.lm, name=self.name, max_batch_rows=max_batch_rows)
+        return AdaptiveGenerator(self.policy, self.config, self.lm, name=self.name, max_batch_rows=max_batch_rows,
+                                 task=task)
 
     # ---- token adapter: one action per token ---------------------------------------------------
     def logits_processor(

@@ -34,6 +34,7 @@ public so that the server can merge several requests into one decode call.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -50,6 +51,8 @@ from ..policies.networks import (
     TokenPolicyChooser,
     check_compatible,
 )
+from ..tasks import get_task
+from ..tasks.base import Problem
 
 KEEP_DRAFT_NAME = "keep draft"
 """A draft-gated adapter's output 0 in ``Generation.action_names``."""
@@ -205,8 +208,11 @@ class AdaptiveGenerator:
         lm: FrozenLM,
         name: str = "adapter",
         max_batch_rows: int = 64,
+        task=None,
     ):
-        """Prefer ``Adapter.generator()``. ``max_batch_rows`` bounds the rows (prompts x B) of one decode."""
+        """Prefer ``Adapter.generator()``. ``max_batch_rows`` bounds the rows (prompts x B) of one decode.
+        ``task``: where a draft-gated adapter stops at the first complete answer, the task whose
+        ``answer_complete`` says where (default: the adapter's own task, ``config.task``)."""
         check_compatible(config, lm)
         _check_input_size(config, lm)
         self.lm, self.config, self.name = lm, config, name
@@ -214,6 +220,10 @@ class AdaptiveGenerator:
         self.action_set = ActionSet(config.action_list, device=lm.device)
         self.max_batch_rows = _check_positive("max_batch_rows", max_batch_rows)
         self.draft_context = DraftContextConfig(**config.draft) if config.kind == "draft" else None
+        self.answer_task = None
+        if self.draft_context is not None and (self.draft_context.draft_stop_at_answer
+                                               or self.draft_context.redecode_stop_at_answer):
+            self.answer_task = task if task is not None else _adapter_task(config)
         expected = config.policy.get("num_actions")
         if expected is not None and expected != len(self.action_set) + (config.kind == "draft"):
             raise ValueError(
@@ -315,16 +325,23 @@ class AdaptiveGenerator:
         prepared: Sequence[PreparedPrompt],
         deterministic_policy: bool | None = None,
         on_tokens: TokenCallback | None = None,
+        all_answers: bool = False,
     ) -> list[Generation]:
         """Decode prepared prompts (possibly from several calls) in as few decode calls as
         ``max_batch_rows`` allows; one ``Generation`` per prepared prompt, in order.
         ``deterministic_policy`` None: the adapter's ``policy_mode``.
 
         ``on_tokens``: called after every decode step with the new tokens (``TokenEvent``s), for
-        streaming; it may return ``(prompt, completion)`` pairs to stop early."""
+        streaming; it may return ``(prompt, completion)`` pairs to stop early.
+        ``all_answers``: a draft-gated adapter answers every prompt with its parallel budget B of
+        completions even where it keeps the draft (the draft and B - 1 samples of its most probable
+        re-decode action: a client that asked for B); else a kept draft is the only answer."""
         deterministic = self.deterministic(deterministic_policy)
         out: list[Generation] = []
         for chunk in self._chunks(list(prepared)):
+            if self.kind == "draft":
+                out += self._draft_chunk(chunk, deterministic, on_tokens, len(out), all_answers)
+                continue
             out += self._decode_chunk(chunk, deterministic, on_tokens, offset=len(out))
         return out
 
@@ -402,7 +419,7 @@ class AdaptiveGenerator:
 
     # ---- draft-gated adapters ------------------------------------------------------------------
     def _draft_chunk(self, chunk: list[PreparedPrompt], deterministic: bool, on_tokens: TokenCallback | None,
-                     offset: int) -> list[Generation]:
+                     offset: int, all_answers: bool = False) -> list[Generation]:
         """Both passes for the chunk's prompts (``draft_gated_decode``), then one Generation each.
         Completion j of a prompt: the draft is 0 when it is an answer; re-decode j' is j' + 1 then,
         else j' (B = 1)."""
@@ -410,12 +427,16 @@ class AdaptiveGenerator:
         state: dict = {}
         on_draft = on_step = None
         if on_tokens is not None:
-            on_draft = _draft_reporter(chunk, offset, on_tokens, state)
-            on_step = _redecode_reporter(chunk, offset, on_tokens, state)
+            on_draft = _draft_reporter(chunk, offset, on_tokens, state, all_answers)
+            on_step = _redecode_reporter(chunk, offset, on_tokens, state, all_answers)
         result = draft_gated_decode(
             self.lm, [list(p.prompt_ids) for p in chunk], self.policy, self.draft_context, self.action_set.actions,
             budgets, seeds=[row_seed(p.seed, p.index, "draft") for p in chunk], deterministic=deterministic,
             token_budgets=[p.token_budget for p in chunk], on_draft=on_draft, on_redecode_step=on_step,
+            answer_complete=None if self.answer_task is None else [
+                functools.partial(self.answer_task.answer_complete, Problem(f"prompt/{p.index}", p.prompt, ""))
+                for p in chunk],
+            fill_kept=all_answers,
         )
         return [self._draft_generation(p, i, result) for i, p in enumerate(chunk)]
 
@@ -428,16 +449,31 @@ class AdaptiveGenerator:
         return Generation(
             prompt=p.prompt, completions=[res.texts[r] for res, r in rows], kind="draft",
             action_names=self.action_names,
-            finish_reasons=["stop" if bool(res.stopped_at_eos[r]) else "length" for res, r in rows],
+            finish_reasons=["stop" if _ended(res, r) else "length" for res, r in rows],
             completion_tokens=lengths, prompt_tokens=len(p.prompt_ids), seed=p.seed, action_index=choice,
             action_probs=result.probs[i].tolist(), draft_kept=choice == KEEP_DRAFT, decodes=result.decodes[i],
             draft_tokens=int(draft.lengths[i]),
         )
 
 
-def _draft_reporter(chunk, offset: int, on_tokens: TokenCallback, state: dict) -> Callable:
+def _ended(result: DecodeResult, row: int) -> bool:
+    """The row ended on its own: at EOS, or at its first complete answer."""
+    return bool(result.stopped_at_eos[row]) or (result.stopped_by_check is not None
+                                                and bool(result.stopped_by_check[row]))
+
+
+def _adapter_task(config: AdapterConfig):
+    """The task an adapter was trained on (its ``answer_complete`` ends a stopped draft)."""
+    if not config.task:
+        raise ValueError("this draft-gated adapter stops at the first complete answer but names no task: "
+                         "pass task= to AdaptiveGenerator")
+    return get_task(config.task)
+
+
+def _draft_reporter(chunk, offset: int, on_tokens: TokenCallback, state: dict, all_answers: bool = False) -> Callable:
     """``draft_gated_decode``'s ``on_draft``: the draft's tokens as completion 0 of every prompt
-    whose draft is one of its answers (kept, or B > 1), all at once once the choice is made."""
+    whose draft is one of its answers (kept, or B > 1), all at once once the choice is made; a kept
+    draft's other completions end empty unless ``all_answers`` (then they are decoded)."""
 
     def on_draft(draft: DecodeResult, choices: torch.Tensor) -> None:
         state["choices"] = choices
@@ -449,9 +485,9 @@ def _draft_reporter(chunk, offset: int, on_tokens: TokenCallback, state: dict) -
             n = int(draft.lengths[i])
             for t in range(n):
                 last = t == n - 1
-                reason = ("stop" if bool(draft.stopped_at_eos[i]) else "length") if last else None
+                reason = ("stop" if _ended(draft, i) else "length") if last else None
                 events.append(TokenEvent(offset + i, 0, int(draft.tokens[i, t]), KEEP_DRAFT, reason))
-            if choice == KEEP_DRAFT:  # the draft is the only answer: the other completions end empty
+            if choice == KEEP_DRAFT and not all_answers:  # the draft is the only answer: the others end empty
                 events += [TokenEvent(offset + i, j, -1, KEEP_DRAFT, "stop") for j in range(1, p.parallel_budget)]
         if events:
             on_tokens(events)  # the draft is finished: nothing left to stop
@@ -459,25 +495,25 @@ def _draft_reporter(chunk, offset: int, on_tokens: TokenCallback, state: dict) -
     return on_draft
 
 
-def _redecode_reporter(chunk, offset: int, on_tokens: TokenCallback, state: dict) -> Callable:
+def _redecode_reporter(chunk, offset: int, on_tokens: TokenCallback, state: dict,
+                       all_answers: bool = False) -> Callable:
     """``on_redecode_step``: re-decode row r (of prompt q, its j-th) -> completion j (+1 when the draft
-    is completion 0), with the chosen output as the action; stop requests map back to rows."""
+    is completion 0), with the re-decode's output as the action; stop requests map back to rows."""
     keys: list[tuple[int, int]] = []
 
     def on_step(step: StepTokens) -> list[int] | None:
         if not keys:
             choices = state["choices"]
             for i in range(len(chunk)):
-                if int(choices[i]) == KEEP_DRAFT:
+                if int(choices[i]) == KEEP_DRAFT and not (all_answers and chunk[i].parallel_budget > 1):
                     continue
                 first = 1 if chunk[i].parallel_budget > 1 else 0  # the draft is completion 0 at B > 1
                 keys.extend((offset + i, first + j) for j in range(max(1, chunk[i].parallel_budget - 1)))
-        columns = (step.rows, step.tokens, step.finished, step.at_eos)
+        columns = (step.rows, step.tokens, step.actions, step.finished, step.at_eos)
         events = []
-        for row, token, finished, eos in zip(*(c.tolist() for c in columns)):
+        for row, token, action, finished, eos in zip(*(c.tolist() for c in columns)):
             prompt, completion = keys[row]
-            action = int(state["choices"][prompt - offset])
-            events.append(TokenEvent(prompt, completion, token, action,
+            events.append(TokenEvent(prompt, completion, token, action + 1,  # output k: re-decode action k - 1
                                      ("stop" if eos else "length") if finished else None))
         stop = on_tokens(events)
         if not stop:

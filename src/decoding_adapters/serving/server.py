@@ -643,9 +643,11 @@ class BatchingWorker:
         return outcomes
 
     def _decode(self, prepared: list, on_tokens) -> list:
+        # a client that asks for n completions gets n, a draft-gated adapter's kept draft among them
+        extra = {"all_answers": True} if getattr(self.generator, "kind", None) == "draft" else {}
         if on_tokens is None:  # no stream in this batch: the plain call
-            return self.generator.run(prepared, self.deterministic_policy)
-        return self.generator.run(prepared, self.deterministic_policy, on_tokens=on_tokens)
+            return self.generator.run(prepared, self.deterministic_policy, **extra)
+        return self.generator.run(prepared, self.deterministic_policy, on_tokens=on_tokens, **extra)
 
     def _start_streams(self, batch: list[Job], prepared: dict, outcomes: list) -> None:
         """Streams whose request is prepared can open their response now; the others fail now."""

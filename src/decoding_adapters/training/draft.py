@@ -25,6 +25,7 @@ Departures from the sequence trainer:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -61,6 +62,8 @@ __all__ = [
     "DraftTrainer",
     "arm_values",
     "ensure_tables",
+    "table_stops",
+    "answer_stops",
 ]
 
 TABLE_FORMAT = "decoding-adapters/draft-table"
@@ -130,10 +133,30 @@ class DraftTable:
         return [s["reward"] for s in self.records[problem_id]["samples"][action]]
 
 
-def _table_header(task, lm, split: str, actions, samples: int, token_budget: int, seed: int) -> dict:
-    return {"format": TABLE_FORMAT, "version": 1, "task": getattr(task, "name", ""), "split": split,
-            "model": lm.fingerprint(), "actions": [a.to_dict() for a in actions], "samples": samples,
-            "token_budget": token_budget, "seed": seed}
+def _table_header(task, lm, split: str, actions, samples: int, token_budget: int, seed: int,
+                  draft_stop: bool = False, sample_stop: bool = False) -> dict:
+    header = {"format": TABLE_FORMAT, "version": 1, "task": getattr(task, "name", ""), "split": split,
+              "model": lm.fingerprint(), "actions": [a.to_dict() for a in actions], "samples": samples,
+              "token_budget": token_budget, "seed": seed}
+    # present only when on, so a table decoded without the stop keeps its header
+    if draft_stop:
+        header["draft_stop_at_answer"] = True
+    if sample_stop:
+        header["redecode_stop_at_answer"] = True
+    return header
+
+
+def table_stops(header: dict) -> tuple[bool, bool]:
+    """(the drafts, the re-decodes) of a table's header were stopped at their first complete answer."""
+    return bool(header.get("draft_stop_at_answer", False)), bool(header.get("redecode_stop_at_answer", False))
+
+
+def answer_stops(task, problems, rows: Sequence[int], on: bool) -> list | None:
+    """Per decoded row (``rows[r]`` its problem's index), the task's "holds a complete answer" check
+    when ``on`` (``Task.answer_complete``), else None (no check: the row runs to EOS or its budget)."""
+    if not on:
+        return None
+    return [functools.partial(task.answer_complete, problems[i]) for i in rows]
 
 
 def _round(values: torch.Tensor, digits: int = 4) -> list[float]:
@@ -142,15 +165,19 @@ def _round(values: torch.Tensor, digits: int = 4) -> list[float]:
 
 def build_draft_table(lm, task, problems, actions: Sequence[DecodingAction], *, samples: int, token_budget: int,
                       path: str | Path, split: str, seed: int = 0, chunk_problems: int = 16,
-                      stored: OutcomeTable | None = None, on_chunk=None) -> DraftTable:
+                      stored: OutcomeTable | None = None, on_chunk=None, draft_stop: bool = False,
+                      sample_stop: bool = False) -> DraftTable:
     """Decode the both-arms table of ``problems`` into ``path`` (resumable: problems already there
     are kept, and a table made under other settings is refused). ``stored``: a ``select-actions``
     outcome table decoded under the same settings whose samples of ``actions`` are taken instead of
     decoding them (rewards and lengths only: no answers, so no majority vote over them); only the
-    drafts are decoded then."""
+    drafts are decoded then. ``draft_stop`` / ``sample_stop``: the drafts / the re-decodes end at
+    their first complete answer (``Task.answer_complete``), as the adapter will decode them."""
     path = Path(path)
-    header = _table_header(task, lm, split, actions, samples, token_budget, seed)
+    header = _table_header(task, lm, split, actions, samples, token_budget, seed, draft_stop, sample_stop)
     if stored is not None:
+        if sample_stop:
+            raise ValueError("stored samples were decoded without the stop at the first answer: sample_stop=False")
         check_replay_header(stored, task=task, lm=lm, token_budget=token_budget, seed=seed, cot_ratio=0.0)
         header["samples_from"] = stored.header.get("data")
     if path.is_file():
@@ -165,7 +192,8 @@ def build_draft_table(lm, task, problems, actions: Sequence[DecodingAction], *, 
     action_set = ActionSet(list(actions))
     for start in range(0, len(todo), chunk_problems):
         chunk = todo[start:start + chunk_problems]
-        records = _table_chunk(lm, task, chunk, action_set, samples, token_budget, seed, stored)
+        records = _table_chunk(lm, task, chunk, action_set, samples, token_budget, seed, stored, draft_stop,
+                               sample_stop)
         with path.open("a") as f:
             for record in records:
                 f.write(json.dumps(record) + "\n")
@@ -186,9 +214,11 @@ def _stored_samples(stored: OutcomeTable, problem_id: str, actions: ActionSet, s
 
 
 def _table_chunk(lm, task, problems, action_set: ActionSet, samples: int, token_budget: int, seed: int,
-                 stored: OutcomeTable | None = None) -> list[dict]:
+                 stored: OutcomeTable | None = None, draft_stop: bool = False,
+                 sample_stop: bool = False) -> list[dict]:
     prompts, _ = encode_problems(lm, task, problems, seed=seed)
-    draft = decode(lm, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=token_budget, record_features=True)
+    draft = decode(lm, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=token_budget, record_features=True,
+                   stop_checks=answer_stops(task, problems, range(len(problems)), draft_stop))
     summary = summarise_draft(draft)
     embeddings = lm.prompt_embeddings(prompts, pooling="mean")
     draft_rewards = task.reward_batch(problems, draft.texts)
@@ -199,7 +229,8 @@ def _table_chunk(lm, task, problems, action_set: ActionSet, samples: int, token_
     result = decode(lm, prompts, action_set, prompt_of_row=[i for i, _, _ in rows],
                     row_actions=[a for _, a, _ in rows], token_budget=token_budget,
                     row_seeds=[row_seed(seed, problems[i].id, action_set.names[a], j, "draft-table")
-                               for i, a, j in rows])
+                               for i, a, j in rows],
+                    stop_checks=answer_stops(task, problems, [i for i, _, _ in rows], sample_stop))
     rewards = task.reward_batch([problems[i] for i, _, _ in rows], result.texts)
     valid = result.valid_mask().float()
     conf = (result.max_prob * valid).sum(1) / result.lengths.clamp(min=1)
@@ -266,6 +297,12 @@ class DraftTrainConfig(SequenceTrainConfig):
     sampled arm's replayed reward (the bandit signal)."""
     table_samples: int = 8
     """Re-decodes per action and problem when a table is built here (``ensure_tables``)."""
+    draft_stop_at_answer: bool = True
+    """The draft ends at its first complete answer (greedy as "Stop at first answer" decodes it);
+    the tables must have been decoded so (their header says). On by default: chosen on validation
+    (docs/draft-gated.md), where the stopped draft is the strongest static method to beat."""
+    redecode_stop_at_answer: bool = True
+    """The re-decodes end at their first complete answer too (on by default: chosen on validation)."""
 
     def __post_init__(self) -> None:
         if self.replay:
@@ -295,7 +332,8 @@ def ensure_tables(config: DraftTrainConfig, lm, task, on_chunk=None) -> None:
             problems = task.load(split)[:count]
             build_draft_table(lm, task, problems, actions, samples=config.table_samples,
                               token_budget=config.token_budget, path=path, split=split, seed=config.seed,
-                              on_chunk=on_chunk)
+                              on_chunk=on_chunk, draft_stop=config.draft_stop_at_answer,
+                              sample_stop=config.redecode_stop_at_answer)
 
 
 class DraftRewards:
@@ -350,8 +388,16 @@ class DraftTrainer(SequenceTrainer):
         missing = [n for n in chosen if n not in names]
         if missing:
             raise ValueError(f"re-decode actions {missing} are not in the table (it has {names})")
-        self.context_config = DraftContextConfig(features=config.features, token_budget=config.token_budget)
+        stops = (config.draft_stop_at_answer, config.redecode_stop_at_answer)
         tables = [self.train_table] + ([self.val_table] if self.val_table else [])
+        for table in tables:
+            if table_stops(table.header) != stops:
+                raise ValueError(
+                    f"a table was decoded with (draft, re-decode) stopped at the first answer = "
+                    f"{table_stops(table.header)}, the config says {stops}: set draft_stop_at_answer / "
+                    "redecode_stop_at_answer as the tables were decoded, or decode them again")
+        self.context_config = DraftContextConfig(features=config.features, token_budget=config.token_budget,
+                                                 draft_stop_at_answer=stops[0], redecode_stop_at_answer=stops[1])
         rewards = DraftRewards(tables, chosen, config.seed, config.redecode_cost)
         super().__init__(config, lm, task, rewards, out_dir, task_name=task_name, progress=progress)
 
