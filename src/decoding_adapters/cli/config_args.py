@@ -35,7 +35,16 @@ __all__ = ["add_config_arguments", "build_config", "field_docs"]
 
 @lru_cache(maxsize=None)
 def field_docs(cls: type) -> dict[str, str]:
-    """``{field: docstring}`` from the string literals that follow fields in ``cls``'s body."""
+    """``{field: docstring}`` from the string literals that follow fields in the bodies of ``cls``
+    and of the dataclasses it inherits from (a subclass's docstring wins)."""
+    docs: dict[str, str] = {}
+    for base in reversed(cls.__mro__):
+        if base is not object and dataclasses.is_dataclass(base):
+            docs.update(_own_field_docs(base))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     except (OSError, TypeError):  # no source (e.g. a frozen build): metadata only

@@ -65,7 +65,10 @@ ADVANCED = frozenset({
     "lr_decay", "grad_clip", "entropy_coef", "mask_max_prob", "baseline", "ema_decay", "policy_width",
     "policy_layers", "dropout", "policy_temperature", "prior_mass", "kl_coef", "ppo_epochs", "clip",
     "filter_min_pass", "filter_max_pass", "val_samples", "val_modes", "keep_best", "min_improvement_se",
-    "patience", "min_improvement", "checkpoint_every", "hidden", "weight_decay",
+    "patience", "min_improvement", "checkpoint_every", "hidden", "weight_decay", "val_every", "pooling",
+    "budget_prior_actions", "replay",
+    # the draft trainer's tables and update (docs/draft-gated.md)
+    "full_information", "redecode_cost", "table_samples", "draft_stop_at_answer", "redecode_stop_at_answer",
 })
 """Options ``--help`` names in one paragraph instead of describing (``--help-all`` describes them)."""
 

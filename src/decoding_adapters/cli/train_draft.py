@@ -10,6 +10,7 @@ would mean nothing; the policy class and the trainer's loop are the sequence ada
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..training.draft import DraftTrainConfig, DraftTrainer, ensure_tables
 from .training import configure_training_parser, resolve_config, training_run
@@ -20,6 +21,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run_cli(args) -> int:
+    # the tables live beside the adapter unless named: built on the first run, reused on a resume
+    args.table = args.table or str(Path(args.out) / "tables" / "train.jsonl")
+    args.val_table = args.val_table or str(Path(args.out) / "tables" / "validation.jsonl")
     config = resolve_config(args, DraftTrainConfig)
     with training_run(args, config, needs_rollouts=False) as (lm, task, _, _):
         ensure_tables(config, lm, task, on_chunk=lambda done, total: print(f"table: {done}/{total} problems"))

@@ -283,9 +283,9 @@ class DraftTrainConfig(SequenceTrainConfig):
     index into the policy's outputs (0: keep the draft)."""
 
     table: str = ""
-    """The training problems' both-arms table (``build_draft_table``)."""
+    """The training problems' both-arms table, built where missing (``train-draft``: OUT/tables/)."""
     val_table: str = ""
-    """The validation problems' both-arms table."""
+    """The validation problems' both-arms table, built where missing (``train-draft``: OUT/tables/)."""
     features: str = "confidence"
     """What the policy reads (``policies.draft.DRAFT_FEATURE_SETS``)."""
     redecode_actions: tuple[str, ...] = ()
