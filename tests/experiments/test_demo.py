@@ -7,9 +7,22 @@ import pytest
 from decoding_adapters.cli import main
 
 
-def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys):
+def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    import transformers
+
+    loads = []
+    load = transformers.AutoModelForCausalLM.from_pretrained.__func__
+
+    def counted(cls, *args, **kwargs):
+        loads.append(args[0] if args else kwargs)
+        return load(cls, *args, **kwargs)
+
+    # the probe, every stage and the evaluation share the one frozen LM: its weights are read once
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", classmethod(counted))
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress"]) == 0
+    assert len(loads) == 1, loads
+    monkeypatch.undo()
     printed = capsys.readouterr().out
     results = json.loads((out / "eval" / "results.json").read_text())
     expected = {"Greedy", "Best", "Mixed", "Seq w/ budget", "Seq w/o budget", "Token w/ budget", "Token w/o budget",
