@@ -202,7 +202,7 @@ class CountingRollouts:
     def __init__(self, action_set):
         self.action_set, self.rows = action_set, 0
 
-    def run(self, request):
+    def run(self, request, chooser=None, *, record_features=False, progress=False):
         from types import SimpleNamespace
 
         self.rows += request.num_rows
