@@ -2,12 +2,27 @@
 
 import json
 
+import pytest
+
 from decoding_adapters.cli import main
 
 
-def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys):
+def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    import transformers
+
+    loads = []
+    load = transformers.AutoModelForCausalLM.from_pretrained.__func__
+
+    def counted(cls, *args, **kwargs):
+        loads.append(args[0] if args else kwargs)
+        return load(cls, *args, **kwargs)
+
+    # the probe, every stage and the evaluation share the one frozen LM: its weights are read once
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", classmethod(counted))
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress"]) == 0
+    assert len(loads) == 1, loads
+    monkeypatch.undo()
     printed = capsys.readouterr().out
     results = json.loads((out / "eval" / "results.json").read_text())
     expected = {"Greedy", "Best", "Mixed", "Seq w/ budget", "Seq w/o budget", "Token w/ budget", "Token w/o budget",
@@ -80,3 +95,27 @@ def test_demo_refuses_negative_minutes(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path / "demo"), "--minutes", "-1", "--plan"]) == 2
     assert "--minutes must be >= 0" in capsys.readouterr().err
     assert not (tmp_path / "demo").exists()
+
+
+def test_the_plan_and_the_run_time_the_same_decode_probe(tiny_model_dir, tmp_path, monkeypatch):
+    """`demo --plan` and `demo` measure through one call on the study's own task, so on one machine
+    they time the same request (prompts, rows, tokens) and read the same figure."""
+    import decoding_adapters.cli.study  # noqa: F401  (imported before the patch, as in a long-lived process)
+    from decoding_adapters.experiments import demo
+
+    class Probed(Exception):
+        pass
+
+    seen = []
+
+    def probe(lm, task):
+        seen.append([p.question for p in task.load("validation")[: demo.PROBE_ROWS // 2]])
+        raise Probed  # the measurement itself is not under test: stop there
+
+    monkeypatch.setattr(demo, "probe_tokens_per_second", probe)
+    common = ["--size", "tiny", "--model", str(tiny_model_dir), "--no-progress", "--validation-size", "40"]
+    with pytest.raises(Probed):
+        main(["demo", "--plan", *common])
+    with pytest.raises(Probed):
+        main(["demo", "--out", str(tmp_path / "demo"), *common])
+    assert len(seen) == 2 and seen[0] == seen[1] and len(seen[0]) == demo.PROBE_ROWS // 2

@@ -73,7 +73,7 @@ class RecordingRewards:
     def scorable(self, problem_ids):
         return None
 
-    def rewards(self, problems, prompts, actions, budgets, metrics, key):
+    def rewards(self, problems, prompts, actions, budgets, metrics, key, progress=False):
         if key[0] == "train":
             self.steps.append([domain_of(p) for p in problems])
         return torch.tensor([float(a == 0) for a in actions])

@@ -68,7 +68,7 @@ class SyntheticRewards:
     def scorable(self, problem_ids):
         return None
 
-    def rewards(self, problems, prompts, actions, budgets, metrics, key):
+    def rewards(self, problems, prompts, actions, budgets, metrics, key, progress=False):
         # crc32, not hash(): a str inside the key hashes differently in every process (PYTHONHASHSEED)
         gen = torch.Generator().manual_seed(zlib.crc32(repr(key).encode()))
         probs = torch.tensor([success_prob(p.meta["cluster"], a, b, self.budget_case)
@@ -202,7 +202,7 @@ class CountingRollouts:
     def __init__(self, action_set):
         self.action_set, self.rows = action_set, 0
 
-    def run(self, request):
+    def run(self, request, chooser=None, *, record_features=False, progress=False):
         from types import SimpleNamespace
 
         self.rows += request.num_rows
@@ -272,3 +272,28 @@ def test_validation_scores_every_problem_at_every_budget(tmp_path, use_budget):
     assert (validation.groups is not None) == use_budget  # only a policy that sees B is judged per B
     if use_budget:
         assert sorted(validation.group_means()) == [1, 8]
+
+
+def test_validation_shows_progress_through_the_rollout_bar_as_the_token_trainer_does(tiny_lm, tmp_path):
+    """A validation that decodes (live rewards) labels the rollout engine's bar, as the token
+    trainer's ``validate (mode)``; training steps and a trainer without progress show none."""
+    from decoding_adapters.decoding.rollouts import HFRollouts
+    from decoding_adapters.tasks import get_task
+    from decoding_adapters.training.sequence import LiveRewards
+
+    labels = []
+
+    class Recording(HFRollouts):
+        def run(self, request, chooser=None, *, record_features=False, progress=False):
+            labels.append(progress)
+            return super().run(request, chooser, record_features=record_features, progress=progress)
+
+    task = get_task("arithmetic")
+    config = SequenceTrainConfig(parallel_budgets=(1, 2), token_budget=2, steps=1, prompts_per_step=2,
+                                 val_problems=2, val_every=1, checkpoint_every=1)
+    for progress, expected in ((True, "validate"), (False, False)):
+        labels.clear()
+        rewards = LiveRewards(Recording(tiny_lm, ACTIONS, 8), task, config.token_budget, seed=0)
+        trainer = SequenceTrainer(config, tiny_lm, task, rewards, tmp_path / str(progress), progress=progress)
+        trainer.validate()
+        assert labels and set(labels) == {expected}

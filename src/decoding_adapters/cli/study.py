@@ -11,10 +11,10 @@ import shlex
 import shutil
 from pathlib import Path
 
-from ..experiments.demo import estimate_minutes, fit_note, fit_to_minutes, probe_tokens_per_second
+from ..experiments import demo as demo_study
+from ..experiments.demo import estimate_minutes, fit_note, fit_to_minutes
 from ..experiments.pipeline import StudyConfig
 from ..lm.models import ModelSpec, load_frozen_lm
-from ..tasks import get_task
 from .config_args import add_config_arguments, build_config
 
 __all__ = ["add_study_arguments", "study_config", "study_command", "format_plan", "publish", "publish_if_asked"]
@@ -59,12 +59,12 @@ def study_command(command: str, args, cfg: StudyConfig, sizes: dict[str, StudyCo
 
 def format_plan(cfg: StudyConfig, model: str | None = None, minutes: float | None = None, device: str = "auto") -> str:
     """The stage-by-stage estimate; with ``model``, scaled to this machine by a few seconds' decode
-    probe of it (``experiments.demo.probe_tokens_per_second``), and with ``minutes`` as well, of the
+    probe of it (``experiments.demo.decode_probe``, as the run measures it), and with ``minutes`` as well, of the
     sizes ``fit_to_minutes`` keeps on this machine."""
     speed = None
     if model is not None:
         lm = load_frozen_lm(ModelSpec(name_or_path=model, device=device))
-        speed = probe_tokens_per_second(lm, get_task("arithmetic"))
+        speed = demo_study.decode_probe(lm, cfg)
     fitting = bool(minutes and speed)
     fitted = fit_to_minutes(cfg, speed, minutes)[0] if fitting else cfg
     plan = estimate_minutes(fitted, speed)

@@ -65,8 +65,8 @@ from ..training.token import PROBE_ROUND_FACTOR, TokenTrainConfig
 from . import pipeline
 from .pipeline import BudgetConfig, SelectionConfig, StudyConfig
 
-__all__ = ["SIZES", "REPRODUCE_SIZES", "run_demo", "estimate_minutes", "probe_tokens_per_second", "fit_to_minutes",
-           "scaled_sizes", "fit_note", "target_lines"]
+__all__ = ["SIZES", "REPRODUCE_SIZES", "run_demo", "estimate_minutes", "probe_tokens_per_second", "decode_probe",
+           "fit_to_minutes", "scaled_sizes", "fit_note", "target_lines"]
 
 
 DEFAULT = StudyConfig(
@@ -257,12 +257,18 @@ def probe_tokens_per_second(lm, task) -> float:
     return float(result.lengths.sum()) / max(time.perf_counter() - start, 1e-6)
 
 
-def _probe_once(lm, task, path: Path) -> float:
+def decode_probe(lm, cfg: StudyConfig) -> float:
+    """The decode probe of a study: :func:`probe_tokens_per_second` on the study's own task. ``--plan``
+    and the run itself both measure through this one call, so they time the same request."""
+    return probe_tokens_per_second(lm, get_task("arithmetic", **pipeline.study_task_options(cfg)))
+
+
+def _probe_once(lm, cfg: StudyConfig, path: Path) -> float:
     """The decode probe, measured on a run's first start and read back on every resume, so that a
     resumed run plans, and fits its sizes, as it started."""
     if path.is_file():
         return float(json.loads(path.read_text())["tokens_per_second"])
-    speed = probe_tokens_per_second(lm, task)
+    speed = decode_probe(lm, cfg)
     write_json(path, {"tokens_per_second": speed, "reference": REFERENCE_PROBE_TOKENS_PER_SECOND})
     return speed
 
@@ -575,7 +581,7 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     clock.begin("load", "loading the frozen LM", model)
     lm = load_frozen_lm(ModelSpec(name_or_path=model, device=device))
     task = get_task("arithmetic", **pipeline.study_task_options(cfg))
-    speed = _probe_once(lm, task, out / "decode_probe.json")  # the plan, scaled to this machine
+    speed = _probe_once(lm, cfg, out / "decode_probe.json")  # the plan, scaled to this machine
 
     def fit(cfg: StudyConfig) -> StudyConfig:
         return fit_to_minutes(cfg, speed, minutes)[0] if minutes else cfg

@@ -350,7 +350,7 @@ class DraftRewards:
     def scorable(self, problem_ids):
         return [i for i in problem_ids if i in self.records]
 
-    def rewards(self, problems, prompts, actions, budgets, metrics, key):
+    def rewards(self, problems, prompts, actions, budgets, metrics, key, progress=False):
         gen = step_generator(self.seed, "draft-replay", *key)
         out = []
         for problem, a, b in zip(problems, actions, budgets):

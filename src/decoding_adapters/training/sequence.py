@@ -217,8 +217,9 @@ class RewardSource(Protocol):
         """The problems it can score (None: any problem)."""
 
     def rewards(self, problems, prompts, actions: list[int], budgets: list[int], metrics: list[str],
-                key: tuple) -> torch.Tensor:
-        """``[P]`` rewards; ``key`` names the draw (step or validation) for the seeds."""
+                key: tuple, progress: bool | str = False) -> torch.Tensor:
+        """``[P]`` rewards; ``key`` names the draw (step or validation) for the seeds. ``progress``: a
+        bar label (the rollout engine's) where the source decodes, ignored where it replays."""
 
 
 class LiveRewards:
@@ -241,7 +242,7 @@ class LiveRewards:
     def scorable(self, problem_ids):
         return None
 
-    def rewards(self, problems, prompts, actions, budgets, metrics, key):
+    def rewards(self, problems, prompts, actions, budgets, metrics, key, progress=False):
         prompt_of: dict[tuple, int] = {}  # (key, problem id, action) -> its first prompt index
         needed: dict[tuple, int] = {}  # -> rows it needs
         for i, (problem, a, b) in enumerate(zip(problems, actions, budgets)):
@@ -256,7 +257,7 @@ class LiveRewards:
                 row_seeds=[row_seed(self.seed, *key, problems[i].id, j) for _, i, j in todo],
                 token_budget=self.token_budget, row_actions=[cell[2] for cell, _, _ in todo],
             )
-            result = self.rollouts.run(request)
+            result = self.rollouts.run(request, progress=progress)
             for (cell, _, _), reward, text in zip(todo, score_rows(self.task, problems, result).tolist(),
                                                   result.texts):
                 self.rows.setdefault(cell, []).append((reward, text))
@@ -281,7 +282,7 @@ class ReplayRewards:
         stored = set(self.env.problem_ids)
         return [i for i in problem_ids if i in stored]
 
-    def rewards(self, problems, prompts, actions, budgets, metrics, key):
+    def rewards(self, problems, prompts, actions, budgets, metrics, key, progress=False):
         gen = step_generator(self.seed, "replay", *key)
         names = self.action_set.names
         return torch.tensor([
@@ -505,7 +506,7 @@ class SequenceTrainer(TrainingLoop):
         repeat = len(choices)
         rewards = self.rewards.rewards(
             self.val_problems * repeat, None if prompts is None else prompts * repeat, actions.tolist(), budgets,
-            [metric] * len(budgets), ("val",),
+            [metric] * len(budgets), ("val",), progress="validate" if self.progress else False,
         )
         groups = torch.tensor(budgets) if self.config.use_budget else None
         return Validation(rewards.double(), groups=groups)
