@@ -265,7 +265,7 @@ class PlantedSequenceRewards:
     def scorable(self, problem_ids):
         return None
 
-    def rewards(self, problems, prompts, actions, budgets, metrics, key):
+    def rewards(self, problems, prompts, actions, budgets, metrics, key, progress=False):
         out = []
         for p, a, b, m in zip(problems, actions, budgets, metrics):
             q = float(SEQ_SUCCESS[planted(int(p.question)).cluster, a])
