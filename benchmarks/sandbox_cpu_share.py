@@ -16,8 +16,6 @@ Prints the kept fraction of the solo rate per repeat and their median, and a fin
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import os
 import statistics
@@ -25,6 +23,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from sandbox_throughput import load_baseline  # noqa: E402  (same directory)
 
 from decoding_adapters.sandbox import runner as sandbox
 
@@ -49,21 +49,6 @@ for _ in range({spinners}):
 while time.monotonic() < end:
     time.sleep(0.05)
 """
-
-
-def load_baseline(source: str):
-    """The sandbox package under ``source``, imported as ``baseline_sandbox``."""
-    path = os.path.join(source, "decoding_adapters", "sandbox")
-    spec = importlib.util.spec_from_file_location(
-        "baseline_sandbox", os.path.join(path, "__init__.py"), submodule_search_locations=[path]
-    )
-    package = importlib.util.module_from_spec(spec)
-    sys.modules["baseline_sandbox"] = package
-    spec.loader.exec_module(package)
-    runner = importlib.import_module("baseline_sandbox.runner")
-    runner._CGROUPS._counter = 10**6  # run-<pid>-<n>: names apart from ours
-    runner._UIDS._free.rotate(-runner.UID_SLOTS // 2)
-    return runner
 
 
 def host_rate(seconds: float) -> float:

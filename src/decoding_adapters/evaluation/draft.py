@@ -47,7 +47,7 @@ from ..policies.draft import (
     redecode_rows,
     summarise_draft,
 )
-from .methods import Method
+from .methods import Method, policy_choices
 
 __all__ = [
     "MethodRows",
@@ -374,17 +374,11 @@ def draft_choices(method: Method, lm, prompts, cfg, problems, summary: DraftSumm
     else:
         x = draft_context(summary if summary is not None else draft_summaries(lm, prompts, cfg.token_budget),
                           context)
-    out = []
-    for s in range(cfg.seeds):
-        policy = method.policy_for(s)
-        per_k = []
-        for k in cfg.k_values:
-            budgets = torch.full((len(prompts),), k)
-            uniform = torch.tensor([(row_seed(cfg.seed, s, p.id, k, "policy") % 2**24) / 2**24 for p in problems])
-            choice, _ = policy.choose(x, budgets, deterministic=method.policy_mode == "argmax", uniform=uniform)
-            per_k.append(choice.tolist())
-        out.append([[int(per_k[ki][i]) for ki in range(len(cfg.k_values))] for i in range(len(prompts))])
-    return out
+
+    def uniform_for(seed: int, problem, k: int) -> torch.Tensor:  # what a random gate reads too
+        return torch.tensor((row_seed(cfg.seed, seed, problem.id, k, "policy") % 2**24) / 2**24)
+
+    return policy_choices(method, x, problems, cfg, uniform_for)
 
 
 def draft_compute(choices: list, cfg, lengths: Sequence[float], redecode_lengths: Sequence[Sequence[float]]) -> dict:

@@ -37,6 +37,7 @@ __all__ = [
     "adapter_method",
     "adapter_role",
     "resolve_best_action",
+    "policy_choices",
 ]
 
 MethodKind = Literal["greedy", "static", "mixed", "sequence", "token", "draft", "custom"]
@@ -406,3 +407,24 @@ def resolve_best_action(spec, actions: Sequence[DecodingAction]) -> DecodingActi
             {k: v for k, v in spec.items() if k in ("do_sample", "temperature", "top_k", "top_p", "min_p")}
         )
     raise ValueError(f"cannot read a best action from {spec!r}")
+
+
+def policy_choices(method: Method, context: torch.Tensor, problems: Sequence, cfg: EvalConfig,
+                   uniform_for: Callable[[int, object, int], torch.Tensor]) -> list[list[list[int]]]:
+    """``[seed][problem][k index]``: the output index the sequence-shaped policy of ``method`` (of
+    that seed) picks for parallel budget k from ``context`` ``[n_problems, in_dim]``: its argmax
+    (policy_mode 'argmax', the same in every seed), or an inverse-CDF draw from pi with the uniform
+    ``uniform_for(seed, problem, k)`` (a 0-d tensor; policy_mode 'sample')."""
+    out = []
+    for s in range(cfg.seeds):
+        policy = method.policy_for(s)
+        per_k = []
+        for k in cfg.k_values:
+            budgets = torch.full((len(problems),), k)
+            if method.policy_mode == "sample":
+                uniform = torch.stack([uniform_for(s, p, k) for p in problems])
+                per_k.append(policy.choose(context, budgets, deterministic=False, uniform=uniform)[0].tolist())
+            else:
+                per_k.append(policy.choose(context, budgets)[0].tolist())
+        out.append([[int(per_k[ki][i]) for ki in range(len(cfg.k_values))] for i in range(len(problems))])
+    return out

@@ -26,7 +26,14 @@ from ..policies.networks import TokenPolicyChooser, UniformChooser
 from ..selection.best import BestStatic, best_static_from_counts
 from ..tasks import content_hash
 from .draft import draft_choices, draft_compute, draft_stops, draft_summaries
-from .methods import STOP_CANDIDATE, EvalConfig, Method, static_method, stop_at_first_answer_method
+from .methods import (
+    STOP_CANDIDATE,
+    EvalConfig,
+    Method,
+    policy_choices,
+    static_method,
+    stop_at_first_answer_method,
+)
 
 __all__ = [
     "Evaluation",
@@ -339,22 +346,13 @@ def _sequence_choices(method: Method, lm, prompts, cfg: EvalConfig, problems) ->
     of ``row_seed(cfg.seed, seed, problem id, k, "policy")`` (policy_mode 'sample')."""
     pooling = (method.adapter.embedding or {}).get("pooling", "mean") if method.adapter else "mean"
     emb = lm.prompt_embeddings(prompts, pooling=pooling)
-    out = []
-    for s in range(cfg.seeds):
-        policy = method.policy_for(s)
-        per_k = []
-        for k in cfg.k_values:
-            budgets = torch.full((len(prompts),), k)
-            if method.policy_mode == "sample":
-                uniform = torch.stack(
-                    [torch.rand((), generator=torch.Generator().manual_seed(row_seed(cfg.seed, s, p.id, k, "policy")))
-                     for p in problems]
-                )
-                per_k.append(policy.choose(emb, budgets, deterministic=False, uniform=uniform)[0].tolist())
-            else:
-                per_k.append(policy.choose(emb, budgets)[0].tolist())
-        out.append([[method.actions[per_k[ki][i]] for ki in range(len(cfg.k_values))] for i in range(len(prompts))])
-    return out
+
+    def uniform_for(seed: int, problem, k: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(row_seed(cfg.seed, seed, problem.id, k, "policy"))
+        return torch.rand((), generator=generator)
+
+    indices = policy_choices(method, emb, problems, cfg, uniform_for)
+    return [[[method.actions[i] for i in per_k] for per_k in per_seed] for per_seed in indices]
 
 
 def _static_actions(methods: Sequence[Method], choices: dict) -> list[DecodingAction]:
