@@ -110,6 +110,16 @@ class FakeLM:
         return torch.randn(len(prompts), self.hidden_size, generator=torch.Generator().manual_seed(len(prompts)))
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for a module (``pytestmark = pytest.mark.usefixtures("one_thread")``):
+    tiny matrices and networks run many times faster so on a shared, busy CPU."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_lm() -> FrozenLM:
     return make_tiny_lm()

@@ -31,12 +31,7 @@ SAMPLER = DecodingAction(True, 1.25)
 CFG = EvalConfig(k_values=(1, 2, 4), seeds=2, token_budget=8, keep_trajectories=4)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 class ContainsOne(Task):

@@ -7,7 +7,6 @@ follow their rules."""
 import dataclasses
 
 import pytest
-import torch
 from test_evaluation import HasOneTask
 
 from decoding_adapters.core.stats import pass_at_k
@@ -29,12 +28,7 @@ from decoding_adapters.training.draft import DraftTable
 SAMPLER = DecodingAction(temperature=1.25)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def draft_adapter(directory, lm, keep: bool, stops: tuple[bool, bool] = (False, False)) -> str:

@@ -29,14 +29,7 @@ from decoding_adapters.policies.networks import (
 )
 from decoding_adapters.tasks import Problem, Task, chat_messages
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matrices: one intra-op thread is many times faster on a shared, busy CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 class HasOneTask(Task):

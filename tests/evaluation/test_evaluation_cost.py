@@ -29,12 +29,7 @@ from decoding_adapters.tasks import Problem, Task, chat_messages
 SAMPLER = DecodingAction(True, 1.25)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 class ContainsOne(Task):

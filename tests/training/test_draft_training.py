@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from decoding_adapters.decoding.actions import DecodingAction
 from decoding_adapters.tasks import get_task
@@ -30,12 +29,7 @@ _SPEC.loader.exec_module(planted)
 SAMPLER = DecodingAction(temperature=1.0)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def test_table_is_built_resumed_and_guarded(tmp_path, tiny_lm):

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "planted.py"
 _SPEC = importlib.util.spec_from_file_location("planted_benchmark", _PATH)
@@ -18,12 +17,7 @@ _SPEC.loader.exec_module(planted)
 SEEDS = (0, 1, 2)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny networks: threads only add contention
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def test_the_planted_optimum_beats_every_static_action_by_a_set_margin():
