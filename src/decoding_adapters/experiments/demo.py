@@ -125,15 +125,14 @@ FULL = StudyConfig(
     sequence=SequenceTrainConfig(parallel_budgets=(1, 2, 4), steps=24, prompts_per_step=8, max_train_prompts=256,
                                  val_every=8, val_problems=48, checkpoint_every=1),
     # Token training at the trainer's validated defaults (lr, PPO epochs, prior at the best static
-    # token action: docs/token-defaults.md), every run to its 32-step cap (no early stop) with
+    # token action: docs/token-defaults.md), every run to its 48-step cap (no early stop) with
     # groups of 8 (fewer all-equal groups than 4). The prompt filter judges with that prior (2
-    # samples) and probes until 300 prompts survive; 32 x 8 epoch-wise slots show each run 256 of
-    # them. Validation: the argmax policy on 400 problems x 1 sample, the same rows and seeds at
+    # samples) and probes until 300 prompts survive; 48 x 8 epoch-wise slots show each run all 300. Validation: the argmax policy on 400 problems x 1 sample, the same rows and seeds at
     # every validation (step 0 included), a later step kept only when its paired gain's 95% interval
     # is above 0; at step 0 and every 16 steps (400 rows each). Argmax only: it won validation on
     # every seed of the planted task and of the previous real runs, and sampling the policy costs
     # as much again.
-    token=TokenTrainConfig(steps=32, prompts_per_step=8, group_size=8, max_train_prompts=None, min_train_prompts=300,
+    token=TokenTrainConfig(steps=48, prompts_per_step=8, group_size=8, max_train_prompts=None, min_train_prompts=300,
                            filter_samples=2, val_every=16, val_problems=400, val_samples=1, val_modes=("argmax",),
                            checkpoint_every=1, patience=0),
     # pass@8 was cut (it doubled the evaluation's rows) to fit 90 minutes with the draft stage.
