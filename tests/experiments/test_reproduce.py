@@ -164,3 +164,26 @@ def test_the_token_plan_counts_the_steps_early_stopping_leaves():
     assert at[12] == at[8] > at[4]
     unstopped = replace(default, token=replace(default.token, steps=12, patience=0))
     assert estimate_minutes(unstopped)["token"] > at[12]
+
+
+def test_targets_name_the_strongest_static_method_and_say_on_how_many_seeds_they_hold():
+    names = ["Greedy", "Stop at first answer", "Best", "Draft-gated"]
+    # [problem][seed]: the draft-gated adapter gains 10 points on seeds 0 and 1 and loses 10 on seed 2
+    per_seed = {"Greedy": (0.3, 0.3, 0.3), "Stop at first answer": (0.4, 0.4, 0.4), "Best": (0.35, 0.35, 0.35),
+                "Draft-gated": (0.5, 0.5, 0.3)}
+    per_problem = {n: {"pass@1": [[per_seed[n][s] + (0.1 if i % 2 else -0.1) for s in range(3)] for i in range(40)]}
+                   for n in names}
+    results = {n: {"pass@1": {"mean": sum(per_seed[n]) / 3, "ci_low": 0.0, "ci_high": 1.0}} for n in names}
+    methods = {"Draft-gated": {"kind": "draft", "decodes_per_problem": {"1": 1.3}}}
+    [line] = target_lines(results, {"per_problem": per_problem, "methods": methods})
+    assert "(Stop at first answer on this split)" in line and "1.30 decodes" in line
+    assert "per seed +10.0 / +10.0 / -10.0: holds on 2 of 3 seeds" in line
+    assert line.startswith("- **not met**")  # +3.3 on average: below the +5 bar
+    # the same gain at too much compute is not met either; at +10 on every seed and 1.3 decodes it is
+    per_seed["Draft-gated"] = (0.5, 0.5, 0.5)
+    per_problem["Draft-gated"] = {"pass@1": [[0.5 + (0.1 if i % 2 else -0.1)] * 3 for i in range(40)]}
+    results["Draft-gated"]["pass@1"]["mean"] = 0.5
+    [line] = target_lines(results, {"per_problem": per_problem, "methods": methods})
+    assert line.startswith("- **met**") and "holds on every seed (3 of 3)" in line
+    methods["Draft-gated"]["decodes_per_problem"]["1"] = 1.8
+    assert target_lines(results, {"per_problem": per_problem, "methods": methods})[0].startswith("- **not met**")

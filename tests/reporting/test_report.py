@@ -344,3 +344,23 @@ def test_cost_table_and_selection_section(tmp_path):
     assert "| coverage F | 0.500 | 0.700 | 0.800 | 0.800 |" in text
     assert "reaches it at K = 3: from K = 4 on no candidate adds coverage" in text
     assert "| pass@8 (extrapolated) | `T=1` | 90.0 | 50.0 |" in text and "| pass@1 | `greedy` | 50.0 | 50.0 |" in text
+
+
+def test_verdicts_say_on_how_many_seeds_the_direction_holds_and_judge_the_draft_gate():
+    names = ["Greedy", "Stop at first answer", "Best", "Draft-gated", "Random gate (30%)"]
+    # [problem][seed]: the draft gate is ahead of Stop at first answer on seeds 0 and 2, behind on 1
+    base = {"Greedy": (0.3,) * 3, "Stop at first answer": (0.5,) * 3, "Best": (0.4,) * 3,
+            "Draft-gated": (0.7, 0.45, 0.6), "Random gate (30%)": (0.4,) * 3}
+    per_problem = {n: {"pass@1": [[base[n][s] + (0.1 if i % 2 else -0.1) for s in range(3)] for i in range(30)]}
+                   for n in names}
+    results = {n: {"pass@1": {"mean": sum(base[n]) / 3, "ci_low": 0.0, "ci_high": 1.0}} for n in names}
+    methods = {"Draft-gated": {"kind": "draft", "role": "draft-gated"},
+               "Random gate (30%)": {"kind": "draft", "role": "random gate"}}
+    lines = verdicts(results, {"per_problem": per_problem, "methods": methods})
+    draft = [v for v in lines if v.startswith("- **Draft-gated")]
+    # the strongest static method on the split, then the controls; the controls get no verdict of their own
+    assert [v.split("**")[1].split(" ")[-1] for v in draft] == ["answer", "(30%)"]
+    assert "beats Stop at first answer" in draft[0]
+    assert "per seed +20.0 / -5.0 / +10.0: holds on 2 of 3 seeds" in draft[0]
+    assert "holds on every seed (3 of 3)" in draft[1]
+    assert not any(v.startswith("- **Random gate") for v in lines)

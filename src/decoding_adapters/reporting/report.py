@@ -47,6 +47,9 @@ __all__ = [
     "verdicts",
     "identical_by_construction",
     "seed_table",
+    "per_seed_differences",
+    "seed_clause",
+    "strongest_static",
     "ood_lines",
     "paper_interval_table",
     "write_report",
@@ -400,6 +403,39 @@ def compare(results, details, adapter: str, baseline: str, metric: str, confiden
     return {"diff": ra["mean"] - rb["mean"], "low": math.nan, "high": math.nan, "paired": False, "separated": separated}
 
 
+def per_seed_differences(details: Mapping | None, a: str, b: str, metric: str) -> list[float] | None:
+    """``a`` minus ``b`` on ``metric`` for each evaluation seed: the mean over problems of one seed's
+    scores (``per_problem`` rows are ``[problem][seed]``; a method scored once, like Greedy, has the
+    same score for every seed). None without per-problem values, or with fewer than two seeds."""
+    per_problem = (details or {}).get("per_problem", {})
+    rows_a, rows_b = per_problem.get(a, {}).get(metric), per_problem.get(b, {}).get(metric)
+    if not rows_a or not rows_b or len(rows_a) != len(rows_b):
+        return None
+    seeds = max(len(r) for r in rows_a + rows_b)
+    if seeds < 2:
+        return None
+
+    def at(row, s):  # a row shorter than the seed count is one score for every seed
+        return row[s] if s < len(row) else row[-1]
+
+    return [statistics.fmean(at(ra, s) - at(rb, s) for ra, rb in zip(rows_a, rows_b)) for s in range(seeds)]
+
+
+def seed_clause(diffs: Sequence[float] | None, holds) -> str:
+    """'per seed +1.0 / -0.5 / +2.0: holds on 2 of 3 seeds' (points), where ``holds(d)`` says whether
+    one seed's difference meets the claim; '' without per-seed values."""
+    if not diffs:
+        return ""
+    count = sum(1 for d in diffs if holds(d))
+    where = f"on every seed ({count} of {len(diffs)})" if count == len(diffs) else f"on {count} of {len(diffs)} seeds"
+    return "per seed " + " / ".join(_signed(d * 100, 1) for d in diffs) + f": holds {where}"
+
+
+def _same_direction(overall: float):
+    """A seed holds a verdict when its difference has the overall difference's sign (0 for a tie)."""
+    return lambda d: (d > 0) if overall > 0 else (d < 0) if overall < 0 else abs(d) < 1e-12
+
+
 def _outcome(c: Mapping) -> str:
     """'better' / 'worse' when the interval of the difference excludes 0 (unpaired: when the two
     intervals do not overlap), else 'ahead' / 'behind' / 'tie'."""
@@ -423,16 +459,20 @@ def _diff_text(metric: str, c: Mapping) -> str:
 
 
 def verdicts(results: Mapping, details: Mapping | None = None, confidence: float | None = None) -> list[str]:
-    """One markdown paragraph per adapter and baseline: how it compares on every pass@k. Sequence
-    adapters: vs Best. Token adapters: vs Greedy and vs the per-token Mixed (the paper's token
-    table), and vs the best single token action (chosen on validation) where it was evaluated."""
+    """One markdown paragraph per adapter and baseline: how it compares on every pass@k, with the
+    difference on each seed. Sequence adapters: vs Best. Token adapters: vs Greedy and vs the
+    per-token Mixed (the paper's token table), and vs the best single token action (chosen on
+    validation) where it was evaluated. Draft-gated adapters: vs the strongest static method at the
+    first pass@k, Stop at first answer, and their controls (random gate, confidence threshold)."""
     info = method_info(results, details)
     confidence = confidence or (details or {}).get("config", {}).get("confidence", 0.95)
     metrics = [m for m in _metrics(results) if m.startswith("pass@")]
     out = []
-    for level in ("sequence", "token"):
-        baselines = _baselines_for(info, level)
+    for level in ("sequence", "token", "draft"):
+        baselines = _baselines_for(info, level, results)
         for name in _adapters(info, level):
+            if level == "draft" and info[name]["role"] in DRAFT_CONTROLS:
+                continue
             if not baselines:
                 out.append(f"- **{name}**: no static baseline was evaluated, so no comparison is made.")
                 continue
@@ -479,12 +519,32 @@ def evidence_lines(results: Mapping, details: Mapping | None = None, confidence:
             "the pipeline, not as a ranking; more problems (`--max-problems`, or `reproduce`) narrow it."]
 
 
-def _baselines_for(info, level) -> list[str]:
+STATIC_KINDS = ("greedy", "static", "mixed")
+DRAFT_CONTROLS = ("random gate", "confidence threshold")
+"""The draft-gated adapter's controls (kind ``draft``): compared against, not verdicts of their own."""
+
+
+def strongest_static(results: Mapping, details: Mapping | None, metric: str) -> str | None:
+    """The static method (no learned policy) with the highest ``metric`` on the evaluated split: the
+    bar a learned method must clear (ties: the first listed)."""
+    info = method_info(results, details)
+    statics = [n for n, i in info.items() if i["kind"] in STATIC_KINDS and results[n].get(metric)]
+    return max(statics, key=lambda n: results[n][metric]["mean"], default=None)
+
+
+def _baselines_for(info, level, results: Mapping | None = None) -> list[str]:
     """Every adapter: Best (the strongest static baseline: the best static strategy at each k).
     Token adapters also: Greedy, the token-level Mixed and the best token action, those evaluated;
-    any static method when none was."""
-    statics = [n for n, i in info.items() if i["kind"] in ("greedy", "static", "mixed")]
+    any static method when none was. Draft-gated adapters: the strongest static method at the first
+    pass@k, Stop at first answer (what keeping every draft scores) and the controls."""
+    statics = [n for n, i in info.items() if i["kind"] in STATIC_KINDS]
     best = _first(info, role="best")
+    if level == "draft":
+        first = _metrics(results)[0] if results else None
+        strongest = strongest_static(results, {"methods": info}, first) if first else None
+        controls = [n for n, i in info.items() if i["kind"] == "draft" and i["role"] in DRAFT_CONTROLS]
+        named = [strongest, _first(info, role="stop at first answer"), *controls]
+        return list(dict.fromkeys(n for n in named if n))
     if level == "sequence":
         first = best or (statics[0] if statics else None)
         return [first] if first else []
@@ -588,7 +648,14 @@ def _adapter_verdict(results, details, name, baseline, metrics, confidence) -> s
     )
     texts = [_diff_text(m, c) + (f" (vs `{a}`)" if (a := _k_action(info, baseline, m)) else "")
              for m, c in comps.items()]
-    return f"- {head}\n  Difference in points ({unit}): " + "; ".join(texts) + "."
+    seeds = []
+    for m in dict.fromkeys([metrics[0], metrics[-1]] if metrics else []):
+        clause = seed_clause(per_seed_differences(details, name, baseline, m), _same_direction(comps[m]["diff"])) \
+            if m in comps else ""
+        if clause:
+            seeds.append(f"{_metric_label(m)} {clause}")
+    seed_text = ("\n  Across seeds (the direction of the difference): " + "; ".join(seeds) + ".") if seeds else ""
+    return f"- {head}\n  Difference in points ({unit}): " + "; ".join(texts) + "." + seed_text
 
 
 # ---- figures --------------------------------------------------------------------------------------
