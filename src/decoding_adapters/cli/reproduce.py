@@ -1,9 +1,9 @@
 """``reproduce``: the headline study — does adaptive decoding beat static decoding on the
-default model, with intervals narrow enough to tell? It runs the demo's stages
+default model, with intervals narrow enough to tell, and at what compute? It runs the demo's stages
 (``experiments.demo.run_demo``) at ``REPRODUCE_SIZES`` (``full``, ``complete``, ``smoke``); the
 README's headline table names this one command with its own output directory.
 
-    decoding-adapters reproduce --out runs/reproduce --publish docs/reproduce   # ~126 min planned on 2 cores; resumable
+    decoding-adapters reproduce --out runs/reproduce --publish docs/reproduce   # ~72 min planned on 2 cores; resumable
     decoding-adapters reproduce --plan                        # the stage-by-stage estimate for this machine
     decoding-adapters reproduce --size smoke --model DIR      # every stage on a tiny model (tests)
 
@@ -14,42 +14,47 @@ What runs (``full``):
    (chosen on validation; the report lists mean greedy length and truncated fraction per budget).
 1. action selection on 16 actions spread over the 180-config pool plus greedy (17 candidates) on 64
    validation problems x 4 samples; K = 6 by greedy coverage, with the coverage curve and where it
-   saturates; the same table picks Best at each pass@k (greedy included) and the best single
-   token action.
-2. sequence adapters w/ and w/o budget, **live rollouts**, B in {1, 2, 4, 8}, 3 seeds, 24 steps x
+   saturates; the same table picks Best at each pass@k (greedy and greedy stopped at its first
+   answer included) and the best single token action.
+2. sequence adapters w/ and w/o budget, **live rollouts**, B in {1, 2, 4}, 3 seeds, 24 steps x
    8 prompts, validated live on 48 problems at every B every 8 steps (step 0 included, best
    validated kept; the w/ budget adapter keeps a new policy only if it loses at no B);
    the w/ budget adapter starts at Best at pass@B for each B, the w/o budget one at Best at pass@1.
-3. token adapters w/ budget, w/o budget, entropy-only, 3 seeds, 48 steps x 8 prompts x G=8 each,
+3. draft-gated adapters, 3 seeds: both-arms tables (a greedy draft stopped at its first answer and 4
+   re-decodes with the selected set's Best sampled action, on 256 training and 48 validation
+   problems), 400 full-information steps from a prior on keeping the draft; beside them a random
+   gate at the adapter's validation re-decode share and a confidence threshold tuned on validation.
+4. token adapters w/ budget, w/o budget, entropy-only, 3 seeds, 48 steps x 8 prompts x G=8 each,
    prior at the best static token action; training prompts filtered by that prior (2 samples each,
    probed until 300 survive, from a train split of 1,500 generated problems), walked epoch by epoch
-   so each run sees 300 distinct prompts; validation (sampled and argmax policy) on 400 problems x 2
-   samples at step 0 and every 16 steps (the validation split generated at 400: its first 100 and
+   so each run sees 300 distinct prompts; validation of the argmax policy on 400 problems x 1
+   sample at step 0 and every 16 steps (the validation split generated at 400: its first 100 and
    the test split are the same problems as at the default size), a later step kept only when its
    paired gain's 95% interval is above 0; every seed's curve in the report.
-4. evaluation on 200 test problems x 3 seeds x 8 samples, pass@1/2/4/8: Greedy, Best, Mixed,
-   Mixed (per token), Mixed per sequence (token actions), Best token action, and the five adapters.
-5. report: paired intervals, the targets, seed spread, truncation, training curves,
-   cost (minutes per stage, tokens per training step, steps per minute), figures.
+5. evaluation on 200 test problems x 3 seeds x 4 samples, pass@1/2/4: Greedy, Stop at first answer,
+   Best, Mixed, Mixed (per token), Mixed per sequence (token actions), Best token action, the five
+   adapters, the draft-gated adapter and its two controls; decodes and generated tokens per problem
+   for every method.
+6. report: paired intervals with the direction on every seed, the targets, seed spread, accuracy
+   per compute (which method wins at each number of decodes per problem), truncation, training
+   curves, cost (minutes per stage against the plan, tokens per training step, steps per minute),
+   figures.
 
 Measurements behind the plan (``demo.estimate_minutes`` holds the constants): a model of decoded
-rows x mean length / throughput, with one scale per stage fitted on the published run, and a few
+rows x mean length / throughput, with one scale per stage fitted on a published run, and a few
 seconds' decode probe (``demo.probe_tokens_per_second``) that scales it to the machine it runs on.
 Greedy on the 100 validation problems at budgets 16/24/32/48/64/96 has mean length 14.6 / 20.5 /
 25.3 / 32.5 / 35.7 / 39.3 tokens, stopped by the budget 77 / 70 / 52 / 30 / 15 / 7% of rows: the
 model keeps talking after the answer, so "greedy not truncated" needs about 128 tokens.
 
-The token stage's data and validation sizes above plan at 72 of the study's 126 minutes on the
-reference machine (34.7 of 88 with the 96-problem validation and the 96-prompt filter that the
-published run used: it trained on 23 prompts).
+Plan on the reference machine (probe 440 tok/s): 71.5 minutes: selection 6.7, sequence 9.1, draft
+1.9, token 37.6, evaluation 15.9. What was cut to fit 90 minutes with the draft stage, evaluation
+first (each is a field of ``StudyConfig``; ``--size complete`` restores them all):
 
-The run published in docs/reproduce took 139.7 min on a 2-core AMD EPYC (AVX512-BF16) whose decode
-probe measured 0.59 x the reference machine (plan scaled to it: 148; reference plan: 88): load 0.4,
-budget 0.2, selection 11.0, sequence 21.2, token 56.9 (41%), evaluation 49.9. The evaluation decodes
-25,141 rows (greedy and greedy-only token adapters once, shared static rows once).
-
-What was cut to fit (each is a field of ``StudyConfig``; ``--size complete`` restores them all):
-
+- pass@8: the evaluation scores 4 samples per problem and seed (pass@8 doubled its rows), and the
+  sequence adapters train at B up to 4, the largest B evaluated;
+- token validation: the argmax policy only (sampling the policy too doubled it; argmax was the
+  served mode of every run before) on 400 problems x 1 sample, not 400 x 2;
 - the token budget: greedy truncation allowed up to 35% (expected choice 48: 30% of greedy rows
   cut, mean greedy length 32.5) instead of ~2% (128 tokens);
 - selection over 16 of the 180 pool actions (plus greedy), not the whole pool;
@@ -57,7 +62,8 @@ What was cut to fit (each is a field of ``StudyConfig``; ``--size complete`` res
   rollouts. The report's cost section gives tokens per step and steps per minute.
 
 ``--size complete`` (the uncut study: budget chosen at <= 2% truncation from 48..192, pass@8,
-selection on 32 x 4, 60 steps of each adapter) plans at about 7 hours on this CPU.
+selection on the whole pool, 60 steps of each adapter, token validation in both modes on 400 x 2)
+plans at about 7 hours on the reference CPU.
 """
 
 from __future__ import annotations
@@ -77,7 +83,8 @@ class ReproduceOptions:
     out: str = "runs/reproduce"
     """output directory (re-run the same command to resume)"""
     size: Literal["full", "complete", "smoke"] = "full"
-    """stage sizes: full (the study cut to ~90 min on 2 cores), complete (uncut, ~7 h there), smoke (tests)"""
+    """stage sizes: full (the study cut to ~72 min on the 2-core reference CPU), complete (uncut, ~7 h),
+    smoke (tests)"""
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""
     device: str = "auto"
