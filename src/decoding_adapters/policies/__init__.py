@@ -3,4 +3,6 @@
 Importing the package registers the adapter kinds (``kinds``), one module each, so that
 ``adapter.json``'s ``kind`` is found whatever submodule is imported first."""
 
-from . import kind_sequence, kind_token, kind_draft  # noqa: F401  (registration order: the kinds' order)
+# isort: off  (registration order is the order the kinds are listed in)
+from . import kind_draft, kind_sequence, kind_token  # noqa: F401
+# isort: on

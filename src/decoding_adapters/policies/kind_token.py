@@ -46,7 +46,8 @@ class TokenKind(AdapterKind):
         p = config.policy
         feature = ("the LM's final hidden state h_t" if self.reads_hidden(config)
                    else "the entropy of the base next-token distribution")
-        budget = f" and the remaining token budget b_t (b = {p.get('token_budget')})" if p.get("use_budget", True) else ""
+        budget = (f" and the remaining token budget b_t (b = {p.get('token_budget')})" if p.get("use_budget", True)
+                  else "")
         return f"one action per generated token from {feature}{budget}"
 
     def card_usage(self, config, name: str) -> list[str]:

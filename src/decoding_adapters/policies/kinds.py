@@ -23,10 +23,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-__all__ = ["AdapterKind", "register_kind", "adapter_kind", "kind_names", "POLICY_MODES"]
+__all__ = ["AdapterKind", "register_kind", "adapter_kind", "kind_names", "POLICY_MODES", "KEEP_DRAFT_NAME"]
 
 POLICY_MODES = ("sample", "argmax")
 """How a trained adapter picks its action when it is used: a draw from pi, or its most likely action."""
+
+KEEP_DRAFT_NAME = "keep draft"
+"""The name of a draft-gated policy's output 0 (``output_names``; ``Generation.action_names``)."""
 
 
 class AdapterKind:
@@ -69,7 +72,7 @@ class AdapterKind:
 
     def output_names(self, action_names: list[str]) -> list[str]:
         """Names of the policy's outputs, in order."""
-        return (["keep draft"] if self.keeps_draft else []) + list(action_names)
+        return ([KEEP_DRAFT_NAME] if self.keeps_draft else []) + list(action_names)
 
     def check(self, config) -> None:
         """Validate the kind's own fields of an ``AdapterConfig`` (ValueError); by default the
