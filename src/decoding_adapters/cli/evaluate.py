@@ -172,7 +172,7 @@ def _token_baselines(args, lm, task, adapters, cfg, factory, wanted, actions) ->
     token-level Mixed), the per-sequence mixture of the token actions (its own row, when that set
     differs from --actions), the best single token action (chosen on validation), and optionally one
     row per token action."""
-    token_sets = list(dict.fromkeys(tuple(m.actions) for m in adapters if m.kind == "token"))
+    token_sets = list(dict.fromkeys(tuple(m.actions) for m in adapters if m.decodes_per_token))
     if len(token_sets) > 1:
         log.warning("token adapters use %d action sets: token baselines use the first", len(token_sets))
     if not token_sets:
@@ -196,9 +196,10 @@ def _token_baselines(args, lm, task, adapters, cfg, factory, wanted, actions) ->
 def _base_actions(args, adapters: list[Method]) -> list[DecodingAction]:
     if args.actions:
         return load_action_set(args.actions)
-    for kind in ("sequence", "token"):
+    # a sequence adapter's action set first (the static rows' table), else a token adapter's
+    for uses in (lambda m: m.chooses_per_prompt, lambda m: m.decodes_per_token):
         for m in adapters:
-            if m.kind == kind:
+            if uses(m):
                 return list(m.actions)
     return load_action_set("math")
 

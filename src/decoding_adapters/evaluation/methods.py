@@ -14,6 +14,7 @@ from ..core.stats import check_int
 from ..decoding.actions import GREEDY, DecodingAction
 from ..decoding.loop import DecodeResult
 from ..decoding.rollouts import RolloutRequest, Rollouts
+from ..policies.kinds import AdapterKind, adapter_kind, kind_names
 from ..policies.networks import AdapterConfig, load_adapter, resolve_policy_mode
 from ..selection.best import BestStatic
 
@@ -21,6 +22,7 @@ __all__ = [
     "EvalConfig",
     "Method",
     "MethodKind",
+    "method_kind",
     "MethodRollout",
     "greedy_method",
     "stop_at_first_answer_method",
@@ -40,7 +42,41 @@ __all__ = [
     "policy_choices",
 ]
 
-MethodKind = Literal["greedy", "static", "mixed", "sequence", "token", "draft", "custom"]
+@dataclass(frozen=True)
+class MethodKind:
+    """What a kind of method is to an evaluation: the baselines' kinds below, and one per registered
+    adapter kind (``adapter``: the ``policies.kinds`` object). The runner asks these flags, never the
+    name."""
+
+    name: str
+    static: bool = False
+    """One fixed action per sample (greedy, static): rows keyed by action and shared; it may take an
+    action per k and stop at the first answer."""
+    greedy: bool = False
+    """Its one action is greedy: a row stands for every sample and seed (``decode_deterministic_once``)."""
+    mixed: bool = False
+    """A uniform mixture over its actions (per sample, or per token with ``Method.per_token``)."""
+    custom: bool = False
+    """It decodes its rows itself (``Method.rollout``)."""
+    adapter: AdapterKind | None = None
+    """The adapter kind of an adapter method (it needs a policy and has a policy mode)."""
+
+
+_BASELINE_KINDS = {k.name: k for k in (
+    MethodKind("greedy", static=True, greedy=True),
+    MethodKind("static", static=True),
+    MethodKind("mixed", mixed=True),
+    MethodKind("custom", custom=True),
+)}
+
+
+def method_kind(name: str) -> MethodKind:
+    """The method kind called ``name``: a baseline's, or that of a registered adapter kind."""
+    if name in _BASELINE_KINDS:
+        return _BASELINE_KINDS[name]
+    if name in kind_names():
+        return MethodKind(name, adapter=adapter_kind(name))
+    raise ValueError(f"unknown method kind {name!r}")
 
 MethodRollout = Callable[[Rollouts, RolloutRequest, int], DecodeResult]
 """How a method that produces its answers its own way decodes them: ``(rollouts over the method's
@@ -115,7 +151,8 @@ class Method:
 
     name: str
     """Unique display name (the key in results.json)."""
-    kind: MethodKind
+    kind: str
+    """'greedy', 'static', 'mixed', 'custom' or an adapter kind (:func:`method_kind`)."""
     actions: list[DecodingAction]
     """greedy/static: the one action (with ``k_actions``: the distinct actions it uses); mixed: the set
     drawn from; adapters: the policy's outputs in order."""
@@ -161,11 +198,10 @@ class Method:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a method needs a name")
-        if self.kind not in ("greedy", "static", "mixed", "sequence", "token", "draft", "custom"):
-            raise ValueError(f"unknown method kind {self.kind!r}")
-        if (self.kind == "custom") != (self.rollout is not None):
+        kind = self.method_kind  # an unknown kind raises here
+        if kind.custom != (self.rollout is not None):
             raise ValueError(f"method {self.name!r}: a custom method needs a rollout, and only a custom one takes it")
-        if (self.stop_at_answer or self.k_stop) and self.kind not in ("greedy", "static"):
+        if (self.stop_at_answer or self.k_stop) and not kind.static:
             raise ValueError(f"method {self.name!r}: only a static method can stop at the first answer")
         self.k_stop = frozenset(int(k) for k in self.k_stop)
         if self.k_stop and (self.k_actions is None or not self.k_stop <= set(self.k_actions)):
@@ -173,35 +209,62 @@ class Method:
         if not self.actions:
             raise ValueError(f"method {self.name!r} has no actions")
         if self.k_actions is not None:
-            if self.kind not in ("greedy", "static") or not self.k_actions:
+            if not kind.static or not self.k_actions:
                 raise ValueError(f"method {self.name!r}: only a static method takes an action per k")
             self.k_actions = {int(k): self.k_actions[k] for k in sorted(self.k_actions)}
             if list(dict.fromkeys(self.k_actions.values())) != list(self.actions):
                 raise ValueError(f"method {self.name!r}: actions must be the distinct k_actions in k order")
-        elif self.kind in ("greedy", "static") and len(self.actions) != 1:
+        elif kind.static and len(self.actions) != 1:
             raise ValueError(f"static method {self.name!r} needs exactly one action")
-        if self.kind in ("sequence", "token", "draft") and self.policy is None:
+        if kind.adapter is not None and self.policy is None:
             raise ValueError(f"adapter method {self.name!r} needs a policy")
-        if self.kind == "draft" and self.draft_context is None:
+        if kind.adapter is not None and kind.adapter.keeps_draft and self.draft_context is None:
             if self.adapter is None or self.adapter.draft is None:
                 raise ValueError(f"draft-gated method {self.name!r} needs a draft_context")
             self.draft_context = dict(self.adapter.draft)
-        if self.kind in ("sequence", "token", "draft"):
+        if kind.adapter is not None:
             stored = self.adapter.policy_mode if self.adapter is not None else None
             self.policy_mode = resolve_policy_mode(self.policy_mode or stored, self.kind)
-        if self.per_token and self.kind != "mixed":
+        if self.per_token and not kind.mixed:
             raise ValueError(f"method {self.name!r}: only a mixed method can draw its action per token")
+
+    @property
+    def method_kind(self) -> MethodKind:
+        """The kind object the evaluation asks (:func:`method_kind`)."""
+        return method_kind(self.kind)
+
+    @property
+    def adapter_kind(self) -> AdapterKind | None:
+        """An adapter method's adapter kind (None for a baseline)."""
+        return self.method_kind.adapter
+
+    @property
+    def keeps_draft(self) -> bool:
+        """A draft-gated method: a greedy draft first, kept or followed by re-decodes."""
+        return self.adapter_kind is not None and self.adapter_kind.keeps_draft
+
+    @property
+    def chooses_per_prompt(self) -> bool:
+        """An adapter that picks one action per prompt before decoding (rows shared by action)."""
+        kind = self.adapter_kind
+        return kind is not None and not kind.per_token and not kind.keeps_draft
 
     @property
     def decodes_per_token(self) -> bool:
         """Whether a chooser picks this method's action at every token (token adapters, per-token Mixed)."""
-        return self.kind == "token" or self.per_token
+        kind = self.adapter_kind
+        return (kind is not None and kind.per_token) or self.per_token
 
     @property
     def decodes_own_rows(self) -> bool:
         """Whether the method's rows are its own (a chooser at every token, or its own rollout)
         rather than static rows keyed by action and shared with other methods."""
-        return self.decodes_per_token or self.kind == "custom"
+        return self.decodes_per_token or self.method_kind.custom
+
+    @property
+    def drafted_actions(self) -> list[DecodingAction]:
+        """The actions of its rows, in output order: a draft-gated method's draft (greedy) first."""
+        return [GREEDY, *self.actions] if self.keeps_draft else list(self.actions)
 
     @property
     def action_names(self) -> list[str]:
@@ -331,11 +394,7 @@ def best_token_action_method(action: DecodingAction) -> Method:
 def adapter_role(config: AdapterConfig) -> str:
     """'entropy-only', 'w/ budget' or 'w/o budget' from an adapter's policy config; 'draft-gated'
     (or 'draft-gated, prompt-fed', the control) for a draft-gated adapter."""
-    if config.kind == "draft":
-        return "draft-gated, prompt-fed" if (config.draft or {}).get("features") == "prompt" else "draft-gated"
-    if config.kind == "token" and config.policy.get("features", "hidden") == "entropy":
-        return "entropy-only"
-    return "w/ budget" if config.policy.get("use_budget", True) else "w/o budget"
+    return config.adapter_kind.role(config)
 
 
 def adapter_method(
@@ -351,15 +410,13 @@ def adapter_method(
         if (other.kind, other.actions, adapter_role(other)) != (config.kind, config.actions, adapter_role(config)):
             raise ValueError(f"adapters {directories} differ in kind, actions or variant: they cannot share a method")
     role = adapter_role(config)
-    if config.kind == "draft":
-        name = name or ("Draft-gated (prompt)" if role.endswith("prompt-fed") else "Draft-gated")
-    name = name or f"{'Seq' if config.kind == 'sequence' else 'Token'} {role}"
+    name = name or config.adapter_kind.method_name(role)
     return Method(
         name,
         config.kind,
         config.action_list,
         role=role,
-        level="sequence" if config.kind == "draft" else config.kind,
+        level=config.adapter_kind.level,
         policy=policy,
         adapter=config,
         source=", ".join(map(str, directories)),

@@ -5,7 +5,6 @@ docstring for the sampling scheme (common random numbers) and the intervals."""
 from __future__ import annotations
 
 import functools
-import logging
 import math
 import statistics
 import time
@@ -51,8 +50,6 @@ __all__ = [
 COMPUTE_FIELDS = ("decodes_per_problem", "tokens_per_problem")
 """The keys of ``eval_details.json`` ``methods[name]`` that the evaluation measures (the others
 describe the method)."""
-
-log = logging.getLogger(__name__)
 
 RolloutsFactory = Callable[[ActionSet, bool], Rollouts]
 """``(action_set, per_token) -> Rollouts``; ``per_token`` is True when a chooser will drive it."""
@@ -100,7 +97,7 @@ def _mixed_action(method: Method, cfg: EvalConfig, s: int, pid: str, j: int) -> 
 def _sample_keys(method: Method, cfg: EvalConfig, s: int, i: int, pid: str, choices) -> list[list[Key]]:
     """For each k (in ``cfg.k_values`` order) the n keys of the samples pass@k is computed from."""
     n, ks, once = cfg.n, cfg.k_values, cfg.decode_deterministic_once
-    if method.kind == "draft":  # the draft alone (kept), or the draft then n samples of the chosen action
+    if method.keeps_draft:  # the draft alone (kept), or the draft then n samples of the chosen action
         draft_stop, redecode_stop = draft_stops(method)
         draft = _static_key(GREEDY, s, i, 0, once, draft_stop)
         return [[draft] if c == 0 else [draft] + [_static_key(method.actions[c - 1], s, i, j, once, redecode_stop)
@@ -109,10 +106,10 @@ def _sample_keys(method: Method, cfg: EvalConfig, s: int, i: int, pid: str, choi
     if method.decodes_own_rows:
         keys = [TokenKey(method.name, s, i, j) for j in range(n)]
         return [keys] * len(ks)
-    if method.kind == "sequence":
+    if method.chooses_per_prompt:
         return [[_static_key(choices[method.name][s][i][ki], s, i, j, once) for j in range(n)]
                 for ki in range(len(ks))]
-    if method.kind == "mixed":
+    if method.method_kind.mixed:
         keys = [_static_key(_mixed_action(method, cfg, s, pid, j), s, i, j, once) for j in range(n)]
     elif method.k_actions is not None:  # the Best row: pass@k from the samples of that k's action
         return [[_static_key(method.action_for_k(k), s, i, j, once, method.stops_at(k)) for j in range(n)]
@@ -127,7 +124,7 @@ def _display_keys(method: Method, cfg: EvalConfig, problems, choices) -> list[Ke
     out: list[Key] = []
     for idx in range(cfg.keep_trajectories):
         i, j = idx % len(problems), idx // len(problems)
-        if j >= cfg.n or (method.kind == "greedy" and j > 0 and cfg.decode_deterministic_once):
+        if j >= cfg.n or (method.method_kind.greedy and j > 0 and cfg.decode_deterministic_once):
             break
         keys = _sample_keys(method, cfg, 0, i, problems[i].id, choices)[-1]
         if j >= len(keys):  # a draft-gated method that kept the draft has one generation
@@ -305,7 +302,7 @@ def _decode_token(method: Method, s, prompts, problems, task, cfg, rollouts: Rol
 
     A custom method (``Method.rollout``) decodes its rows its own way, every sample."""
     own_run = None
-    if method.kind == "custom":
+    if method.method_kind.custom:
         chooser = None
 
         def own_run(request: RolloutRequest) -> DecodeResult:
@@ -324,7 +321,7 @@ def _decode_token(method: Method, s, prompts, problems, task, cfg, rollouts: Rol
             counts.update(result.actions[result.valid_mask()].tolist())
 
     keys = [[TokenKey(method.name, s, i, j) for j in range(cfg.n)] for i in range(len(problems))]  # [problem][sample]
-    if not (cfg.decode_deterministic_once and method.kind == "token" and method.policy_mode == "argmax"):
+    if not (cfg.decode_deterministic_once and method.decodes_per_token and method.policy_mode == "argmax"):
         run([k for per_problem in keys for k in per_problem])
         return
     known = store.deterministic.setdefault((method.name, id(method.policy_for(s))), {})
@@ -363,8 +360,8 @@ def _static_actions(methods: Sequence[Method], choices: dict) -> list[DecodingAc
             continue
         pool = (
             [a for per_seed in choices[m.name] for per_problem in per_seed for a in per_problem]
-            if m.kind == "sequence"
-            else [GREEDY, *m.actions] if m.kind == "draft" else m.actions
+            if m.chooses_per_prompt
+            else m.drafted_actions
         )
         for a in pool:
             seen.setdefault(GREEDY if a.is_greedy else a, None)
@@ -438,16 +435,15 @@ def evaluate(
     meta = {**(meta or {}), "allow_train_overlap": bool(allow_train_overlap), "train_overlap": overlap}
     factory = rollouts_factory or _default_factory(lm, batch_rows)
     prompts, cot = encode_problems(lm, task, problems, cfg.cot_ratio, cfg.seed)
-    choices = {m.name: _sequence_choices(m, lm, prompts, cfg, problems) for m in methods if m.kind == "sequence"}
+    choices = {m.name: _sequence_choices(m, lm, prompts, cfg, problems) for m in methods if m.chooses_per_prompt}
     summaries = {}  # the draft pass: one greedy decode that records hidden states (per kind of draft)
     for m in methods:
-        if m.kind == "draft":
+        if m.keeps_draft:
             stop = draft_stops(m)[0]
             if stop not in summaries:
                 checks = [functools.partial(task.answer_complete, p) for p in problems] if stop else None
                 summaries[stop] = draft_summaries(lm, prompts, cfg.token_budget, batch_rows, checks)
             choices[m.name] = draft_choices(m, lm, prompts, cfg, problems, summaries[stop])
-    _warn_token_budgets(methods, cfg)
     modes = {id(p): p.training for m in methods for p in m.all_policies}
     for m in methods:
         for p in m.all_policies:
@@ -502,13 +498,6 @@ def train_overlap(methods: Sequence[Method], problems) -> dict[str, int]:
     return out
 
 
-def _warn_token_budgets(methods, cfg: EvalConfig) -> None:
-    for m in methods:
-        trained = m.adapter.policy.get("token_budget") if m.adapter and m.kind == "token" else None
-        if trained and trained != cfg.token_budget:
-            log.warning("%s was trained with token budget %d; evaluating with %d", m.name, trained, cfg.token_budget)
-
-
 def _keys_for_seed(methods, cfg, s, problems, choices) -> dict[Key, None]:
     """Every generation seed ``s`` needs, in first-use order (an ordered set)."""
     keys: dict[Key, None] = {}
@@ -525,7 +514,7 @@ def _problem_values(
     """pass@k and mean length of one problem in one seed."""
     out, lengths = {}, []
     for k, keys in zip(cfg.k_values, _sample_keys(method, cfg, s, i, pid, choices)):
-        if method.kind == "draft":
+        if method.keeps_draft:
             out[f"pass@{k}"], answer_keys = _draft_pass(keys, k, cfg.n, store)
             lengths.append(statistics.fmean(store.length[key] for key in answer_keys))
             continue
@@ -591,9 +580,9 @@ def _assemble(methods, cfg: EvalConfig, problems, cot, choices, store: _Store, d
         details["trajectories"][m.name] = [
             _public_record(store.records[k], k, m, problems) for k in display[m.name] if k in store.records
         ]
-        if m.kind == "draft":
+        if m.keeps_draft:
             details.setdefault("draft", {})[m.name] = _draft_details(m, cfg, problems, choices, store)
-        if m.kind == "sequence":
+        if m.chooses_per_prompt:
             by_seed = [[[m.actions.index(a) for a in per_problem_choice] for per_problem_choice in per_seed]
                        for per_seed in choices[m.name]]
             details["sequence_choices"][m.name] = {
@@ -706,7 +695,7 @@ def _compute(m: Method, cfg: EvalConfig, problems, choices, store: _Store) -> di
             for k, keys in zip(cfg.k_values, _sample_keys(m, cfg, s, i, p.id, choices)):
                 sources = [store.source.get(key, key) for key in keys]
                 costs = {src: (store.decodes[src], store.generated[src]) for src in set(sources)}
-                d, t = _draft_cost(sources, costs, k) if m.kind == "draft" else subset_cost(sources, costs, k)
+                d, t = _draft_cost(sources, costs, k) if m.keeps_draft else subset_cost(sources, costs, k)
                 sums[k][0] += d
                 sums[k][1] += t
         for k in cfg.k_values:
@@ -752,12 +741,12 @@ def _action_usage(m: Method, cfg, problems, choices, store: _Store) -> list[floa
         return [counts.get(a, 0) / total for a in range(len(m.actions))]
     keys = _method_keys(m, cfg, problems, choices)
     counts = Counter(GREEDY if k.action.is_greedy else k.action for k in keys)
-    canon = [GREEDY if a.is_greedy else a for a in ([GREEDY, *m.actions] if m.kind == "draft" else m.actions)]
+    canon = [GREEDY if a.is_greedy else a for a in m.drafted_actions]
     return [counts.get(a, 0) / max(len(keys), 1) for a in canon]
 
 
 def _public_record(record: dict, key: Key, m: Method, problems) -> dict:
-    canon = [GREEDY if a.is_greedy else a for a in ([GREEDY, *m.actions] if m.kind == "draft" else m.actions)]
+    canon = [GREEDY if a.is_greedy else a for a in m.drafted_actions]
     out = {k: v for k, v in record.items() if k != "_actions"}
     out["actions"] = [canon.index(GREEDY if a.is_greedy else a) for a in record["_actions"]]
     out.update(problem_id=problems[key.problem].id, seed=key.seed, sample=key.sample)

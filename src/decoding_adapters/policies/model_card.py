@@ -22,6 +22,7 @@ from typing import Any, Mapping
 
 from ..core.stats import format_interval
 from ..decoding.actions import DecodingAction
+from .kinds import adapter_kind
 
 __all__ = ["render_model_card", "write_model_card", "read_results", "read_evaluations", "evaluation_label",
            "MODEL_CARD_NAME", "EVALUATIONS_FILE"]
@@ -54,32 +55,11 @@ def _front_matter(config) -> list[str]:
 
 
 def _kind_label(config) -> str:
-    return "draft-gated" if config.kind == "draft" else f"{config.kind}-level"
+    return adapter_kind(config.kind).label
 
 
 def _inputs(config) -> str:
-    p = config.policy
-    if config.kind == "draft":
-        draft = config.draft or {}
-        seen = {"confidence": "its confidence summary (token entropy and max-probability, length, stopped at EOS)",
-                "mean": "its confidence summary and the mean hidden state over it",
-                "hidden": "its confidence summary and its mean and last hidden states",
-                "prompt": "the prompt embedding instead (the control that sees what a sequence adapter sees)"}
-        what = seen.get(draft.get("features"), "?")
-        return (f"a greedy draft first ({draft.get('token_budget')} tokens), then, from {what} and the parallel "
-                "budget B: keep the draft (policy output 0) or re-decode with action k of the table below (output "
-                "k + 1); the draft is one of the B answers")
-    if config.kind == "sequence":
-        budget = " and the parallel budget B (x = [e ; g(B)])" if p.get("use_budget", True) else " (x = e, no budget)"
-        pooling = config.embedding.get("pooling", "mean")
-        return f"one action per prompt from the LM's prompt embedding e ({pooling}-pooled final hidden state){budget}"
-    feature = (
-        "the LM's final hidden state h_t"
-        if p.get("features", "hidden") == "hidden"
-        else "the entropy of the base next-token distribution"
-    )
-    budget = f" and the remaining token budget b_t (b = {p.get('token_budget')})" if p.get("use_budget", True) else ""
-    return f"one action per generated token from {feature}{budget}"
+    return adapter_kind(config.kind).card_inputs(config)
 
 
 def _actions_table(config) -> list[str]:
@@ -125,38 +105,7 @@ INTERVAL_LEGEND = ("The 95% interval `evaluate` reported (as in its `report.md`)
 
 
 def _usage(config, name: str) -> list[str]:
-    budget = config.policy.get("token_budget", 128)
-    if config.kind == "draft":
-        py = [
-            "from decoding_adapters import Adapter",
-            "",
-            f'gen = Adapter.from_pretrained("{name}", lm="base").generator()  # draft, choose, re-decode',
-            'out = gen.generate(["What is 2+3?"], parallel_budget=1)[0]',
-            "print(out.completions[0], out.draft_kept, out.decodes)",
-        ]
-    elif config.kind == "token":
-        py = [
-            "from transformers import AutoModelForCausalLM, AutoTokenizer",
-            "from decoding_adapters import Adapter",
-            "",
-            f'adapter = Adapter.from_pretrained("{name}")',
-            "# the base model's directory (`decoding-adapters model-path --adapter DIR` prints it)",
-            'tok = AutoTokenizer.from_pretrained(adapter.base_model_path, padding_side="left")',
-            "model = AutoModelForCausalLM.from_pretrained(adapter.base_model_path)",
-            'chat = [[{"role": "user", "content": "What is 2+3?"}]]',
-            'inputs = tok.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt", return_dict=True)',
-            f"with adapter.logits_processor(model, tokenizer=tok, token_budget={budget}) as lp:",
-            f"    out = model.generate(**inputs, max_new_tokens={budget}, **lp.generate_kwargs())",
-            'print(tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))',
-        ]
-    else:
-        py = [
-            "from decoding_adapters import Adapter",
-            "",
-            f'adapter = Adapter.from_pretrained("{name}", lm="base")  # its own base model, for prompt embeddings',
-            'configs = adapter.generation_config(["What is 2+3?"], n=4, max_new_tokens=256)  # transformers',
-            'params = adapter.sampling_params(["What is 2+3?"], n=4, max_tokens=256)          # vLLM',
-        ]
+    py = adapter_kind(config.kind).card_usage(config, name)
     return [
         "```python",
         *py,

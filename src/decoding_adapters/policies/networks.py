@@ -32,6 +32,7 @@ from torch import nn
 from ..core.files import atomic_write, write_json
 from ..decoding.actions import _GOLDEN, DecodingAction, _int64, _mix64, _shift_right  # the counter generator's mixing
 from ..decoding.loop import StepFeatures
+from .kinds import POLICY_MODES, adapter_kind
 from .model_card import EVALUATIONS_FILE, evaluation_label, read_evaluations, read_results, write_model_card
 
 __all__ = [
@@ -43,7 +44,6 @@ __all__ = [
     "UniformChooser",
     "AdapterConfig",
     "POLICY_MODES",
-    "ADAPTER_KINDS",
     "default_policy_mode",
     "resolve_policy_mode",
     "save_adapter",
@@ -424,13 +424,6 @@ class UniformChooser:
 # ---- save / load ---------------------------------------------------------------------------------
 
 
-ADAPTER_KINDS = ("sequence", "token", "draft")
-"""Adapter kinds: the paper's two, and the draft-gated adapter (``policies.draft``)."""
-
-POLICY_MODES = ("sample", "argmax")
-"""How a trained adapter picks its action when it is used: a draw from pi, or its most likely action."""
-
-
 def default_policy_mode(kind: str) -> str:
     """The mode an adapter of ``kind`` is evaluated and served with unless told otherwise.
 
@@ -449,9 +442,7 @@ def default_policy_mode(kind: str) -> str:
     adapter's stored ``policy_mode`` (this default when none is stored), so the number a report
     prints describes what a user gets by default. Draft-gated adapters (a sequence policy over the
     draft's summary) follow sequence adapters."""
-    if kind not in ADAPTER_KINDS:
-        raise ValueError(f"adapter kind must be one of {list(ADAPTER_KINDS)}, got {kind!r}")
-    return "sample" if kind == "token" else "argmax"
+    return adapter_kind(kind).default_policy_mode
 
 
 def resolve_policy_mode(mode: str | None, kind: str) -> str:
@@ -467,7 +458,8 @@ def resolve_policy_mode(mode: str | None, kind: str) -> str:
 class AdapterConfig:
     """Everything needed to use a trained adapter again (saved as ``adapter.json``)."""
 
-    kind: Literal["sequence", "token", "draft"]
+    kind: str
+    """A registered adapter kind (``policies.kinds``): 'sequence', 'token' or 'draft'."""
     policy: dict
     """The SequencePolicyConfig (sequence and draft adapters) / TokenPolicyConfig fields."""
     actions: list[dict]
@@ -501,33 +493,27 @@ class AdapterConfig:
     greedy draft the policy reads, and the draft's token budget)."""
 
     def __post_init__(self) -> None:
-        if self.kind not in ADAPTER_KINDS:
-            raise ValueError(f"adapter kind must be one of {list(ADAPTER_KINDS)}, got {self.kind!r}")
-        if (self.kind == "draft") != (self.draft is not None):
-            raise ValueError("a draft-gated adapter (and only one) needs the 'draft' field")
+        kind = adapter_kind(self.kind)
+        kind.check(self)
         for name, typ in (("policy", dict), ("actions", list), ("base_fingerprint", dict), ("base_model", str)):
             if not isinstance(getattr(self, name), typ):
                 raise ValueError(f"adapter field {name!r} must be a {typ.__name__}, got {getattr(self, name)!r}")
         if self.lm_dtype is None:
             self.lm_dtype = self.base_fingerprint.get("dtype")
         try:
-            shape = (TokenPolicyConfig if self.kind == "token" else SequencePolicyConfig)(**self.policy)
+            shape = kind.policy_config(self.policy)
         except TypeError as err:  # a missing or unknown policy field
             raise ValueError(f"adapter 'policy' does not describe a {self.kind} policy: {err}") from None
         actions = self.action_list  # validates every action
-        outputs = len(actions) + (1 if self.kind == "draft" else 0)  # a draft policy's output 0 keeps the draft
-        if shape.num_actions != outputs:
+        if shape.num_actions != kind.outputs(len(actions)):  # a draft policy's output 0 keeps the draft
             raise ValueError(f"adapter policy has {shape.num_actions} outputs but {len(actions)} actions are listed")
-        if self.kind == "draft":  # its context is the draft's summary, not an LM state of the hidden size
-            self.policy_mode = resolve_policy_mode(self.policy_mode, self.kind)
-            return
-        width = shape.embed_dim if self.kind == "sequence" else shape.hidden_size
-        hidden = self.base_fingerprint.get("hidden_size")
-        if hidden is not None and width != hidden and (self.kind == "sequence" or shape.features == "hidden"):
-            raise ValueError(
-                f"adapter policy expects LM features of size {width} but base_fingerprint.hidden_size is {hidden}"
-            )
+        kind.check_fingerprint(self)
         self.policy_mode = resolve_policy_mode(self.policy_mode, self.kind)
+
+    @property
+    def adapter_kind(self):
+        """The kind object (``policies.kinds``) that says how this adapter decodes, is scored and served."""
+        return adapter_kind(self.kind)
 
     @property
     def seen_hashes(self) -> set[str]:
@@ -556,9 +542,7 @@ class AdapterConfig:
         return [DecodingAction.from_dict(a) for a in self.actions]
 
     def build_policy(self) -> SequencePolicy | TokenPolicy:
-        if self.kind in ("sequence", "draft"):
-            return SequencePolicy(SequencePolicyConfig(**self.policy))
-        return TokenPolicy(TokenPolicyConfig(**self.policy))
+        return self.adapter_kind.build_policy(self.policy)
 
 
 def save_adapter(directory: str | Path, policy: nn.Module, config: AdapterConfig) -> Path:

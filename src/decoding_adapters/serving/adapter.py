@@ -29,7 +29,7 @@ greedy gets ``n = 1`` (``num_return_sequences = 1``): repeat that completion if 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Sequence, Union
+from typing import Sequence, Union
 
 import torch
 
@@ -37,7 +37,9 @@ from ..decoding.actions import DecodingAction
 from ..decoding.loop import row_seed
 from ..decoding.vllm_rollouts import sampling_params_dict
 from ..lm.models import FrozenLM, ModelSpec, load_frozen_lm, locate_model
-from ..policies.draft import DraftContextConfig
+from ..policies.kind_sequence import SEQUENCE
+from ..policies.kind_token import TOKEN
+from ..policies.kinds import AdapterKind
 from ..policies.networks import AdapterConfig, categorical_from_uniform, check_compatible, load_adapter, save_adapter
 from .generator import AdaptiveGenerator
 from .integrations.hf import AdapterLogitsProcessor
@@ -64,6 +66,10 @@ def _as_chat(prompt: Prompt, position: int) -> list[dict]:
     )
 
 
+_USE_INSTEAD = {SEQUENCE: "adapter.logits_processor(model)", TOKEN: "adapter.generation_config / sampling_params"}
+"""What to call instead when a method needs the other kind of adapter."""
+
+
 def _as_prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
     """A bare string or a single chat is one prompt; otherwise a sequence of prompts."""
     if isinstance(prompts, str) or (
@@ -85,7 +91,7 @@ class Adapter:
         self.policy, self.config, self.name = policy.eval(), config, name
         self.actions: list[DecodingAction] = config.action_list
         expected = config.policy.get("num_actions")
-        if expected is not None and expected != len(self.actions) + (config.kind == "draft"):  # + keep the draft
+        if expected is not None and expected != config.adapter_kind.outputs(len(self.actions)):  # + keep the draft
             raise ValueError(
                 f"adapter policy has {expected} outputs but its action set has {len(self.actions)} actions"
             )
@@ -133,22 +139,7 @@ class Adapter:
         return self
 
     def _check_hidden_size(self, hidden_size: int) -> None:
-        if self.kind == "draft":  # its context width depends on the hidden size through its feature set
-            want_dim = DraftContextConfig(**self.config.draft).dim(hidden_size)
-            if self.config.policy.get("embed_dim") != want_dim:
-                raise ValueError(f"draft-gated adapter (base model {self.config.base_model!r}) does not fit a model "
-                                 f"of hidden_size={hidden_size}: use it with its own base model.")
-            return
-        want = (
-            self.config.policy.get("embed_dim")
-            if self.kind == "sequence"
-            else (self.config.policy.get("hidden_size") if self.features == "hidden" else None)
-        )
-        if want is not None and want != hidden_size:
-            raise ValueError(
-                f"adapter expects hidden states of size {want} (base model {self.config.base_model!r}) "
-                f"but the given model has hidden_size={hidden_size}: use it with its own base model."
-            )
+        self.config.adapter_kind.check_lm(self.config, hidden_size)
 
     def check_model(self, model, tokenizer=None) -> None:
         """Check a raw HF causal LM (and optionally its tokenizer) against the adapter's base model."""
@@ -165,8 +156,13 @@ class Adapter:
 
     # ---- identity ----------------------------------------------------------------------------
     @property
-    def kind(self) -> Literal["sequence", "token", "draft"]:
+    def kind(self) -> str:
         return self.config.kind
+
+    @property
+    def adapter_kind(self) -> AdapterKind:
+        """The kind object (``policies.kinds``) that says how this adapter decodes."""
+        return self.config.adapter_kind
 
     @property
     def features(self) -> str:
@@ -205,14 +201,10 @@ class Adapter:
         here that takes ``deterministic`` defaults to None: the adapter's mode."""
         return self.policy_mode == "argmax" if deterministic is None else bool(deterministic)
 
-    def _require(self, kind: str, what: str) -> None:
-        if self.kind != kind:
-            other = (
-                "adapter.logits_processor(model)"
-                if kind == "sequence"
-                else "adapter.generation_config / sampling_params"
-            )
-            raise ValueError(f"{what} needs a {kind} adapter; this one is a {self.kind} adapter (use {other})")
+    def _require(self, kind: AdapterKind, what: str) -> None:
+        if self.adapter_kind is not kind:
+            other = _USE_INSTEAD[kind]
+            raise ValueError(f"{what} needs a {kind.name} adapter; this one is a {self.kind} adapter (use {other})")
 
     @torch.inference_mode()
     def choose(
@@ -223,7 +215,7 @@ class Adapter:
         ``deterministic`` takes the most likely action; otherwise prompt i's action is drawn with the
         uniform of ``row_seed(seed, i, "policy")`` (as ``AdaptiveGenerator`` does); None: the
         adapter's stored ``policy_mode``."""
-        self._require("sequence", "choosing one action per prompt")
+        self._require(SEQUENCE, "choosing one action per prompt")
         deterministic = self.deterministic(deterministic)
         if self.lm is None:
             raise ValueError(
@@ -331,7 +323,7 @@ class Adapter:
     ):
         """Token adapter: an ``AdapterLogitsProcessor`` for ``model.generate`` (a context manager that
         installs the hidden-state hook on enter and removes it on exit); see ``integrations.hf``."""
-        self._require("token", "a per-token logits processor")
+        self._require(TOKEN, "a per-token logits processor")
         self.check_model(model, tokenizer)
         return AdapterLogitsProcessor(
             self, model, token_budget=token_budget, deterministic=self.deterministic(deterministic), seed=seed

@@ -46,6 +46,7 @@ from ..decoding.actions import ActionSet
 from ..decoding.loop import DecodeResult, StepTokens, decode, row_seed
 from ..lm.models import FrozenLM
 from ..policies.draft import KEEP_DRAFT, DraftContextConfig, DraftGatedResult, draft_gated_decode
+from ..policies.kinds import AdapterKind
 from ..policies.networks import (
     AdapterConfig,
     TokenPolicyChooser,
@@ -53,9 +54,6 @@ from ..policies.networks import (
 )
 from ..tasks import get_task
 from ..tasks.base import Problem
-
-KEEP_DRAFT_NAME = "keep draft"
-"""A draft-gated adapter's output 0 in ``Generation.action_names``."""
 
 __all__ = ["AdaptiveGenerator", "Generation", "PreparedPrompt", "Prompt", "TokenEvent", "format_generations"]
 
@@ -76,7 +74,7 @@ class Generation:
     """The prompt as given (text or chat)."""
     completions: list[str]
     """``parallel_budget`` completions, special tokens removed."""
-    kind: Literal["sequence", "token", "draft"]
+    kind: str
     """Which adapter decided: one action per prompt, one per token, or keep-or-re-decode after a draft."""
     action_names: list[str]
     """The adapter's action set, in policy-output order (indices below point into it; a draft-gated
@@ -117,7 +115,7 @@ class Generation:
     @property
     def actions(self) -> str | list[list[str]] | None:
         """The actions taken: one name (sequence adapter) or names per token per completion (token)."""
-        return self.token_action_names if self.kind == "token" else self.action
+        return self.token_action_names if self.token_actions is not None else self.action
 
     def action_counts(self) -> list[dict[str, int]]:
         """Per completion, how many tokens each action produced (every token: the sequence action)."""
@@ -219,25 +217,30 @@ class AdaptiveGenerator:
         self.policy = policy.to(lm.device).eval()
         self.action_set = ActionSet(config.action_list, device=lm.device)
         self.max_batch_rows = _check_positive("max_batch_rows", max_batch_rows)
-        self.draft_context = DraftContextConfig(**config.draft) if config.kind == "draft" else None
+        self.draft_context = DraftContextConfig(**config.draft) if self.adapter_kind.keeps_draft else None
         self.answer_task = None
         if self.draft_context is not None and (self.draft_context.draft_stop_at_answer
                                                or self.draft_context.redecode_stop_at_answer):
             self.answer_task = task if task is not None else _adapter_task(config)
         expected = config.policy.get("num_actions")
-        if expected is not None and expected != len(self.action_set) + (config.kind == "draft"):
+        if expected is not None and expected != self.adapter_kind.outputs(len(self.action_set)):
             raise ValueError(
                 f"adapter policy has {expected} outputs but its action set has {len(self.action_set)} actions"
             )
 
     @property
-    def kind(self) -> Literal["sequence", "token", "draft"]:
+    def kind(self) -> str:
         return self.config.kind
+
+    @property
+    def adapter_kind(self) -> AdapterKind:
+        """The kind object (``policies.kinds``) that says how this adapter decodes."""
+        return self.config.adapter_kind
 
     @property
     def action_names(self) -> list[str]:
         """Names of the policy's outputs (a draft-gated adapter's output 0 keeps the draft)."""
-        return ([KEEP_DRAFT_NAME] if self.kind == "draft" else []) + self.action_set.names
+        return self.adapter_kind.output_names(self.action_set.names)
 
     @property
     def default_token_budget(self) -> int:
@@ -339,7 +342,7 @@ class AdaptiveGenerator:
         deterministic = self.deterministic(deterministic_policy)
         out: list[Generation] = []
         for chunk in self._chunks(list(prepared)):
-            if self.kind == "draft":
+            if self.adapter_kind.keeps_draft:
                 out += self._draft_chunk(chunk, deterministic, on_tokens, len(out), all_answers)
                 continue
             out += self._decode_chunk(chunk, deterministic, on_tokens, offset=len(out))
@@ -359,11 +362,11 @@ class AdaptiveGenerator:
     def _decode_chunk(
         self, chunk: list[PreparedPrompt], deterministic: bool, on_tokens: TokenCallback | None = None, offset: int = 0
     ) -> list[Generation]:
-        if self.kind == "draft":
+        if self.adapter_kind.keeps_draft:
             return self._draft_chunk(chunk, deterministic, on_tokens, offset)
         prompt_of_row = [i for i, p in enumerate(chunk) for _ in range(p.parallel_budget)]
         chosen = probs = None
-        if self.kind == "sequence":
+        if not self.adapter_kind.per_token:  # one action per prompt, chosen before decoding
             chosen, probs = self._sequence_actions(chunk, deterministic)
         result = decode(
             self.lm,
@@ -447,7 +450,7 @@ class AdaptiveGenerator:
         lengths = [int(res.lengths[r]) for res, r in rows]
         choice = int(result.choices[i])
         return Generation(
-            prompt=p.prompt, completions=[res.texts[r] for res, r in rows], kind="draft",
+            prompt=p.prompt, completions=[res.texts[r] for res, r in rows], kind=self.kind,
             action_names=self.action_names,
             finish_reasons=["stop" if _ended(res, r) else "length" for res, r in rows],
             completion_tokens=lengths, prompt_tokens=len(p.prompt_ids), seed=p.seed, action_index=choice,
@@ -543,23 +546,8 @@ def _step_reporter(chunk: list[PreparedPrompt], offset: int, on_tokens: TokenCal
 
 
 def _check_input_size(config: AdapterConfig, lm: FrozenLM) -> None:
-    """The policy's input width must be the LM's hidden size (also when the fingerprint lacks it)."""
-    if config.kind == "draft":
-        want = DraftContextConfig(**config.draft).dim(lm.hidden_size)
-        if config.policy.get("embed_dim") != want:
-            raise ValueError(f"draft-gated adapter reads {config.policy.get('embed_dim')} features, but its "
-                             f"context on this model has {want}: load it onto its own base model.")
-        return
-    size = (
-        config.policy.get("embed_dim")
-        if config.kind == "sequence"
-        else (config.policy.get("hidden_size") if config.policy.get("features", "hidden") == "hidden" else None)
-    )
-    if size is not None and size != lm.hidden_size:
-        raise ValueError(
-            f"adapter expects hidden states of size {size} (base model {config.base_model!r}) but the given "
-            f"model has hidden_size={lm.hidden_size}: load it onto its own base model."
-        )
+    """The policy's input width must fit the LM's hidden size (also when the fingerprint lacks it)."""
+    config.adapter_kind.check_lm(config, lm.hidden_size)
 
 
 # ---- printing ----------------------------------------------------------------------------------
@@ -572,14 +560,14 @@ def format_generations(gen: AdaptiveGenerator, outs: Sequence[Generation]) -> st
     ]
     for i, g in enumerate(outs):
         lines.append(f"\n=== prompt {i + 1}: {g.prompt if isinstance(g.prompt, str) else json.dumps(g.prompt)}")
-        if g.kind == "sequence":
+        if g.draft_kept is None and g.action_index is not None:  # one action per prompt
             lines.append(f"action: {g.action} (p={g.action_probs[g.action_index]:.2f}, budget B={len(g.completions)})")
-        if g.kind == "draft":
+        if g.draft_kept is not None:
             lines.append(f"draft {'kept' if g.draft_kept else 're-decoded with ' + str(g.action)} "
                          f"(p={g.action_probs[g.action_index]:.2f}; {g.decodes} decode(s))")
         for j, (text, counts) in enumerate(zip(g.completions, g.action_counts())):
             detail = f"{g.finish_reasons[j]}, {g.completion_tokens[j]} tokens"
-            if g.kind == "token":
+            if g.token_actions is not None:
                 detail += "; actions: " + ", ".join(f"{name} x{n}" for name, n in counts.items())
             lines += [f"--- completion {j + 1}/{len(g.completions)} [{detail}]", text]
     return "\n".join(lines)

@@ -77,6 +77,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..policies.kinds import AdapterKind, adapter_kind
 from .generator import DEFAULT_TOKEN_BUDGET
 
 log = logging.getLogger(__name__)
@@ -373,7 +374,7 @@ class JobStream:
     handler sets ``cancelled`` and the row's next step stops them all, freeing their batch rows."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, n: int, stop: str | list[str] | None,
-                 echo: Sequence[str] | None, action_names: Sequence[str], kind: str) -> None:
+                 echo: Sequence[str] | None, action_names: Sequence[str], kind: AdapterKind) -> None:
         self.loop, self.n, self.echo, self.action_names, self.kind = loop, n, echo, list(action_names), kind
         self.stops = [stop] if isinstance(stop, str) else list(stop or [])
         self.queue: asyncio.Queue[list[tuple]] = asyncio.Queue()
@@ -458,14 +459,13 @@ class JobStream:
         for index, row in enumerate(self.rows):
             names = [self.action_names[a] for a in row.actions]
             info: dict = {"index": index, "action_counts": dict(Counter(names).most_common())}
-            if self.kind == "sequence":
-                info["action"] = names[0] if names else None
-            elif self.kind == "draft":  # a draft's tokens carry output 0; re-decoded ones the chosen output
-                info["action"] = names[0] if names else None
-                siblings = self.rows[index - index % self.n: index - index % self.n + self.n]
-                info["draft_kept"] = all(not r.actions or r.actions[0] == 0 for r in siblings)
-            else:
+            if self.kind.per_token:
                 info["token_actions"] = row.actions
+            else:  # one action per prompt; a draft's tokens carry output 0, re-decoded ones the chosen output
+                info["action"] = names[0] if names else None
+                if self.kind.keeps_draft:
+                    siblings = self.rows[index - index % self.n: index - index % self.n + self.n]
+                    info["draft_kept"] = all(not r.actions or r.actions[0] == 0 for r in siblings)
             out.append(info)
         return out
 
@@ -644,7 +644,8 @@ class BatchingWorker:
 
     def _decode(self, prepared: list, on_tokens) -> list:
         # a client that asks for n completions gets n, a draft-gated adapter's kept draft among them
-        extra = {"all_answers": True} if getattr(self.generator, "kind", None) == "draft" else {}
+        kind = getattr(self.generator, "adapter_kind", None)
+        extra = {"all_answers": True} if kind is not None and kind.keeps_draft else {}
         if on_tokens is None:  # no stream in this batch: the plain call
             return self.generator.run(prepared, self.deterministic_policy, **extra)
         return self.generator.run(prepared, self.deterministic_policy, on_tokens=on_tokens, **extra)
@@ -765,13 +766,14 @@ def _choices(gens, req: _Common, echo_prompts: Sequence[str] | None = None) -> l
             if echo_prompts is not None:
                 text = echo_prompts[i] + text
             info: dict = {"index": len(out), "action_counts": counts[j]}
-            if g.kind in ("sequence", "draft"):
+            kind = adapter_kind(g.kind)
+            if kind.per_token:
+                info["token_actions"] = g.token_actions[j]
+            else:
                 info.update(action=g.action,
                             action_probs=dict(zip(g.action_names, [round(p, 6) for p in g.action_probs])))
-                if g.kind == "draft":
+                if kind.keeps_draft:
                     info.update(draft_kept=g.draft_kept, decodes=g.decodes, draft_tokens=g.draft_tokens)
-            else:
-                info["token_actions"] = g.token_actions[j]
             out.append(Choice(len(out), text, "stop" if stopped else g.finish_reasons[j], info))
     return out
 
@@ -931,7 +933,7 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
 
     async def stream(req: _Common, job: Job, echo: Sequence[str] | None, chat: bool):
         job.stream = JobStream(asyncio.get_running_loop(), job.n, req.stop, echo, generator.action_names,
-                               generator.kind)
+                               generator.adapter_kind)
         first = await worker.submit_stream(job)  # errors before the first token are ordinary responses
         include_usage = req.stream_options is not None and req.stream_options.include_usage
         adapter = _adapter_field(generator, req, job.seed, [], deterministic_policy)

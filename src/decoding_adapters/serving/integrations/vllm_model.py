@@ -109,7 +109,7 @@ class _Row:
 class _LoadedTokenAdapter:
     def __init__(self, path: str):
         policy, config = load_adapter(path)
-        if config.kind != "token":
+        if not config.adapter_kind.per_token:
             raise ValueError(f"{path}: a {config.kind} adapter; the token adapter model serves token adapters")
         self.policy = policy.eval()
         self.actions = ActionSet(config.action_list)

@@ -59,6 +59,7 @@ from typing import Any, Callable
 import torch
 
 from ...decoding.loop import base_entropy
+from ...policies.kinds import adapter_kind, kind_names
 from ...policies.networks import TokenPolicy, categorical_from_uniform, load_adapter
 from .rows import ActionTable
 
@@ -147,8 +148,10 @@ def request_options(sampling_params, key: str = EXTRA_ARGS_KEY, deterministic: b
     return {"deterministic": deterministic, "seed": 0, **value, "path": str(value["path"])}
 
 
-def _check_entropy_adapter(kind: str, policy: dict, path: str) -> None:
-    if kind != "token" or policy.get("features", "hidden") != "entropy":
+def _check_entropy_adapter(kind: str | None, policy: dict, path: str) -> None:
+    """Only a per-token adapter that reads no hidden state (the entropy-only one) runs on logits alone."""
+    per_token = kind in kind_names() and adapter_kind(kind).per_token
+    if not per_token or policy.get("features", "hidden") != "entropy":
         raise ValueError(
             f"{path}: vLLM processors see logits only, so only an entropy-only token adapter runs there "
             f"(this one is a {kind} adapter with features={policy.get('features', 'n/a')!r}); use the "

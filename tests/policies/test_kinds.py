@@ -1,0 +1,69 @@
+"""Adapter kinds are objects: the registry finds each by name, and no module outside the kind
+modules compares an adapter or method kind with a string."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from decoding_adapters.evaluation.methods import method_kind
+from decoding_adapters.policies.kinds import AdapterKind, adapter_kind, kind_names
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "decoding_adapters"
+KIND_NAMES = {"sequence", "token", "draft", "greedy", "static", "mixed", "custom"}
+REGISTRY_MODULES = {"kinds.py", "kind_sequence.py", "kind_token.py", "kind_draft.py"}
+
+
+def test_registry_lists_the_three_kinds_in_order():
+    assert kind_names() == ("sequence", "token", "draft")
+    for name in kind_names():
+        kind = adapter_kind(name)
+        assert isinstance(kind, AdapterKind) and kind.name == name
+        assert kind.level in ("sequence", "token") and kind.default_policy_mode in ("sample", "argmax")
+    with pytest.raises(ValueError, match="adapter kind must be one of"):
+        adapter_kind("attempt")
+
+
+def test_method_kinds_wrap_adapter_kinds():
+    assert method_kind("draft").adapter is adapter_kind("draft")
+    assert method_kind("greedy").static and method_kind("greedy").greedy and method_kind("greedy").adapter is None
+    with pytest.raises(ValueError, match="unknown method kind"):
+        method_kind("nonsense")
+
+
+def _kind_string_comparisons(tree: ast.AST) -> list[int]:
+    """Lines comparing something named ``...kind`` with a kind name (``==``, ``!=``, ``in (...)``)."""
+    def is_kind(node) -> bool:
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+        return name.endswith("kind")
+
+    def names(node) -> set:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return {node.value}
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+        return set()
+
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(is_kind(s) for s in sides) and any(names(s) & KIND_NAMES for s in sides):
+                out.append(node.lineno)
+    return out
+
+
+def test_no_kind_compared_with_a_string_outside_the_registry():
+    found = {}
+    for path in SRC.rglob("*.py"):
+        if path.parent.name == "policies" and path.name in REGISTRY_MODULES:
+            continue
+        lines = _kind_string_comparisons(ast.parse(path.read_text(encoding="utf-8")))
+        if lines:
+            found[str(path.relative_to(SRC))] = lines
+    assert not found, f"ask the kind object (policies.kinds / evaluation.methods.method_kind) instead: {found}"
+
+
+def test_the_scan_can_fail():
+    assert _kind_string_comparisons(ast.parse('if config.kind == "draft":\n    pass\n')) == [1]
+    assert _kind_string_comparisons(ast.parse('x = m.kind in ("sequence", "token")\n')) == [1]
