@@ -283,3 +283,16 @@ def test_real_models_and_tasks_follow_the_protocols(tiny_lm):
     assert isinstance(tiny_lm, LanguageModel)
     assert isinstance(get_task("arithmetic"), VerifiableTask)
     assert not isinstance(object(), LanguageModel) and not isinstance(tiny_lm, VerifiableTask)
+
+
+def test_the_benchmark_scripts_that_pages_and_code_name_exist():
+    """Every ``benchmarks/<script>`` named in the README, a docs page or the package's code is there
+    (raw outputs under ``docs/benchmarks/`` keep the command that made them, so they are not read)."""
+    root = PACKAGE_DIR.parents[1]
+    sources = [root / "README.md", *sorted((root / "docs").glob("*.md")), *MODULES.values()]
+    named = {(path.relative_to(root), name) for path in sources
+             for name in re.findall(r"benchmarks/([a-z0-9_]+\.(?:py|sh))", path.read_text(encoding="utf-8"))}
+    assert named, "no benchmark script is named anywhere: the pattern no longer matches the pages"
+    missing = sorted(f"{where}: benchmarks/{name}" for where, name in named
+                     if not (root / "benchmarks" / name).is_file())
+    assert not missing, "pages name benchmark scripts that do not exist:\n" + "\n".join(missing)
