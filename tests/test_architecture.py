@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -80,20 +81,16 @@ def _resolve(module: str, node: ast.ImportFrom) -> list[str]:
     return names or [base]
 
 
-def _type_checking_block(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-
-
 def imports(module: str) -> tuple[set[str], list[tuple[int, str]]]:
-    """(package modules imported at module level or in functions, function-level imports as (line, name))."""
+    """(package modules imported at module level or in functions, function-level imports as (line, name)).
+    Imports under ``if TYPE_CHECKING:`` count as edges too: a type-only import still ties the two
+    modules together, so it may not go upward or close a cycle."""
     tree = ast.parse(MODULES[module].read_text())
     edges: set[str] = set()
     nested: list[tuple[int, str]] = []
 
     def visit(node: ast.AST, in_function: bool) -> None:
         for child in ast.iter_child_nodes(node):
-            if _type_checking_block(child):
-                continue
             inside = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             if isinstance(child, ast.Import):
                 for alias in child.names:
@@ -140,8 +137,10 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_graph_sees_imports():
-    """The analysis is live: known edges are found, and a planted cycle is reported."""
+    """The analysis is live: known edges are found (a type-only one included), and a planted cycle is
+    reported."""
     assert "decoding_adapters.decoding.rollouts" in GRAPH["decoding_adapters.training.token"]
+    assert "decoding_adapters.tasks.base" in GRAPH["decoding_adapters.lm.protocols"]  # under TYPE_CHECKING
     assert "decoding_adapters.cli.config_args" in GRAPH["decoding_adapters.cli.common"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
@@ -179,21 +178,82 @@ def test_an_upward_import_would_be_caught():
     assert layer_of(f"{PACKAGE}.cli.demo") > layer_of(f"{PACKAGE}.experiments.demo") > layer_of(f"{PACKAGE}.lm.models")
 
 
+TABLE_HEADER = "| layer | module | what it holds |"
+
+
+def module_table(page: str) -> list[list[str]]:
+    """The cells of the module table on the architecture page (the rows after ``TABLE_HEADER`` up to
+    the first line that is not a table row)."""
+    lines = page.split(TABLE_HEADER, 1)[1].splitlines()[2:]  # past the header and its --- row
+    rows = []
+    for line in lines:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def documented_modules(rows: list[list[str]]) -> set[str]:
+    """Full module paths the table names: each backticked name in the module column belongs to the
+    layer of its row (a row with an empty layer cell continues the one above); a nested module is
+    written with its subpackage (``integrations/hf`` under ``serving/``)."""
+    out, layer = set(), None
+    for row in rows:
+        if row[0]:
+            layer = row[0].strip("`").rstrip("/")
+        for name in re.findall(r"`([^`]+)`", row[1]):
+            out.add(f"{PACKAGE}.{layer}.{name.rstrip('/').replace('/', '.')}")
+    return out
+
+
+def undocumented(modules, documented: set[str], commands=()) -> list[str]:
+    """Modules of the layered subpackages the table does not name by their full path (package
+    ``__init__``s, private ``_`` modules and the sub-command modules of ``commands`` excepted)."""
+    return sorted(
+        m for m in modules
+        if m.count(".") >= 2 and MODULES.get(m, Path("x.py")).name != "__init__.py"
+        and not m.rsplit(".", 1)[1].startswith("_") and m not in commands and m not in documented
+    )
+
+
 def test_readme_shows_the_same_layers_and_every_module():
     """The architecture page the README links to ("How it is built", docs/architecture.md) lists LAYERS
-    in this order in its diagram, and its module table names every subpackage and every module in it."""
+    in this order in its diagram, and its module table names every subpackage and every module in it
+    by its full path (the ``cli`` sub-command modules by ``cli.COMMANDS``), and no module that is gone."""
+    from decoding_adapters.cli import COMMANDS
+
     root = PACKAGE_DIR.parents[1]
     assert "(docs/architecture.md)" in (root / "README.md").read_text(encoding="utf-8")
     section = (root / "docs" / "architecture.md").read_text(encoding="utf-8").split("# How it is built", 1)[1]
     diagram = section.split("```text", 1)[1].split("```", 1)[0]
     assert [line.split()[0] for line in diagram.strip().splitlines()] == LAYERS
-    table = [line for line in section.splitlines() if line.startswith("| ")]
-    named = " ".join(table)
+    rows = module_table(section)
+    layers = [row[0].strip("`") for row in rows if row[0]]
     for layer in LAYERS:
-        assert f"`{layer}/`" in named, f"README's module table has no row for {layer}/"
-    modules = {m.split(".")[2] for m in MODULES if m.count(".") >= 2 and m.split(".")[1] not in ("cli",)}
-    missing = sorted(m for m in modules if not m.startswith("_") and f"`{m}`" not in named and f"`{m}/`" not in named)
+        assert f"{layer}/" in layers, f"README's module table has no row for {layer}/"
+    documented = documented_modules(rows)
+    commands = {target for target, _ in COMMANDS.values()}
+    missing = undocumented(MODULES, documented, commands)
     assert not missing, f"modules missing from the README's module table: {missing}"
+    gone = sorted(documented - set(MODULES))
+    assert not gone, f"the README's module table names modules that do not exist: {gone}"
+
+
+def test_the_module_table_check_sees_full_paths():
+    """A module is documented only under its own layer and subpackage: ``draft`` listed under
+    ``policies/`` does not document ``training/draft``, and ``integrations/hf`` does not document
+    ``integrations/vllm_model``."""
+    rows = module_table(f"{TABLE_HEADER}\n| --- | --- | --- |\n| `policies/` | `draft` | x |\n"
+                        "| `serving/` | `adapter` | x |\n| | `integrations/hf` | x |\n\nafter the table")
+    documented = documented_modules(rows)
+    assert documented == {f"{PACKAGE}.policies.draft", f"{PACKAGE}.serving.adapter",
+                          f"{PACKAGE}.serving.integrations.hf"}
+    modules = [f"{PACKAGE}.policies.draft", f"{PACKAGE}.training.draft", f"{PACKAGE}.serving.integrations.hf",
+               f"{PACKAGE}.serving.integrations.vllm_model", f"{PACKAGE}.serving.adapter"]
+    assert undocumented(modules, documented) == [f"{PACKAGE}.serving.integrations.vllm_model",
+                                                 f"{PACKAGE}.training.draft"]
+    # the real package has such pairs, so the check is live on it
+    assert {f"{PACKAGE}.policies.draft", f"{PACKAGE}.training.draft", f"{PACKAGE}.evaluation.draft"} <= set(MODULES)
 
 
 def test_every_module_imports_in_a_fresh_interpreter():
@@ -223,3 +283,16 @@ def test_real_models_and_tasks_follow_the_protocols(tiny_lm):
     assert isinstance(tiny_lm, LanguageModel)
     assert isinstance(get_task("arithmetic"), VerifiableTask)
     assert not isinstance(object(), LanguageModel) and not isinstance(tiny_lm, VerifiableTask)
+
+
+def test_the_benchmark_scripts_that_pages_and_code_name_exist():
+    """Every ``benchmarks/<script>`` named in the README, a docs page or the package's code is there
+    (raw outputs under ``docs/benchmarks/`` keep the command that made them, so they are not read)."""
+    root = PACKAGE_DIR.parents[1]
+    sources = [root / "README.md", *sorted((root / "docs").glob("*.md")), *MODULES.values()]
+    named = {(path.relative_to(root), name) for path in sources
+             for name in re.findall(r"benchmarks/([a-z0-9_]+\.(?:py|sh))", path.read_text(encoding="utf-8"))}
+    assert named, "no benchmark script is named anywhere: the pattern no longer matches the pages"
+    missing = sorted(f"{where}: benchmarks/{name}" for where, name in named
+                     if not (root / "benchmarks" / name).is_file())
+    assert not missing, "pages name benchmark scripts that do not exist:\n" + "\n".join(missing)

@@ -36,6 +36,16 @@ def test_pass_at_k_refuses_impossible_counts(n, c, k, error):
         pass_at_k(n, c, k)
 
 
+def test_pass_at_k_refuses_k_above_n_and_a_caller_clamps_explicitly():
+    """One decision about k > n: refused (n samples hold no k-subset); clamping is the caller's
+    explicit ``min(k, n)``, which scores every sample: pass@n."""
+    for n in range(1, 6):
+        for c in range(n + 1):
+            with pytest.raises(ValueError, match="at least k"):
+                pass_at_k(n, c, n + 1)
+            assert pass_at_k(n, c, min(n + 3, n)) == (1.0 if c else 0.0)
+
+
 @pytest.mark.parametrize("df,expected", [(1, 12.706204736), (2, 4.302652730), (5, 2.570581836), (10, 2.228138852),
                                          (30, 2.042272456), (1000, 1.962339081)])
 def test_t_quantile_matches_published_values(df, expected):

@@ -118,6 +118,20 @@ def _record(draft: float, answer: str, conf: float, samples: list[tuple[float, s
             "samples": {"s": [{"reward": r, "answer": a, "length": 6, "confidence": c} for r, a, c in samples]}}
 
 
+def test_rows_above_the_stored_samples_score_all_of_them():
+    """A budget beyond the table's n samples is clamped to n at the call site: pass@n, via
+    ``core.stats.pass_at_k``."""
+    records = {"p": _record(0.0, "3", 0.4, [(1.0, "5", 0.9), (0.0, "4", 0.3)])}  # n = 2, one right
+    table = DraftTable({"actions": []}, records)
+    for budget in (1, 2, 3, 5):
+        static = ev.static_rows(table, ["p"], "s", budget)
+        assert static.passed == [pytest.approx(pass_at_k(2, 1, min(budget, 2)))]
+        gated = ev.gated_rows(table, ["p"], [1], ["s"], budget, "g")
+        want = 0.5 if budget == 1 else pass_at_k(2, 1, min(budget - 1, 2))  # the draft is wrong
+        assert gated.passed == [pytest.approx(want)]
+    assert ev.static_rows(table, ["p"], "s", 5).passed == [1.0]
+
+
 def test_table_controls():
     records = {
         "sure-right": _record(1.0, "7", 0.9, [(0.0, "8", 0.5), (1.0, "7", 0.6), (0.0, "8", 0.5)]),

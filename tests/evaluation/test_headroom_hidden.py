@@ -1,17 +1,10 @@
-"""The pure parts of ``benchmarks/headroom_hidden.py``: the AUC, the logistic probe finding a planted
-direction, the first step a probe fires at, and the threshold chosen on training rows."""
-
-import importlib.util
-import sys
-from pathlib import Path
+"""The hidden-state probes of ``evaluation.predictability`` (``benchmarks/headroom_probes.py hidden``):
+the AUC, the logistic probe finding a planted direction, the first step a probe fires at, and the
+threshold chosen on training rows."""
 
 import numpy as np
 
-_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(_DIR))  # it imports headroom_predictability from its own directory
-_spec = importlib.util.spec_from_file_location("headroom_hidden", _DIR / "headroom_hidden.py")
-bench = sys.modules.setdefault(_spec.name, importlib.util.module_from_spec(_spec))  # dataclasses look it up
-_spec.loader.exec_module(bench)
+from decoding_adapters.evaluation import predictability as bench
 
 
 def test_auc_counts_ties_half_and_orders():

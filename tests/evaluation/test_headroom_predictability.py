@@ -1,15 +1,10 @@
-"""The pure parts of ``benchmarks/headroom_predictability.py``: its predictors find a planted signal,
-and the cross-fitted oracle gains nothing where the two strategies are the same coin."""
-
-import importlib.util
-from pathlib import Path
+"""The prompt-side estimators of ``evaluation.predictability`` (``benchmarks/headroom_probes.py
+prompt``): its predictors find a planted signal, and the cross-fitted oracle gains nothing where the
+two strategies are the same coin."""
 
 import numpy as np
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "headroom_predictability.py"
-_spec = importlib.util.spec_from_file_location("headroom_predictability", _PATH)
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+from decoding_adapters.evaluation import predictability as bench
 
 
 def test_ridge_and_neighbours_recover_a_planted_linear_gain():

@@ -3,7 +3,8 @@ the methods apart; one legend for the two ways an interval is printed; headers t
 
 from decoding_adapters.core.stats import INTERVAL_NOTE
 from decoding_adapters.experiments import demo
-from decoding_adapters.reporting.report import _header, evidence_lines, write_report
+from decoding_adapters.reporting.cells import header as _header
+from decoding_adapters.reporting.report import evidence_lines, write_report
 
 
 def _entry(mean, half):

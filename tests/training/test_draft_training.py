@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from decoding_adapters.core.stats import pass_at_k
 from decoding_adapters.decoding.actions import DecodingAction
 from decoding_adapters.tasks import get_task
 from decoding_adapters.training.draft import (
@@ -63,6 +64,16 @@ def test_arm_values_count_the_draft_as_one_of_the_answers():
     right = _table(1.0, [0.0] * 4)
     assert arm_values(right, ["p"], [SAMPLER.name], 2).tolist() == [[1.0, 1.0]]  # the draft stays an answer
     assert arm_values(right, ["p"], [SAMPLER.name], 1, redecode_cost=0.1).tolist() == [[1.0, pytest.approx(-0.1)]]
+
+
+def test_arm_values_use_the_core_pass_at_k_and_clamp_a_budget_above_the_samples():
+    """Above the stored samples, the re-decode arm scores all of them (k clamped to n), through
+    ``core.stats.pass_at_k``."""
+    table = _table(0.0, [1.0, 0.0, 0.0])  # n = 3
+    for budget in (2, 3, 4, 6):
+        want = pass_at_k(3, 1, min(budget - 1, 3))
+        assert arm_values(table, ["p"], [SAMPLER.name], budget)[0, 1].item() == pytest.approx(want)
+    assert arm_values(table, ["p"], [SAMPLER.name], 6)[0, 1].item() == 1.0  # all 3 samples: the right one
 
 
 def test_replayed_rewards():

@@ -29,10 +29,6 @@ __all__ = ["configure_training_parser", "resolve_config", "training_run"]
 
 log = logging.getLogger(__name__)
 
-# Fields of a trainer config that replace the shared task / rollout options of the same name.
-OWNED_BY_CONFIG = ("token_budget", "seed", "cot_ratio")
-
-
 def configure_training_parser(p: argparse.ArgumentParser, config_cls: type, title: str) -> None:
     """frozen LM, task, rollouts, the trainer config (every field) and --out / --resume."""
     add_model_arguments(p)

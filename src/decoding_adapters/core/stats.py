@@ -32,8 +32,14 @@ def check_int(name: str, value) -> int:
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from ``n`` samples of which ``c`` are correct: ``1 - C(n-c, k) / C(n, k)``.
 
-    Computed as ``1 - prod_{i=n-c+1}^{n} (1 - k/i)`` (no huge binomials). Needs ``1 <= k <= n``
-    and ``0 <= c <= n``; raises ValueError otherwise.
+    Computed as ``1 - prod_{i=n-c+1}^{n} (1 - k/i)`` (no huge binomials). The package's one pass@k:
+    every estimate of it, in evaluation, selection and the draft-gated trainer, calls this.
+
+    Needs ``1 <= k <= n`` and ``0 <= c <= n``; raises ValueError otherwise. ``k > n`` is refused
+    rather than clamped: ``n`` samples hold no ``k``-subset, so the estimator is undefined there.
+    A caller that wants "all ``n`` samples" when it asks for more clamps at its call site
+    (``pass_at_k(n, c, min(k, n))``), where the reader sees it; one that wants an extrapolation
+    (``selection.best``) writes its own rule for ``k > n``.
     """
     n, c, k = check_int("n", n), check_int("c", c), check_int("k", k)
     if n < 1 or k < 1:

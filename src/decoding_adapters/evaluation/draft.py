@@ -35,7 +35,7 @@ from typing import Sequence
 
 import torch
 
-from ..core.stats import mean_ci
+from ..core.stats import mean_ci, pass_at_k
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction
 from ..decoding.loop import decode, row_seed
 from ..policies.draft import (
@@ -93,13 +93,6 @@ class MethodRows:
         self.redecoded.append(float(redecoded))
 
 
-def _pass_at(correct: int, n: int, k: int) -> float:
-    if k <= 0:
-        return 0.0
-    k = min(k, n)
-    return 1.0 if n - correct < k else 1.0 - math.comb(n - correct, k) / math.comb(n, k)
-
-
 def _vote(answers: Sequence[tuple[str, float, float]]) -> float:
     """Whether the winning answer of ``(answer, reward, weight)`` triples is right: weights summed per
     non-empty answer, ties to the earliest; no answer at all is wrong."""
@@ -137,7 +130,8 @@ def static_rows(table, ids: Sequence[str], action: str | None, budget: int, name
         first = samples[:budget]
         majority = _vote([(s["answer"], s["reward"], 1.0) for s in first])
         mean_length = sum(s["length"] for s in samples) / n
-        rows.add(_pass_at(c, n, budget), majority, budget, budget * mean_length)
+        # a budget beyond the stored samples scores all of them (pass@n)
+        rows.add(pass_at_k(n, c, min(budget, n)), majority, budget, budget * mean_length)
     return rows
 
 
@@ -160,7 +154,7 @@ def gated_rows(table, ids: Sequence[str], choices: Sequence[int], actions: Seque
         if budget == 1:
             passed, majority = c / n, c / n
         else:
-            passed = 1 - (1 - reward) * (1 - _pass_at(c, n, extra))
+            passed = 1 - (1 - reward) * (1 - pass_at_k(n, c, min(extra, n)))
             majority = _vote([(answer, reward, 1.0)] + [(s["answer"], s["reward"], 1.0) for s in samples[:extra]])
         rows.add(passed, majority, 1 + extra, draft_tokens + extra * mean_length, 1.0)
     return rows

@@ -37,7 +37,7 @@ import torch
 from .kv_cache import RowKVCache
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .models import FrozenLM
+    from .protocols import GraphableLM
 
 __all__ = ["batch_bucket", "GraphedDecoder", "StaticRowKVCache", "COLUMN_ROUNDING"]
 
@@ -116,7 +116,7 @@ class StaticRowKVCache(RowKVCache):
 class GraphedDecoder:
     """Static buffers for up to ``rows`` rows of ``columns`` positions, and one captured step per batch bucket."""
 
-    def __init__(self, lm: "FrozenLM", rows: int, columns: int, capture: bool = True):
+    def __init__(self, lm: "GraphableLM", rows: int, columns: int, capture: bool = True):
         config = lm.model.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         shape = (config.num_hidden_layers, rows, config.num_key_value_heads, columns, head_dim)
@@ -229,7 +229,7 @@ class GraphedDecoder:
         return graph, outputs
 
 
-def graphed_decoder(lm: "FrozenLM", rows: int, capacity: int, capture: bool = True) -> GraphedDecoder:
+def graphed_decoder(lm: "GraphableLM", rows: int, capacity: int, capture: bool = True) -> GraphedDecoder:
     """The ``lm``'s buffers for ``rows`` rows of ``capacity`` positions (rounded up), reused when a
     previous decode's fit; otherwise new ones replace them (one set per LM: memory stays bounded)."""
     columns = -(-capacity // COLUMN_ROUNDING) * COLUMN_ROUNDING

@@ -14,8 +14,9 @@ import torch
 
 if TYPE_CHECKING:  # type hints only
     from ..tasks.base import Problem
+    from .kv_cache import RowKVCache
 
-__all__ = ["LanguageModel", "VerifiableTask"]
+__all__ = ["LanguageModel", "VerifiableTask", "GraphableLM"]
 
 
 @runtime_checkable
@@ -41,6 +42,27 @@ class LanguageModel(Protocol):
     def prompt_embeddings(self, prompts: Sequence[Sequence[int]], pooling: Literal["mean", "last"] = "mean",
                           batch_size: int = 32) -> torch.Tensor:
         """Pooled final hidden states ``[n, hidden_size]`` of each prompt."""
+
+
+class GraphableLM(Protocol):
+    """What ``cuda_graphs`` captures and replays of an LM: ``FrozenLM`` satisfies it. Named here so
+    that ``cuda_graphs`` needs no import of ``models``, which imports ``cuda_graphs``."""
+
+    model: Any
+    """The loaded transformers model; its ``config`` sizes the static KV buffers."""
+
+    _graphed_decoder: Any
+    """The ``GraphedDecoder`` kept on the LM between decodes (None until the first)."""
+
+    @property
+    def dtype(self) -> torch.dtype: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def step_with_row_cache(self, tokens: torch.Tensor, positions: torch.Tensor,
+                            cache: RowKVCache) -> tuple[torch.Tensor, torch.Tensor]:
+        """The lean one-token step (``FrozenLM.step_with_row_cache``): (hidden, logits) per live row."""
 
 
 @runtime_checkable

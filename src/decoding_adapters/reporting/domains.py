@@ -28,7 +28,7 @@ from typing import Mapping, NamedTuple, Sequence
 
 from ..core.stats import format_interval
 from ..evaluation.ood import training_domains
-from .report import compare
+from .verdicts import compare
 
 __all__ = [
     "Evaluations",

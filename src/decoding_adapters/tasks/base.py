@@ -318,24 +318,6 @@ def _parse_row(line: str, required_fields: Sequence[str]) -> dict[str, Any]:
     return row
 
 
-def resolve_data_path(data: Any, split: str, default: Mapping[str, Path], task: str) -> Path:
-    """The file that holds ``split``: ``data`` if it is one path, ``data[split]`` if a mapping,
-    else ``default[split]``. Raises a ValueError when ``split`` has no file."""
-    data = normalise_data_spec(data)
-    if data is None:
-        source, where = default, "default data"
-    elif isinstance(data, Mapping):
-        source, where = data, "data= mapping"
-    else:
-        return Path(data)
-    if split not in source:
-        raise ValueError(
-            f"task {task!r}: the {where} has no file for split {split!r} "
-            f"(has {sorted(source)}); pass --data {split}=<path>,... or a single --data <path> (from Python, data=)"
-        )
-    return Path(source[split])
-
-
 def validate_data_option(data: Any, splits: Sequence[str]) -> None:
     """Check the type of a task's ``data=`` option (files are checked when a split is loaded)."""
     data = normalise_data_spec(data)

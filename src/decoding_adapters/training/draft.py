@@ -28,13 +28,13 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
+from ..core.stats import pass_at_k
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction, load_action_set
 from ..decoding.loop import decode, row_seed
 from ..decoding.rollouts import encode_problems
@@ -67,15 +67,6 @@ __all__ = [
 ]
 
 TABLE_FORMAT = "decoding-adapters/draft-table"
-
-
-def _unbiased_pass(correct: int, n: int, k: int) -> float:
-    """pass@k from ``correct`` of ``n`` samples (k <= n), the usual unbiased estimator."""
-    if k <= 0:
-        return 0.0
-    if n - correct < k:
-        return 1.0
-    return 1.0 - math.comb(n - correct, k) / math.comb(n, k)
 
 
 # ---- the both-arms table -------------------------------------------------------------------------
@@ -269,7 +260,7 @@ def arm_values(table: DraftTable, ids: Sequence[str], actions: Sequence[str], bu
             if budget == 1:
                 value = c / n
             else:  # the draft and B - 1 samples: right unless all are wrong
-                value = 1 - (1 - draft) * (1 - _unbiased_pass(c, n, min(redecode_rows(budget), n)))
+                value = 1 - (1 - draft) * (1 - pass_at_k(n, c, min(redecode_rows(budget), n)))
             out[p, 1 + a] = value - redecode_cost
     return out
 

@@ -1,6 +1,94 @@
-"""Does greedy's hidden state know, while decoding, that greedy will be wrong, and can one pass use it?
+"""Can a policy find the head-room before it decodes, or while it does? The two predictability studies
+of ``docs/headroom.md`` (sections 4 and 5), one sub-command each; the estimators they use are the
+package's (``evaluation.predictability``).
 
-The predictability study (``headroom_predictability.py``) found that the prompt embedding does not
+- ``prompt``: does the prompt embedding (what a sequence adapter sees) predict which problems gain
+  from sampling? Cross-validated predictors against the best static strategy and the cross-fitted
+  oracle, and one-pass switching policies for contrast.
+- ``hidden``: does greedy's hidden state know, while it decodes, that greedy will be wrong, and can
+  one pass use it? Per-step probes, and the policies they drive.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/headroom_probes.py prompt --out runs/predictability
+    PYTHONPATH=src OMP_NUM_THREADS=1 .venv/bin/python benchmarks/headroom_probes.py hidden --out runs/hidden
+
+``benchmarks/headroom_probes.py prompt --help`` / ``hidden --help`` describe each study.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from decoding_adapters.core.stats import mean_ci
+from decoding_adapters.decoding.actions import GREEDY, ActionSet, DecodingAction
+from decoding_adapters.decoding.loop import StepFeatures, decode, row_seed
+from decoding_adapters.decoding.rollouts import encode_problems
+from decoding_adapters.evaluation.headroom import pass_at_k_matrix
+from decoding_adapters.evaluation.predictability import (
+    TAU_GRID,
+    auc,
+    choose_logistic,
+    choose_tau,
+    crossfit_oracle,
+    first_firing_step,
+    neighbours_predict,
+    ridge_predict,
+    spearman,
+    standardise,
+    switching_chooser,
+)
+from decoding_adapters.lm.cpu_features import cpu_features
+from decoding_adapters.lm.models import ModelSpec, load_frozen_lm
+from decoding_adapters.selection.coverage import evaluate_pool
+from decoding_adapters.tasks import get_task
+from decoding_adapters.tasks.base import problems_digest
+
+PROMPT_STUDY = """Can a policy that sees only the prompt embedding capture the sequence-level head-room?
+
+The head-room tables (``benchmarks/headroom.py``) show that choosing, per problem, between greedy and
+a sampler beats the best single strategy at pass@1 even when cross-fitted (each problem's choice
+made on half of its samples, scored on the other half). A sequence adapter does not see samples of a
+new problem: it sees the prompt's embedding (the frozen LM's final hidden state, mean-pooled, as
+``training.sequence`` and ``serving`` compute it). This script asks whether that embedding predicts
+which problems gain from sampling, with predictors far simpler than the adapter and an honest
+split: nothing is tuned on the problem it is scored on.
+
+1. ``--problems`` problems of ``--split`` (default: the training split, where an adapter learns),
+   each decoded greedily once and ``--samples`` times with ``--action`` at ``--budget`` tokens
+   (an outcome table under ``--out``, resumable: re-running continues where it stopped).
+2. Per problem and k: the sampler's unbiased pass@k minus greedy's (0 or 1), ``gain``.
+3. ``--folds``-fold cross-validation over problems. On the training folds: the best static strategy
+   (greedy or the sampler, by mean pass@k) and two predictors of ``gain``, ridge regression (penalty
+   chosen by leave-one-out on the training folds only) and the mean gain of the ``--neighbours``
+   nearest training problems (cosine), each on two standardised feature sets: the prompt embedding
+   (what a sequence adapter sees) and, for contrast, how sure greedy decoding was of its own answer
+   (``greedy_confidence``: available only after a greedy decode, so to a two-pass method, not to the
+   paper's adapters). On the held-out fold each predictor's policy samples where its predicted gain
+   is > 0, else decodes greedily.
+4. Printed per k: the held-out policy's pass@k minus the best static one's, as a paired 95% t
+   interval over problems (points), and the Spearman correlation of predicted and actual gain.
+   Beside them the *cross-fitted oracle* (per problem, the better of the two on samples 0..n/2-1,
+   scored on the rest and vice versa; k <= n/2): the head-room a per-problem choice could capture.
+
+5. One pass, for contrast with the two-pass policy of step 3: policies that sample (with ``--action``)
+   at a step whose max-probability is below a threshold (``--switch-thresholds``), at that step only
+   or from it to the end of the row (latched), greedy elsewhere; ``--switch-samples`` decodes per
+   problem (``one_pass.json``, each policy kept as it finishes), pass@1 against greedy.
+
+Writes ``summary.json`` under ``--out``; the last line printed is its JSON.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/headroom_probes.py prompt --out runs/predictability
+"""
+
+HIDDEN_STUDY = """Does greedy's hidden state know, while decoding, that greedy will be wrong, and can one pass use it?
+
+The predictability study (``headroom_probes.py prompt``) found that the prompt embedding does not
 predict which problems gain from sampling, while a summary of greedy's finished attempt does (a
 two-pass method). The token adapter acts inside one pass: at step t it sees the hidden state of
 that step. This script measures what such a policy could do, on ``--problems`` problems of
@@ -14,7 +102,7 @@ that step. This script measures what such a policy could do, on ``--problems`` p
    shares greedy's batch composition until some row of the chunk leaves greedy.
 3. **Probes**, cross-fitted over ``--folds`` folds of problems: at each step t, on the hidden state
    h_t and on its running mean over steps 0..t, a ridge probe (penalty by leave-one-out on the
-   training folds, ``headroom_predictability.ridge_predict``) and a logistic probe (on the top
+   training folds, ``evaluation.predictability.ridge_predict``) and a logistic probe (on the top
    ``--pca`` principal components of the training folds' standardised features, L2 penalty by
    inner 3-fold cross-validation) predict "greedy's final answer is wrong". A step's probe is fitted
    on the rows still decoding at that step; its held-out AUC (pooled over folds) is plotted per step
@@ -39,113 +127,159 @@ greedy, and the noise check: sampled rows that never left greedy must equal gree
 Everything decoded is cached under ``--out/cache`` (re-running resumes); ``summary.json``,
 ``rewards.json`` and ``auc.png`` are written under ``--out``.
 
-    PYTHONPATH=src OMP_NUM_THREADS=1 .venv/bin/python benchmarks/headroom_hidden.py --out runs/hidden
+    PYTHONPATH=src OMP_NUM_THREADS=1 .venv/bin/python benchmarks/headroom_probes.py hidden --out runs/hidden
 """
 
-from __future__ import annotations
 
-import argparse
-import json
-import time
-from dataclasses import dataclass
-from pathlib import Path
+# ---- prompt: does the prompt embedding predict the gain? ------------------------------------------
 
-import numpy as np
-import torch
-from headroom_predictability import ridge_predict, standardise  # noqa: E402  (same directory)
 
-from decoding_adapters.core.stats import mean_ci
-from decoding_adapters.decoding.actions import GREEDY, ActionSet, DecodingAction
-from decoding_adapters.decoding.loop import StepFeatures, decode, row_seed
-from decoding_adapters.decoding.rollouts import encode_problems
-from decoding_adapters.lm.cpu_features import cpu_features
-from decoding_adapters.lm.models import ModelSpec, load_frozen_lm
-from decoding_adapters.tasks import get_task
-from decoding_adapters.tasks.base import problems_digest
+def greedy_confidence(lm, prompts, budget: int, batch_rows: int) -> np.ndarray:
+    """``[P, 6]`` how sure greedy decoding was of its own answer: the mean and largest token entropy,
+    the mean and smallest max-probability over its tokens, its length and whether it stopped at EOS
+    (a second greedy decode, with the per-step statistics the outcome table does not keep)."""
+    rows = []
+    for start in range(0, len(prompts), batch_rows):
+        result = decode(lm, prompts[start : start + batch_rows], ActionSet([GREEDY]), row_actions=0,
+                        token_budget=budget)
+        valid = result.valid_mask()
+        for i in range(len(result.texts)):
+            entropy, max_prob = result.entropy[i][valid[i]], result.max_prob[i][valid[i]]
+            rows.append([entropy.mean(), entropy.max(), max_prob.mean(), max_prob.min(), result.lengths[i],
+                         result.stopped_at_eos[i]])
+    return np.array(rows, dtype=float)
 
-LOGISTIC_PENALTIES = (1.0, 10.0, 100.0, 1000.0)
-TAU_GRID = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.01)  # 1.01: never fires
+
+
+
+def one_pass_part(lm, task, problems, prompts, sampler, args) -> dict[str, np.ndarray]:
+    """``--switch-samples`` decodes per problem of each switching policy (``--switch-thresholds``, per
+    step and latched); rewards ``[P, samples]`` per policy, cached in ``one_pass.json`` as they finish."""
+    path = args.out / "one_pass.json"
+    done = json.loads(path.read_text()) if path.exists() else {}
+    actions = ActionSet([GREEDY, sampler])
+    for threshold in args.switch_thresholds:
+        for latch in (False, True):
+            name = f"{'latched' if latch else 'per-step'} max_prob<{threshold:g}"
+            if name in done:
+                continue
+            start, rewards = time.perf_counter(), []
+            per_chunk = max(1, args.batch_rows // args.switch_samples)
+            for first in range(0, len(problems), per_chunk):
+                chunk = range(first, min(first + per_chunk, len(problems)))
+                of_row = [i for i in chunk for _ in range(args.switch_samples)]
+                result = decode(lm, [prompts[i] for i in chunk], actions, prompt_of_row=[i - first for i in of_row],
+                                chooser=switching_chooser(threshold, latch, len(of_row)), token_budget=args.budget,
+                                row_seeds=[row_seed(args.seed, problems[i].id, s) for i in chunk
+                                           for s in range(args.switch_samples)])
+                rewards += task.reward_batch([problems[i] for i in of_row], result.texts)
+            done[name] = np.array(rewards).reshape(len(problems), args.switch_samples).tolist()
+            path.write_text(json.dumps(done))
+            print(f"decoded {name}: {time.perf_counter() - start:.0f} s", flush=True)
+    return {name: np.array(v) for name, v in done.items()}
+
+
+def prompt_main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="headroom_probes.py prompt", description=PROMPT_STUDY,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--task", default="arithmetic")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--problems", type=int, default=400)
+    parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--action", default="0.3,5,0.9,0.1",
+                        help="the sampler as temperature,top_k,top_p,min_p (default: the best sampled action "
+                        "of docs/headroom.md at pass@1)")
+    parser.add_argument("--budget", type=int, default=48)
+    parser.add_argument("--folds", type=int, default=10)
+    parser.add_argument("--neighbours", type=int, default=15)
+    parser.add_argument("--ks", default="1,2,4,8")
+    parser.add_argument("--switch-thresholds", type=lambda v: [float(x) for x in v.split(",") if x], default=[0.5, 0.8],
+                        help="max-probability thresholds of the one-pass switching policies ('' for none)")
+    parser.add_argument("--switch-samples", type=int, default=4)
+    parser.add_argument("--batch-rows", type=int, default=128)
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    temperature, top_k, top_p, min_p = args.action.split(",")
+    sampler = DecodingAction(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), min_p=float(min_p))
+    ks = [k for k in map(int, args.ks.split(",")) if k <= args.samples]
+    args.out.mkdir(parents=True, exist_ok=True)
+    cpu = cpu_features()
+    print(f"CPU: {cpu.describe()}", flush=True)
+
+    lm = load_frozen_lm(ModelSpec(dtype=args.dtype))
+    task = get_task(args.task)
+    split = task.load(args.split)
+    problems = split[: args.problems]
+    start = time.perf_counter()
+    table = evaluate_pool(
+        lm, task, problems, [GREEDY, sampler], samples=args.samples, token_budget=args.budget, seed=args.seed,
+        table_path=args.out / "outcomes.jsonl", batch_rows=args.batch_rows,
+        data={"split": args.split, "count": len(split), "digest": problems_digest(split)},
+        on_chunk=lambda done, total: print(f"decoded chunk {done}/{total} ({time.perf_counter() - start:.0f} s)",
+                                           flush=True),
+    )
+    greedy = np.array([table.outcomes(p.id, GREEDY.name)[0].reward >= 0.5 for p in problems], dtype=float)
+    samples = np.array([[o.reward for o in table.outcomes(p.id, sampler.name)] for p in problems])  # [P, n]
+    prompts, _ = encode_problems(lm, task, problems, seed=args.seed)
+    features = {
+        "embedding": lm.prompt_embeddings(prompts, pooling="mean").double().numpy(),  # [P, hidden]
+        "greedy_confidence": greedy_confidence(lm, prompts, args.budget, args.batch_rows),  # [P, 6]
+    }
+
+    folds = np.random.default_rng(args.seed).permutation(len(problems)) % args.folds
+    summary = {"cpu": cpu.model, "cpu_flags": cpu.relevant(), "task": args.task, "split": args.split,
+               "problems": len(problems), "samples": args.samples, "sampler": sampler.name, "budget": args.budget,
+               "folds": args.folds, "neighbours": args.neighbours, "greedy_pass1": round(100 * greedy.mean(), 1),
+               "sampler_pass1": round(100 * samples.mean(), 1), "by_k": {}}
+    print(f"{len(problems)} {args.split} problems: greedy pass@1 {100 * greedy.mean():.1f}, "
+          f"{sampler.name} pass@1 {100 * samples.mean():.1f}", flush=True)
+    for k in ks:
+        sampled = pass_at_k_matrix(samples[:, None, :], k)[:, 0]  # [P]
+        gain = sampled - greedy
+        static = np.empty(len(problems))
+        predicted = {f"{f}/{m}": np.empty(len(problems)) for f in features for m in ("ridge", "neighbours")}
+        for fold in range(args.folds):
+            train, test = folds != fold, folds == fold
+            static[test] = sampled[test] if sampled[train].mean() > greedy[train].mean() else greedy[test]
+            for name, x in features.items():
+                x_train, x_test = standardise(x[train], x[test])
+                predicted[f"{name}/ridge"][test], _ = ridge_predict(x_train, gain[train], x_test)
+                predicted[f"{name}/neighbours"][test] = neighbours_predict(x_train, gain[train], x_test,
+                                                                           args.neighbours)
+        row = {"sampler_better_share": round(float((gain > 0).mean()), 3), "static_pass": round(100 * static.mean(), 1)}
+        line = [f"pass@{k}: best static (chosen per fold) {100 * static.mean():.1f}"]
+        for name, prediction in predicted.items():
+            policy = np.where(prediction > 0, sampled, greedy)
+            mean, low, high = mean_ci(100 * (policy - static))
+            row[name] = {"policy_pass": round(100 * policy.mean(), 1),
+                         "vs_static": [round(v, 1) for v in (mean, low, high)],
+                         "sampled_share": round(float((prediction > 0).mean()), 3),
+                         "spearman": round(spearman(prediction, gain), 3)}
+            line.append(f"{name}: {mean:+.1f} [{low:+.1f}, {high:+.1f}] (samples {(prediction > 0).mean():.0%} of "
+                        f"problems, Spearman {row[name]['spearman']:+.2f})")
+        if 2 * k <= args.samples:
+            mean, low, high = crossfit_oracle(greedy, samples, k)
+            row["crossfit_oracle_vs_static"] = [round(v, 1) for v in (mean, low, high)]
+            line.append(f"cross-fitted oracle {mean:+.1f} [{low:+.1f}, {high:+.1f}]")
+        summary["by_k"][str(k)] = row
+        print("; ".join(line), flush=True)
+    switched = one_pass_part(lm, task, problems, prompts, sampler, args)
+    summary["one_pass_vs_greedy_pass1"] = {}
+    for name, rewards in switched.items():
+        mean, low, high = mean_ci(100 * (rewards.mean(1) - greedy))
+        summary["one_pass_vs_greedy_pass1"][name] = [round(v, 1) for v in (mean, low, high)]
+        print(f"one pass, {name}: pass@1 {100 * rewards.mean():.1f}, vs greedy {mean:+.1f} [{low:+.1f}, {high:+.1f}]",
+              flush=True)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps(summary))
+
+
+# ---- hidden: does greedy's hidden state know while it decodes? ------------------------------------
+
+
 MIN_CLASS_ROWS = 5  # a step's probe needs this many right and wrong training rows, else it never fires
-
-
-# ----------------------------------------------------------------------------------------------- probes
-
-
-def auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """Area under the ROC curve of ``scores`` for 0/1 ``labels`` (Mann-Whitney, ties count half)."""
-    positive, negative = scores[labels == 1], scores[labels == 0]
-    if len(positive) == 0 or len(negative) == 0:
-        return float("nan")
-    greater = (positive[:, None] > negative[None, :]).sum() + 0.5 * (positive[:, None] == negative[None, :]).sum()
-    return float(greater / (len(positive) * len(negative)))
-
-
-def fit_logistic(z: np.ndarray, y: np.ndarray, penalty: float, iterations: int = 25) -> tuple[np.ndarray, float]:
-    """L2-penalised logistic regression by Newton's method: weights ``[r]`` and intercept for features
-    ``z [n, r]`` and 0/1 labels ``y [n]`` (the intercept is not penalised)."""
-    n, r = z.shape
-    x = np.hstack([z, np.ones((n, 1))])  # [n, r + 1]
-    theta = np.zeros(r + 1)
-    theta[-1] = np.log((y.mean() + 1e-3) / (1 - y.mean() + 1e-3))
-    ridge = np.full(r + 1, penalty)
-    ridge[-1] = 0.0
-    for _ in range(iterations):
-        p = 1 / (1 + np.exp(-(x @ theta)))
-        gradient = x.T @ (p - y) + ridge * theta
-        hessian = (x * (p * (1 - p))[:, None]).T @ x + np.diag(ridge + 1e-9)
-        step = np.linalg.solve(hessian, gradient)
-        theta -= step
-        if np.abs(step).max() < 1e-6:
-            break
-    return theta[:-1], float(theta[-1])
-
-
-@dataclass(frozen=True)
-class LinearProbe:
-    """``logit = x @ weight + bias`` on raw (unstandardised) features ``x [..., d]``."""
-
-    weight: np.ndarray
-    bias: float
-
-    def logit(self, x: np.ndarray) -> np.ndarray:
-        return x @ self.weight + self.bias
-
-
-def principal_basis(x: np.ndarray, components: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean ``[d]``, std ``[d]`` and the top ``components`` principal directions ``[d, r]`` of the
-    standardised rows of ``x [n, d]``."""
-    mean, std = x.mean(0), x.std(0)
-    std[std == 0] = 1.0
-    _, _, vt = np.linalg.svd((x - mean) / std, full_matrices=False)
-    return mean, std, vt[: min(components, len(x) - 1)].T
-
-
-def logistic_probes(x: np.ndarray, y: np.ndarray, penalties, components: int) -> list[LinearProbe]:
-    """For each penalty: standardise ``x [n, d]``, project on its top ``components`` principal
-    directions, fit a logistic regression, and fold all three into one affine map of the raw
-    features (the basis is computed once for all penalties)."""
-    mean, std, basis = principal_basis(x, components)
-    z = ((x - mean) / std) @ basis
-    probes = []
-    for penalty in penalties:
-        w, b = fit_logistic(z, y, penalty)
-        weight = basis @ w / std  # [d]
-        probes.append(LinearProbe(weight, b - float(mean @ weight)))
-    return probes
-
-
-def choose_logistic(x: np.ndarray, y: np.ndarray, components: int, seed: int) -> tuple[LinearProbe, np.ndarray]:
-    """The logistic probe with the penalty of the best inner 3-fold log-loss, and the inner held-out
-    logits ``[n]`` of every row at that penalty (for choosing a threshold without the outer fold)."""
-    inner = np.random.default_rng(seed).permutation(len(x)) % 3
-    logits = np.empty((len(LOGISTIC_PENALTIES), len(x)))
-    for fold in range(3):
-        train, test = inner != fold, inner == fold
-        for i, probe in enumerate(logistic_probes(x[train], y[train], LOGISTIC_PENALTIES, components)):
-            logits[i, test] = probe.logit(x[test])
-    losses = np.mean(np.logaddexp(0, logits) - y * logits, axis=1)
-    best = int(np.argmin(losses))
-    return logistic_probes(x, y, [LOGISTIC_PENALTIES[best]], components)[0], logits[best]
 
 
 def step_features(hidden: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
@@ -198,38 +332,7 @@ def crossfit_probes(hidden, lengths, wrong, folds, args) -> dict:
             "inner_prob": inner_prob, "rows_by_step": [int((lengths > t).sum()) for t in range(steps)]}
 
 
-def fires(prob: np.ndarray, lengths: np.ndarray, tau: float, at_end: bool) -> np.ndarray:
-    """``[P]`` bool: the probe exceeds tau at some step of greedy's row (one pass), or at its last step
-    (restart). ``prob [P, T]`` is NaN where no probe was fitted."""
-    filled = np.nan_to_num(prob, nan=0.0)
-    if at_end:
-        return filled[np.arange(len(lengths)), lengths - 1] > tau
-    steps = np.arange(prob.shape[1])
-    return ((filled > tau) & (steps[None, :] < lengths[:, None])).any(1)
-
-
-def choose_tau(prob, lengths, greedy, sampled, rows, at_end) -> float:
-    """The tau of ``TAU_GRID`` with the best value on ``rows`` when fired rows take the sampler's mean
-    reward and the others greedy's (ties to the larger tau: fewer switches)."""
-    best = (-np.inf, TAU_GRID[-1])
-    for tau in TAU_GRID:
-        fired = fires(prob[rows], lengths[rows], tau, at_end)
-        value = np.where(fired, sampled[rows], greedy[rows]).mean()
-        if value > best[0] + 1e-12 or (abs(value - best[0]) <= 1e-12 and tau > best[1]):
-            best = (value, tau)
-    return best[1]
-
-
 # ----------------------------------------------------------------------------------------------- decoding
-
-
-def first_firing_step(prob: np.ndarray, lengths: np.ndarray, tau: np.ndarray) -> np.ndarray:
-    """``[P]`` the first step of greedy's row where the probe's P(wrong) exceeds the row's tau, -1 where
-    it never does. Until that step a one-pass policy is greedy, so its row is greedy's up to there."""
-    filled = np.nan_to_num(prob, nan=0.0)
-    steps = np.arange(prob.shape[1])
-    fired = (filled > tau[:, None]) & (steps[None, :] < lengths[:, None])  # [P, T]
-    return np.where(fired.any(1), fired.argmax(1), -1)
 
 
 def probe_chooser(weights: torch.Tensor, biases: torch.Tensor, fold_of_row: torch.Tensor, tau_of_row: torch.Tensor,
@@ -353,8 +456,9 @@ def plot_auc(auc_by_step: dict, rows_by_step: list[int], path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def hidden_main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="headroom_probes.py hidden", description=HIDDEN_STUDY,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--task", default="arithmetic")
     parser.add_argument("--split", default="train")
@@ -368,7 +472,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     temperatures = [float(v) for v in args.temperatures.split(",") if v]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -511,6 +615,17 @@ def main() -> None:
     print(json.dumps({k: v for k, v in summary.items() if k not in ("auc_by_step", "rows_by_step")}))
 
 
-if __name__ == "__main__":
+STUDIES = {"prompt": prompt_main, "hidden": hidden_main}
+
+
+def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] not in STUDIES:
+        print(__doc__)
+        raise SystemExit("usage: headroom_probes.py {prompt,hidden} [options]  (--help after the study name)")
     torch.set_grad_enabled(False)
+    STUDIES[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
     main()

@@ -1,0 +1,162 @@
+"""Which method is which, and how a report writes one table cell: method roles and levels (from
+``eval_details.json`` or guessed from the names), metric columns and labels, ``mean ± h`` entries,
+differences in points, and Markdown rows. Every table, verdict and section builds on these."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from ..core.stats import format_interval
+
+__all__ = [
+    "ROLE_ORDER",
+    "method_info",
+    "first_method",
+    "adapters_at",
+    "column_labels",
+    "token_mixed",
+    "percent_scale",
+    "fmt_entry",
+    "fmt_delta",
+    "signed",
+    "metric_label",
+    "metric_columns",
+    "pass_ks",
+    "best_of",
+    "setting_label",
+    "header",
+    "table_row",
+]
+
+
+ROLE_ORDER = {"w/o budget": 0, "w/ budget": 1, "entropy-only": 2}
+"""The order of an adapter level's columns by role (other roles after these, in results order)."""
+
+
+def _infer(name: str) -> dict:
+    """Kind, role and level guessed from a method's name (results without eval_details)."""
+    low = name.lower()
+    if low.startswith("stop at first"):
+        return {"kind": "greedy", "role": "stop at first answer", "level": "static"}
+    if low.startswith("greedy"):
+        return {"kind": "greedy", "role": "greedy", "level": "static"}
+    if low.startswith("best token action"):
+        return {"kind": "static", "role": "best token action", "level": "token"}
+    if low.startswith("best"):
+        return {"kind": "static", "role": "best", "level": "static"}
+    if low.startswith("mixed per sequence"):
+        return {"kind": "mixed", "role": "mixed per sequence", "level": "token"}
+    if low.startswith("mixed"):
+        return {"kind": "mixed", "role": "mixed", "level": "token" if "token" in low else "static"}
+    level = "token" if "token" in low or "tok" in low else "sequence"
+    role = "entropy-only" if "entropy" in low else "w/o budget" if "w/o" in low or "without" in low else "w/ budget"
+    return {"kind": level, "role": role, "level": level}
+
+
+def method_info(results: Mapping, details: Mapping | None) -> dict[str, dict]:
+    """``{method: {kind, role, level, actions}}`` from details, or guessed from the names."""
+    known = (details or {}).get("methods", {})
+    return {name: {**_infer(name), "actions": [], **known.get(name, {})} for name in results}
+
+
+def first_method(info, **match) -> str | None:
+    """The first method whose info has every ``key=value`` of ``match``; None if none has."""
+    for name, i in info.items():
+        if all(i.get(k) == v for k, v in match.items()):
+            return name
+    return None
+
+
+def adapters_at(info, level: str) -> list[str]:
+    """The adapters of kind ``level``, in column order (``ROLE_ORDER``, then as listed)."""
+    names = [n for n, i in info.items() if i["kind"] == level]
+    return sorted(names, key=lambda n: (ROLE_ORDER.get(info[n]["role"], 9), list(info).index(n)))
+
+
+def column_labels(names: Sequence[str], info) -> list[str]:
+    """Each column's role as its label where the role is unique among ``names``, else the method's name."""
+    roles = [info[n]["role"] for n in names]
+    return [roles[i] if roles.count(roles[i]) == 1 and roles[i] else n for i, n in enumerate(names)]
+
+
+def token_mixed(info) -> str | None:
+    """The token table's Mixed: the per-token mixture (``per_token`` in eval_details), else a mixture
+    of the token level, else any Mixed (for results that carry no ``per_token``)."""
+    return (
+        first_method(info, role="mixed", level="token", per_token=True)
+        or first_method(info, role="mixed", level="token")
+        or first_method(info, role="mixed")
+    )
+
+
+def percent_scale(metric: str) -> float:
+    """100 for pass@k (printed in percent), 1 for other metrics."""
+    return 100.0 if metric.startswith("pass@") else 1.0
+
+
+def fmt_entry(entry: Mapping | None, metric: str, bold: bool = False) -> str:
+    """One cell: ``mean ± half-width`` of a results entry ('–' when absent), bold when asked."""
+    if not entry:
+        return "–"
+    sc = percent_scale(metric)
+    low, high = entry.get("ci_low"), entry.get("ci_high")
+    text = format_interval(entry["mean"] * sc, None if low is None else low * sc, None if high is None else high * sc)
+    return f"**{text}**" if bold else text
+
+
+def fmt_delta(value: float, base: float, metric: str) -> str:
+    """The absolute difference (points for pass@k). No relative gain: on a small base it reads as a
+    large effect (+100% for 12.5 -> 25.0) whether or not the verdict finds the difference significant."""
+    diff = (value - base) * percent_scale(metric)
+    if not metric.startswith("pass@"):
+        return signed(diff, 1)
+    arrow = "▲" if round(diff, 2) > 0 else "▼" if round(diff, 2) < 0 else "="
+    return f"{arrow} {signed(diff)}"
+
+
+def signed(x: float, digits: int = 2) -> str:
+    """``+1.23`` / ``-1.23``, and ``+0.00`` rather than ``-0.00``."""
+    return f"{round(x, digits) + 0.0:+.{digits}f}"
+
+
+def metric_label(metric: str) -> str:
+    """A metric's column label: ``Pass@k``, or ``Mean length (tokens)``."""
+    return metric.replace("pass@", "Pass@") if metric.startswith("pass@") else "Mean length (tokens)"
+
+
+def metric_columns(results: Mapping) -> list[str]:
+    """The metrics of the first method's results: pass@k by ascending k, then the others."""
+    first = next(iter(results.values()), {})
+    return [f"pass@{k}" for k in pass_ks(first)] + [m for m in first if not m.startswith("pass@")]
+
+
+def pass_ks(metrics) -> list[int]:
+    """The k of every ``pass@k`` among ``metrics``, ascending."""
+    return sorted(int(m.split("@")[1]) for m in metrics if m.startswith("pass@"))
+
+
+def best_of(results, names, metric) -> set[str]:
+    """The columns with the highest mean (pass@k only: a longer generation is not better)."""
+    cands = [n for n in names if results.get(n, {}).get(metric)]
+    if not metric.startswith("pass@") or not cands:
+        return set()
+    top = max(results[n][metric]["mean"] for n in cands)
+    return {n for n in cands if results[n][metric]["mean"] >= top - 1e-12}
+
+
+def setting_label(details: Mapping | None) -> str:
+    """The tables' Setting cell from the evaluation's CoT ratio ('' when not recorded)."""
+    ratio = (details or {}).get("config", {}).get("cot_ratio")
+    if ratio is None:
+        return ""
+    return "w/o CoT" if ratio == 0 else "CoT" if ratio == 1 else f"mix CoT ({ratio:g})"
+
+
+def header(label: str, name: str) -> str:
+    """A column header: the short label, and the method's own name where it says more (plain Markdown)."""
+    return name if name.startswith(label) else f"{label} ({name})"
+
+
+def table_row(cells: Sequence[str]) -> str:
+    """One Markdown table row (``|`` inside a cell escaped)."""
+    return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
