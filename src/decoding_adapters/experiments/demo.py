@@ -554,7 +554,7 @@ def _token_data_section(prompts_file: Path, cfg: StudyConfig) -> str:
             f"passed; {r.get('wanted', '?')} wanted). Each run saw {r.get('distinct_prompts_per_run', '?')} distinct "
             f"training prompts ({tok.steps} steps x {tok.prompts_per_step}, epoch by epoch). Validation: "
             f"{r.get('val_problems', tok.val_problems)} problems x {tok.val_samples} samples per policy mode, the same "
-            f"rows and seeds at every validation; a later step is kept only when its paired gain over the kept one "
+            f"rows and seeds at every validation; a later step is kept only when its paired gain over step 0 "
             f"exceeds {tok.min_improvement_se:g} standard errors.")
 
 
