@@ -140,3 +140,15 @@ def test_a_later_step_is_judged_against_step_0_not_the_last_kept_one():
     torch.testing.assert_close(resumed.start_scores, torch.zeros(16))
     resumed.observe(Validation(torch.tensor([1.0] * 2 + [0.0] * 14)), 24, policy, 0, 0.0, 1.96)
     assert resumed.best_step == 16
+
+
+def test_a_problem_scored_at_several_budgets_counts_once():
+    # 6 problems, each scored at 3 budgets with the same gain: 18 rows, but 6 independent gains
+    gains = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, -1.0]).repeat(3)
+    start = Validation(torch.zeros(18))
+    assert Validation(gains).significantly_above(start, 1.96)  # as 18 independent rows: about 2.7 SE
+    clustered = Validation(gains, problems=torch.arange(6).repeat(3))
+    assert not clustered.significantly_above(start, 1.96)  # as 6 problems: about 1.5 SE
+    mean, se = clustered.gain_over(start)
+    per_problem = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, -1.0])
+    assert mean == pytest.approx(0.5) and se == pytest.approx(per_problem.std().item() / 6 ** 0.5)

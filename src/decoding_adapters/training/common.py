@@ -236,7 +236,11 @@ class Validation:
     by_mode: dict[str, float] = field(default_factory=dict)
     groups: torch.Tensor | None = None
     """``[P]`` a label per score (e.g. the parallel budget it was scored at): keep-best then takes a
-    new policy only if no group's mean falls below the best's (see ``EarlyStopping.observe``)."""
+    new policy only if it gains in every group where it changed (see ``significantly_above``)."""
+    problems: torch.Tensor | None = None
+    """``[P]`` the validation problem of each score, where a problem has several (one per parallel
+    budget): its rows are not independent, so a paired standard error counts each problem once
+    (the mean of its rows' gains). None: one score per problem."""
 
     @classmethod
     def of(cls, value) -> "Validation":
@@ -273,12 +277,22 @@ class Validation:
             return False
         diff = self.scores.double() - start.scores.double()  # [N] paired gain per row
         if self.groups is None and start.groups is None:
-            return _gain_is_significant(diff, z, min_gain)
+            return _gain_is_significant(_per_problem(diff, self.problems), z, min_gain)
         if self.groups is None or start.groups is None or not torch.equal(self.groups, start.groups):
             return False
-        per_group = [diff[self.groups == g] for g in self.groups.unique()]
-        changed = [d for d in per_group if bool(d.ne(0).any())]
-        return bool(changed) and all(_gain_is_significant(d, z, min_gain) for d in changed)
+        per_group = [(diff[rows], None if self.problems is None else self.problems[rows])
+                     for rows in (self.groups == g for g in self.groups.unique())]
+        changed = [(d, units) for d, units in per_group if bool(d.ne(0).any())]
+        return bool(changed) and all(_gain_is_significant(_per_problem(d, units), z, min_gain) for d, units in changed)
+
+    def gain_over(self, start: "Validation") -> tuple[float, float]:
+        """(mean paired gain over ``start`` on the same rows, its standard error with each problem
+        counted once); NaNs when the rows do not pair."""
+        if self.scores is None or start.scores is None or self.scores.shape != start.scores.shape:
+            return float("nan"), float("nan")
+        diff = self.scores.double() - start.scores.double()
+        units = _per_problem(diff, self.problems)
+        return float(diff.mean()), float(units.std() / math.sqrt(len(units))) if len(units) >= 2 else 0.0
 
     def loses_a_group_to(self, best: "Validation | None") -> bool:
         """True when some group's mean is below ``best``'s mean for that group."""
@@ -296,6 +310,15 @@ class Validation:
         if self.by_mode:
             out["val_by_mode"] = self.by_mode
         return out
+
+
+def _per_problem(diff: torch.Tensor, problems: torch.Tensor | None) -> torch.Tensor:
+    """``diff [N]`` averaged over the rows of each problem (``problems [N]``; None: as it is)."""
+    if problems is None:
+        return diff
+    _, inverse = problems.unique(return_inverse=True)
+    count = torch.bincount(inverse).to(diff.dtype)
+    return torch.zeros(len(count), dtype=diff.dtype).index_add_(0, inverse, diff) / count
 
 
 def _gain_is_significant(diff: torch.Tensor, z: float, min_gain: float) -> bool:
@@ -416,10 +439,9 @@ class TrainingLoop:
         record = validation.record()
         if best_scores is not None and validation.scores is not None:
             record["val_paired_se"] = paired_se(validation.scores, best_scores)
-        start, scores = self.early.start_scores, validation.scores
-        if self.step > 0 and start is not None and scores is not None and len(start) == len(scores):
-            record["val_gain_over_start"] = float((validation.scores.double() - start.double()).mean())
-            record["val_gain_se"] = paired_se(validation.scores, start)
+        start = self.early.start_scores
+        if self.step > 0 and start is not None and validation.scores is not None:
+            record["val_gain_over_start"], record["val_gain_se"] = validation.gain_over(Validation(start))
         if getattr(cfg, "keep_best", False) or getattr(cfg, "patience", 0) > 0:
             record["kept_step"] = self.early.best_step  # the step whose weights the adapter ends with so far
         if patience > 0 and stop:

@@ -522,7 +522,8 @@ class SequenceTrainer(TrainingLoop):
             [metric] * len(budgets), ("val",), progress="validate" if self.progress else False,
         )
         groups = torch.tensor(budgets) if self.config.use_budget else None
-        return Validation(rewards.double(), mode=VALIDATED_MODE, groups=groups)
+        problems = torch.arange(len(self.val_problems)).repeat(repeat)  # [len(budgets) * P], budget-major
+        return Validation(rewards.double(), mode=VALIDATED_MODE, groups=groups, problems=problems)
 
     # ---- loop hooks (see TrainingLoop) --------------------------------------------------------
     def state(self) -> dict:
