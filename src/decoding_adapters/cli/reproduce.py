@@ -9,7 +9,7 @@ README's headline table names this one command with its own output directory.
 
 What runs (``full``):
 
-0. token budget: greedy on 100 validation problems, decoded once at 96 tokens; the smallest of
+0. token budget: greedy on 400 validation problems, decoded once at 96 tokens; the smallest of
    32/48/64/96 that stops at most 35% of greedy rows before EOS is used everywhere after
    (chosen on validation; the report lists mean greedy length and truncated fraction per budget).
 1. action selection on 16 actions spread over the 180-config pool plus greedy (17 candidates) on 64
@@ -48,9 +48,9 @@ Greedy on the 100 validation problems at budgets 16/24/32/48/64/96 has mean leng
 25.3 / 32.5 / 35.7 / 39.3 tokens, stopped by the budget 77 / 70 / 52 / 30 / 15 / 7% of rows: the
 model keeps talking after the answer, so "greedy not truncated" needs about 128 tokens.
 
-Plan on the reference machine (probe 440 tok/s): 107.9 minutes: selection 6.7, sequence 43.8,
-draft 3.7, token 37.6, evaluation 15.9 (sequence and draft validation on 400 problems, not 48, cost
-the 36.4 minutes over the published run's 71.5). What was cut to fit 90 minutes with the draft stage, evaluation
+Plan on the reference machine (probe 440 tok/s): 108.2 minutes: budget 0.4, selection 6.7, sequence
+43.8, draft 3.7, token 37.6, evaluation 15.9 (the budget, sequence and draft choices on 400
+validation problems, not 100 / 48 / 48, cost the 36.7 minutes over the published run's 71.5). What was cut to fit 90 minutes with the draft stage, evaluation
 first (each is a field of ``StudyConfig``; ``--size complete`` restores them all):
 
 - pass@8: the evaluation scores 4 samples per problem and seed (pass@8 doubled its rows), and the
