@@ -50,8 +50,9 @@ model keeps talking after the answer, so "greedy not truncated" needs about 128 
 
 Plan on the reference machine (probe 440 tok/s): 108.2 minutes: budget 0.4, selection 6.7, sequence
 43.8, draft 3.7, token 37.6, evaluation 15.9 (the budget, sequence and draft choices on 400
-validation problems, not 100 / 48 / 48, cost the 36.7 minutes over the published run's 71.5). What was cut to fit 90 minutes with the draft stage, evaluation
-first (each is a field of ``StudyConfig``; ``--size complete`` restores them all):
+validation problems, not 100 / 48 / 48, cost the 36.7 minutes over the published run's 71.5).
+What was cut to fit 90 minutes with the draft stage, evaluation first (each is a field of
+``StudyConfig``; ``--size complete`` restores them all):
 
 - pass@8: the evaluation scores 4 samples per problem and seed (pass@8 doubled its rows), and the
   sequence adapters train at B up to 4, the largest B evaluated;
