@@ -125,10 +125,9 @@ FULL = StudyConfig(
     selection=SelectionConfig(pool_subsample=16, problems=64, samples=4, k=6),
     sequence_rewards="live",
     # Sequence validation scores each of 400 problems at every B; a later step is kept only when its
-    # paired gain over step 0 is above 1.96 standard errors at every B where its choices change. On
-    # 48 problems one seed kept a policy collapsed onto a sampled action at every B: its single draw
-    # per problem at B = 1 came out 12.5 points above greedy there (+/- 7.1), 0.5 below it on 400
-    # validation problems (+/- 2.7) and 7.5 below it on test.
+    # paired gain over step 0 is above 1.96 standard errors at every B where its choices change. 48
+    # problems are too few: a policy collapsed onto T=0.5 top-k 10 at every B drew 12.5 points above
+    # greedy at B = 1 on them (+/- 7.1), 0.5 below it on 400 (+/- 2.7), 7.5 below it on test.
     # The rows are decoded once per (problem, action) and reused by later validations (and the
     # draft stage's validation table takes the same 400). Cost on the reference machine's plan:
     # sequence 9.1 -> 43.8 minutes, draft 1.9 -> 3.7 (71.5 -> 108.2 in all, with the budget's).
