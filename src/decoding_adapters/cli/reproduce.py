@@ -3,13 +3,13 @@ default model, with intervals narrow enough to tell, and at what compute? It run
 (``experiments.demo.run_demo``) at ``REPRODUCE_SIZES`` (``full``, ``complete``, ``smoke``); the
 README's headline table names this one command with its own output directory.
 
-    decoding-adapters reproduce --out runs/reproduce --publish docs/reproduce   # ~72 min planned on 2 cores; resumable
+    decoding-adapters reproduce --out runs/reproduce --publish docs/reproduce   # ~108 min planned on 2 cores; resumable
     decoding-adapters reproduce --plan                        # the stage-by-stage estimate for this machine
     decoding-adapters reproduce --size smoke --model DIR      # every stage on a tiny model (tests)
 
 What runs (``full``):
 
-0. token budget: greedy on 100 validation problems, decoded once at 96 tokens; the smallest of
+0. token budget: greedy on 400 validation problems, decoded once at 96 tokens; the smallest of
    32/48/64/96 that stops at most 35% of greedy rows before EOS is used everywhere after
    (chosen on validation; the report lists mean greedy length and truncated fraction per budget).
 1. action selection on 16 actions spread over the 180-config pool plus greedy (17 candidates) on 64
@@ -17,11 +17,12 @@ What runs (``full``):
    saturates; the same table picks Best at each pass@k (greedy and greedy stopped at its first
    answer included) and the best single token action.
 2. sequence adapters w/ and w/o budget, **live rollouts**, B in {1, 2, 4}, 3 seeds, 24 steps x
-   8 prompts, validated live on 48 problems at every B every 8 steps (step 0 included, best
-   validated kept; the w/ budget adapter keeps a new policy only if it loses at no B);
+   8 prompts, validated live (the argmax policy, as evaluated) on 400 problems at every B every 8
+   steps and at step 0; a later step is kept only when its paired gain over step 0 is above 1.96
+   standard errors (at every B where its choices change, for the w/ budget adapter), else step 0;
    the w/ budget adapter starts at Best at pass@B for each B, the w/o budget one at Best at pass@1.
 3. draft-gated adapters, 3 seeds: both-arms tables (a greedy draft stopped at its first answer and 4
-   re-decodes with the selected set's Best sampled action, on 256 training and 48 validation
+   re-decodes with the selected set's Best sampled action, on 256 training and 400 validation
    problems), 400 full-information steps from a prior on keeping the draft; beside them a random
    gate at the adapter's validation re-decode share and a confidence threshold tuned on validation.
 4. token adapters w/ budget, w/o budget, entropy-only, 3 seeds, 48 steps x 8 prompts x G=8 each,
@@ -47,9 +48,11 @@ Greedy on the 100 validation problems at budgets 16/24/32/48/64/96 has mean leng
 25.3 / 32.5 / 35.7 / 39.3 tokens, stopped by the budget 77 / 70 / 52 / 30 / 15 / 7% of rows: the
 model keeps talking after the answer, so "greedy not truncated" needs about 128 tokens.
 
-Plan on the reference machine (probe 440 tok/s): 71.5 minutes: selection 6.7, sequence 9.1, draft
-1.9, token 37.6, evaluation 15.9. What was cut to fit 90 minutes with the draft stage, evaluation
-first (each is a field of ``StudyConfig``; ``--size complete`` restores them all):
+Plan on the reference machine (probe 440 tok/s): 108.2 minutes: budget 0.4, selection 6.7, sequence
+43.8, draft 3.7, token 37.6, evaluation 15.9 (the budget, sequence and draft choices on 400
+validation problems, not 100 / 48 / 48, cost the 36.7 minutes over the published run's 71.5).
+What was cut to fit 90 minutes with the draft stage, evaluation first (each is a field of
+``StudyConfig``; ``--size complete`` restores them all):
 
 - pass@8: the evaluation scores 4 samples per problem and seed (pass@8 doubled its rows), and the
   sequence adapters train at B up to 4, the largest B evaluated;
@@ -63,7 +66,7 @@ first (each is a field of ``StudyConfig``; ``--size complete`` restores them all
 
 ``--size complete`` (the uncut study: budget chosen at <= 2% truncation from 48..192, pass@8,
 selection on the whole pool, 60 steps of each adapter, token validation in both modes on 400 x 2)
-plans at about 7 hours on the reference CPU.
+plans at about 10 hours on the reference CPU.
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ class ReproduceOptions:
     out: str = "runs/reproduce"
     """output directory (re-run the same command to resume)"""
     size: Literal["full", "complete", "smoke"] = "full"
-    """stage sizes: full (the study cut to ~72 min on the 2-core reference CPU), complete (uncut, ~7 h),
+    """stage sizes: full (the study cut to ~108 min on the 2-core reference CPU), complete (uncut, ~10 h),
     smoke (tests)"""
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""

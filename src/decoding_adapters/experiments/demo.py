@@ -117,16 +117,23 @@ FULL = StudyConfig(
     # The study cut to fit 90 minutes on the 2-core CPU (cli/reproduce.py has the plan, how it was
     # measured and what was cut; COMPLETE is the uncut study).
     token_budget=48,  # replaced by the budget stage's choice; 48 is the expected one (plan, --plan)
-    budget=BudgetConfig(candidates=(32, 48, 64, 96), problems=100, max_truncated=0.35),
+    # chosen on 400 validation problems like every other choice (48 stops 26% of greedy rows there,
+    # 30% on the first 100; 0.3 more planned minutes)
+    budget=BudgetConfig(candidates=(32, 48, 64, 96), problems=400, max_truncated=0.35),
     # 64 problems x 4 samples lets coverage tell candidates apart past K = 3 (8 x 1 saturated
     # there); 16 pool actions plus greedy keep it at about 8 minutes.
     selection=SelectionConfig(pool_subsample=16, problems=64, samples=4, k=6),
     sequence_rewards="live",
-    # Sequence validation scores each of 48 problems at every B (a kept policy loses at no B); the
-    # rows are decoded once per (problem, action) and reused by later validations.
+    # Sequence validation scores each of 400 problems at every B; a later step is kept only when its
+    # paired gain over step 0 is above 1.96 standard errors at every B where its choices change. 48
+    # problems are too few: a policy collapsed onto T=0.5 top-k 10 at every B drew 12.5 points above
+    # greedy at B = 1 on them (+/- 7.1), 0.5 below it on 400 (+/- 2.7), 7.5 below it on test.
+    # The rows are decoded once per (problem, action) and reused by later validations (and the
+    # draft stage's validation table takes the same 400). Cost on the reference machine's plan:
+    # sequence 9.1 -> 43.8 minutes, draft 1.9 -> 3.7 (71.5 -> 108.2 in all, with the budget's).
     # B up to 4, the largest the evaluation scores (its pass@8 was cut to fit the time).
     sequence=SequenceTrainConfig(parallel_budgets=(1, 2, 4), steps=24, prompts_per_step=8, max_train_prompts=256,
-                                 val_every=8, val_problems=48, checkpoint_every=1),
+                                 val_every=8, val_problems=400, checkpoint_every=1),
     # Token training at the trainer's validated defaults (lr, PPO epochs, prior at the best static
     # token action: docs/token-defaults.md), every run to its 48-step cap (no early stop) with
     # groups of 8 (fewer all-equal groups than 4). The prompt filter judges with that prior (2
@@ -153,13 +160,13 @@ FULL = StudyConfig(
 COMPLETE = replace(
     FULL,
     # The study uncut: greedy (almost) never truncated, pass@8 (B up to 8), selection on 32 x 4,
-    # longer training validated in both policy modes on 400 x 2. About 7 hours on the 2-core CPU by
+    # longer training validated in both policy modes on 400 x 2. About 10 hours on the 2-core CPU by
     # the plan: for a bigger machine.
     token_budget=128,
-    budget=BudgetConfig(candidates=(48, 64, 96, 128, 192), problems=100, max_truncated=0.02),
+    budget=BudgetConfig(candidates=(48, 64, 96, 128, 192), problems=400, max_truncated=0.02),
     selection=SelectionConfig(pool_subsample=None, problems=32, samples=4, k=6),
     sequence=replace(FULL.sequence, parallel_budgets=(1, 2, 4, 8), steps=60, prompts_per_step=16, val_every=20,
-                     val_problems=32),
+                     val_problems=400),
     token=replace(FULL.token, steps=60, prompts_per_step=8, group_size=8, filter_samples=4, val_every=10,
                   val_samples=2, val_modes=("sample", "argmax"), patience=3),
     eval=EvalConfig(k_values=(1, 2, 4, 8)),
@@ -549,7 +556,7 @@ def _token_data_section(prompts_file: Path, cfg: StudyConfig) -> str:
             f"passed; {r.get('wanted', '?')} wanted). Each run saw {r.get('distinct_prompts_per_run', '?')} distinct "
             f"training prompts ({tok.steps} steps x {tok.prompts_per_step}, epoch by epoch). Validation: "
             f"{r.get('val_problems', tok.val_problems)} problems x {tok.val_samples} samples per policy mode, the same "
-            f"rows and seeds at every validation; a later step is kept only when its paired gain over the kept one "
+            f"rows and seeds at every validation; a later step is kept only when its paired gain over step 0 "
             f"exceeds {tok.min_improvement_se:g} standard errors.")
 
 

@@ -24,6 +24,18 @@ way from the held-out families ``ood_families`` (default: subtraction, subtracti
 three-term sums), which ``families`` may not contain, with a seed stream of its own
 (``"{seed}/ood/{family}"``). Families never share a question, so ``ood`` is disjoint from the other
 splits by question text; building it leaves the other three splits byte-identical.
+
+The ``sealed`` split (``sealed_size`` problems) is the test split of the published evidence run,
+which alone scores it; no default command reads it (they evaluate ``test``, whose results are
+history). It is built on its own from a seed stream no other split uses
+(``"{sealed_seed}/sealed/{family}"``) and only from questions no other split can hold: each
+family's pool, shuffled with the config seed as above, is cut in half; train, validation and test
+take their blocks from the front half (they use a few percent of the large pools), and the sealed
+split draws from the back half, less any question another split holds. It therefore never changes
+when train or validation grow, and building it leaves the other splits byte-identical. A family
+whose back half cannot serve its share without repeating a question (the 81-question single-digit
+families) is left out and the others keep their relative weights: with the default mixture the
+sealed split is 75% word problems and 25% two-digit sums, all questions distinct.
 """
 
 from __future__ import annotations
@@ -92,6 +104,10 @@ class ArithmeticConfig:
     """Problems in the test split."""
     seed: int = 0
     """Seed for the shuffles that choose and order the questions of each split."""
+    sealed_size: int = 1000
+    """Problems in the ``sealed`` split (the published evidence run's test split)."""
+    sealed_seed: int = 20261127
+    """Seed of the ``sealed`` split's own shuffles (a stream no other split or earlier run used)."""
     ood_families: Mapping[str, float] | None = field(default=None, hash=False)
     """Held-out families of the ``ood`` split (``test_size`` problems), never in ``families``;
     None means :data:`DEFAULT_OOD_FAMILIES` less any family that ``families`` uses."""
@@ -137,7 +153,7 @@ class ArithmeticConfig:
             raise ValueError(f"small_range must reach 2 (word problems use 2..max), got {self.small_range}")
         if not 1 <= self.chain_steps <= 4:
             raise ValueError(f"chain_steps must be in [1, 4] (pools are enumerated), got {self.chain_steps}")
-        for name in ("train_size", "validation_size", "test_size"):
+        for name in ("train_size", "validation_size", "test_size", "sealed_size"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
@@ -318,6 +334,48 @@ def build_ood_split(cfg: ArithmeticConfig) -> list[Problem]:
     return _problems("ood", schedule, served)
 
 
+def sealed_weights(cfg: ArithmeticConfig, pool_sizes: Mapping[str, int] | None = None) -> dict[str, float]:
+    """The sealed split's mixture: ``cfg.families`` less every family whose back half (see the
+    module docstring) cannot serve its share of ``sealed_size`` distinct questions, the others at
+    their relative weights (dropping one raises the others' shares, so this repeats until none is
+    dropped); empty when no family can. ``pool_sizes``: each family's pool size, when known."""
+    sizes = pool_sizes or {f: len(FAMILIES[f](cfg)) for f in cfg.families}
+    weights = dict(cfg.families)
+    while weights:
+        schedule = family_schedule(weights, cfg.sealed_size)
+        short = [f for f in weights if sizes[f] // 2 < schedule.count(f)]
+        if not short:
+            return weights
+        for family in short:
+            del weights[family]
+    return {}
+
+
+def build_sealed_split(cfg: ArithmeticConfig, others: Mapping[str, list[Problem]]) -> list[Problem]:
+    """The ``sealed`` split: ``sealed_size`` distinct questions of :func:`sealed_weights`' families,
+    each family's share drawn with its own seed stream (``"{sealed_seed}/sealed/{family}"``) from
+    the back half of its pool in the config seed's shuffle, skipping any question of ``others``
+    (the other splits); a family that runs short gives what it has (fewer problems, never a repeat)."""
+    pools = {family: FAMILIES[family](cfg) for family in cfg.families}
+    weights = sealed_weights(cfg, {family: len(pool) for family, pool in pools.items()})
+    schedule = family_schedule(weights, cfg.sealed_size) if weights else []
+    taken = {p.question for problems in others.values() for p in problems}
+    served: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for family in weights:
+        pool = pools[family]
+        random.Random(f"{cfg.seed}/{family}").shuffle(pool)  # the order the other splits' blocks follow
+        back = [item for item in pool[len(pool) - len(pool) // 2:] if item[0] not in taken]
+        random.Random(f"{cfg.sealed_seed}/sealed/{family}").shuffle(back)
+        served["sealed", family] = back[: schedule.count(family)]
+    # a family that ran short ends the schedule early for itself: its slots go unfilled
+    cursor, kept = dict.fromkeys(weights, 0), []
+    for family in schedule:
+        if cursor[family] < len(served["sealed", family]):
+            kept.append(family)
+        cursor[family] += 1
+    return _problems("sealed", kept, served)
+
+
 def _problems(split: str, schedule: list[str], served: Mapping[tuple[str, str], list]) -> list[Problem]:
     cursor = dict.fromkeys(schedule, 0)
     problems = []
@@ -434,13 +492,14 @@ def score_arithmetic(completion: str, answer: str) -> float:
 
 @register_task("arithmetic")
 class ArithmeticTask(Task):
-    """Procedural arithmetic (splits: train, validation, test, and ood: held-out families).
+    """Procedural arithmetic (splits: train, validation, test, ood: held-out families, and sealed:
+    the published evidence run's test split, which no default command reads).
 
     Options are :class:`ArithmeticConfig` fields (``get_task("arithmetic", seed=0, test_size=100)``),
     or a whole ``config=``, plus ``system_prompt=`` (a preset name or literal text).
     """
 
-    splits: ClassVar[tuple[str, ...]] = SPLITS + ("ood",)
+    splits: ClassVar[tuple[str, ...]] = SPLITS + ("ood", "sealed")
     instruction: ClassVar[str] = " Answer with just the number."
     cot_instruction: ClassVar[str] = " Think step by step, then give the final number."
 
@@ -455,6 +514,7 @@ class ArithmeticTask(Task):
         self.config = replace(config or ArithmeticConfig(), **overrides)
         self.system_prompt = resolve_system_prompt(system_prompt)
         self._splits: dict[str, list[Problem]] | None = None
+        self._sealed: list[Problem] | None = None
 
     def load(self, split: str) -> list[Problem]:
         self.check_split(split)
@@ -462,6 +522,10 @@ class ArithmeticTask(Task):
             return build_ood_split(self.config)
         if self._splits is None:  # built once: all splits come from one allocation
             self._splits = build_splits(self.config)
+        if split == "sealed":  # built on its own (once), clear of every other split's questions
+            if self._sealed is None:
+                self._sealed = build_sealed_split(self.config, {**self._splits, "ood": build_ood_split(self.config)})
+            return list(self._sealed)
         return list(self._splits[split])
 
     def prompt(self, problem: Problem, cot: bool = False) -> list[dict[str, str]]:

@@ -470,7 +470,8 @@ class DraftTrainer(SequenceTrainer):
             scores.append(values.gather(1, choice.unsqueeze(1)).squeeze(1))
             groups += [b] * len(ids)
         grouped = torch.tensor(groups) if self.config.use_budget else None
-        return Validation(torch.cat(scores).double(), groups=grouped)
+        problems = torch.arange(len(ids)).repeat(len(self.config.parallel_budgets))  # budget-major, as the scores
+        return Validation(torch.cat(scores).double(), groups=grouped, problems=problems)
 
     def save(self) -> Path:
         config = AdapterConfig(

@@ -1,0 +1,54 @@
+"""The arithmetic task's sealed split: the published evidence run's test split. At least 1,000
+distinct problems, disjoint by content from train, validation, test and ood at the default sizes
+and at the published run's, from a seed stream of its own; the old splits stay byte-identical; and
+nothing but the task names it, so no default command reads it."""
+
+from collections import Counter
+from pathlib import Path
+
+from test_arithmetic import _DEFAULT_DIGESTS, _digest
+
+from decoding_adapters.experiments.demo import REPRODUCE_SIZES
+from decoding_adapters.experiments.pipeline import study_task_options
+from decoding_adapters.tasks import SPLITS, check_disjoint, content_hashes, get_task
+from decoding_adapters.tasks.arithmetic import ArithmeticTask, sealed_weights
+
+PUBLISHED_SIZES = study_task_options(REPRODUCE_SIZES["full"])
+"""The split sizes of the published ``reproduce`` run (train 1,500, validation 400)."""
+
+
+def test_sealed_split_has_1000_distinct_problems_disjoint_from_every_other_split():
+    for options in ({}, PUBLISHED_SIZES):
+        task = get_task("arithmetic", **options)
+        sealed = task.load("sealed")
+        assert len(sealed) >= 1000 and len({p.question for p in sealed}) == len(sealed)
+        assert sealed[0].id == "arithmetic/sealed/0" and {p.meta["split"] for p in sealed} == {"sealed"}
+        hashes = check_disjoint(task)  # every split the task offers, sealed included, by content hash
+        assert set(hashes) == {"train", "validation", "test", "ood", "sealed"}
+        others = set().union(*(content_hashes(task.load(s)) for s in ("train", "validation", "test", "ood")))
+        assert not others & set(hashes["sealed"])
+
+
+def test_the_old_splits_are_unchanged_and_the_sealed_split_is_stable():
+    task = ArithmeticTask()
+    sealed = task.load("sealed")
+    assert {s: _digest(task.load(s)) for s in SPLITS} == _DEFAULT_DIGESTS  # the published runs' test split
+    # growing train and validation (as the published run does) leaves it as it is
+    assert get_task("arithmetic", **PUBLISHED_SIZES).load("sealed") == sealed
+    assert ArithmeticTask(sealed_seed=1).load("sealed") != sealed  # its own seed decides it
+    assert ArithmeticTask(sealed_size=1200).load("sealed")[:1000] == sealed  # a prefix keeps its problems
+
+
+def test_sealed_mixture_leaves_out_families_whose_questions_are_used_up():
+    task = ArithmeticTask()
+    # the single-digit families hold 81 questions each, used by train, validation and test
+    assert sealed_weights(task.config) == {"add_word": 0.6, "add_2digit": 0.2}
+    assert Counter(p.meta["family"] for p in task.load("sealed")) == {"add_word": 750, "add_2digit": 250}
+    assert ArithmeticTask(families=["add_1digit", "mul_1digit"]).load("sealed") == []
+
+
+def test_no_module_but_the_task_names_the_sealed_split():
+    package = Path(__import__("decoding_adapters").__file__).parent
+    naming = sorted(str(path.relative_to(package)) for path in package.rglob("*.py")
+                    if '"sealed"' in path.read_text(encoding="utf-8"))
+    assert naming == ["tasks/arithmetic.py"]
