@@ -62,6 +62,7 @@ __all__ = [
     "confidence_summary",
     "answer_ids",
     "pass_at_k_curve",
+    "synthetic_sample_table",
 ]
 
 TABLE_FORMAT = "decoding-adapters/sample-table"
@@ -479,3 +480,36 @@ def pass_at_k_curve(table: SampleTable, arm: str | int, ks: Sequence[int]) -> di
     n = int(table.distinct[index])
     correct = table.correct[:, index, :n].sum(1)
     return {k: float(np.mean([pass_at_k(n, int(c), k) for c in correct])) for k in ks if 1 <= k <= n}
+
+
+def synthetic_sample_table(problems: int, samples: int = 8, arms: Sequence[DecodingAction] | None = None,
+                           seed: int = 0, wrong_answers: int = 4, hidden_size: int = 0) -> SampleTable:
+    """A random table in the real shapes (benchmarks, tests): per problem a chance ``q`` that a
+    sample is right (uniform), answer 0 right and ``wrong_answers`` wrong ones, confidences higher on
+    right samples; the greedy arm (first, when ``arms`` holds it) repeats one sample."""
+    from ..decoding.actions import GREEDY
+
+    arms = list(arms) if arms is not None else [GREEDY, DecodingAction(temperature=0.5)]
+    gen = np.random.default_rng(seed)
+    shape = (problems, len(arms), samples)
+    q = gen.uniform(0.05, 0.95, size=(problems, 1, 1))
+    right = gen.random(shape) < q
+    answers = np.where(right, 0, gen.integers(1, wrong_answers + 1, size=shape)).astype(np.int32)
+    answers[gen.random(shape) < 0.03] = -1  # a few samples state no answer
+    tokens = gen.integers(8, 64, size=shape).astype(np.int32)
+    signal = right.astype(np.float32) * 0.8 + gen.normal(0, 1, size=shape + (len(CONFIDENCE_FEATURES),)).transpose(
+        3, 0, 1, 2)
+    confidence = np.stack([np.abs(s) + 0.5 for s in signal], axis=-1).astype(np.float32)
+    hidden = gen.normal(size=shape + (hidden_size,)).astype(np.float16) if hidden_size else None
+    for a, action in enumerate(arms):
+        if action.is_greedy:  # deterministic: one sample in every slot
+            for array in (answers, tokens, confidence, right) + ((hidden,) if hidden is not None else ()):
+                array[:, a] = array[:, a, :1]
+    rewards = ((answers == 0) & (answers >= 0)).astype(np.float32)
+    header = {"format": TABLE_FORMAT, "version": 1, "task": "synthetic", "split": "synthetic", "model": {},
+              "actions": [a.to_dict() for a in arms], "samples": samples, "token_budget": 64, "seed": seed,
+              "stop_at_answer": True, "confidence": {"features": list(CONFIDENCE_FEATURES)},
+              "hidden": hidden is not None}
+    strings = [[str(i) for i in range(wrong_answers + 1)] for _ in range(problems)]
+    return SampleTable(header, [f"synthetic/{i}" for i in range(problems)], answers, strings, rewards, tokens,
+                       confidence, hidden)
