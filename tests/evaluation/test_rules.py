@@ -350,3 +350,19 @@ def test_sample_table_confidence_matches_the_decode_and_the_draft_table_samples(
         assert table.tokens[i, 1].tolist() == lengths
         answers = [table.answer_strings[i][a] if a >= 0 else "" for a in table.answers[i, 1]]
         assert answers == [s["answer"] for s in stored]
+
+
+def test_rules_command_tunes_on_validation_and_writes_curves(tmp_path, capsys):
+    from decoding_adapters.cli import main
+
+    synthetic_sample_table(60, samples=4, seed=5).save(tmp_path / "val")
+    synthetic_sample_table(40, samples=4, seed=6).save(tmp_path / "test")
+    code = main(["rules", "--table", str(tmp_path / "test"), "--validation-table", str(tmp_path / "val"),
+                 "--out", str(tmp_path / "out"), "--rules", "self_consistency,esc,cges", "--levels", "1,2,5"])
+    assert code == 0
+    curves = json.loads((tmp_path / "out" / "curves.json").read_text())
+    assert set(curves["rules"]) == {"self_consistency", "esc", "cges"} and curves["test_problems"] == 40
+    assert curves["sequence"].startswith("greedy, then")
+    assert (tmp_path / "out" / "curves.png").stat().st_size > 0
+    assert sorted(curves["pass_at_k"][next(iter(curves["pass_at_k"]))]) == ["1", "2", "3", "4"]
+    assert "self_consistency" in capsys.readouterr().out
