@@ -378,3 +378,25 @@ def test_calibration_is_a_rising_curve_where_confidence_predicts_correctness():
     values = cal(np.array([-2.0, 0.0, 2.0]))
     assert values[0] < values[1] < values[2] and values[1] == pytest.approx(0.5, abs=0.05)
     assert values[2] == pytest.approx(1 / (1 + np.exp(-4)), abs=0.03)
+
+
+def test_a_draft_table_reads_as_a_sample_table(tiny_lm, tmp_path):
+    from decoding_adapters.evaluation.sample_table import from_draft_table
+    from decoding_adapters.training.draft import build_draft_table
+
+    task = get_task("arithmetic")
+    problems = task.load("validation")[:2]
+    drafts = build_draft_table(tiny_lm, task, problems, [SAMPLER], samples=2, token_budget=6,
+                               path=tmp_path / "d.jsonl", split="validation")
+    table = from_draft_table(drafts)
+    assert table.shape == (2, 2, 2) and table.arm_names[1] == SAMPLER.name and table.actions[0].is_greedy
+    for i, problem in enumerate(problems):
+        record = drafts.records[problem.id]
+        assert table.rewards[i, 0].tolist() == [record["draft"]["reward"]] * 2
+        stored = record["samples"][SAMPLER.name]
+        assert table.tokens[i, 1].tolist() == [s["length"] for s in stored]
+        assert table.feature("max_prob_mean")[i, 1].tolist() == pytest.approx([s["confidence"] for s in stored])
+        answers = [table.answer_strings[i][a] if a >= 0 else "" for a in table.answers[i, 1]]
+        assert answers == [s["answer"] for s in stored]
+    draws = greedy_then(table, SAMPLER.name)
+    assert self_consistency(draws.answers, draws.tokens, 3).decodes.tolist() == [3, 3]

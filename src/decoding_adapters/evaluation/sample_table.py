@@ -63,6 +63,7 @@ __all__ = [
     "answer_ids",
     "pass_at_k_curve",
     "synthetic_sample_table",
+    "from_draft_table",
 ]
 
 TABLE_FORMAT = "decoding-adapters/sample-table"
@@ -511,3 +512,52 @@ def synthetic_sample_table(problems: int, samples: int = 8, arms: Sequence[Decod
     strings = [[str(i) for i in range(wrong_answers + 1)] for _ in range(problems)]
     return SampleTable(header, [f"synthetic/{i}" for i in range(problems)], answers, strings, rewards, tokens,
                        confidence, hidden)
+
+
+def from_draft_table(table) -> SampleTable:
+    """A draft-gated adapter's both-arms table (``training.draft.DraftTable``) as a sample table, so
+    the rules score the samples a draft trainer already decoded: the greedy draft is the greedy arm,
+    each re-decode action a sampled arm. A draft table keeps fewer readings: the draft's mean and
+    least max-probability and mean entropy, the re-decodes' mean max-probability; the other
+    confidence columns are NaN (the rules read a NaN as the least confident), and no hidden state."""
+    header = table.header
+    actions = [GREEDY] + table.actions
+    samples = int(header["samples"])
+    ids = table.problem_ids
+    p, a = len(ids), len(actions)
+    shape = (p, a, samples)
+    answers = np.full(shape, -1, np.int32)
+    rewards = np.zeros(shape, np.float32)
+    tokens = np.zeros(shape, np.int32)
+    confidence = np.full(shape + (len(CONFIDENCE_FEATURES),), np.nan, np.float32)
+    column = CONFIDENCE_FEATURES.index
+    strings = []
+    for i, pid in enumerate(ids):
+        record = table.records[pid]
+        draft = record["draft"]
+        rows = [draft] + [s for action in table.actions for s in record["samples"][action.name][:samples]]
+        row_ids, names = answer_ids([r.get("answer") or "" for r in rows])
+        strings.append(names)
+        answers[i, 0], rewards[i, 0], tokens[i, 0] = row_ids[0], draft["reward"], draft["length"]
+        # the draft summary's columns: entropy mean, entropy max, max-prob mean, max-prob min, ...
+        summary = draft.get("confidence") or []
+        if len(summary) >= 4:
+            confidence[i, 0, :, column("entropy_mean")] = summary[0]
+            confidence[i, 0, :, column("max_prob_mean")] = summary[2]
+            confidence[i, 0, :, column("max_prob_min")] = summary[3]
+        r = 1
+        for arm in range(1, a):
+            for j in range(samples):
+                sample = rows[r]
+                answers[i, arm, j], rewards[i, arm, j] = row_ids[r], sample["reward"]
+                tokens[i, arm, j] = sample["length"]
+                if sample.get("confidence") is not None:
+                    confidence[i, arm, j, column("max_prob_mean")] = sample["confidence"]
+                r += 1
+    new_header = {"format": TABLE_FORMAT, "version": 1, "task": header.get("task", ""),
+                  "split": header.get("split", ""), "model": header.get("model", {}),
+                  "actions": [x.to_dict() for x in actions], "samples": samples,
+                  "token_budget": header.get("token_budget"), "seed": header.get("seed"),
+                  "stop_at_answer": bool(header.get("draft_stop_at_answer") and header.get("redecode_stop_at_answer")),
+                  "confidence": {"features": list(CONFIDENCE_FEATURES)}, "hidden": False, "from": "draft-table"}
+    return SampleTable(new_header, list(ids), answers, strings, rewards, tokens, confidence, None)
