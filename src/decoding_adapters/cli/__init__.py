@@ -35,6 +35,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train-sequence": ("decoding_adapters.cli.train_sequence", "train a sequence-level (contextual bandit) adapter"),
     "train-draft": ("decoding_adapters.cli.train_draft",
                     "train a draft-gated adapter (keep a greedy draft or re-decode)"),
+    "rules": ("decoding_adapters.cli.rules",
+              "tune the fixed answer rules (self-consistency, ESC, DeepConf, ...) on a validation sample table, "
+              "score them on another"),
     "train-token": ("decoding_adapters.cli.train_token", "train a token-level (POMDP) adapter"),
     "evaluate": ("decoding_adapters.cli.evaluate", "pass@k of static baselines and adapters with confidence intervals"),
     "report": ("decoding_adapters.cli.report", "write report.md, results.json and figures from an evaluation"),
