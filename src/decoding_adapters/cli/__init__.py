@@ -9,6 +9,7 @@ modules never import from ``cli``.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import sys
@@ -155,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except USER_ERRORS as err:  # user errors: one clear line, no traceback
         print(f"decoding-adapters {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        print(f"decoding-adapters {args.command}: error: {err.strerror}", file=sys.stderr)  # a full disk: one line
         return 2
     except KeyboardInterrupt:
         print(f"interrupted; {_saved_note(args)}", file=sys.stderr)
