@@ -113,7 +113,8 @@ def test_processes_are_capped_and_none_outlive_the_worker(verifiers):
     assert score == 0.0 and why and ("Errno 11" in why or "Resource temporarily unavailable" in why or "exited" in why)
     runner.close()
     if pid is not None:
-        left = [int(p) for p in subprocess.run(["pgrep", "-s", str(pid)], capture_output=True, text=True).stdout.split()]
+        found = subprocess.run(["pgrep", "-s", str(pid)], capture_output=True, text=True).stdout
+        left = [int(p) for p in found.split()]
         deadline = time.monotonic() + 5
         while any(map(_alive, left)) and time.monotonic() < deadline:
             time.sleep(0.05)

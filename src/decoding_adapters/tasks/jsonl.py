@@ -22,7 +22,8 @@ call. The worker talks to training over pipes of its own (fd 1 is pointed at std
 a print nor a child process can write into the channel; a reply that is not one JSON line scores
 0 with a warning), has an address-space cap and a process cap (``VERIFIER_MEMORY_MB``,
 ``VERIFIER_MAX_PROCESSES``; for the worker and all its children together where the host gives it
-a control group, see ``sandbox.runner.helper_control_group``), and dies with training. A process, not a thread, because a hung thread can be neither stopped nor prevented from
+a control group, see ``sandbox.runner.helper_control_group``), and dies with training. A
+process, not a thread, because a hung thread can be neither stopped nor prevented from
 holding the GIL (a catastrophic regex does), and it keeps burning a core. The one exception: a
 Python callable that cannot be imported by name (a lambda, a function defined in ``__main__``) runs
 in a worker *thread* with the same timeout — it still scores 0 after the timeout, but the thread
