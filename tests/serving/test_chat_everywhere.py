@@ -10,9 +10,9 @@ import json
 import httpx
 import pytest
 from test_draft_serving import BUDGET, LIMITS, SAMPLER
-from test_server import BackgroundServer, make_adapter
+from test_server import BackgroundServer
 
-from adapter_helpers import save_tiny_base
+from adapter_helpers import make_adapter, save_tiny_base
 from decoding_adapters.policies.draft import DraftContextConfig
 from decoding_adapters.policies.networks import AdapterConfig, SequencePolicy, SequencePolicyConfig, save_adapter
 from decoding_adapters.serving.adapter import Adapter
