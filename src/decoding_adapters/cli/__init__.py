@@ -189,7 +189,7 @@ def _saved_note(args) -> str:
         if (out / "checkpoint.pt").is_file():
             return f"the last checkpoint is in {out}: add --resume to the same command to continue"
         return f"nothing saved yet (no checkpoint in {out}): the same command starts over"
-    if str(out) not in ("", ".") and out.is_dir() and any(out.iterdir()):
+    if str(out) not in ("", ".") and out.is_dir() and any(p.name != ".lock" for p in out.iterdir()):
         return f"finished stages are in {out}: the same command continues from them"
     return "nothing saved yet"
 

@@ -10,11 +10,14 @@ one, never half of one.
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import io
 import json
 import os
+import shlex
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,7 +25,7 @@ import torch
 
 __all__ = [
     "atomic_write", "write_json", "write_text", "write_checked", "read_checked", "save_tensors", "load_tensors",
-    "NoSpaceError", "JsonlLog", "Checkpoint", "check_output_dir",
+    "NoSpaceError", "JsonlLog", "Checkpoint", "check_output_dir", "lock_output_dir", "LOCK_FILE",
 ]
 
 CHECKSUM_SUFFIX = ".sha256"
@@ -225,11 +228,58 @@ class Checkpoint:
         return state
 
 
+LOCK_FILE = ".lock"
+"""The file in an output directory that the run writing it holds an exclusive ``flock`` on (its
+pid and command inside): a second run into the same directory is refused. The kernel releases the
+lock when the process ends, however it ends (kill -9 included), so a stale file never blocks."""
+
+_LOCKS: dict[str, int] = {}  # directory (resolved) -> the open descriptor holding its lock
+
+
+def lock_output_dir(out: str | Path, option: str = "--out") -> Path:
+    """Create ``out`` and take its run lock for the rest of this process; a directory another
+    process holds is refused in one line naming that run (its pid and command). Taking it again in
+    the same process is a no-op (a pipeline's stages share their parent's folders)."""
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    key = str(path.resolve())
+    if key in _LOCKS:
+        return path
+    lock = path / LOCK_FILE
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _lock_holder(fd)
+        os.close(fd)
+        raise ValueError(f"{option} {path} is in use by another run ({holder}): wait for it to finish, "
+                         "stop it, or choose another directory") from None
+    except OSError:  # a file system without flock (some network mounts): run unlocked, as before
+        os.close(fd)
+        return path
+    record = json.dumps({"pid": os.getpid(), "command": shlex.join(sys.argv)}) + "\n"
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, record.encode("utf-8"), 0)
+    _LOCKS[key] = fd
+    return path
+
+
+def _lock_holder(fd: int) -> str:
+    """``pid N: COMMAND`` of the run holding a lock file (as it wrote them)."""
+    try:
+        record = json.loads(os.pread(fd, 65536, 0).decode("utf-8", "replace") or "{}")
+        return f"pid {int(record['pid'])}: {str(record.get('command', '?'))[:300]}"
+    except (ValueError, KeyError, TypeError, OSError):
+        return "a process that has not written its pid yet"
+
+
 def check_output_dir(out: str | Path, finished: tuple[str, ...] = (), *, force: bool = False,
-                     option: str = "--out") -> Path:
+                     option: str = "--out", lock: bool = True) -> Path:
     """Pre-flight for an output directory, before any model load or decoding: ``out`` must be a
-    directory (or not exist yet) that can be created and written, and must not already hold a
-    finished result (any of the ``finished`` file names) unless ``force``."""
+    directory (or not exist yet) that can be created and written, must not already hold a
+    finished result (any of the ``finished`` file names) unless ``force``, and must not be the
+    output of another run still going (``lock``: the directory is created and its run lock taken
+    for the rest of this process, :func:`lock_output_dir`)."""
     path = Path(out)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{option} {path} is a file, not a directory: name a directory for the outputs")
@@ -244,4 +294,4 @@ def check_output_dir(out: str | Path, finished: tuple[str, ...] = (), *, force: 
             f"{option} {path} already holds a finished result ({', '.join(done)}): pass --force to overwrite it "
             "or choose another directory"
         )
-    return path
+    return lock_output_dir(path, option) if lock else path
