@@ -206,6 +206,10 @@ class JsonlLog:
         return out
 
 
+MAX_STEPS = 10**9
+"""Most training steps a checkpoint may say it has done."""
+
+
 class Checkpoint:
     """``DIR/checkpoint.pt`` written atomically: a kill mid-write leaves the previous checkpoint
     intact, so ``--resume`` loses at most one checkpoint interval. It holds tensors and plain
@@ -225,6 +229,11 @@ class Checkpoint:
         state = load_tensors(self.path)
         if not isinstance(state, dict) or "step" not in state or "config" not in state:
             raise ValueError(f"{self.path} is not a training checkpoint (no step and config)")
+        step = state["step"]
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEPS:
+            raise ValueError(f"{self.path}: step must be an integer between 0 and {MAX_STEPS}, got {step!r}"[:300])
+        if not isinstance(state["config"], dict):
+            raise ValueError(f"{self.path}: config must be a mapping of options, got {type(state['config']).__name__}")
         return state
 
 

@@ -29,6 +29,8 @@ if sys.path and os.path.realpath(sys.path[0] or ".") == os.path.dirname(os.path.
 import importlib  # noqa: E402
 import inspect  # noqa: E402
 import json  # noqa: E402
+import resource  # noqa: E402
+import signal  # noqa: E402
 
 
 def load_verifier(spec: str):
@@ -80,8 +82,6 @@ def _watch_parent(lifeline: int, cgroup_procs: list) -> None:
         while os.read(lifeline, 1):
             pass
     finally:  # the parent is gone (or closed the worker): nothing of the worker may outlive it
-        import signal
-
         for procs in cgroup_procs:
             try:
                 with open(procs) as handle:
@@ -99,8 +99,6 @@ def _watch_parent(lifeline: int, cgroup_procs: list) -> None:
 def confine(settings: dict) -> tuple:
     """The worker's own limits and file descriptors, set before any user code runs; returns the
     (requests, replies) files of the protocol."""
-    import resource
-
     for procs in settings.get("cgroup_procs", []):  # before any fork: the verifier's children start inside
         try:
             with open(procs, "w") as handle:
