@@ -59,6 +59,7 @@ which posts text events to the request's handler on the event loop.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import secrets
@@ -979,10 +980,11 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
     app.state.worker, app.state.limits, app.state.generator = worker, limits, generator
     _install_error_handlers(app)
 
+    api_key = check_api_key(api_key)
+
     @app.middleware("http")
     async def guard(request: Request, call_next):
-        if (api_key and request.url.path.startswith("/v1/")
-                and request.headers.get("authorization") != f"Bearer {api_key}"):
+        if api_key and _needs_key(request.url.path) and not _authorized(request, api_key):
             return ApiError(401, "missing or wrong API key (Authorization: Bearer ...)", type="authentication_error",
                             code="invalid_api_key").response()
         return await call_next(request)
@@ -1040,13 +1042,42 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
                                             "decoding_adapter": {"kind": info["kind"], "actions": info["actions"]}}]}
 
     @app.get("/health")
-    async def health():
+    async def health(request: Request):
+        if api_key and not _authorized(request, api_key):  # without the key: up or not, nothing more
+            return JSONResponse({"status": "ok" if worker.alive else "error"}, status_code=200 if worker.alive else 503)
         body = {"status": "ok" if worker.alive else "error", **generator.describe(), "model": model_name,
                 "queued": worker.queued, "stats": dict(worker.stats),
                 "limits": {**vars(limits), "default_max_tokens": limits.default_max_tokens}}
         return JSONResponse(body, status_code=200 if worker.alive else 503)
 
     return app
+
+
+API_KEY_ENV = "DECODING_ADAPTERS_API_KEY"
+
+KEYED_PAGES = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
+"""Pages that describe the API: behind the key like ``/v1/*`` when the server has one."""
+
+
+def check_api_key(api_key: str | None) -> str | None:
+    """``api_key`` as the server uses it: None (no key: every page is open) or a non-blank
+    string; an empty one is refused, since it would silently turn authentication off."""
+    if api_key is None:
+        return None
+    if not isinstance(api_key, str) or not api_key.strip():
+        raise ValueError(f"the API key is empty (--api-key '' or an empty ${API_KEY_ENV}): give a key, or unset "
+                         "it to serve without one")
+    return api_key
+
+
+def _needs_key(path: str) -> bool:
+    return path.startswith("/v1/") or path in KEYED_PAGES
+
+
+def _authorized(request: Request, api_key: str) -> bool:
+    """Whether ``request`` carries ``Authorization: Bearer <api_key>``, compared in constant time."""
+    given = request.headers.get("authorization", "").encode("utf-8", "surrogateescape")
+    return hmac.compare_digest(given, f"Bearer {api_key}".encode("utf-8", "surrogateescape"))
 
 
 def _install_error_handlers(app: FastAPI) -> None:
