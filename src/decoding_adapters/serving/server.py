@@ -36,8 +36,11 @@ incrementally — bytes of an unfinished UTF-8 character and text that may begin
 held back until they are settled — so the chunks add up to the non-streamed text for the same seed.
 A request is validated and tokenized before its stream opens, so its own errors are ordinary 4xx
 responses; a failure after the first token is sent as an ``{"error": ...}`` event (the ``openai``
-client raises it). A client that disconnects mid-stream has its rows stopped at the next decode
-step (a queued one never starts); its batch-mates are unaffected. Batching is per decode call, not
+client raises it). A client that disconnects, streaming or not, has its rows stopped at the next
+decode step (a queued one never starts); its batch-mates are unaffected. A request still queued
+after ``max_queue_wait_s`` is refused (503 ``queue_timeout``) rather than served late. With an API
+key, ``/v1/*`` and the API's description (``/docs``, ``/redoc``, ``/openapi.json``) need it, and
+``/health`` without it says only whether the server is up. Batching is per decode call, not
 continuous: a request that arrives while a batch decodes joins the next one, so its first token
 waits for the running batch to end.
 
