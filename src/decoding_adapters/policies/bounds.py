@@ -129,7 +129,7 @@ def check_adapter_fields(data: dict) -> None:
     if isinstance(fingerprint, dict):
         for name in ("hidden_size", "vocab_size"):
             if name in fingerprint:
-                _int(fingerprint[name], f"base_fingerprint.{name}", 1, 10_000_000)
+                _int(fingerprint[name], f"base_fingerprint.{name}", 0, 10_000_000)  # a stand-in LM may say 0
     draft = data.get("draft")
     if isinstance(draft, dict) and "token_budget" in draft:
         _int(draft["token_budget"], "draft.token_budget", 1, MAX_TOKENS)
