@@ -8,6 +8,14 @@ the model is busy are merged into one decode call, so the ratio of the two rows 
 
     python benchmarks/serve_load.py                          # smollm2, an untrained token adapter
     python benchmarks/serve_load.py --adapter runs/tok --requests 32
+    python benchmarks/serve_load.py --soak-s 180 --clients 32  # the soak: mixed requests, errors and RSS
+
+``--soak-s S`` runs the soak instead, once per adapter kind (``--kinds``, default an untrained
+token adapter and an untrained draft-gated adapter that stops its draft at the first answer):
+``--clients`` threads send, for S seconds, a seeded mix of chat and completion requests, streamed
+or not, with n = 1..4; every non-2xx answer, error event or broken stream counts as an error. The
+server's process RSS is read after a warm-up (the first fifth of S) and at the end: the growth
+between them is what a leak would show.
 
 Without ``--adapter`` an *untrained* token adapter for the model is written to a temp directory:
 its actions are arbitrary, but the serving cost (one policy MLP per token) is the real one.
@@ -47,6 +55,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=16, help="requests per concurrency level")
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--max-batch", type=int, default=16, help="server --max-batch (rows per decode call)")
+    p.add_argument("--soak-s", type=float, default=0.0, help="run the mixed soak for this many seconds per kind")
+    p.add_argument("--clients", type=int, default=32, help="soak: concurrent clients")
+    p.add_argument("--kinds", default="token,draft", help="soak: adapter kinds to serve in turn (token, draft)")
     return p.parse_args()
 
 
@@ -62,10 +73,116 @@ def untrained_token_adapter(lm, directory: Path, token_budget: int) -> Path:
         actions=actions.to_json(),
         base_model=lm.spec.name_or_path,
         base_fingerprint=lm.fingerprint(),
-        budgets=[token_budget],
+        token_budget=token_budget,
         task="untrained (benchmark)",
     )
     return save_adapter(directory, policy, config)
+
+
+def untrained_draft_adapter(lm, directory: Path, token_budget: int) -> Path:
+    """A draft-gated adapter whose untrained policy keeps or re-decodes about half the drafts; its
+    draft stops at the first complete answer, so the task reads each prompt's question."""
+    from decoding_adapters.policies.draft import DraftContextConfig
+    from decoding_adapters.policies.networks import SequencePolicy, SequencePolicyConfig
+
+    torch.manual_seed(0)
+    context = DraftContextConfig(features="confidence", token_budget=token_budget, draft_stop_at_answer=True)
+    actions = ActionSet(PRESETS["math"])
+    policy = SequencePolicy(SequencePolicyConfig(embed_dim=context.dim(lm.hidden_size), num_actions=len(actions) + 1,
+                                                 input_norm="standardise"))
+    config = AdapterConfig(kind="draft", policy=dataclasses.asdict(policy.config), actions=actions.to_json(),
+                           base_model=lm.spec.name_or_path, base_fingerprint=lm.fingerprint(),
+                           parallel_budgets=[1, 2, 4], draft=dataclasses.asdict(context), task="arithmetic")
+    return save_adapter(directory, policy, config)
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as handle:
+        return next(int(line.split()[1]) for line in handle if line.startswith("VmRSS:")) / 1024
+
+
+def soak(url: str, clients: int, seconds: float, max_tokens: int) -> dict:
+    """``clients`` threads sending a seeded mix of requests for ``seconds``; errors, latency, RSS."""
+    import random
+
+    stop_at = time.monotonic() + seconds
+    warm_at = time.monotonic() + seconds / 5
+    rss = {"warm": None}
+    lock = threading.Lock()
+    counts = {"requests": 0, "errors": 0, "streamed": 0, "chat": 0}
+    examples: list[str] = []
+    latencies: list[float] = []
+
+    def request(client: httpx.Client, rng: random.Random, i: int) -> str | None:
+        chat, stream, n = rng.random() < 0.5, rng.random() < 0.5, rng.randint(1, 4)
+        question = f"What is {rng.randint(1, 99)} + {rng.randint(1, 99)}?"
+        body = {"max_tokens": max_tokens, "n": n, "seed": i, "stream": stream,
+                **({"messages": [{"role": "user", "content": question}]} if chat else {"prompt": question})}
+        path = "/v1/chat/completions" if chat else "/v1/completions"
+        with lock:
+            counts["chat"] += chat
+            counts["streamed"] += stream
+        if not stream:
+            r = client.post(path, json=body)
+            return None if r.status_code == 200 and len(r.json()["choices"]) == n else f"{r.status_code} {r.text[:200]}"
+        with client.stream("POST", path, json=body) as r:
+            if r.status_code != 200:
+                return f"{r.status_code} {r.read()[:200]!r}"
+            lines = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+        if not lines or lines[-1] != "[DONE]":
+            return "stream ended without [DONE]"
+        bad = [x for x in lines[:-1] if "error" in json.loads(x)]
+        return f"error event {bad[0][:200]}" if bad else None
+
+    def client_loop(c: int) -> None:
+        rng = random.Random(c)
+        with httpx.Client(base_url=url, timeout=300) as client:
+            i = 0
+            while time.monotonic() < stop_at:
+                started = time.perf_counter()
+                try:
+                    error = request(client, rng, c * 1_000_000 + i)
+                except httpx.HTTPError as err:
+                    error = f"{type(err).__name__}: {err}"
+                with lock:
+                    counts["requests"] += 1
+                    latencies.append(time.perf_counter() - started)
+                    if error is not None:
+                        counts["errors"] += 1
+                        if len(examples) < 5:
+                            examples.append(error)
+                    if rss["warm"] is None and time.monotonic() >= warm_at:
+                        rss["warm"] = rss_mb()
+                i += 1
+
+    threads = [threading.Thread(target=client_loop, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    end = rss_mb()
+    warm = rss["warm"] or end
+    return {**counts, "seconds": seconds, "clients": clients, "error_examples": examples,
+            "p50_s": round(percentile(latencies, 0.5), 3), "p95_s": round(percentile(latencies, 0.95), 3),
+            "rss_warm_mb": round(warm), "rss_end_mb": round(end), "rss_growth": round(end / warm - 1, 4)}
+
+
+def run_soak(args, lm, tmp: str) -> None:
+    rows = []
+    for kind in args.kinds.split(","):
+        make = {"token": untrained_token_adapter, "draft": untrained_draft_adapter}[kind]
+        generator = Adapter.from_pretrained(make(lm, Path(tmp) / kind, args.max_tokens), lm=lm).generator()
+        limits = ServerLimits(max_batch=args.max_batch, max_tokens_limit=max(args.max_tokens, 512))
+        with BackgroundServer(create_app(generator, limits)) as url:
+            rows.append({"kind": kind, **soak(url, args.clients, args.soak_s, args.max_tokens)})
+        r = rows[-1]
+        print(f"{kind}: {r['requests']} requests ({r['chat']} chat, {r['streamed']} streamed) from {r['clients']} "
+              f"clients in {r['seconds']:g} s: {r['errors']} errors, p50 {r['p50_s']} s, p95 {r['p95_s']} s, "
+              f"RSS {r['rss_warm_mb']} -> {r['rss_end_mb']} MB ({100 * r['rss_growth']:+.1f}%)")
+        for example in r["error_examples"]:
+            print(f"  error: {example}")
+    print(json.dumps({"benchmark": "serve_load_soak", "model": args.model, "max_tokens": args.max_tokens,
+                      "torch_threads": torch.get_num_threads(), "kinds": rows}))
 
 
 class BackgroundServer:
@@ -139,6 +256,8 @@ def main() -> None:
     lm = load_frozen_lm(ModelSpec(name_or_path=args.model, device=args.device))
     load_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
+        if args.soak_s > 0:
+            return run_soak(args, lm, tmp)
         adapter = args.adapter
         if adapter is None:
             adapter = untrained_token_adapter(lm, Path(tmp) / "untrained-token", args.max_tokens)

@@ -344,7 +344,8 @@ def test_damaged_checkpoint_is_one_line(tmp_path, capsys):
     (tmp_path / "checkpoint.pt").write_bytes(b"PK\x03\x04 torn")
     code = main(["train-token", *NO_MODEL, "--out", str(tmp_path), "--resume"])
     err = capsys.readouterr().err
-    assert code == 2 and "checkpoint.pt is unreadable" in err and "Traceback" not in err
+    assert code == 2 and "checkpoint.pt has no readable checksum" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("config_cls", [SequenceTrainConfig, TokenTrainConfig])

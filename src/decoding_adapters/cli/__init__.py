@@ -9,6 +9,7 @@ modules never import from ``cli``.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import sys
@@ -159,6 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as err:  # user errors: one clear line, no traceback
         print(f"decoding-adapters {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        print(f"decoding-adapters {args.command}: error: {err.strerror}", file=sys.stderr)  # a full disk: one line
+        return 2
     except KeyboardInterrupt:
         print(f"interrupted; {_saved_note(args)}", file=sys.stderr)
         return 130
@@ -186,7 +192,7 @@ def _saved_note(args) -> str:
         if (out / "checkpoint.pt").is_file():
             return f"the last checkpoint is in {out}: add --resume to the same command to continue"
         return f"nothing saved yet (no checkpoint in {out}): the same command starts over"
-    if str(out) not in ("", ".") and out.is_dir() and any(out.iterdir()):
+    if str(out) not in ("", ".") and out.is_dir() and any(p.name != ".lock" for p in out.iterdir()):
         return f"finished stages are in {out}: the same command continues from them"
     return "nothing saved yet"
 

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..serving.server import ServerLimits, create_app
+from ..serving.server import ServerLimits, check_api_key, create_app
 from .config_args import add_config_arguments, build_config
 from .generate import add_generator_model_arguments, deterministic_from_mode, generator_from_args
 
@@ -34,7 +34,8 @@ class ServeOptions:
     served_model_name: str | None = None
     """model id in responses and /v1/models (default: adapter directory name)"""
     api_key: str | None = field(default_factory=lambda: os.environ.get("DECODING_ADAPTERS_API_KEY"))
-    """require 'Authorization: Bearer KEY' on /v1/* (default: $DECODING_ADAPTERS_API_KEY, else none)"""
+    """require 'Authorization: Bearer KEY' on /v1/*, the API docs and /health's details (default:
+    $DECODING_ADAPTERS_API_KEY, else none; an empty key is refused)"""
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     """uvicorn's log level"""
 
@@ -48,6 +49,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 def run_cli(args) -> int:
     import uvicorn  # optional at import time: only `serve` needs it
 
+    check_api_key(args.api_key)  # before the model loads: an empty key would turn authentication off
     limits = build_config(ServerLimits, args)
     generator = generator_from_args(args)
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:

@@ -26,6 +26,8 @@ import inspect
 import json
 import logging
 import os
+import shutil
+import struct
 from contextlib import nullcontext
 from dataclasses import dataclass
 from itertools import groupby
@@ -233,8 +235,14 @@ def _convert_gguf(gguf: Path) -> Path:
     log.info("converting %s to safetensors in %s (one time, ~20 s)", gguf, target)
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    except (ValueError, struct.error, KeyError, IndexError, EOFError, OverflowError, TypeError, OSError,
+            MemoryError) as err:  # the GGUF reader's own errors for a damaged or fake file: one line
+        shutil.rmtree(tmp, ignore_errors=True)
+        reason = (str(err).strip().splitlines() or [""])[0][:200]
+        raise ValueError(f"{gguf} is not a readable GGUF model ({type(err).__name__}: {reason})") from None
     # save_pretrained refuses GGUF-loaded models; save the tensors and a clean config ourselves.
     save_file(_unique_tensors(model.state_dict()), str(tmp / "model.safetensors"), metadata={"format": "pt"})
     config = model.config.to_dict()

@@ -17,7 +17,6 @@ Both return ``softmax(logits / T)`` with a policy temperature T, and ``select`` 
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from collections.abc import Mapping
@@ -32,6 +31,7 @@ from torch import nn
 from ..core.files import atomic_write, write_json
 from ..decoding.actions import _GOLDEN, DecodingAction, _int64, _mix64, _shift_right  # the counter generator's mixing
 from ..decoding.loop import StepFeatures
+from .bounds import check_adapter_fields, parse_json
 from .kinds import POLICY_MODES, adapter_kind
 from .model_card import EVALUATIONS_FILE, evaluation_label, read_evaluations, read_results, write_model_card
 
@@ -108,7 +108,7 @@ def prior_distribution(num_actions: int, action: int | None, mass: float) -> tup
 
 def _checked_distribution(prior, num_actions: int) -> tuple[float, ...]:
     prior = tuple(float(x) for x in prior)
-    if len(prior) != num_actions or min(prior) <= 0 or abs(sum(prior) - 1) > 1e-6:
+    if len(prior) != num_actions or not all(0 < x <= 1 for x in prior) or abs(sum(prior) - 1) > 1e-6:  # NaN too
         raise ValueError(f"prior must be {num_actions} positive probabilities summing to 1, got {prior}")
     return prior
 
@@ -526,6 +526,7 @@ class AdapterConfig:
         ones present) is a ValueError."""
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object of adapter fields, got {type(data).__name__}")
+        check_adapter_fields(data)  # types and bounds of every number, before anything is built from them
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(data) - set(known))
         missing = [n for n, f in known.items() if n not in data and f.default is MISSING
@@ -601,7 +602,7 @@ def read_adapter_config(directory: str | Path) -> AdapterConfig:
     """``DIR/adapter.json`` as an ``AdapterConfig``; any problem is a one-line ValueError naming the file."""
     path = Path(directory) / "adapter.json"
     try:
-        return AdapterConfig.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        return AdapterConfig.from_dict(parse_json(path.read_text(encoding="utf-8"), path.name))
     except (ValueError, TypeError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
         raise ValueError(f"{path}: {err}") from None
 

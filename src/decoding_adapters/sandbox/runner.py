@@ -1431,6 +1431,24 @@ _CPU_FILES = ("cpu.max", "cpu.cfs_quota_us")
 _CGROUPS = _Cgroups()
 
 
+def helper_control_group(memory_mb: int, max_processes: int) -> tuple[list[str], list[str]]:
+    """A control group for a long-lived helper process that runs user code outside the sandbox
+    (the user's verifier): ``(directories, cgroup.procs files)``, both empty where the host has
+    none to give. The process writes its own pid into each ``cgroup.procs`` file before it runs
+    the user's code; :func:`release_control_group` kills what is left and removes the group. Its
+    memory and process count are capped for the whole group (a child that calls ``setsid`` stays
+    in it); its CPU is not (the helper is a part of the caller's own work)."""
+    config = SandboxConfig(memory_mb=memory_mb, max_processes=max_processes, cpu_cores=float(os.cpu_count() or 1))
+    dirs, procs, _, _ = _CGROUPS.create(config)
+    return dirs, procs
+
+
+def release_control_group(dirs: list[str]) -> None:
+    """Kill every process left in a :func:`helper_control_group` and remove it."""
+    if dirs:
+        _CGROUPS.remove(dirs)
+
+
 # --------------------------------------------------------------------------- uids, interpreter
 
 

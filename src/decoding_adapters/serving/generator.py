@@ -178,6 +178,22 @@ def _as_chat(prompt: Prompt, position: int) -> list[dict]:
     return [{"role": m["role"], "content": m["content"]} for m in prompt]
 
 
+def _question_text(prompt: Prompt) -> str:
+    """The question a prompt asks, as a task's ``Problem.question`` holds it: the text itself, or a
+    chat's last non-empty user message (the other messages' text when it has none)."""
+    if isinstance(prompt, str):
+        return prompt
+    users = [m["content"] for m in prompt if m.get("role") == "user" and m["content"].strip()]
+    return users[-1] if users else "\n".join(m["content"] for m in prompt)
+
+
+def _check_not_empty(prompts: Sequence[Prompt]) -> None:
+    """A prompt with no text at all (``""``, or a chat whose messages are all blank) is refused."""
+    for i, prompt in enumerate(prompts):
+        if isinstance(prompt, (str, list, tuple)) and not _question_text(prompt).strip():
+            raise ValueError(f"prompt {i} is empty: give it some text")
+
+
 def _normalize_prompts(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
     """A bare string or a single chat is one prompt; otherwise a sequence of prompts."""
     if isinstance(prompts, str):
@@ -299,9 +315,12 @@ class AdaptiveGenerator:
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"seed must be an integer, got {seed!r}")
         if raw_text and all(isinstance(p, str) for p in prompts):
+            _check_not_empty(prompts)
             ids = [self.lm.tokenizer(p)["input_ids"] for p in prompts]
         else:
-            ids = self.lm.encode_chat([_as_chat(p, i) for i, p in enumerate(prompts)])
+            chats = [_as_chat(p, i) for i, p in enumerate(prompts)]
+            _check_not_empty(chats)
+            ids = self.lm.encode_chat(chats)
         for i, p in enumerate(ids):
             if self.max_context is not None and len(p) + budget > self.max_context:
                 raise ValueError(
@@ -437,7 +456,8 @@ class AdaptiveGenerator:
             budgets, seeds=[row_seed(p.seed, p.index, "draft") for p in chunk], deterministic=deterministic,
             token_budgets=[p.token_budget for p in chunk], on_draft=on_draft, on_redecode_step=on_step,
             answer_complete=None if self.answer_task is None else [
-                functools.partial(self.answer_task.answer_complete, Problem(f"prompt/{p.index}", p.prompt, ""))
+                functools.partial(self.answer_task.answer_complete,
+                                  Problem(f"prompt/{p.index}", _question_text(p.prompt), ""))
                 for p in chunk],
             fill_kept=all_answers,
         )

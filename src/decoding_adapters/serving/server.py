@@ -36,8 +36,11 @@ incrementally — bytes of an unfinished UTF-8 character and text that may begin
 held back until they are settled — so the chunks add up to the non-streamed text for the same seed.
 A request is validated and tokenized before its stream opens, so its own errors are ordinary 4xx
 responses; a failure after the first token is sent as an ``{"error": ...}`` event (the ``openai``
-client raises it). A client that disconnects mid-stream has its rows stopped at the next decode
-step (a queued one never starts); its batch-mates are unaffected. Batching is per decode call, not
+client raises it). A client that disconnects, streaming or not, has its rows stopped at the next
+decode step (a queued one never starts); its batch-mates are unaffected. A request still queued
+after ``max_queue_wait_s`` is refused (503 ``queue_timeout``) rather than served late. With an API
+key, ``/v1/*`` and the API's description (``/docs``, ``/redoc``, ``/openapi.json``) need it, and
+``/health`` without it says only whether the server is up. Batching is per decode call, not
 continuous: a request that arrives while a batch decodes joins the next one, so its first token
 waits for the running batch to end.
 
@@ -59,6 +62,7 @@ which posts text events to the request's handler on the event loop.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import secrets
@@ -103,6 +107,9 @@ class ServerLimits:
     """Most requests waiting; more are refused with 503 instead of piling up."""
     batch_wait_ms: float = 2.0
     """How long the idle worker waits after a first request for others to batch with it."""
+    max_queue_wait_s: float = 120.0
+    """A request still waiting for the decode after this many seconds is refused (503
+    ``queue_timeout``) rather than served late."""
 
     def __post_init__(self) -> None:
         for name in ("max_tokens_limit", "max_batch", "max_prompt_chars", "max_queue"):
@@ -110,6 +117,8 @@ class ServerLimits:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.batch_wait_ms < 0:
             raise ValueError(f"batch_wait_ms must be >= 0, got {self.batch_wait_ms}")
+        if not self.max_queue_wait_s > 0:  # NaN too
+            raise ValueError(f"max_queue_wait_s must be > 0, got {self.max_queue_wait_s}")
 
     @property
     def default_max_tokens(self) -> int:
@@ -288,6 +297,11 @@ class Job:
     """Set for a streaming request: its rows' tokens go out as they are produced."""
     raw_text: bool = False
     """The prompts are text to continue (``/v1/completions``), not user messages for the chat template."""
+    queued_at: float = field(default_factory=time.monotonic, repr=False)
+    started: bool = field(default=False, repr=False)
+    """Taken by the worker into a batch (event loop)."""
+    cancelled: bool = field(default=False, repr=False)
+    """The client has gone: its rows stop at the next decode step (event loop sets, decode thread reads)."""
 
     @property
     def rows(self) -> int:
@@ -484,7 +498,7 @@ class BatchingWorker:
         deterministic_policy = _served_mode(generator, deterministic_policy)
         self.generator, self.limits, self.deterministic_policy = generator, limits, deterministic_policy
         self.stats = {"requests": 0, "batches": 0, "rows": 0, "max_rows_in_batch": 0, "failed_batches": 0,
-                      "streams": 0, "disconnected_rows": 0}
+                      "streams": 0, "disconnected_rows": 0, "abandoned_rows": 0, "queue_timeouts": 0}
         self._pending: deque[Job] = deque()
         self._running: list[Job] = []  # the batch on the decode thread
         self._task: asyncio.Task | None = None
@@ -595,6 +609,7 @@ class BatchingWorker:
             if batch and rows + job.rows > self.limits.max_batch:
                 break
             batch.append(self._pending.popleft())
+            job.started = True
             rows += job.rows
         return batch
 
@@ -618,7 +633,7 @@ class BatchingWorker:
         merged = [p for i in prepared for p in prepared[i]]
         self._count(batch, prepared)
         try:
-            gens = self._decode(merged, self._stream_callback(batch, prepared, list(prepared))) if merged else []
+            gens = self._decode(merged, self._watch(batch, prepared, list(prepared))) if merged else []
         except Exception:
             log.exception("merged decode of %d requests failed; retrying each alone", len(prepared))
             self.stats["failed_batches"] += 1
@@ -636,7 +651,7 @@ class BatchingWorker:
                 outcomes[i] = ApiError(500, "generation failed while streaming", type="server_error")
                 continue
             try:
-                outcomes[i] = self._decode(prepared[i], self._stream_callback(batch, prepared, [i]))
+                outcomes[i] = self._decode(prepared[i], self._watch(batch, prepared, [i]))
             except Exception as err:
                 log.exception("request failed")
                 outcomes[i] = ApiError(500, f"generation failed: {err.__class__.__name__}: {err}", type="server_error")
@@ -685,6 +700,23 @@ class BatchingWorker:
                     self.stats["disconnected_rows"] += len(rows)
                 stop += [(first[i] + k, j) for k, j in rows]
             return stop
+
+        return on_tokens
+
+    def _watch(self, batch: list[Job], prepared: dict, order: list[int]):
+        """``on_tokens`` for a decode of the jobs ``order``: the streams' callback
+        (``_stream_callback``), and the rows of every job whose client has gone stopped at the next
+        step, streaming or not, so that abandoned requests free the decode."""
+        streamed = self._stream_callback(batch, prepared, order)
+        owner = [(i, k) for i in order for k in range(len(prepared[i]))]  # merged prompt -> (job, its prompt)
+
+        def on_tokens(events) -> list[tuple[int, int]]:
+            stop = list(streamed(events) or []) if streamed is not None else []
+            gone = [(event.prompt, event.completion) for event in events
+                    if batch[owner[event.prompt][0]].stream is None and batch[owner[event.prompt][0]].cancelled]
+            if gone:
+                self.stats["abandoned_rows"] += len(gone)
+            return stop + gone
 
         return on_tokens
 
@@ -864,6 +896,51 @@ async def _sse(first: list[tuple], stream: JobStream, job: Job, to_chunks) -> As
             job.future.cancel()
 
 
+POLL_S = 0.25
+"""How often a waiting request checks that its client is still there and its queue deadline."""
+
+
+async def _while_wanted(work, job: Job, request: Request | None, limits: ServerLimits, stats: dict):
+    """Await ``work`` (the job's submission) while its client is connected and, until the worker
+    takes it, for at most ``limits.max_queue_wait_s``. A client that has gone cancels the job (a
+    queued job never starts; a running one's rows stop at the next step); a job that waited too
+    long is refused with 503 ``queue_timeout``."""
+    task = asyncio.ensure_future(work)
+    # the client's disconnect arrives as the next ASGI message once the body is read (polling
+    # Request.is_disconnected does not see it through an HTTP middleware)
+    gone = asyncio.ensure_future(_disconnected(request)) if request is not None else None
+    try:
+        while True:
+            done, _ = await asyncio.wait({task} | ({gone} if gone is not None else set()), timeout=POLL_S,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if task in done:
+                return task.result()
+            if gone is not None and gone in done:
+                job.cancelled = True
+                raise ApiError(499, "the client closed the request", type="invalid_request_error",
+                               code="client_closed_request")
+            if not job.started and time.monotonic() - job.queued_at > limits.max_queue_wait_s:
+                job.cancelled = True
+                stats["queue_timeouts"] += 1
+                raise ApiError(503, f"server busy: the request waited over {limits.max_queue_wait_s:g} s "
+                                    "in the queue; retry later", type="server_error", code="queue_timeout")
+    finally:
+        if job.cancelled:
+            if job.stream is not None:
+                job.stream.cancelled = True
+            if job.future is not None and not job.future.done():
+                job.future.cancel()  # a queued job is skipped when the worker reaches it
+        for pending in (task, gone):
+            if pending is not None and not pending.done():
+                pending.cancel()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client of ``request`` (whose body has been read) disconnects."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def _validation_message(err: RequestValidationError) -> tuple[str, str | None]:
     """One readable line from pydantic's errors, and the offending top-level parameter."""
     parts, param = [], None
@@ -908,10 +985,11 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
     app.state.worker, app.state.limits, app.state.generator = worker, limits, generator
     _install_error_handlers(app)
 
+    api_key = check_api_key(api_key)
+
     @app.middleware("http")
     async def guard(request: Request, call_next):
-        if (api_key and request.url.path.startswith("/v1/")
-                and request.headers.get("authorization") != f"Bearer {api_key}"):
+        if api_key and _needs_key(request.url.path) and not _authorized(request, api_key):
             return ApiError(401, "missing or wrong API key (Authorization: Bearer ...)", type="authentication_error",
                             code="invalid_api_key").response()
         return await call_next(request)
@@ -922,19 +1000,20 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
         return {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
                 "model": req.model or model_name}
 
-    async def answer(req: _Common, job: Job, echo: Sequence[str] | None, chat: bool):
+    async def answer(req: _Common, job: Job, echo: Sequence[str] | None, chat: bool, request: Request):
         if req.stream:
-            return await stream(req, job, echo, chat)
-        gens = await worker.submit(job)
+            return await stream(req, job, echo, chat, request)
+        gens = await _while_wanted(worker.submit(job), job, request, limits, worker.stats)
         choices = _choices(gens, req, echo)
         body_fn = _chat_body if chat else _completion_body
         adapter, usage = _adapter_field(generator, req, job.seed, choices, deterministic_policy), _usage(gens)
         return body_fn(response_meta(req, chat), choices, usage, adapter)
 
-    async def stream(req: _Common, job: Job, echo: Sequence[str] | None, chat: bool):
+    async def stream(req: _Common, job: Job, echo: Sequence[str] | None, chat: bool, request: Request):
         job.stream = JobStream(asyncio.get_running_loop(), job.n, req.stop, echo, generator.action_names,
                                generator.adapter_kind)
-        first = await worker.submit_stream(job)  # errors before the first token are ordinary responses
+        # errors before the first token are ordinary responses
+        first = await _while_wanted(worker.submit_stream(job), job, request, limits, worker.stats)
         include_usage = req.stream_options is not None and req.stream_options.include_usage
         adapter = _adapter_field(generator, req, job.seed, [], deterministic_policy)
         del adapter["choices"]
@@ -950,15 +1029,15 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
                            "(GET /v1/models)", param="model", code="model_not_found")
 
     @app.post("/v1/completions")
-    async def completions(req: CompletionRequest):
+    async def completions(req: CompletionRequest, request: Request):
         check_model(req)
         job = completion_job(req, limits)
-        return await answer(req, job, job.prompts if req.echo else None, chat=False)
+        return await answer(req, job, job.prompts if req.echo else None, chat=False, request=request)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(req: ChatCompletionRequest):
+    async def chat_completions(req: ChatCompletionRequest, request: Request):
         check_model(req)
-        return await answer(req, chat_job(req, limits), None, chat=True)
+        return await answer(req, chat_job(req, limits), None, chat=True, request=request)
 
     @app.get("/v1/models")
     async def models():
@@ -968,13 +1047,42 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
                                             "decoding_adapter": {"kind": info["kind"], "actions": info["actions"]}}]}
 
     @app.get("/health")
-    async def health():
+    async def health(request: Request):
+        if api_key and not _authorized(request, api_key):  # without the key: up or not, nothing more
+            return JSONResponse({"status": "ok" if worker.alive else "error"}, status_code=200 if worker.alive else 503)
         body = {"status": "ok" if worker.alive else "error", **generator.describe(), "model": model_name,
                 "queued": worker.queued, "stats": dict(worker.stats),
                 "limits": {**vars(limits), "default_max_tokens": limits.default_max_tokens}}
         return JSONResponse(body, status_code=200 if worker.alive else 503)
 
     return app
+
+
+API_KEY_ENV = "DECODING_ADAPTERS_API_KEY"
+
+KEYED_PAGES = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
+"""Pages that describe the API: behind the key like ``/v1/*`` when the server has one."""
+
+
+def check_api_key(api_key: str | None) -> str | None:
+    """``api_key`` as the server uses it: None (no key: every page is open) or a non-blank
+    string; an empty one is refused, since it would silently turn authentication off."""
+    if api_key is None:
+        return None
+    if not isinstance(api_key, str) or not api_key.strip():
+        raise ValueError(f"the API key is empty (--api-key '' or an empty ${API_KEY_ENV}): give a key, or unset "
+                         "it to serve without one")
+    return api_key
+
+
+def _needs_key(path: str) -> bool:
+    return path.startswith("/v1/") or path in KEYED_PAGES
+
+
+def _authorized(request: Request, api_key: str) -> bool:
+    """Whether ``request`` carries ``Authorization: Bearer <api_key>``, compared in constant time."""
+    given = request.headers.get("authorization", "").encode("utf-8", "surrogateescape")
+    return hmac.compare_digest(given, f"Bearer {api_key}".encode("utf-8", "surrogateescape"))
 
 
 def _install_error_handlers(app: FastAPI) -> None:

@@ -1,12 +1,19 @@
 """Child process that runs a user verifier (see ``tasks/jsonl.py``); started as a script, by path.
 
-    python _verifier_worker.py MODULE:FUNCTION
+    python _verifier_worker.py MODULE:FUNCTION SETTINGS_JSON
 
-Reads one JSON request per line on stdin (``{"completion", "answer", "meta"}``), answers one JSON
-line per request on the *original* stdout (``{"score": x}`` or ``{"error": "..."}``). The user's
-code gets ``sys.stdout`` pointed at stderr, so its prints cannot corrupt the protocol. It imports
-nothing from this package: starting it costs only the interpreter and the user's module.
-The process exits when stdin closes (the parent exited or closed it).
+Reads one JSON request per line (``{"completion", "answer", "meta"}``) from the file descriptor
+``SETTINGS_JSON["requests"]``, answers one JSON line per request (``{"score": x}`` or
+``{"error": "..."}``) on the descriptor ``SETTINGS_JSON["replies"]``: two pipes of their own, which
+no child of the verifier inherits. Before the user's module is imported, file descriptor 1 is
+pointed at stderr and 0 at ``/dev/null`` at the OS level, so neither a ``print`` nor an
+``os.system("echo ...")`` can reach the protocol; the process joins the control group named in
+``SETTINGS_JSON["cgroup_procs"]`` (memory and process caps for the verifier and all its children),
+sets its own address-space cap (``memory_mb``) and process cap (``max_processes`` more processes
+than its user has), and forks a watchdog that kills it (and every process it started) when the
+parent dies, which the parent's end of the ``lifeline`` pipe closing tells. It imports nothing from
+this package: starting it costs only the interpreter and the user's module. The process exits
+when the request pipe closes (the parent exited or closed it).
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ if sys.path and os.path.realpath(sys.path[0] or ".") == os.path.dirname(os.path.
 import importlib  # noqa: E402
 import inspect  # noqa: E402
 import json  # noqa: E402
+import resource  # noqa: E402
+import signal  # noqa: E402
 
 
 def load_verifier(spec: str):
@@ -48,15 +57,83 @@ def wants_meta(fn) -> bool:
     return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) >= 3
 
 
+def _user_processes(uid: int) -> int:
+    """How many processes ``uid`` has now (RLIMIT_NPROC counts them all, not just ours)."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                count += os.stat(f"/proc/{entry}").st_uid == uid
+            except OSError:
+                pass
+    return count
+
+
+def _watch_parent(lifeline: int, cgroup_procs: list) -> None:
+    """Fork a watchdog that kills this worker, its process group and its control group when the
+    parent dies: the parent holds the only write end of ``lifeline``, so the watchdog's read
+    returns at its death, however the verifier is stuck (asleep, or holding the GIL in C)."""
+    if os.fork() != 0:
+        os.close(lifeline)
+        return
+    os.closerange(3, lifeline)  # the protocol pipes: the worker's death must close them
+    os.closerange(lifeline + 1, 1 << 16)
+    try:
+        while os.read(lifeline, 1):
+            pass
+    finally:  # the parent is gone (or closed the worker): nothing of the worker may outlive it
+        for procs in cgroup_procs:
+            try:
+                with open(procs) as handle:
+                    for pid in handle.read().split():
+                        if int(pid) != os.getpid():
+                            os.kill(int(pid), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+        try:
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+        finally:
+            os._exit(0)
+
+
+def confine(settings: dict) -> tuple:
+    """The worker's own limits and file descriptors, set before any user code runs; returns the
+    (requests, replies) files of the protocol."""
+    for procs in settings.get("cgroup_procs", []):  # before any fork: the verifier's children start inside
+        try:
+            with open(procs, "w") as handle:
+                handle.write(str(os.getpid()))
+        except OSError:
+            pass
+    memory = settings.get("memory_mb")
+    if memory:
+        resource.setrlimit(resource.RLIMIT_AS, (memory * 2**20, memory * 2**20))
+    processes = settings.get("max_processes")
+    if processes and os.geteuid() != 0:  # root ignores RLIMIT_NPROC: its control group caps it instead
+        cap = _user_processes(os.geteuid()) + processes
+        soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+        cap = cap if hard == resource.RLIM_INFINITY else min(cap, hard)
+        resource.setrlimit(resource.RLIMIT_NPROC, (cap, cap if hard == resource.RLIM_INFINITY else hard))
+    _watch_parent(settings["lifeline"], settings.get("cgroup_procs", []))
+    requests, replies = settings["requests"], settings["replies"]
+    for fd in (requests, replies):
+        os.set_inheritable(fd, False)  # a process the verifier starts gets neither pipe
+    os.dup2(2, 1)  # fd 1 is stderr at the OS level: the verifier's children write there too
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    sys.stdout = sys.stderr
+    return os.fdopen(requests, "r", encoding="utf-8"), os.fdopen(replies, "w", buffering=1, encoding="utf-8")
+
+
 def main() -> int:
-    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
-    sys.stdout = sys.stderr  # the user's prints go to stderr
+    requests, protocol = confine(json.loads(sys.argv[2]))
     try:
         fn = load_verifier(sys.argv[1])
         with_meta = wants_meta(fn)
     except Exception as err:  # reported once, then every request answers with the error
-        fn, failure = None, f"cannot load verifier {sys.argv[1]!r}: {type(err).__name__}: {err}"
-    for line in sys.stdin:
+        fn, failure = None, f"cannot load verifier {sys.argv[1]!r}: {type(err).__name__}: {err}"[:1000]
+    for line in requests:
         request = json.loads(line)
         if fn is None:
             reply = {"error": failure}
@@ -65,7 +142,7 @@ def main() -> int:
                 args = (request["completion"], request["answer"]) + ((request["meta"],) if with_meta else ())
                 reply = {"score": float(fn(*args))}
             except Exception as err:
-                reply = {"error": f"{type(err).__name__}: {err}"}
+                reply = {"error": f"{type(err).__name__}: {err}"[:1000]}  # the reply stays one short line
         protocol.write(json.dumps(reply) + "\n")
     return 0
 

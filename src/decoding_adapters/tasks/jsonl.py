@@ -18,7 +18,12 @@ directory or ``PYTHONPATH``), or as a Python callable. Without one, :func:`exact
 speaking JSON lines over pipes, started on first use and reused): a verifier that raises counts as
 0.0 with a logged warning; one that runs longer than ``verifier_timeout_s`` (default 10 s) or kills
 its process counts as 0.0 with a warning, and its process is killed and started again for the next
-call. A process, not a thread, because a hung thread can be neither stopped nor prevented from
+call. The worker talks to training over pipes of its own (fd 1 is pointed at stderr, so neither
+a print nor a child process can write into the channel; a reply that is not one JSON line scores
+0 with a warning), has an address-space cap and a process cap (``VERIFIER_MEMORY_MB``,
+``VERIFIER_MAX_PROCESSES``; for the worker and all its children together where the host gives it
+a control group, see ``sandbox.runner.helper_control_group``), and dies with training. A
+process, not a thread, because a hung thread can be neither stopped nor prevented from
 holding the GIL (a catastrophic regex does), and it keeps burning a core. The one exception: a
 Python callable that cannot be imported by name (a lambda, a function defined in ``__main__``) runs
 in a worker *thread* with the same timeout — it still scores 0 after the timeout, but the thread
@@ -40,11 +45,13 @@ import select
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Union
 
+from ..sandbox.runner import helper_control_group, release_control_group
 from ._verifier_worker import wants_meta
 from .base import (
     SPLITS,
@@ -68,6 +75,14 @@ log = logging.getLogger(__name__)
 __all__ = ["JsonlTask", "exact_match", "VerifierRunner", "NAMED_VERIFIERS"]
 
 WORKER_SCRIPT = Path(__file__).with_name("_verifier_worker.py")
+
+VERIFIER_MEMORY_MB = 2048
+"""Address space of the verifier's worker process (and, where the host gives a control group,
+the memory of the worker and all its children together), in MiB."""
+VERIFIER_MAX_PROCESSES = 32
+"""Processes (and threads) the verifier may start besides its worker."""
+MAX_REPLY_BYTES = 4096
+"""Longest reply line the worker may send (a score or an error message); longer is garbage."""
 LOG_FIRST_FAILURES = 10
 
 Verifier = Union[str, Callable[..., Any], None]
@@ -139,14 +154,22 @@ class VerifierRunner:
     ``spec`` (``module:function``) runs in a reusable worker process; ``fn`` (a callable that cannot
     be imported by name) runs in a worker thread. Thread-safe (one call at a time)."""
 
-    def __init__(self, spec: str | None = None, fn: Callable | None = None, timeout_s: float = 10.0):
+    def __init__(self, spec: str | None = None, fn: Callable | None = None, timeout_s: float = 10.0,
+                 memory_mb: int = VERIFIER_MEMORY_MB, max_processes: int = VERIFIER_MAX_PROCESSES):
         if (spec is None) == (fn is None):
             raise ValueError("give exactly one of spec (module:function) or fn (a callable)")
+        for name, value in (("memory_mb", memory_mb), ("max_processes", max_processes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"verifier {name} must be an integer >= 1, got {value!r}")
         self.spec, self.fn, self.timeout_s = spec, fn, float(timeout_s)
+        self.memory_mb, self.max_processes = memory_mb, max_processes
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._procs: list = [None]  # the live worker process, shared with the finalizer (which must not hold self)
+        self._buffer = b""  # bytes of a reply line not complete yet
+        # the live worker, its control group and the parent's pipe ends, shared with the finalizer
+        # (which must not hold self)
+        self._procs: list = [None, None, None, None, None]
         weakref.finalize(self, VerifierRunner._kill, self._procs)
 
     def __call__(self, completion: str, answer: str, meta: dict) -> tuple[float, str | None]:
@@ -163,29 +186,46 @@ class VerifierRunner:
         # The child sees what this process can import (cwd, pytest's rootdir, sys.path edits).
         paths = [p or os.getcwd() for p in sys.path]
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-        proc = subprocess.Popen(
-            [sys.executable, str(WORKER_SCRIPT), self.spec],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=None,
-            text=True,
-            bufsize=1,
-            env=env,
-            start_new_session=True,
-        )
-        self._procs[0] = proc
+        dirs, procs = helper_control_group(self.memory_mb, self.max_processes)
+        requests_r, requests_w = os.pipe()
+        replies_r, replies_w = os.pipe()
+        lifeline_r, lifeline_w = os.pipe()  # never written: its closing (our exit, or close()) ends the worker
+        settings = {"requests": requests_r, "replies": replies_w, "lifeline": lifeline_r, "memory_mb": self.memory_mb,
+                    "max_processes": self.max_processes, "cgroup_procs": procs}
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, str(WORKER_SCRIPT), self.spec, json.dumps(settings)],
+                stdin=subprocess.DEVNULL,
+                stdout=None,
+                stderr=None,
+                pass_fds=(requests_r, replies_w, lifeline_r),
+                env=env,
+                start_new_session=True,
+            )
+        except BaseException:
+            for fd in (requests_r, requests_w, replies_r, replies_w, lifeline_r, lifeline_w):
+                os.close(fd)
+            release_control_group(dirs)
+            raise
+        for fd in (requests_r, replies_w, lifeline_r):  # the child's ends
+            os.close(fd)
+        os.set_blocking(requests_w, False)
+        os.set_blocking(replies_r, False)
+        self._procs[:] = [proc, dirs, requests_w, replies_r, lifeline_w]
+        self._buffer = b""
         return proc
 
     def _call_process(self, completion, answer, meta) -> tuple[float, str | None]:
         proc = self._proc if self._proc is not None and self._proc.poll() is None else None
         if proc is None:
+            self.close()
             proc = self._proc = self._start()
+        deadline = time.monotonic() + self.timeout_s
+        request = json.dumps({"completion": completion, "answer": answer, "meta": meta}, default=str) + "\n"
         try:
-            proc.stdin.write(json.dumps({"completion": completion, "answer": answer, "meta": meta}, default=str) + "\n")
-            proc.stdin.flush()
-            ready, _, _ = select.select([proc.stdout], [], [], self.timeout_s)
-            line = proc.stdout.readline() if ready else None
-        except (BrokenPipeError, OSError) as err:
+            sent = self._send(request.encode("utf-8"), deadline)
+            line = self._receive(deadline) if sent else None
+        except OSError as err:
             self.close()
             return 0.0, f"the verifier process died ({err})"
         if line is None:
@@ -195,8 +235,47 @@ class VerifierRunner:
             code = proc.wait()
             self.close()
             return 0.0, f"the verifier process exited with code {code}"
-        reply = json.loads(line)
-        return (0.0, reply["error"]) if "error" in reply else (reply["score"], None)
+        try:
+            reply = json.loads(line)
+            result = (0.0, str(reply["error"])) if "error" in reply else (float(reply["score"]), None)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            self.close()  # its state is unknown: the next call starts a fresh worker
+            return 0.0, f"the verifier process answered garbage ({line[:80]!r}; its process was killed)"
+        return result
+
+    def _send(self, data: bytes, deadline: float) -> bool:
+        """Write ``data`` to the request pipe by ``deadline`` (a verifier that stopped reading
+        cannot block the caller); False when the time ran out."""
+        fd = self._procs[2]
+        while data:
+            _, ready, _ = select.select([], [fd], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return False
+            try:
+                data = data[os.write(fd, data):]
+            except BlockingIOError:
+                continue
+        return True
+
+    def _receive(self, deadline: float) -> bytes | None:
+        """One reply line from the worker by ``deadline``: None when the time ran out, ``b""`` when
+        the worker closed the pipe (it died). A partial line is never taken as a reply."""
+        fd = self._procs[3]
+        while b"\n" not in self._buffer:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                return b""
+            self._buffer += chunk
+            if len(self._buffer) > MAX_REPLY_BYTES:
+                return self._buffer[:MAX_REPLY_BYTES]  # no reply is this long: garbage, refused by the caller
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
 
     # ---- thread -------------------------------------------------------------------------------
     def _call_thread(self, completion, answer, meta) -> tuple[float, str | None]:
@@ -217,20 +296,21 @@ class VerifierRunner:
     # ---- cleanup ------------------------------------------------------------------------------
     @staticmethod
     def _kill(procs: list) -> None:
-        proc = procs[0]
+        proc, dirs, *fds = procs
         if proc is not None and proc.poll() is None:
             try:
                 os.killpg(proc.pid, 9)  # its own session: the verifier's children go too
             except (ProcessLookupError, PermissionError):
                 proc.kill()
             proc.wait()
-        if proc is not None:
-            for stream in (proc.stdin, proc.stdout):
+        release_control_group(dirs or [])  # children that left the session are still in its group
+        for fd in fds:
+            if fd is not None:
                 try:
-                    stream.close()
+                    os.close(fd)
                 except OSError:
                     pass
-        procs[0] = None
+        procs[:] = [None, None, None, None, None]
 
     def close(self) -> None:
         """Stop the worker (a later call starts a new one)."""
@@ -238,7 +318,8 @@ class VerifierRunner:
         self._proc = None
 
     def __getstate__(self):  # a task may be pickled (e.g. to another worker): the process stays here
-        return {"spec": self.spec, "fn": self.fn, "timeout_s": self.timeout_s}
+        return {"spec": self.spec, "fn": self.fn, "timeout_s": self.timeout_s, "memory_mb": self.memory_mb,
+                "max_processes": self.max_processes}
 
     def __setstate__(self, state):
         self.__init__(**state)

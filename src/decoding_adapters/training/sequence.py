@@ -33,7 +33,7 @@ from typing import Literal, Protocol, Sequence, runtime_checkable
 
 import torch
 
-from ..core.files import atomic_write
+from ..core.files import load_tensors, save_tensors
 from ..decoding.actions import ActionSet
 from ..decoding.loop import row_seed
 from ..decoding.rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
@@ -325,8 +325,13 @@ class PromptEmbeddings:
         self.lm, self.pooling, self.cache_path = lm, pooling, cache_path
         self.table: dict[str, torch.Tensor] = {}
         if cache_path is not None and cache_path.is_file():
-            saved = torch.load(cache_path, weights_only=False)
-            if saved.get("fingerprint") == lm.fingerprint() and saved.get("pooling") == pooling:
+            try:  # tensors and plain data only, checksum checked: a changed cache is recomputed, never run
+                saved = load_tensors(cache_path)
+            except ValueError as err:
+                log.warning("ignoring the prompt-embedding cache: %s", err)
+                saved = None
+            if (isinstance(saved, dict) and saved.get("fingerprint") == lm.fingerprint()
+                    and saved.get("pooling") == pooling and isinstance(saved.get("table"), dict)):
                 self.table = saved["table"]
 
     def get(self, keys: Sequence[str], prompts: Sequence[list[int]]) -> torch.Tensor:
@@ -337,7 +342,7 @@ class PromptEmbeddings:
                 self.table[keys[i]] = e
             if self.cache_path is not None:
                 saved = {"fingerprint": self.lm.fingerprint(), "pooling": self.pooling, "table": self.table}
-                atomic_write(self.cache_path, lambda tmp: torch.save(saved, tmp))
+                save_tensors(self.cache_path, saved)
         return torch.stack([self.table[k] for k in keys])
 
 

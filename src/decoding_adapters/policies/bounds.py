@@ -1,0 +1,149 @@
+"""Sane bounds for every number an adapter file holds, checked before anything is built from it.
+
+``adapter.json`` may come from anywhere (a download, a shared folder): a number out of bounds must
+be one line naming the field, not a 23 GB allocation, a traceback or an adapter that silently
+always picks one action (a NaN prior). :func:`check_adapter_fields` runs on the parsed object
+(``AdapterConfig.from_dict``); :func:`parse_json` refuses ``NaN`` / ``Infinity`` and nesting
+deeper than any adapter file needs. A leaf module (standard library only).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+__all__ = ["check_adapter_fields", "parse_json", "MAX_POLICY_PARAMETERS", "MAX_JSON_DEPTH"]
+
+MAX_POLICY_PARAMETERS = 200_000_000
+"""Most parameters a policy described by an adapter file may have (800 MB in float32; the trained
+adapters have well under a million)."""
+
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of objects and lists in an adapter file (a real one nests 4 deep)."""
+
+MAX_TOKENS = 1_000_000
+"""Largest token budget (and budget scale) accepted."""
+
+# policy field -> (lowest, highest) for the integers of both policy configs
+_POLICY_INTS = {
+    "embed_dim": (1, 65_536), "hidden_size": (1, 65_536), "num_actions": (1, 1024), "budget_dim": (1, 4096),
+    "hidden": (1, 16_384), "width": (1, 16_384), "layers": (1, 64), "max_budget": (1, MAX_TOKENS),
+    "token_budget": (1, MAX_TOKENS),
+}
+# policy field -> (lowest, highest, whether the lowest is allowed)
+_POLICY_FLOATS = {"dropout": (0.0, 1.0, True), "temperature": (0.0, 1e6, False)}
+
+
+def parse_json(text: str, what: str = "adapter.json") -> Any:
+    """``json.loads`` that refuses ``NaN`` / ``Infinity`` and nesting deeper than
+    :data:`MAX_JSON_DEPTH`, with a one-line ``ValueError``."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:  # nesting measured before parsing: a 100,000-deep file never reaches the parser's recursion
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_JSON_DEPTH:
+                raise ValueError(f"{what} nests deeper than {MAX_JSON_DEPTH} levels: not an adapter file")
+        elif ch in "]}":
+            depth -= 1
+
+    def refuse(constant: str):
+        raise ValueError(f"{what} holds {constant}, which no adapter field may be")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _int(value, name: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}"[:300])
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def _float(value, name: str, low: float, high: float, low_ok: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}"[:300])
+    if not (low <= value if low_ok else low < value) or value > high:
+        raise ValueError(f"{name} must be in {'[' if low_ok else '('}{low:g}, {high:g}], got {value!r}")
+    return float(value)
+
+
+def _distribution(value, name: str) -> None:
+    if not isinstance(value, (list, tuple)) or not value or len(value) > 1024:
+        raise ValueError(f"{name} must be a list of probabilities, got {value!r}"[:300])
+    for i, p in enumerate(value):
+        _float(p, f"{name}[{i}]", 0.0, 1.0, False)
+
+
+def check_adapter_fields(data: dict) -> None:
+    """Refuse, in one line naming the field, any number of an adapter file's fields that is of
+    the wrong type or out of bounds (see the module docstring); the fields' meaning is checked
+    later by ``AdapterConfig`` itself."""
+    kind = data.get("kind")
+    if not isinstance(kind, str):
+        raise ValueError(f"adapter kind must be a string, got {type(kind).__name__}")
+    policy = data.get("policy")
+    if isinstance(policy, dict):
+        for name, (low, high) in _POLICY_INTS.items():
+            if name in policy:
+                _int(policy[name], f"policy.{name}", low, high)
+        for name, (low, high, low_ok) in _POLICY_FLOATS.items():
+            if name in policy:
+                _float(policy[name], f"policy.{name}", low, high, low_ok)
+        if policy.get("prior") is not None:
+            _distribution(policy["prior"], "policy.prior")
+        pairs = policy.get("budget_priors")
+        if pairs is not None:
+            if not isinstance(pairs, (list, tuple)) or len(pairs) > 64:
+                raise ValueError(f"policy.budget_priors must be a list of (budget, prior) pairs, got {pairs!r}"[:300])
+            for i, pair in enumerate(pairs):
+                if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                    raise ValueError(f"policy.budget_priors[{i}] must be a (budget, prior) pair, got {pair!r}"[:300])
+                _int(pair[0], f"policy.budget_priors[{i}] budget", 1, MAX_TOKENS)
+                _distribution(pair[1], f"policy.budget_priors[{i}] prior")
+        parameters = _parameters(policy, kind)
+        if parameters > MAX_POLICY_PARAMETERS:
+            raise ValueError(f"the policy adapter.json describes would have {parameters:,} parameters, over the "
+                             f"{MAX_POLICY_PARAMETERS:,} any adapter may have")
+    if data.get("token_budget") is not None:
+        _int(data["token_budget"], "token_budget", 1, MAX_TOKENS)
+    budgets = data.get("parallel_budgets")
+    if isinstance(budgets, list):
+        if len(budgets) > 64:
+            raise ValueError(f"parallel_budgets lists {len(budgets)} budgets, over 64")
+        for i, b in enumerate(budgets):
+            _int(b, f"parallel_budgets[{i}]", 1, 4096)
+    fingerprint = data.get("base_fingerprint")
+    if isinstance(fingerprint, dict):
+        for name in ("hidden_size", "vocab_size"):
+            if name in fingerprint:
+                _int(fingerprint[name], f"base_fingerprint.{name}", 0, 10_000_000)  # a stand-in LM may say 0
+    draft = data.get("draft")
+    if isinstance(draft, dict) and "token_budget" in draft:
+        _int(draft["token_budget"], "draft.token_budget", 1, MAX_TOKENS)
+
+
+def _parameters(policy: dict, kind: str) -> int:
+    """About how many parameters the head of ``policy`` has (its widest layers), from fields
+    already checked to be integers in bounds (defaults where absent)."""
+    layers = policy.get("layers", 2 if kind != "token" else 3)
+    if kind == "token":
+        width, inputs = policy.get("width", 256), policy.get("hidden_size", 1) + 2
+    else:
+        width = policy.get("hidden", 256)
+        inputs = policy.get("embed_dim", 1) + policy.get("budget_dim", 32)
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (layers, width, inputs)):
+        return 0
+    return inputs * width + max(layers - 1, 0) * width * width + width * policy.get("num_actions", 1)
