@@ -1,0 +1,167 @@
+"""The fused step of the CUDA-graph path, on the CPU: the same tokens and close logits as the eager
+lean step, concatenated weights that add no memory and leave HF's forward unchanged, attention
+widths, tiles of rows, and a row's tokens independent of its batch mates on the graph path."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+import torch
+
+from conftest import TEST_DEVICE, make_tiny_lm
+from decoding_adapters.decoding.actions import GREEDY, ActionSet
+from decoding_adapters.decoding.loop import decode
+from decoding_adapters.lm.cuda_graphs import batch_bucket, graphed_decoder
+from decoding_adapters.lm.fused_step import WIDTH_ROUNDING, attended_width, fuse_projections
+from decoding_adapters.lm.models import FrozenLM, _RowTiles
+
+
+def _prompts(lm):
+    questions = ["What is 2+3?", "Hi", "Compute 17*23 now, please.", "x", "Say something long.", "7-4?"]
+    return lm.encode_chat([[{"role": "user", "content": q}] for q in questions])
+
+
+def _pair(dtype=torch.float32, compile_step=False):
+    """The tiny LM on the graph path (eager replays off a GPU), and the same weights on the eager lean step.
+    Compiled: with ``F.linear`` (the GPU's kernel; Inductor does not lower the CPU's oneDNN op at
+    dynamic shapes)."""
+    base = make_tiny_lm()
+    base.model.to(dtype)
+    spec = dataclasses.replace(base.spec, compile_step=compile_step)
+    if compile_step:
+        spec = dataclasses.replace(spec, linear_kernel="torch")
+    fused = FrozenLM(base.model, base.tokenizer, spec)
+    fused.graphs_without_capture = fused.device.type == "cpu"
+    fused.graphs_compile_without_capture = compile_step
+    eager = FrozenLM(base.model, base.tokenizer, dataclasses.replace(spec, cuda_graphs=False))
+    return fused, eager
+
+
+def _greedy_steps(lm, prompts, steps):
+    """Greedy tokens and float32 logits of ``steps`` steps, fed by the state's own step."""
+    tokens_out, logits_out = [], []
+    with torch.inference_mode():
+        _, logits, state = lm.start_decode(prompts, None, max_new_tokens=steps)
+        for _ in range(steps):
+            tokens = logits.argmax(-1)
+            tokens_out.append(tokens.cpu())
+            logits_out.append(logits.float().cpu().clone())
+            _, logits = state.step(tokens)
+    return torch.stack(tokens_out, 1), torch.stack(logits_out, 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_fused_step_matches_the_eager_step_token_for_token(dtype):
+    fused, eager = _pair(dtype)
+    prompts = _prompts(fused)
+    ours, our_logits = _greedy_steps(fused, prompts, 40)  # crosses a width bucket (prompts ~30 + 40 > 64)
+    theirs, their_logits = _greedy_steps(eager, prompts, 40)
+    assert torch.equal(ours, theirs)
+    tolerance = 1e-4 if dtype == torch.float32 else 0.1  # logits ~ 40x the default init (make_tiny_lm)
+    assert (our_logits - their_logits).abs().max() <= tolerance * their_logits.abs().max()
+    widths = {key[2] for key in fused._graphed_decoder.graphs if key[0] == "step"}
+    assert len(widths) >= 2 and all(w % WIDTH_ROUNDING == 0 for w in widths)
+
+
+def test_concatenated_weights_add_no_memory_and_leave_hf_forward_unchanged():
+    lm = make_tiny_lm()
+    ids, mask = lm.pad(_prompts(lm))
+    with torch.inference_mode():
+        before = lm.model(input_ids=ids, attention_mask=mask).logits
+    storages = {p.untyped_storage().data_ptr() for p in lm.model.parameters()}
+    elements = sum(p.numel() for p in lm.model.parameters())
+    fuse_projections(lm)
+    fuse_projections(lm)  # a second call changes nothing
+    with torch.inference_mode():
+        after = lm.model(input_ids=ids, attention_mask=mask).logits
+    assert torch.equal(before, after)
+    attn, mlp = lm.decoder.layers[0].self_attn, lm.decoder.layers[0].mlp
+    qkv, _ = attn._fused_qkv
+    assert attn.q_proj.weight.untyped_storage().data_ptr() == qkv.untyped_storage().data_ptr()
+    assert mlp.up_proj.weight.untyped_storage().data_ptr() == mlp._fused_gate_up[0].untyped_storage().data_ptr()
+    assert sum(p.numel() for p in lm.model.parameters()) == elements
+    # q/k/v and gate/up of each layer now share one storage each: fewer storages, none added
+    assert len({p.untyped_storage().data_ptr() for p in lm.model.parameters()}) == len(storages) - 3 * len(
+        lm.decoder.layers)
+
+
+def test_graph_path_rows_do_not_depend_on_their_batch_mates():
+    """Each row decoded alone gives the tokens it gets in one batch with the others (the graph path
+    keeps the row cache's layout: a row's position p in column p)."""
+    fused, _ = _pair()
+    prompts = _prompts(fused)
+    together = decode(fused, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=20, stop_token_ids=[])
+    for i, prompt in enumerate(prompts):
+        alone = decode(fused, [prompt], ActionSet([GREEDY]), row_actions=0, token_budget=20, stop_token_ids=[])
+        assert torch.equal(alone.tokens[0], together.tokens[i]), i
+
+
+def test_a_row_keys_sit_at_its_positions_in_the_static_buffers():
+    lm = make_tiny_lm()
+    prompts = _prompts(lm)
+    with torch.inference_mode():
+        graphs = graphed_decoder(lm, len(prompts), 64, capture=False)
+        _, _, layer_kv, mask = lm._prefill_in_groups(prompts, 0)
+        cache = graphs.start(layer_kv, mask, None, 64)
+    assert cache.length == max(len(p) for p in prompts)
+    for row, prompt in enumerate(prompts):
+        n = len(prompt)
+        assert torch.equal(graphs.keys[0, row, :, :n], layer_kv[0][0][row, :, -n:])
+        assert not graphs.keys[0, row, :, n:].any()
+
+
+def test_attended_width_and_tiled_buckets():
+    assert attended_width(1, 256) == WIDTH_ROUNDING
+    assert attended_width(WIDTH_ROUNDING + 1, 256) == 2 * WIDTH_ROUNDING
+    assert attended_width(250, 192) == 192
+    with pytest.raises(ValueError):
+        attended_width(0, 64)
+    assert [batch_bucket(r, 128) for r in (1, 96, 128, 129)] == [128, 128, 128, 256]
+
+
+def test_row_tiles_compute_every_row_on_whole_tiles():
+    calls = []
+
+    def spy(x, weight, bias=None):
+        calls.append(x.shape[0])
+        return torch.nn.functional.linear(x, weight, bias)
+
+    tiles = _RowTiles(spy, 4)
+    weight, bias = torch.randn(5, 3, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+    x = torch.randn(2, 5, 3, dtype=torch.float64)  # 10 rows: 3 tiles of 4
+    out = tiles(x, weight, bias)
+    assert calls == [4, 4, 4] and out.shape == (2, 5, 5)
+    assert torch.allclose(out, torch.nn.functional.linear(x, weight, bias))
+    calls.clear()
+    assert tiles(torch.randn(4, 3, dtype=torch.float64), weight).shape == (4, 5) and calls == [4]
+    with pytest.raises(ValueError):
+        _RowTiles(spy, 0)
+
+
+@pytest.mark.slow
+def test_compiled_fused_step_matches_the_eager_step_token_for_token():
+    """``torch.compile`` of the fused step (Inductor's C++ backend on the CPU, Triton on a GPU): the
+    eager step's greedy tokens and close logits. Slow: the compilation takes tens of seconds on 2 cores."""
+    fused, eager = _pair(compile_step=True)
+    prompts = _prompts(fused)
+    start = time.perf_counter()
+    ours, our_logits = _greedy_steps(fused, prompts, 40)
+    print(f"compiled greedy steps in {time.perf_counter() - start:.1f} s")
+    theirs, their_logits = _greedy_steps(eager, prompts, 40)
+    assert fused._graphed_decoder.compile_step
+    assert torch.equal(ours, theirs)
+    assert (our_logits - their_logits).abs().max() <= 1e-4 * their_logits.abs().max()
+
+
+@pytest.mark.gpu
+def test_fused_step_replayed_on_a_gpu_matches_the_eager_step():
+    if TEST_DEVICE.type != "cuda":
+        pytest.skip("the GPU lane: pytest --device cuda (make test-gpu)")
+    for compile_step in (False, True):
+        fused, eager = _pair(compile_step=compile_step)
+        ours, _ = _greedy_steps(fused, _prompts(fused), 24)
+        theirs, _ = _greedy_steps(eager, _prompts(fused), 24)
+        assert fused._graphed_decoder.capture
+        assert torch.equal(ours, theirs), compile_step
