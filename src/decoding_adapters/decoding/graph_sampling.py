@@ -40,10 +40,12 @@ class StepStats:
     """``logits - max logits``, float32."""
     weights: torch.Tensor
     """``exp(shifted)``: the base distribution, unnormalised."""
-    action_uniform: torch.Tensor
-    """float32: each row's draw for its chooser (``ACTION_STREAM``)."""
-    token_uniform: torch.Tensor
-    """float64: each row's draw for its token (``TOKEN_STREAM``)."""
+    action_uniform: torch.Tensor | None
+    """float32: each row's draw for its chooser (``ACTION_STREAM``); None where no chooser needs it
+    (``loop.EagerSampling``)."""
+    token_uniform: torch.Tensor | None
+    """float64: each row's draw for its token (``TOKEN_STREAM``); None where the sampler draws it itself
+    (``loop.EagerSampling``)."""
 
 
 def step_stats(logits: torch.Tensor, seeds: torch.Tensor, step: int | torch.Tensor) -> tuple[torch.Tensor, ...]:
