@@ -321,6 +321,7 @@ def time_hf_compiled(run, batch: int, repeats: int, device: torch.device, loop_r
             round(compile_s, 1), f"loop_vs_hf_static_compiled_b{batch}": round(loop_rate / best, 3)}
 
 
+@torch.inference_mode()
 def step_breakdown(lm: FrozenLM, prompts, new_tokens: int, device: torch.device) -> dict:
     """Where a decode's time goes: the prefill (``start_decode``) alone, and the LM's step alone (the
     state's ``step``, CUDA graphs replayed, no statistics, sampler or bookkeeping), per step."""

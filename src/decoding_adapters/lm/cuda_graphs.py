@@ -146,10 +146,12 @@ class GraphedDecoder:
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         shape = (config.num_hidden_layers, rows, config.num_key_value_heads, columns, head_dim)
         self.lm, self.rows, self.columns = lm, rows, columns
-        self.keys = torch.zeros(shape, dtype=lm.dtype, device=lm.device)
-        self.values = torch.zeros(shape, dtype=lm.dtype, device=lm.device)
-        self.tokens = torch.zeros(rows, dtype=torch.long, device=lm.device)
-        self.positions = torch.zeros(rows, dtype=torch.long, device=lm.device)
+        # ordinary tensors, not inference tensors: a decode inside or outside inference mode may write them
+        with torch.inference_mode(False):
+            self.keys = torch.zeros(shape, dtype=lm.dtype, device=lm.device)
+            self.values = torch.zeros(shape, dtype=lm.dtype, device=lm.device)
+            self.tokens = torch.zeros(rows, dtype=torch.long, device=lm.device)
+            self.positions = torch.zeros(rows, dtype=torch.long, device=lm.device)
         self.capture = capture
         """False: run each bucket's step eagerly on the same buffers (what a replay computes; for tests
         of the buffers and buckets on a machine without a GPU)."""
@@ -204,7 +206,8 @@ class GraphedDecoder:
         if current is None or current.numel() < size or current.dtype != dtype:
             if current is not None:
                 self.graphs.clear()
-            current = self.buffers[name] = torch.zeros(size, dtype=dtype, device=self.lm.device)
+            with torch.inference_mode(False):
+                current = self.buffers[name] = torch.zeros(size, dtype=dtype, device=self.lm.device)
         return current
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor, cache: StaticRowKVCache, epilogue=None):
