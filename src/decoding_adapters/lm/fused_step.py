@@ -28,15 +28,13 @@ token); the CPU's own decode never takes it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Callable, Protocol
 
 import torch
 import torch.nn.functional as F
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .models import FrozenLM
-
-__all__ = ["WIDTH_ROUNDING", "attended_width", "fuse_projections", "fused_step", "compiled_step", "StepCache"]
+__all__ = ["WIDTH_ROUNDING", "attended_width", "fuse_projections", "fused_step", "compiled_step", "StepCache",
+           "LlamaLike", "eager_attention"]
 
 WIDTH_ROUNDING = 64
 """The attended width is the longest row's length rounded up to this: a graph is captured per (batch
@@ -49,6 +47,16 @@ def attended_width(longest: int, columns: int) -> int:
     if longest < 1:
         raise ValueError(f"longest must be >= 1, got {longest}")
     return min(columns, -(-longest // WIDTH_ROUNDING) * WIDTH_ROUNDING)
+
+
+class LlamaLike(Protocol):
+    """What the fused step needs of the LM (``models.FrozenLM`` has it): the HF model, its decoder
+    (``model.model``) and LM head, and the linear kernel every matmul goes through."""
+
+    model: torch.nn.Module
+    decoder: torch.nn.Module
+    lm_head: torch.nn.Module
+    linear: Callable
 
 
 class StepCache(Protocol):
@@ -78,7 +86,7 @@ def _concatenate(modules) -> tuple[torch.Tensor, torch.Tensor | None]:
     return weight, bias
 
 
-def fuse_projections(lm: "FrozenLM") -> None:
+def fuse_projections(lm: "LlamaLike") -> None:
     """Concatenate each layer's q/k/v and gate/up weights once (kept as ``_fused_qkv`` and
     ``_fused_gate_up`` on the modules); a no-op when done before. Memory stays as it was: the modules'
     weights become views of the new tensors (see the module docstring)."""
@@ -91,13 +99,26 @@ def fuse_projections(lm: "FrozenLM") -> None:
                 mlp._fused_gate_up = _concatenate([mlp.gate_proj, mlp.up_proj])
 
 
+def eager_attention(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scaling: float
+) -> torch.Tensor:
+    """HF's ``eager_attention_forward`` for GQA-packed queries: ``q`` ``[rows, kv_heads, groups,
+    head_dim]`` against ``keys`` / ``values`` ``[rows, kv_heads, columns, head_dim]`` with an additive
+    ``mask`` broadcast to the scores ``[rows, kv_heads, groups, columns]``; the softmax in float32.
+    Returns ``[rows, kv_heads, groups, head_dim]``. The scores are ``q @ keys^T`` so that contiguous
+    keys are read in place (oneDNN's bf16 batched matmul copies any other layout first). Used by both
+    lean steps (``models.FrozenLM.step_with_row_cache`` and ``fused_step``)."""
+    scores = torch.matmul(q, keys.transpose(-1, -2)) * scaling + mask
+    return torch.matmul(scores.softmax(-1, dtype=torch.float32).to(q.dtype), values)
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     """HF's ``rotate_half``: ``[x1, x2] -> [-x2, x1]`` on the last dimension."""
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def fused_step(lm: "FrozenLM", tokens: torch.Tensor, positions: torch.Tensor, cache: StepCache,
+def fused_step(lm: "LlamaLike", tokens: torch.Tensor, positions: torch.Tensor, cache: StepCache,
                width: int) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row (``tokens``, ``positions``: long ``[rows]``) through the Llama decoder with
     fused projections (``fuse_projections`` first), the keys and values written at each row's own
@@ -107,8 +128,6 @@ def fused_step(lm: "FrozenLM", tokens: torch.Tensor, positions: torch.Tensor, ca
     The eager lean step's arithmetic (HF's RMSNorm and rotary modules, GQA packed as query rows, the
     model's attention: eager with a float32 softmax, or SDPA), so the results agree with it up to the
     rounding of the concatenated matmuls and of attention over fewer masked columns."""
-    from .models import eager_attention  # a function of models, which imports this module's importer
-
     decoder, rows, linear = lm.decoder, tokens.shape[0], lm.linear
     first = decoder.layers[0].self_attn
     head_dim, groups = first.head_dim, first.num_key_value_groups

@@ -38,6 +38,7 @@ from torch.overrides import TorchFunctionMode
 
 from .cpu_features import cpu_features
 from .cuda_graphs import graphed_decoder
+from .fused_step import eager_attention
 from .kv_cache import RowKVCache, chunks_for
 
 log = logging.getLogger(__name__)
@@ -613,18 +614,6 @@ class FrozenLM:
         if chunks:
             embeddings[[i for batch in batches for i in batch]] = torch.cat(chunks)  # back to the caller's order
         return embeddings
-
-
-def eager_attention(
-    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scaling: float
-) -> torch.Tensor:
-    """HF's ``eager_attention_forward`` for GQA-packed queries: ``q`` ``[rows, kv_heads, groups,
-    head_dim]`` against ``keys`` / ``values`` ``[rows, kv_heads, columns, head_dim]`` with an additive
-    ``mask`` broadcast to the scores ``[rows, kv_heads, groups, columns]``; the softmax in float32.
-    Returns ``[rows, kv_heads, groups, head_dim]``. The scores are ``q @ keys^T`` so that contiguous
-    keys are read in place (oneDNN's bf16 batched matmul copies any other layout first)."""
-    scores = torch.matmul(q, keys.transpose(-1, -2)) * scaling + mask
-    return torch.matmul(scores.softmax(-1, dtype=torch.float32).to(q.dtype), values)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
