@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from conftest import TEST_DEVICE, make_tiny_lm
+from conftest import CPU_ONLY, TEST_DEVICE, make_tiny_lm
 from decoding_adapters.decoding.actions import GREEDY, ActionSet
 from decoding_adapters.decoding.loop import decode
 from decoding_adapters.lm.cuda_graphs import batch_bucket, graphed_decoder
@@ -52,8 +52,10 @@ def _greedy_steps(lm, prompts, steps):
     return torch.stack(tokens_out, 1), torch.stack(logits_out, 1)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.bfloat16, marks=CPU_ONLY)], ids=["fp32", "bf16"])
 def test_fused_step_matches_the_eager_step_token_for_token(dtype):
+    """bf16 on the CPU only: on a GPU the concatenated matmul is another cuBLAS kernel than the three it
+    replaces, and bf16 rounds its outputs, so a near-tie may part the two over 40 steps."""
     fused, eager = _pair(dtype)
     prompts = _prompts(fused)
     ours, our_logits = _greedy_steps(fused, prompts, 40)  # crosses a width bucket (prompts ~30 + 40 > 64)
