@@ -139,7 +139,7 @@ step "compiled step tests" tests.txt "$(limit compiled)" "$PY" -m pytest -q -p n
   [ -f "$OUT/throughput.md" ] && cat "$OUT/throughput.md"
   echo
   echo "test lane and compiled-step tests (last lines):"
-  grep -E "passed|failed|error" "$OUT/tests.txt" | tail -4
+  grep -E "passed|failed|error|skipped" "$OUT/tests.txt" | grep -v "^SKIPPED" | tail -4
   echo
   echo "CLI smoke: see the steps above (exit status 0: ran to the end)"
 } > "$OUT/summary.md"

@@ -474,12 +474,13 @@ class FrozenLM:
         short prompts are not padded to the longest; False keeps HF's forward and ``DynamicCache`` over
         one padded batch (the reference path). ``group_cost`` defaults to 0 (groups of one length, no
         padding: a prompt's prefill then does not depend on the other prompts) when
-        ``ModelSpec.batch_invariant``, else to ``PREFILL_GROUP_COST_TOKENS``."""
-        if group_cost is None:
-            group_cost = 0 if self.spec.batch_invariant else PREFILL_GROUP_COST_TOKENS
-        use_row_cache = self.supports_row_cache if row_cache is None else row_cache
+        ``ModelSpec.batch_invariant``, else to ``PREFILL_GROUP_COST_TOKENS`` on a CPU and
+        ``PREFILL_GROUP_COST_TOKENS_GPU`` elsewhere."""
+        if group_cost is None and self.spec.batch_invariant:
+            group_cost = 0
         if group_cost is None:
             group_cost = PREFILL_GROUP_COST_TOKENS if self.device.type == "cpu" else PREFILL_GROUP_COST_TOKENS_GPU
+        use_row_cache = self.supports_row_cache if row_cache is None else row_cache
         if use_row_cache and not self.supports_row_cache:
             raise ValueError(
                 f"the row cache supports Llama-architecture models only, not {self.model.config.model_type!r}"
