@@ -84,7 +84,7 @@ else
               --accuracy-tokens 24 --invariance-rows 96 --invariance-tokens 128)
   LANE=(tests/lm tests/decoding tests/policies tests/selection tests/training tests/evaluation tests/serving
         tests/experiments tests/cli)
-  LIMITS=(table=300 lane=150 compiled=90 evaluate=45 demo=60 reproduce=90)
+  LIMITS=(table=330 lane=120 compiled=90 evaluate=45 demo=60 reproduce=90)
 fi
 limit() { for kv in "${LIMITS[@]}"; do [ "${kv%%=*}" = "$1" ] && echo "${kv#*=}"; done; }
 XDIST=()
