@@ -142,6 +142,29 @@ def test_row_tiles_compute_every_row_on_whole_tiles():
         _RowTiles(spy, 0)
 
 
+def test_row_tiles_give_a_row_the_same_bits_at_any_batch_size():
+    """What the tiles are for: every call has the same M, so a row's result cannot depend on how many
+    rows share the call, whatever the kernel does with M."""
+    torch.manual_seed(0)
+    weight = torch.randn(48, 40)
+    rows = torch.randn(70, 40)
+    tiles = _RowTiles(torch.nn.functional.linear, 8)
+    alone = torch.cat([tiles(rows[i:i + 1], weight) for i in range(len(rows))])
+    for batch in (2, 5, 8, 13, 70):
+        together = torch.cat([tiles(rows[i:i + batch], weight) for i in range(0, len(rows), batch)])
+        assert torch.equal(together, alone), batch
+
+
+def test_the_cpu_decode_keeps_the_eager_step_and_its_weights():
+    """The CPU's default path (no graphs off a GPU) never concatenates weights nor takes the fused step."""
+    lm = make_tiny_lm(device="cpu")
+    weights = [p.data_ptr() for p in lm.model.parameters()]
+    decode(lm, _prompts(lm), ActionSet([GREEDY]), row_actions=0, token_budget=4)
+    assert not hasattr(lm.decoder.layers[0].self_attn, "_fused_qkv")
+    assert getattr(lm, "_graphed_decoder", None) is None
+    assert [p.data_ptr() for p in lm.model.parameters()] == weights
+
+
 @pytest.mark.slow
 def test_compiled_fused_step_matches_the_eager_step_token_for_token():
     """``torch.compile`` of the fused step (Inductor's C++ backend on the CPU, Triton on a GPU): the
