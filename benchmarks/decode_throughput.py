@@ -382,6 +382,8 @@ def markdown_table(summary: dict, batches: list[int]) -> str:
         lines.append(f"| b{b} | " + " | ".join(cells) + f" | {ratio(f'loop_vs_hf_generate_b{b}')} | "
                      f"{ratio(f'loop_vs_hf_static_compiled_b{b}')} | {rate(f'floor_tok_s_b{b}')} | "
                      f"{ratio(f'frac_floor_b{b}', True)} | {ratio(f'adapter_overhead_b{b}', True)} |")
+    if summary.get("step_compile_failed"):
+        lines += ["", f"the loop's step did not compile and ran uncompiled: {summary['step_compile_failed']}"]
     invariance = summary.get("batch_invariant_rows")
     if invariance:
         lines += ["", f"batch invariance: {invariance['identical']}/{invariance['rows']} greedy rows identical over "
@@ -522,6 +524,7 @@ def main_cuda(args) -> None:
             flush=True,
         )
         compiled_runs[batch] = (lambda hf=hf: hf(static=True), rates["loop"])
+        summary["step_compile_failed"] = lm._graphed_decoder.compile_failed  # None: the loop's step compiled
         write_figures(args, summary)  # after every batch: the files hold every figure so far
     if compile_config is not None:  # last: its compilation takes a while (once per batch size) and may fail
         for batch, (run, loop_rate) in compiled_runs.items():

@@ -15,7 +15,7 @@ from decoding_adapters.decoding.actions import GREEDY, ActionSet
 from decoding_adapters.decoding.loop import decode
 from decoding_adapters.lm.cuda_graphs import batch_bucket, graphed_decoder
 from decoding_adapters.lm.fused_step import WIDTH_ROUNDING, attended_width, fuse_projections
-from decoding_adapters.lm.models import FrozenLM, _RowTiles
+from decoding_adapters.lm.models import CUDA_ROW_TILE, FrozenLM, _RowTiles
 
 
 def _prompts(lm):
@@ -190,3 +190,21 @@ def test_fused_step_replayed_on_a_gpu_matches_the_eager_step():
         theirs, _ = _greedy_steps(eager, _prompts(fused), 24)
         assert fused._graphed_decoder.capture
         assert torch.equal(ours, theirs), compile_step
+
+
+def test_a_step_that_fails_to_compile_runs_uncompiled():
+    """A compiler failure (no Triton, no C compiler, an Inductor error) at the first call is logged and
+    the uncompiled fused step takes over, giving the eager step's tokens."""
+    fused, eager = _pair()
+    prompts = _prompts(fused)
+
+    def broken(*args):
+        raise RuntimeError("no compiler here")
+
+    on_gpu = fused.device.type == "cuda"  # the settings start_decode asks for, so that it reuses these buffers
+    graphs = graphed_decoder(fused, len(prompts), 64, capture=on_gpu, row_tile=CUDA_ROW_TILE if on_gpu else None)
+    graphs.step_fn = broken
+    ours, _ = _greedy_steps(fused, prompts, 6)
+    theirs, _ = _greedy_steps(eager, prompts, 6)
+    assert fused._graphed_decoder is graphs and graphs.compile_failed.startswith("RuntimeError: no compiler here")
+    assert torch.equal(ours, theirs)

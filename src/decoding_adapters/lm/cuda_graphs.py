@@ -39,6 +39,7 @@ training or evaluation run captures each bucket once.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import torch
@@ -50,6 +51,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .models import FrozenLM
 
 __all__ = ["batch_bucket", "GraphedDecoder", "StaticRowKVCache", "COLUMN_ROUNDING"]
+
+log = logging.getLogger(__name__)
 
 COLUMN_ROUNDING = 64
 """Reserved columns are rounded up to a multiple of this, so decodes of nearby lengths share graphs."""
@@ -161,6 +164,8 @@ class GraphedDecoder:
         """Buckets are whole tiles of this many rows (batch invariance on a GPU), or None."""
         fuse_projections(lm)
         self.step_fn = compiled_step() if compile_step else fused_step
+        self.compile_failed: str | None = None
+        """Why compiling the step failed, if it did (the uncompiled step runs instead)."""
         self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph | None, tuple[torch.Tensor, ...]]] = {}
         """Captured graphs by key (``("step", bucket, width, epilogue key)``, or a caller's key) and
         their outputs."""
@@ -224,14 +229,29 @@ class GraphedDecoder:
         width = attended_width(cache.length + 1, self.columns)
 
         def run():
-            hidden, logits = self.step_fn(self.lm, self.tokens[:bucket], self.positions[:bucket],
-                                          _GraphView(self, bucket), width)
+            hidden, logits = self._step(bucket, width)
             return (hidden, logits, *(epilogue[1](hidden, logits, bucket) if epilogue else ()))
 
         self.last_step = ("step", bucket, width, epilogue and epilogue[0])
         outputs = self.replay(self.last_step, run)
         cache.length += 1
         return tuple(t[:live] for t in outputs)
+
+    def _step(self, bucket: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step on the first ``bucket`` rows of the buffers. If compiling it fails (no Triton, no C
+        compiler, an Inductor error), the uncompiled fused step takes over for good, with a warning: an
+        error in the step itself is raised again by it."""
+        args = (self.lm, self.tokens[:bucket], self.positions[:bucket], _GraphView(self, bucket), width)
+        if self.step_fn is fused_step:
+            return fused_step(*args)
+        try:
+            return self.step_fn(*args)
+        except Exception as err:  # noqa: BLE001 - any compiler failure; the eager retry re-raises real errors
+            log.warning("compiling the decode step failed (%s: %s); capturing it uncompiled",
+                        type(err).__name__, str(err).splitlines()[0][:200] if str(err) else "")
+            self.step_fn = fused_step
+            self.compile_failed = f"{type(err).__name__}: {err}"[:400]
+            return fused_step(*args)
 
     def outputs(self, key: tuple) -> tuple[torch.Tensor, ...]:
         """The outputs of the graph captured under ``key`` (full bucket size)."""
