@@ -15,7 +15,7 @@ from decoding_adapters.decoding.actions import GREEDY, ActionSet
 from decoding_adapters.decoding.loop import decode
 from decoding_adapters.lm.cuda_graphs import batch_bucket, graphed_decoder
 from decoding_adapters.lm.fused_step import WIDTH_ROUNDING, attended_width, fuse_projections
-from decoding_adapters.lm.models import CUDA_ROW_TILE, FrozenLM, _RowTiles
+from decoding_adapters.lm.models import CUDA_ROW_TILE, FrozenLM, GraphedRowCacheState, _RowTiles
 
 
 def _prompts(lm):
@@ -208,3 +208,29 @@ def test_a_step_that_fails_to_compile_runs_uncompiled():
     theirs, _ = _greedy_steps(eager, prompts, 6)
     assert fused._graphed_decoder is graphs and graphs.compile_failed.startswith("RuntimeError: no compiler here")
     assert torch.equal(ours, theirs)
+
+
+def test_tiled_buckets_step_whole_tiles_and_keep_the_tokens():
+    """With row tiles (a GPU's batch-invariant mode) every step runs on whole tiles of slots; rows
+    dropped mid-decode leave the live rows a prefix, and the tokens are the eager step's."""
+    fused, eager = _pair()
+    prompts = _prompts(fused)
+    with torch.inference_mode():
+        _, logits, layer_kv, mask = fused._prefill_in_groups(prompts, 0)
+        graphs = graphed_decoder(fused, len(prompts), 64, capture=fused.device.type == "cuda", row_tile=4)
+        positions = torch.tensor([len(p) for p in prompts], device=fused.device)
+        state = GraphedRowCacheState(graphs, graphs.start(layer_kv, mask, None, 64), positions)
+        _, reference_logits, reference = eager.start_decode(prompts, None, max_new_tokens=20)
+        live = torch.arange(len(prompts))
+        for step in range(12):
+            tokens = logits.argmax(-1)
+            assert torch.equal(tokens, reference_logits.argmax(-1)), step
+            if step in (3, 7):  # drop the first live row, then two more: 6 -> 5 -> 3 rows
+                done = torch.zeros(len(live), dtype=torch.bool, device=tokens.device)
+                done[: 1 if step == 3 else 2] = True
+                order = state.drop(done)
+                assert torch.equal(order, reference.drop(done))
+                tokens, live = tokens[order], live[order.cpu()]
+            _, logits = state.step(tokens)
+            _, reference_logits = reference.step(tokens)
+    assert {key[1] for key in graphs.graphs if key[0] == "step"} == {8, 4}
