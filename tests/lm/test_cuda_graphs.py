@@ -109,7 +109,7 @@ def test_steps_replay_captured_graphs_on_a_gpu():
     result = decode(graphed, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=[4, 9, 2, 7, 5, 3, 8, 6])
     buffers = graphed._graphed_decoder
     steps = {key[1] for key in buffers.graphs if key[0] == "step"}
-    assert buffers.capture and buffers.keys.is_cuda and len(buffers.graphs) >= 3
+    assert buffers.capture and buffers.keys[0].is_cuda and len(buffers.graphs) >= 3
     assert steps == {128} if buffers.row_tile else (8 in steps and len(steps) >= 3)
     reference = decode(eager, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=[4, 9, 2, 7, 5, 3, 8, 6])
     assert torch.equal(result.tokens, reference.tokens)

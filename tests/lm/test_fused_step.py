@@ -110,8 +110,8 @@ def test_a_row_keys_sit_at_its_positions_in_the_static_buffers():
     assert cache.length == max(len(p) for p in prompts)
     for row, prompt in enumerate(prompts):
         n = len(prompt)
-        assert torch.equal(graphs.keys[0, row, :, :n], layer_kv[0][0][row, :, -n:])
-        assert not graphs.keys[0, row, :, n:].any()
+        assert torch.equal(graphs.keys[0][row, :, :n], layer_kv[0][0][row, :, -n:])
+        assert not graphs.keys[0][row, :, n:].any()
 
 
 def test_attended_width_and_tiled_buckets():

@@ -90,7 +90,7 @@ class GraphSampling:
         self.seeds = graphs.buffer("sampling.seeds", rows, torch.long)
         self.step = graphs.buffer("sampling.step", 1, torch.long)
         self.actions = graphs.buffer("sampling.actions", rows, torch.long)
-        tables = action_set._on(graphs.keys.device)
+        tables = action_set._on(graphs.lm.device)
         self.table = SamplingParams(*(graphs.buffer(f"sampling.{name}", k, getattr(tables, name).dtype)
                                       for name in ("temperature", "top_k", "top_p", "min_p", "greedy")))
         for name in ("temperature", "top_k", "top_p", "min_p", "greedy"):

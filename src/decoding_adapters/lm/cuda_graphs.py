@@ -12,7 +12,7 @@ shape and replayed:
   RMSNorm with the residual adds, the rotary and the other elementwise work) unless
   ``ModelSpec.compile_step`` is off. The compilation happens in the warm-up calls before the first
   capture; the graphs then replay Inductor's kernels.
-- **Static buffers.** One cache ``[layers, rows, kv_heads, columns, head_dim]`` with every column it
+- **Static buffers.** One cache per layer, ``[rows, kv_heads, columns, head_dim]``, with every column it
   will need reserved at once (so its address never changes), and the step's inputs: tokens and
   positions ``[rows]``. The layout is the CPU's ``RowKVCache``'s: a row's token at position ``p``
   lives in column ``p`` (every prompt starts at column 0), so a row's keys sit in the same columns
@@ -86,12 +86,14 @@ class _GraphView:
     def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor,
               width: int) -> tuple[torch.Tensor, torch.Tensor]:
         b = self.buffers
-        layer_keys, layer_values = b.keys[layer, : self.rows], b.values[layer, : self.rows]  # [rows, kv, columns, hd]
+        layer_keys, layer_values = b.keys[layer], b.values[layer]  # the whole layer: [all rows, kv, columns, hd]
         slots = torch.arange(self.rows, device=positions.device)
-        # each row at its own column; a slot no row uses holds a stale position, always < columns
+        # each row at its own column; a slot no row uses holds a stale position, always < columns. The write
+        # goes into the layer's own tensor, not into a view of it: torch.compile then writes in place, where
+        # a view of a graph input made it copy the whole cache every step
         layer_keys[slots, :, positions] = keys  # keys: [rows, kv_heads, head_dim]
         layer_values[slots, :, positions] = values
-        return layer_keys[:, :, :width], layer_values[:, :, :width]
+        return layer_keys[: self.rows, :, :width], layer_values[: self.rows, :, :width]
 
 
 class StaticRowKVCache(RowKVCache):
@@ -132,8 +134,8 @@ class StaticRowKVCache(RowKVCache):
         order = torch.arange(new_live, device=done.device)
         if len(holes):
             columns = slice(0, self.length)
-            self.keys[:, holes, :, columns] = self.keys[:, movers, :, columns]
-            self.values[:, holes, :, columns] = self.values[:, movers, :, columns]
+            for layer in (*self.keys, *self.values):
+                layer[holes, :, columns] = layer[movers, :, columns]
             order[holes] = movers
         self.live = new_live
         return order
@@ -151,8 +153,9 @@ class GraphedDecoder:
         self.lm, self.rows, self.columns = lm, rows, columns
         # ordinary tensors, not inference tensors: a decode inside or outside inference mode may write them
         with torch.inference_mode(False):
-            self.keys = torch.zeros(shape, dtype=lm.dtype, device=lm.device)
-            self.values = torch.zeros(shape, dtype=lm.dtype, device=lm.device)
+            # one tensor per layer (not views of one): see _GraphView.write
+            self.keys = [torch.zeros(shape[1:], dtype=lm.dtype, device=lm.device) for _ in range(shape[0])]
+            self.values = [torch.zeros(shape[1:], dtype=lm.dtype, device=lm.device) for _ in range(shape[0])]
             self.tokens = torch.zeros(rows, dtype=torch.long, device=lm.device)
             self.positions = torch.zeros(rows, dtype=torch.long, device=lm.device)
         self.capture = capture
@@ -191,16 +194,16 @@ class GraphedDecoder:
             fan_out = torch.arange(prompt_mask.shape[0], device=prompt_mask.device)
         rows = len(fan_out)
         self.generation += 1
-        self.keys.zero_()
-        self.values.zero_()
+        for layer in (*self.keys, *self.values):
+            layer.zero_()
         self.positions.zero_()  # slots no row uses attend to column 0 (zeros): a softmax over something
         lengths = prompt_mask.long().sum(1)[fan_out]  # [rows]
         for pad in (width - lengths).unique().tolist():  # rows whose prompt has `pad` columns of padding
             slots = (width - lengths == pad).nonzero().squeeze(-1)
             prompt_rows = fan_out[slots]
             for layer, (k, v) in enumerate(layer_kv):
-                self.keys[layer, slots, :, : width - pad] = k[prompt_rows, :, pad:]
-                self.values[layer, slots, :, : width - pad] = v[prompt_rows, :, pad:]
+                self.keys[layer][slots, :, : width - pad] = k[prompt_rows, :, pad:]
+                self.values[layer][slots, :, : width - pad] = v[prompt_rows, :, pad:]
         return StaticRowKVCache(self, rows, capacity, length=width)
 
     def buffer(self, name: str, size: int, dtype: torch.dtype) -> torch.Tensor:
