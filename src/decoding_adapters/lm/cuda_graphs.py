@@ -87,13 +87,17 @@ class _GraphView:
               width: int) -> tuple[torch.Tensor, torch.Tensor]:
         b = self.buffers
         layer_keys, layer_values = b.keys[layer], b.values[layer]  # the whole layer: [all rows, kv, columns, hd]
-        slots = torch.arange(self.rows, device=positions.device)
+        rows = positions.shape[0]  # == self.rows; from the tensor, so a compiled step is not specialised on it
+        slots = torch.arange(rows, device=positions.device)
         # each row at its own column; a slot no row uses holds a stale position, always < columns. The write
         # goes into the layer's own tensor, not into a view of it: torch.compile then writes in place, where
         # a view of a graph input made it copy the whole cache every step
         layer_keys[slots, :, positions] = keys  # keys: [rows, kv_heads, head_dim]
         layer_values[slots, :, positions] = values
-        return layer_keys[: self.rows, :, :width], layer_values[: self.rows, :, :width]
+        # narrow, not slicing: a slice clamps its end, so a compiled step would be specialised on whether
+        # rows and width equal the buffer's sizes (a recompilation when they start or stop doing so)
+        return (layer_keys.narrow(0, 0, rows).narrow(2, 0, width),
+                layer_values.narrow(0, 0, rows).narrow(2, 0, width))
 
 
 class StaticRowKVCache(RowKVCache):
@@ -149,15 +153,18 @@ class GraphedDecoder:
                  row_tile: int | None = None):
         config = lm.model.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        shape = (config.num_hidden_layers, rows, config.num_key_value_heads, columns, head_dim)
+        # one spare slot and one spare column, never used: a bucket and the attended width never equal the
+        # buffers' sizes, so a compiled step is not specialised on such a coincidence and recompiled when it
+        # ends (torch.compile gives equal sizes one symbol; a view of a whole dimension is contiguous)
+        shape = (config.num_hidden_layers, rows + 1, config.num_key_value_heads, columns + 1, head_dim)
         self.lm, self.rows, self.columns = lm, rows, columns
         # ordinary tensors, not inference tensors: a decode inside or outside inference mode may write them
         with torch.inference_mode(False):
             # one tensor per layer (not views of one): see _GraphView.write
             self.keys = [torch.zeros(shape[1:], dtype=lm.dtype, device=lm.device) for _ in range(shape[0])]
             self.values = [torch.zeros(shape[1:], dtype=lm.dtype, device=lm.device) for _ in range(shape[0])]
-            self.tokens = torch.zeros(rows, dtype=torch.long, device=lm.device)
-            self.positions = torch.zeros(rows, dtype=torch.long, device=lm.device)
+            self.tokens = torch.zeros(rows + 1, dtype=torch.long, device=lm.device)
+            self.positions = torch.zeros(rows + 1, dtype=torch.long, device=lm.device)
         self.capture = capture
         """False: run each bucket's step eagerly on the same buffers (what a replay computes; for tests
         of the buffers and buckets on a machine without a GPU)."""
