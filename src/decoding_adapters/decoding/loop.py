@@ -44,7 +44,7 @@ from .actions import (
     sampling_weights,
     transform_logits,
 )
-from .graph_sampling import GraphSampling
+from .graph_sampling import GraphSampling, StepStats
 
 __all__ = [
     "StepFeatures",
@@ -318,35 +318,24 @@ def decode(
 
     fan_out = None if torch.equal(rows_prompt, torch.arange(len(prompts))) else rows_prompt
     hidden, logits, state = lm.start_decode(prompts, fan_out, max_new_tokens=steps)
-    # on a GPU the statistics and the sampler are replayed from CUDA graphs too (graph_sampling)
-    graphed = GraphSampling(state, action_set, seeds_dev) if isinstance(state, GraphedRowCacheState) else None
+    sampling = step_sampling(state, action_set, seeds_dev, chooser is not None)
     active = torch.arange(n)  # global row index of each batch row (CPU)
     active_dev = active.to(device)
     budgets_dev = budgets.to(device)
     static_actions_dev = None if static_actions is None else static_actions.to(device)
 
     for t in range(steps):
-        if graphed is None:
-            entropy, max_prob, shifted, weights = _base_stats(logits)
-        else:
-            stats = graphed.stats(t, logits)
-            entropy, max_prob = stats.entropy, stats.max_prob
+        stats = sampling.stats(t, logits)
+        entropy, max_prob = stats.entropy, stats.max_prob
         remaining = budgets_dev[active_dev] - t
         if chooser is not None:
-            if graphed is None:
-                uniform = counter_uniform(seeds_dev[active_dev], t, ACTION_STREAM, dtype=torch.float32)
-            else:
-                uniform = stats.action_uniform
             features = StepFeatures(
-                hidden.float(), entropy, max_prob, t, remaining, active, uniform, seeds_dev[active_dev]
+                hidden.float(), entropy, max_prob, t, remaining, active, stats.action_uniform, seeds_dev[active_dev]
             )
             action_index = chooser(features).to(device=device, dtype=torch.long)
         else:
             action_index = static_actions_dev[active_dev]
-        if graphed is None:
-            tokens = _sample_step(logits, shifted, weights, action_set, action_index, seeds_dev[active_dev], t)
-        else:
-            tokens = graphed.sample(logits, stats, action_index)
+        tokens = sampling.sample(logits, stats, action_index)
         rec.write(active_dev, t, tokens, action_index, entropy, max_prob, hidden if record_features else None)
 
         at_eos = torch.isin(tokens, stop_ids)
@@ -367,10 +356,8 @@ def decode(
             order = state.drop(done)
             tokens, active_dev = tokens[order], active_dev[order]
             active = active[order.cpu()]
-            if graphed is not None:
-                graphed.drop(order)
-        if graphed is not None:
-            graphed.before_step(t + 1)
+            sampling.drop(order)
+        sampling.before_step(t + 1)
         hidden, logits = state.step(tokens)
 
     rec = rec.cpu()
@@ -391,6 +378,42 @@ def decode(
         prompts=prompts,
         stopped_by_check=stopped_by_check,
     )
+
+
+class EagerSampling:
+    """The loop's statistics and sampler launched op by op (the CPU's path, and a GPU without CUDA
+    graphs); ``GraphSampling`` is the same interface replayed from CUDA graphs. Doing only the work the
+    step's rows need (``_sample_step``) asks the device about the rows: fine on a CPU."""
+
+    def __init__(self, action_set: ActionSet, seeds: torch.Tensor, with_action_uniform: bool):
+        self.action_set, self.seeds, self.with_action_uniform = action_set, seeds, with_action_uniform
+        self.step = 0
+
+    def stats(self, step: int, logits: torch.Tensor) -> StepStats:
+        """``_base_stats`` of the live rows' float32 logits, and their chooser draws if a chooser needs them."""
+        self.step = step
+        entropy, max_prob, shifted, weights = _base_stats(logits)
+        uniform = (counter_uniform(self.seeds, step, ACTION_STREAM, dtype=torch.float32)
+                   if self.with_action_uniform else None)
+        return StepStats(entropy, max_prob, shifted, weights, uniform, None)  # token draws: in _sample_step
+
+    def sample(self, logits: torch.Tensor, stats: StepStats, action_index: torch.Tensor) -> torch.Tensor:
+        return _sample_step(logits, stats.shifted, stats.weights, self.action_set, action_index, self.seeds, self.step)
+
+    def drop(self, order: torch.Tensor) -> None:
+        self.seeds = self.seeds[order]
+
+    def before_step(self, next_step: int) -> None:
+        pass
+
+
+def step_sampling(state, action_set: ActionSet, seeds: torch.Tensor,
+                  with_action_uniform: bool) -> "EagerSampling | GraphSampling":
+    """The loop's statistics and sampler for ``state``: replayed from CUDA graphs when the LM's step is
+    (``GraphedRowCacheState``), else launched op by op. ``seeds``: every row's seed, on the LM's device."""
+    if isinstance(state, GraphedRowCacheState):
+        return GraphSampling(state, action_set, seeds)
+    return EagerSampling(action_set, seeds, with_action_uniform)
 
 
 def _check_rows(checks: list, active: torch.Tensor, running: torch.Tensor, rec: _Recorder, t: int,

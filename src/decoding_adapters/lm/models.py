@@ -40,6 +40,7 @@ from torch.overrides import TorchFunctionMode
 
 from .cpu_features import cpu_features
 from .cuda_graphs import graphed_decoder
+from .fused_step import eager_attention
 from .kv_cache import RowKVCache, chunks_for
 
 log = logging.getLogger(__name__)
@@ -53,13 +54,21 @@ PREFILL_GROUP_COST_TOKENS = 32
 per layer) and the lower matmul rate of a smaller M, against ~1 ms of matmul per prompt token of the
 default LM on 2 cores. A new group is worth it when it saves more padding than this."""
 
+CUDA_ROW_TILE = 128
+"""Rows of every matmul call on a GPU with ``ModelSpec.batch_invariant`` (``_RowTiles``): cuBLAS picks
+a matmul's kernel, and with it the order a row's dot products are summed in, from the call's shape,
+M included; at one M every row gets the same kernel whatever its batch mates. 128 rows hold the batches
+this project decodes in one tile; a decode step is memory-bound there, so the padding rows cost
+arithmetic, not weight reads."""
+
 PREFILL_GROUP_COST_TOKENS_GPU = 4096
 """The same on a GPU, where a prefill call is launch-bound: one eager HF forward of a 16-layer 1B Llama
 took ~13 ms on the H200 machine measured (docs/gpu.md), while a padded token costs ~2 GFLOP, a few
 microseconds: a second group almost never pays."""
 
-__all__ = ["ModelSpec", "FrozenLM", "PREFILL_GROUP_COST_TOKENS_GPU", "resolve_dtype", "resolve_linear_kernel",
-           "cpu_has_native_bf16", "DecodeState", "prefill_groups", "padded_fraction", "PREFILL_GROUP_COST_TOKENS",
+__all__ = ["ModelSpec", "FrozenLM", "PREFILL_GROUP_COST_TOKENS_GPU", "CUDA_ROW_TILE", "resolve_dtype",
+           "resolve_linear_kernel", "cpu_has_native_bf16", "DecodeState", "prefill_groups", "padded_fraction",
+           "PREFILL_GROUP_COST_TOKENS",
            "RowCacheState", "DynamicCacheState", "eager_attention", "load_frozen_lm", "describe_device",
            "resolve_gguf", "DEFAULT_MODEL"]
 
@@ -90,6 +99,9 @@ class ModelSpec:
     cuda_graphs: bool = True
     """on a GPU, replay the decode step from CUDA graphs (one launch per step) instead of launching
     its kernels one by one; off: the eager step, for comparison (docs/gpu.md)"""
+    compile_step: bool = True
+    """on a GPU with cuda_graphs, torch.compile the fused decode step before capturing it (fuses
+    RMSNorm, residual adds and rotary); off: capture the uncompiled fused step (docs/gpu.md)"""
 
     def __post_init__(self) -> None:
         if self.dtype not in ("float32", "bfloat16", "float16", "auto"):
@@ -98,8 +110,9 @@ class ModelSpec:
             raise ValueError(f"attention must be auto, eager or sdpa, got {self.attention!r}")
         if self.linear_kernel not in ("auto", "torch", "onednn"):
             raise ValueError(f"linear_kernel must be auto, torch or onednn, got {self.linear_kernel!r}")
-        if not isinstance(self.batch_invariant, bool):
-            raise ValueError(f"batch_invariant must be a bool, got {self.batch_invariant!r}")
+        for name in ("batch_invariant", "cuda_graphs", "compile_step"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
 
     @property
@@ -155,6 +168,28 @@ class _NeverOneRow:
         flat = x.reshape(1, x.shape[-1])
         two = torch.cat([flat, torch.zeros_like(flat)])
         return self.linear(two, weight, bias)[:1].reshape(*x.shape[:-1], weight.shape[0])
+
+
+class _RowTiles:
+    """``linear`` on tiles of exactly ``tile`` rows: the input's rows padded with zeros to a whole number
+    of tiles, one call per tile, so that a row's result comes from the same kernel at any batch size
+    (``CUDA_ROW_TILE``: batch invariance on a GPU)."""
+
+    def __init__(self, linear: Callable, tile: int):
+        if tile < 1:
+            raise ValueError(f"tile must be >= 1, got {tile}")
+        self.linear, self.tile = linear, tile
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        rows = flat.shape[0]
+        if rows == self.tile:
+            return self.linear(x, weight, bias)
+        padded = -(-rows // self.tile) * self.tile
+        if padded != rows:
+            flat = torch.cat([flat, flat.new_zeros(padded - rows, flat.shape[1])])
+        out = torch.cat([self.linear(part, weight, bias) for part in flat.split(self.tile)])
+        return out[:rows].reshape(*x.shape[:-1], weight.shape[0])
 
 
 class _LinearKernelMode(TorchFunctionMode):
@@ -335,15 +370,18 @@ class FrozenLM:
         self.decoder = model.get_decoder()  # the transformer without the LM head
         self.lm_head = model.get_output_embeddings()
         self.linear = resolve_linear_kernel(self.spec.linear_kernel, self.dtype, self.device)
-        if self.spec.batch_invariant:
-            self.linear = _NeverOneRow(self.linear)
+        if self.spec.batch_invariant:  # a row's result at any batch size from the same kernel
+            self.linear = (_RowTiles(self.linear, CUDA_ROW_TILE) if self.device.type == "cuda"
+                           else _NeverOneRow(self.linear))
         # transformers 5.x names the decoder's KV cache argument and output ``cache``; 4.x (and 5.x up
         # to its removal, with a deprecation warning) ``past_key_values``
         parameters = inspect.signature(self.decoder.forward).parameters
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
         self.graphs_without_capture = False
-        """Tests only: use the CUDA-graph path's static buffers and buckets off a GPU too, stepping
-        eagerly where a GPU would replay (``lm.cuda_graphs``)."""
+        """Tests only: use the CUDA-graph path's static buffers, buckets and fused step off a GPU too,
+        stepping eagerly where a GPU would replay (``lm.cuda_graphs``)."""
+        self.graphs_compile_without_capture = False
+        """Tests only: with ``graphs_without_capture``, compile the fused step as on a GPU."""
 
     # ---- identity -------------------------------------------------------------------------
     @property
@@ -444,12 +482,13 @@ class FrozenLM:
         short prompts are not padded to the longest; False keeps HF's forward and ``DynamicCache`` over
         one padded batch (the reference path). ``group_cost`` defaults to 0 (groups of one length, no
         padding: a prompt's prefill then does not depend on the other prompts) when
-        ``ModelSpec.batch_invariant``, else to ``PREFILL_GROUP_COST_TOKENS``."""
-        if group_cost is None:
-            group_cost = 0 if self.spec.batch_invariant else PREFILL_GROUP_COST_TOKENS
-        use_row_cache = self.supports_row_cache if row_cache is None else row_cache
+        ``ModelSpec.batch_invariant``, else to ``PREFILL_GROUP_COST_TOKENS`` on a CPU and
+        ``PREFILL_GROUP_COST_TOKENS_GPU`` elsewhere."""
+        if group_cost is None and self.spec.batch_invariant:
+            group_cost = 0
         if group_cost is None:
             group_cost = PREFILL_GROUP_COST_TOKENS if self.device.type == "cpu" else PREFILL_GROUP_COST_TOKENS_GPU
+        use_row_cache = self.supports_row_cache if row_cache is None else row_cache
         if use_row_cache and not self.supports_row_cache:
             raise ValueError(
                 f"the row cache supports Llama-architecture models only, not {self.model.config.model_type!r}"
@@ -466,7 +505,11 @@ class FrozenLM:
         if use_row_cache:
             capacity = chunks_for(mask.shape[1] + max_new_tokens)  # whole chunks: see RowKVCache
             if self.spec.cuda_graphs and (self.device.type == "cuda" or self.graphs_without_capture):
-                graphs = graphed_decoder(self, len(hidden), capacity, capture=self.device.type == "cuda")
+                on_gpu = self.device.type == "cuda"
+                graphs = graphed_decoder(
+                    self, len(hidden), capacity, capture=on_gpu,
+                    compile_step=self.spec.compile_step and (on_gpu or self.graphs_compile_without_capture),
+                    row_tile=CUDA_ROW_TILE if on_gpu and self.spec.batch_invariant else None)
                 return hidden, logits, GraphedRowCacheState(graphs, graphs.start(layer_kv, mask, fan_out, capacity),
                                                             next_position)
             row_kv = RowKVCache.from_prefill(layer_kv, mask, fan_out, capacity=capacity)
@@ -580,18 +623,6 @@ class FrozenLM:
         if chunks:
             embeddings[[i for batch in batches for i in batch]] = torch.cat(chunks)  # back to the caller's order
         return embeddings
-
-
-def eager_attention(
-    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scaling: float
-) -> torch.Tensor:
-    """HF's ``eager_attention_forward`` for GQA-packed queries: ``q`` ``[rows, kv_heads, groups,
-    head_dim]`` against ``keys`` / ``values`` ``[rows, kv_heads, columns, head_dim]`` with an additive
-    ``mask`` broadcast to the scores ``[rows, kv_heads, groups, columns]``; the softmax in float32.
-    Returns ``[rows, kv_heads, groups, head_dim]``. The scores are ``q @ keys^T`` so that contiguous
-    keys are read in place (oneDNN's bf16 batched matmul copies any other layout first)."""
-    scores = torch.matmul(q, keys.transpose(-1, -2)) * scaling + mask
-    return torch.matmul(scores.softmax(-1, dtype=torch.float32).to(q.dtype), values)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

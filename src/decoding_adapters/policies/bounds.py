@@ -13,6 +13,8 @@ import json
 import math
 from typing import Any
 
+from .kinds import adapter_kind
+
 __all__ = ["check_adapter_fields", "parse_json", "MAX_POLICY_PARAMETERS", "MAX_JSON_DEPTH"]
 
 MAX_POLICY_PARAMETERS = 200_000_000
@@ -113,7 +115,7 @@ def check_adapter_fields(data: dict) -> None:
                     raise ValueError(f"policy.budget_priors[{i}] must be a (budget, prior) pair, got {pair!r}"[:300])
                 _int(pair[0], f"policy.budget_priors[{i}] budget", 1, MAX_TOKENS)
                 _distribution(pair[1], f"policy.budget_priors[{i}] prior")
-        parameters = _parameters(policy, kind)
+        parameters = _parameters(policy, adapter_kind(kind).per_token)
         if parameters > MAX_POLICY_PARAMETERS:
             raise ValueError(f"the policy adapter.json describes would have {parameters:,} parameters, over the "
                              f"{MAX_POLICY_PARAMETERS:,} any adapter may have")
@@ -135,11 +137,12 @@ def check_adapter_fields(data: dict) -> None:
         _int(draft["token_budget"], "draft.token_budget", 1, MAX_TOKENS)
 
 
-def _parameters(policy: dict, kind: str) -> int:
+def _parameters(policy: dict, per_token: bool) -> int:
     """About how many parameters the head of ``policy`` has (its widest layers), from fields
-    already checked to be integers in bounds (defaults where absent)."""
-    layers = policy.get("layers", 2 if kind != "token" else 3)
-    if kind == "token":
+    already checked to be integers in bounds (defaults where absent); ``per_token``: the kind's
+    policy reads the LM's hidden state at every token (``AdapterKind.per_token``)."""
+    layers = policy.get("layers", 3 if per_token else 2)
+    if per_token:
         width, inputs = policy.get("width", 256), policy.get("hidden_size", 1) + 2
     else:
         width = policy.get("hidden", 256)
