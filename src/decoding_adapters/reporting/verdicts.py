@@ -8,7 +8,7 @@ import math
 import statistics
 from typing import Mapping, Sequence
 
-from ..core.stats import paired_ci
+from ..core.stats import paired_ci, problem_means, seed_interval
 from .cells import (
     adapters_at,
     first_method,
@@ -46,8 +46,10 @@ DRAFT_CONTROLS = ("random gate", "confidence threshold")
 
 
 def per_problem_means(details, name, metric) -> list[float] | None:
+    """Each problem's ``metric`` averaged over seeds and samples (the one reduction every interval
+    over problems uses); None without per-problem values."""
     rows = (details or {}).get("per_problem", {}).get(name, {}).get(metric)
-    return [statistics.fmean(r) for r in rows] if rows else None
+    return problem_means(rows) if rows else None
 
 
 def compare(results, details, adapter: str, baseline: str, metric: str, confidence: float) -> dict:
