@@ -362,6 +362,7 @@ def test_verdicts_say_on_how_many_seeds_the_direction_holds_and_judge_the_draft_
     # the strongest static method on the split, then the controls; the controls get no verdict of their own
     assert [v.split("**")[1].split(" ")[-1] for v in draft] == ["answer", "(30%)"]
     assert "beats Stop at first answer" in draft[0]
-    assert "per seed +20.0 / -5.0 / +10.0: holds on 2 of 3 seeds" in draft[0]
+    # with the t-interval over the three seeds: mean 8.33, sd 12.58, t_2 = 4.3027 -> half-width 31.26
+    assert "per seed +20.0 / -5.0 / +10.0 (over seeds +8.3 [-22.9, +39.6]): holds on 2 of 3 seeds" in draft[0]
     assert "holds on every seed (3 of 3)" in draft[1]
     assert not any(v.startswith("- **Random gate") for v in lines)
