@@ -125,3 +125,34 @@ def test_a_report_written_now_rederives(tmp_path):
     assert not result.mismatches, "\n".join(result.lines(verbose=False))
     assert any("over seeds" in c.where for c in result.checks)
     assert any(c.where.endswith(": claim") for c in result.checks)
+
+
+def test_a_target_line_with_the_interval_over_seeds_rederives():
+    """A target written as the pipeline writes it (difference, per-seed clause with the interval over
+    seeds) is read back; a wrong 'met' is caught."""
+    from decoding_adapters.reporting.rederive import check_targets
+    from decoding_adapters.reporting.verdicts import compare, per_seed_differences, seed_clause
+
+    rows_a = [[0.9, 0.6, 0.8] if i % 3 else [0.2, 0.3, 0.1] for i in range(30)]
+    rows_b = [[0.5, 0.5, 0.5] if i % 2 else [0.4, 0.4, 0.4] for i in range(30)]
+    details = {"config": {"k_values": [1], "seeds": 3, "confidence": 0.95},
+               "problems": [{"id": f"p{i}"} for i in range(30)],
+               "methods": {"Adapter": {"kind": "draft", "role": "draft-gated", "decodes_per_problem": {"1": 1.3}},
+                           "Stop at first answer": {"kind": "greedy", "role": "stop at first answer"}},
+               "per_problem": {"Adapter": {"pass@1": rows_a}, "Stop at first answer": {"pass@1": rows_b}}}
+    results = {n: {"pass@1": {"mean": 0.5, "ci_low": 0.4, "ci_high": 0.6}} for n in details["methods"]}
+    c = compare(results, details, "Adapter", "Stop at first answer", "pass@1", 0.95)
+    seeds = seed_clause(per_seed_differences(details, "Adapter", "Stop at first answer", "pass@1"),
+                        lambda d: d >= 0.03)
+    met = c["diff"] >= 0.03 and c["low"] > 0
+    line = (f"- **{'met' if met else 'not met'}**: Adapter: pass@1 at least +3 points over Stop at first answer, "
+            f"interval above 0, at <= 1.5 decodes per problem — vs Stop at first answer {c['diff'] * 100:+.1f} "
+            f"[{c['low'] * 100:+.1f}, {c['high'] * 100:+.1f}] ({seeds})")
+    assert "over seeds" in line
+    out = Rederivation()
+    check_targets(out, RunFiles(details), line)
+    assert len(out.checks) == 5 and not out.mismatches and not out.gaps, out.lines()
+    out = Rederivation()
+    check_targets(out, RunFiles(details), line.replace("**met**" if met else "**not met**",
+                                                       "**not met**" if met else "**met**"))
+    assert len(out.mismatches) == 1
