@@ -17,6 +17,10 @@ from decoding_adapters.core.stats import (
     mean_ci,
     paired_ci,
     pass_at_k,
+    problem_binomial_halfwidth,
+    problem_interval,
+    problem_means,
+    seed_interval,
     t_quantile,
 )
 
@@ -91,3 +95,29 @@ def test_format_interval_and_small_helpers():
     assert format_interval(12.345, None, None, digits=1) == "12.3"
     assert finite_or_none(math.nan) is None and finite_or_none(None) is None and finite_or_none(0.25) == 0.25
     assert check_int("k", 3.0) == 3
+
+
+def test_problem_intervals_count_each_problem_once():
+    """Hand-computed: 4 problems x 3 seeds, two of them deterministic (the same value every seed).
+    Per-problem means 1, 0, 2/3, 1/3: mean 0.5, sd sqrt(5/27), t_{3, 0.975} = 3.182446."""
+    rows = [[1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [1.0, 1.0, 0.0], [[0.0, 1.0], [0.0, 0.0], [0.5, 0.5]]]
+    assert problem_means(rows) == pytest.approx([1.0, 0.0, 2 / 3, 1 / 3])
+    mean, low, high = problem_interval(rows)
+    half = 3.182446 * math.sqrt(5 / 27) / 2
+    assert mean == pytest.approx(0.5) and high - mean == pytest.approx(half, rel=1e-5)
+    assert problem_interval(rows, bounds=(0.0, 1.0))[1] == 0.0  # clipped: 0.5 - 0.685 < 0
+    h, n = problem_binomial_halfwidth(rows)
+    assert n == 4 and h == pytest.approx(1.959964 * math.sqrt(0.25 / 4))
+    # 200 problems scored once and repeated over 3 seeds: the paper's ± at 50% is ±6.9, not ±4.0
+    h, n = problem_binomial_halfwidth([[float(i % 2)] * 3 for i in range(200)])
+    assert n == 200 and round(100 * h, 1) == 6.9
+    with pytest.raises(ValueError):
+        problem_means([[1.0], []])
+
+
+def test_seed_interval_is_a_t_interval_over_seeds():
+    mean, low, high = seed_interval([-0.006, 0.031, 0.009])
+    sd = statistics.stdev([-0.006, 0.031, 0.009])
+    assert mean == pytest.approx(0.034 / 3)
+    assert high - mean == pytest.approx(4.302653 * sd / math.sqrt(3), rel=1e-5)
+    assert math.isnan(seed_interval([0.01])[1])

@@ -238,16 +238,17 @@ def test_token_verdict_compares_with_best_greedy_per_token_mixed_and_the_best_to
 
 
 def test_paper_style_binomial_interval_column(tmp_path):
-    """results.json carries the paper's ± (normal-approximation binomial over all (problem,
-    run) outcomes) and the report prints it; ±1.25 at 71.7% with ~5,000 outcomes as in the paper."""
+    """results.json carries the paper's ± (normal-approximation binomial, N the distinct problems:
+    a problem scored over three seeds counts once) and the report prints it; ±1.25 at 71.7% with
+    ~5,000 outcomes as in the paper."""
     from decoding_adapters.evaluation import binomial_halfwidth
     from decoding_adapters.reporting.report import paper_interval_table
 
     assert binomial_halfwidth(0.717, 4985) * 100 == pytest.approx(1.25, abs=0.005)
     results, details = fake_evaluation(problems=20, seeds=3)
     entry = results["Greedy"]["pass@1"]
-    assert entry["outcomes"] == 60
-    assert entry["binomial_halfwidth"] == pytest.approx(1.959964 * math.sqrt(entry["mean"] * (1 - entry["mean"]) / 60))
+    assert entry["outcomes"] == 20
+    assert entry["binomial_halfwidth"] == pytest.approx(1.959964 * math.sqrt(entry["mean"] * (1 - entry["mean"]) / 20))
     assert "binomial_halfwidth" not in results["Greedy"]["mean_length"]
     table = paper_interval_table(results)
     assert f"{entry['mean'] * 100:.2f} ± {entry['binomial_halfwidth'] * 100:.2f}" in table
@@ -361,6 +362,7 @@ def test_verdicts_say_on_how_many_seeds_the_direction_holds_and_judge_the_draft_
     # the strongest static method on the split, then the controls; the controls get no verdict of their own
     assert [v.split("**")[1].split(" ")[-1] for v in draft] == ["answer", "(30%)"]
     assert "beats Stop at first answer" in draft[0]
-    assert "per seed +20.0 / -5.0 / +10.0: holds on 2 of 3 seeds" in draft[0]
+    # with the t-interval over the three seeds: mean 8.33, sd 12.58, t_2 = 4.3027 -> half-width 31.26
+    assert "per seed +20.0 / -5.0 / +10.0 (over seeds +8.3 [-22.9, +39.6]): holds on 2 of 3 seeds" in draft[0]
     assert "holds on every seed (3 of 3)" in draft[1]
     assert not any(v.startswith("- **Random gate") for v in lines)

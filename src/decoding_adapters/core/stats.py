@@ -1,7 +1,9 @@
 """Statistics of an evaluation: the unbiased pass@k estimator and confidence intervals.
 
 A leaf module (standard library only): ``pass_at_k``, Student-t intervals of a mean
-(``mean_ci``) and of paired differences (``paired_ci``), and how an interval is printed
+(``mean_ci``) and of paired differences (``paired_ci``), the one reduction of per-problem values
+over seeds and samples that every interval over problems starts from (``problem_means``,
+``problem_interval``, ``problem_binomial_halfwidth``), and how an interval is printed
 (``format_interval``). ``evaluation`` summarises with them and ``report`` compares with them.
 """
 
@@ -18,6 +20,10 @@ __all__ = [
     "mean_ci",
     "paired_ci",
     "binomial_halfwidth",
+    "problem_means",
+    "problem_interval",
+    "problem_binomial_halfwidth",
+    "seed_interval",
     "finite_or_none",
     "format_interval",
 ]
@@ -141,6 +147,53 @@ def binomial_halfwidth(p: float, outcomes: int, confidence: float = 0.95) -> flo
         raise ValueError("a binomial interval needs at least one outcome")
     z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
     return z * math.sqrt(min(max(p * (1 - p), 0.0), 0.25) / outcomes)
+
+
+def problem_means(rows: Sequence) -> list[float]:
+    """Each distinct problem's value, averaged over its seeds and samples: ``rows[i]`` holds problem
+    i's values (one per seed, or per seed and sample, nested lists; a bare number is one value).
+
+    Every interval over problems starts here, so a problem counts once whether it was scored once
+    (a deterministic row standing for every seed) or once per seed and sample: the seeds of one
+    problem are not independent draws of the problem population."""
+    def flat(value) -> list[float]:
+        if isinstance(value, (int, float)):
+            return [float(value)]
+        return [x for v in value for x in flat(v)]
+
+    out = []
+    for i, row in enumerate(rows):
+        values = flat(row)
+        if not values:
+            raise ValueError(f"problem {i} has no values")
+        out.append(math.fsum(values) / len(values))
+    return out
+
+
+def problem_interval(rows: Sequence, confidence: float = 0.95,
+                     bounds: tuple[float, float] | None = None) -> tuple[float, float, float]:
+    """(mean, low, high) over distinct problems: the Student-t interval of :func:`problem_means`,
+    clipped to ``bounds`` (e.g. ``(0, 1)`` for a probability) where given."""
+    mean, low, high = mean_ci(problem_means(rows), confidence)
+    if bounds is not None and not math.isnan(low):
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    return mean, low, high
+
+
+def problem_binomial_halfwidth(rows: Sequence, confidence: float = 0.95) -> tuple[float, int]:
+    """(half-width, problems): the paper-style binomial interval of the mean of
+    :func:`problem_means`, with N the number of distinct problems (not problems x seeds: a problem
+    repeated over seeds is one draw of the problem population, and a deterministic row repeats it
+    exactly)."""
+    means = problem_means(rows)
+    return binomial_halfwidth(math.fsum(means) / len(means), len(means), confidence), len(means)
+
+
+def seed_interval(per_seed: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high) of per-training-seed values (e.g. one paired difference per seed): the
+    Student-t interval over seeds, which carries the training-seed variance the interval over
+    problems leaves out. With one seed the interval is NaN."""
+    return mean_ci(per_seed, confidence)
 
 
 def finite_or_none(x: float) -> float | None:

@@ -74,12 +74,13 @@ instead of ``mean ± half-width``). Differences between two methods on the same 
 :func:`stats.paired_ci` (a t interval on per-problem differences), which is what the report uses to
 say whether an adapter beats a baseline.
 
-The paper's ± is a different interval: a normal-approximation binomial interval at 95% over all
-(problem, run) outcomes, z · sqrt(p(1-p)/N) with z ≈ 1.96 (e.g. ±1.25 at 71.7% matches N ≈ 5,000
-outcomes; it is a 95% interval, not one standard error). It treats every outcome as an independent
-draw and is therefore narrower. Each pass@k entry of ``results.json`` carries it as
-``binomial_halfwidth`` (a fraction, like the mean) with ``outcomes`` = problems × seeds, so a table
-can be compared with the paper's; verdicts never use it. ``eval_details.json`` also gives the
+The paper's ± is a different interval: a normal-approximation binomial interval at 95%,
+z · sqrt(p(1-p)/N) with z ≈ 1.96 (e.g. ±1.25 at 71.7% matches N ≈ 5,000 outcomes; it is a 95%
+interval, not one standard error). It treats each outcome as an independent draw. Each pass@k
+entry of ``results.json`` carries it as ``binomial_halfwidth`` (a fraction, like the mean) with
+``outcomes`` = the distinct problems (a problem's seeds and samples are averaged first, by the same
+``stats.problem_means`` as the Student-t interval: a problem scored once per seed is one draw, not
+several), so a table can be compared with the paper's; verdicts never use it. ``eval_details.json`` also gives the
 binomial standard error (``binomial_se``) and the across-seed spread (``seed_means``, ``seed_std``:
 the mean over problems computed separately for each seed).
 

@@ -302,8 +302,10 @@ class ThresholdGate:
 
 
 class RandomGate(ThresholdGate):
-    """The random control: re-decode a problem when its own uniform (keyed by seed, problem and k,
-    whatever the batch) is below ``share``."""
+    """The random control at exactly a share: of the P problems it is shown together (every problem
+    of one seed and k), re-decode the ``round(share * P)`` whose own uniforms (keyed by seed, problem
+    and k, whatever the order) are the smallest. A seeded choice of exactly that many, so the control
+    spends the compared method's share, not a Bernoulli draw per problem that misses it by chance."""
 
     def __init__(self, share: float, action: int = 1, num_outputs: int = 2):
         if not 0 <= share <= 1:
@@ -313,7 +315,11 @@ class RandomGate(ThresholdGate):
     def choose(self, contexts, budgets, *, deterministic: bool = True, uniform=None):
         if uniform is None:
             raise ValueError("the random gate needs one uniform number per problem")
-        choice = torch.where(uniform < self.share, self.action, KEEP_DRAFT)
+        uniform = uniform.reshape(-1)  # [P]
+        count = int(round(self.share * len(uniform)))
+        chosen = torch.argsort(uniform, stable=True)[:count]  # ties: the earlier problem
+        choice = torch.full((len(uniform),), KEEP_DRAFT, dtype=torch.long)
+        choice[chosen] = self.action
         return choice, torch.nn.functional.one_hot(choice, self.num_outputs).float()
 
 

@@ -17,7 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..core.files import write_json
-from ..core.stats import binomial_halfwidth, finite_or_none, format_interval, mean_ci, pass_at_k
+from ..core.stats import finite_or_none, format_interval, pass_at_k, problem_binomial_halfwidth, problem_interval
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction
 from ..decoding.loop import DecodeResult, row_seed
 from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
@@ -542,15 +542,14 @@ def _summarise(per_problem: dict[str, list[list[float]]], cfg: EvalConfig) -> tu
     """results entry ``{metric: {mean, ci_low, ci_high}}`` and extra summary statistics."""
     entry, extra = {}, {}
     for metric, rows in per_problem.items():
-        mean, low, high = mean_ci([statistics.fmean(r) for r in rows], cfg.confidence)
-        if metric.startswith("pass@"):  # a probability: clip the interval to [0, 1]
-            low, high = max(low, 0.0), min(high, 1.0)
+        # a probability's interval is clipped to [0, 1]; every interval counts a problem once
+        mean, low, high = problem_interval(rows, cfg.confidence, (0.0, 1.0) if metric.startswith("pass@") else None)
         entry[metric] = {"mean": mean, "ci_low": finite_or_none(low), "ci_high": finite_or_none(high)}
         seed_means = [statistics.fmean(r[s] for r in rows) for s in range(cfg.seeds)]
-        runs = len(rows) * cfg.seeds
+        runs = len(rows)  # distinct problems: a problem's seeds are not independent outcomes
         if metric.startswith("pass@"):  # the paper's ± (comparable with its tables; not used for verdicts)
-            entry[metric]["binomial_halfwidth"] = binomial_halfwidth(mean, runs, cfg.confidence)
-            entry[metric]["outcomes"] = runs
+            entry[metric]["binomial_halfwidth"], entry[metric]["outcomes"] = problem_binomial_halfwidth(
+                rows, cfg.confidence)
         extra[metric] = {
             "seed_means": seed_means,
             "seed_std": statistics.stdev(seed_means) if len(seed_means) > 1 else 0.0,

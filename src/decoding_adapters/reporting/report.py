@@ -383,10 +383,10 @@ def _markdown(title, results, details, figs, sections=()) -> str:
             "",
             paper,
             "",
-            "± is the paper's interval: a normal-approximation binomial 95% interval over all (problem, run) "
-            "outcomes, z·sqrt(p(1-p)/N). It ignores problem-to-problem variation, so it is narrower than the "
-            "Student-t intervals above; use it only to compare with the paper's tables (verdicts use paired "
-            "per-problem differences).",
+            "± is the paper's interval: a normal-approximation binomial 95% interval, z·sqrt(p(1-p)/N), with N the "
+            "distinct problems (Outcomes): a problem's seeds and samples are averaged first, as for the Student-t "
+            "intervals above, so a problem scored once per seed is not counted as several. Use it only to compare "
+            "with the paper's tables (verdicts use paired per-problem differences).",
             "",
         ]
     seeds = seed_table(results, details)

@@ -119,8 +119,8 @@ def all_methods_table(results: Mapping, details: Mapping | None = None) -> str:
 
 def paper_interval_table(results: Mapping) -> str:
     """Every method by pass@k as ``mean ± h`` with h the paper-style half-width (normal-approximation
-    binomial over all (problem, run) outcomes, ``binomial_halfwidth`` in results.json); '' when the
-    results carry none."""
+    binomial over the distinct problems, ``binomial_halfwidth`` and ``outcomes`` in results.json); ''
+    when the results carry none."""
     metrics = [m for m in metric_columns(results) if m.startswith("pass@")]
     if not any("binomial_halfwidth" in (res.get(m) or {}) for res in results.values() for m in metrics):
         return ""

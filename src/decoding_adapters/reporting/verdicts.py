@@ -8,7 +8,7 @@ import math
 import statistics
 from typing import Mapping, Sequence
 
-from ..core.stats import paired_ci
+from ..core.stats import paired_ci, problem_means, seed_interval
 from .cells import (
     adapters_at,
     first_method,
@@ -46,8 +46,10 @@ DRAFT_CONTROLS = ("random gate", "confidence threshold")
 
 
 def per_problem_means(details, name, metric) -> list[float] | None:
+    """Each problem's ``metric`` averaged over seeds and samples (the one reduction every interval
+    over problems uses); None without per-problem values."""
     rows = (details or {}).get("per_problem", {}).get(name, {}).get(metric)
-    return [statistics.fmean(r) for r in rows] if rows else None
+    return problem_means(rows) if rows else None
 
 
 def compare(results, details, adapter: str, baseline: str, metric: str, confidence: float) -> dict:
@@ -84,14 +86,19 @@ def per_seed_differences(details: Mapping | None, a: str, b: str, metric: str) -
     return [statistics.fmean(at(ra, s) - at(rb, s) for ra, rb in zip(rows_a, rows_b)) for s in range(seeds)]
 
 
-def seed_clause(diffs: Sequence[float] | None, holds) -> str:
-    """'per seed +1.0 / -0.5 / +2.0: holds on 2 of 3 seeds' (points), where ``holds(d)`` says whether
-    one seed's difference meets the claim; '' without per-seed values."""
+def seed_clause(diffs: Sequence[float] | None, holds, confidence: float = 0.95) -> str:
+    """'per seed +1.0 / -0.5 / +2.0 (over seeds +0.8 [-2.1, +3.7]): holds on 2 of 3 seeds' (points),
+    where ``holds(d)`` says whether one seed's difference meets the claim and the bracket is the
+    Student-t interval of the mean over seeds (the training-seed variance the interval over problems
+    leaves out); '' without per-seed values."""
     if not diffs:
         return ""
     count = sum(1 for d in diffs if holds(d))
     where = f"on every seed ({count} of {len(diffs)})" if count == len(diffs) else f"on {count} of {len(diffs)} seeds"
-    return "per seed " + " / ".join(signed(d * 100, 1) for d in diffs) + f": holds {where}"
+    mean, low, high = seed_interval(diffs, confidence)
+    spread = f" (over seeds {signed(mean * 100, 1)} [{signed(low * 100, 1)}, {signed(high * 100, 1)}])" \
+        if len(diffs) > 1 else ""
+    return "per seed " + " / ".join(signed(d * 100, 1) for d in diffs) + spread + f": holds {where}"
 
 
 def _same_direction(overall: float):
@@ -304,8 +311,8 @@ def _adapter_verdict(results, details, name, baseline, metrics, confidence) -> s
              for m, c in comps.items()]
     seeds = []
     for m in dict.fromkeys([metrics[0], metrics[-1]] if metrics else []):
-        clause = seed_clause(per_seed_differences(details, name, baseline, m), _same_direction(comps[m]["diff"])) \
-            if m in comps else ""
+        clause = seed_clause(per_seed_differences(details, name, baseline, m), _same_direction(comps[m]["diff"]),
+                             confidence) if m in comps else ""
         if clause:
             seeds.append(f"{metric_label(m)} {clause}")
     seed_text = ("\n  Across seeds (the direction of the difference): " + "; ".join(seeds) + ".") if seeds else ""

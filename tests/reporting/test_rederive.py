@@ -1,0 +1,158 @@
+"""The re-derivation script on the committed run: every number of the README's results table and of
+the report's verdicts comes back from docs/reproduce/eval_details.json alone; the numbers the files
+cannot give are the known gaps below, named; a changed number is caught."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from decoding_adapters.reporting.rederive import Rederivation, RunFiles, check_table, markdown_section, rederive
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = ROOT / "docs" / "reproduce"
+
+KNOWN_GAPS = {
+    # the gates' choices are committed, the draft confidence they read only for seed 0's kept trajectories
+    "Draft-gated: the draft confidence its choices read",
+    "Confidence threshold (max_prob_min): the draft confidence its choices read",
+    # re-decode outcomes exist only where some method re-decoded
+    "re-decode outcomes",
+    # measured on the selection's validation outcomes, not committed
+    "Head-room captured",
+}
+
+
+@pytest.fixture(scope="module")
+def committed():
+    return rederive(RUN, ROOT / "README.md")
+
+
+def test_the_committed_run_rederives(committed):
+    assert not committed.mismatches, "\n".join(committed.lines(verbose=False))
+    assert {g.where for g in committed.gaps} == KNOWN_GAPS
+
+
+def test_every_published_row_and_verdict_is_checked(committed):
+    where = [c.where for c in committed.checks]
+    readme_rows = [line for line in (ROOT / "README.md").read_text().split("![", 1)[1].split("\n\n## ")[0]
+                   .splitlines() if line.startswith("| ") and not line.startswith(("| method", "| ---"))]
+    assert len({w.split(" / ")[0] for w in where if w.startswith("README table")}) == len(readme_rows)
+    report = (RUN / "report.md").read_text()
+    bullets = re.findall(r"^- \*\*", markdown_section(report, "Verdict"), flags=re.M)
+    assert sum(w.endswith(": claim") or w.endswith(": identical") for w in where) == len(bullets)
+    levels = re.findall(r"^- \*\*≤ ", markdown_section(report, "Accuracy per compute"), flags=re.M)
+    assert sum(w.endswith(": leader") for w in where) == len(levels)
+    targets = re.findall(r"^- \*\*(?:not )?met\*\*", markdown_section(report, "Targets"), flags=re.M)
+    assert sum(w.startswith("target") and ": " in w and "vs" not in w.split(":")[0] for w in where) == len(targets)
+
+
+@pytest.mark.parametrize("where,old,new", [
+    ("README.md", "| **62.6 ± 5.9** |", "| **62.7 ± 5.9** |"),
+    ("report.md", "Pass@1 +1.12 [-1.17, +3.42];", "Pass@1 +1.12 [-1.07, +3.42];"),
+    ("report.md", "Pass@1 per seed -0.6 / +3.1 / +0.9: holds on 2 of 3 seeds",
+     "Pass@1 per seed -0.6 / +3.1 / +0.9: holds on every seed (3 of 3)"),
+    ("report.md", "**≤ 4 decodes / problem: Draft-gated** leads", "**≤ 4 decodes / problem: Best** leads"),
+    ("report.md", "- **met**: Seq w/ budget not below", "- **not met**: Seq w/ budget not below"),
+    ("report.md", "| Draft-gated | 1 | 34% | 75.6 (393)", "| Draft-gated | 1 | 34% | 75.9 (393)"),
+])
+def test_a_changed_number_is_a_mismatch(tmp_path, where, old, new):
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("eval_details.json", "report.md"):
+        shutil.copy(RUN / name, run / name)
+    readme = tmp_path / "README.md"
+    shutil.copy(ROOT / "README.md", readme)
+    path = readme if where == "README.md" else run / where
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    assert len(rederive(run, readme).mismatches) == 1
+
+
+def test_the_newer_fields_are_used_where_present():
+    """family, the 'answer' compute entry and per-problem answer accuracy, as the next run writes them."""
+    details = {
+        "config": {"k_values": [1, 4], "seeds": 2, "confidence": 0.95},
+        "problems": [{"id": f"p{i}"} for i in range(4)],
+        "methods": {
+            "Stop at first answer": {"kind": "greedy", "role": "stop at first answer", "family": "static",
+                                     "decodes_per_problem": {"1": 1.0, "4": 1.0, "answer": 1.0},
+                                     "tokens_per_problem": {"1": 20.0, "4": 20.0, "answer": 20.0}},
+            "Attempt policy": {"kind": "draft", "role": "attempt", "family": "learned",
+                               "decodes_per_problem": {"1": 1.5, "4": 4.0, "answer": 1.52},
+                               "tokens_per_problem": {"1": 30.0, "4": 80.0, "answer": 31.0}},
+        },
+        "per_problem": {
+            "Stop at first answer": {"answer_accuracy": [[1, 1], [0, 0], [1, 1], [0, 0]]},
+            "Attempt policy": {"answer_accuracy": [[1, 1], [1, 0], [1, 1], [0, 0]]},
+        },
+    }
+    run = RunFiles(details)
+    assert run.family("Attempt policy") == "learned" and run.compute("Attempt policy", "decodes", "answer") == 1.52
+    # per-problem means 1, 0.5, 1, 0: 62.5, half-width 3.1824 * 0.4787 / 2 = 76.2 points, clipped to [0, 100]
+    table = [["method", "answer accuracy", "decodes / problem", "tokens / problem"],
+             ["**Attempt policy**", "**62.5 [0.0, 100.0]**", "1.52", "31.0"],
+             ["Stop at first answer", "50.0 [0.0, 100.0]", "1", "20"]]
+    out = Rederivation()
+    check_table(out, run, table, "README table")
+    assert len(out.checks) == 6 and not out.mismatches, out.lines()
+    # the same table with a wrong answer accuracy
+    table[1][1] = "65.0 [0.0, 100.0]"
+    out = Rederivation()
+    check_table(out, run, table, "README table")
+    assert len(out.mismatches) == 1
+    # without the field, the family comes from the kind and role
+    del details["methods"]["Stop at first answer"]["family"]
+    assert run.family("Stop at first answer") == "static"
+
+
+def test_a_report_written_now_rederives(tmp_path):
+    """The report code's verdicts (with the interval over seeds) read back by the script."""
+    from tests.reporting.test_report import fake_evaluation
+
+    from decoding_adapters.reporting.report import write_report
+
+    results, details = fake_evaluation({"Seq w/ budget": 0.15, "Token w/ budget": -0.3})
+    out = tmp_path / "report"
+    write_report(out, results, details)
+    (out / "eval_details.json").write_text(json.dumps(details))
+    result = rederive(out)
+    assert not result.mismatches, "\n".join(result.lines(verbose=False))
+    assert any("over seeds" in c.where for c in result.checks)
+    assert any(c.where.endswith(": claim") for c in result.checks)
+
+
+def test_a_target_line_with_the_interval_over_seeds_rederives():
+    """A target written as the pipeline writes it (difference, per-seed clause with the interval over
+    seeds) is read back; a wrong 'met' is caught."""
+    from decoding_adapters.reporting.rederive import check_targets
+    from decoding_adapters.reporting.verdicts import compare, per_seed_differences, seed_clause
+
+    rows_a = [[0.9, 0.6, 0.8] if i % 3 else [0.2, 0.3, 0.1] for i in range(30)]
+    rows_b = [[0.5, 0.5, 0.5] if i % 2 else [0.4, 0.4, 0.4] for i in range(30)]
+    details = {"config": {"k_values": [1], "seeds": 3, "confidence": 0.95},
+               "problems": [{"id": f"p{i}"} for i in range(30)],
+               "methods": {"Adapter": {"kind": "draft", "role": "draft-gated", "decodes_per_problem": {"1": 1.3}},
+                           "Stop at first answer": {"kind": "greedy", "role": "stop at first answer"}},
+               "per_problem": {"Adapter": {"pass@1": rows_a}, "Stop at first answer": {"pass@1": rows_b}}}
+    results = {n: {"pass@1": {"mean": 0.5, "ci_low": 0.4, "ci_high": 0.6}} for n in details["methods"]}
+    c = compare(results, details, "Adapter", "Stop at first answer", "pass@1", 0.95)
+    seeds = seed_clause(per_seed_differences(details, "Adapter", "Stop at first answer", "pass@1"),
+                        lambda d: d >= 0.03)
+    met = c["diff"] >= 0.03 and c["low"] > 0
+    line = (f"- **{'met' if met else 'not met'}**: Adapter: pass@1 at least +3 points over Stop at first answer, "
+            f"interval above 0, at <= 1.5 decodes per problem — vs Stop at first answer {c['diff'] * 100:+.1f} "
+            f"[{c['low'] * 100:+.1f}, {c['high'] * 100:+.1f}] ({seeds})")
+    assert "over seeds" in line
+    out = Rederivation()
+    check_targets(out, RunFiles(details), line)
+    assert len(out.checks) == 5 and not out.mismatches and not out.gaps, out.lines()
+    out = Rederivation()
+    check_targets(out, RunFiles(details), line.replace("**met**" if met else "**not met**",
+                                                       "**not met**" if met else "**met**"))
+    assert len(out.mismatches) == 1
