@@ -15,6 +15,7 @@ chunking gives the same tokens for the same request.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -26,6 +27,8 @@ from .actions import ActionSet
 from .loop import Chooser, DecodeResult, StopCheck, decode
 
 __all__ = [
+    "STOP_AT_ANSWER",
+    "answer_stops",
     "RolloutRequest",
     "Rollouts",
     "HFRollouts",
@@ -35,6 +38,22 @@ __all__ = [
     "encode_problems",
     "score_rows",
 ]
+
+
+STOP_AT_ANSWER: bool = True
+"""The protocol's default, for every method, trainer and adapter: each sample ends at its task's
+first complete answer (``Task.answer_complete``, checked after every token), so no method is scored
+on what it writes after its answer and none spends tokens there. Every config's ``stop_at_answer``
+defaults to this one value (``--no-stop-at-answer`` decodes to the budget); a task that does not
+say what a complete answer is (code) is decoded to its end either way."""
+
+
+def answer_stops(task, problems: Sequence, prompt_of_row: Sequence[int], on: bool) -> list[StopCheck] | None:
+    """Per row, the check that ends it at the first complete answer to ``problems[prompt_of_row[r]]``
+    (``task.answer_complete``), when ``on``; None when off (rows run to EOS or their budget)."""
+    if not on:
+        return None
+    return [functools.partial(task.answer_complete, problems[i]) for i in prompt_of_row]
 
 
 @dataclass

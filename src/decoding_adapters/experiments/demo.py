@@ -42,9 +42,9 @@ from ..evaluation import (
     best_token_action_method,
     format_table,
     greedy_method,
+    greedy_to_budget_method,
     mixed_method,
     sequence_mixture_of_token_actions,
-    stop_at_first_answer_method,
     token_mixed_method,
 )
 from ..lm.models import ModelSpec, load_frozen_lm
@@ -668,7 +668,6 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     meta = pipeline.selection_meta(cfg, task.name, len(problems), pool)
     print(pipeline.write_selection(out / "actions", pool, table, sel.k, meta, cfg.eval.k_values))
     actions_path, table_path = out / "actions" / "actions.json", out / "actions" / "outcomes.jsonl"
-    stop_score = pipeline.stop_first_validation(lm, task, problems, cfg, out / "actions" / "stop_first.json", progress)
     token_actions = list(PRESETS["math-token"])
     best_token = _best_token_action(lm, task, cfg, out / "actions", progress)
     token_baselines = _token_baselines(token_actions, best_token)
@@ -712,8 +711,8 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
 
     clock.begin("evaluate", "evaluation", f"{cfg.eval_problems} test problems x {cfg.seeds} seeds, "
                                           f"pass@{','.join(map(str, cfg.eval.k_values))}")
-    methods = [greedy_method(), stop_at_first_answer_method(),
-               pipeline.best_method(actions_path, cfg.eval.k_values, stop_score),
+    methods = [greedy_method(), *([greedy_to_budget_method()] if cfg.stop_at_answer else []),
+               pipeline.best_method(actions_path, cfg.eval.k_values),
                mixed_method(load_action_set(actions_path), "Mixed"),
                *token_baselines]
     methods += [pipeline.adapter_runs(out, prefix, cfg, lm, name) for prefix, name in ADAPTER_NAMES.items()]
