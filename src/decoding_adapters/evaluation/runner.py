@@ -20,7 +20,6 @@ scored from stored samples, writes the same shape):
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 import time
@@ -36,7 +35,7 @@ from ..core.files import write_json
 from ..core.stats import binomial_halfwidth, finite_or_none, format_interval, mean_ci, pass_at_k
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction
 from ..decoding.loop import DecodeResult, row_seed
-from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, answer_stops, encode_problems
+from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, answer_check, answer_stops, encode_problems
 from ..policies.networks import TokenPolicyChooser, UniformChooser
 from ..selection.best import BestStatic, best_static_from_counts
 from ..tasks import content_hash
@@ -290,7 +289,7 @@ def _decode_static(keys, prompts, problems, task, cfg, rollouts: Rollouts, store
     if not keys:
         return
     index = {a: i for i, a in enumerate(rollouts.action_set.actions)}
-    stops = [functools.partial(task.answer_complete, problems[k.problem]) if k.stop_at_answer else None for k in keys]
+    stops = [answer_check(task, problems[k.problem]) if k.stop_at_answer else None for k in keys]
     # every static row of an evaluation under the protocol stops; a control decodes to the budget
     _run_rows(
         keys,
@@ -458,7 +457,7 @@ def evaluate(
         if m.keeps_draft:
             stop = m.stops(cfg)
             if stop not in summaries:
-                checks = [functools.partial(task.answer_complete, p) for p in problems] if stop else None
+                checks = answer_stops(task, problems, range(len(problems)), stop)
                 summaries[stop] = draft_summaries(lm, prompts, cfg.token_budget, batch_rows, checks)
             choices[m.name] = draft_choices(m, lm, prompts, cfg, problems, summaries[stop])
     modes = {id(p): p.training for m in methods for p in m.all_policies}
