@@ -592,7 +592,7 @@ def _summarise(per_problem: dict[str, list[list[float]]], cfg: EvalConfig) -> tu
     entry, extra = {}, {}
     for metric, rows in per_problem.items():
         mean, low, high = mean_ci([statistics.fmean(r) for r in rows], cfg.confidence)
-        if metric.startswith("pass@"):  # a probability: clip the interval to [0, 1]
+        if metric.startswith(("pass@", ANSWER_ACCURACY)):  # a probability: clip the interval to [0, 1]
             low, high = max(low, 0.0), min(high, 1.0)
         entry[metric] = {"mean": mean, "ci_low": finite_or_none(low), "ci_high": finite_or_none(high)}
         seed_means = [statistics.fmean(r[s] for r in rows) for s in range(cfg.seeds)]
@@ -845,7 +845,7 @@ def select_best_action(
 def _cell(entry: dict | None, metric: str) -> str:
     if entry is None:
         return "-"
-    scale = 100.0 if metric.startswith("pass@") else 1.0
+    scale = 100.0 if metric.startswith(("pass@", ANSWER_ACCURACY)) else 1.0
     low, high = entry.get("ci_low"), entry.get("ci_high")
     return format_interval(
         entry["mean"] * scale, None if low is None else low * scale, None if high is None else high * scale
@@ -856,7 +856,7 @@ def format_table(results: dict, metrics: Sequence[str] | None = None) -> str:
     """Plain-text table: one row per method, pass@k in percent (mean ± CI half-width, or mean [low, high]
     where the interval was clipped to [0, 100])."""
     metrics = list(metrics or next(iter(results.values())).keys())
-    header = ["method"] + [m + (" (%)" if m.startswith("pass@") else "") for m in metrics]
+    header = ["method"] + [m + (" (%)" if m.startswith(("pass@", ANSWER_ACCURACY)) else "") for m in metrics]
     rows = [[name] + [_cell(res.get(m), m) for m in metrics] for name, res in results.items()]
     widths = [max(len(r[c]) for r in [header] + rows) for c in range(len(header))]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
