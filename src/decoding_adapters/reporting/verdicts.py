@@ -121,20 +121,22 @@ def matched_compare(results: Mapping, details: Mapping | None, name: str, baseli
     compared at this compute: then no difference is given), ``how`` (the baseline's point it used)
     and ``decodes`` (``name``'s, ``baseline``'s)."""
     mine = decodes_of(details, name, metric)
+    if mine is None and decodes_of(details, baseline, metric) is None and results.get(baseline, {}).get(metric):
+        # compute not measured on either side (results written before it was): the same metric at the same k
+        return {**compare(results, details, name, baseline, metric, confidence), "matched": True, "how": "",
+                "decodes": (None, None)}
     if metric.startswith("pass@"):
         theirs = decodes_of(details, baseline, metric)
-        if mine is None or theirs is None:  # compute not measured: the same metric at the same k
-            return {**compare(results, details, name, baseline, metric, confidence), "matched": True,
-                    "how": "", "decodes": (mine, theirs)}
-        if not _close(mine, theirs):
+        if mine is None or theirs is None or not _close(mine, theirs):
             return {"matched": False, "how": "", "decodes": (mine, theirs)}
         return {**compare(results, details, name, baseline, metric, confidence), "matched": True, "how": "",
                 "decodes": (mine, theirs)}
     a = per_problem_means(details, name, metric)
     at = answer_at(details, baseline, mine) if mine is not None else None
     if not a or at is None or len(at[0]) != len(a):
-        curve = answer_curve(details, baseline)
-        return {"matched": False, "how": "", "decodes": (mine, curve[0][0] if len(curve) == 1 else None)}
+        spent = sorted({d for d, _ in answer_curve(details, baseline)})
+        return {"matched": False, "how": "", "decodes": (mine, spent[0] if len(spent) == 1 else None),
+                "span": (spent[0], spent[-1]) if len(spent) > 1 else None}
     b, d, m = at
     how = "" if m == metric else m if m.startswith("interpolated") else f"its {metric_label(m)}"
     return {**paired_difference(a, b, metric, confidence), "matched": True, "how": how, "decodes": (mine, d)}
@@ -305,8 +307,9 @@ def _baselines_for(info, group, results: Mapping | None = None) -> list[str]:
     return list(dict.fromkeys(named)) or statics[:1]
 
 
-def _fixed_action(details: Mapping | None, name: str, problem: int, k: int) -> str | None:
-    """The one fixed action ``name`` decodes ``problem`` with for pass@k, when its samples are the
+def _fixed_action(details: Mapping | None, name: str, problem: int, k: int) -> tuple[str, bool] | None:
+    """The one fixed action ``name`` decodes ``problem`` with for pass@k (and whether its rows stop
+    at the first answer: rows to the budget are other generations), when its samples are the
     evaluation's shared fixed-action rows (greedy, a static action or Best, an argmax sequence
     adapter's choice for B = k); None when they are not (Mixed, token adapters, sampled choices)."""
     method = (details or {}).get("methods", {}).get(name, {})
@@ -315,12 +318,11 @@ def _fixed_action(details: Mapping | None, name: str, problem: int, k: int) -> s
     if kind is None:
         return None
     # rows that end at the first answer and rows to the budget are different generations
-    stop = method.get("stop_at_answer", (details or {}).get("config", {}).get("stop_at_answer", False))
-    tag = "" if stop else " (to the budget)"
+    stop = bool(method.get("stop_at_answer", (details or {}).get("config", {}).get("stop_at_answer", False)))
     if kind.static:
         per_k = method.get("k_actions")
         action = per_k.get(str(k)) if per_k else actions[0] if len(actions) == 1 else None
-        return None if action is None else action + tag
+        return None if action is None else (action, stop)
     prompt_chooser = kind.adapter is not None and not kind.adapter.per_token and not kind.adapter.keeps_draft
     choices = details.get("sequence_choices", {}).get(name) if prompt_chooser else None
     if choices and method.get("policy_mode", "argmax") == "argmax" and k in choices["k_values"]:
@@ -329,7 +331,7 @@ def _fixed_action(details: Mapping | None, name: str, problem: int, k: int) -> s
         by_seed = choices.get("actions_by_seed") or ([choices["actions"]] if seeds == 1 else [])
         column = choices["k_values"].index(k)
         picks = {actions[per_problem[problem][column]] for per_problem in by_seed if problem < len(per_problem)}
-        return picks.pop() + tag if len(picks) == 1 and by_seed else None
+        return (picks.pop(), stop) if len(picks) == 1 and by_seed else None
     return None
 
 
@@ -344,7 +346,7 @@ def identical_by_construction(details: Mapping | None, a: str, b: str, metrics: 
             action = _fixed_action(details, a, i, k)
             if action is None or action != _fixed_action(details, b, i, k):
                 return []
-            used.add(action)
+            used.add(action[0])
     return sorted(used) if problems and ks else []
 
 
@@ -424,9 +426,16 @@ def _adapter_verdict(results, details, name, baseline, metrics, confidence) -> s
     body = (f"\n  Difference in points ({unit}): " + "; ".join(texts) + ".") if texts else ""
     if across:
         body += ("\n  Not compared (different compute, not a verdict): " + "; ".join(
-            f"{metric_label(m)} at {_decodes_text(c['decodes'][0])} against {_decodes_text(c['decodes'][1])}"
+            f"{metric_label(m)} at {_decodes_text(c['decodes'][0])} against {_against(c)}"
             for m, c in across.items()) + ".")
     return f"- {head}" + body + seed_text
+
+
+def _against(c: Mapping) -> str:
+    """What the baseline spends where it could not be matched: its decodes, or the span of its answer curve."""
+    if c.get("span"):
+        return f"answers at {c['span'][0]:.2f}–{c['span'][1]:.2f} decodes"
+    return _decodes_text(c["decodes"][1])
 
 
 def _decodes_text(value: float | None) -> str:
