@@ -70,8 +70,8 @@ class EvaluateOptions:
     """validation problems used to choose Best (--best-action auto) and the best token action (best-token);
     never more than --max-problems"""
     baselines: str = "greedy,best,mixed,best-token"
-    """static baselines to include (comma-separated): greedy, greedy-to-budget (greedy decoded to the budget
-    whatever --stop-at-answer: what the stop alone gains), best, mixed (per sequence over --actions; with
+    """static baselines to include (comma-separated): greedy, greedy-to-budget (greedy without the stop at
+    the first answer), best, mixed (per sequence over --actions; with
     token adapters also the paper's per-token Mixed over their
     actions), best-token (with token adapters: the best single token action, chosen on validation),
     token-actions (with token adapters: one static row per token action)"""

@@ -123,10 +123,11 @@ class EvalConfig:
     confidence: float = 0.95
     """Level of the confidence intervals."""
     stop_at_answer: bool = STOP_AT_ANSWER
-    """End every sample at its task's first complete answer (``Task.answer_complete``, checked
-    after every token, so the tokens after it are never generated): the protocol every method is
-    scored under (a method may say otherwise: ``Method.stop_at_answer``). False decodes to EOS or
-    the budget. A task without a notion of a complete answer is decoded to its end either way."""
+    """End every sample at its task's first complete answer; off: decode to EOS or the budget.
+    The protocol every method is scored under (``Task.answer_complete``, checked after every token,
+    so the tokens after the answer are never generated; a method may say otherwise:
+    ``Method.stop_at_answer``). A task without a notion of a complete answer is decoded to its end
+    either way."""
     keep_trajectories: int = 64
     """Trajectories kept per method (seed 0, spread over problems first) for plots and traces."""
     decode_deterministic_once: bool = True
