@@ -56,6 +56,10 @@ __all__ = [
 ]
 
 
+TO_BUDGET = "greedy to the budget"
+"""The role of the one control without the protocol's stop: it measures what the stop gains and is
+never a baseline an adapter is judged against."""
+
 COMPUTE_MATCH = 0.05
 """Two methods spend matched compute when their mean decodes per problem differ by at most this
 share of the larger."""
@@ -252,7 +256,8 @@ def nothing_solved(results: Mapping) -> bool:
 
 def evidence_lines(results: Mapping, details: Mapping | None = None, confidence: float = 0.95) -> list[str]:
     """What the report must say first: that nothing was solved, or that at this size no method can be
-    told from Greedy (no paired interval at the first or last k excludes 0), with the widest interval."""
+    told from Greedy (no paired interval at the first or last k, at matched compute, excludes 0),
+    with the widest interval."""
     if nothing_solved(results):
         return [NOTHING_SOLVED]
     metrics = [m for m in metric_columns(results) if m.startswith("pass@")]
@@ -263,8 +268,8 @@ def evidence_lines(results: Mapping, details: Mapping | None = None, confidence:
         for metric in {metrics[0], metrics[-1]}:
             if name == "Greedy" or not results[name].get(metric) or not results["Greedy"].get(metric):
                 continue
-            c = compare(results, details, name, "Greedy", metric, confidence)
-            separated |= outcome_of(c) in ("better", "worse")
+            c = matched_compare(results, details, name, "Greedy", metric, confidence)
+            separated |= c["matched"] and outcome_of(c) in ("better", "worse")
     if separated:
         return []
     halves = [(e["ci_high"] - e["ci_low"]) / 2 * 100 for r in results.values()
@@ -281,7 +286,7 @@ def strongest_static(results: Mapping, details: Mapping | None, metric: str) -> 
     """The static method (no learned policy) with the highest ``metric`` on the evaluated split: the
     bar a learned method must clear (ties: the first listed)."""
     info = method_info(results, details)
-    statics = [n for n, i in info.items() if is_static(i) and results[n].get(metric)]
+    statics = [n for n, i in info.items() if is_static(i) and i.get("role") != TO_BUDGET and results[n].get(metric)]
     return max(statics, key=lambda n: results[n][metric]["mean"], default=None)
 
 
@@ -290,7 +295,7 @@ def _baselines_for(info, group, results: Mapping | None = None) -> list[str]:
     Token adapters also: Greedy, the token-level Mixed and the best token action, those evaluated;
     any static method when none was. Draft-gated adapters: the strongest static method at the first
     pass@k, Greedy (what keeping every draft scores) and the fixed rules."""
-    statics = [n for n, i in info.items() if is_static(i)]
+    statics = [n for n, i in info.items() if is_static(i) and i.get("role") != TO_BUDGET]
     best = first_method(info, role="best")
     if group == "draft":
         first = metric_columns(results)[0] if results else None
