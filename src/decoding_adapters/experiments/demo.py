@@ -511,7 +511,8 @@ def target_lines(results: dict, details: dict | None, confidence: float = 0.95) 
         spent = "" if decodes is None else f", {decodes:.2f} decodes per problem"
         checks.append((f"{draft}: {p1} at least +{DRAFT_TARGET_GAIN * 100:g} points over the strongest static "
                        f"method ({strongest} on this split), interval above 0, at <= {DRAFT_TARGET_DECODES:g} decodes "
-                       f"per problem{spent}", [(f"vs {strongest}", c, above(DRAFT_TARGET_GAIN))],
+                       f"per problem{spent}; a target across compute, not a verdict",
+                       [(f"vs {strongest}", c, above(DRAFT_TARGET_GAIN))],
                        c["diff"] >= DRAFT_TARGET_GAIN and c["low"] > 0 and cheap))
     seq = "Seq w/ budget"
     strongest_max = strongest_static(results, details, pmax)
