@@ -266,12 +266,13 @@ def choose_budget(lm, task, cfg: StudyConfig, out: Path) -> tuple[StudyConfig, d
     if not cfg.budget.candidates:
         return cfg, None
     path = out / "truncation.json"
-    if path.is_file():
-        record = json.loads(path.read_text())
-    else:
+    record = json.loads(path.read_text()) if path.is_file() else None
+    if record is None or bool(record.get("stop_at_answer", False)) != cfg.stop_at_answer:
         problems = task.load("validation")[: cfg.budget.problems]
-        stats = greedy_truncation(lm, task, problems, cfg.budget.candidates, batch_rows=cfg.batch_rows)
+        stats = greedy_truncation(lm, task, problems, cfg.budget.candidates, batch_rows=cfg.batch_rows,
+                                  stop_at_answer=cfg.stop_at_answer)
         record = {
+            "stop_at_answer": cfg.stop_at_answer,
             "split": "validation",
             "stats": [st.to_dict() for st in stats],
             "max_truncated": cfg.budget.max_truncated,
