@@ -362,7 +362,7 @@ def test_verdicts_say_on_how_many_seeds_the_direction_holds_and_judge_the_draft_
     draft = [v for v in lines if v.startswith("- **Draft-gated")]
     # the strongest static method on the split (Greedy, what keeping every draft scores), then the fixed
     # rules; a fixed rule gets no verdict of its own
-    assert [v.split("**")[1].split(" ")[-1] for v in draft] == ["Greedy", "(30%)"]
+    assert [v.split("**")[1].split(" ")[-1] for v in draft] == ["Greedy", "Best", "(30%)"]
     assert "beats Greedy" in draft[0]
     assert "per seed +20.0 / -5.0 / +10.0: holds on 2 of 3 seeds" in draft[0]
     assert "holds on every seed (3 of 3)" in draft[1]

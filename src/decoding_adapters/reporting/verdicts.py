@@ -225,7 +225,7 @@ def verdicts(results: Mapping, details: Mapping | None = None, confidence: float
     seed. Sequence adapters: vs Best. Token adapters: vs Greedy and vs the per-token Mixed (the
     paper's token table), and vs the best single token action (chosen on validation) where it was
     evaluated. Draft-gated adapters: vs the strongest static method at the first pass@k, Greedy
-    (what keeping every draft scores) and the fixed rules (random gate, confidence threshold)."""
+    (what keeping every draft scores), Best and the fixed rules (random gate, confidence threshold)."""
     info = method_info(results, details)
     confidence = confidence or (details or {}).get("config", {}).get("confidence", 0.95)
     metrics = [m for m in metric_columns(results) if is_rate(m)]
@@ -294,14 +294,15 @@ def _baselines_for(info, group, results: Mapping | None = None) -> list[str]:
     """Every adapter: Best (the strongest static baseline: the best static strategy at each k).
     Token adapters also: Greedy, the token-level Mixed and the best token action, those evaluated;
     any static method when none was. Draft-gated adapters: the strongest static method at the first
-    pass@k, Greedy (what keeping every draft scores) and the fixed rules."""
+    pass@k, Greedy (what keeping every draft scores), Best (whose answer curve over B is the
+    comparison at the draft's compute) and the fixed rules."""
     statics = [n for n, i in info.items() if is_static(i) and i.get("role") != TO_BUDGET]
     best = first_method(info, role="best")
     if group == "draft":
         first = metric_columns(results)[0] if results else None
         strongest = strongest_static(results, {"methods": info}, first) if first else None
         rules = [n for n, i in info.items() if family_of(i) == "fixed rule"]
-        named = [strongest, first_method(info, role="greedy"), *rules]
+        named = [strongest, first_method(info, role="greedy"), best, *rules]
         return list(dict.fromkeys(n for n in named if n))
     if group == "sequence":
         first = best or (statics[0] if statics else None)
@@ -384,8 +385,9 @@ def _adapter_verdict(results, details, name, baseline, metrics, confidence) -> s
                 f"{baseline}'s action ({', '.join(f'`{a}`' for a in same)}), so both are scored on the same "
                 "completions and every difference is 0.")
     info = method_info(results, details)
+    theirs = results.get(baseline, {})
     found = {m: matched_compare(results, details, name, baseline, m, confidence)
-             for m in metrics if results[name].get(m) and (results[baseline].get(m) or not m.startswith("pass@"))}
+             for m in metrics if results[name].get(m) and (theirs.get(m) or not m.startswith("pass@"))}
     comps = {m: c for m, c in found.items() if c["matched"]}
     across = {m: c for m, c in found.items() if not c["matched"]}
     outcomes = [outcome_of(c) for c in comps.values()]
