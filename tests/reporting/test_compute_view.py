@@ -98,7 +98,9 @@ def test_answer_points_hold_every_method_of_the_details_a_rule_included():
     details = with_rule(details)
     points = answer_points(results, details)
     rule = [p for p in points if p["method"] == "Rule"]
-    assert len(rule) == 1 and rule[0]["k"] is None and rule[0]["decodes"] == 1.2
+    assert len(rule) == 1 and rule[0]["k"] is None and rule[0]["decodes"] == 1.2 and rule[0]["line"] == "Rule"
+    details["methods"]["Rule"]["curve"] = "Self-consistency"  # one setting of a rule traced as a curve
+    assert [p["line"] for p in answer_points(results, details) if p["method"] == "Rule"] == ["Self-consistency"]
     best = {p["k"]: p for p in points if p["method"] == "Best"}
     assert best[4]["mean"] == results["Best"]["answer_accuracy@4"]["mean"] and best[4]["decodes"] == 4.0
 

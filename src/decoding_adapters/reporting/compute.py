@@ -40,7 +40,8 @@ def compute_points(results: Mapping, details: Mapping | None) -> list[dict]:
 
 
 def answer_points(results: Mapping, details: Mapping | None) -> list[dict]:
-    """One point per (method, B) of the answer each method returns: ``{method, k (B; None for a
+    """One point per (method, B) of the answer each method returns: ``{method, line (the entry's
+    ``curve`` label: the settings of one rule drawn as one line; else the method), k (B; None for a
     method with one setting), metric, mean, low, high, decodes, tokens}``, for every method of
     ``eval_details.json`` (a fixed rule added there without a results entry included; its
     interval from its per-problem values); [] where compute was not measured."""
@@ -56,7 +57,8 @@ def answer_points(results: Mapping, details: Mapping | None) -> list[dict]:
                 mean, low, high = mean_ci(values, confidence) if len(values) > 1 else (values[0], None, None)
                 entry = {"mean": mean, "ci_low": low, "ci_high": high}
             key = metric.split("@")[1] if "@" in metric else "answer"
-            points.append({"method": name, "k": int(key) if key != "answer" else None, "metric": metric,
+            points.append({"method": name, "line": known.get(name, {}).get("curve") or name,
+                           "k": int(key) if key != "answer" else None, "metric": metric,
                            "mean": entry["mean"], "low": entry.get("ci_low"), "high": entry.get("ci_high"),
                            "decodes": decodes, "tokens": float(tokens.get(key, math.nan))})
     return points

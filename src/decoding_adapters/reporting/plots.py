@@ -165,7 +165,10 @@ def plot_pass_vs_compute(
     k; k None: a method's single point, unlabelled). x is decodes per problem (log2), or generated
     tokens per problem with ``tokens``. A method's first point is labelled with k once
     (``point_label``); ``static`` methods are drawn dashed."""
-    methods = list(dict.fromkeys(p["method"] for p in points))
+    def line_of(p):  # one line per method, or per ``line`` (a rule's settings drawn as one curve)
+        return p.get("line") or p["method"]
+
+    methods = list(dict.fromkeys(line_of(p) for p in points))
     fig = _figure(8.4, 5.0)
     ax = fig.add_subplot()
     if not points:
@@ -175,7 +178,7 @@ def plot_pass_vs_compute(
     key = "tokens" if tokens else "decodes"
     for i, name in enumerate(methods):
         own = []  # points with the same compute and value (greedy at every k) drawn once, labelled with every k
-        for p in sorted((p for p in points if p["method"] == name), key=lambda p: (p[key], p["k"] or 0)):
+        for p in sorted((p for p in points if line_of(p) == name), key=lambda p: (p[key], p["k"] or 0)):
             if own and math.isclose(own[-1][key], p[key]) and math.isclose(own[-1]["mean"], p["mean"]):
                 own[-1] = {**own[-1], "ks": own[-1]["ks"] + [p["k"]]}
             else:
