@@ -54,7 +54,7 @@ def tables(args, lm, task) -> None:
         stored = OutcomeTable.load(args.stored) if args.stored and split == "train" else None
         build_draft_table(lm, task, problems, actions, samples=args.samples, token_budget=args.budget,
                           path=args.out / f"table_{split}.jsonl", split=split, seed=args.seed, stored=stored,
-                          draft_stop=args.draft_stop, sample_stop=args.sample_stop,
+                          stop=args.stop_at_answer,
                           on_chunk=lambda done, total, s=split, t0=start: print(
                               f"{s}: {done}/{total} problems ({time.perf_counter() - t0:.0f} s)", flush=True))
 
@@ -64,7 +64,7 @@ def join(args) -> None:
     settings, e.g. a split's problems in two processes). With ``--samples-from``, every problem's
     re-decodes are taken from that folder's tables instead (the same problems' samples decoded
     another way, e.g. without the stop) and the header says so."""
-    from decoding_adapters.training.draft import DraftTable
+    from decoding_adapters.training.draft import DraftTable, table_stop
 
     for split in ("train", "validation"):
         parts = [Path(p) / f"table_{split}.jsonl" for p in args.parts.split(",")]
@@ -82,9 +82,11 @@ def join(args) -> None:
             missing = [pid for pid in records if pid not in other.records]
             if missing:
                 raise ValueError(f"--samples-from lacks {len(missing)} {split} problems, e.g. {missing[0]}")
-            header.pop("redecode_stop_at_answer", None)
-            header.update({k: other.header[k] for k in ("samples", "redecode_stop_at_answer", "samples_from")
-                           if k in other.header})
+            # one stop covers drafts and samples: a table whose samples were not stopped reads as unstopped
+            if not table_stop(other.header):
+                for key in ("stop_at_answer", "draft_stop_at_answer", "redecode_stop_at_answer"):
+                    header.pop(key, None)
+            header.update({k: other.header[k] for k in ("samples", "samples_from") if k in other.header})
             header["samples_table"] = str(Path(args.samples_from) / f"table_{split}.jsonl")
             records = {pid: {**r, "samples": other.records[pid]["samples"]} for pid, r in records.items()}
         ids = sorted(records, key=lambda pid: int(pid.rsplit("/", 1)[1]))
@@ -113,11 +115,11 @@ def grid(spec: str) -> list[dict]:
 def train(args, lm, task) -> None:
     """One adapter per (features, re-decode action set, cost); the validation figure of each in
     ``train_summary.json`` (the choice is made there, on validation)."""
-    from decoding_adapters.training.draft import DraftTable, DraftTrainConfig, DraftTrainer, table_stops
+    from decoding_adapters.training.draft import DraftTable, DraftTrainConfig, DraftTrainer, table_stop
 
     train_table = DraftTable.load(args.out / "table_train.jsonl")
     names = [a.name for a in train_table.actions]
-    draft_stop, sample_stop = table_stops(train_table.header)  # the adapter decodes as its tables were
+    stop = table_stop(train_table.header)  # the adapter decodes as its tables were
     action_sets = [[names[int(i)] for i in group.split("+")] for group in args.action_sets.split(",")]
     summary_path = args.out / f"train_summary{args.tag}.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
@@ -135,7 +137,7 @@ def train(args, lm, task) -> None:
                     steps=args.steps, prompts_per_step=args.prompts_per_step, val_every=args.val_every,
                     val_problems=args.val_problems, max_train_prompts=args.train_problems, prior_action=0,
                     checkpoint_every=args.val_every, seed=args.seed, lr=args.lr,
-                    draft_stop_at_answer=draft_stop, redecode_stop_at_answer=sample_stop,
+                    stop_at_answer=stop,
                 ), **overrides})
                 start = time.perf_counter()
                 trainer = DraftTrainer(config, lm, task, args.out / "adapters" / name, progress=False)
@@ -190,7 +192,7 @@ def compare(args) -> dict:
     from decoding_adapters.evaluation import draft as ev
     from decoding_adapters.policies.draft import DraftContextConfig
     from decoding_adapters.policies.networks import load_adapter
-    from decoding_adapters.training.draft import DraftTable, table_stops
+    from decoding_adapters.training.draft import DraftTable, table_stop
 
     table = DraftTable.load(args.out / "table_validation.jsonl")
     train_table = DraftTable.load(args.out / "table_train.jsonl")
@@ -201,15 +203,15 @@ def compare(args) -> dict:
     else:
         ids, tuning = table.problem_ids, table
     action = table.actions[0].name
-    draft_stop, sample_stop = table_stops(table.header)
-    # the draft alone is a static method: greedy, or (drafted with the stop) "Stop at first answer"
-    draft_name = "Stop at first answer" if draft_stop else "Greedy"
-    sampler_name = f"Sampler ({action}{', stop at first answer' if sample_stop else ''})"
+    stop = table_stop(table.header)
+    # the draft alone is a static method: greedy (under the stop, as every method decodes), or greedy to the budget
+    draft_name = "Greedy" if stop else "Greedy to the budget"
+    sampler_name = f"Sampler ({action}{'' if stop else ', to the budget'})"
     greedy_table = None
     if args.greedy_table:
         greedy_table = DraftTable.load(Path(args.greedy_table) / (
             "table_train.jsonl" if args.report == "train-holdout" else "table_validation.jsonl"))
-    out = {"report": args.report, "draft_stop_at_answer": draft_stop, "redecode_stop_at_answer": sample_stop,
+    out = {"report": args.report, "stop_at_answer": stop,
            "problems": len(ids), "action": action, "adapters": {}, "by_budget": {}}
     samples = min(len(table.records[i]["samples"][action]) for i in ids)
     features = args.threshold_features.split(",")
@@ -298,10 +300,9 @@ def main() -> None:
                         help="join: a folder whose tables' re-decodes replace the parts' (the same problems)")
     parser.add_argument("--offset", type=int, default=0,
                         help="tables: start at this problem (a second process can decode the rest into another --out)")
-    parser.add_argument("--draft-stop", action="store_true",
-                        help="tables: the drafts end at their first complete answer (Task.answer_complete)")
-    parser.add_argument("--sample-stop", action="store_true",
-                        help="tables: the re-decodes end at their first complete answer")
+    parser.add_argument("--stop-at-answer", action=argparse.BooleanOptionalAction, default=True,
+                        help="tables: the drafts and re-decodes end at their first complete answer "
+                             "(Task.answer_complete; the protocol's default)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--budget", type=int, default=48)
     parser.add_argument("--dtype", default="bfloat16")

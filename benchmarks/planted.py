@@ -473,7 +473,7 @@ def run_draft(seed: int, out_dir: Path, features: str = "confidence", **override
                                  "prior_action": 0, "val_problems": 256, "max_train_prompts": None,
                                  "steps": 60, "val_every": 10, "seed": seed,
                                  # the world's drafts are whole answers, not decoded with a stop
-                                 "draft_stop_at_answer": False, "redecode_stop_at_answer": False, **overrides})
+                                 "stop_at_answer": False, **overrides})
     trainer = DraftTrainer(config, PlantedLM(), PlantedTask(), out_dir / "adapter", progress=False)
     started = time.perf_counter()
     trainer.train()

@@ -86,7 +86,7 @@ def untrained_draft_adapter(lm, directory: Path, token_budget: int) -> Path:
     from decoding_adapters.policies.networks import SequencePolicy, SequencePolicyConfig
 
     torch.manual_seed(0)
-    context = DraftContextConfig(features="confidence", token_budget=token_budget, draft_stop_at_answer=True)
+    context = DraftContextConfig(features="confidence", token_budget=token_budget)
     actions = ActionSet(PRESETS["math"])
     policy = SequencePolicy(SequencePolicyConfig(embed_dim=context.dim(lm.hidden_size), num_actions=len(actions) + 1,
                                                  input_norm="standardise"))

@@ -26,8 +26,10 @@ def save_tiny_base(lm, directory: Path) -> Path:
     return directory
 
 
-def make_adapter(directory: Path, lm, kind: str, base_model: str | None = None, seed: int = 0) -> Path:
-    """Save an untrained sequence or token adapter for ``lm`` into ``directory``."""
+def make_adapter(directory: Path, lm, kind: str, base_model: str | None = None, seed: int = 0,
+                 stop_at_answer: bool = False, task: str = "") -> Path:
+    """Save an untrained sequence or token adapter for ``lm`` into ``directory``. Without the stop
+    by default: the serving tests compare its rows with a plain decode to the budget (parity)."""
     torch.manual_seed(seed)
     if kind == "sequence":
         actions = ActionSet(PRESETS["math"])
@@ -37,6 +39,6 @@ def make_adapter(directory: Path, lm, kind: str, base_model: str | None = None, 
         policy = TokenPolicy(TokenPolicyConfig(hidden_size=lm.hidden_size, num_actions=len(actions), token_budget=8))
     config = AdapterConfig(kind=kind, policy=dataclasses.asdict(policy.config), actions=actions.to_json(),
                            base_model=base_model or "tiny", base_fingerprint=lm.fingerprint(),
-                           parallel_budgets=[1, 2, 4, 8])
+                           parallel_budgets=[1, 2, 4, 8], stop_at_answer=stop_at_answer, task=task)
     save_adapter(directory, policy, config)
     return directory

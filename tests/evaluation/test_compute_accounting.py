@@ -1,7 +1,7 @@
 """Compute accounted for every method: decodes and generated tokens per problem at each k, from
 what each row cost (``DecodeResult.row_costs``), for greedy, a sampler, a per-token method, a
 two-pass method (a greedy draft, then a re-decode where the draft fails) and the greedy baseline
-that stops at the first answer."""
+decoded to the budget; every sample ending at its first answer (the protocol)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,13 @@ from decoding_adapters.decoding.actions import GREEDY, PRESETS, DecodingAction
 from decoding_adapters.decoding.loop import DecodeResult
 from decoding_adapters.decoding.rollouts import HFRollouts, RolloutRequest, concat_results, take_rows
 from decoding_adapters.evaluation import (
+    GREEDY_TO_BUDGET,
     EvalConfig,
     Method,
     evaluate,
     greedy_method,
+    greedy_to_budget_method,
     static_method,
-    stop_at_first_answer_method,
     subset_cost,
     token_mixed_method,
 )
@@ -101,10 +102,10 @@ def test_token_adapters_cost_k_decodes_unless_their_rows_are_deterministic(tiny_
                        token_adapter(tiny_lm, "Token hot", "sample", 3)])
     info = ev.details["methods"]
     # argmax at greedy everywhere: one row per problem stands for every sample (decoded once)
-    assert info["Token greedy"]["decodes_per_problem"] == {"1": 1.0, "2": 1.0, "4": 1.0}
+    assert info["Token greedy"]["decodes_per_problem"] == {"1": 1.0, "2": 1.0, "4": 1.0, "answer": 1.0}
     lengths = ev.details["lengths"]["Token greedy"]  # [seed][problem][sample] flattened; samples are one row
     assert info["Token greedy"]["tokens_per_problem"]["4"] == pytest.approx(statistics.fmean(lengths[0:16:4]))
-    assert info["Token hot"]["decodes_per_problem"] == {"1": 1.0, "2": 2.0, "4": 4.0}
+    assert info["Token hot"]["decodes_per_problem"] == {"1": 1.0, "2": 2.0, "4": 4.0, "answer": 1.0}
     mean_tokens = statistics.fmean(ev.details["lengths"]["Token hot"])  # every sample of every seed decoded
     assert info["Token hot"]["tokens_per_problem"]["2"] == pytest.approx(2 * mean_tokens)
 
@@ -135,7 +136,7 @@ def test_decodes_and_tokens_per_problem_for_every_kind_of_method(tiny_lm):
         assert info["Greedy"]["tokens_per_problem"][k] == pytest.approx(statistics.fmean(greedy_lengths))
     for name in ("Sampler", "Mixed (per token)"):
         decodes, tokens = info[name]["decodes_per_problem"], info[name]["tokens_per_problem"]
-        assert decodes == {"1": 1.0, "2": 2.0, "4": 4.0}, name  # k samples, every one its own decode
+        assert decodes == {"1": 1.0, "2": 2.0, "4": 4.0, "answer": 1.0}, name  # k samples, every one its own decode
         # n = 4 samples per problem and seed: k of them cost k times their mean length
         mean_tokens = statistics.fmean(ev.details["per_problem"][name]["mean_length"][i][s]
                                        for i in range(4) for s in range(CFG.seeds))
@@ -155,16 +156,17 @@ def test_decodes_and_tokens_per_problem_for_every_kind_of_method(tiny_lm):
     assert ev.details["methods"]["Two-pass"]["kind"] == "custom"
 
 
-def test_stop_at_first_answer_ends_rows_in_the_loop_and_spends_fewer_tokens(tiny_lm):
-    ev = run(tiny_lm, [greedy_method(), stop_at_first_answer_method()],
+def test_greedy_stops_at_the_first_answer_by_default_and_spends_fewer_tokens(tiny_lm):
+    ev = run(tiny_lm, [greedy_method(), greedy_to_budget_method()],
              EvalConfig(k_values=(1, 2), seeds=2, token_budget=12, keep_trajectories=4))
-    greedy = {t["problem_id"]: t for t in ev.details["trajectories"]["Greedy"]}
-    stopped = {t["problem_id"]: t for t in ev.details["trajectories"]["Stop at first answer"]}
-    assert set(greedy) == set(stopped)
+    assert ev.details["config"]["stop_at_answer"] is True  # the protocol's default
+    full_rows = {t["problem_id"]: t for t in ev.details["trajectories"][GREEDY_TO_BUDGET]}
+    stopped = {t["problem_id"]: t for t in ev.details["trajectories"]["Greedy"]}
+    assert set(full_rows) == set(stopped)
     cut = 0
     for pid, row in stopped.items():
-        full = greedy[pid]
-        assert full["token_ids"][: row["length"]] == row["token_ids"]  # a prefix of greedy's row
+        full = full_rows[pid]
+        assert full["token_ids"][: row["length"]] == row["token_ids"]  # a prefix of the unstopped row
         first_digit = next((i for i, c in enumerate(full["text"]) if c.isdigit()), None)
         if first_digit is None:
             assert row["token_ids"] == full["token_ids"]
@@ -173,13 +175,40 @@ def test_stop_at_first_answer_ends_rows_in_the_loop_and_spends_fewer_tokens(tiny
             assert row["stop_reason"] in ("answer", "eos") or row["length"] == 12  # the budget ended it first
             cut += row["length"] < full["length"]
     info = ev.details["methods"]
-    assert info["Stop at first answer"]["decodes_per_problem"] == {"1": 1.0, "2": 1.0}
-    tokens = info["Stop at first answer"]["tokens_per_problem"]["1"]
-    assert tokens == pytest.approx(statistics.fmean(ev.details["lengths"]["Stop at first answer"]))
-    assert tokens <= info["Greedy"]["tokens_per_problem"]["1"]
-    assert cut >= 1 and tokens < info["Greedy"]["tokens_per_problem"]["1"]  # else the test shows nothing
-    assert info["Stop at first answer"]["stop_at_answer"] is True and info["Stop at first answer"]["role"] == \
-        "stop at first answer"
+    assert info["Greedy"]["decodes_per_problem"] == {"1": 1.0, "2": 1.0, "answer": 1.0}
+    tokens = info["Greedy"]["tokens_per_problem"]["1"]
+    assert tokens == pytest.approx(statistics.fmean(ev.details["lengths"]["Greedy"]))
+    assert cut >= 1 and tokens < info[GREEDY_TO_BUDGET]["tokens_per_problem"]["1"]  # else the test shows nothing
+    assert info[GREEDY_TO_BUDGET]["stop_at_answer"] is False and "stop_at_answer" not in info["Greedy"]
+
+
+def test_without_the_stop_greedy_is_greedy_to_the_budget(tiny_lm):
+    cfg = EvalConfig(k_values=(1, 2), seeds=1, token_budget=12, keep_trajectories=4, stop_at_answer=False)
+    ev = run(tiny_lm, [greedy_method(), greedy_to_budget_method()], cfg)
+    rows = ev.details["trajectories"]
+    assert [t["token_ids"] for t in rows["Greedy"]] == [t["token_ids"] for t in rows[GREEDY_TO_BUDGET]]
+    assert ev.details["config"]["stop_at_answer"] is False
+
+
+def test_every_sample_of_every_method_stops_under_the_protocol(tiny_lm):
+    """A sampler's rows, a per-token mixture's rows and a custom rollout's request all end at the
+    first complete answer (a digit), not only greedy's."""
+    seen = []
+
+    def own(rollouts, request, seed):
+        seen.append(request.stop_checks)
+        return rollouts.run(dataclasses.replace(request, row_actions=[0] * request.num_rows))
+
+    methods = [static_method(SAMPLER, name="Sampler", role="s"), token_mixed_method([GREEDY, SAMPLER]),
+               Method("Own", "custom", [SAMPLER], rollout=own)]
+    ev = run(tiny_lm, methods, EvalConfig(k_values=(1, 2), seeds=1, token_budget=12, keep_trajectories=8))
+    for name in ("Sampler", "Mixed (per token)", "Own"):
+        rows = ev.details["trajectories"][name]
+        assert rows
+        for row in rows:
+            digits = [i for i, c in enumerate(row["text"]) if c.isdigit()]
+            assert not digits or digits[0] == len(row["text"]) - 1 or row["stop_reason"] == "eos", (name, row["text"])
+    assert seen and all(checks is not None and all(c is not None for c in checks) for checks in seen)
 
 
 def test_method_options_are_checked():
@@ -187,42 +216,34 @@ def test_method_options_are_checked():
         Method("x", "custom", [GREEDY])
     with pytest.raises(ValueError, match="rollout"):
         Method("x", "greedy", [GREEDY], rollout=draft_then_redecode)
-    with pytest.raises(ValueError, match="first answer"):
-        Method("x", "mixed", [GREEDY, SAMPLER], stop_at_answer=True)
+    with pytest.raises(ValueError, match="family"):
+        Method("x", "mixed", [GREEDY, SAMPLER], family="oracle")
+    assert Method("x", "mixed", [GREEDY, SAMPLER]).family == "static"
 
 
-def test_best_can_take_a_k_from_stopping_at_the_first_answer(tiny_lm, tmp_path):
+def test_best_candidates_are_scored_under_the_stop(tiny_lm, tmp_path):
     import json
 
-    from decoding_adapters.evaluation import STOP_CANDIDATE, best_per_k_method, best_static_method, select_best_action
+    from decoding_adapters.evaluation import best_static_method, select_best_action
     from decoding_adapters.experiments.pipeline import best_method
 
-    cfg = EvalConfig(k_values=(1, 2), seeds=2, token_budget=12, keep_trajectories=0)
-    best = best_per_k_method({1: STOP_CANDIDATE, 2: SAMPLER})
-    assert best.k_stop == {1} and best.describe()["k_actions"] == {"1": STOP_CANDIDATE, "2": SAMPLER.name}
-    ev = run(tiny_lm, [stop_at_first_answer_method(), static_method(SAMPLER, name="Sampler", role="s"), best], cfg)
-    per = ev.details["per_problem"]
-    assert per["Best"]["pass@1"] == per["Stop at first answer"]["pass@1"]
-    assert per["Best"]["pass@2"] == per["Sampler"]["pass@2"]
-    assert ev.details["methods"]["Best"]["tokens_per_problem"]["1"] == \
-        ev.details["methods"]["Stop at first answer"]["tokens_per_problem"]["1"]
-    with pytest.raises(ValueError, match="neither"):
-        best_per_k_method({1: "greedy"})
-    # chosen on validation among the candidates, stopping included
     task = ContainsOne()
-    chosen = select_best_action(tiny_lm, task, task.load("validation"), [SAMPLER, GREEDY], samples=2,
-                                k_values=(1, 2), config=cfg, stop_at_first_answer=True)
-    assert chosen.names == (SAMPLER.name, "greedy", STOP_CANDIDATE)
-    assert chosen.score_for(1, STOP_CANDIDATE) == chosen.score_for(2, STOP_CANDIDATE)  # deterministic
-    method = best_static_method(chosen, [SAMPLER, GREEDY])
-    assert all(method.stops_at(k) == (chosen.name_for(k) == STOP_CANDIDATE) for k in (1, 2))
-    # the study's Best row: stopping wins a k only when strictly ahead of the selection's best there
+    stopped = EvalConfig(k_values=(1, 2), seeds=1, token_budget=12, keep_trajectories=0)
+    unstopped = dataclasses.replace(stopped, stop_at_answer=False)
+    chosen = {cfg.stop_at_answer: select_best_action(tiny_lm, task, task.load("validation"), [SAMPLER, GREEDY],
+                                                     samples=2, k_values=(1, 2), config=cfg)
+              for cfg in (stopped, unstopped)}
+    assert chosen[True].names == (SAMPLER.name, "greedy")
+    # greedy's candidate score is that of the greedy row each setting decodes
+    greedy_scores = {stop: chosen[stop].score_for(1, "greedy") for stop in (True, False)}
+    ev = run(tiny_lm, [greedy_method(), greedy_to_budget_method()], stopped)
+    assert greedy_scores[True] == pytest.approx(ev.results["Greedy"]["pass@1"]["mean"])
+    assert greedy_scores[False] == pytest.approx(ev.results[GREEDY_TO_BUDGET]["pass@1"]["mean"])
+    method = best_static_method(chosen[True], [SAMPLER, GREEDY])
+    assert method.stop_at_answer is None and method.stops(stopped) and not method.stops(unstopped)
     actions = tmp_path / "actions.json"
     actions.write_text(json.dumps({"best_per_k": {"k_values": [1, 2], "best": {"1": "greedy", "2": SAMPLER.name},
                                                   "best_score": {"1": 0.4, "2": 0.6},
                                                   "actions": {"greedy": GREEDY.to_dict(),
                                                               SAMPLER.name: SAMPLER.to_dict()}}}))
-    assert best_method(actions, (1, 2)).k_stop == frozenset()
-    assert best_method(actions, (1, 2), stop_score=0.5).k_stop == {1}
-    assert best_method(actions, (1, 2), stop_score=0.6).k_stop == {1}  # a tie at k=2 stays with the sampler
-    assert best_method(actions, (1, 2), stop_score=0.7).k_stop == {1, 2}
+    assert best_method(actions, (1, 2)).k_actions == {1: GREEDY, 2: SAMPLER}

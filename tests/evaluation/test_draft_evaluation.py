@@ -12,11 +12,12 @@ from test_evaluation import HasOneTask
 from decoding_adapters.core.stats import pass_at_k
 from decoding_adapters.decoding.actions import DecodingAction
 from decoding_adapters.evaluation import (
+    GREEDY_TO_BUDGET,
     EvalConfig,
     evaluate,
     greedy_method,
+    greedy_to_budget_method,
     static_method,
-    stop_at_first_answer_method,
 )
 from decoding_adapters.evaluation import draft as ev
 from decoding_adapters.evaluation.methods import adapter_method
@@ -31,14 +32,14 @@ SAMPLER = DecodingAction(temperature=1.25)
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
-def draft_adapter(directory, lm, keep: bool, stops: tuple[bool, bool] = (False, False)) -> str:
-    context = DraftContextConfig(features="mean", token_budget=6, draft_stop_at_answer=stops[0],
-                                 redecode_stop_at_answer=stops[1])
+def draft_adapter(directory, lm, keep: bool, stop: bool = False) -> str:
+    context = DraftContextConfig(features="mean", token_budget=6)
     policy = SequencePolicy(SequencePolicyConfig(embed_dim=context.dim(lm.hidden_size), num_actions=2,
                                                  prior=(0.99, 0.01) if keep else (0.01, 0.99),
                                                  input_norm="standardise"))
     config = AdapterConfig(kind="draft", policy=dataclasses.asdict(policy.config), actions=[SAMPLER.to_dict()],
-                           base_model="tiny", base_fingerprint=lm.fingerprint(), draft=dataclasses.asdict(context))
+                           base_model="tiny", base_fingerprint=lm.fingerprint(), draft=dataclasses.asdict(context),
+                           stop_at_answer=stop)
     save_adapter(directory, policy, config)
     return str(directory)
 
@@ -66,7 +67,8 @@ def test_draft_gated_rows_in_evaluate(tmp_path, tiny_lm):
     compute, shared = result.details["draft"], result.details["methods"]
     for name, want in (("Draft-gated keep", {"1": 1, "2": 1, "4": 1}), ("Draft-gated redo", {"1": 2, "2": 2, "4": 4})):
         assert compute[name]["decodes_per_problem"] == want
-        assert shared[name]["decodes_per_problem"] == pytest.approx(want)  # the evaluation's compute fields
+        # the evaluation's compute fields (and the cost of its own answer, B = 1)
+        assert shared[name]["decodes_per_problem"] == pytest.approx({**want, "answer": want["1"]})
         for k in ("1", "2", "4"):
             assert shared[name]["tokens_per_problem"][k] == pytest.approx(compute[name]["tokens_per_problem"][k])
     assert compute["Draft-gated redo"]["redecode_share"]["1"] == 1
@@ -82,27 +84,29 @@ class AnswersAtTwoTokens(HasOneTask):
         return len(text) >= 2
 
 
-def test_a_stopped_draft_is_stop_at_first_answer_in_evaluate(tmp_path, tiny_lm):
-    """A draft-gated adapter drafting with the stop that keeps every draft is the "Stop at first
-    answer" row (same generations, same tokens); one that re-decodes everything with the stop is the
-    sampler stopped likewise; the controls built with the stops decode the same draft."""
+def test_a_stopped_draft_is_greedy_under_the_protocol_in_evaluate(tmp_path, tiny_lm):
+    """A draft-gated adapter trained with the stop that keeps every draft is the Greedy row under
+    the protocol (same generations, same tokens); one that re-decodes everything is the sampler
+    stopped likewise; a control decodes the same draft; an old adapter (no stop) decodes to the budget."""
     task = AnswersAtTwoTokens()
-    keep = adapter_method(draft_adapter(tmp_path / "keep", tiny_lm, True, (True, True)), tiny_lm, name="Keep")
-    redo = adapter_method(draft_adapter(tmp_path / "redo", tiny_lm, False, (True, True)), tiny_lm, name="Redo")
-    stopped_sampler = dataclasses.replace(static_method(SAMPLER, name="Sampler stopped"), stop_at_answer=True)
-    methods = [stop_at_first_answer_method(), greedy_method(), stopped_sampler, keep, redo,
-               ev.random_gate_method(SAMPLER, 0.0, "Random 0", stops=(True, True))]
+    keep = adapter_method(draft_adapter(tmp_path / "keep", tiny_lm, True, True), tiny_lm, name="Keep")
+    redo = adapter_method(draft_adapter(tmp_path / "redo", tiny_lm, False, True), tiny_lm, name="Redo")
+    old = adapter_method(draft_adapter(tmp_path / "old", tiny_lm, True, False), tiny_lm, name="Old keep")
+    assert (keep.stop_at_answer, old.stop_at_answer) == (True, False)
+    stopped_sampler = static_method(SAMPLER, name="Sampler stopped")
+    methods = [greedy_method(), greedy_to_budget_method(), stopped_sampler, keep, redo, old,
+               ev.random_gate_method(SAMPLER, 0.0, "Random 0")]
     cfg = EvalConfig(k_values=(1,), seeds=1, token_budget=6, keep_trajectories=3)
     result = evaluate(tiny_lm, task, task.load("test"), methods, cfg, batch_rows=16)
     per, shared = result.details["per_problem"], result.details["methods"]
-    assert per["Keep"] == per["Stop at first answer"] == per["Random 0"]
+    assert per["Keep"] == per["Greedy"] == per["Random 0"]
+    assert per["Old keep"] == per[GREEDY_TO_BUDGET]
     assert per["Redo"]["pass@1"] == per["Sampler stopped"]["pass@1"]
-    assert shared["Keep"]["tokens_per_problem"]["1"] == pytest.approx(
-        shared["Stop at first answer"]["tokens_per_problem"]["1"])
-    assert shared["Keep"]["tokens_per_problem"]["1"] < shared["Greedy"]["tokens_per_problem"]["1"]
-    assert ev.draft_stops(keep) == (True, True) and ev.draft_stops(greedy_method()) == (False, False)
+    assert shared["Keep"]["tokens_per_problem"]["1"] == pytest.approx(shared["Greedy"]["tokens_per_problem"]["1"])
+    assert shared["Keep"]["tokens_per_problem"]["1"] < shared[GREEDY_TO_BUDGET]["tokens_per_problem"]["1"]
+    assert shared["Random 0"]["family"] == "fixed rule" and shared["Keep"]["family"] == "learned"
     assert result.details["draft"]["Keep"]["tokens_per_problem"]["1"] == pytest.approx(
-        shared["Stop at first answer"]["tokens_per_problem"]["1"])
+        shared["Greedy"]["tokens_per_problem"]["1"])
     # the report: its draft-gated section and the accuracy-per-compute points hold the draft rows
     rows = {r["method"]: r for r in report.draft_rows(result.details)}
     assert rows["Keep"]["redecode_share"] == 0 and rows["Keep"]["n_kept"] == 3 and rows["Keep"]["redecoded"] is None

@@ -145,7 +145,8 @@ def evaluation(tiny_lm):
 
 def test_evaluation_structure(evaluation, tmp_path):
     ev, methods, cfg = evaluation
-    metrics = ["pass@1", "pass@2", "pass@4", "mean_length"]
+    metrics = ["pass@1", "pass@2", "pass@4", "answer_accuracy@1", "answer_accuracy@2", "answer_accuracy@4",
+               "mean_length"]
     assert list(ev.results) == [m.name for m in methods]
     for name, res in ev.results.items():
         assert list(res) == metrics
@@ -268,9 +269,8 @@ def test_cli_evaluate_end_to_end(tmp_path, tiny_lm, capsys, monkeypatch):
     results = json.loads((out / "results.json").read_text())
     # the token table's rows: per-token Mixed (the paper's token-level Mixed) and the best token action
     best_token = next(n for n in results if n.startswith("Best token action ("))
-    assert set(results) == {"Greedy", "Stop at first answer", "Best", "Mixed", "Mixed (per token)", best_token,
-                            "Seq w/ budget", "mine"}
-    assert set(results["mine"]) == {"pass@1", "pass@2", "mean_length"}
+    assert set(results) == {"Greedy", "Best", "Mixed", "Mixed (per token)", best_token, "Seq w/ budget", "mine"}
+    assert set(results["mine"]) == {"pass@1", "pass@2", "answer_accuracy@1", "answer_accuracy@2", "mean_length"}
     details = json.loads((out / "eval_details.json").read_text())
     assert details["config"]["num_problems"] == 2 and details["methods"]["mine"]["kind"] == "token"
     assert details["methods"]["Mixed (per token)"]["per_token"] is True

@@ -69,3 +69,13 @@ def test_greedy_reward_at_a_budget_scores_what_a_decode_at_that_budget_says(tiny
         direct = decode(tiny_lm, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=st.token_budget)
         assert st.greedy_reward == pytest.approx(sum(len(t) for t in direct.texts) / len(problems))
     assert stats[0].greedy_reward < stats[1].greedy_reward and len(scored) == 8
+
+
+def test_a_row_ended_at_its_first_answer_is_not_cut_by_the_budget(tiny_lm, monkeypatch):
+    task = get_task("arithmetic")
+    problems = task.load("validation")[:3]
+    monkeypatch.setattr(type(task), "answer_complete", lambda self, problem, text: len(text) >= 1)
+    stopped = greedy_truncation(tiny_lm, task, problems, [2, 6], batch_rows=8, stop_at_answer=True)
+    full = greedy_truncation(tiny_lm, task, problems, [2, 6], batch_rows=8)
+    assert [st.truncated_fraction for st in stopped] == [0.0, 0.0]  # every row answered within one token
+    assert full[1].truncated_fraction > 0 and stopped[1].mean_length < full[1].mean_length  # else a weak test

@@ -177,6 +177,7 @@ def test_targets_name_the_strongest_static_method_and_say_on_how_many_seeds_they
     methods = {"Draft-gated": {"kind": "draft", "decodes_per_problem": {"1": 1.3}}}
     [line] = target_lines(results, {"per_problem": per_problem, "methods": methods})
     assert "(Stop at first answer on this split)" in line and "1.30 decodes" in line
+    assert "a target across compute, not a verdict" in line
     assert "per seed +10.0 / +10.0 / -10.0: holds on 2 of 3 seeds" in line
     assert line.startswith("- **not met**")  # +3.3 on average: below the +5 bar
     # the same gain at too much compute is not met either; at +10 on every seed and 1.3 decodes it is

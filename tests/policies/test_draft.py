@@ -120,14 +120,13 @@ def test_draft_adapter_round_trip(tmp_path, tiny_lm):
 
 
 def test_a_stopped_draft_and_its_redecodes_end_at_the_first_answer(tiny_lm, tiny_prompts):
-    """With the stop, each draft (and, with the re-decode stop, each re-decode) ends where its
-    answer check first holds (here: after the first token), the summary reads the stopped draft
-    (its length, and "ended on its own" = 1), and a stopping context without the checks is refused."""
+    """With the stop, each draft and each re-decode ends where its answer check first holds (here:
+    after the first token), the summary reads the stopped draft (its length, and "ended on its own"
+    = 1); without it the checks are not asked; a stop without the checks is refused."""
     choices = torch.tensor([KEEP_DRAFT, 1, KEEP_DRAFT, 1])
     checks = [lambda text: True] * len(tiny_prompts)
-    for redecode_stop in (False, True):
-        context = DraftContextConfig(features="confidence", token_budget=5, draft_stop_at_answer=True,
-                                     redecode_stop_at_answer=redecode_stop)
+    context = DraftContextConfig(features="confidence", token_budget=5)
+    for stop in (False, True):
         seen = {}
 
         def choose(summary, budgets, seen=seen):
@@ -135,12 +134,15 @@ def test_a_stopped_draft_and_its_redecodes_end_at_the_first_answer(tiny_lm, tiny
             return choices
 
         result = draft_gated_decode(tiny_lm, tiny_prompts, None, context, [SAMPLER], 1, choose=choose,
-                                    answer_complete=checks)
+                                    answer_complete=checks, stop_at_answer=stop)
+        lengths = result.redecoded.lengths.tolist()
+        if not stop:  # unstopped, the tiny LM's rows run to the budget
+            assert result.draft.stopped_by_check is None and lengths == [5, 5]
+            continue
         assert result.draft.lengths.tolist() == [1] * 4 and bool(result.draft.stopped_by_check.all())
         assert seen["summary"].confidence[:, 4].tolist() == [pytest.approx(1 / 5)] * 4
         assert seen["summary"].confidence[:, 5].tolist() == [1.0] * 4  # ended on its own
-        lengths = result.redecoded.lengths.tolist()
-        assert (lengths == [1, 1]) == redecode_stop  # unstopped, the tiny LM's samples run to the budget
-        assert result.tokens == [1, 1 + lengths[0], 1, 1 + lengths[1]]
+        assert lengths == [1, 1] and result.tokens == [1, 2, 1, 2]
     with pytest.raises(ValueError, match="answer_complete"):
-        draft_gated_decode(tiny_lm, tiny_prompts, None, context, [SAMPLER], 1, choose=lambda s, b: choices)
+        draft_gated_decode(tiny_lm, tiny_prompts, None, context, [SAMPLER], 1, choose=lambda s, b: choices,
+                           stop_at_answer=True)

@@ -32,17 +32,35 @@ def test_method_kinds_wrap_adapter_kinds():
 
 
 def _kind_string_comparisons(tree: ast.AST) -> list[int]:
-    """Lines comparing something named ``...kind`` with a kind name (``==``, ``!=``, ``in (...)``)."""
+    """Lines comparing a kind with a kind name (``==``, ``!=``, ``in (...)``): the kind read as a name
+    or attribute ending in ``kind`` (``m.kind``), an item (``info["kind"]``) or a ``.get("kind")``; the
+    names written out, or a module-level tuple of them (``STATIC = ("greedy", "static")``)."""
     def is_kind(node) -> bool:
+        if isinstance(node, ast.Subscript):
+            key = node.slice
+            return isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value.endswith("kind")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            first = node.args[0] if node.args else None
+            return isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value.endswith("kind")
         name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
         return name.endswith("kind")
 
-    def names(node) -> set:
+    def literal(node) -> set:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             return {node.value}
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
             return {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
         return set()
+
+    constants = {}  # module-level NAME = ("greedy", ...)
+    for node in getattr(tree, "body", []):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            constants[node.targets[0].id] = literal(node.value)
+
+    def names(node) -> set:
+        if isinstance(node, ast.Name):
+            return constants.get(node.id, set())
+        return literal(node)
 
     out = []
     for node in ast.walk(tree):
@@ -67,3 +85,8 @@ def test_no_kind_compared_with_a_string_outside_the_registry():
 def test_the_scan_can_fail():
     assert _kind_string_comparisons(ast.parse('if config.kind == "draft":\n    pass\n')) == [1]
     assert _kind_string_comparisons(ast.parse('x = m.kind in ("sequence", "token")\n')) == [1]
+    # the forms the report once used: an item, a .get, a module-level tuple of names
+    assert _kind_string_comparisons(ast.parse('x = info[n]["kind"] in ("sequence", "token")\n')) == [1]
+    assert _kind_string_comparisons(ast.parse('x = method.get("kind") == "sequence"\n')) == [1]
+    assert _kind_string_comparisons(ast.parse('STATIC = ("greedy", "static")\nx = i["kind"] in STATIC\n')) == [2]
+    assert _kind_string_comparisons(ast.parse('x = i["role"] == "greedy"\n')) == []

@@ -68,6 +68,7 @@ def fake_evaluation(gains: dict[str, float] | None = None, problems: int = 20, s
             for k in cfg.k_values:
                 value = q if kind == "greedy" else 1 - (1 - q) ** k
                 per_problem[f"pass@{k}"].append([value] * seeds)
+                per_problem[f"answer_accuracy@{k}"].append([q if kind == "greedy" else min(q + 0.02 * k, 1.0)] * seeds)
             per_problem["mean_length"].append([rng.uniform(4, 16) for _ in range(seeds)])
         results[name], details["summary"][name] = _summarise(per_problem, cfg)
         details["per_problem"][name] = per_problem
@@ -138,7 +139,8 @@ def test_tables_follow_the_paper_layout():
     results, details = fake_evaluation()
     seq = sequence_table(results, details).splitlines()
     assert seq[0].startswith("| Metric | Setting | Best | Mixed | w/o budget")
-    assert sum(line.startswith("| Pass@") for line in seq) == 3 and sum("Δ vs " in line for line in seq) == 4
+    assert sum(line.startswith("| Pass@") for line in seq) == 3 and sum("Δ vs " in line for line in seq) == 7
+    assert sum(line.startswith("| Answer (B=") for line in seq) == 3  # the answer at B = 1, 2, 4 beside pass@k
     tok = token_table(results, details).splitlines()
     assert "| Greedy | Mixed |" in tok[0] and tok[0].count("| Δ") == 2
     assert "entropy-only" in tok[0]
@@ -348,20 +350,21 @@ def test_cost_table_and_selection_section(tmp_path):
 
 
 def test_verdicts_say_on_how_many_seeds_the_direction_holds_and_judge_the_draft_gate():
-    names = ["Greedy", "Stop at first answer", "Best", "Draft-gated", "Random gate (30%)"]
-    # [problem][seed]: the draft gate is ahead of Stop at first answer on seeds 0 and 2, behind on 1
-    base = {"Greedy": (0.3,) * 3, "Stop at first answer": (0.5,) * 3, "Best": (0.4,) * 3,
+    names = ["Greedy to the budget", "Greedy", "Best", "Draft-gated", "Random gate (30%)"]
+    # [problem][seed]: the draft gate is ahead of Greedy (stopped) on seeds 0 and 2, behind on 1
+    base = {"Greedy to the budget": (0.3,) * 3, "Greedy": (0.5,) * 3, "Best": (0.4,) * 3,
             "Draft-gated": (0.7, 0.45, 0.6), "Random gate (30%)": (0.4,) * 3}
     per_problem = {n: {"pass@1": [[base[n][s] + (0.1 if i % 2 else -0.1) for s in range(3)] for i in range(30)]}
                    for n in names}
     results = {n: {"pass@1": {"mean": sum(base[n]) / 3, "ci_low": 0.0, "ci_high": 1.0}} for n in names}
     methods = {"Draft-gated": {"kind": "draft", "role": "draft-gated"},
-               "Random gate (30%)": {"kind": "draft", "role": "random gate"}}
+               "Random gate (30%)": {"kind": "draft", "role": "random gate", "family": "fixed rule"}}
     lines = verdicts(results, {"per_problem": per_problem, "methods": methods})
     draft = [v for v in lines if v.startswith("- **Draft-gated")]
-    # the strongest static method on the split, then the controls; the controls get no verdict of their own
-    assert [v.split("**")[1].split(" ")[-1] for v in draft] == ["answer", "(30%)"]
-    assert "beats Stop at first answer" in draft[0]
+    # the strongest static method on the split (Greedy, what keeping every draft scores), then the fixed
+    # rules; a fixed rule gets no verdict of its own
+    assert [v.split("**")[1].split(" ")[-1] for v in draft] == ["Greedy", "Best", "(30%)"]
+    assert "beats Greedy" in draft[0]
     # with the t-interval over the three seeds: mean 8.33, sd 12.58, t_2 = 4.3027 -> half-width 31.26
     assert "per seed +20.0 / -5.0 / +10.0 (over seeds +8.3 [-22.9, +39.6]): holds on 2 of 3 seeds" in draft[0]
     assert "holds on every seed (3 of 3)" in draft[1]

@@ -22,8 +22,7 @@ CHAT = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "cont
 
 
 def _stop_at_answer_draft(directory, lm, base_model: str):
-    context = DraftContextConfig(features="confidence", token_budget=BUDGET, draft_stop_at_answer=True,
-                                 redecode_stop_at_answer=True)
+    context = DraftContextConfig(features="confidence", token_budget=BUDGET)
     policy = SequencePolicy(SequencePolicyConfig(embed_dim=context.dim(lm.hidden_size), num_actions=2,
                                                  prior=(0.5, 0.5), input_norm="standardise"))
     config = AdapterConfig(kind="draft", policy=dataclasses.asdict(policy.config), actions=[SAMPLER.to_dict()],

@@ -34,7 +34,7 @@ def make_draft_adapter(directory, lm, keep: bool, base_model: str):
                                                  input_norm="standardise"))
     config = AdapterConfig(kind="draft", policy=dataclasses.asdict(policy.config), actions=[SAMPLER.to_dict()],
                            base_model=base_model, base_fingerprint=lm.fingerprint(), parallel_budgets=[1, 2],
-                           draft=dataclasses.asdict(context))
+                           draft=dataclasses.asdict(context), stop_at_answer=False)
     return save_adapter(directory, policy, config)
 
 
@@ -109,8 +109,7 @@ def test_a_stopping_adapter_serves_the_stopped_draft(tmp_path, tiny_lm):
     """A draft-gated adapter that drafts (and re-decodes) with the stop ends its answers at the task's
     first complete answer, reports them as stopped, and without a task to ask it is refused."""
     base = str(save_tiny_base(tiny_lm, tmp_path / "base"))
-    context = DraftContextConfig(features="confidence", token_budget=BUDGET, draft_stop_at_answer=True,
-                                 redecode_stop_at_answer=True)
+    context = DraftContextConfig(features="confidence", token_budget=BUDGET)
     prompt = "What is 2+3?"
     prompts = tiny_lm.encode_chat([[{"role": "user", "content": prompt}]])
     checks = [lambda text: len(text) >= 2]
@@ -121,12 +120,12 @@ def test_a_stopping_adapter_serves_the_stopped_draft(tmp_path, tiny_lm):
                                                      input_norm="standardise"))
         config = AdapterConfig(kind="draft", policy=dataclasses.asdict(policy.config), actions=[SAMPLER.to_dict()],
                                base_model=base, base_fingerprint=tiny_lm.fingerprint(),
-                               draft=dataclasses.asdict(context))
+                               draft=dataclasses.asdict(context), stop_at_answer=True)
         adapter = Adapter.from_pretrained(save_adapter(tmp_path / f"stop-{keep}", policy, config), lm=tiny_lm)
         out = adapter.generator(task=_AnswerAfterTwoCharacters()).generate([prompt])[0]
         assert out.draft_tokens == int(draft.lengths[0]) and out.draft_kept is keep
         if keep:
             assert out.completions == draft.texts
         assert len(out.completions[0]) >= 2 and out.finish_reasons == ["stop"]
-        with pytest.raises(ValueError, match="names no task"):
+        with pytest.raises(ValueError, match="names no task"):  # a draft-gated policy reads the stopped draft
             adapter.generator()

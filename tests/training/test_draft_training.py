@@ -12,6 +12,7 @@ import pytest
 
 from decoding_adapters.core.stats import pass_at_k
 from decoding_adapters.decoding.actions import DecodingAction
+from decoding_adapters.selection.coverage import OutcomeTable, table_header
 from decoding_adapters.tasks import get_task
 from decoding_adapters.training.draft import (
     DraftRewards,
@@ -19,7 +20,7 @@ from decoding_adapters.training.draft import (
     DraftTrainConfig,
     arm_values,
     build_draft_table,
-    table_stops,
+    table_stop,
 )
 
 _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "planted.py"
@@ -103,22 +104,26 @@ def test_prompt_fed_control_finds_nothing(tmp_path):
 
 def test_a_table_decoded_with_the_stop_says_so(tmp_path, tiny_lm, monkeypatch):
     """Drafts and samples decoded with the stop end at their first complete answer (here: after one
-    token), the header records it, a table without it is refused under it, and stored samples (decoded
-    without the stop) cannot stand in for stopped ones."""
+    token), the header records it, a table without it is refused under it, stored samples decoded
+    without the stop cannot stand in for stopped ones, and a table of the two old flags reads as one."""
     task = get_task("arithmetic")
     monkeypatch.setattr(task, "answer_complete", lambda problem, text: True)
     problems = task.load("validation")[:2]
     path = tmp_path / "stopped.jsonl"
     table = build_draft_table(tiny_lm, task, problems, [SAMPLER], samples=2, token_budget=4, path=path,
-                              split="validation", draft_stop=True, sample_stop=True)
-    assert table_stops(table.header) == (True, True)
+                              split="validation", stop=True)
+    assert table_stop(table.header) is True and table.header["stop_at_answer"] is True
     for record in table.records.values():
         assert record["draft"]["length"] == 1 and record["draft"]["confidence"][5] == 1.0
         assert [s["length"] for s in record["samples"][SAMPLER.name]] == [1, 1]
     with pytest.raises(ValueError, match="other settings"):
         build_draft_table(tiny_lm, task, problems, [SAMPLER], samples=2, token_budget=4, path=path,
                           split="validation")
-    with pytest.raises(ValueError, match="stored samples"):
+    unstopped = OutcomeTable(table_header(task, tiny_lm, problems, token_budget=4, seed=0, cot_ratio=0.0,
+                                          samples=2))
+    with pytest.raises(ValueError, match="stop_at_answer"):
         build_draft_table(tiny_lm, task, problems, [SAMPLER], samples=2, token_budget=4, path=tmp_path / "s.jsonl",
-                          split="train", sample_stop=True, stored=object())
-    assert table_stops({}) == (False, False)
+                          split="train", stop=True, stored=unstopped)
+    assert table_stop({}) is False
+    assert table_stop({"draft_stop_at_answer": True, "redecode_stop_at_answer": True}) is True
+    assert table_stop({"draft_stop_at_answer": True}) is False

@@ -297,3 +297,36 @@ def test_validation_shows_progress_through_the_rollout_bar_as_the_token_trainer_
         trainer = SequenceTrainer(config, tiny_lm, task, rewards, tmp_path / str(progress), progress=progress)
         trainer.validate()
         assert labels and set(labels) == {expected}
+
+
+class _CompleteAtOnce(OddSeedTask):
+    """OddSeedTask with a notion of a complete answer (any text)."""
+
+    def answer_complete(self, problem, text):
+        return bool(text)
+
+
+def test_live_rewards_end_rows_at_the_first_answer_under_the_protocol():
+    from decoding_adapters.decoding.rollouts import STOP_AT_ANSWER
+    from decoding_adapters.training.sequence import LiveRewards, SequenceTrainConfig
+    from decoding_adapters.training.token import TokenTrainConfig
+
+    assert STOP_AT_ANSWER is True and SequenceTrainConfig().stop_at_answer and TokenTrainConfig().stop_at_answer
+    problems = [Problem(id=f"p{i}", question="q", answer="a") for i in range(2)]
+    seen = {}
+    for task, stop in ((_CompleteAtOnce(), True), (_CompleteAtOnce(), False), (OddSeedTask(), True)):
+        rollouts = CountingRollouts(ActionSet([DecodingAction(temperature=1.0)]))
+        original = rollouts.run
+
+        def run(request, *args, original=original, **kwargs):
+            seen["checks"] = request.stop_checks
+            return original(request, *args, **kwargs)
+
+        rollouts.run = run
+        LiveRewards(rollouts, task, token_budget=8, seed=0, stop_at_answer=stop).rewards(
+            problems, [[1], [2]], [0, 0], [2, 2], ["pass"] * 2, ("val",))
+        checks = seen["checks"]
+        if stop and isinstance(task, _CompleteAtOnce):  # one check per row, each on its own problem
+            assert len(checks) == 4 and all(c.args == (problems[i // 2],) for i, c in enumerate(checks))
+        else:  # off, or a task that never says an answer is complete: nothing changes
+            assert checks is None

@@ -26,6 +26,7 @@ from ..evaluation import (
     evaluate,
     format_table,
     greedy_method,
+    greedy_to_budget_method,
     load_best_per_k,
     mixed_method,
     ood_labels,
@@ -33,7 +34,6 @@ from ..evaluation import (
     select_best_action,
     sequence_mixture_of_token_actions,
     static_method,
-    stop_at_first_answer_method,
     token_mixed_method,
 )
 from ..policies.networks import add_evaluation
@@ -69,9 +69,10 @@ class EvaluateOptions:
     best_problems: int = 32
     """validation problems used to choose Best (--best-action auto) and the best token action (best-token);
     never more than --max-problems"""
-    baselines: str = "greedy,stop-first,best,mixed,best-token"
-    """static baselines to include (comma-separated): greedy, stop-first (greedy ended at its first answer),
-    best, mixed (per sequence over --actions; with token adapters also the paper's per-token Mixed over their
+    baselines: str = "greedy,best,mixed,best-token"
+    """static baselines to include (comma-separated): greedy, greedy-to-budget (greedy without the stop at
+    the first answer), best, mixed (per sequence over --actions; with
+    token adapters also the paper's per-token Mixed over their
     actions), best-token (with token adapters: the best single token action, chosen on validation),
     token-actions (with token adapters: one static row per token action)"""
     policy_mode: str | None = None
@@ -145,7 +146,7 @@ def load_adapter_methods(specs: Sequence[str], lm, policy_mode: str | None = Non
     return methods
 
 
-BASELINES = ("greedy", "stop-first", "best", "mixed", "best-token", "token-actions")
+BASELINES = ("greedy", "greedy-to-budget", "best", "mixed", "best-token", "token-actions")
 
 
 def _baseline_methods(args, lm, task, adapters: list[Method], cfg: EvalConfig, factory) -> list[Method]:
@@ -155,8 +156,8 @@ def _baseline_methods(args, lm, task, adapters: list[Method], cfg: EvalConfig, f
         raise ValueError(f"unknown baseline(s) {sorted(unknown)}: choose from {', '.join(BASELINES)}")
     actions = _base_actions(args, adapters)
     out = [greedy_method()] if "greedy" in wanted else []
-    if "stop-first" in wanted:
-        out.append(stop_at_first_answer_method())
+    if "greedy-to-budget" in wanted:
+        out.append(greedy_to_budget_method())
     if "best" in wanted:
         best = _best_method(args, lm, task, actions, cfg, factory)
         if best is not None:
@@ -224,26 +225,27 @@ def _best_method(args, lm, task, actions, cfg: EvalConfig, factory) -> Method | 
             raise ValueError(f"{spec} has no best_single entry")
         return static_method(best)
     candidates = list(dict.fromkeys([*actions, GREEDY]))  # greedy is always a static candidate
-    # and greedy stopped at its first answer, where the backend can stop a row on its text
-    stop = getattr(args, "backend", "hf") != "vllm"
-    return best_static_method(_auto_best(args, lm, task, candidates, cfg, factory, cfg.k_values, stop), candidates)
+    return best_static_method(_auto_best(args, lm, task, candidates, cfg, factory, cfg.k_values), candidates)
 
 
-def _auto_best(args, lm, task, actions, cfg: EvalConfig, factory, k_values, stop_at_first_answer=False) -> BestStatic:
-    """The best of ``actions`` (and, with ``stop_at_first_answer``, greedy stopped at its first answer)
-    at each k on the validation split (train where there is none; never test)."""
+def _auto_best(args, lm, task, actions, cfg: EvalConfig, factory, k_values) -> BestStatic:
+    """The best of ``actions`` at each k on the validation split (train where there is none; never
+    test), every sample under the evaluation's stop."""
     split = "validation" if "validation" in getattr(task, "splits", ()) else "train"
     limit = args.best_problems if args.max_problems is None else min(args.best_problems, args.max_problems)
     problems = task.load(split)[:limit]
     log.info("choosing the best of %d actions on %d %s problems", len(actions), len(problems), split)
     best = select_best_action(lm, task, problems, actions, samples=min(4, cfg.n), k_values=k_values, config=cfg,
-                              stop_at_first_answer=stop_at_first_answer, rollouts_factory=factory)
+                              rollouts_factory=factory)
     log.info("best by k: %s", {k: best.name_for(k) for k in best.k_values})
     return best
 
 
 def run_cli(args) -> int:
     cfg = build_config(EvalConfig, args)
+    if cfg.stop_at_answer and args.backend == "vllm":
+        raise ValueError("the vllm backend cannot end a row at its first complete answer: pass --no-stop-at-answer "
+                         "(every method then decodes to the budget) or use --backend hf")
     # pre-flight, before any model load or decoding: the output directory, disjoint splits, the problems
     cli_common.check_output_dir(args.out, ("results.json", "eval_details.json"), force=args.force)
     task = build_task(args)

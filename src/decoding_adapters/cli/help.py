@@ -68,7 +68,7 @@ ADVANCED = frozenset({
     "patience", "min_improvement", "checkpoint_every", "hidden", "weight_decay", "val_every", "pooling",
     "budget_prior_actions", "replay",
     # the draft trainer's tables and update (docs/draft-gated.md)
-    "full_information", "redecode_cost", "table_samples", "draft_stop_at_answer", "redecode_stop_at_answer",
+    "full_information", "redecode_cost", "table_samples",
 })
 """Options ``--help`` names in one paragraph instead of describing (``--help-all`` describes them)."""
 

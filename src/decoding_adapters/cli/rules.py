@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..core.files import write_json
 from ..decoding.actions import GREEDY, DecodingAction
+from ..decoding.rollouts import STOP_AT_ANSWER
 from ..evaluation.rules import COMPUTE_LEVELS, RULES, greedy_then, tune_rules
 from ..evaluation.sample_table import SampleTable, build_sample_table, pass_at_k_curve
 from ..reporting.plots import method_color
@@ -45,7 +46,7 @@ class RulesOptions:
     """rules to tune and score"""
     levels: tuple[float, ...] = COMPUTE_LEVELS
     """compute levels (mean decodes per problem) at which each rule's setting is chosen on validation"""
-    stop_at_answer: bool = True
+    stop_at_answer: bool = STOP_AT_ANSWER
     """a built table's samples end at their first complete answer (the protocol); off: decoded to the budget"""
     hidden: bool = False
     """a built table also keeps each sample's mean hidden state"""

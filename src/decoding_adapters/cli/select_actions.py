@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 
 from ..decoding.actions import ActionSet
+from ..decoding.rollouts import STOP_AT_ANSWER
 from ..selection.coverage import build_pool, check_table, evaluate_pool, select_from_table, table_header, write_outputs
 from ..tasks import check_disjoint, problems_record
 from ..tasks.base import problems_digest
@@ -41,6 +42,9 @@ class SelectionOptions:
     """pass@k values the Best static strategy (greedy included) is chosen for; k above --samples is extrapolated"""
     split: str = "validation"
     """task split to select on"""
+    stop_at_answer: bool = STOP_AT_ANSWER
+    """end every sample at its task's first complete answer (the protocol; a table replayed by train-sequence
+    must match its --stop-at-answer)"""
     progress: bool = True
     """progress bar"""
 
@@ -64,7 +68,8 @@ def run_cli(args) -> int:
     # the whole split's digest: a run over more of it (a larger --max-problems) still resumes
     data = {"split": args.split, "count": len(split), "digest": problems_digest(split)}
     # pre-flight: a stored table written with other settings is refused before the model loads
-    settings = dict(token_budget=args.token_budget, seed=args.seed, cot_ratio=args.cot_ratio, samples=args.samples)
+    settings = dict(token_budget=args.token_budget, seed=args.seed, cot_ratio=args.cot_ratio, samples=args.samples,
+                    stop_at_answer=args.stop_at_answer)
     check_table(out / "outcomes.jsonl", table_header(task, None, problems, data=data, **settings), ignore=("model",))
     lm = build_lm(args)
     rollouts = build_rollouts(args, lm, ActionSet(pool))
@@ -73,7 +78,7 @@ def run_cli(args) -> int:
         table = evaluate_pool(lm, task, problems, pool, samples=args.samples, token_budget=args.token_budget,
                               seed=args.seed, table_path=out / "outcomes.jsonl", rollouts=rollouts,
                               batch_rows=args.batch_rows, progress=args.progress, cot_ratio=args.cot_ratio,
-                              data=data)
+                              data=data, stop_at_answer=args.stop_at_answer)
     finally:
         rollouts.close()
     selection = select_from_table(table, args.k, args.best_k)

@@ -15,17 +15,22 @@ chunking gives the same tokens for the same request.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 from tqdm.auto import tqdm
 
-from ..tasks import build_prompts
+from ..tasks import Task, build_prompts
 from .actions import ActionSet
 from .loop import Chooser, DecodeResult, StopCheck, decode
 
 __all__ = [
+    "STOP_AT_ANSWER",
+    "answer_stops",
+    "answer_check",
+    "says_when_complete",
     "RolloutRequest",
     "Rollouts",
     "HFRollouts",
@@ -35,6 +40,36 @@ __all__ = [
     "encode_problems",
     "score_rows",
 ]
+
+
+STOP_AT_ANSWER: bool = True
+"""The protocol's default, for every method, trainer and adapter: each sample ends at its task's
+first complete answer (``Task.answer_complete``, checked after every token), so no method is scored
+on what it writes after its answer and none spends tokens there. Every config's ``stop_at_answer``
+defaults to this one value (``--no-stop-at-answer`` decodes to the budget); a task that does not
+say what a complete answer is (code) is decoded to its end either way."""
+
+
+def says_when_complete(task) -> bool:
+    """Whether ``task`` has a notion of a complete answer (it defines ``answer_complete`` beyond
+    the base class's "never"): where it has none, the stop changes nothing and no check is run."""
+    check = getattr(type(task), "answer_complete", None)
+    return check is not None and check is not Task.answer_complete
+
+
+def answer_check(task, problem) -> StopCheck | None:
+    """The check that ends a row at its first complete answer to ``problem``; None where the task
+    says no answer is complete before the end."""
+    return functools.partial(task.answer_complete, problem) if says_when_complete(task) else None
+
+
+def answer_stops(task, problems: Sequence, prompt_of_row: Sequence[int], on: bool) -> list[StopCheck] | None:
+    """Per row, the check that ends it at the first complete answer to ``problems[prompt_of_row[r]]``
+    (``task.answer_complete``), when ``on``; None when off or where the task has no such notion
+    (rows run to EOS or their budget)."""
+    if not on or not says_when_complete(task):
+        return None
+    return [functools.partial(task.answer_complete, problems[i]) for i in prompt_of_row]
 
 
 @dataclass

@@ -1,5 +1,12 @@
 """Evaluation: pass@k of static baselines and decoding adapters, side by side, with confidence intervals.
 
+The protocol: every sample of every method ends at its task's first complete answer
+(``Task.answer_complete``, checked inside the decode loop after every token, so the tokens after the
+answer are never generated): ``EvalConfig.stop_at_answer``, default
+``decoding.rollouts.STOP_AT_ANSWER`` (True); False decodes every sample to EOS or the budget. An
+adapter's samples stop as it was trained (``AdapterConfig.stop_at_answer``). A task that does not
+say what a complete answer is (code) is decoded to its end either way.
+
 Methods (each a :class:`Method`), evaluated on the same problems and seeds:
 
 - ``Greedy``: the greedy action. Deterministic, so it is decoded once per problem and its single
@@ -8,16 +15,12 @@ Methods (each a :class:`Method`), evaluated on the same problems and seeds:
   and is decoded once per prompt (``EvalConfig.decode_deterministic_once``; off decodes every
   sample, with the same outcomes).
 - ``Best``: the strongest static baseline: for each reported pass@k, the single strategy among
-  every static candidate (the pool and greedy, and greedy stopped at its first answer where it was
-  scored: the studies, ``evaluate --best-action auto``) with the highest validation pass@k
+  every static candidate (the pool and greedy) with the highest validation pass@k
   (``selection.best``; ``best_per_k`` of ``select-actions``' ``actions.json``, or
   :func:`select_best_action`), so pass@1 may come from greedy's samples and pass@8 from a
   sampler's (``best_per_k_method``; ``eval_details.json`` names the action of each k).
-- ``Stop at first answer``: greedy that ends each row at its first complete answer (what the task
-  calls complete: ``Task.answer_complete``), checked inside the decode loop after every token, so
-  the tokens after the answer are never generated (``stop_at_first_answer_method``). A static
-  baseline beside Greedy and Best, and a candidate for Best (``STOP_CANDIDATE``: Best's pass@k may
-  come from its rows where it won on validation).
+- ``Greedy to the budget`` (``greedy_to_budget_method``): the one control that ignores the stop,
+  greedy decoded to EOS or the budget; Greedy minus it is what the stop alone gains.
 - ``Mixed``: every sample draws its action uniformly from an action set (seeded, per sample): the
   sequence-level Mixed. Over the token action set this per-sequence mixture has its own row
   (``Mixed per sequence (token actions)``).
@@ -35,6 +38,14 @@ caller overrides it: 'sample' (a draw from pi; the token adapters' default) or '
 sequence adapters' default); see ``policies.default_policy_mode``. ``generate``, ``serve``,
 ``AdaptiveGenerator`` and ``Adapter`` use the same stored mode by default, so a reported number
 describes what a user gets. ``eval_details.json`` records each method's mode.
+
+The answer a user gets: every method returns one answer per problem without a verifier
+(``Method.answer_rule``): at B = 1 its sample; at B > 1 a majority vote over its B samples' answers
+(``Task.extract_answer``; ties to the earliest); a draft-gated method, the draft where kept, else
+its re-decode (B = 1) or a vote over the draft and B - 1 re-decodes. ``answer_accuracy@k`` is that
+answer's accuracy at B = k (averaged over the disjoint blocks of k of the n samples; at k = 1 it is
+pass@1), reported beside pass@k (which needs a verifier to pick among the k). The format of
+``eval_details.json`` is in ``runner``'s docstring.
 
 ``n = max(k_values)`` samples per problem and seed; pass@k uses the unbiased estimator
 :func:`stats.pass_at_k` on those ``n``. ``mean_length`` is the mean number of generated tokens (EOS
@@ -86,8 +97,8 @@ the mean over problems computed separately for each seed).
 
 Output (``Evaluation.write``):
 
-- ``results.json``: ``{method: {metric: {"mean", "ci_low", "ci_high"}}}``, metrics ``pass@k`` for
-  each k and ``mean_length``; pass@k as fractions in [0, 1] (plus ``binomial_halfwidth`` and
+- ``results.json``: ``{method: {metric: {"mean", "ci_low", "ci_high"}}}``, metrics ``pass@k`` and
+  ``answer_accuracy@k`` for each k and ``mean_length``; pass@k as fractions in [0, 1] (plus ``binomial_halfwidth`` and
   ``outcomes``: the paper-style interval), lengths in tokens.
 - ``eval_details.json``: config, problems, method descriptions (kind, role, level, action names),
   per-problem values (``[problem][seed]``), seed means, generation lengths, action usage,
@@ -105,8 +116,9 @@ budget cuts off, to choose the budget on validation); the statistics are in
 
 from ..core.stats import binomial_halfwidth
 from .methods import (
-    STOP_AT_FIRST_ANSWER,
-    STOP_CANDIDATE,
+    ANSWER_ACCURACY,
+    FAMILIES,
+    GREEDY_TO_BUDGET,
     EvalConfig,
     Method,
     MethodRollout,
@@ -116,12 +128,12 @@ from .methods import (
     best_static_method,
     best_token_action_method,
     greedy_method,
+    greedy_to_budget_method,
     load_best_per_k,
     mixed_method,
     resolve_best_action,
     sequence_mixture_of_token_actions,
     static_method,
-    stop_at_first_answer_method,
     token_mixed_method,
 )
 from .ood import ood_label, ood_labels
@@ -135,6 +147,7 @@ from .runner import (
     format_table,
     select_best_action,
     subset_cost,
+    vote,
 )
 from .truncation import TruncationStats, choose_token_budget, greedy_truncation, truncation_stats
 
@@ -142,10 +155,12 @@ __all__ = [
     "EvalConfig",
     "Method",
     "MethodRollout",
-    "STOP_AT_FIRST_ANSWER",
-    "STOP_CANDIDATE",
+    "ANSWER_ACCURACY",
+    "FAMILIES",
+    "GREEDY_TO_BUDGET",
     "greedy_method",
-    "stop_at_first_answer_method",
+    "greedy_to_budget_method",
+    "vote",
     "subset_cost",
     "COMPUTE_FIELDS",
     "static_method",

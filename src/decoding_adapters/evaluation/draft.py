@@ -66,7 +66,6 @@ __all__ = [
     "threshold_gate_method",
     "random_gate_method",
     "draft_summaries",
-    "draft_stops",
     "draft_choices",
     "draft_compute",
 ]
@@ -323,30 +322,22 @@ class RandomGate(ThresholdGate):
         return choice, torch.nn.functional.one_hot(choice, self.num_outputs).float()
 
 
-def _stop_context(stops: tuple[bool, bool]) -> dict:
-    return {"features": "confidence", "draft_stop_at_answer": bool(stops[0]),
-            "redecode_stop_at_answer": bool(stops[1])}
-
-
 def threshold_gate_method(action: DecodingAction, feature: str, threshold: float,
-                          name: str = "Confidence threshold", stops: tuple[bool, bool] = (False, False)) -> Method:
-    """The tuned confidence threshold (chosen on validation) as an evaluation row. ``stops``: the
-    draft and the re-decodes end at their first complete answer (as the adapter it is compared to)."""
+                          name: str = "Confidence threshold", stop_at_answer: bool | None = None) -> Method:
+    """The tuned confidence threshold (chosen on validation) as an evaluation row (a fixed rule).
+    ``stop_at_answer``: the draft and the re-decodes end at their first complete answer (None: as
+    the evaluation says; pass the adapter's when it is compared to one)."""
     return Method(name, "draft", [action], role="confidence threshold", level="sequence",
-                  policy=ThresholdGate(feature, threshold), policy_mode="argmax", draft_context=_stop_context(stops))
+                  policy=ThresholdGate(feature, threshold), policy_mode="argmax",
+                  draft_context={"features": "confidence"}, stop_at_answer=stop_at_answer, family="fixed rule")
 
 
 def random_gate_method(action: DecodingAction, share: float, name: str = "Random gate",
-                       stops: tuple[bool, bool] = (False, False)) -> Method:
-    """A gate that re-decodes a random ``share`` of problems (drawn per seed, problem and k)."""
+                       stop_at_answer: bool | None = None) -> Method:
+    """A gate that re-decodes a random ``share`` of problems (drawn per seed, problem and k): a fixed rule."""
     return Method(name, "draft", [action], role="random gate", level="sequence", policy=RandomGate(share),
-                  policy_mode="sample", draft_context=_stop_context(stops))
-
-
-def draft_stops(method: Method) -> tuple[bool, bool]:
-    """Whether a draft-gated method's (draft, re-decodes) end at their first complete answer."""
-    context = method.draft_context or {}
-    return bool(context.get("draft_stop_at_answer", False)), bool(context.get("redecode_stop_at_answer", False))
+                  policy_mode="sample", draft_context={"features": "confidence"}, stop_at_answer=stop_at_answer,
+                  family="fixed rule")
 
 
 def draft_summaries(lm, prompts, token_budget: int, batch_rows: int = 64,

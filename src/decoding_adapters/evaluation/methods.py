@@ -13,7 +13,7 @@ import torch
 from ..core.stats import check_int
 from ..decoding.actions import GREEDY, DecodingAction
 from ..decoding.loop import DecodeResult
-from ..decoding.rollouts import RolloutRequest, Rollouts
+from ..decoding.rollouts import STOP_AT_ANSWER, RolloutRequest, Rollouts
 from ..policies.kinds import AdapterKind, adapter_kind, kind_names
 from ..policies.networks import AdapterConfig, load_adapter, resolve_policy_mode
 from ..selection.best import BestStatic
@@ -25,9 +25,10 @@ __all__ = [
     "method_kind",
     "MethodRollout",
     "greedy_method",
-    "stop_at_first_answer_method",
-    "STOP_AT_FIRST_ANSWER",
-    "STOP_CANDIDATE",
+    "greedy_to_budget_method",
+    "GREEDY_TO_BUDGET",
+    "ANSWER_ACCURACY",
+    "FAMILIES",
     "static_method",
     "best_per_k_method",
     "best_static_method",
@@ -88,12 +89,18 @@ draft was kept and 2 where it re-decoded, and the tokens of both passes. The eva
 them into ``decodes_per_problem`` / ``tokens_per_problem`` (``runner.subset_cost``). Helpers:
 ``decoding.rollouts.take_rows`` and ``concat_results`` build the merged result."""
 
-STOP_AT_FIRST_ANSWER = "Stop at first answer"
-"""Display name of the greedy baseline that ends each row at its first complete answer."""
+ANSWER_ACCURACY = "answer_accuracy"
+"""The metric of the answer a user gets: ``answer_accuracy@k`` at B = k, and ``answer_accuracy``
+(in eval_details' ``per_problem``) at the method's own B, the smallest k evaluated."""
 
-STOP_CANDIDATE = "greedy, stop at first answer"
-"""The name of that strategy among the static candidates the Best row is chosen from (a
-``best_per_k_method`` value, a ``selection.best.BestStatic`` name)."""
+GREEDY_TO_BUDGET = "Greedy to the budget"
+"""Display name of the one control that ignores the protocol's stop: greedy decoded to EOS or the
+token budget (what the stop alone gains is Greedy minus this)."""
+
+FAMILIES = ("static", "fixed rule", "learned")
+"""What a method is to the report: ``static`` (one fixed way of decoding: Greedy, Best, Mixed, a
+static action), ``fixed rule`` (a hand-written rule over samples or a draft: a confidence threshold,
+a random gate, a vote), ``learned`` (an adapter)."""
 
 
 # ---- configuration and methods -------------------------------------------------------------------
@@ -115,6 +122,12 @@ class EvalConfig:
     """Base seed of the row seeds and of the CoT assignment."""
     confidence: float = 0.95
     """Level of the confidence intervals."""
+    stop_at_answer: bool = STOP_AT_ANSWER
+    """End every sample at its task's first complete answer; off: decode to EOS or the budget.
+    The protocol every method is scored under (``Task.answer_complete``, checked after every token,
+    so the tokens after the answer are never generated; a method may say otherwise:
+    ``Method.stop_at_answer``). A task without a notion of a complete answer is decoded to its end
+    either way."""
     keep_trajectories: int = 64
     """Trajectories kept per method (seed 0, spread over problems first) for plots and traces."""
     decode_deterministic_once: bool = True
@@ -142,7 +155,10 @@ class EvalConfig:
 
     @property
     def metrics(self) -> list[str]:
-        return [f"pass@{k}" for k in self.k_values] + ["mean_length"]
+        """pass@k (needs a verifier to pick among k samples), ``answer_accuracy@k`` (the one answer
+        the method returns from B = k samples, no verifier: ``Method.answer_rule``), mean length."""
+        return ([f"pass@{k}" for k in self.k_values] + [f"{ANSWER_ACCURACY}@{k}" for k in self.k_values]
+                + ["mean_length"])
 
 
 @dataclass
@@ -183,14 +199,13 @@ class Method:
     """draft only: the ``policies.draft.DraftContextConfig`` fields of what ``policy`` reads (default:
     the adapter's). ``policy`` is anything with ``choose(contexts, budgets, deterministic=...,
     uniform=...)``: the adapter, or a control's gate (``evaluation.draft``)."""
-    stop_at_answer: bool = False
-    """greedy/static only: end each row at its first complete answer (``Task.answer_complete``,
-    checked inside the decode loop after every token, so the tokens after it are never generated)."""
-    k_stop: frozenset[int] = frozenset()
-    """With ``k_actions``: the k whose samples stop at the first answer (the Best row where that
-    strategy won on validation)."""
-    stop_candidate: bool = False
-    """The Best row: stopping at the first answer was among the candidates it was chosen from."""
+    stop_at_answer: bool | None = None
+    """End each sample at its first complete answer: None follows the evaluation
+    (``EvalConfig.stop_at_answer``); an adapter says what it was trained with (``AdapterConfig``);
+    False is the "to the budget" control."""
+    family: str | None = None
+    """``static``, ``fixed rule`` or ``learned`` (:data:`FAMILIES`); None: learned for an adapter,
+    static otherwise."""
     rollout: MethodRollout | None = None
     """custom only: how the method decodes its rows (e.g. a draft, then a conditional re-decode);
     its rows are its own, never shared with another method."""
@@ -201,11 +216,10 @@ class Method:
         kind = self.method_kind  # an unknown kind raises here
         if kind.custom != (self.rollout is not None):
             raise ValueError(f"method {self.name!r}: a custom method needs a rollout, and only a custom one takes it")
-        if (self.stop_at_answer or self.k_stop) and not kind.static:
-            raise ValueError(f"method {self.name!r}: only a static method can stop at the first answer")
-        self.k_stop = frozenset(int(k) for k in self.k_stop)
-        if self.k_stop and (self.k_actions is None or not self.k_stop <= set(self.k_actions)):
-            raise ValueError(f"method {self.name!r}: k_stop names k without an action in k_actions")
+        if self.family is None:
+            self.family = "learned" if kind.adapter is not None else "static"
+        if self.family not in FAMILIES:
+            raise ValueError(f"method {self.name!r}: family must be one of {FAMILIES}, got {self.family!r}")
         if not self.actions:
             raise ValueError(f"method {self.name!r} has no actions")
         if self.k_actions is not None:
@@ -280,9 +294,19 @@ class Method:
             chosen = ", ".join(map(str, self.k_actions))
             raise ValueError(f"{self.name} has no action for pass@{k} (it has one for k in {chosen})") from None
 
-    def stops_at(self, k: int) -> bool:
-        """Whether pass@k's samples end at their first complete answer."""
-        return self.stop_at_answer or k in self.k_stop
+    def stops(self, cfg: EvalConfig) -> bool:
+        """Whether this method's samples end at their first complete answer in an evaluation ``cfg``."""
+        return cfg.stop_at_answer if self.stop_at_answer is None else bool(self.stop_at_answer)
+
+    @property
+    def answer_rule(self) -> str:
+        """How the method turns its B samples into the one answer a user gets (no verifier)."""
+        if self.keeps_draft:
+            return ("the draft where kept; where re-decoded, at B = 1 the re-decode, at B > 1 a majority vote "
+                    "over the draft and B - 1 re-decodes (ties: the draft)")
+        if self.method_kind.greedy and self.k_actions is None:
+            return "its one (deterministic) sample"
+        return "B = 1: its sample; B > 1: a majority vote over its B samples' answers (ties: the earliest)"
 
     def policy_for(self, seed: int) -> torch.nn.Module | None:
         return self.seed_policies[seed % len(self.seed_policies)] if self.seed_policies else self.policy
@@ -302,16 +326,15 @@ class Method:
             "source": self.source,
             "per_token": self.per_token,
             "policy_mode": self.policy_mode,
+            "family": self.family,
+            "answer_rule": self.answer_rule,
         }
         if self.adapter is not None:
             out["adapter_policy"] = dict(self.adapter.policy)
         if self.k_actions is not None:
-            out["k_actions"] = {str(k): STOP_CANDIDATE if k in self.k_stop else a.name
-                                for k, a in self.k_actions.items()}
-        if self.stop_at_answer:
-            out["stop_at_answer"] = True
-        if self.stop_candidate:
-            out["stop_candidate"] = True
+            out["k_actions"] = {str(k): a.name for k, a in self.k_actions.items()}
+        if self.stop_at_answer is not None:
+            out["stop_at_answer"] = bool(self.stop_at_answer)
         return out
 
 
@@ -319,41 +342,33 @@ def greedy_method(name: str = "Greedy") -> Method:
     return Method(name, "greedy", [GREEDY], role="greedy")
 
 
-def stop_at_first_answer_method(name: str = STOP_AT_FIRST_ANSWER) -> Method:
-    """Greedy that ends each row at its first complete answer (what the task calls complete:
-    ``Task.answer_complete``); a static baseline, role 'stop at first answer'. On a task whose
+def greedy_to_budget_method(name: str = GREEDY_TO_BUDGET) -> Method:
+    """Greedy decoded to EOS or the token budget whatever the evaluation's stop (role 'greedy to
+    the budget'): the control that measures what the protocol's stop alone gains. On a task whose
     answers are never complete before the end (code) it equals Greedy."""
-    return Method(name, "greedy", [GREEDY], role="stop at first answer", stop_at_answer=True)
+    return Method(name, "greedy", [GREEDY], role="greedy to the budget", stop_at_answer=False)
 
 
 def static_method(action: DecodingAction, name: str = "Best", role: str = "best") -> Method:
     return Method(name, "greedy" if action.is_greedy else "static", [action], role=role)
 
 
-def best_per_k_method(k_actions: Mapping[int, DecodingAction | str], name: str = "Best", role: str = "best",
-                      stop_candidate: bool = False) -> Method:
+def best_per_k_method(k_actions: Mapping[int, DecodingAction], name: str = "Best", role: str = "best") -> Method:
     """A static row whose pass@k comes from the samples of ``k_actions[k]``: the Best row when the
-    best static strategy differs between metrics (greedy at pass@1, a sampler at pass@8). A value
-    :data:`STOP_CANDIDATE` means greedy ended at its first complete answer; ``stop_candidate``
-    records that it was a candidate (implied when it was chosen)."""
+    best static strategy differs between metrics (greedy at pass@1, a sampler at pass@8)."""
     for k, a in k_actions.items():
-        if not isinstance(a, DecodingAction) and a != STOP_CANDIDATE:
-            raise ValueError(f"pass@{k}: {a!r} is neither a DecodingAction nor {STOP_CANDIDATE!r}")
-    stop = frozenset(k for k, a in k_actions.items() if a == STOP_CANDIDATE)
-    plain = {k: GREEDY if k in stop else a for k, a in k_actions.items()}
-    actions = list(dict.fromkeys(plain[k] for k in sorted(plain)))
+        if not isinstance(a, DecodingAction):
+            raise ValueError(f"pass@{k}: {a!r} is not a DecodingAction")
+    actions = list(dict.fromkeys(k_actions[k] for k in sorted(k_actions)))
     kind = "greedy" if all(a.is_greedy for a in actions) else "static"
-    return Method(name, kind, actions, role=role, k_actions=plain, k_stop=stop,
-                  stop_candidate=stop_candidate or bool(stop))
+    return Method(name, kind, actions, role=role, k_actions=dict(k_actions))
 
 
 def best_static_method(best: BestStatic, actions: Sequence[DecodingAction], name: str = "Best",
                        role: str = "best") -> Method:
-    """The Best row from a ``selection.best.BestStatic`` (its names resolved among ``actions``, and
-    :data:`STOP_CANDIDATE`)."""
-    by_name = {a.name: a for a in actions} | {STOP_CANDIDATE: STOP_CANDIDATE}
-    return best_per_k_method({k: by_name[best.name_for(k)] for k in best.k_values}, name, role,
-                             stop_candidate=STOP_CANDIDATE in best.names)
+    """The Best row from a ``selection.best.BestStatic`` (its names resolved among ``actions``)."""
+    by_name = {a.name: a for a in actions}
+    return best_per_k_method({k: by_name[best.name_for(k)] for k in best.k_values}, name, role)
 
 
 def load_best_per_k(spec: str | Path | Mapping) -> dict[int, DecodingAction] | None:
@@ -422,9 +437,18 @@ def adapter_method(
         source=", ".join(map(str, directories)),
         seed_policies=[p for p, _ in loaded] if len(loaded) > 1 else None,
         policy_mode=policy_mode,
+        stop_at_answer=_one_stop(loaded, directories),
         seen_hashes=set().union(*(c.seen_hashes for _, c in loaded)),
     )
 
+
+
+def _one_stop(loaded, directories) -> bool:
+    """The stop the adapters of one method were trained with (they must agree)."""
+    stops = {bool(c.stop_at_answer) for _, c in loaded}
+    if len(stops) > 1:
+        raise ValueError(f"adapters {directories} differ in stop_at_answer: they cannot share a method")
+    return stops.pop()
 
 
 def resolve_best_action(spec, actions: Sequence[DecodingAction]) -> DecodingAction | None:

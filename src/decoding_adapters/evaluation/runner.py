@@ -1,10 +1,25 @@
 """The runner: which generation each method uses (typed keys), decoding the generations once,
 scoring them and summarising pass@k with intervals into an ``Evaluation``. See the package
-docstring for the sampling scheme (common random numbers) and the intervals."""
+docstring for the sampling scheme (common random numbers) and the intervals.
+
+``eval_details.json`` (what the report reads; a module that adds methods to it, e.g. fixed rules
+scored from stored samples, writes the same shape):
+
+- ``methods[name]``: one entry per method: ``kind``, ``role``, ``level``, ``family`` (``static``,
+  ``fixed rule`` or ``learned``), ``answer_rule`` (how its B samples become one answer), and its
+  compute, ``decodes_per_problem`` and ``tokens_per_problem``: ``{"1": .., "2": .., ...,
+  "answer": ..}``, the mean over problems of the cost of its answer at B = k (the same k samples
+  pass@k draws from), and ``"answer"``: the cost of ``per_problem[name]["answer_accuracy"]``. A
+  method with a single setting (a fixed rule at one knob value) may give only ``"answer"``; a rule
+  traced at several settings is one entry per setting with ``"curve"``: the label they share.
+- ``per_problem[name]``: ``{metric: [problem][seed]}``: ``pass@k``, ``answer_accuracy@k``,
+  ``mean_length`` and ``answer_accuracy`` (its own answer: B = the smallest k evaluated).
+- ``compute[name]``: ``{"decodes": {k: [per problem]}, "tokens": {k: [per problem]}}``.
+- ``summary``, ``lengths``, ``action_usage``, ``sequence_choices``, ``trajectories``, ``draft``,
+  ``cost``, ``config`` (with ``stop_at_answer``) and ``problems``: see the package docstring."""
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 import time
@@ -20,19 +35,12 @@ from ..core.files import write_json
 from ..core.stats import finite_or_none, format_interval, pass_at_k, problem_binomial_halfwidth, problem_interval
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction
 from ..decoding.loop import DecodeResult, row_seed
-from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
+from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, answer_check, answer_stops, encode_problems
 from ..policies.networks import TokenPolicyChooser, UniformChooser
 from ..selection.best import BestStatic, best_static_from_counts
 from ..tasks import content_hash
-from .draft import draft_choices, draft_compute, draft_stops, draft_summaries
-from .methods import (
-    STOP_CANDIDATE,
-    EvalConfig,
-    Method,
-    policy_choices,
-    static_method,
-    stop_at_first_answer_method,
-)
+from .draft import draft_choices, draft_compute, draft_summaries
+from .methods import ANSWER_ACCURACY, EvalConfig, Method, policy_choices, static_method
 
 __all__ = [
     "Evaluation",
@@ -44,6 +52,7 @@ __all__ = [
     "format_table",
     "train_overlap",
     "subset_cost",
+    "vote",
     "COMPUTE_FIELDS",
 ]
 
@@ -68,7 +77,8 @@ class StaticKey(NamedTuple):
     """Index into the evaluated problems."""
     sample: int
     stop_at_answer: bool = False
-    """The row ends at its first complete answer (a generation of its own, not the action's)."""
+    """The row ends at its first complete answer (the protocol's default; a row to the budget is a
+    generation of its own)."""
 
 
 class TokenKey(NamedTuple):
@@ -96,26 +106,24 @@ def _mixed_action(method: Method, cfg: EvalConfig, s: int, pid: str, j: int) -> 
 
 def _sample_keys(method: Method, cfg: EvalConfig, s: int, i: int, pid: str, choices) -> list[list[Key]]:
     """For each k (in ``cfg.k_values`` order) the n keys of the samples pass@k is computed from."""
-    n, ks, once = cfg.n, cfg.k_values, cfg.decode_deterministic_once
+    n, ks, once, stop = cfg.n, cfg.k_values, cfg.decode_deterministic_once, method.stops(cfg)
     if method.keeps_draft:  # the draft alone (kept), or the draft then n samples of the chosen action
-        draft_stop, redecode_stop = draft_stops(method)
-        draft = _static_key(GREEDY, s, i, 0, once, draft_stop)
-        return [[draft] if c == 0 else [draft] + [_static_key(method.actions[c - 1], s, i, j, once, redecode_stop)
+        draft = _static_key(GREEDY, s, i, 0, once, stop)
+        return [[draft] if c == 0 else [draft] + [_static_key(method.actions[c - 1], s, i, j, once, stop)
                                                   for j in range(n)]
                 for c in choices[method.name][s][i]]
     if method.decodes_own_rows:
         keys = [TokenKey(method.name, s, i, j) for j in range(n)]
         return [keys] * len(ks)
     if method.chooses_per_prompt:
-        return [[_static_key(choices[method.name][s][i][ki], s, i, j, once) for j in range(n)]
+        return [[_static_key(choices[method.name][s][i][ki], s, i, j, once, stop) for j in range(n)]
                 for ki in range(len(ks))]
     if method.method_kind.mixed:
-        keys = [_static_key(_mixed_action(method, cfg, s, pid, j), s, i, j, once) for j in range(n)]
+        keys = [_static_key(_mixed_action(method, cfg, s, pid, j), s, i, j, once, stop) for j in range(n)]
     elif method.k_actions is not None:  # the Best row: pass@k from the samples of that k's action
-        return [[_static_key(method.action_for_k(k), s, i, j, once, method.stops_at(k)) for j in range(n)]
-                for k in ks]
+        return [[_static_key(method.action_for_k(k), s, i, j, once, stop) for j in range(n)] for k in ks]
     else:
-        keys = [_static_key(method.actions[0], s, i, j, once, method.stop_at_answer) for j in range(n)]
+        keys = [_static_key(method.actions[0], s, i, j, once, stop) for j in range(n)]
     return [keys] * len(ks)
 
 
@@ -145,6 +153,8 @@ class _Store:
     tokenizer: object
     wanted: set = field(default_factory=set)
     correct: dict = field(default_factory=dict)
+    answer: dict = field(default_factory=dict)
+    """The answer each row states (``Task.extract_answer``): what a vote counts."""
     length: dict = field(default_factory=dict)
     records: dict = field(default_factory=dict)
     token_counts: dict = field(default_factory=dict)  # token method name -> Counter(action)
@@ -166,7 +176,7 @@ class _Store:
 
     def add(
         self, keys: list[Key], result: DecodeResult, rewards: torch.Tensor, actions: list[DecodingAction],
-        seconds: float = 0.0,
+        seconds: float = 0.0, answers: Sequence[str] | None = None,
     ) -> None:
         lengths = result.lengths.double()
         share = lengths / lengths.sum() if float(lengths.sum()) > 0 else torch.full_like(lengths, 1 / len(keys))
@@ -175,6 +185,7 @@ class _Store:
         decodes, generated = result.row_costs()
         for r, key in enumerate(keys):
             self.correct[key] = float(rewards[r])
+            self.answer[key] = answers[r] if answers is not None else result.texts[r].strip()
             self.length[key] = int(result.lengths[r])
             self.decodes[key] = int(decodes[r])
             self.generated[key] = int(generated[r])
@@ -189,6 +200,7 @@ class _Store:
     def replicate(self, source: Key, target: Key) -> None:
         """``target`` has ``source``'s outcome without being decoded (a deterministic row)."""
         self.correct[target] = self.correct[source]
+        self.answer[target] = self.answer[source]
         self.length[target] = self.length[source]
         self.decodes[target] = self.decodes[source]
         self.generated[target] = self.generated[source]
@@ -267,7 +279,8 @@ def _run_rows(
         if len(result.texts) != len(part):
             raise ValueError(f"a rollout returned {len(result.texts)} rows for {len(part)} requested")
         seconds = time.perf_counter() - start_time
-        store.add(part, result, _score(task, problems, request.prompt_of_row, result), actions, seconds)
+        answers = [task.extract_answer(problems[p], t) for p, t in zip(request.prompt_of_row, result.texts)]
+        store.add(part, result, _score(task, problems, request.prompt_of_row, result), actions, seconds, answers)
         results.append(result)
     return results
 
@@ -276,7 +289,8 @@ def _decode_static(keys, prompts, problems, task, cfg, rollouts: Rollouts, store
     if not keys:
         return
     index = {a: i for i, a in enumerate(rollouts.action_set.actions)}
-    stops = [functools.partial(task.answer_complete, problems[k.problem]) if k.stop_at_answer else None for k in keys]
+    stops = [answer_check(task, problems[k.problem]) if k.stop_at_answer else None for k in keys]
+    # every static row of an evaluation under the protocol stops; a control decodes to the budget
     _run_rows(
         keys,
         prompts,
@@ -312,12 +326,14 @@ def _decode_token(method: Method, s, prompts, problems, task, cfg, rollouts: Rol
     else:
         chooser = TokenPolicyChooser(method.policy_for(s), deterministic=method.policy_mode == "argmax")
     counts = store.token_counts.setdefault(method.name, Counter())
+    stop = method.stops(cfg)
 
     def run(keys: list[TokenKey]) -> None:
         if not keys:
             return
+        checks = answer_stops(task, problems, [k.problem for k in keys], stop)
         for result in _run_rows(keys, prompts, problems, task, cfg, rollouts, store, progress, chooser=chooser,
-                                actions=method.actions, run=own_run):
+                                actions=method.actions, run=own_run, stop_checks=checks):
             counts.update(result.actions[result.valid_mask()].tolist())
 
     keys = [[TokenKey(method.name, s, i, j) for j in range(cfg.n)] for i in range(len(problems))]  # [problem][sample]
@@ -439,9 +455,9 @@ def evaluate(
     summaries = {}  # the draft pass: one greedy decode that records hidden states (per kind of draft)
     for m in methods:
         if m.keeps_draft:
-            stop = draft_stops(m)[0]
+            stop = m.stops(cfg)
             if stop not in summaries:
-                checks = [functools.partial(task.answer_complete, p) for p in problems] if stop else None
+                checks = answer_stops(task, problems, range(len(problems)), stop)
                 summaries[stop] = draft_summaries(lm, prompts, cfg.token_budget, batch_rows, checks)
             choices[m.name] = draft_choices(m, lm, prompts, cfg, problems, summaries[stop])
     modes = {id(p): p.training for m in methods for p in m.all_policies}
@@ -511,9 +527,10 @@ def _keys_for_seed(methods, cfg, s, problems, choices) -> dict[Key, None]:
 def _problem_values(
     method: Method, cfg: EvalConfig, s: int, i: int, pid: str, choices, store: _Store
 ) -> dict[str, float]:
-    """pass@k and mean length of one problem in one seed."""
+    """pass@k, answer accuracy at B = k and mean length of one problem in one seed."""
     out, lengths = {}, []
     for k, keys in zip(cfg.k_values, _sample_keys(method, cfg, s, i, pid, choices)):
+        out[f"{ANSWER_ACCURACY}@{k}"] = _answer_accuracy(keys, k, store, method.keeps_draft)
         if method.keeps_draft:
             out[f"pass@{k}"], answer_keys = _draft_pass(keys, k, cfg.n, store)
             lengths.append(statistics.fmean(store.length[key] for key in answer_keys))
@@ -523,6 +540,38 @@ def _problem_values(
         lengths.append(statistics.fmean(store.length[key] for key in keys))
     out["mean_length"] = statistics.fmean(lengths)
     return out
+
+
+def vote(answers: Sequence[str], correct: Sequence[float]) -> float:
+    """Whether the majority answer among ``answers`` is right (``correct[j]``: sample j's reward):
+    the most frequent non-empty answer, ties to the one stated first; where no sample states an
+    answer, the first sample. Samples with the same answer share its correctness."""
+    counts = Counter(a for a in answers if a)
+    if not counts:
+        return float(correct[0] >= 0.5)
+    top = max(counts.values())
+    winner = next(j for j, a in enumerate(answers) if a and counts[a] == top)
+    return float(correct[winner] >= 0.5)
+
+
+def _answer_accuracy(keys: list[Key], k: int, store: _Store, draft: bool) -> float:
+    """Accuracy of the one answer a method returns from B = k samples, without a verifier
+    (``Method.answer_rule``), averaged over the disjoint blocks of k of its n samples (every sample
+    used once: at k = 1 it is pass@1). A draft-gated method: the draft where kept; where re-decoded
+    the re-decode at k = 1, else a vote over the draft (first) and k - 1 re-decodes."""
+    def block_vote(block):
+        return vote([store.answer[key] for key in block], [store.correct[key] for key in block])
+
+    if draft:
+        if len(keys) == 1:
+            return float(store.correct[keys[0]] >= 0.5)
+        samples, size = keys[1:], max(k - 1, 1)
+        blocks = [samples[b * size:(b + 1) * size] for b in range(len(samples) // size)]
+        if k > 1:
+            blocks = [[keys[0], *block] for block in blocks]
+    else:
+        blocks = [keys[b * k:(b + 1) * k] for b in range(len(keys) // k)]
+    return statistics.fmean(block_vote(block) for block in blocks)
 
 
 def _draft_pass(keys: list[Key], k: int, n: int, store: _Store) -> tuple[float, list[Key]]:
@@ -543,7 +592,8 @@ def _summarise(per_problem: dict[str, list[list[float]]], cfg: EvalConfig) -> tu
     entry, extra = {}, {}
     for metric, rows in per_problem.items():
         # a probability's interval is clipped to [0, 1]; every interval counts a problem once
-        mean, low, high = problem_interval(rows, cfg.confidence, (0.0, 1.0) if metric.startswith("pass@") else None)
+        clip = (0.0, 1.0) if metric.startswith(("pass@", ANSWER_ACCURACY)) else None
+        mean, low, high = problem_interval(rows, cfg.confidence, clip)
         entry[metric] = {"mean": mean, "ci_low": finite_or_none(low), "ci_high": finite_or_none(high)}
         seed_means = [statistics.fmean(r[s] for r in rows) for s in range(cfg.seeds)]
         runs = len(rows)  # distinct problems: a problem's seeds are not independent outcomes
@@ -567,13 +617,13 @@ def _assemble(methods, cfg: EvalConfig, problems, cot, choices, store: _Store, d
             for metric in cfg.metrics:
                 per_problem[metric].append([v[metric] for v in values])
         results[m.name], details["summary"][m.name] = _summarise(per_problem, cfg)
-        details["per_problem"][m.name] = per_problem
+        own = str(cfg.k_values[0])  # the method's own answer: B = the smallest k
+        details["per_problem"][m.name] = {**per_problem, ANSWER_ACCURACY: per_problem[f"{ANSWER_ACCURACY}@{own}"]}
         per_problem_compute = _compute(m, cfg, problems, choices, store)
         details["compute"][m.name] = per_problem_compute
         for unit in ("decodes", "tokens"):
-            details["methods"][m.name][f"{unit}_per_problem"] = {
-                k: statistics.fmean(values) for k, values in per_problem_compute[unit].items()
-            }
+            means = {k: statistics.fmean(values) for k, values in per_problem_compute[unit].items()}
+            details["methods"][m.name][f"{unit}_per_problem"] = {**means, "answer": means[own]}
         details["lengths"][m.name] = _method_lengths(m, cfg, problems, choices, store)
         details["action_usage"][m.name] = _action_usage(m, cfg, problems, choices, store)
         details["trajectories"][m.name] = [
@@ -604,6 +654,7 @@ def details_config(cfg: EvalConfig, meta: Mapping | None = None) -> dict:
         "seed": cfg.seed,
         "confidence": cfg.confidence,
         "decode_deterministic_once": cfg.decode_deterministic_once,
+        "stop_at_answer": cfg.stop_at_answer,
         "ci_method": "student-t over per-problem means (each averaged over seeds)",
         **(meta or {}),
     }
@@ -636,14 +687,13 @@ def _method_keys(m: Method, cfg, problems, choices) -> list[Key]:
 def _draft_details(m: Method, cfg, problems, choices, store: _Store) -> dict:
     """A draft-gated method's choices ``[seed][problem][k index]`` (0 keeps the draft) and its compute
     per k: decodes and tokens per problem (the draft counted), re-decoded share."""
-    once = cfg.decode_deterministic_once
-    draft_stop, redecode_stop = draft_stops(m)
-    lengths = [store.length[_static_key(GREEDY, 0, i, 0, once, draft_stop)] for i in range(len(problems))]
+    once, stop = cfg.decode_deterministic_once, m.stops(cfg)
+    lengths = [store.length[_static_key(GREEDY, 0, i, 0, once, stop)] for i in range(len(problems))]
     redecode = []
     for i in range(len(problems)):
         per_action = []
         for a in m.actions:
-            keys = [_static_key(a, s, i, j, once, redecode_stop) for s in range(cfg.seeds) for j in range(cfg.n)]
+            keys = [_static_key(a, s, i, j, once, stop) for s in range(cfg.seeds) for j in range(cfg.n)]
             known = [store.length[key] for key in keys if key in store.length]
             per_action.append(statistics.fmean(known) if known else 0.0)
         redecode.append(per_action)
@@ -764,14 +814,12 @@ def select_best_action(
     samples: int = 4,
     k_values: Sequence[int] = (1,),
     config: EvalConfig | None = None,
-    stop_at_first_answer: bool = False,
     **kwargs,
 ) -> BestStatic:
     """The best static strategy among ``actions`` at each pass@k in ``k_values``
     (``selection.best``), from ``samples`` samples of every action on ``problems`` in one seed (use
-    validation problems, never the test set). Ties go to the earlier action. With
-    ``stop_at_first_answer``, greedy ended at its first complete answer is a candidate too, last,
-    named :data:`~.methods.STOP_CANDIDATE`."""
+    validation problems, never the test set), each sample ending where ``config`` says
+    (``stop_at_answer``, the protocol's stop by default). Ties go to the earlier action."""
     base = config or EvalConfig()
     cfg = EvalConfig(
         k_values=(1, samples),
@@ -780,12 +828,10 @@ def select_best_action(
         cot_ratio=base.cot_ratio,
         seed=base.seed,
         keep_trajectories=0,
+        stop_at_answer=base.stop_at_answer,
     )
     methods = [static_method(a, name=f"{i}:{a.name}") for i, a in enumerate(actions)]
     names = [a.name for a in actions]
-    if stop_at_first_answer:
-        methods.append(stop_at_first_answer_method(f"{len(actions)}:{STOP_CANDIDATE}"))
-        names.append(STOP_CANDIDATE)
     ev = evaluate(lm, task, problems, methods, cfg, **kwargs)
     # pass@1 of a problem in the one seed is c / samples: the counts behind every pass@k
     correct = [[round(ev.details["per_problem"][m.name]["pass@1"][i][0] * samples) for m in methods]
@@ -799,7 +845,7 @@ def select_best_action(
 def _cell(entry: dict | None, metric: str) -> str:
     if entry is None:
         return "-"
-    scale = 100.0 if metric.startswith("pass@") else 1.0
+    scale = 100.0 if metric.startswith(("pass@", ANSWER_ACCURACY)) else 1.0
     low, high = entry.get("ci_low"), entry.get("ci_high")
     return format_interval(
         entry["mean"] * scale, None if low is None else low * scale, None if high is None else high * scale
@@ -810,7 +856,7 @@ def format_table(results: dict, metrics: Sequence[str] | None = None) -> str:
     """Plain-text table: one row per method, pass@k in percent (mean ± CI half-width, or mean [low, high]
     where the interval was clipped to [0, 100])."""
     metrics = list(metrics or next(iter(results.values())).keys())
-    header = ["method"] + [m + (" (%)" if m.startswith("pass@") else "") for m in metrics]
+    header = ["method"] + [m + (" (%)" if m.startswith(("pass@", ANSWER_ACCURACY)) else "") for m in metrics]
     rows = [[name] + [_cell(res.get(m), m) for m in metrics] for name, res in results.items()]
     widths = [max(len(r[c]) for r in [header] + rows) for c in range(len(header))]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]

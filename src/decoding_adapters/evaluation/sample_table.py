@@ -50,7 +50,7 @@ from ..core.files import atomic_write, write_json
 from ..core.stats import pass_at_k
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction
 from ..decoding.loop import DecodeResult, decode, row_seed
-from ..decoding.rollouts import encode_problems
+from ..decoding.rollouts import STOP_AT_ANSWER, encode_problems
 from ..training.draft import answer_stops
 
 __all__ = [
@@ -390,7 +390,7 @@ def _header(task, lm, split: str, actions: Sequence[DecodingAction], samples: in
 
 
 def build_sample_table(lm, task, problems, actions: Sequence[DecodingAction], *, samples: int, token_budget: int,
-                       path: str | Path, split: str, seed: int = 0, stop_at_answer: bool = True,
+                       path: str | Path, split: str, seed: int = 0, stop_at_answer: bool = STOP_AT_ANSWER,
                        chunk_problems: int = 16, confidence: ConfidenceConfig = ConfidenceConfig(),
                        hidden: bool = False, progress: bool = True,
                        on_chunk: Callable[[int, int], None] | None = None) -> SampleTable:

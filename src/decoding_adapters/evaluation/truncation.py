@@ -17,7 +17,7 @@ from typing import Sequence
 
 from ..decoding.actions import GREEDY, ActionSet
 from ..decoding.loop import DecodeResult, row_seed
-from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
+from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, answer_stops, encode_problems
 
 __all__ = ["TruncationStats", "truncation_stats", "truncation_table", "greedy_truncation", "choose_token_budget"]
 
@@ -50,7 +50,10 @@ def truncation_stats(result: DecodeResult, token_budget: int) -> TruncationStats
         raise ValueError(f"token_budget must be in [1, {decoded_at}] (the budget decoded with), got {token_budget}")
     if len(result.lengths) == 0:
         raise ValueError("no rows to measure")
-    ended = result.stopped_at_eos & (result.lengths <= token_budget)  # [N] EOS within the first b tokens
+    ended = result.stopped_at_eos  # [N] ended on its own: at EOS, or at its first complete answer
+    if result.stopped_by_check is not None:
+        ended = ended | result.stopped_by_check
+    ended = ended & (result.lengths <= token_budget)  # ... within the first b tokens
     capped = result.lengths.clamp(max=token_budget)
     return TruncationStats(
         token_budget=token_budget,
@@ -67,10 +70,13 @@ def truncation_table(result: DecodeResult, budgets: Sequence[int]) -> list[Trunc
 
 
 def greedy_truncation(
-    lm, task, problems, budgets: Sequence[int], *, rollouts: Rollouts | None = None, batch_rows: int = 128
+    lm, task, problems, budgets: Sequence[int], *, rollouts: Rollouts | None = None, batch_rows: int = 128,
+    stop_at_answer: bool = False,
 ) -> list[TruncationStats]:
     """Decode ``problems`` greedily once at ``max(budgets)`` and return the figures at every budget,
-    each with the task reward of the rows cut at that budget."""
+    each with the task reward of the rows cut at that budget. With ``stop_at_answer`` (the
+    protocol's: the studies pass theirs) a row ends at its first complete answer, which is not a
+    cut by the budget."""
     if not problems:
         raise ValueError("no problems to measure truncation on")
     if not budgets or min(budgets) < 1:
@@ -86,6 +92,7 @@ def greedy_truncation(
         row_seeds=[row_seed("truncation", p.id) for p in problems],
         token_budget=max(budgets),
         row_actions=[greedy] * len(problems),
+        stop_checks=answer_stops(task, problems, range(len(problems)), stop_at_answer),
     )
     result = rollouts.run(request)
     table = []

@@ -38,7 +38,6 @@ from ..evaluation import (
     greedy_method,
     mixed_method,
     ood_labels,
-    stop_at_first_answer_method,
 )
 from ..lm.models import ModelSpec, load_frozen_lm
 from ..reporting.domains import domains_markdown
@@ -120,7 +119,7 @@ def _select(lm, mix, cfg: StudyConfig, out: Path, progress: bool) -> tuple[Path,
 
 def _methods(out: Path, cfg: StudyConfig, lm, task: str, split: str, mix_name: str, actions: dict) -> list[Method]:
     """Greedy, ``task``'s Best and Mixed, then the adapters evaluated on ``task``:``split``."""
-    methods = [greedy_method(), stop_at_first_answer_method(), pipeline.best_method(actions[task], cfg.eval.k_values),
+    methods = [greedy_method(), pipeline.best_method(actions[task], cfg.eval.k_values),
                mixed_method(load_action_set(actions[task]), "Mixed")]
     trained = [task, mix_name]
     if split == "test":  # cross-domain OOD: the other domain's sequence adapter

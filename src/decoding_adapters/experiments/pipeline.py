@@ -33,11 +33,9 @@ import torch
 
 from ..core.files import write_json
 from ..decoding.actions import ActionSet, DecodingAction, load_action_set
-from ..decoding.rollouts import HFRollouts
+from ..decoding.rollouts import STOP_AT_ANSWER, HFRollouts
 from ..evaluation import (
     COMPUTE_FIELDS,
-    STOP_AT_FIRST_ANSWER,
-    STOP_CANDIDATE,
     EvalConfig,
     Evaluation,
     Method,
@@ -48,12 +46,10 @@ from ..evaluation import (
     evaluate,
     greedy_truncation,
     load_best_per_k,
-    stop_at_first_answer_method,
 )
 from ..evaluation import draft as draft_eval
 from ..policies.draft import DraftContextConfig
 from ..policies.networks import load_adapter
-from ..selection.best import TIE_TOLERANCE
 from ..selection.coverage import OutcomeTable, build_pool, evaluate_pool, select_from_table, write_outputs
 from ..training.draft import DraftTable, DraftTrainConfig, DraftTrainer, ensure_tables
 from ..training.sequence import SequenceTrainConfig, SequenceTrainer, reward_source
@@ -128,9 +124,9 @@ class SelectionConfig:
 
 # Nested-config fields a study sets for each run (which variant, seed, action set, replay table) or
 # copies from its own fields (token budget, seeds): they are not command-line options.
-SEQUENCE_SET_BY_STUDY = ("actions", "use_budget", "token_budget", "replay", "seed")
-TOKEN_SET_BY_STUDY = ("actions", "use_budget", "features", "token_budget", "seed")
-EVAL_SET_BY_STUDY = ("token_budget", "seeds")
+SEQUENCE_SET_BY_STUDY = ("actions", "use_budget", "token_budget", "replay", "seed", "stop_at_answer")
+TOKEN_SET_BY_STUDY = ("actions", "use_budget", "features", "token_budget", "seed", "stop_at_answer")
+EVAL_SET_BY_STUDY = ("token_budget", "seeds", "stop_at_answer")
 
 
 @dataclass(frozen=True)
@@ -140,6 +136,10 @@ class StudyConfig:
     token_budget: int = 64
     """Max new tokens per completion everywhere (replaced by the budget stage's choice when
     budget.candidates is set); copied into the sequence, token and evaluation configs."""
+    stop_at_answer: bool = STOP_AT_ANSWER
+    """Every sample of every stage (selection, training rollouts, validation, the draft stage's
+    tables, evaluation) ends at the task's first complete answer; copied into the nested configs and
+    recorded in every adapter. False (``--no-stop-at-answer``) decodes to the token budget."""
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     """token budget stage"""
     selection: SelectionConfig = field(default_factory=SelectionConfig)
@@ -188,10 +188,12 @@ class StudyConfig:
         for name in ("train_size", "validation_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 or None, got {getattr(self, name)}")
-        budget = self.token_budget  # one token budget and one seed count, copied into the nested configs
-        object.__setattr__(self, "sequence", replace(self.sequence, token_budget=budget))
-        object.__setattr__(self, "token", replace(self.token, token_budget=budget))
-        object.__setattr__(self, "eval", replace(self.eval, token_budget=budget, seeds=self.seeds))
+        # one token budget, one stop and one seed count, copied into the nested configs
+        budget, stop = self.token_budget, self.stop_at_answer
+        object.__setattr__(self, "sequence", replace(self.sequence, token_budget=budget, stop_at_answer=stop))
+        object.__setattr__(self, "token", replace(self.token, token_budget=budget, stop_at_answer=stop))
+        object.__setattr__(self, "eval", replace(self.eval, token_budget=budget, seeds=self.seeds,
+                                                 stop_at_answer=stop))
 
 
 def study_task_options(cfg: StudyConfig) -> dict:
@@ -264,12 +266,13 @@ def choose_budget(lm, task, cfg: StudyConfig, out: Path) -> tuple[StudyConfig, d
     if not cfg.budget.candidates:
         return cfg, None
     path = out / "truncation.json"
-    if path.is_file():
-        record = json.loads(path.read_text())
-    else:
+    record = json.loads(path.read_text()) if path.is_file() else None
+    if record is None or bool(record.get("stop_at_answer", False)) != cfg.stop_at_answer:
         problems = task.load("validation")[: cfg.budget.problems]
-        stats = greedy_truncation(lm, task, problems, cfg.budget.candidates, batch_rows=cfg.batch_rows)
+        stats = greedy_truncation(lm, task, problems, cfg.budget.candidates, batch_rows=cfg.batch_rows,
+                                  stop_at_answer=cfg.stop_at_answer)
         record = {
+            "stop_at_answer": cfg.stop_at_answer,
             "split": "validation",
             "stats": [st.to_dict() for st in stats],
             "max_truncated": cfg.budget.max_truncated,
@@ -292,7 +295,8 @@ def decode_candidates(lm, task, problems, actions, cfg: StudyConfig, table_path:
     """Every (problem, action) cell of ``actions`` on ``problems``, ``selection.samples`` times, in
     the outcome table at ``table_path`` (cells already there are reused; missing ones are decoded)."""
     return evaluate_pool(lm, task, problems, actions, samples=cfg.selection.samples, token_budget=cfg.token_budget,
-                         seed=0, table_path=table_path, batch_rows=cfg.batch_rows, progress=progress)
+                         seed=0, table_path=table_path, batch_rows=cfg.batch_rows, progress=progress,
+                         stop_at_answer=cfg.stop_at_answer)
 
 
 def write_selection(out: Path, pool, table: OutcomeTable, k: int, meta: dict, k_values=(1,)) -> str:
@@ -302,36 +306,11 @@ def write_selection(out: Path, pool, table: OutcomeTable, k: int, meta: dict, k_
     return write_outputs(out, pool, select_from_table(table, k, k_values), meta)
 
 
-def best_method(actions: Path, k_values, stop_score: float | None = None) -> Method:
-    """The Best row: at each pass@k the static strategy (pool + greedy, and greedy stopped at its
-    first answer when ``stop_score`` gives its validation pass@1 on the selection's problems) with
-    the highest validation pass@k, from the selection's ``actions.json``. Stopping is deterministic,
-    so its pass@k is its pass@1 at every k; it wins a k only when strictly ahead."""
+def best_method(actions: Path, k_values) -> Method:
+    """The Best row: at each pass@k the static strategy (pool + greedy, every sample under the
+    study's stop) with the highest validation pass@k, from the selection's ``actions.json``."""
     per_k = load_best_per_k(actions)
-    chosen: dict[int, DecodingAction | str] = {k: per_k[k] for k in k_values}
-    if stop_score is not None:
-        scores = json.loads(Path(actions).read_text())["best_per_k"]["best_score"]
-        for k in k_values:
-            if stop_score > float(scores[str(k)]) + TIE_TOLERANCE:
-                chosen[k] = STOP_CANDIDATE
-    return best_per_k_method(chosen, stop_candidate=stop_score is not None)
-
-
-def stop_first_validation(lm, task, problems, cfg: StudyConfig, path: Path, progress: bool) -> float:
-    """Validation pass@1 of greedy stopped at its first answer on ``problems`` (the selection's, at
-    the study's token budget): the score that lets it compete for the Best row
-    (:func:`best_method`). Cached in ``path`` for the same problems and budget."""
-    ids = [p.id for p in problems]
-    if path.is_file():
-        stored = json.loads(path.read_text())
-        if stored.get("problems") == ids and stored.get("token_budget") == cfg.token_budget:
-            return float(stored["pass@1"])
-    config = EvalConfig(k_values=(1,), seeds=1, token_budget=cfg.token_budget, keep_trajectories=0)
-    ev = evaluate(lm, task, problems, [stop_at_first_answer_method()], config, batch_rows=cfg.batch_rows,
-                  progress=progress)
-    score = float(ev.results[STOP_AT_FIRST_ANSWER]["pass@1"]["mean"])
-    write_json(path, {"pass@1": score, "token_budget": cfg.token_budget, "split": "validation", "problems": ids})
-    return score
+    return best_per_k_method({k: per_k[k] for k in k_values})
 
 
 def selection_meta(cfg: StudyConfig, task_name: str, problems: int, pool) -> dict:
@@ -436,10 +415,10 @@ def draft_controls(lm, task, cfg: StudyConfig, actions: Path, adapter: Path, tab
     share = float((choice > 0).double().mean())
     action = config.action_list[0]
     tuned = draft_eval.tune_threshold(table, ids, action.name, max_decodes=1.5)
-    stops = (bool(config.draft.get("draft_stop_at_answer")), bool(config.draft.get("redecode_stop_at_answer")))
-    return [draft_eval.random_gate_method(action, share, f"Random gate ({share:.0%})", stops=stops),
+    stop = config.stop_at_answer  # the controls decode as the adapter they are compared to
+    return [draft_eval.random_gate_method(action, share, f"Random gate ({share:.0%})", stop_at_answer=stop),
             draft_eval.threshold_gate_method(action, tuned["feature"], tuned["threshold"],
-                                             f"Confidence threshold ({tuned['feature']})", stops=stops)]
+                                             f"Confidence threshold ({tuned['feature']})", stop_at_answer=stop)]
 
 
 # ---- train token ---------------------------------------------------------------------------------

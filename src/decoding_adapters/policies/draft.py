@@ -65,11 +65,6 @@ class DraftContextConfig:
     """The draft's (and every re-decode's) token budget; the length feature is a fraction of it."""
     pooling: Literal["mean", "last"] = "mean"
     """Pooling of the prompt embedding (features='prompt' only)."""
-    draft_stop_at_answer: bool = False
-    """The draft ends at its first complete answer (the task's ``answer_complete``: greedy as the
-    "Stop at first answer" baseline decodes it), and the policy reads the stopped draft."""
-    redecode_stop_at_answer: bool = False
-    """Every re-decode ends at its first complete answer too."""
 
     def __post_init__(self) -> None:
         if self.features not in DRAFT_FEATURE_SETS:
@@ -200,6 +195,7 @@ def draft_gated_decode(
     on_redecode_step: StepCallback | None = None,
     answer_complete: Sequence[StopCheck | None] | None = None,
     fill_kept: bool = False,
+    stop_at_answer: bool = False,
 ) -> DraftGatedResult:
     """Draft, summarise, choose and re-decode, for a batch of prompts (token-id lists).
 
@@ -211,9 +207,9 @@ def draft_gated_decode(
     the budget the policy was trained at). ``on_draft(draft, choices)``: called once the choice is
     made, before re-decoding (e.g. to stream a kept draft). ``on_redecode_step``: the decode loop's
     callback for the re-decode pass (row indices are re-decode rows, ``DraftGatedResult.redecode_prompt``).
-    ``answer_complete``: per prompt, the task's "holds a complete answer" check on a text; the draft
-    and re-decodes end there where the context says so (``draft_stop_at_answer``,
-    ``redecode_stop_at_answer``). A context with a stop needs it (a prompt's None: no stop for it).
+    ``answer_complete``: per prompt, the task's "holds a complete answer" check on a text; with
+    ``stop_at_answer`` (the adapter's ``AdapterConfig.stop_at_answer``: what it was trained with)
+    the draft and the re-decodes end there (a prompt's None: no stop for it).
     ``fill_kept``: at B > 1 a kept draft gets B - 1 samples of the policy's most probable re-decode
     action too, so every prompt has B answers (a client that asked for B completions; B decodes)."""
     n = len(prompts)
@@ -223,11 +219,12 @@ def draft_gated_decode(
     checks = list(answer_complete) if answer_complete is not None else None
     if checks is not None and len(checks) != n:
         raise ValueError(f"got {len(checks)} answer checks for {n} prompts")
-    if checks is None and (context.draft_stop_at_answer or context.redecode_stop_at_answer):
+    if checks is None and stop_at_answer:
         raise ValueError("this adapter stops at the first complete answer: pass the task's answer_complete checks")
+    checks = checks if stop_at_answer else None
     draft = decode(lm, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=lengths,
                    record_features=context.features != "prompt", row_seeds=seeds,
-                   stop_checks=checks if context.draft_stop_at_answer else None)
+                   stop_checks=checks)
     summary = summarise_draft(draft) if context.features != "prompt" else None
     if choose is not None:
         choices = torch.as_tensor(choose(summary, budgets_t), dtype=torch.long)
@@ -240,7 +237,7 @@ def draft_gated_decode(
     if on_draft is not None:
         on_draft(draft, choices)
     return _redecode(lm, prompts, draft, choices, probs, budgets_t, seeds, lengths, redecode_actions,
-                     on_redecode_step, checks if context.redecode_stop_at_answer else None, fill_kept)
+                     on_redecode_step, checks, fill_kept)
 
 
 def fill_actions(choices: torch.Tensor, probs: torch.Tensor, budgets: torch.Tensor, fill_kept: bool) -> list[int]:

@@ -32,6 +32,9 @@ EVALUATIONS_FILE = "evaluations.json"
 """Beside the card: ``{task/split: {"label", "results"}}``, every evaluation the card shows."""
 _EVAL_FILES = ("results.json", "eval/results.json")
 
+RATES = ("pass@", "answer_accuracy")
+"""Metrics that are shares of problems (printed in percent): pass@k and the answer's accuracy."""
+
 
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
@@ -90,13 +93,13 @@ def _evaluation_table(results: Mapping[str, Mapping]) -> list[str]:
             if not isinstance(s, Mapping) or "mean" not in s:
                 row.append(None)
                 continue
-            scale = 100.0 if m.startswith("pass@") else 1.0  # pass@k in percent, as the reports print it
+            scale = 100.0 if m.startswith(RATES) else 1.0  # pass@k and answer accuracy in percent, as reports print
             low, high = s.get("ci_low"), s.get("ci_high")
             # the interval evaluate reported, printed as report.md prints it (never halved after clipping)
             row.append(format_interval(s["mean"] * scale, None if low is None else low * scale,
                                        None if high is None else high * scale))
         rows.append(row)
-    header = ["method"] + [f"{m} (%)" if m.startswith("pass@") else m for m in metrics]
+    header = ["method"] + [f"{m} (%)" if m.startswith(RATES) else m for m in metrics]
     return _table(header, rows)
 
 

@@ -491,6 +491,12 @@ class AdapterConfig:
     draft: dict | None = None
     """Draft-gated adapters: the ``policies.draft.DraftContextConfig`` fields (which summary of the
     greedy draft the policy reads, and the draft's token budget)."""
+    stop_at_answer: bool = True
+    """Each sample it decodes (a draft-gated adapter: its draft and re-decodes) ends at the task's
+    first complete answer (``Task.answer_complete``), as it was trained and is served and evaluated
+    (the protocol's default, ``decoding.rollouts.STOP_AT_ANSWER``). An ``adapter.json`` without the
+    field (written before the stop was the protocol) reads False: it decodes to the budget, as it
+    was trained."""
 
     def __post_init__(self) -> None:
         kind = adapter_kind(self.kind)
@@ -528,9 +534,10 @@ class AdapterConfig:
             raise ValueError(f"expected a JSON object of adapter fields, got {type(data).__name__}")
         check_adapter_fields(data)  # types and bounds of every number, before anything is built from them
         known = {f.name: f for f in fields(cls)}
-        unknown = sorted(set(data) - set(known))
         missing = [n for n, f in known.items() if n not in data and f.default is MISSING
                    and f.default_factory is MISSING]
+        data = _legacy_stop(data)
+        unknown = sorted(set(data) - set(known))
         if unknown or missing:
             raise ValueError(
                 "adapter fields do not match"
@@ -544,6 +551,28 @@ class AdapterConfig:
 
     def build_policy(self) -> SequencePolicy | TokenPolicy:
         return self.adapter_kind.build_policy(self.policy)
+
+
+def _legacy_stop(data: dict) -> dict:
+    """``adapter.json`` fields with the stop read as the file meant it: no ``stop_at_answer`` is
+    False (the adapter decoded to the budget), except a draft-gated adapter whose draft context
+    carries the two flags it once had (draft and re-decodes), which must agree."""
+    if "stop_at_answer" in data:
+        return data
+    data = dict(data)
+    draft = data.get("draft")
+    legacy = ("draft_stop_at_answer", "redecode_stop_at_answer")
+    if isinstance(draft, dict) and any(k in draft for k in legacy):
+        flags = {bool(draft.get(k, False)) for k in legacy}
+        if len(flags) > 1:
+            given = ", ".join(f"{k}={draft.get(k)}" for k in legacy)
+            raise ValueError(f"this draft-gated adapter stops its draft and its re-decodes differently ({given}): "
+                             "one stop_at_answer now covers both")
+        data["draft"] = {k: v for k, v in draft.items() if k not in legacy}
+        data["stop_at_answer"] = flags.pop()
+    else:
+        data["stop_at_answer"] = False
+    return data
 
 
 def save_adapter(directory: str | Path, policy: nn.Module, config: AdapterConfig) -> Path:

@@ -7,10 +7,15 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from ..core.stats import format_interval
+from ..evaluation.methods import ANSWER_ACCURACY, MethodKind, method_kind
 
 __all__ = [
     "ROLE_ORDER",
     "method_info",
+    "kind_of",
+    "family_of",
+    "adapter_group",
+    "is_static",
     "first_method",
     "adapters_at",
     "column_labels",
@@ -21,6 +26,9 @@ __all__ = [
     "signed",
     "metric_label",
     "metric_columns",
+    "is_rate",
+    "answer_metric",
+    "answer_ks",
     "pass_ks",
     "best_of",
     "setting_label",
@@ -38,6 +46,8 @@ def _infer(name: str) -> dict:
     low = name.lower()
     if low.startswith("stop at first"):
         return {"kind": "greedy", "role": "stop at first answer", "level": "static"}
+    if low.startswith("greedy to the budget"):
+        return {"kind": "greedy", "role": "greedy to the budget", "level": "static"}
     if low.startswith("greedy"):
         return {"kind": "greedy", "role": "greedy", "level": "static"}
     if low.startswith("best token action"):
@@ -59,6 +69,38 @@ def method_info(results: Mapping, details: Mapping | None) -> dict[str, dict]:
     return {name: {**_infer(name), "actions": [], **known.get(name, {})} for name in results}
 
 
+def kind_of(entry: Mapping) -> MethodKind | None:
+    """The method kind object of an info entry (:func:`evaluation.methods.method_kind`); None for a
+    kind this library does not know (results written elsewhere)."""
+    try:
+        return method_kind(str(entry.get("kind", "")))
+    except ValueError:
+        return None
+
+
+def family_of(entry: Mapping) -> str:
+    """``static``, ``fixed rule`` or ``learned`` (``eval_details.json`` ``family``; without it:
+    learned for an adapter kind, static otherwise)."""
+    if entry.get("family"):
+        return str(entry["family"])
+    kind = kind_of(entry)
+    return "learned" if kind is not None and kind.adapter is not None else "static"
+
+
+def adapter_group(entry: Mapping) -> str | None:
+    """Which verdicts an adapter gets: ``draft`` for a kind that keeps a greedy draft, else its
+    table level (``sequence`` / ``token``); None for a baseline."""
+    kind = kind_of(entry)
+    if kind is None or kind.adapter is None:
+        return None
+    return "draft" if kind.adapter.keeps_draft else kind.adapter.level
+
+
+def is_static(entry: Mapping) -> bool:
+    """A static method (no learned policy, no rule over samples): Greedy, Best, Mixed, a static action."""
+    return family_of(entry) == "static" and adapter_group(entry) is None
+
+
 def first_method(info, **match) -> str | None:
     """The first method whose info has every ``key=value`` of ``match``; None if none has."""
     for name, i in info.items():
@@ -67,9 +109,10 @@ def first_method(info, **match) -> str | None:
     return None
 
 
-def adapters_at(info, level: str) -> list[str]:
-    """The adapters of kind ``level``, in column order (``ROLE_ORDER``, then as listed)."""
-    names = [n for n, i in info.items() if i["kind"] == level]
+def adapters_at(info, group: str) -> list[str]:
+    """The adapters of ``group`` (:func:`adapter_group`: ``sequence``, ``token`` or ``draft``), in
+    column order (``ROLE_ORDER``, then as listed)."""
+    names = [n for n, i in info.items() if adapter_group(i) == group]
     return sorted(names, key=lambda n: (ROLE_ORDER.get(info[n]["role"], 9), list(info).index(n)))
 
 
@@ -89,9 +132,24 @@ def token_mixed(info) -> str | None:
     )
 
 
+def is_rate(metric: str) -> bool:
+    """pass@k or answer accuracy: a share of problems (printed in percent, higher is better)."""
+    return metric.startswith(("pass@", ANSWER_ACCURACY))
+
+
+def answer_metric(k: int) -> str:
+    """The answer accuracy at B = k (``answer_accuracy@k``)."""
+    return f"{ANSWER_ACCURACY}@{k}"
+
+
+def answer_ks(metrics) -> list[int]:
+    """The k of every ``answer_accuracy@k`` among ``metrics``, ascending."""
+    return sorted(int(m.split("@")[1]) for m in metrics if m.startswith(ANSWER_ACCURACY + "@"))
+
+
 def percent_scale(metric: str) -> float:
-    """100 for pass@k (printed in percent), 1 for other metrics."""
-    return 100.0 if metric.startswith("pass@") else 1.0
+    """100 for pass@k and answer accuracy (printed in percent), 1 for other metrics."""
+    return 100.0 if is_rate(metric) else 1.0
 
 
 def fmt_entry(entry: Mapping | None, metric: str, bold: bool = False) -> str:
@@ -108,7 +166,7 @@ def fmt_delta(value: float, base: float, metric: str) -> str:
     """The absolute difference (points for pass@k). No relative gain: on a small base it reads as a
     large effect (+100% for 12.5 -> 25.0) whether or not the verdict finds the difference significant."""
     diff = (value - base) * percent_scale(metric)
-    if not metric.startswith("pass@"):
+    if not is_rate(metric):
         return signed(diff, 1)
     arrow = "▲" if round(diff, 2) > 0 else "▼" if round(diff, 2) < 0 else "="
     return f"{arrow} {signed(diff)}"
@@ -120,14 +178,22 @@ def signed(x: float, digits: int = 2) -> str:
 
 
 def metric_label(metric: str) -> str:
-    """A metric's column label: ``Pass@k``, or ``Mean length (tokens)``."""
-    return metric.replace("pass@", "Pass@") if metric.startswith("pass@") else "Mean length (tokens)"
+    """A metric's column label: ``Pass@k``, ``Answer (B=k)``, or ``Mean length (tokens)``."""
+    if metric.startswith("pass@"):
+        return metric.replace("pass@", "Pass@")
+    if metric.startswith(ANSWER_ACCURACY + "@"):
+        return f"Answer (B={metric.split('@')[1]})"
+    if metric == ANSWER_ACCURACY:
+        return "Answer"
+    return "Mean length (tokens)"
 
 
 def metric_columns(results: Mapping) -> list[str]:
-    """The metrics of the first method's results: pass@k by ascending k, then the others."""
+    """The metrics of the first method's results: pass@k by ascending k, answer accuracy by
+    ascending k, then the others."""
     first = next(iter(results.values()), {})
-    return [f"pass@{k}" for k in pass_ks(first)] + [m for m in first if not m.startswith("pass@")]
+    return ([f"pass@{k}" for k in pass_ks(first)] + [answer_metric(k) for k in answer_ks(first)]
+            + [m for m in first if not is_rate(m)])
 
 
 def pass_ks(metrics) -> list[int]:
@@ -138,7 +204,7 @@ def pass_ks(metrics) -> list[int]:
 def best_of(results, names, metric) -> set[str]:
     """The columns with the highest mean (pass@k only: a longer generation is not better)."""
     cands = [n for n in names if results.get(n, {}).get(metric)]
-    if not metric.startswith("pass@") or not cands:
+    if not is_rate(metric) or not cands:
         return set()
     top = max(results[n][metric]["mean"] for n in cands)
     return {n for n in cands if results[n][metric]["mean"] >= top - 1e-12}

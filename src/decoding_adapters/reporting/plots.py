@@ -26,6 +26,7 @@ __all__ = [
     "method_color",
     "plot_pass_at_k",
     "plot_pass_vs_compute",
+    "plot_answer_vs_compute",
     "plot_training",
     "plot_validation_curves",
     "plot_entropy_modulation",
@@ -155,13 +156,19 @@ def plot_pass_vs_compute(
     confidence: float = 0.95,
     static: Sequence[str] = (),
     tokens: bool = False,
+    ylabel: str = "pass@k (%)",
+    point_label: str = "k=",
 ) -> Path:
     """Pass@k (%) against the compute it costs per problem, one line per method through its k
     values, with confidence-interval error bars: ``points`` are dicts ``{method, k, mean, low,
     high, decodes, tokens}`` (pass@k as fractions; ``decodes`` / ``tokens`` per problem at that
-    k). x is decodes per problem (log2), or generated tokens per problem with ``tokens``. A
-    method's first point is labelled with k once; ``static`` methods are drawn dashed."""
-    methods = list(dict.fromkeys(p["method"] for p in points))
+    k; k None: a method's single point, unlabelled). x is decodes per problem (log2), or generated
+    tokens per problem with ``tokens``. A method's first point is labelled with k once
+    (``point_label``); ``static`` methods are drawn dashed."""
+    def line_of(p):  # one line per method, or per ``line`` (a rule's settings drawn as one curve)
+        return p.get("line") or p["method"]
+
+    methods = list(dict.fromkeys(line_of(p) for p in points))
     fig = _figure(8.4, 5.0)
     ax = fig.add_subplot()
     if not points:
@@ -171,7 +178,7 @@ def plot_pass_vs_compute(
     key = "tokens" if tokens else "decodes"
     for i, name in enumerate(methods):
         own = []  # points with the same compute and value (greedy at every k) drawn once, labelled with every k
-        for p in sorted((p for p in points if p["method"] == name), key=lambda p: (p[key], p["k"])):
+        for p in sorted((p for p in points if line_of(p) == name), key=lambda p: (p[key], p["k"] or 0)):
             if own and math.isclose(own[-1][key], p[key]) and math.isclose(own[-1]["mean"], p["mean"]):
                 own[-1] = {**own[-1], "ks": own[-1]["ks"] + [p["k"]]}
             else:
@@ -184,8 +191,10 @@ def plot_pass_vs_compute(
                     color=method_color(i), marker=markers[i % 10], capsize=3, linewidth=1.6, markersize=6,
                     linestyle="--" if name in static else "-")
         for xi, yi, p in zip(x, mean, own):
-            ax.annotate("k=" + ",".join(map(str, p["ks"])), (xi, yi), textcoords="offset points", xytext=(4, -11),
-                        fontsize=7.5, color=method_color(i))
+            ks = [k for k in p["ks"] if k is not None]
+            if ks:
+                ax.annotate(point_label + ",".join(map(str, ks)), (xi, yi), textcoords="offset points",
+                            xytext=(4, -11), fontsize=7.5, color=method_color(i))
     ax.set_xscale("log", base=2)
     if not tokens:  # decodes: ticks at the powers of two the points span, written as numbers
         top = max(p[key] for p in points)
@@ -194,11 +203,20 @@ def plot_pass_vs_compute(
         ax.minorticks_off()
     ax.set_ylim(max(ax.get_ylim()[0], -2), min(ax.get_ylim()[1], 102))
     ax.set_xlabel("generated tokens per problem" if tokens else "decodes per problem (generated sequences)")
-    ax.set_ylabel("pass@k (%)")
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(title=f"bars: {confidence:.0%} CI" + (", dashed: static" if static else ""), loc="upper left",
               bbox_to_anchor=(1.01, 1.0), frameon=False)
     return _save(fig, path)
+
+
+def plot_answer_vs_compute(points: Sequence[Mapping], path, confidence: float = 0.95,
+                           static: Sequence[str] = ()) -> Path:
+    """The figure a report leads with: the accuracy of the one answer each method returns (no
+    verifier) against its mean decodes per problem, a curve per method through its B (a point for
+    a method with one setting); ``points`` as :func:`plot_pass_vs_compute`'s, ``k`` being B."""
+    return plot_pass_vs_compute(points, path, title="Answer accuracy per compute", confidence=confidence,
+                                static=static, ylabel="answer accuracy (%)", point_label="B=")
 
 
 # ---- training curves --------------------------------------------------------------------------------

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Sequence
 
 from ..core.stats import paired_ci, problem_interval, problem_means, seed_interval
+from .cells import is_static
 
 __all__ = ["RunFiles", "Check", "Gap", "Rederivation", "rederive", "readme_table", "markdown_section"]
 
 FAMILIES = ("static", "fixed rule", "learned")
-_STATIC_KINDS = ("greedy", "static", "mixed")
 _FIXED_RULE_ROLES = ("confidence threshold",)
 _CONTROL_ROLES = ("random gate",)
 TOLERANCE = 1e-9
@@ -78,7 +78,7 @@ class RunFiles:
         m = self.method(name)
         if m.get("family"):
             return m["family"]
-        if m.get("kind") in _STATIC_KINDS:
+        if is_static(m):
             return "static"
         if m.get("role") in _FIXED_RULE_ROLES:
             return "fixed rule"

@@ -9,8 +9,10 @@ ignored). The report holds:
   (w/o budget, w/ budget) with Δ vs Best in points; static (Greedy, Mixed) vs the
   token-level adapters (w/o budget, w/ budget, entropy-only) with Δ vs Greedy; values are mean ±
   CI half-width, pass@k in percent;
-- a plain verdict per adapter, from paired per-problem differences: whether it beats the baseline,
-  by how much, and whether the interval of the difference excludes zero;
+- first, the accuracy of the one answer each method returns (no verifier) against its mean
+  decodes per problem, a curve per method;
+- a plain verdict per adapter, from paired per-problem differences at matched compute: whether it
+  beats the baseline, by how much, and whether the interval of the difference excludes zero;
 - figures: pass@k curves, action probabilities and validation reward over training, entropy
   modulation, generation lengths, sequence-adapter choices, word clouds by action, and an HTML
   action trace of token-adapter generations.
@@ -32,8 +34,8 @@ from typing import Mapping, Sequence
 from ..core.files import write_json, write_text
 from ..core.stats import INTERVAL_NOTE
 from . import plots
-from .cells import adapters_at, first_method, method_info
-from .compute import compute_points, compute_section, compute_table, compute_verdicts, cost_table
+from .cells import adapters_at, first_method, is_static, method_info
+from .compute import answer_points, compute_points, compute_section, compute_table, compute_verdicts, cost_table
 from .inputs import load_evaluation, load_training_log, log_action_names
 from .sections import (
     draft_rows,
@@ -79,6 +81,7 @@ __all__ = [
     "cost_table",
     "selection_section",
     "compute_points",
+    "answer_points",
     "compute_table",
     "compute_verdicts",
     "compute_section",
@@ -98,11 +101,28 @@ def _action_names(info, name) -> list[str]:
     return list(info.get(name, {}).get("actions", []))
 
 
+LEAD_FIGURE = "answer_vs_compute.png"
+"""The figure a report leads with: answer accuracy against mean decodes per problem."""
+
+
 def _figures(out: Path, results, details, info, training_logs, action_names) -> list[tuple[str, str, str]]:
     """Make every figure the data allows; returns (heading, file name, caption) triples."""
-    static = [n for n, i in info.items() if i["kind"] in ("greedy", "static", "mixed")]
+    static = [n for n, i in info.items() if is_static(i)]
     confidence = (details or {}).get("config", {}).get("confidence", 0.95)
-    figs = [
+    figs = []
+    answers = answer_points(results, details)
+    if answers:  # the lead: what a user gets (no verifier) against what it costs
+        figs.append((
+            "Answer accuracy per compute",
+            plots.plot_answer_vs_compute(answers, out / "answer_vs_compute.png", static=static,
+                                         confidence=confidence).name,
+            "Accuracy of the one answer each method returns without a verifier (B = 1: its sample; B > 1: a "
+            "majority vote over its B samples; a draft-gated method: the draft where kept) against its mean decodes "
+            "per problem (log scale), a curve per method through its B (a point for a method with one setting), "
+            "with confidence-interval bars; static baselines dashed. Left of and above another: a better answer "
+            "for less compute.",
+        ))
+    figs += [
         (
             "Pass@k",
             plots.plot_pass_at_k(results, out / "pass_at_k.png", static=static, confidence=confidence).name,
@@ -339,6 +359,10 @@ def _markdown(title, results, details, figs, sections=()) -> str:
     evidence = evidence_lines(results, details)
     parts = [f"# {title}", "", *[f"> {line}\n" for line in evidence], "## Setup", "", *_setup_lines(results, details),
              ""]
+    lead = [f for f in figs if f[1] == LEAD_FIGURE]
+    for heading, file, caption in lead:  # what a user gets for what it costs, first
+        parts += [f"## {heading}", "", f"![{heading}]({file})", "", caption, ""]
+    figs = [f for f in figs if f not in lead]
     verdict = verdicts(results, details)
     if verdict:
         parts += [
@@ -346,9 +370,12 @@ def _markdown(title, results, details, figs, sections=()) -> str:
             "",
             "Every adapter is compared with Best, the strongest static baseline; token-level adapters also with "
             "Greedy, with the per-token Mixed (a uniform draw over the token actions at every token) and with the "
-            "best single token action (chosen on validation). Differences are adapter minus baseline in points, "
-            "with the interval of the paired per-problem difference; ✔ / ✘ mark intervals that exclude zero "
-            "(significantly better / worse).",
+            "best single token action (chosen on validation). Each compares like with like: the same metric at "
+            "matched compute (pass@k where both spend the same decodes per problem, within 5%; the answer's "
+            "accuracy against the baseline's answer at the same compute, its curve interpolated where needed); a "
+            "comparison across compute is listed as such, not judged. Differences are adapter minus baseline in "
+            "points, with the interval of the paired per-problem difference; ✔ / ✘ mark intervals that exclude "
+            "zero (significantly better / worse).",
             "",
             *([best_line(results, details), ""] if best_line(results, details) else []),
             *verdict,

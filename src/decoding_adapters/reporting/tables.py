@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Mapping
 
 from .cells import (
+    adapter_group,
     adapters_at,
     best_of,
     column_labels,
+    family_of,
     first_method,
     fmt_delta,
     fmt_entry,
@@ -103,17 +105,20 @@ def token_table(results: Mapping, details: Mapping | None = None) -> str:
 
 
 def all_methods_table(results: Mapping, details: Mapping | None = None) -> str:
-    """Every method (rows) by every metric (columns)."""
+    """Every method (rows) by every metric (columns): pass@k (a verifier picks among k answers), the
+    accuracy of the one answer it returns at B = k, and the mean length."""
     metrics = metric_columns(results)
     info = method_info(results, details)
     lines = [
-        table_row(["Method", "Kind"] + [metric_label(m) for m in metrics]),
-        table_row(["---", "---"] + ["---:"] * len(metrics)),
+        table_row(["Method", "Family", "Kind"] + [metric_label(m) for m in metrics]),
+        table_row(["---", "---", "---"] + ["---:"] * len(metrics)),
     ]
     tops = {m: best_of(results, list(results), m) for m in metrics}
     for name, res in results.items():
-        kind = info[name]["kind"] + (f" ({info[name]['role']})" if info[name]["kind"] in ("sequence", "token") else "")
-        lines.append(table_row([name, kind] + [fmt_entry(res.get(m), m, name in tops[m]) for m in metrics]))
+        adapter = adapter_group(info[name]) is not None
+        kind = info[name]["kind"] + (f" ({info[name]['role']})" if adapter and info[name].get("role") else "")
+        lines.append(table_row([name, family_of(info[name]), kind]
+                               + [fmt_entry(res.get(m), m, name in tops[m]) for m in metrics]))
     return "\n".join(lines)
 
 

@@ -1,6 +1,13 @@
 """The report's verdicts: paired per-problem differences of each adapter to its baselines, in plain
 sentences with their intervals and per-seed directions; the opening warning when nothing was solved
-or the evidence cannot separate the methods; the strategy behind the Best row."""
+or the evidence cannot separate the methods; the strategy behind the Best row.
+
+A verdict compares like with like only: the same metric at matched compute. pass@k is compared
+with the baseline's pass@k where the two spend the same decodes per problem (within
+:data:`COMPUTE_MATCH`); the answer accuracy (the one answer a method returns, no verifier) with
+the baseline's at the same compute: its point within :data:`COMPUTE_MATCH`, or its curve (answer
+accuracy against decodes per problem over B) interpolated at this method's compute. A comparison
+across compute is named as such and is not a verdict."""
 
 from __future__ import annotations
 
@@ -9,9 +16,16 @@ import statistics
 from typing import Mapping, Sequence
 
 from ..core.stats import paired_ci, problem_means, seed_interval
+from ..evaluation.methods import ANSWER_ACCURACY
 from .cells import (
     adapters_at,
+    answer_ks,
+    answer_metric,
+    family_of,
     first_method,
+    is_rate,
+    is_static,
+    kind_of,
     method_info,
     metric_columns,
     metric_label,
@@ -21,11 +35,15 @@ from .cells import (
 )
 
 __all__ = [
-    "STATIC_KINDS",
-    "DRAFT_CONTROLS",
+    "COMPUTE_MATCH",
     "NOTHING_SOLVED",
     "per_problem_means",
     "compare",
+    "decodes_of",
+    "answer_curve",
+    "matched_compare",
+    "paired_difference",
+    "answer_at",
     "outcome_of",
     "per_seed_differences",
     "seed_clause",
@@ -38,11 +56,13 @@ __all__ = [
 ]
 
 
-STATIC_KINDS = ("greedy", "static", "mixed")
+TO_BUDGET = "greedy to the budget"
+"""The role of the one control without the protocol's stop: it measures what the stop gains and is
+never a baseline an adapter is judged against."""
 
-
-DRAFT_CONTROLS = ("random gate", "confidence threshold")
-"""The draft-gated adapter's controls (kind ``draft``): compared against, not verdicts of their own."""
+COMPUTE_MATCH = 0.05
+"""Two methods spend matched compute when their mean decodes per problem differ by at most this
+share of the larger."""
 
 
 def per_problem_means(details, name, metric) -> list[float] | None:
@@ -57,15 +77,98 @@ def compare(results, details, adapter: str, baseline: str, metric: str, confiden
     exist; otherwise only the difference of means, judged by whether the two methods' intervals overlap."""
     a, b = per_problem_means(details, adapter, metric), per_problem_means(details, baseline, metric)
     if a and b and len(a) == len(b):
-        diff, low, high = paired_ci(a, b, confidence)
-        if metric.startswith("pass@"):  # a difference of probabilities lies in [-1, 1]
-            low, high = max(low, -1.0), min(high, 1.0)
-        return {"diff": diff, "low": low, "high": high, "paired": True, "separated": 0}
+        return paired_difference(a, b, metric, confidence)
     ra, rb = results[adapter][metric], results[baseline][metric]
     separated = 0
     if None not in (ra.get("ci_low"), ra.get("ci_high"), rb.get("ci_low"), rb.get("ci_high")):
         separated = 1 if ra["ci_low"] > rb["ci_high"] else -1 if ra["ci_high"] < rb["ci_low"] else 0
     return {"diff": ra["mean"] - rb["mean"], "low": math.nan, "high": math.nan, "paired": False, "separated": separated}
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float], metric: str, confidence: float) -> dict:
+    diff, low, high = paired_ci(a, b, confidence)
+    if is_rate(metric):  # a difference of probabilities lies in [-1, 1]
+        low, high = max(low, -1.0), min(high, 1.0)
+    return {"diff": diff, "low": low, "high": high, "paired": True, "separated": 0}
+
+
+def _metric_k(metric: str) -> str:
+    """The compute key of a metric: its k, or 'answer' for a method's own answer."""
+    return metric.split("@")[1] if "@" in metric else "answer"
+
+
+def decodes_of(details: Mapping | None, name: str, metric: str) -> float | None:
+    """Mean decodes per problem behind ``metric`` of ``name`` (``eval_details.json``
+    ``methods[name]["decodes_per_problem"]``; pass@k and the answer at B = k cost the same k
+    samples); None where not measured."""
+    decodes = (details or {}).get("methods", {}).get(name, {}).get("decodes_per_problem") or {}
+    value = decodes.get(_metric_k(metric))
+    return None if value is None else float(value)
+
+
+def answer_curve(details: Mapping | None, name: str) -> list[tuple[float, str]]:
+    """A method's answer accuracy against its compute: ``(decodes per problem, metric)`` for every
+    B it was scored at (``answer_accuracy@k``), or its one ``answer_accuracy`` point, by decodes."""
+    per_problem = (details or {}).get("per_problem", {}).get(name, {})
+    points = [(decodes_of(details, name, m), m) for m in [answer_metric(k) for k in answer_ks(per_problem)]]
+    if not points and ANSWER_ACCURACY in per_problem:
+        points = [(decodes_of(details, name, ANSWER_ACCURACY), ANSWER_ACCURACY)]
+    return sorted((d, m) for d, m in points if d is not None)
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= COMPUTE_MATCH * max(abs(a), abs(b), 1e-12)
+
+
+def matched_compare(results: Mapping, details: Mapping | None, name: str, baseline: str, metric: str,
+                    confidence: float) -> dict:
+    """``name`` minus ``baseline`` on ``metric`` at matched compute (module docstring): the
+    comparison (:func:`compare`'s keys) with ``matched`` (True, or False where the two cannot be
+    compared at this compute: then no difference is given), ``how`` (the baseline's point it used)
+    and ``decodes`` (``name``'s, ``baseline``'s)."""
+    mine = decodes_of(details, name, metric)
+    if mine is None and decodes_of(details, baseline, metric) is None and results.get(baseline, {}).get(metric):
+        # compute not measured on either side (results written before it was): the same metric at the same k
+        return {**compare(results, details, name, baseline, metric, confidence), "matched": True, "how": "",
+                "decodes": (None, None)}
+    if metric.startswith("pass@"):
+        theirs = decodes_of(details, baseline, metric)
+        if mine is None or theirs is None or not _close(mine, theirs):
+            return {"matched": False, "how": "", "decodes": (mine, theirs)}
+        return {**compare(results, details, name, baseline, metric, confidence), "matched": True, "how": "",
+                "decodes": (mine, theirs)}
+    a = per_problem_means(details, name, metric)
+    at = answer_at(details, baseline, mine) if mine is not None else None
+    if not a or at is None or len(at[0]) != len(a):
+        spent = sorted({d for d, _ in answer_curve(details, baseline)})
+        return {"matched": False, "how": "", "decodes": (mine, spent[0] if len(spent) == 1 else None),
+                "span": (spent[0], spent[-1]) if len(spent) > 1 else None}
+    b, d, m = at
+    how = "" if m == metric else m if m.startswith("interpolated") else f"its {metric_label(m)}"
+    return {**paired_difference(a, b, metric, confidence), "matched": True, "how": how, "decodes": (mine, d)}
+
+
+def answer_at(details: Mapping | None, name: str, decodes: float) -> tuple[list[float], float, str] | None:
+    """``name``'s per-problem answer accuracy at ``decodes`` per problem: its own point within
+    :data:`COMPUTE_MATCH` (the nearest), or its curve interpolated between the two points around
+    ``decodes``; ``(values, its decodes, what was used)``, None where its curve does not reach."""
+    curve = answer_curve(details, name)
+    near = [(abs(d - decodes), d, m) for d, m in curve if _close(d, decodes)]
+    if near:
+        _, d, m = min(near)
+        values = per_problem_means(details, name, m)
+        return (values, d, m) if values else None
+    below = [(d, m) for d, m in curve if d < decodes]
+    above = [(d, m) for d, m in curve if d > decodes]
+    if not below or not above:
+        return None
+    (d1, m1), (d2, m2) = below[-1], above[0]
+    w = (decodes - d1) / (d2 - d1)
+    v1, v2 = per_problem_means(details, name, m1), per_problem_means(details, name, m2)
+    if not v1 or not v2 or len(v1) != len(v2):
+        return None
+    return ([(1 - w) * x + w * y for x, y in zip(v1, v2)], decodes,
+            f"interpolated between its {metric_label(m1)} and {metric_label(m2)}")
 
 
 def per_seed_differences(details: Mapping | None, a: str, b: str, metric: str) -> list[float] | None:
@@ -117,26 +220,27 @@ def outcome_of(c: Mapping) -> str:
 
 
 def _diff_text(metric: str, c: Mapping) -> str:
-    text = f"{metric.replace('pass@', 'Pass@')} {signed(c['diff'] * 100)}"
+    text = f"{metric_label(metric)} {signed(c['diff'] * 100)}"
     if not math.isnan(c["low"]):
         text += f" [{signed(c['low'] * 100)}, {signed(c['high'] * 100)}]"
     return text + {"better": " ✔", "worse": " ✘"}.get(outcome_of(c), "")
 
 
 def verdicts(results: Mapping, details: Mapping | None = None, confidence: float | None = None) -> list[str]:
-    """One markdown paragraph per adapter and baseline: how it compares on every pass@k, with the
-    difference on each seed. Sequence adapters: vs Best. Token adapters: vs Greedy and vs the
-    per-token Mixed (the paper's token table), and vs the best single token action (chosen on
-    validation) where it was evaluated. Draft-gated adapters: vs the strongest static method at the
-    first pass@k, Stop at first answer, and their controls (random gate, confidence threshold)."""
+    """One markdown paragraph per adapter and baseline: how it compares on every pass@k and on the
+    accuracy of its answer, each at matched compute (module docstring), with the difference on each
+    seed. Sequence adapters: vs Best. Token adapters: vs Greedy and vs the per-token Mixed (the
+    paper's token table), and vs the best single token action (chosen on validation) where it was
+    evaluated. Draft-gated adapters: vs the strongest static method at the first pass@k, Greedy
+    (what keeping every draft scores), Best and the fixed rules (random gate, confidence threshold)."""
     info = method_info(results, details)
     confidence = confidence or (details or {}).get("config", {}).get("confidence", 0.95)
-    metrics = [m for m in metric_columns(results) if m.startswith("pass@")]
+    metrics = [m for m in metric_columns(results) if is_rate(m)]
     out = []
-    for level in ("sequence", "token", "draft"):
-        baselines = _baselines_for(info, level, results)
-        for name in adapters_at(info, level):
-            if level == "draft" and info[name]["role"] in DRAFT_CONTROLS:
+    for group in ("sequence", "token", "draft"):
+        baselines = _baselines_for(info, group, results)
+        for name in adapters_at(info, group):
+            if family_of(info[name]) != "learned":  # a fixed rule is compared against, not judged
                 continue
             if not baselines:
                 out.append(f"- **{name}**: no static baseline was evaluated, so no comparison is made.")
@@ -159,7 +263,8 @@ def nothing_solved(results: Mapping) -> bool:
 
 def evidence_lines(results: Mapping, details: Mapping | None = None, confidence: float = 0.95) -> list[str]:
     """What the report must say first: that nothing was solved, or that at this size no method can be
-    told from Greedy (no paired interval at the first or last k excludes 0), with the widest interval."""
+    told from Greedy (no paired interval at the first or last k, at matched compute, excludes 0),
+    with the widest interval."""
     if nothing_solved(results):
         return [NOTHING_SOLVED]
     metrics = [m for m in metric_columns(results) if m.startswith("pass@")]
@@ -170,8 +275,8 @@ def evidence_lines(results: Mapping, details: Mapping | None = None, confidence:
         for metric in {metrics[0], metrics[-1]}:
             if name == "Greedy" or not results[name].get(metric) or not results["Greedy"].get(metric):
                 continue
-            c = compare(results, details, name, "Greedy", metric, confidence)
-            separated |= outcome_of(c) in ("better", "worse")
+            c = matched_compare(results, details, name, "Greedy", metric, confidence)
+            separated |= c["matched"] and outcome_of(c) in ("better", "worse")
     if separated:
         return []
     halves = [(e["ci_high"] - e["ci_low"]) / 2 * 100 for r in results.values()
@@ -188,24 +293,25 @@ def strongest_static(results: Mapping, details: Mapping | None, metric: str) -> 
     """The static method (no learned policy) with the highest ``metric`` on the evaluated split: the
     bar a learned method must clear (ties: the first listed)."""
     info = method_info(results, details)
-    statics = [n for n, i in info.items() if i["kind"] in STATIC_KINDS and results[n].get(metric)]
+    statics = [n for n, i in info.items() if is_static(i) and i.get("role") != TO_BUDGET and results[n].get(metric)]
     return max(statics, key=lambda n: results[n][metric]["mean"], default=None)
 
 
-def _baselines_for(info, level, results: Mapping | None = None) -> list[str]:
+def _baselines_for(info, group, results: Mapping | None = None) -> list[str]:
     """Every adapter: Best (the strongest static baseline: the best static strategy at each k).
     Token adapters also: Greedy, the token-level Mixed and the best token action, those evaluated;
     any static method when none was. Draft-gated adapters: the strongest static method at the first
-    pass@k, Stop at first answer (what keeping every draft scores) and the controls."""
-    statics = [n for n, i in info.items() if i["kind"] in STATIC_KINDS]
+    pass@k, Greedy (what keeping every draft scores), Best (whose answer curve over B is the
+    comparison at the draft's compute) and the fixed rules."""
+    statics = [n for n, i in info.items() if is_static(i) and i.get("role") != TO_BUDGET]
     best = first_method(info, role="best")
-    if level == "draft":
+    if group == "draft":
         first = metric_columns(results)[0] if results else None
         strongest = strongest_static(results, {"methods": info}, first) if first else None
-        controls = [n for n, i in info.items() if i["kind"] == "draft" and i["role"] in DRAFT_CONTROLS]
-        named = [strongest, first_method(info, role="stop at first answer"), *controls]
+        rules = [n for n, i in info.items() if family_of(i) == "fixed rule"]
+        named = [strongest, first_method(info, role="greedy"), best, *rules]
         return list(dict.fromkeys(n for n in named if n))
-    if level == "sequence":
+    if group == "sequence":
         first = best or (statics[0] if statics else None)
         return [first] if first else []
     mixed = token_mixed(info)
@@ -214,23 +320,31 @@ def _baselines_for(info, level, results: Mapping | None = None) -> list[str]:
     return list(dict.fromkeys(named)) or statics[:1]
 
 
-def _fixed_action(details: Mapping | None, name: str, problem: int, k: int) -> str | None:
-    """The one fixed action ``name`` decodes ``problem`` with for pass@k, when its samples are the
+def _fixed_action(details: Mapping | None, name: str, problem: int, k: int) -> tuple[str, bool] | None:
+    """The one fixed action ``name`` decodes ``problem`` with for pass@k (and whether its rows stop
+    at the first answer: rows to the budget are other generations), when its samples are the
     evaluation's shared fixed-action rows (greedy, a static action or Best, an argmax sequence
     adapter's choice for B = k); None when they are not (Mixed, token adapters, sampled choices)."""
     method = (details or {}).get("methods", {}).get(name, {})
     actions = method.get("actions") or []
-    if method.get("kind") in ("greedy", "static"):
+    kind = kind_of(method)
+    if kind is None:
+        return None
+    # rows that end at the first answer and rows to the budget are different generations
+    stop = bool(method.get("stop_at_answer", (details or {}).get("config", {}).get("stop_at_answer", False)))
+    if kind.static:
         per_k = method.get("k_actions")
-        return per_k.get(str(k)) if per_k else actions[0] if len(actions) == 1 else None
-    choices = details.get("sequence_choices", {}).get(name) if method.get("kind") == "sequence" else None
+        action = per_k.get(str(k)) if per_k else actions[0] if len(actions) == 1 else None
+        return None if action is None else (action, stop)
+    prompt_chooser = kind.adapter is not None and not kind.adapter.per_token and not kind.adapter.keeps_draft
+    choices = details.get("sequence_choices", {}).get(name) if prompt_chooser else None
     if choices and method.get("policy_mode", "argmax") == "argmax" and k in choices["k_values"]:
         # every seed's adapter must pick the same action (details without per-seed choices: one seed only)
         seeds = details.get("config", {}).get("seeds", 1)
         by_seed = choices.get("actions_by_seed") or ([choices["actions"]] if seeds == 1 else [])
         column = choices["k_values"].index(k)
         picks = {actions[per_problem[problem][column]] for per_problem in by_seed if problem < len(per_problem)}
-        return picks.pop() if len(picks) == 1 and by_seed else None
+        return (picks.pop(), stop) if len(picks) == 1 and by_seed else None
     return None
 
 
@@ -245,7 +359,7 @@ def identical_by_construction(details: Mapping | None, a: str, b: str, metrics: 
             action = _fixed_action(details, a, i, k)
             if action is None or action != _fixed_action(details, b, i, k):
                 return []
-            used.add(action)
+            used.add(action[0])
     return sorted(used) if problems and ks else []
 
 
@@ -266,9 +380,7 @@ def best_line(results: Mapping, details: Mapping | None = None) -> str:
     if not k_actions:
         actions = info[best].get("actions") or []
         return f"{best} is one static strategy at every k: `{actions[0]}`." if actions else ""
-    pool = "every candidate, greedy and greedy stopped at its first answer" if info[best].get("stop_candidate") \
-        else "every candidate and greedy"
-    return (f"{best} is the static strategy ({pool}) with the highest validation pass@k, "
+    return (f"{best} is the static strategy (every candidate and greedy) with the highest validation pass@k, "
             "chosen for each k: " + ", ".join(f"{metric_label(m)} `{_k_action(info, best, m)}`" for m in metrics)
             + ".")
 
@@ -279,41 +391,75 @@ def _adapter_verdict(results, details, name, baseline, metrics, confidence) -> s
         return (f"- **{name} is identical to {baseline} by construction**: it decodes every problem with "
                 f"{baseline}'s action ({', '.join(f'`{a}`' for a in same)}), so both are scored on the same "
                 "completions and every difference is 0.")
-    comps = {
-        m: compare(results, details, name, baseline, m, confidence)
-        for m in metrics
-        if results[name].get(m) and results[baseline].get(m)
-    }
     info = method_info(results, details)
+    theirs = results.get(baseline, {})
+    found = {m: matched_compare(results, details, name, baseline, m, confidence)
+             for m in metrics if results[name].get(m) and (theirs.get(m) or not m.startswith("pass@"))}
+    comps = {m: c for m, c in found.items() if c["matched"]}
+    across = {m: c for m, c in found.items() if not c["matched"]}
     outcomes = [outcome_of(c) for c in comps.values()]
     better, worse, n = outcomes.count("better"), outcomes.count("worse"), len(outcomes)
     ahead = outcomes.count("ahead")
-    if n and better == n:
-        head = f"**{name} beats {baseline}** on every pass@k, and every difference is significant."
+    what = "comparison at matched compute" if n == 1 else "comparisons at matched compute"
+    if not n:
+        head = (f"**{name} is not compared with {baseline}**: they spend different compute at every metric "
+                "(no verdict across compute).")
+    elif better == n:
+        head = f"**{name} beats {baseline}** on every {what} ({n}), and every difference is significant."
     elif better:
-        head = f"**{name} beats {baseline} on {better} of {n} pass@k metrics** (significant); not on the others."
+        head = f"**{name} beats {baseline} on {better} of {n} {what}** (significant); not on the others."
     elif worse:
-        head = f"**{name} does not beat {baseline}**: it is significantly worse on {worse} of {n} pass@k metrics."
+        head = f"**{name} does not beat {baseline}**: it is significantly worse on {worse} of {n} {what}."
     elif ahead:
-        head = (
-            f"**{name} does not beat {baseline}**: it is ahead on {ahead} of {n} pass@k metrics, "
-            "but no difference is significant."
-        )
+        head = (f"**{name} does not beat {baseline}**: it is ahead on {ahead} of {n} {what}, "
+                "but no difference is significant.")
     else:
-        head = f"**{name} does not beat {baseline}**: it is level or behind on every pass@k, none significantly."
+        head = f"**{name} does not beat {baseline}**: it is level or behind on every {what}, none significantly."
     paired = all(c["paired"] for c in comps.values())
     unit = (
         f"paired {confidence:.0%} CI over problems"
         if paired
         else "no per-problem values: significant only where the two methods' intervals do not overlap"
     )
-    texts = [_diff_text(m, c) + (f" (vs `{a}`)" if (a := _k_action(info, baseline, m)) else "")
-             for m, c in comps.items()]
+
+    def label(m, c):
+        extra = [f"vs `{a}`"] if (a := _k_action(info, baseline, m)) else []
+        if c["how"]:
+            extra.append(f"{baseline} {c['how']}")
+        if c["decodes"][0] is not None:
+            extra.append(f"{c['decodes'][0]:.2f} decodes")
+        return _diff_text(m, c) + (f" ({', '.join(extra)})" if extra else "")
+
+    texts = [label(m, c) for m, c in comps.items()]
     seeds = []
-    for m in dict.fromkeys([metrics[0], metrics[-1]] if metrics else []):
+    for m in dict.fromkeys([k for k in (_first_pass(comps), _first_answer(comps)) if k]):
         clause = seed_clause(per_seed_differences(details, name, baseline, m), _same_direction(comps[m]["diff"]),
-                             confidence) if m in comps else ""
-        if clause:
+                             confidence)
+        if clause and not comps[m]["how"]:  # per seed only where both sides are the methods' own points
             seeds.append(f"{metric_label(m)} {clause}")
     seed_text = ("\n  Across seeds (the direction of the difference): " + "; ".join(seeds) + ".") if seeds else ""
-    return f"- {head}\n  Difference in points ({unit}): " + "; ".join(texts) + "." + seed_text
+    body = (f"\n  Difference in points ({unit}): " + "; ".join(texts) + ".") if texts else ""
+    if across:
+        body += ("\n  Not compared (different compute, not a verdict): " + "; ".join(
+            f"{metric_label(m)} at {_decodes_text(c['decodes'][0])} against {_against(c)}"
+            for m, c in across.items()) + ".")
+    return f"- {head}" + body + seed_text
+
+
+def _against(c: Mapping) -> str:
+    """What the baseline spends where it could not be matched: its decodes, or the span of its answer curve."""
+    if c.get("span"):
+        return f"answers at {c['span'][0]:.2f}–{c['span'][1]:.2f} decodes"
+    return _decodes_text(c["decodes"][1])
+
+
+def _decodes_text(value: float | None) -> str:
+    return "unknown decodes" if value is None else f"{value:.2f} decodes"
+
+
+def _first_pass(comps) -> str | None:
+    return next((m for m in comps if m.startswith("pass@")), None)
+
+
+def _first_answer(comps) -> str | None:
+    return next((m for m in comps if m.startswith(ANSWER_ACCURACY)), None)

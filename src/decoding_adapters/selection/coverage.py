@@ -64,7 +64,7 @@ from tqdm.auto import tqdm
 from ..core.files import write_json, write_text
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction, load_action_set
 from ..decoding.loop import row_seed
-from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, encode_problems
+from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, answer_stops, encode_problems
 from ..tasks.base import problems_digest
 from .best import BestStatic, best_static, best_static_from_table
 
@@ -280,13 +280,16 @@ def _prompts_digest(task, problem) -> str:
 
 
 def table_header(task, lm, problems, *, token_budget: int, seed: int, cot_ratio: float, samples: int,
-                 data: dict | None = None) -> dict:
+                 data: dict | None = None, stop_at_answer: bool = False) -> dict:
     """The header of an outcome table: everything that determines its outcomes (module docstring).
     ``data`` describes where ``problems`` come from (``{"split", "count", "digest"}`` of the whole
-    split, so that a run over more of the split resumes); default: the problems themselves."""
+    split, so that a run over more of the split resumes); default: the problems themselves.
+    ``stop_at_answer`` (every sample ended at its first complete answer) is recorded only when
+    True, so a table decoded to the budget reads as before."""
     if data is None:
         data = {"count": len(problems), "digest": problems_digest(problems)}
-    return {
+    stop = {"stop_at_answer": True} if stop_at_answer else {}
+    return {**stop,
         "format": TABLE_FORMAT,
         "version": TABLE_VERSION,
         "task": getattr(task, "name", str(task)),
@@ -302,11 +305,15 @@ def table_header(task, lm, problems, *, token_budget: int, seed: int, cot_ratio:
 
 
 def check_replay_header(table: OutcomeTable, *, task, lm=None, token_budget: int, seed: int,
-                        cot_ratio: float) -> None:
+                        cot_ratio: float, stop_at_answer: bool = False) -> None:
     """Refuse to replay a table whose outcomes were decoded under other settings than the
-    trainer's (task, model, data, prompts, token budget, seed, CoT ratio): its rewards would
-    describe another experiment. One-line ValueError naming the fields that differ."""
+    trainer's (task, model, data, prompts, token budget, seed, CoT ratio, the stop at the first
+    answer): its rewards would describe another experiment. One-line ValueError naming the fields
+    that differ."""
     header, path = table.header, table.path
+    if bool(header.get("stop_at_answer", False)) != bool(stop_at_answer):
+        raise ValueError(f"{path} was decoded with stop_at_answer={bool(header.get('stop_at_answer', False))}, this "
+                         f"run has {bool(stop_at_answer)}: offline replay refused (decode the table again)")
     # The seed: in replay the trainer's seed draws the policy's weights, batches and stored samples,
     # never a decode, so training several seeds on one table is the intended use. It must match
     # only when chain of thought is on: which prompts get CoT is drawn from the seed.
@@ -370,8 +377,10 @@ def _chunks(pending: list[tuple[int, list[Job]]], batch_rows: int) -> list[list[
     return chunks + ([current] if current else [])
 
 
-def _chunk_request(chunk, prompts, problems, actions, seed: int, token_budget: int, share_prefill: bool):
-    """One ``RolloutRequest`` for a chunk and its rows as (problem index, action, sample, stored as)."""
+def _chunk_request(chunk, prompts, problems, actions, seed: int, token_budget: int, share_prefill: bool,
+                   task=None, stop_at_answer: bool = False):
+    """One ``RolloutRequest`` for a chunk and its rows as (problem index, action, sample, stored as);
+    with ``stop_at_answer`` every row ends at its first complete answer (``task.answer_complete``)."""
     rows = [(pi, a, s, stored) for pi, jobs in chunk for a, s, stored in jobs]
     if share_prefill:  # one prompt per problem, fanned out to all of its rows
         local = {pi: i for i, (pi, _) in enumerate(chunk)}
@@ -379,7 +388,8 @@ def _chunk_request(chunk, prompts, problems, actions, seed: int, token_budget: i
     else:  # a private copy of the prompt per row: nothing is shared (for measuring the saving)
         request_prompts, prompt_of_row = [prompts[r[0]] for r in rows], list(range(len(rows)))
     seeds = [row_seed(seed, problems[pi].id, actions[a].name, s) for pi, a, s, _ in rows]
-    return RolloutRequest(request_prompts, prompt_of_row, seeds, token_budget, [r[1] for r in rows]), rows
+    stops = answer_stops(task, problems, [r[0] for r in rows], stop_at_answer)
+    return RolloutRequest(request_prompts, prompt_of_row, seeds, token_budget, [r[1] for r in rows], stops), rows
 
 
 def _check_inputs(problems, actions, samples: int, token_budget: int, rollouts) -> None:
@@ -413,6 +423,7 @@ def evaluate_pool(
     share_prefill: bool = True,
     on_chunk: Callable[[int, int], None] | None = None,
     data: dict | None = None,
+    stop_at_answer: bool = False,
 ) -> OutcomeTable:
     """Decode ``samples`` samples of every action on every problem and store reward and length.
 
@@ -427,11 +438,13 @@ def evaluate_pool(
         share_prefill: False gives every row its own copy of the prompt (benchmarks only).
         on_chunk: called as ``on_chunk(chunks_done, chunks_total)`` after each chunk is on disk.
         data: where ``problems`` come from, recorded in the header (see :func:`table_header`).
+        stop_at_answer: every sample ends at its first complete answer (``Task.answer_complete``;
+            the studies pass their protocol's stop), recorded in the header.
     """
     _check_inputs(problems, actions, samples, token_budget, rollouts)
     rollouts = rollouts or HFRollouts(lm, ActionSet(actions), batch_rows)
     header = table_header(task, lm, problems, token_budget=token_budget, seed=seed, cot_ratio=cot_ratio,
-                          samples=samples, data=data)
+                          samples=samples, data=data, stop_at_answer=stop_at_answer)
     path = Path(table_path)
     table = _open_table(path, header)
     pending = [(i, jobs) for i, p in enumerate(problems) if (jobs := _pending_jobs(table, p.id, actions, samples))]
@@ -458,7 +471,8 @@ def evaluate_pool(
         ) as bar:
             for done, chunk in enumerate(chunks, start=1):
                 records = _run_chunk(
-                    rollouts, task, chunk, prompts, problems, actions, seed, token_budget, share_prefill
+                    rollouts, task, chunk, prompts, problems, actions, seed, token_budget, share_prefill,
+                    stop_at_answer,
                 )
                 writer.append(records)
                 for r in records:
@@ -475,9 +489,11 @@ def _pending_count(pending: list[tuple[int, list[Job]]]) -> int:
     return sum(len(stored) for _, jobs in pending for _, _, stored in jobs)
 
 
-def _run_chunk(rollouts, task, chunk, prompts, problems, actions, seed, token_budget, share_prefill) -> list[dict]:
+def _run_chunk(rollouts, task, chunk, prompts, problems, actions, seed, token_budget, share_prefill,
+               stop_at_answer: bool = False) -> list[dict]:
     """Decode one chunk and return its table records (a greedy decode yields one per stored sample)."""
-    request, rows = _chunk_request(chunk, prompts, problems, actions, seed, token_budget, share_prefill)
+    request, rows = _chunk_request(chunk, prompts, problems, actions, seed, token_budget, share_prefill, task,
+                                   stop_at_answer)
     result = rollouts.run(request)
     records = []
     rewards = task.reward_batch([problems[pi] for pi, _, _, _ in rows], result.texts)

@@ -301,8 +301,9 @@ class Adapter:
     def generator(self, max_batch_rows: int = 64, task=None) -> AdaptiveGenerator:
         """An ``AdaptiveGenerator`` on the bound LM: this project's batched decode loop, the one behind
         ``generate`` and ``serve``. ``max_batch_rows`` bounds the rows (prompts x B) of one decode.
-        ``task``: where a draft-gated adapter stops at the first complete answer, the task that says
-        where (default: the adapter's own, by the name it was trained on)."""
+        ``task``: where the adapter stops at the first complete answer (``config.stop_at_answer``,
+        as it was trained), the task that says where (default: the adapter's own, by the name it
+        was trained on)."""
         if self.lm is None:
             raise ValueError(
                 "the project's decode loop needs the LM: load with Adapter.from_pretrained(dir, lm='base') "
@@ -322,7 +323,10 @@ class Adapter:
         seed: int = 0,
     ):
         """Token adapter: an ``AdapterLogitsProcessor`` for ``model.generate`` (a context manager that
-        installs the hidden-state hook on enter and removes it on exit); see ``integrations.hf``."""
+        installs the hidden-state hook on enter and removes it on exit); see ``integrations.hf``.
+        It chooses the actions only: an adapter trained with the stop at the first answer
+        (``config.stop_at_answer``) ends there in ``generator()``; with ``model.generate`` pass a
+        stopping criterion for it (the task's ``answer_complete``)."""
         self._require(TOKEN, "a per-token logits processor")
         self.check_model(model, tokenizer)
         return AdapterLogitsProcessor(

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import json
+import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Callable, Collection, Literal, Sequence, Union
@@ -225,8 +226,9 @@ class AdaptiveGenerator:
         task=None,
     ):
         """Prefer ``Adapter.generator()``. ``max_batch_rows`` bounds the rows (prompts x B) of one decode.
-        ``task``: where a draft-gated adapter stops at the first complete answer, the task whose
-        ``answer_complete`` says where (default: the adapter's own task, ``config.task``)."""
+        ``task``: where the adapter stops at the first complete answer (``config.stop_at_answer``,
+        what it was trained with), the task whose ``answer_complete`` says where (default: the
+        adapter's own task, ``config.task``)."""
         check_compatible(config, lm)
         _check_input_size(config, lm)
         self.lm, self.config, self.name = lm, config, name
@@ -235,9 +237,8 @@ class AdaptiveGenerator:
         self.max_batch_rows = _check_positive("max_batch_rows", max_batch_rows)
         self.draft_context = DraftContextConfig(**config.draft) if self.adapter_kind.keeps_draft else None
         self.answer_task = None
-        if self.draft_context is not None and (self.draft_context.draft_stop_at_answer
-                                               or self.draft_context.redecode_stop_at_answer):
-            self.answer_task = task if task is not None else _adapter_task(config)
+        if config.stop_at_answer:
+            self.answer_task = task if task is not None else _adapter_task(config, self.adapter_kind.keeps_draft)
         expected = config.policy.get("num_actions")
         if expected is not None and expected != self.adapter_kind.outputs(len(self.action_set)):
             raise ValueError(
@@ -397,8 +398,13 @@ class AdaptiveGenerator:
             token_budget=[p.token_budget for p in chunk for _ in range(p.parallel_budget)],
             row_seeds=[row_seed(p.seed, p.index, j) for p in chunk for j in range(p.parallel_budget)],
             on_step=None if on_tokens is None else _step_reporter(chunk, offset, on_tokens),
+            stop_checks=None if self.answer_task is None else [self._answer_check(chunk[i]) for i in prompt_of_row],
         )
         return self._split(chunk, result, chosen, probs)
+
+    def _answer_check(self, p: PreparedPrompt):
+        """The check that ends a row of prompt ``p`` at its first complete answer (the answer task's)."""
+        return functools.partial(self.answer_task.answer_complete, Problem(f"prompt/{p.index}", p.prompt, ""))
 
     @torch.inference_mode()
     def _sequence_actions(self, chunk: list[PreparedPrompt], deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -425,7 +431,7 @@ class AdaptiveGenerator:
                     completions=[result.texts[r] for r in rows],
                     kind=self.kind,
                     action_names=self.action_set.names,
-                    finish_reasons=["stop" if bool(result.stopped_at_eos[r]) else "length" for r in rows],
+                    finish_reasons=["stop" if _ended(result, r) else "length" for r in rows],
                     completion_tokens=lengths,
                     prompt_tokens=len(p.prompt_ids),
                     seed=p.seed,
@@ -455,11 +461,8 @@ class AdaptiveGenerator:
             self.lm, [list(p.prompt_ids) for p in chunk], self.policy, self.draft_context, self.action_set.actions,
             budgets, seeds=[row_seed(p.seed, p.index, "draft") for p in chunk], deterministic=deterministic,
             token_budgets=[p.token_budget for p in chunk], on_draft=on_draft, on_redecode_step=on_step,
-            answer_complete=None if self.answer_task is None else [
-                functools.partial(self.answer_task.answer_complete,
-                                  Problem(f"prompt/{p.index}", _question_text(p.prompt), ""))
-                for p in chunk],
-            fill_kept=all_answers,
+            answer_complete=None if self.answer_task is None else [self._answer_check(p) for p in chunk],
+            fill_kept=all_answers, stop_at_answer=self.answer_task is not None,
         )
         return [self._draft_generation(p, i, result) for i, p in enumerate(chunk)]
 
@@ -485,12 +488,22 @@ def _ended(result: DecodeResult, row: int) -> bool:
                                                 and bool(result.stopped_by_check[row]))
 
 
-def _adapter_task(config: AdapterConfig):
-    """The task an adapter was trained on (its ``answer_complete`` ends a stopped draft)."""
-    if not config.task:
-        raise ValueError("this draft-gated adapter stops at the first complete answer but names no task: "
-                         "pass task= to AdaptiveGenerator")
-    return get_task(config.task)
+def _adapter_task(config: AdapterConfig, required: bool):
+    """The task an adapter was trained on (its ``answer_complete`` ends each row at its first
+    complete answer). Where it names none, or one that cannot be loaded here: an error when the
+    stop is ``required`` (a draft-gated policy reads the stopped draft), else a warning and rows
+    decoded to the budget."""
+    try:
+        if not config.task:
+            raise ValueError("it names no task")
+        return get_task(config.task)
+    except (ValueError, OSError, KeyError) as err:
+        message = (f"this adapter stops at the first complete answer, but its task cannot be loaded ({err}): "
+                   "pass task= to AdaptiveGenerator")
+        if required:
+            raise ValueError(message) from None
+        warnings.warn(message + "; decoding to the budget", stacklevel=3)
+        return None
 
 
 def _draft_reporter(chunk, offset: int, on_tokens: TokenCallback, state: dict, all_answers: bool = False) -> Callable:

@@ -25,7 +25,6 @@ Departures from the sequence trainer:
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from dataclasses import asdict, dataclass
@@ -37,7 +36,7 @@ import torch
 from ..core.stats import pass_at_k
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction, load_action_set
 from ..decoding.loop import decode, row_seed
-from ..decoding.rollouts import encode_problems
+from ..decoding.rollouts import answer_stops, encode_problems
 from ..policies.draft import (
     KEEP_DRAFT,
     DraftContextConfig,
@@ -62,8 +61,7 @@ __all__ = [
     "DraftTrainer",
     "arm_values",
     "ensure_tables",
-    "table_stops",
-    "answer_stops",
+    "table_stop",
 ]
 
 TABLE_FORMAT = "decoding-adapters/draft-table"
@@ -125,29 +123,22 @@ class DraftTable:
 
 
 def _table_header(task, lm, split: str, actions, samples: int, token_budget: int, seed: int,
-                  draft_stop: bool = False, sample_stop: bool = False) -> dict:
+                  stop: bool = False) -> dict:
     header = {"format": TABLE_FORMAT, "version": 1, "task": getattr(task, "name", ""), "split": split,
               "model": lm.fingerprint(), "actions": [a.to_dict() for a in actions], "samples": samples,
               "token_budget": token_budget, "seed": seed}
-    # present only when on, so a table decoded without the stop keeps its header
-    if draft_stop:
-        header["draft_stop_at_answer"] = True
-    if sample_stop:
-        header["redecode_stop_at_answer"] = True
+    if stop:  # present only when on, so a table decoded without the stop keeps its header
+        header["stop_at_answer"] = True
     return header
 
 
-def table_stops(header: dict) -> tuple[bool, bool]:
-    """(the drafts, the re-decodes) of a table's header were stopped at their first complete answer."""
-    return bool(header.get("draft_stop_at_answer", False)), bool(header.get("redecode_stop_at_answer", False))
-
-
-def answer_stops(task, problems, rows: Sequence[int], on: bool) -> list | None:
-    """Per decoded row (``rows[r]`` its problem's index), the task's "holds a complete answer" check
-    when ``on`` (``Task.answer_complete``), else None (no check: the row runs to EOS or its budget)."""
-    if not on:
-        return None
-    return [functools.partial(task.answer_complete, problems[i]) for i in rows]
+def table_stop(header: dict) -> bool:
+    """Whether a table's drafts and re-decodes were stopped at their first complete answer (a table
+    written when the two had a flag each: both on)."""
+    if "stop_at_answer" in header:
+        return bool(header["stop_at_answer"])
+    legacy = {bool(header.get(k, False)) for k in ("draft_stop_at_answer", "redecode_stop_at_answer")}
+    return legacy == {True}
 
 
 def _round(values: torch.Tensor, digits: int = 4) -> list[float]:
@@ -156,20 +147,18 @@ def _round(values: torch.Tensor, digits: int = 4) -> list[float]:
 
 def build_draft_table(lm, task, problems, actions: Sequence[DecodingAction], *, samples: int, token_budget: int,
                       path: str | Path, split: str, seed: int = 0, chunk_problems: int = 16,
-                      stored: OutcomeTable | None = None, on_chunk=None, draft_stop: bool = False,
-                      sample_stop: bool = False) -> DraftTable:
+                      stored: OutcomeTable | None = None, on_chunk=None, stop: bool = False) -> DraftTable:
     """Decode the both-arms table of ``problems`` into ``path`` (resumable: problems already there
     are kept, and a table made under other settings is refused). ``stored``: a ``select-actions``
     outcome table decoded under the same settings whose samples of ``actions`` are taken instead of
     decoding them (rewards and lengths only: no answers, so no majority vote over them); only the
-    drafts are decoded then. ``draft_stop`` / ``sample_stop``: the drafts / the re-decodes end at
-    their first complete answer (``Task.answer_complete``), as the adapter will decode them."""
+    drafts are decoded then. ``stop``: the drafts and the re-decodes end at their first complete
+    answer (``Task.answer_complete``), as the adapter will decode them."""
     path = Path(path)
-    header = _table_header(task, lm, split, actions, samples, token_budget, seed, draft_stop, sample_stop)
+    header = _table_header(task, lm, split, actions, samples, token_budget, seed, stop)
     if stored is not None:
-        if sample_stop:
-            raise ValueError("stored samples were decoded without the stop at the first answer: sample_stop=False")
-        check_replay_header(stored, task=task, lm=lm, token_budget=token_budget, seed=seed, cot_ratio=0.0)
+        check_replay_header(stored, task=task, lm=lm, token_budget=token_budget, seed=seed, cot_ratio=0.0,
+                            stop_at_answer=stop)
         header["samples_from"] = stored.header.get("data")
     if path.is_file():
         table = DraftTable.load(path)
@@ -183,8 +172,7 @@ def build_draft_table(lm, task, problems, actions: Sequence[DecodingAction], *, 
     action_set = ActionSet(list(actions))
     for start in range(0, len(todo), chunk_problems):
         chunk = todo[start:start + chunk_problems]
-        records = _table_chunk(lm, task, chunk, action_set, samples, token_budget, seed, stored, draft_stop,
-                               sample_stop)
+        records = _table_chunk(lm, task, chunk, action_set, samples, token_budget, seed, stored, stop)
         with path.open("a") as f:
             for record in records:
                 f.write(json.dumps(record) + "\n")
@@ -205,11 +193,10 @@ def _stored_samples(stored: OutcomeTable, problem_id: str, actions: ActionSet, s
 
 
 def _table_chunk(lm, task, problems, action_set: ActionSet, samples: int, token_budget: int, seed: int,
-                 stored: OutcomeTable | None = None, draft_stop: bool = False,
-                 sample_stop: bool = False) -> list[dict]:
+                 stored: OutcomeTable | None = None, stop: bool = False) -> list[dict]:
     prompts, _ = encode_problems(lm, task, problems, seed=seed)
     draft = decode(lm, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=token_budget, record_features=True,
-                   stop_checks=answer_stops(task, problems, range(len(problems)), draft_stop))
+                   stop_checks=answer_stops(task, problems, range(len(problems)), stop))
     summary = summarise_draft(draft)
     embeddings = lm.prompt_embeddings(prompts, pooling="mean")
     draft_rewards = task.reward_batch(problems, draft.texts)
@@ -221,7 +208,7 @@ def _table_chunk(lm, task, problems, action_set: ActionSet, samples: int, token_
                     row_actions=[a for _, a, _ in rows], token_budget=token_budget,
                     row_seeds=[row_seed(seed, problems[i].id, action_set.names[a], j, "draft-table")
                                for i, a, j in rows],
-                    stop_checks=answer_stops(task, problems, [i for i, _, _ in rows], sample_stop))
+                    stop_checks=answer_stops(task, problems, [i for i, _, _ in rows], stop))
     rewards = task.reward_batch([problems[i] for i, _, _ in rows], result.texts)
     valid = result.valid_mask().float()
     conf = (result.max_prob * valid).sum(1) / result.lengths.clamp(min=1)
@@ -288,12 +275,6 @@ class DraftTrainConfig(SequenceTrainConfig):
     sampled arm's replayed reward (the bandit signal)."""
     table_samples: int = 8
     """Re-decodes per action and problem when a table is built here (``ensure_tables``)."""
-    draft_stop_at_answer: bool = True
-    """The draft ends at its first complete answer (greedy as "Stop at first answer" decodes it);
-    the tables must have been decoded so (their header says). On by default: chosen on validation
-    (docs/draft-gated.md), where the stopped draft is the strongest static method to beat."""
-    redecode_stop_at_answer: bool = True
-    """The re-decodes end at their first complete answer too (on by default: chosen on validation)."""
 
     def __post_init__(self) -> None:
         if self.replay:
@@ -323,8 +304,7 @@ def ensure_tables(config: DraftTrainConfig, lm, task, on_chunk=None) -> None:
             problems = task.load(split)[:count]
             build_draft_table(lm, task, problems, actions, samples=config.table_samples,
                               token_budget=config.token_budget, path=path, split=split, seed=config.seed,
-                              on_chunk=on_chunk, draft_stop=config.draft_stop_at_answer,
-                              sample_stop=config.redecode_stop_at_answer)
+                              on_chunk=on_chunk, stop=config.stop_at_answer)
 
 
 class DraftRewards:
@@ -379,16 +359,13 @@ class DraftTrainer(SequenceTrainer):
         missing = [n for n in chosen if n not in names]
         if missing:
             raise ValueError(f"re-decode actions {missing} are not in the table (it has {names})")
-        stops = (config.draft_stop_at_answer, config.redecode_stop_at_answer)
         tables = [self.train_table] + ([self.val_table] if self.val_table else [])
         for table in tables:
-            if table_stops(table.header) != stops:
+            if table_stop(table.header) != config.stop_at_answer:
                 raise ValueError(
-                    f"a table was decoded with (draft, re-decode) stopped at the first answer = "
-                    f"{table_stops(table.header)}, the config says {stops}: set draft_stop_at_answer / "
-                    "redecode_stop_at_answer as the tables were decoded, or decode them again")
-        self.context_config = DraftContextConfig(features=config.features, token_budget=config.token_budget,
-                                                 draft_stop_at_answer=stops[0], redecode_stop_at_answer=stops[1])
+                    f"a table was decoded with stop_at_answer={table_stop(table.header)}, the config says "
+                    f"{config.stop_at_answer}: set stop_at_answer as the tables were decoded, or decode them again")
+        self.context_config = DraftContextConfig(features=config.features, token_budget=config.token_budget)
         rewards = DraftRewards(tables, chosen, config.seed, config.redecode_cost)
         super().__init__(config, lm, task, rewards, out_dir, task_name=task_name, progress=progress)
 
@@ -481,6 +458,7 @@ class DraftTrainer(SequenceTrainer):
             task=self.task_name, training=asdict(self.config), lm_dtype=self.lm.fingerprint().get("dtype"),
             trained_on=problems_record(self.train_problems) if self.train_problems else None,
             selected_on=selection_record(self.config.actions), draft=asdict(self.context_config),
+            stop_at_answer=self.config.stop_at_answer,
         )
         return save_adapter(self.out_dir, self.policy, config)
 

@@ -36,7 +36,7 @@ import torch
 from ..core.files import load_tensors, save_tensors
 from ..decoding.actions import ActionSet
 from ..decoding.loop import row_seed
-from ..decoding.rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
+from ..decoding.rollouts import STOP_AT_ANSWER, RolloutRequest, Rollouts, answer_stops, encode_problems, score_rows
 from ..policies.networks import (
     AdapterConfig,
     SequencePolicy,
@@ -95,6 +95,9 @@ class SequenceTrainConfig:
     """Reward of the B completions: pass@B, majority vote, mean, or one of those per prompt (mix)."""
     token_budget: int = 32
     """b: max new tokens per completion."""
+    stop_at_answer: bool = STOP_AT_ANSWER
+    """Every rollout (and a replay table's samples, and the adapter's samples when served) ends at
+    the task's first complete answer; recorded in adapter.json. False: to the token budget."""
     steps: int = 60
     """Optimiser steps."""
     prompts_per_step: int = 16
@@ -242,8 +245,9 @@ class LiveRewards:
 
     offline = False
 
-    def __init__(self, rollouts: Rollouts, task, token_budget: int, seed: int):
+    def __init__(self, rollouts: Rollouts, task, token_budget: int, seed: int, stop_at_answer: bool = STOP_AT_ANSWER):
         self.rollouts, self.task, self.token_budget, self.seed = rollouts, task, token_budget, seed
+        self.stop_at_answer = stop_at_answer
         self.action_set = rollouts.action_set
         self.rows: dict[tuple, list[tuple[float, str]]] = {}
         """(key, problem id, action) -> [(reward, text)] of rows 0, 1, ... decoded so far."""
@@ -265,6 +269,7 @@ class LiveRewards:
                 prompts=prompts, prompt_of_row=[i for _, i, _ in todo],
                 row_seeds=[row_seed(self.seed, *key, problems[i].id, j) for _, i, j in todo],
                 token_budget=self.token_budget, row_actions=[cell[2] for cell, _, _ in todo],
+                stop_checks=answer_stops(self.task, problems, [i for _, i, _ in todo], self.stop_at_answer),
             )
             result = self.rollouts.run(request, progress=progress)
             for (cell, _, _), reward, text in zip(todo, score_rows(self.task, problems, result).tolist(),
@@ -311,11 +316,11 @@ def reward_source(
             raise FileNotFoundError(f"replay table {config.replay} not found (select-actions writes outcomes.jsonl)")
         table = OutcomeTable.load(config.replay)
         check_replay_header(table, task=task, lm=lm, token_budget=config.token_budget, seed=config.seed,
-                            cot_ratio=config.cot_ratio)
+                            cot_ratio=config.cot_ratio, stop_at_answer=config.stop_at_answer)
         return ReplayRewards(table, action_set, config.seed)
     if rollouts is None:
         raise ValueError("live sequence-level training needs a rollout engine (or replay=outcomes.jsonl)")
-    return LiveRewards(rollouts, task, config.token_budget, config.seed)
+    return LiveRewards(rollouts, task, config.token_budget, config.seed, config.stop_at_answer)
 
 
 class PromptEmbeddings:
@@ -558,6 +563,7 @@ class SequenceTrainer(TrainingLoop):
             lm_dtype=self.lm.fingerprint().get("dtype"),
             trained_on=problems_record(self.train_problems) if self.train_problems else None,
             selected_on=selection_record(self.config.actions),
+            stop_at_answer=self.config.stop_at_answer,
         )
         return save_adapter(self.out_dir, self.policy, config)
 

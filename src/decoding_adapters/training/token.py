@@ -38,7 +38,7 @@ import torch
 
 from ..decoding.actions import ActionSet
 from ..decoding.loop import DecodeResult, row_seed
-from ..decoding.rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
+from ..decoding.rollouts import STOP_AT_ANSWER, RolloutRequest, Rollouts, answer_stops, encode_problems, score_rows
 from ..policies.networks import (
     POLICY_MODES,
     AdapterConfig,
@@ -89,6 +89,10 @@ class TokenTrainConfig:
     """Action set: preset name or JSON file (paper: greedy, T=0.5, T=1.0, T=1.25)."""
     token_budget: int = 32
     """b: max new tokens per rollout."""
+    stop_at_answer: bool = STOP_AT_ANSWER
+    """Every rollout (training, the prompt filter, validation, and the adapter's samples when
+    served) ends at the task's first complete answer; recorded in adapter.json. False: to the
+    token budget."""
     use_budget: bool = True
     """x_t = [h_t ; phi(b_t)] (w/ budget) or h_t (w/o budget)."""
     features: Literal["hidden", "entropy"] = "hidden"
@@ -465,6 +469,7 @@ class TokenTrainer(TrainingLoop):
             prompt_of_row=[i for i, _ in rows],
             row_seeds=[row_seed(self.config.seed, *key, problems[i].id, g) for i, g in rows],
             token_budget=self.config.token_budget,
+            stop_checks=answer_stops(self.task, problems, [i for i, _ in rows], self.config.stop_at_answer),
         )
 
     # ---- one step ----------------------------------------------------------------------------
@@ -610,5 +615,6 @@ class TokenTrainer(TrainingLoop):
             lm_dtype=self.lm.fingerprint().get("dtype"),
             trained_on=problems_record(self.train_problems) if self.train_problems else None,
             policy_mode=self.policy_mode,
+            stop_at_answer=self.config.stop_at_answer,
         )
         return save_adapter(self.out_dir, self.policy, config)
