@@ -169,6 +169,7 @@ def _report_at_unmatched_compute(tmp_path):
     for name, method in details["methods"].items():
         per_k = {"1": 1.0, "2": 2.0, "4": 4.0} if name in ("Best", "Seq w/o budget") else {"1": 1.0, "2": 1.0, "4": 1.0}
         method["decodes_per_problem"] = {"1": 1.0, "2": 1.5, "4": 4.0} if name == "Seq w/ budget" else per_k
+        method["tokens_per_problem"] = {k: 30.0 * v for k, v in method["decodes_per_problem"].items()}
     out = tmp_path / "report"
     write_report(out, results, details)
     (out / "eval_details.json").write_text(json.dumps(details))
@@ -183,6 +184,10 @@ def test_a_report_at_unmatched_compute_rederives(tmp_path):
     assert not result.mismatches, "\n".join(result.lines(verbose=False))
     where = [c.where for c in result.checks]
     assert any(w.endswith(": not compared") for w in where)
+    levels = re.findall(r"^- \*\*[\d.]+ decodes / problem", markdown_section(report, "Accuracy per compute"),
+                        flags=re.M)
+    assert levels and sum(w.startswith("compute ") and w.endswith(": leader") for w in where) == len(levels)
+    assert any(w.startswith("compute table") and "Answer (B=" in w for w in where)
     assert any("interpolated" in c.derived for c in result.checks)
 
 
@@ -192,6 +197,7 @@ def test_a_report_at_unmatched_compute_rederives(tmp_path):
     ("**Seq w/ budget beats Best** on every", "**Seq w/ budget beats Best** on almost every"),  # the claim
     ("Best interpolated between its Answer (B=1) and Answer (B=2)",
      "Best interpolated between its Answer (B=1) and Answer (B=4)"),  # what the answer was measured against
+    ("next: Best at 55.9 (interpolated", "next: Best at 56.9 (interpolated"),  # a compute level
 ])
 def test_a_changed_verdict_written_now_is_a_mismatch(tmp_path, old, new):
     out = _report_at_unmatched_compute(tmp_path)

@@ -14,12 +14,13 @@ fields where a run has them (a method's ``family``, ``per_problem[name]["answer_
 The verdict rules follow what the files say (:attr:`RunFiles.matched_compute`). A run that records a
 method's ``family`` or any per-problem answer accuracy was written under the rules of
 :mod:`.verdicts` now: only the same metric at matched compute is a verdict, the rest is listed as
-not compared. Its verdicts are re-derived with the very functions the report uses
-(:func:`.verdicts.verdict_comparisons`, :func:`.verdicts.verdict_head`, ...), fed with the per-problem
+not compared; each compute level ranks answer accuracy only. Its verdicts and compute levels are
+re-derived with the very functions the report uses (:func:`.verdicts.verdict_comparisons`,
+:func:`.verdicts.verdict_head`, :func:`.compute.compute_verdicts`, ...), fed with the per-problem
 values of ``eval_details.json`` and the means computed from them, never the report's or
 ``results.json``'s numbers. A run without those fields (the committed ``docs/reproduce``) was written
-under the earlier rules: every pass@k against the baseline's pass@k, whatever the compute; its
-verdicts are re-derived by those rules here.
+under the earlier rules: every pass@k against the baseline's pass@k, whatever the compute, and
+compute levels ranking pass@k within a decode budget; those are re-derived by those rules here.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Sequence
 from ..core.stats import paired_ci, problem_interval, problem_means, seed_interval
 from ..evaluation.methods import ANSWER_ACCURACY
 from .cells import answer_metric, is_rate, is_static, method_info, metric_columns
+from .compute import compute_verdicts
 from .verdicts import difference_text, not_compared_text, outcome_of, verdict_comparisons, verdict_head
 
 __all__ = ["RunFiles", "Check", "Gap", "Rederivation", "rederive", "readme_table", "markdown_section"]
@@ -281,6 +283,8 @@ def _metric_of(header: str) -> str | None:
     h = _plain(header).lower()
     if m := re.fullmatch(r"pass@(\d+)", h):
         return f"pass@{m.group(1)}"
+    if m := re.fullmatch(r"answer \(b=(\d+)\)", h):
+        return answer_metric(int(m.group(1)))
     if h.startswith("answer accuracy"):
         return "answer_accuracy"
     if h.startswith("mean length"):
@@ -329,7 +333,7 @@ def check_table(out: Rederivation, run: RunFiles, table: list[list[str]], where:
                 number = re.match(_NUMBER, cell)
                 out.check(label, cell, _interval_text(run, name, metric, _decimals(number.group(0)) if number else 1,
                                                       cell))
-            elif (m := re.match(r"(decodes|tokens) / problem(?: \(k = ([\d ·]+)\))?", _plain(header))):
+            elif (m := re.match(r"(decodes|tokens) / problem(?: \((?:B = )?k = ([\d ·]+)\))?", _plain(header))):
                 ks = [int(k) for k in m.group(2).split("·")] if m.group(2) else ["answer"]
                 derived = _compute_text(run, name, m.group(1), ks, cell)
                 if derived is None:
@@ -506,6 +510,9 @@ def _points(run: RunFiles) -> list[dict]:
 def check_compute_levels(out: Rederivation, run: RunFiles, section: str) -> None:
     """'Who wins at each compute level': the leader and the next method within each compute, their
     scores and compute, and the paired difference."""
+    if run.matched_compute:
+        _check_matched_levels(out, run, section)
+        return
     points = _points(run)
     for m in _LEADS.finditer(section):
         level = float(m.group(1))
@@ -530,6 +537,19 @@ def check_compute_levels(out: Rederivation, run: RunFiles, section: str) -> None
                                       second["metric"])
             out.check(f"{where}: difference", f"{m.group(12)} [{m.group(13)}, {m.group(14)}]",
                       f"{_fmt(diff * 100, 2, True)} [{_fmt(low * 100, 2, True)}, {_fmt(high * 100, 2, True)}]")
+
+
+def _check_matched_levels(out: Rederivation, run: RunFiles, section: str) -> None:
+    """Each compute level under the matched-compute rules (answer accuracy only, every method at the
+    level's compute), re-made whole by the report's own :func:`.compute.compute_verdicts` from the
+    per-problem values and compared line by line."""
+    derived = {}
+    for line in compute_verdicts(run.rate_results(), run.details, run.confidence):
+        derived[line.split("**")[1].split(":")[0]] = line
+    published = {m.group(1): m.group(0) for m in re.finditer(r"^- \*\*([\d.]+ decodes / problem):.*$", section,
+                                                             flags=re.M)}
+    for level in dict.fromkeys([*published, *derived]):
+        out.check(f"compute {level}: leader", published.get(level, "absent"), derived.get(level, "absent"))
 
 
 _TARGET_SEGMENT = re.compile(
