@@ -1,7 +1,7 @@
 """Re-derive a published run's numbers from its committed files alone.
 
 A reader's check, not the report's own code path: it reads ``eval_details.json`` (per problem and
-seed, every method's scores, compute and draft choices) and recomputes, with ``core.stats`` only,
+seed, every method's scores, compute and draft choices) and recomputes, from its per-problem values,
 every number of the README's results table and of the report's verdicts (paired differences and
 their intervals, the per-seed directions, the compute-level leaders, the targets, the draft-gated
 table), printing each next to the published one. A number the committed files cannot give is named
