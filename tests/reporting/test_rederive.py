@@ -156,3 +156,53 @@ def test_a_target_line_with_the_interval_over_seeds_rederives():
     check_targets(out, RunFiles(details), line.replace("**met**" if met else "**not met**",
                                                        "**not met**" if met else "**met**"))
     assert len(out.mismatches) == 1
+
+
+def _report_at_unmatched_compute(tmp_path):
+    """A report written now where compute differs: Seq w/ budget spends 1.5 decodes at k = 2 against
+    Best's 2, so its Pass@2 is not compared and its Answer (B=2) meets Best's curve interpolated."""
+    from tests.reporting.test_report import fake_evaluation
+
+    from decoding_adapters.reporting.report import write_report
+
+    results, details = fake_evaluation({"Seq w/ budget": 0.15, "Token w/ budget": -0.3})
+    for name, method in details["methods"].items():
+        per_k = {"1": 1.0, "2": 2.0, "4": 4.0} if name in ("Best", "Seq w/o budget") else {"1": 1.0, "2": 1.0, "4": 1.0}
+        method["decodes_per_problem"] = {"1": 1.0, "2": 1.5, "4": 4.0} if name == "Seq w/ budget" else per_k
+        method["tokens_per_problem"] = {k: 30.0 * v for k, v in method["decodes_per_problem"].items()}
+    out = tmp_path / "report"
+    write_report(out, results, details)
+    (out / "eval_details.json").write_text(json.dumps(details))
+    return out
+
+
+def test_a_report_at_unmatched_compute_rederives(tmp_path):
+    out = _report_at_unmatched_compute(tmp_path)
+    report = (out / "report.md").read_text()
+    assert "Not compared (different compute, not a verdict)" in report and "interpolated between" in report
+    result = rederive(out)
+    assert not result.mismatches, "\n".join(result.lines(verbose=False))
+    where = [c.where for c in result.checks]
+    assert any(w.endswith(": not compared") for w in where)
+    levels = re.findall(r"^- \*\*[\d.]+ decodes / problem", markdown_section(report, "Accuracy per compute"),
+                        flags=re.M)
+    assert levels and sum(w.startswith("compute ") and w.endswith(": leader") for w in where) == len(levels)
+    assert any(w.startswith("compute table") and "Answer (B=" in w for w in where)
+    assert any("interpolated" in c.derived for c in result.checks)
+
+
+@pytest.mark.parametrize("old,new", [
+    ("Pass@1 +14.94 [+13.82, +16.06] ✔", "Pass@1 +14.95 [+13.82, +16.06] ✔"),  # a difference
+    ("Pass@2 at 1.50 decodes against 2.00 decodes", "Pass@2 at 1.50 decodes against 1.50 decodes"),  # compute
+    ("**Seq w/ budget beats Best** on every", "**Seq w/ budget beats Best** on almost every"),  # the claim
+    ("Best interpolated between its Answer (B=1) and Answer (B=2)",
+     "Best interpolated between its Answer (B=1) and Answer (B=4)"),  # what the answer was measured against
+    ("next: Best at 55.9 (interpolated", "next: Best at 56.9 (interpolated"),  # a compute level
+])
+def test_a_changed_verdict_written_now_is_a_mismatch(tmp_path, old, new):
+    out = _report_at_unmatched_compute(tmp_path)
+    path = out / "report.md"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    assert len(rederive(out).mismatches) == 1

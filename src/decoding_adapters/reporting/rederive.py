@@ -1,7 +1,7 @@
 """Re-derive a published run's numbers from its committed files alone.
 
 A reader's check, not the report's own code path: it reads ``eval_details.json`` (per problem and
-seed, every method's scores, compute and draft choices) and recomputes, with ``core.stats`` only,
+seed, every method's scores, compute and draft choices) and recomputes, from its per-problem values,
 every number of the README's results table and of the report's verdicts (paired differences and
 their intervals, the per-seed directions, the compute-level leaders, the targets, the draft-gated
 table), printing each next to the published one. A number the committed files cannot give is named
@@ -10,6 +10,17 @@ as a gap, never skipped.
 Every field of ``eval_details.json`` is read in one place, :class:`RunFiles`; it uses the newer
 fields where a run has them (a method's ``family``, ``per_problem[name]["answer_accuracy"]``, the
 ``"answer"`` entry of ``decodes_per_problem`` / ``tokens_per_problem``) and derives them otherwise.
+
+The verdict rules follow what the files say (:attr:`RunFiles.matched_compute`). A run that records a
+method's ``family`` or any per-problem answer accuracy was written under the rules of
+:mod:`.verdicts` now: only the same metric at matched compute is a verdict, the rest is listed as
+not compared; each compute level ranks answer accuracy only. Its verdicts and compute levels are
+re-derived with the very functions the report uses (:func:`.verdicts.verdict_comparisons`,
+:func:`.verdicts.verdict_head`, :func:`.compute.compute_verdicts`, ...), fed with the per-problem
+values of ``eval_details.json`` and the means computed from them, never the report's or
+``results.json``'s numbers. A run without those fields (the committed ``docs/reproduce``) was written
+under the earlier rules: every pass@k against the baseline's pass@k, whatever the compute, and
+compute levels ranking pass@k within a decode budget; those are re-derived by those rules here.
 """
 
 from __future__ import annotations
@@ -21,7 +32,10 @@ from pathlib import Path
 from typing import Sequence
 
 from ..core.stats import paired_ci, problem_interval, problem_means, seed_interval
-from .cells import is_static
+from ..evaluation.methods import ANSWER_ACCURACY
+from .cells import answer_metric, is_rate, is_static, method_info, metric_columns
+from .compute import compute_verdicts
+from .verdicts import difference_text, not_compared_text, outcome_of, verdict_comparisons, verdict_head
 
 __all__ = ["RunFiles", "Check", "Gap", "Rederivation", "rederive", "readme_table", "markdown_section"]
 
@@ -83,6 +97,26 @@ class RunFiles:
         if m.get("role") in _FIXED_RULE_ROLES:
             return "fixed rule"
         return "control" if m.get("role") in _CONTROL_ROLES else "learned"
+
+    @property
+    def matched_compute(self) -> bool:
+        """Whether the run was written under the matched-compute verdict rules: some method records
+        its ``family`` or some per-problem answer accuracy is committed (module docstring)."""
+        methods = self.details["methods"].values()
+        return any(m.get("family") for m in methods) or any(
+            metric.startswith(ANSWER_ACCURACY) for per in self.details.get("per_problem", {}).values()
+            for metric in per)
+
+    def rate_results(self) -> dict[str, dict[str, dict]]:
+        """``{method: {metric: {"mean": ...}}}`` for every pass@k and answer accuracy with per-problem
+        values: the mean over problems of each problem's mean, computed from the committed rows (the
+        shape :mod:`.verdicts` reads; no interval, so nothing falls back to a published one)."""
+        out = {}
+        for name in self.methods:
+            per = self.details.get("per_problem", {}).get(name, {})
+            out[name] = {m: {"mean": sum(means) / len(means)} for m, rows in per.items()
+                         if is_rate(m) and rows and (means := problem_means(rows))}
+        return out
 
     def has_metric(self, name: str, metric: str) -> bool:
         return bool(self.details.get("per_problem", {}).get(name, {}).get(metric))
@@ -249,6 +283,8 @@ def _metric_of(header: str) -> str | None:
     h = _plain(header).lower()
     if m := re.fullmatch(r"pass@(\d+)", h):
         return f"pass@{m.group(1)}"
+    if m := re.fullmatch(r"answer \(b=(\d+)\)", h):
+        return answer_metric(int(m.group(1)))
     if h.startswith("answer accuracy"):
         return "answer_accuracy"
     if h.startswith("mean length"):
@@ -297,7 +333,7 @@ def check_table(out: Rederivation, run: RunFiles, table: list[list[str]], where:
                 number = re.match(_NUMBER, cell)
                 out.check(label, cell, _interval_text(run, name, metric, _decimals(number.group(0)) if number else 1,
                                                       cell))
-            elif (m := re.match(r"(decodes|tokens) / problem(?: \(k = ([\d ·]+)\))?", _plain(header))):
+            elif (m := re.match(r"(decodes|tokens) / problem(?: \((?:B = )?k = ([\d ·]+)\))?", _plain(header))):
                 ks = [int(k) for k in m.group(2).split("·")] if m.group(2) else ["answer"]
                 derived = _compute_text(run, name, m.group(1), ks, cell)
                 if derived is None:
@@ -335,13 +371,17 @@ def _holds_text(count: int, n: int) -> str:
     return f"on every seed ({count} of {n})" if count == n else f"on {count} of {n} seeds"
 
 
-_DIFF = re.compile(rf"(Pass@\d+|Answer accuracy) ({_NUMBER}) \[({_NUMBER}), ({_NUMBER})\]( ✔| ✘)?")
-_SEEDS = re.compile(r"(Pass@\d+|Answer accuracy) per seed ([^:(]+?)(?: \(over seeds ([^)]*)\))?: holds "
+_LABEL = r"Pass@\d+|Answer \(B=\d+\)|Answer accuracy|Answer"
+_DIFF = re.compile(rf"({_LABEL}) ({_NUMBER}) \[({_NUMBER}), ({_NUMBER})\]( ✔| ✘)?")
+_SEEDS = re.compile(rf"({_LABEL}) per seed ([^:(]+?)(?: \(over seeds ([^)]*)\))?: holds "
                     r"(on every seed \(\d+ of \d+\)|on \d+ of \d+ seeds)")
 
 
 def _metric_key(label: str) -> str:
-    return "answer_accuracy" if label.lower().startswith("answer") else label.lower()
+    """The metric a printed label names: ``Pass@k``, ``Answer (B=k)``, ``Answer`` / ``answer accuracy``."""
+    if m := re.fullmatch(r"Answer \(B=(\d+)\)", label):
+        return answer_metric(int(m.group(1)))
+    return ANSWER_ACCURACY if label.lower().startswith("answer") else label.lower()
 
 
 def _seed_checks(out: Rederivation, run: RunFiles, where: str, a: str, b: str, text: str, holds) -> None:
@@ -373,7 +413,7 @@ def check_verdicts(out: Rederivation, run: RunFiles, section: str) -> None:
         head = block[4:].split("**")[0]
         a = _name_at(head, names)
         rest = head[len(a):] if a else ""
-        verb = re.match(r" (beats|does not beat|is identical to) ", rest)
+        verb = re.match(r" (beats|does not beat|is identical to|is not compared with) ", rest)
         b = _name_at(rest[verb.end():], names) if verb else None
         if not a or not b:
             out.gaps.append(Gap(f"verdict {head!r}", "names no pair of methods of eval_details.json"))
@@ -383,6 +423,9 @@ def check_verdicts(out: Rederivation, run: RunFiles, section: str) -> None:
             worst = max(abs(d) for k in run.k_values for d in _per_seed(run, a, b, f"pass@{k}"))
             out.check(f"{where}: identical", "every difference 0", "every difference 0" if worst < TOLERANCE
                       else f"differs by {worst:.4f}")
+            continue
+        if run.matched_compute:
+            _check_matched_verdict(out, run, where, a, b, block)
             continue
         outcomes = []
         for m in _DIFF.finditer(block):
@@ -413,6 +456,36 @@ def check_verdicts(out: Rederivation, run: RunFiles, section: str) -> None:
         _seed_checks(out, run, where, a, b, block, lambda d, overall: _direction(d, overall))
 
 
+def _check_matched_verdict(out: Rederivation, run: RunFiles, where: str, a: str, b: str, block: str) -> None:
+    """One verdict under the matched-compute rules (module docstring): its first sentence, each
+    difference with what it was measured against, the comparisons left out for their compute, and
+    the per-seed clauses, each re-made from the per-problem values by the report's own functions."""
+    results = run.rate_results()
+    info = method_info(results, run.details)
+    metrics = [m for m in metric_columns(results) if is_rate(m)]
+    found = verdict_comparisons(results, run.details, a, b, metrics, run.confidence)
+    comps = {m: c for m, c in found.items() if c["matched"]}
+    across = {m: c for m, c in found.items() if not c["matched"]}
+    head = block[2:].split("\n")[0]
+    out.check(f"{where}: claim", head, verdict_head(a, b, [outcome_of(c) for c in comps.values()]))
+    line = re.search(r"^  Difference in points \([^)]*\): (.*)\.$", block, flags=re.M)
+    published = {}
+    for item in (line.group(1).split("; ") if line else []):
+        label = re.match(_LABEL, item)
+        published[_metric_key(label.group(0)) if label else item] = item
+    for metric in dict.fromkeys([*comps, *published]):
+        label = f"{where}: {metric}"
+        if metric not in comps:
+            out.check(label, published[metric], "not a comparison at matched compute")
+        else:
+            out.check(label, published.get(metric, "absent"), difference_text(info, b, metric, comps[metric]))
+    line = re.search(r"^  Not compared \(different compute, not a verdict\): (.*)\.$", block, flags=re.M)
+    if line or across:
+        out.check(f"{where}: not compared", line.group(1) if line else "absent",
+                  not_compared_text(across) if across else "absent")
+    _seed_checks(out, run, where, a, b, block, lambda d, overall: _direction(d, overall))
+
+
 _LEADS = re.compile(
     rf"- \*\*≤ ({_NUMBER}) decodes / problem: (.+?)\*\* leads with ({_NUMBER}) \((Pass@\d+), ({_NUMBER}) decodes, "
     rf"({_NUMBER}) tokens per problem\)(?:; next: (.+?) \((Pass@\d+), ({_NUMBER}) decodes, ({_NUMBER}) tokens\) at "
@@ -437,6 +510,9 @@ def _points(run: RunFiles) -> list[dict]:
 def check_compute_levels(out: Rederivation, run: RunFiles, section: str) -> None:
     """'Who wins at each compute level': the leader and the next method within each compute, their
     scores and compute, and the paired difference."""
+    if run.matched_compute:
+        _check_matched_levels(out, run, section)
+        return
     points = _points(run)
     for m in _LEADS.finditer(section):
         level = float(m.group(1))
@@ -461,6 +537,19 @@ def check_compute_levels(out: Rederivation, run: RunFiles, section: str) -> None
                                       second["metric"])
             out.check(f"{where}: difference", f"{m.group(12)} [{m.group(13)}, {m.group(14)}]",
                       f"{_fmt(diff * 100, 2, True)} [{_fmt(low * 100, 2, True)}, {_fmt(high * 100, 2, True)}]")
+
+
+def _check_matched_levels(out: Rederivation, run: RunFiles, section: str) -> None:
+    """Each compute level under the matched-compute rules (answer accuracy only, every method at the
+    level's compute), re-made whole by the report's own :func:`.compute.compute_verdicts` from the
+    per-problem values and compared line by line."""
+    derived = {}
+    for line in compute_verdicts(run.rate_results(), run.details, run.confidence):
+        derived[line.split("**")[1].split(":")[0]] = line
+    published = {m.group(1): m.group(0) for m in re.finditer(r"^- \*\*([\d.]+ decodes / problem):.*$", section,
+                                                             flags=re.M)}
+    for level in dict.fromkeys([*published, *derived]):
+        out.check(f"compute {level}: leader", published.get(level, "absent"), derived.get(level, "absent"))
 
 
 _TARGET_SEGMENT = re.compile(

@@ -48,6 +48,10 @@ __all__ = [
     "per_seed_differences",
     "seed_clause",
     "verdicts",
+    "verdict_comparisons",
+    "verdict_head",
+    "difference_text",
+    "not_compared_text",
     "nothing_solved",
     "evidence_lines",
     "strongest_static",
@@ -385,6 +389,37 @@ def best_line(results: Mapping, details: Mapping | None = None) -> str:
             + ".")
 
 
+def verdict_comparisons(results: Mapping, details: Mapping | None, name: str, baseline: str,
+                        metrics: Sequence[str], confidence: float) -> dict[str, dict]:
+    """Every comparison a verdict of ``name`` against ``baseline`` considers: ``{metric:
+    matched_compare result}`` for each of ``metrics`` ``name`` has (a pass@k only where the baseline
+    has it too; the answer accuracy against the baseline's answer curve), matched or not."""
+    theirs = results.get(baseline, {})
+    return {m: matched_compare(results, details, name, baseline, m, confidence)
+            for m in metrics if results[name].get(m) and (theirs.get(m) or not m.startswith("pass@"))}
+
+
+def verdict_head(name: str, baseline: str, outcomes: Sequence[str]) -> str:
+    """A verdict's first sentence from the :func:`outcome_of` of each comparison at matched compute
+    (none: the two are not compared)."""
+    better, worse, n = outcomes.count("better"), outcomes.count("worse"), len(outcomes)
+    ahead = outcomes.count("ahead")
+    what = "comparison at matched compute" if n == 1 else "comparisons at matched compute"
+    if not n:
+        return (f"**{name} is not compared with {baseline}**: they spend different compute at every metric "
+                "(no verdict across compute).")
+    if better == n:
+        return f"**{name} beats {baseline}** on every {what} ({n}), and every difference is significant."
+    if better:
+        return f"**{name} beats {baseline} on {better} of {n} {what}** (significant); not on the others."
+    if worse:
+        return f"**{name} does not beat {baseline}**: it is significantly worse on {worse} of {n} {what}."
+    if ahead:
+        return (f"**{name} does not beat {baseline}**: it is ahead on {ahead} of {n} {what}, "
+                "but no difference is significant.")
+    return f"**{name} does not beat {baseline}**: it is level or behind on every {what}, none significantly."
+
+
 def _adapter_verdict(results, details, name, baseline, metrics, confidence) -> str:
     same = identical_by_construction(details, name, baseline, metrics)
     if same:
@@ -392,29 +427,10 @@ def _adapter_verdict(results, details, name, baseline, metrics, confidence) -> s
                 f"{baseline}'s action ({', '.join(f'`{a}`' for a in same)}), so both are scored on the same "
                 "completions and every difference is 0.")
     info = method_info(results, details)
-    theirs = results.get(baseline, {})
-    found = {m: matched_compare(results, details, name, baseline, m, confidence)
-             for m in metrics if results[name].get(m) and (theirs.get(m) or not m.startswith("pass@"))}
+    found = verdict_comparisons(results, details, name, baseline, metrics, confidence)
     comps = {m: c for m, c in found.items() if c["matched"]}
     across = {m: c for m, c in found.items() if not c["matched"]}
-    outcomes = [outcome_of(c) for c in comps.values()]
-    better, worse, n = outcomes.count("better"), outcomes.count("worse"), len(outcomes)
-    ahead = outcomes.count("ahead")
-    what = "comparison at matched compute" if n == 1 else "comparisons at matched compute"
-    if not n:
-        head = (f"**{name} is not compared with {baseline}**: they spend different compute at every metric "
-                "(no verdict across compute).")
-    elif better == n:
-        head = f"**{name} beats {baseline}** on every {what} ({n}), and every difference is significant."
-    elif better:
-        head = f"**{name} beats {baseline} on {better} of {n} {what}** (significant); not on the others."
-    elif worse:
-        head = f"**{name} does not beat {baseline}**: it is significantly worse on {worse} of {n} {what}."
-    elif ahead:
-        head = (f"**{name} does not beat {baseline}**: it is ahead on {ahead} of {n} {what}, "
-                "but no difference is significant.")
-    else:
-        head = f"**{name} does not beat {baseline}**: it is level or behind on every {what}, none significantly."
+    head = verdict_head(name, baseline, [outcome_of(c) for c in comps.values()])
     paired = all(c["paired"] for c in comps.values())
     unit = (
         f"paired {confidence:.0%} CI over problems"
@@ -422,15 +438,7 @@ def _adapter_verdict(results, details, name, baseline, metrics, confidence) -> s
         else "no per-problem values: significant only where the two methods' intervals do not overlap"
     )
 
-    def label(m, c):
-        extra = [f"vs `{a}`"] if (a := _k_action(info, baseline, m)) else []
-        if c["how"]:
-            extra.append(f"{baseline} {c['how']}")
-        if c["decodes"][0] is not None:
-            extra.append(f"{c['decodes'][0]:.2f} decodes")
-        return _diff_text(m, c) + (f" ({', '.join(extra)})" if extra else "")
-
-    texts = [label(m, c) for m, c in comps.items()]
+    texts = [difference_text(info, baseline, m, c) for m, c in comps.items()]
     seeds = []
     for m in dict.fromkeys([k for k in (_first_pass(comps), _first_answer(comps)) if k]):
         clause = seed_clause(per_seed_differences(details, name, baseline, m), _same_direction(comps[m]["diff"]),
@@ -440,10 +448,26 @@ def _adapter_verdict(results, details, name, baseline, metrics, confidence) -> s
     seed_text = ("\n  Across seeds (the direction of the difference): " + "; ".join(seeds) + ".") if seeds else ""
     body = (f"\n  Difference in points ({unit}): " + "; ".join(texts) + ".") if texts else ""
     if across:
-        body += ("\n  Not compared (different compute, not a verdict): " + "; ".join(
-            f"{metric_label(m)} at {_decodes_text(c['decodes'][0])} against {_against(c)}"
-            for m, c in across.items()) + ".")
+        body += "\n  Not compared (different compute, not a verdict): " + not_compared_text(across) + "."
     return f"- {head}" + body + seed_text
+
+
+def difference_text(info: Mapping, baseline: str, metric: str, c: Mapping) -> str:
+    """One difference of a verdict with what it was measured against: 'Pass@2 +1.25 [-0.40, +2.90]
+    (vs `T=0.3`, 2.00 decodes)' (``c`` a :func:`matched_compare` result)."""
+    extra = [f"vs `{a}`"] if (a := _k_action(info, baseline, metric)) else []
+    if c["how"]:
+        extra.append(f"{baseline} {c['how']}")
+    if c["decodes"][0] is not None:
+        extra.append(f"{c['decodes'][0]:.2f} decodes")
+    return _diff_text(metric, c) + (f" ({', '.join(extra)})" if extra else "")
+
+
+def not_compared_text(across: Mapping[str, Mapping]) -> str:
+    """The comparisons a verdict leaves out because the compute differs ({metric: unmatched
+    :func:`matched_compare` result}): 'Pass@4 at 3.60 decodes against 1.33 decodes; ...'."""
+    return "; ".join(f"{metric_label(m)} at {_decodes_text(c['decodes'][0])} against {_against(c)}"
+                     for m, c in across.items())
 
 
 def _against(c: Mapping) -> str:
