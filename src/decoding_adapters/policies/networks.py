@@ -29,7 +29,14 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..core.files import atomic_write, write_json
-from ..decoding.actions import _GOLDEN, DecodingAction, _int64, _mix64, _shift_right  # the counter generator's mixing
+from ..decoding.actions import (  # the counter generator's mixing
+    _GOLDEN,
+    DEFAULT_TOKEN_BUDGET,
+    DecodingAction,
+    _int64,
+    _mix64,
+    _shift_right,
+)
 from ..decoding.loop import StepFeatures
 from .bounds import check_adapter_fields, parse_json
 from .kinds import POLICY_MODES, adapter_kind
@@ -306,7 +313,7 @@ class TokenPolicyConfig:
     use_budget: bool = True
     """Append phi(b_t), the remaining-budget encoding (features='hidden' only: the entropy-only
     ablation observes the entropy alone, whatever this says)."""
-    token_budget: int = 128
+    token_budget: int = DEFAULT_TOKEN_BUDGET
     """b, used to scale phi(b_t)."""
     width: int = 256
     layers: int = 3

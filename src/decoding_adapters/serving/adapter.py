@@ -33,7 +33,7 @@ from typing import Sequence, Union
 
 import torch
 
-from ..decoding.actions import DecodingAction
+from ..decoding.actions import DEFAULT_TOKEN_BUDGET, DecodingAction
 from ..decoding.loop import row_seed
 from ..decoding.vllm_rollouts import sampling_params_dict
 from ..lm.models import FrozenLM, ModelSpec, load_frozen_lm, locate_model
@@ -176,7 +176,7 @@ class Adapter:
     @property
     def token_budget(self) -> int:
         """The token adapter's training budget b (its remaining-budget feature is scaled by it)."""
-        return int(self.config.policy.get("token_budget", 128))
+        return int(self.config.policy.get("token_budget", DEFAULT_TOKEN_BUDGET))
 
     @property
     def base_model_path(self) -> str:
@@ -267,7 +267,7 @@ class Adapter:
         prompts: Prompt | Sequence[Prompt],
         n: int = 1,
         *,
-        max_tokens: int = 128,
+        max_tokens: int = DEFAULT_TOKEN_BUDGET,
         seed: int | None = None,
         deterministic: bool | None = None,
         **extra,

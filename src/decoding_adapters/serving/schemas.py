@@ -9,11 +9,10 @@ from typing import Annotated, Any, Literal
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StrictStr
 
-from .generator import DEFAULT_TOKEN_BUDGET
+from ..decoding.actions import DEFAULT_TOKEN_BUDGET
 
 __all__ = ["ServerLimits", "ApiError", "CompletionRequest", "ChatCompletionRequest", "ChatMessage", "StreamOptions"]
 
-DEFAULT_MAX_TOKENS = DEFAULT_TOKEN_BUDGET  # the same default as `generate`
 SAMPLING_PARAMETERS = ("temperature", "top_p")  # declared (validated) but ignored: the adapter decides
 
 
@@ -47,7 +46,7 @@ class ServerLimits:
 
     @property
     def default_max_tokens(self) -> int:
-        return min(DEFAULT_MAX_TOKENS, self.max_tokens_limit)
+        return min(DEFAULT_TOKEN_BUDGET, self.max_tokens_limit)  # the same default as `generate`
 
     @property
     def max_body_bytes(self) -> int:

@@ -82,10 +82,10 @@ from ..policies.kinds import adapter_kind
 from .schemas import (
     ApiError,
     ChatCompletionRequest,
+    CommonFields,
     CompletionRequest,
     ServerLimits,
     check_text,
-    CommonFields,
 )
 from .worker import BatchingWorker, Job, JobStream, served_mode
 

@@ -34,7 +34,7 @@ from typing import Literal, Protocol, Sequence, runtime_checkable
 import torch
 
 from ..core.files import load_tensors, save_tensors
-from ..decoding.actions import ActionSet
+from ..decoding.actions import DEFAULT_TOKEN_BUDGET, ActionSet
 from ..decoding.loop import row_seed
 from ..decoding.rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
 from ..policies.networks import (
@@ -93,7 +93,7 @@ class SequenceTrainConfig:
     """x = [e ; g(B)] (w/ budget) or x = e (w/o budget)."""
     metric: Literal["pass", "majority", "mean", "mix"] = "pass"
     """Reward of the B completions: pass@B, majority vote, mean, or one of those per prompt (mix)."""
-    token_budget: int = 32
+    token_budget: int = DEFAULT_TOKEN_BUDGET
     """b: max new tokens per completion."""
     steps: int = 60
     """Optimiser steps."""

@@ -36,7 +36,7 @@ from typing import Literal
 
 import torch
 
-from ..decoding.actions import ActionSet
+from ..decoding.actions import DEFAULT_TOKEN_BUDGET, ActionSet
 from ..decoding.loop import DecodeResult, row_seed
 from ..decoding.rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
 from ..policies.networks import (
@@ -87,7 +87,7 @@ class TokenTrainConfig:
 
     actions: str = "math-token"
     """Action set: preset name or JSON file (paper: greedy, T=0.5, T=1.0, T=1.25)."""
-    token_budget: int = 32
+    token_budget: int = DEFAULT_TOKEN_BUDGET
     """b: max new tokens per rollout."""
     use_budget: bool = True
     """x_t = [h_t ; phi(b_t)] (w/ budget) or h_t (w/o budget)."""
