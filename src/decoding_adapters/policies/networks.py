@@ -167,6 +167,11 @@ class _PolicyBase(nn.Module):
         return torch.multinomial(p, 1, generator=generator).squeeze(-1), p
 
 
+DEFAULT_POLICY_TEMPERATURE = 1.0
+"""The policy's softmax temperature T when none is given (both policy configs and both trainers'
+``policy_temperature``); not an action's sampling temperature (``DecodingAction.temperature``)."""
+
+
 @dataclass(frozen=True)
 class SequencePolicyConfig:
     """Shape of the sequence-level adapter."""
@@ -182,7 +187,7 @@ class SequencePolicyConfig:
     layers: int = 2
     """Linear layers of the head MLP."""
     dropout: float = 0.0
-    temperature: float = 1.0
+    temperature: float = DEFAULT_POLICY_TEMPERATURE
     """Policy softmax temperature."""
     max_budget: int = 64
     """Budgets are encoded as log2(B) / log2(max_budget)."""
@@ -318,7 +323,7 @@ class TokenPolicyConfig:
     width: int = 256
     layers: int = 3
     dropout: float = 0.1
-    temperature: float = 1.0
+    temperature: float = DEFAULT_POLICY_TEMPERATURE
     prior: tuple[float, ...] | None = None
     """A distribution over the actions added to the logits as ``log prior`` (the policy starts at
     it and learns deviations; see ``prior_distribution``); None: no prior."""

@@ -38,6 +38,7 @@ from ..decoding.actions import DEFAULT_TOKEN_BUDGET, ActionSet
 from ..decoding.loop import row_seed
 from ..decoding.rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
 from ..policies.networks import (
+    DEFAULT_POLICY_TEMPERATURE,
     AdapterConfig,
     SequencePolicy,
     SequencePolicyConfig,
@@ -117,7 +118,7 @@ class SequenceTrainConfig:
     """Decay of the per-(metric, B) moving-average reward baseline."""
     policy_hidden: int = 256
     """Width of the policy's hidden layer."""
-    policy_temperature: float = 1.0
+    policy_temperature: float = DEFAULT_POLICY_TEMPERATURE
     """Softmax temperature of the policy."""
     prior_action: int | None = None
     """Index of the best static action (chosen on validation by the caller, e.g. the set's Best):

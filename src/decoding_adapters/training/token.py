@@ -40,6 +40,7 @@ from ..decoding.actions import DEFAULT_TOKEN_BUDGET, ActionSet
 from ..decoding.loop import DecodeResult, row_seed
 from ..decoding.rollouts import RolloutRequest, Rollouts, encode_problems, score_rows
 from ..policies.networks import (
+    DEFAULT_POLICY_TEMPERATURE,
     POLICY_MODES,
     AdapterConfig,
     TokenPolicy,
@@ -121,7 +122,7 @@ class TokenTrainConfig:
     dropout: float = 0.1
     """Dropout of the policy MLP in training (rollouts and loss share masks keyed by row seed and step);
     off in validation, evaluation and serving."""
-    policy_temperature: float = 1.0
+    policy_temperature: float = DEFAULT_POLICY_TEMPERATURE
     """Softmax temperature of the policy."""
     prior_action: int | None = None
     """Index of the best static token action (chosen on validation by the caller): the policy starts
