@@ -19,7 +19,8 @@ from test_server import BackgroundServer
 from adapter_helpers import make_adapter, save_tiny_base
 from decoding_adapters.serving.adapter import Adapter
 from decoding_adapters.serving.generator import AdaptiveGenerator
-from decoding_adapters.serving.server import IncrementalDetokenizer, ServerLimits, _held_back, create_app
+from decoding_adapters.serving.server import ServerLimits, create_app
+from decoding_adapters.serving.worker import IncrementalDetokenizer, _held_back
 
 LIMITS = ServerLimits(max_tokens_limit=32, max_batch=8, max_prompt_chars=1000, max_queue=64, batch_wait_ms=20)
 STEP_DELAY_S = 0.01

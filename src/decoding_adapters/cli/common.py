@@ -21,6 +21,7 @@ from .config_args import add_config_arguments, build_config
 
 __all__ = [
     "TaskOptions",
+    "COMMAND_TOKEN_BUDGET",
     "RolloutOptions",
     "RunOptions",
     "add_model_arguments",
@@ -85,11 +86,18 @@ class TaskOptions:
             raise ValueError(f"--cot-ratio must be in [0, 1], got {self.cot_ratio}")
 
 
+COMMAND_TOKEN_BUDGET = 32
+"""The token budget of the commands that train, evaluate and select on their own (``train-*``,
+``evaluate``, ``select-actions``, ``rules``) when ``--token-budget`` is not given: short, for quick
+runs on the 2-core default setup. It is passed explicitly to the library, whose default is
+``decoding.actions.DEFAULT_TOKEN_BUDGET``; the study commands take theirs from the ``--size`` preset."""
+
+
 @dataclass(frozen=True)
 class RolloutOptions:
     """rollouts"""
 
-    token_budget: int = 32
+    token_budget: int = COMMAND_TOKEN_BUDGET
     """max new tokens per completion (b)"""
     batch_rows: int = 64
     """rows decoded together in one batch"""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..experiments.demo import SIZES, run_demo
+from ..lm.models import DEFAULT_DEVICE
 from .common import check_output_dir
 from .study import add_study_arguments, format_plan, publish_if_asked, study_command, study_config
 
@@ -31,7 +32,7 @@ class DemoOptions:
     selection problems are cut until it fits, and the output and the report say so; 0 keeps the sizes"""
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""
-    device: str = "auto"
+    device: str = DEFAULT_DEVICE
     """torch device: auto (cuda where present, else cpu), cpu, cuda, cuda:N"""
     plan: bool = False
     """print the stage-by-stage time estimate, scaled to this machine by a few seconds' decode probe, and exit"""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..experiments.domains import SIZES, run_domains
+from ..lm.models import DEFAULT_DEVICE
 from .study import add_study_arguments, study_command, study_config
 
 
@@ -26,7 +27,7 @@ class DomainsOptions:
     """stage sizes: tiny (tests), default (~25 min on a loaded 2-core machine)"""
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""
-    device: str = "auto"
+    device: str = DEFAULT_DEVICE
     """torch device: auto (cuda where present, else cpu), cpu, cuda, cuda:N"""
     progress: bool = True
     """progress bars"""

@@ -93,8 +93,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
     add_task_arguments(p, exclude=("cot_ratio",))
     add_rollout_arguments(p, exclude=("token_budget", "seed"))
-    # the CLI's token budget stays 32 (EvalConfig's library default is 128)
-    add_config_arguments(p, EvalConfig, title="evaluation", flags={"k_values": ["--k"]}, defaults={"token_budget": 32})
+    # the commands' token budget (the library's default, EvalConfig's, is decoding.actions.DEFAULT_TOKEN_BUDGET)
+    add_config_arguments(p, EvalConfig, title="evaluation", flags={"k_values": ["--k"]},
+                         defaults={"token_budget": cli_common.COMMAND_TOKEN_BUDGET})
     add_config_arguments(p, EvaluateOptions)
 
 

@@ -6,9 +6,10 @@ import argparse
 import json
 from dataclasses import dataclass, field
 
+from ..decoding.actions import DEFAULT_TOKEN_BUDGET
 from ..policies.networks import POLICY_MODES
 from ..serving.adapter import Adapter
-from ..serving.generator import DEFAULT_TOKEN_BUDGET, AdaptiveGenerator, format_generations
+from ..serving.generator import AdaptiveGenerator, format_generations
 from .common import add_model_arguments
 from .config_args import add_config_arguments
 

@@ -76,6 +76,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..experiments.demo import REPRODUCE_SIZES, run_demo
+from ..lm.models import DEFAULT_DEVICE
 from .study import add_study_arguments, format_plan, publish_if_asked, study_command, study_config
 
 
@@ -90,7 +91,7 @@ class ReproduceOptions:
     smoke (tests)"""
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""
-    device: str = "auto"
+    device: str = DEFAULT_DEVICE
     """torch device: auto (cuda where present, else cpu), cpu, cuda, cuda:N"""
     plan: bool = False
     """print the stage-by-stage time estimate, scaled to this machine by a few seconds' decode probe, and exit"""

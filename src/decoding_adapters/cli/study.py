@@ -14,7 +14,7 @@ from pathlib import Path
 from ..experiments import demo as demo_study
 from ..experiments.demo import estimate_minutes, fit_note, fit_to_minutes
 from ..experiments.pipeline import StudyConfig
-from ..lm.models import ModelSpec, load_frozen_lm
+from ..lm.models import DEFAULT_DEVICE, ModelSpec, load_frozen_lm
 from .config_args import add_config_arguments, build_config
 
 __all__ = ["add_study_arguments", "study_config", "study_command", "format_plan", "publish", "publish_if_asked"]
@@ -51,13 +51,14 @@ def study_command(command: str, args, cfg: StudyConfig, sizes: dict[str, StudyCo
     parts = ["decoding-adapters", command, "--out", args.out, "--size", args.size]
     if args.model != "smollm2":
         parts += ["--model", args.model]
-    if getattr(args, "device", "auto") != "auto":
+    if getattr(args, "device", DEFAULT_DEVICE) != DEFAULT_DEVICE:
         parts += ["--device", args.device]
     parts += _changes(cfg, sizes[args.size])
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def format_plan(cfg: StudyConfig, model: str | None = None, minutes: float | None = None, device: str = "auto") -> str:
+def format_plan(cfg: StudyConfig, model: str | None = None, minutes: float | None = None,
+                device: str = DEFAULT_DEVICE) -> str:
     """The stage-by-stage estimate; with ``model``, scaled to this machine by a few seconds' decode
     probe of it (``experiments.demo.decode_probe``, as the run measures it), and with ``minutes`` as well, of the
     sizes ``fit_to_minutes`` keeps on this machine."""

@@ -13,6 +13,7 @@ from ..core.files import Checkpoint, write_json
 from ..decoding.actions import ActionSet, load_action_set
 from ..training.common import check_resume
 from .common import (
+    COMMAND_TOKEN_BUDGET,
     add_model_arguments,
     add_rollout_arguments,
     add_run_arguments,
@@ -34,7 +35,7 @@ def configure_training_parser(p: argparse.ArgumentParser, config_cls: type, titl
     add_model_arguments(p)
     add_task_arguments(p, exclude=("cot_ratio", "max_problems"))  # trainers: max_train_prompts / val_problems
     add_rollout_arguments(p, exclude=("token_budget", "seed"))
-    add_config_arguments(p, config_cls, title=title)
+    add_config_arguments(p, config_cls, title=title, defaults={"token_budget": COMMAND_TOKEN_BUDGET})
     add_run_arguments(p)
 
 

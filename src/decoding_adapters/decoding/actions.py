@@ -64,6 +64,14 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+DEFAULT_TOKEN_BUDGET = 128
+"""The token budget b (max new tokens per completion) wherever none is given: the one default of
+every component (the decode loop, the evaluation, the token policy's budget feature, the study,
+``generate`` and ``serve``); a component that is always given one by its caller has none of its
+own. A study passes its own value down; the training and evaluation commands pass theirs
+(``cli.common.COMMAND_TOKEN_BUDGET``)."""
+
+
 @dataclass(frozen=True)
 class DecodingAction:
     """One decoding configuration. ``None`` switches a truncation off."""

@@ -37,6 +37,7 @@ import torch
 from ..lm.models import FrozenLM, GraphedRowCacheState
 from .actions import (
     ACTION_STREAM,
+    DEFAULT_TOKEN_BUDGET,
     TOKEN_STREAM,
     ActionSet,
     counter_uniform,
@@ -258,7 +259,7 @@ def decode(
     prompt_of_row: Sequence[int] | torch.Tensor | None = None,
     row_actions: int | Sequence[int] | torch.Tensor | None = None,
     chooser: Chooser | None = None,
-    token_budget: int | Sequence[int] | torch.Tensor = 128,
+    token_budget: int | Sequence[int] | torch.Tensor = DEFAULT_TOKEN_BUDGET,
     row_seeds: Sequence[int] | None = None,
     seed: int = 0,
     record_features: bool = False,

@@ -11,7 +11,7 @@ from typing import Callable, Literal, Mapping, Sequence
 import torch
 
 from ..core.stats import check_int
-from ..decoding.actions import GREEDY, DecodingAction
+from ..decoding.actions import DEFAULT_TOKEN_BUDGET, GREEDY, DecodingAction
 from ..decoding.loop import DecodeResult
 from ..decoding.rollouts import STOP_AT_ANSWER, RolloutRequest, Rollouts
 from ..policies.kinds import AdapterKind, adapter_kind, kind_names
@@ -114,7 +114,7 @@ class EvalConfig:
     """Parallel budgets k reported as pass@k; n = max(k) samples per problem and seed."""
     seeds: int = 3
     """Independent repetitions (different row seeds) of the whole evaluation."""
-    token_budget: int = 128
+    token_budget: int = DEFAULT_TOKEN_BUDGET
     """Max new tokens per sample."""
     cot_ratio: float = 0.0
     """Fraction of prompts given a chain-of-thought instruction (fixed per problem, as in training)."""

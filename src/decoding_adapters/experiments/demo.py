@@ -47,7 +47,7 @@ from ..evaluation import (
     sequence_mixture_of_token_actions,
     token_mixed_method,
 )
-from ..lm.models import ModelSpec, load_frozen_lm
+from ..lm.models import DEFAULT_DEVICE, ModelSpec, load_frozen_lm
 from ..reporting.report import (
     compare,
     evidence_lines,
@@ -633,7 +633,8 @@ def _token_baselines(actions: list[DecodingAction], best: DecodingAction) -> lis
 
 
 def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progress: bool = True,
-             label: str = "demo", command: str = "", minutes: float | None = None, device: str = "auto") -> dict:
+             label: str = "demo", command: str = "", minutes: float | None = None,
+             device: str = DEFAULT_DEVICE) -> dict:
     """Run every stage into ``out`` and return the evaluation results. With ``minutes``, the sizes
     are cut by ``fit_to_minutes`` when this machine's plan is longer (the report says so)."""
     out = Path(out)

@@ -39,7 +39,7 @@ from ..evaluation import (
     mixed_method,
     ood_labels,
 )
-from ..lm.models import ModelSpec, load_frozen_lm
+from ..lm.models import DEFAULT_DEVICE, ModelSpec, load_frozen_lm
 from ..reporting.domains import domains_markdown
 from ..tasks import get_task
 from ..training.sequence import SequenceTrainConfig
@@ -152,7 +152,7 @@ def _evaluate(lm, out: Path, cfg: StudyConfig, task_name: str, split: str, mix_n
 
 
 def run_domains(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progress: bool = True,
-                command: str = "", device: str = "auto") -> dict:
+                command: str = "", device: str = DEFAULT_DEVICE) -> dict:
     """Run every stage into ``out``; returns ``{"task:split": results}``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

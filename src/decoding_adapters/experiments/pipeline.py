@@ -32,7 +32,7 @@ from typing import Literal, Sequence
 import torch
 
 from ..core.files import write_json
-from ..decoding.actions import ActionSet, DecodingAction, load_action_set
+from ..decoding.actions import DEFAULT_TOKEN_BUDGET, ActionSet, DecodingAction, load_action_set
 from ..decoding.rollouts import STOP_AT_ANSWER, HFRollouts
 from ..evaluation import (
     COMPUTE_FIELDS,
@@ -133,7 +133,7 @@ EVAL_SET_BY_STUDY = ("token_budget", "seeds", "stop_at_answer")
 class StudyConfig:
     """Sizes of every stage of a study."""
 
-    token_budget: int = 64
+    token_budget: int = DEFAULT_TOKEN_BUDGET
     """Max new tokens per completion everywhere (replaced by the budget stage's choice when
     budget.candidates is set); copied into the sequence, token and evaluation configs."""
     stop_at_answer: bool = STOP_AT_ANSWER

@@ -70,7 +70,15 @@ __all__ = ["ModelSpec", "FrozenLM", "PREFILL_GROUP_COST_TOKENS_GPU", "CUDA_ROW_T
            "resolve_linear_kernel", "cpu_has_native_bf16", "DecodeState", "prefill_groups", "padded_fraction",
            "PREFILL_GROUP_COST_TOKENS",
            "RowCacheState", "DynamicCacheState", "eager_attention", "load_frozen_lm", "describe_device",
-           "resolve_gguf", "DEFAULT_MODEL"]
+           "resolve_gguf", "DEFAULT_MODEL", "DEFAULT_DEVICE", "DEFAULT_DTYPE"]
+
+
+DEFAULT_DEVICE = "auto"
+"""Where the frozen LM runs when no device is given (``ModelSpec.device``): cuda where present, else
+cpu. The one default of every command and function that takes a device for the LM."""
+DEFAULT_DTYPE = "auto"
+"""The LM's weights and KV-cache dtype when none is given (``ModelSpec.dtype``): bfloat16 where the
+device computes it natively, float32 elsewhere. The one default wherever the LM's dtype is chosen."""
 
 
 @dataclass(frozen=True)
@@ -79,9 +87,9 @@ class ModelSpec:
 
     name_or_path: str = DEFAULT_MODEL
     """``smollm2`` (embedded default), a ``.gguf`` file, a local HF directory, or a hub id."""
-    device: str = "auto"
+    device: str = DEFAULT_DEVICE
     """torch device: auto (cuda where present, else cpu), cpu, cuda, cuda:N"""
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = DEFAULT_DTYPE
     """weights and KV-cache dtype; auto: bfloat16 where the device computes it natively, float32
     elsewhere. float32 matches an adapter trained in float32 (why auto: docs/cpu-kernels.md)."""
     attention: Literal["auto", "eager", "sdpa"] = "auto"

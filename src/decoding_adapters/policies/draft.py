@@ -23,7 +23,7 @@ from typing import Callable, Literal, Sequence
 
 import torch
 
-from ..decoding.actions import GREEDY, ActionSet, DecodingAction
+from ..decoding.actions import DEFAULT_TOKEN_BUDGET, GREEDY, ActionSet, DecodingAction
 from ..decoding.loop import DecodeResult, StepCallback, StopCheck, decode, row_seed
 from .networks import SequencePolicy
 
@@ -61,7 +61,7 @@ class DraftContextConfig:
 
     features: Literal["confidence", "mean", "hidden", "prompt"] = "confidence"
     """See :data:`DRAFT_FEATURE_SETS`."""
-    token_budget: int = 48
+    token_budget: int = DEFAULT_TOKEN_BUDGET
     """The draft's (and every re-decode's) token budget; the length feature is a fraction of it."""
     pooling: Literal["mean", "last"] = "mean"
     """Pooling of the prompt embedding (features='prompt' only)."""

@@ -4,6 +4,7 @@ entropy-only ablation), drawn inside the decode loop (``networks.TokenPolicyChoo
 
 from __future__ import annotations
 
+from ..decoding.actions import DEFAULT_TOKEN_BUDGET
 from .kinds import AdapterKind, register_kind
 from .networks import TokenPolicy, TokenPolicyConfig
 
@@ -51,7 +52,7 @@ class TokenKind(AdapterKind):
         return f"one action per generated token from {feature}{budget}"
 
     def card_usage(self, config, name: str) -> list[str]:
-        budget = config.policy.get("token_budget", 128)
+        budget = config.policy.get("token_budget", DEFAULT_TOKEN_BUDGET)
         return [
             "from transformers import AutoModelForCausalLM, AutoTokenizer",
             "from decoding_adapters import Adapter",

@@ -29,7 +29,14 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..core.files import atomic_write, write_json
-from ..decoding.actions import _GOLDEN, DecodingAction, _int64, _mix64, _shift_right  # the counter generator's mixing
+from ..decoding.actions import (  # the counter generator's mixing
+    _GOLDEN,
+    DEFAULT_TOKEN_BUDGET,
+    DecodingAction,
+    _int64,
+    _mix64,
+    _shift_right,
+)
 from ..decoding.loop import StepFeatures
 from .bounds import check_adapter_fields, parse_json
 from .kinds import POLICY_MODES, adapter_kind
@@ -160,6 +167,11 @@ class _PolicyBase(nn.Module):
         return torch.multinomial(p, 1, generator=generator).squeeze(-1), p
 
 
+DEFAULT_POLICY_TEMPERATURE = 1.0
+"""The policy's softmax temperature T when none is given (both policy configs and both trainers'
+``policy_temperature``); not an action's sampling temperature (``DecodingAction.temperature``)."""
+
+
 @dataclass(frozen=True)
 class SequencePolicyConfig:
     """Shape of the sequence-level adapter."""
@@ -175,7 +187,7 @@ class SequencePolicyConfig:
     layers: int = 2
     """Linear layers of the head MLP."""
     dropout: float = 0.0
-    temperature: float = 1.0
+    temperature: float = DEFAULT_POLICY_TEMPERATURE
     """Policy softmax temperature."""
     max_budget: int = 64
     """Budgets are encoded as log2(B) / log2(max_budget)."""
@@ -306,12 +318,12 @@ class TokenPolicyConfig:
     use_budget: bool = True
     """Append phi(b_t), the remaining-budget encoding (features='hidden' only: the entropy-only
     ablation observes the entropy alone, whatever this says)."""
-    token_budget: int = 128
+    token_budget: int = DEFAULT_TOKEN_BUDGET
     """b, used to scale phi(b_t)."""
     width: int = 256
     layers: int = 3
     dropout: float = 0.1
-    temperature: float = 1.0
+    temperature: float = DEFAULT_POLICY_TEMPERATURE
     prior: tuple[float, ...] | None = None
     """A distribution over the actions added to the logits as ``log prior`` (the policy starts at
     it and learns deviations; see ``prior_distribution``); None: no prior."""

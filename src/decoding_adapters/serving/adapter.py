@@ -33,10 +33,10 @@ from typing import Sequence, Union
 
 import torch
 
-from ..decoding.actions import DecodingAction
+from ..decoding.actions import DEFAULT_TOKEN_BUDGET, DecodingAction
 from ..decoding.loop import row_seed
 from ..decoding.vllm_rollouts import sampling_params_dict
-from ..lm.models import FrozenLM, ModelSpec, load_frozen_lm, locate_model
+from ..lm.models import DEFAULT_DEVICE, DEFAULT_DTYPE, FrozenLM, ModelSpec, load_frozen_lm, locate_model
 from ..policies.kind_sequence import SEQUENCE
 from ..policies.kind_token import TOKEN
 from ..policies.kinds import AdapterKind
@@ -106,7 +106,7 @@ class Adapter:
         directory: str | Path,
         lm: FrozenLM | ModelSpec | str | None = None,
         *,
-        device: str = "auto",
+        device: str = DEFAULT_DEVICE,
         dtype: str | None = None,
     ) -> "Adapter":
         """Load the adapter saved in ``directory`` (``adapter.json`` + ``adapter.safetensors``).
@@ -118,7 +118,7 @@ class Adapter:
         adapter was trained with (``lm_dtype``), else ``auto``."""
         directory = Path(directory)
         policy, config = load_adapter(directory)
-        dtype = dtype or config.lm_dtype or "auto"
+        dtype = dtype or config.lm_dtype or DEFAULT_DTYPE
         if isinstance(lm, str) and lm == "base":
             lm = _own_base_model(config.base_model, directory)
         if isinstance(lm, (str, ModelSpec)):
@@ -176,7 +176,7 @@ class Adapter:
     @property
     def token_budget(self) -> int:
         """The token adapter's training budget b (its remaining-budget feature is scaled by it)."""
-        return int(self.config.policy.get("token_budget", 128))
+        return int(self.config.policy.get("token_budget", DEFAULT_TOKEN_BUDGET))
 
     @property
     def base_model_path(self) -> str:
@@ -267,7 +267,7 @@ class Adapter:
         prompts: Prompt | Sequence[Prompt],
         n: int = 1,
         *,
-        max_tokens: int = 128,
+        max_tokens: int = DEFAULT_TOKEN_BUDGET,
         seed: int | None = None,
         deterministic: bool | None = None,
         **extra,

@@ -43,7 +43,7 @@ from typing import Callable, Collection, Literal, Sequence, Union
 
 import torch
 
-from ..decoding.actions import ActionSet
+from ..decoding.actions import DEFAULT_TOKEN_BUDGET, ActionSet
 from ..decoding.loop import DecodeResult, StepTokens, decode, row_seed
 from ..lm.models import FrozenLM
 from ..policies.draft import KEEP_DRAFT, DraftContextConfig, DraftGatedResult, draft_gated_decode
@@ -60,11 +60,6 @@ __all__ = ["AdaptiveGenerator", "Generation", "PreparedPrompt", "Prompt", "Token
 
 Prompt = Union[str, list[dict]]
 """A user message as text, or a chat (list of ``{"role", "content"}`` messages)."""
-
-DEFAULT_TOKEN_BUDGET = 128
-"""Max new tokens per completion when none is given, for every adapter: ``generate``'s default and
-``serve``'s (``max_tokens``, at most ``--max-tokens-limit``). A token adapter trained at a smaller
-budget b sees a remaining budget above b for the first tokens; pass its budget to match training."""
 
 
 @dataclass
@@ -261,9 +256,11 @@ class AdaptiveGenerator:
 
     @property
     def default_token_budget(self) -> int:
-        """``DEFAULT_TOKEN_BUDGET``, whatever budget the adapter was trained at (a short training
-        budget would cut answers); a draft-gated adapter: its draft's budget (its length feature is a
-        fraction of it)."""
+        """``DEFAULT_TOKEN_BUDGET`` (``generate``'s default and ``serve``'s ``max_tokens``, at most
+        ``--max-tokens-limit``), whatever budget the adapter was trained at (a short training budget
+        would cut answers; a token adapter trained at a smaller budget b sees a remaining budget above
+        b for the first tokens: pass its budget to match training); a draft-gated adapter: its draft's
+        budget (its length feature is a fraction of it)."""
         return self.draft_context.token_budget if self.draft_context is not None else DEFAULT_TOKEN_BUDGET
 
     @property

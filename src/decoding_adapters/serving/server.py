@@ -68,170 +68,30 @@ import logging
 import secrets
 import time
 import uuid
-from collections import Counter, defaultdict, deque
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
-from typing import Annotated, Any, AsyncIterator, Literal, Sequence
+from typing import AsyncIterator, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..policies.kinds import AdapterKind, adapter_kind
-from .generator import DEFAULT_TOKEN_BUDGET
+from ..policies.kinds import adapter_kind
+from .schemas import (
+    ApiError,
+    ChatCompletionRequest,
+    CommonFields,
+    CompletionRequest,
+    ServerLimits,
+    check_text,
+)
+from .worker import BatchingWorker, Job, JobStream, served_mode
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ServerLimits", "ApiError", "BatchingWorker", "create_app"]
-
-DEFAULT_MAX_TOKENS = DEFAULT_TOKEN_BUDGET  # the same default as `generate`
-SAMPLING_PARAMETERS = ("temperature", "top_p")  # declared (validated) but ignored: the adapter decides
-
-
-@dataclass(frozen=True)
-class ServerLimits:
-    """What one request may ask for, and how requests are batched."""
-
-    max_tokens_limit: int = 512
-    """Largest ``max_tokens`` accepted (larger: 400); a request without one gets min(128, this), the
-    default of ``generate`` too."""
-    max_batch: int = 16
-    """Most rows (prompts x n) merged into one decode call; also the most one request may ask for."""
-    max_prompt_chars: int = 32_000
-    """Most characters of prompt text per request (more: 413)."""
-    max_queue: int = 256
-    """Most requests waiting; more are refused with 503 instead of piling up."""
-    batch_wait_ms: float = 2.0
-    """How long the idle worker waits after a first request for others to batch with it."""
-    max_queue_wait_s: float = 120.0
-    """A request still waiting for the decode after this many seconds is refused (503
-    ``queue_timeout``) rather than served late."""
-
-    def __post_init__(self) -> None:
-        for name in ("max_tokens_limit", "max_batch", "max_prompt_chars", "max_queue"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.batch_wait_ms < 0:
-            raise ValueError(f"batch_wait_ms must be >= 0, got {self.batch_wait_ms}")
-        if not self.max_queue_wait_s > 0:  # NaN too
-            raise ValueError(f"max_queue_wait_s must be > 0, got {self.max_queue_wait_s}")
-
-    @property
-    def default_max_tokens(self) -> int:
-        return min(DEFAULT_MAX_TOKENS, self.max_tokens_limit)
-
-    @property
-    def max_body_bytes(self) -> int:
-        """Request bodies larger than this are refused (413) before they are parsed."""
-        return 4 * self.max_prompt_chars + 65_536
-
-
-class ApiError(Exception):
-    """An error answered to the client in OpenAI's format."""
-
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 type: str = "invalid_request_error"):
-        super().__init__(message)
-        self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
-
-    def response(self) -> JSONResponse:
-        body = {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-        return JSONResponse(body, status_code=self.status)
-
-
-# ---- request bodies ------------------------------------------------------------------------------
-
-
-class StreamOptions(BaseModel):
-    include_usage: StrictBool = False
-
-
-Count = Annotated[StrictInt, Field(ge=1)]
-"""A positive JSON integer: not a float, a string ("8") or a boolean (true)."""
-Number = Annotated[float, Strict()]
-"""A JSON number (an integer is accepted); not a string or a boolean."""
-
-
-class _Common(BaseModel):
-    """Fields shared by both endpoints. Unknown fields are accepted and reported as ignored.
-
-    Types are strict: ``max_tokens: "8"``, ``max_tokens: true`` or ``stream: "yes"`` are 400s,
-    not silently converted."""
-
-    model_config = ConfigDict(extra="allow")
-
-    model: StrictStr | None = None
-    """Echoed back; any name is accepted (this server serves one adapter)."""
-    max_tokens: Count | None = None
-    n: Count = 1
-    stream: StrictBool = False
-    stream_options: StreamOptions | None = None
-    seed: StrictInt | None = None
-    stop: StrictStr | list[StrictStr] | None = None
-    temperature: Annotated[Number, Field(ge=0, le=2)] | None = None
-    top_p: Annotated[Number, Field(ge=0, le=1)] | None = None
-    user: StrictStr | None = None
-
-    def ignored_parameters(self) -> list[str]:
-        return sorted([k for k in SAMPLING_PARAMETERS if getattr(self, k) is not None] + list(self.model_extra or {}))
-
-
-class CompletionRequest(_Common):
-    prompt: StrictStr | Annotated[list[StrictStr], Field(min_length=1)]
-    echo: StrictBool = False
-    logprobs: StrictInt | None = None
-
-
-class ContentPart(BaseModel):
-    type: StrictStr
-    text: StrictStr | None = None
-
-
-class ChatMessage(BaseModel):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: StrictStr | list[ContentPart] | None = None
-
-    def as_dict(self) -> dict:
-        content = self.content or ""
-        if not isinstance(content, str):
-            if any(part.type != "text" or part.text is None for part in content):
-                raise ApiError(400, "only text content parts are supported", param="messages",
-                               code="unsupported_content")
-            content = "".join(part.text for part in content)
-        return {"role": "system" if self.role == "developer" else self.role, "content": content}
-
-
-class ChatCompletionRequest(_Common):
-    messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: Count | None = None
-    logprobs: StrictBool | None = None
-
-
-def _reject_unencodable_text(value: Any, param: str) -> None:
-    """A 400 for text that cannot be encoded as UTF-8 (a lone surrogate such as "\\ud800", which
-    JSON escapes can carry): the tokenizer and the response encoder would fail on it."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ApiError(400, f"{param}: text holds a lone surrogate (invalid Unicode)", param=param,
-                           code="invalid_value") from None
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _reject_unencodable_text(key, param)
-            _reject_unencodable_text(item, param)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _reject_unencodable_text(item, param)
-
-
-def _check_text(req: _Common) -> None:
-    for name, value in req.model_dump().items():  # extra (ignored) fields included
-        _reject_unencodable_text(value, name)
 
 
 class BodySizeLimit:
@@ -281,458 +141,10 @@ class BodySizeLimit:
             await self._too_large(f"more than {self.max_bytes}")(scope, receive, send)
 
 
-# ---- jobs and the batching worker ------------------------------------------------------------------
-
-
-@dataclass
-class Job:
-    """One request's generation work, as the worker sees it."""
-
-    prompts: list  # str or chat (list of message dicts), one per prompt
-    n: int
-    max_tokens: int
-    seed: int
-    future: asyncio.Future | None = field(default=None, repr=False)
-    stream: JobStream | None = field(default=None, repr=False)
-    """Set for a streaming request: its rows' tokens go out as they are produced."""
-    raw_text: bool = False
-    """The prompts are text to continue (``/v1/completions``), not user messages for the chat template."""
-    queued_at: float = field(default_factory=time.monotonic, repr=False)
-    started: bool = field(default=False, repr=False)
-    """Taken by the worker into a batch (event loop)."""
-    cancelled: bool = field(default=False, repr=False)
-    """The client has gone: its rows stop at the next decode step (event loop sets, decode thread reads)."""
-
-    @property
-    def rows(self) -> int:
-        return len(self.prompts) * self.n
-
-
-class IncrementalDetokenizer:
-    """The text of one completion as its tokens arrive, never cutting a character in two.
-
-    A byte-level tokenizer spreads a multi-byte character (an accented letter, an emoji) over
-    several tokens, and decoding a prefix of them ends in U+FFFD. As vLLM does, each new token is
-    decoded within a short window of recent tokens (``ids[prefix:]`` against ``ids[prefix:read]``,
-    which also keeps SentencePiece's leading spaces right) and its text is released only when it
-    does not end in U+FFFD. ``finish`` releases whatever the whole completion decodes to beyond the
-    text released so far, so the streamed text adds up to the non-streamed text."""
-
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self.ids: list[int] = []
-        self.prefix = self.read = 0
-        self.text = ""
-        """Everything released so far."""
-
-    def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    def push(self, token_id: int) -> str:
-        """Add a token; the text it completes ("" while a character is still incomplete)."""
-        self.ids.append(token_id)
-        before = self._decode(self.ids[self.prefix : self.read])
-        after = self._decode(self.ids[self.prefix :])
-        if len(after) <= len(before) or after.endswith("\ufffd"):
-            return ""
-        delta = after[len(before) :]
-        self.prefix, self.read = self.read, len(self.ids)
-        self.text += delta
-        return delta
-
-    def finish(self) -> str:
-        """The completion ended: the rest of its text (held bytes included, as the full decode has them)."""
-        full = self._decode(self.ids)
-        if not full.startswith(self.text):
-            log.debug("streamed text %r is not a prefix of the full decode %r", self.text, full)
-            return ""
-        delta = full[len(self.text) :]
-        self.text = full
-        return delta
-
-
-def _first_stop(text: str, stops: Sequence[str]) -> int | None:
-    cuts = [text.find(s) for s in stops if s in text]
-    return min(cuts) if cuts else None
-
-
-def _held_back(text: str, stops: Sequence[str]) -> int:
-    """Characters at the end of ``text`` that could be the start of a stop string (not sent yet)."""
-    held = 0
-    for s in stops:
-        for k in range(min(len(s) - 1, len(text)), held, -1):
-            if text.endswith(s[:k]):
-                held = k
-                break
-    return held
-
-
-@dataclass
-class _RowStream:
-    detokenizer: IncrementalDetokenizer
-    sent: int = 0
-    """Characters of ``detokenizer.text`` already sent."""
-    tokens: int = 0
-    actions: list[int] = field(default_factory=list)
-    finished: bool = False
-
-
-class JobStream:
-    """A streaming request's share of a batched decode.
-
-    On the decode thread, ``take`` turns its rows' new tokens into events — ``("text", choice,
-    text)``, ``("finish", choice, reason)``, finally ``("done", usage, adapter_choices)`` — and
-    posts each step's events to ``queue`` on the event loop, where the request's handler turns
-    them into SSE chunks. Text that could begin a stop string is held back until it cannot; a row
-    that meets one is finished (``stop``) and stopped in the decode. When the client goes away the
-    handler sets ``cancelled`` and the row's next step stops them all, freeing their batch rows."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, n: int, stop: str | list[str] | None,
-                 echo: Sequence[str] | None, action_names: Sequence[str], kind: AdapterKind) -> None:
-        self.loop, self.n, self.echo, self.action_names, self.kind = loop, n, echo, list(action_names), kind
-        self.stops = [stop] if isinstance(stop, str) else list(stop or [])
-        self.queue: asyncio.Queue[list[tuple]] = asyncio.Queue()
-        self.rows: list[_RowStream] = []
-        self.prompt_tokens = 0
-        self.cancelled = False
-        """Set by the handler (event loop) when the client has gone away."""
-        self.received = False
-        """Decode thread: a token has arrived (a failed decode can no longer be retried unseen)."""
-        self.done = False
-        """Every row finished, or the stream failed: nothing more is posted."""
-
-    def _post(self, events: list[tuple]) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, events)
-        except RuntimeError:  # the loop is closed: the server is gone, and the client with it
-            self.done = True
-
-    # -- decode thread --
-    def start(self, tokenizer, prompt_tokens: Sequence[int]) -> None:
-        """The request is prepared (its response can start): one row per prompt x n."""
-        self.rows = [_RowStream(IncrementalDetokenizer(tokenizer)) for _ in range(len(prompt_tokens) * self.n)]
-        self.prompt_tokens = sum(prompt_tokens)
-        events: list[tuple] = [("start",)]
-        if self.echo is not None:
-            events += [("text", i, self.echo[i // self.n]) for i in range(len(self.rows))]
-        self._post(events)
-
-    def take(self, tokens: list[tuple[int, Any]]) -> list[tuple[int, int]]:
-        """``(prompt k of this job, TokenEvent)`` pairs of one step; returns the ``(k, j)`` rows to stop."""
-        self.received = True
-        if self.done:
-            return []
-        if self.cancelled:
-            self.done = True
-            return [(k, event.completion) for k, event in tokens]
-        events, stop = [], []
-        for k, event in tokens:
-            index = k * self.n + event.completion
-            row = self.rows[index]
-            if row.finished:
-                continue
-            if event.token_id < 0:  # a completion that will not be generated (a kept draft's others at n > 1)
-                row.finished = True
-                events.append(("finish", index, event.finish_reason or "stop"))
-                continue
-            row.tokens += 1
-            row.actions.append(event.action)
-            row.detokenizer.push(event.token_id)
-            reason = event.finish_reason
-            if reason is not None:
-                row.detokenizer.finish()
-            text = row.detokenizer.text
-            cut = _first_stop(text, self.stops)
-            if cut is not None:  # the text ends before the stop string, and so does the row
-                text, safe = text[:cut], cut
-                if reason is None:
-                    stop.append((k, event.completion))
-                reason = "stop"
-            else:
-                safe = len(text) if reason is not None else len(text) - _held_back(text, self.stops)
-            if safe > row.sent:
-                events.append(("text", index, text[row.sent : safe]))
-                row.sent = safe
-            if reason is not None:
-                row.finished = True
-                events.append(("finish", index, reason))
-        if all(row.finished for row in self.rows):
-            self.done = True
-            events.append(("done", self._usage(), self._adapter_choices()))
-        if events:
-            self._post(events)
-        return stop
-
-    def _usage(self) -> dict:
-        completion = sum(row.tokens for row in self.rows)
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": completion,
-                "total_tokens": self.prompt_tokens + completion}
-
-    def _adapter_choices(self) -> list[dict]:
-        out = []
-        for index, row in enumerate(self.rows):
-            names = [self.action_names[a] for a in row.actions]
-            info: dict = {"index": index, "action_counts": dict(Counter(names).most_common())}
-            if self.kind.per_token:
-                info["token_actions"] = row.actions
-            else:  # one action per prompt; a draft's tokens carry output 0, re-decoded ones the chosen output
-                info["action"] = names[0] if names else None
-                if self.kind.keeps_draft:
-                    siblings = self.rows[index - index % self.n: index - index % self.n + self.n]
-                    info["draft_kept"] = all(not r.actions or r.actions[0] == 0 for r in siblings)
-            out.append(info)
-        return out
-
-    # -- either thread --
-    def fail(self, err: ApiError) -> None:
-        """End the stream with an error (before it started: the handler answers it as an ordinary 4xx/5xx)."""
-        if not self.done:
-            self.done = True
-            self._post([("error", err)])
-
-
-class BatchingWorker:
-    """Owns the generator: merges queued jobs into batched ``run`` calls on one thread."""
-
-    def __init__(self, generator, limits: ServerLimits, deterministic_policy: bool | None = None):
-        deterministic_policy = _served_mode(generator, deterministic_policy)
-        self.generator, self.limits, self.deterministic_policy = generator, limits, deterministic_policy
-        self.stats = {"requests": 0, "batches": 0, "rows": 0, "max_rows_in_batch": 0, "failed_batches": 0,
-                      "streams": 0, "disconnected_rows": 0, "abandoned_rows": 0, "queue_timeouts": 0}
-        self._pending: deque[Job] = deque()
-        self._running: list[Job] = []  # the batch on the decode thread
-        self._task: asyncio.Task | None = None
-        self._executor: ThreadPoolExecutor | None = None
-
-    @property
-    def queued(self) -> int:
-        return len(self._pending)
-
-    @property
-    def alive(self) -> bool:
-        return self._task is not None and not self._task.done()
-
-    async def start(self) -> None:
-        self._wakeup = asyncio.Event()
-        # the only thread touching the model
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
-        self._task = asyncio.create_task(self._loop(), name="batching-worker")
-
-    async def stop(self) -> None:
-        unfinished = [*self._running, *self._pending]
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-        for job in unfinished:
-            if job.stream is not None:
-                job.stream.fail(ApiError(503, "server is shutting down", type="server_error"))
-            elif not job.future.done():
-                job.future.set_exception(ApiError(503, "server is shutting down", type="server_error"))
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-
-    async def submit(self, job: Job):
-        """Queue ``job`` and wait for its list of ``Generation``s (or its error)."""
-        self._enqueue(job)
-        return await job.future
-
-    async def submit_stream(self, job: Job) -> list[tuple]:
-        """Queue a streaming ``job`` (``job.stream`` set) and wait until it is prepared: returns its
-        first events; a request that fails before that raises its ``ApiError`` (an ordinary response)."""
-        self._enqueue(job)
-        self.stats["streams"] += 1
-        first = await job.stream.queue.get()
-        if first[0][0] == "error":
-            raise first[0][1]
-        return first
-
-    def _enqueue(self, job: Job) -> None:
-        if not self.alive:
-            raise ApiError(503, "the generation worker is not running", type="server_error")
-        if len(self._pending) >= self.limits.max_queue:
-            raise ApiError(503, f"server busy: {len(self._pending)} requests are waiting; retry later",
-                           type="server_error", code="queue_full")
-        job.future = asyncio.get_running_loop().create_future()
-        self._pending.append(job)
-        self._wakeup.set()
-
-    async def _loop(self) -> None:
-        while True:
-            if not self._pending:
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                if self.limits.batch_wait_ms > 0:  # let requests that arrive together share a batch
-                    await asyncio.sleep(self.limits.batch_wait_ms / 1000)
-            batch = self._take_batch()
-            if not batch:
-                continue
-            self._running = batch
-            try:
-                outcomes = await asyncio.get_running_loop().run_in_executor(self._executor, self._run_batch, batch)
-            except Exception as err:  # never let the loop die: fail this batch's requests only
-                log.exception("batch failed")
-                outcomes = [ApiError(500, f"generation failed: {err}", type="server_error")] * len(batch)
-            finally:
-                self._running = []
-            for job, outcome in zip(batch, outcomes):
-                self._deliver(job, outcome)
-
-    @staticmethod
-    def _deliver(job: Job, outcome) -> None:
-        if job.stream is not None:  # its results went out while decoding; only a failure is left to say
-            if isinstance(outcome, BaseException):
-                job.stream.fail(outcome if isinstance(outcome, ApiError) else
-                                ApiError(500, f"generation failed: {outcome}", type="server_error"))
-            elif not job.stream.done:
-                job.stream.fail(ApiError(500, "the decode ended before the stream's completions", type="server_error"))
-            if not job.future.done():
-                job.future.set_result(None)
-            return
-        if job.future.done():  # the client went away
-            return
-        if isinstance(outcome, BaseException):
-            job.future.set_exception(outcome)
-        else:
-            job.future.set_result(outcome)
-
-    def _take_batch(self) -> list[Job]:
-        """The oldest waiting jobs whose rows fit in ``max_batch`` (the first one always)."""
-        batch, rows = [], 0
-        while self._pending:
-            job = self._pending[0]
-            if job.future.done():  # cancelled while waiting
-                self._pending.popleft()
-                continue
-            if batch and rows + job.rows > self.limits.max_batch:
-                break
-            batch.append(self._pending.popleft())
-            job.started = True
-            rows += job.rows
-        return batch
-
-    def _run_batch(self, batch: list[Job]) -> list:
-        """On the decode thread: per job a list of Generations or an exception."""
-        outcomes: list[Any] = [None] * len(batch)
-        prepared = {}
-        for i, job in enumerate(batch):
-            try:
-                raw = {"raw_text": True} if job.raw_text else {}
-                prepared[i] = self.generator.prepare(job.prompts, token_budget=job.max_tokens, parallel_budget=job.n,
-                                                     seed=job.seed, **raw)
-            except ValueError as err:  # this request's own input: a 400 for it alone
-                code = "context_length_exceeded" if "context" in str(err) else "invalid_value"
-                outcomes[i] = ApiError(400, str(err), param="prompt", code=code)
-            except Exception as err:  # anything else raised on this request's behalf: still its own 400
-                log.warning("request %d of a batch failed in preparation: %s: %s", i, type(err).__name__, err)
-                outcomes[i] = ApiError(400, f"the request could not be prepared: {type(err).__name__}: {err}",
-                                       param="prompt", code="invalid_value")
-        self._start_streams(batch, prepared, outcomes)
-        merged = [p for i in prepared for p in prepared[i]]
-        self._count(batch, prepared)
-        try:
-            gens = self._decode(merged, self._watch(batch, prepared, list(prepared))) if merged else []
-        except Exception:
-            log.exception("merged decode of %d requests failed; retrying each alone", len(prepared))
-            self.stats["failed_batches"] += 1
-            return self._run_alone(batch, prepared, outcomes)
-        start = 0
-        for i in prepared:
-            outcomes[i] = gens[start:start + len(prepared[i])]
-            start += len(prepared[i])
-        return outcomes
-
-    def _run_alone(self, batch, prepared: dict, outcomes: list) -> list:
-        for i in prepared:
-            stream = batch[i].stream
-            if stream is not None and stream.received:  # its first tokens are out: a rerun would repeat them
-                outcomes[i] = ApiError(500, "generation failed while streaming", type="server_error")
-                continue
-            try:
-                outcomes[i] = self._decode(prepared[i], self._watch(batch, prepared, [i]))
-            except Exception as err:
-                log.exception("request failed")
-                outcomes[i] = ApiError(500, f"generation failed: {err.__class__.__name__}: {err}", type="server_error")
-        return outcomes
-
-    def _decode(self, prepared: list, on_tokens) -> list:
-        # a client that asks for n completions gets n, a draft-gated adapter's kept draft among them
-        kind = getattr(self.generator, "adapter_kind", None)
-        extra = {"all_answers": True} if kind is not None and kind.keeps_draft else {}
-        if on_tokens is None:  # no stream in this batch: the plain call
-            return self.generator.run(prepared, self.deterministic_policy, **extra)
-        return self.generator.run(prepared, self.deterministic_policy, on_tokens=on_tokens, **extra)
-
-    def _start_streams(self, batch: list[Job], prepared: dict, outcomes: list) -> None:
-        """Streams whose request is prepared can open their response now; the others fail now."""
-        for i, job in enumerate(batch):
-            if job.stream is None:
-                continue
-            if i in prepared:
-                job.stream.start(self.generator.lm.tokenizer, [len(p.prompt_ids) for p in prepared[i]])
-            else:
-                job.stream.fail(outcomes[i])
-
-    def _stream_callback(self, batch: list[Job], prepared: dict, order: list[int]):
-        """``on_tokens`` for a decode of the jobs ``order`` (their prepared prompts concatenated in that
-        order): hands each streaming job its rows' tokens, and returns the rows its stream stops."""
-        streams = {i: batch[i].stream for i in order if batch[i].stream is not None}
-        if not streams:
-            return None
-        owner, first = [], {}  # merged prompt position -> (job, its prompt k); job -> its first position
-        for i in order:
-            first[i] = len(owner)
-            owner += [(i, k) for k in range(len(prepared[i]))]
-
-        def on_tokens(events) -> list[tuple[int, int]]:
-            by_job = defaultdict(list)
-            for event in events:
-                i, k = owner[event.prompt]
-                if i in streams:
-                    by_job[i].append((k, event))
-            stop = []
-            for i, tokens in by_job.items():
-                stream = streams[i]
-                rows = stream.take(tokens)
-                if stream.cancelled:
-                    self.stats["disconnected_rows"] += len(rows)
-                stop += [(first[i] + k, j) for k, j in rows]
-            return stop
-
-        return on_tokens
-
-    def _watch(self, batch: list[Job], prepared: dict, order: list[int]):
-        """``on_tokens`` for a decode of the jobs ``order``: the streams' callback
-        (``_stream_callback``), and the rows of every job whose client has gone stopped at the next
-        step, streaming or not, so that abandoned requests free the decode."""
-        streamed = self._stream_callback(batch, prepared, order)
-        owner = [(i, k) for i in order for k in range(len(prepared[i]))]  # merged prompt -> (job, its prompt)
-
-        def on_tokens(events) -> list[tuple[int, int]]:
-            stop = list(streamed(events) or []) if streamed is not None else []
-            gone = [(event.prompt, event.completion) for event in events
-                    if batch[owner[event.prompt][0]].stream is None and batch[owner[event.prompt][0]].cancelled]
-            if gone:
-                self.stats["abandoned_rows"] += len(gone)
-            return stop + gone
-
-        return on_tokens
-
-    def _count(self, batch: list[Job], prepared: dict) -> None:
-        rows = sum(batch[i].rows for i in prepared)
-        s = self.stats
-        s["requests"] += len(batch)
-        s["batches"] += 1 if rows else 0
-        s["rows"] += rows
-        s["max_rows_in_batch"] = max(s["max_rows_in_batch"], rows)
-
-
 # ---- request -> job -> response -----------------------------------------------------------------
 
 
-def _check_limits(req: _Common, num_prompts: int, prompt_chars: int, limits: ServerLimits,
+def _check_limits(req: CommonFields, num_prompts: int, prompt_chars: int, limits: ServerLimits,
                   max_tokens: int | None) -> int:
     """The token budget of the request, after refusing what is over the limits."""
     if req.logprobs:
@@ -756,21 +168,21 @@ def _check_limits(req: _Common, num_prompts: int, prompt_chars: int, limits: Ser
 
 
 def completion_job(req: CompletionRequest, limits: ServerLimits) -> Job:
-    _check_text(req)
+    check_text(req)
     prompts = [req.prompt] if isinstance(req.prompt, str) else list(req.prompt)
     max_tokens = _check_limits(req, len(prompts), sum(map(len, prompts)), limits, req.max_tokens)
     return Job(prompts, req.n, max_tokens, _seed(req), raw_text=True)
 
 
 def chat_job(req: ChatCompletionRequest, limits: ServerLimits) -> Job:
-    _check_text(req)
+    check_text(req)
     messages = [m.as_dict() for m in req.messages]
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     max_tokens = _check_limits(req, 1, sum(len(m["content"]) for m in messages), limits, requested)
     return Job([messages], req.n, max_tokens, _seed(req))
 
 
-def _seed(req: _Common) -> int:
+def _seed(req: CommonFields) -> int:
     return req.seed if req.seed is not None else secrets.randbelow(2**31)
 
 
@@ -788,7 +200,7 @@ class Choice:
     adapter: dict
 
 
-def _choices(gens, req: _Common, echo_prompts: Sequence[str] | None = None) -> list[Choice]:
+def _choices(gens, req: CommonFields, echo_prompts: Sequence[str] | None = None) -> list[Choice]:
     """Flatten per-prompt Generations into OpenAI choices (index ``i * n + j``)."""
     out = []
     for i, g in enumerate(gens):
@@ -810,7 +222,7 @@ def _choices(gens, req: _Common, echo_prompts: Sequence[str] | None = None) -> l
     return out
 
 
-def _adapter_field(generator, req: _Common, seed: int, choices: list[Choice], deterministic: bool) -> dict:
+def _adapter_field(generator, req: CommonFields, seed: int, choices: list[Choice], deterministic: bool) -> dict:
     return {"adapter": generator.name, "kind": generator.kind, "actions": generator.action_names, "seed": seed,
             "deterministic_policy": deterministic, "ignored_parameters": req.ignored_parameters(),
             "choices": [c.adapter for c in choices]}
@@ -956,21 +368,13 @@ def _validation_message(err: RequestValidationError) -> tuple[str, str | None]:
 # ---- the app ---------------------------------------------------------------------------------------
 
 
-def _served_mode(generator, deterministic_policy: bool | None) -> bool:
-    """``deterministic_policy``, or (None) the adapter's stored policy_mode: what ``evaluate`` reports."""
-    if deterministic_policy is not None:
-        return bool(deterministic_policy)
-    resolve = getattr(generator, "deterministic", None)
-    return resolve(None) if callable(resolve) else True
-
-
 def create_app(generator, limits: ServerLimits | None = None, *, deterministic_policy: bool | None = None,
                model_name: str | None = None, api_key: str | None = None) -> FastAPI:
     """The FastAPI app serving ``generator`` (an ``AdaptiveGenerator``). Its batching worker starts
     and stops with the app's lifespan (uvicorn runs it). ``deterministic_policy`` None: the
     adapter's stored policy_mode (argmax for sequence adapters, sampled for token adapters)."""
     limits = limits or ServerLimits()
-    deterministic_policy = _served_mode(generator, deterministic_policy)
+    deterministic_policy = served_mode(generator, deterministic_policy)
     worker = BatchingWorker(generator, limits, deterministic_policy)
     model_name = model_name or generator.name
     started = int(time.time())
@@ -996,11 +400,11 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
 
     app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes)  # outermost: before the API key
 
-    def response_meta(req: _Common, chat: bool) -> dict:
+    def response_meta(req: CommonFields, chat: bool) -> dict:
         return {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
                 "model": req.model or model_name}
 
-    async def answer(req: _Common, job: Job, echo: Sequence[str] | None, chat: bool, request: Request):
+    async def answer(req: CommonFields, job: Job, echo: Sequence[str] | None, chat: bool, request: Request):
         if req.stream:
             return await stream(req, job, echo, chat, request)
         gens = await _while_wanted(worker.submit(job), job, request, limits, worker.stats)
@@ -1009,7 +413,7 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
         adapter, usage = _adapter_field(generator, req, job.seed, choices, deterministic_policy), _usage(gens)
         return body_fn(response_meta(req, chat), choices, usage, adapter)
 
-    async def stream(req: _Common, job: Job, echo: Sequence[str] | None, chat: bool, request: Request):
+    async def stream(req: CommonFields, job: Job, echo: Sequence[str] | None, chat: bool, request: Request):
         job.stream = JobStream(asyncio.get_running_loop(), job.n, req.stop, echo, generator.action_names,
                                generator.adapter_kind)
         # errors before the first token are ordinary responses
@@ -1022,7 +426,7 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
         return StreamingResponse(_sse(first, job.stream, job, to_chunks), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    def check_model(req: _Common) -> None:
+    def check_model(req: CommonFields) -> None:
         """Only the served model answers (OpenAI: 404 ``model_not_found``); no ``model`` means it."""
         if req.model is not None and req.model != model_name:
             raise ApiError(404, f"The model `{req.model}` does not exist: this server serves `{model_name}` "

@@ -34,10 +34,11 @@ from typing import Literal, Protocol, Sequence, runtime_checkable
 import torch
 
 from ..core.files import load_tensors, save_tensors
-from ..decoding.actions import ActionSet
+from ..decoding.actions import DEFAULT_TOKEN_BUDGET, ActionSet
 from ..decoding.loop import row_seed
 from ..decoding.rollouts import STOP_AT_ANSWER, RolloutRequest, Rollouts, answer_stops, encode_problems, score_rows
 from ..policies.networks import (
+    DEFAULT_POLICY_TEMPERATURE,
     AdapterConfig,
     SequencePolicy,
     SequencePolicyConfig,
@@ -93,7 +94,7 @@ class SequenceTrainConfig:
     """x = [e ; g(B)] (w/ budget) or x = e (w/o budget)."""
     metric: Literal["pass", "majority", "mean", "mix"] = "pass"
     """Reward of the B completions: pass@B, majority vote, mean, or one of those per prompt (mix)."""
-    token_budget: int = 32
+    token_budget: int = DEFAULT_TOKEN_BUDGET
     """b: max new tokens per completion."""
     stop_at_answer: bool = STOP_AT_ANSWER
     """Every rollout (and a replay table's samples, and the adapter's samples when served) ends at
@@ -120,7 +121,7 @@ class SequenceTrainConfig:
     """Decay of the per-(metric, B) moving-average reward baseline."""
     policy_hidden: int = 256
     """Width of the policy's hidden layer."""
-    policy_temperature: float = 1.0
+    policy_temperature: float = DEFAULT_POLICY_TEMPERATURE
     """Softmax temperature of the policy."""
     prior_action: int | None = None
     """Index of the best static action (chosen on validation by the caller, e.g. the set's Best):

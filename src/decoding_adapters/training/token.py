@@ -36,10 +36,11 @@ from typing import Literal
 
 import torch
 
-from ..decoding.actions import ActionSet
+from ..decoding.actions import DEFAULT_TOKEN_BUDGET, ActionSet
 from ..decoding.loop import DecodeResult, row_seed
 from ..decoding.rollouts import STOP_AT_ANSWER, RolloutRequest, Rollouts, answer_stops, encode_problems, score_rows
 from ..policies.networks import (
+    DEFAULT_POLICY_TEMPERATURE,
     POLICY_MODES,
     AdapterConfig,
     TokenPolicy,
@@ -87,7 +88,7 @@ class TokenTrainConfig:
 
     actions: str = "math-token"
     """Action set: preset name or JSON file (paper: greedy, T=0.5, T=1.0, T=1.25)."""
-    token_budget: int = 32
+    token_budget: int = DEFAULT_TOKEN_BUDGET
     """b: max new tokens per rollout."""
     stop_at_answer: bool = STOP_AT_ANSWER
     """Every rollout (training, the prompt filter, validation, and the adapter's samples when
@@ -125,7 +126,7 @@ class TokenTrainConfig:
     dropout: float = 0.1
     """Dropout of the policy MLP in training (rollouts and loss share masks keyed by row seed and step);
     off in validation, evaluation and serving."""
-    policy_temperature: float = 1.0
+    policy_temperature: float = DEFAULT_POLICY_TEMPERATURE
     """Softmax temperature of the policy."""
     prior_action: int | None = None
     """Index of the best static token action (chosen on validation by the caller): the policy starts
