@@ -628,10 +628,10 @@ def add_rule_entries(evaluation: Evaluation, entries: dict) -> Evaluation:
     replacing any added before (results.json keeps the evaluation's own methods: a curve of many
     points is drawn and compared from eval_details, not listed as rows)."""
     details = json.loads(json.dumps(evaluation.details))  # a copy
-    for section in ("methods", "per_problem", "compute"):
-        kept = {n: v for n, v in details.get(section, {}).items()
-                if RULE_TABLE_KEY not in details.get("methods", {}).get(n, {})}
-        details[section] = {**kept, **{n: e[section] for n, e in entries.items()}}
+    added_before = {n for n, m in details.get("methods", {}).items() if RULE_TABLE_KEY in m}
+    for section, key in (("methods", "method"), ("per_problem", "per_problem"), ("compute", "compute")):
+        kept = {n: v for n, v in details.get(section, {}).items() if n not in added_before}
+        details[section] = {**kept, **{n: e[key] for n, e in entries.items()}}
     return Evaluation(evaluation.results, details)
 
 
