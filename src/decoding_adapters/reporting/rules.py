@@ -60,7 +60,7 @@ def curve_at(xs: Sequence[float], ys: Sequence, at: float):
         if abs(x - at) <= 1e-9:
             return ys[i], x
         if x > at:
-            x0, x1, w = xs[i - 1], x, (at - xs[i - 1]) / (x - xs[i - 1])
+            w = (at - xs[i - 1]) / (x - xs[i - 1])
             y0, y1 = ys[i - 1], ys[i]
             if isinstance(y0, (int, float)):
                 return (1 - w) * y0 + w * y1, at
