@@ -28,6 +28,7 @@ run (the token budget, seeds, which variant) are not options of the nested confi
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -607,7 +608,7 @@ def rule_entries(validation: SampleTable, test: SampleTable, rules: Sequence[str
             name = f"{RULE_LABELS[rule]} (<= {point['level']:g} decodes)"
             entries[name] = {
                 "method": {"kind": "rule", "role": "fixed rule", "level": "sequence", "family": "fixed rule",
-                           "curve": RULE_LABELS[rule], "rule": rule, "setting": point["setting"],
+                           "curve": RULE_LABELS[rule], "rule": rule, "setting": _json_setting(point["setting"]),
                            "compute_level": point["level"], "validation": point["validation"],
                            "answer_rule": f"{RULE_LABELS[rule]} over {test_draws.label}",
                            "actions": [a.name for a in test.actions],
@@ -621,6 +622,11 @@ def rule_entries(validation: SampleTable, test: SampleTable, rules: Sequence[str
                 "compute": {"decodes": {"answer": decodes.tolist()}, "tokens": {"answer": tokens.tolist()}},
             }
     return entries, curves
+
+
+def _json_setting(setting: dict) -> dict:
+    """A tuned setting with its non-finite thresholds ('never keep the draft') as strings: strict JSON."""
+    return {k: str(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in setting.items()}
 
 
 def add_rule_entries(evaluation: Evaluation, entries: dict) -> Evaluation:

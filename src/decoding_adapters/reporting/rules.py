@@ -97,7 +97,7 @@ def _pct(value: float | None) -> str:
 
 
 def _curve_table(curves: dict[str, list[dict]]) -> str:
-    lines = [table_row(["rule", "tuned points"] + [f"{c:g} decodes" for c in RULE_COLUMNS]
+    lines = [table_row(["rule", "tuned points"] + [f"{c:g}" for c in RULE_COLUMNS]
                        + ["largest decodes (its accuracy)"]),
              table_row(["---", "---:"] + ["---:"] * (len(RULE_COLUMNS) + 1))]
     cells = {}
@@ -183,10 +183,10 @@ def rules_section(results: Mapping, details: Mapping | None, out_dir: str | Path
             "evaluated problems (common random numbers: every rule reads the same samples), its knobs tuned on a "
             "validation table for each compute level: at each level, the setting with the best validation answer "
             "accuracy among those spending at most that many mean decodes per problem." + sequence
-            + " The table reads each rule's curve of answer accuracy (%) on the evaluated problems at a number of "
-            "decodes per problem, linearly between its tuned points ('at d': its curve ends at d decodes; –: it "
-            "does not reach); bold: the highest in the column. The table is one draw of the samples (seed 0): a "
-            "rule's value is the same for every evaluation seed.\n\n" + _curve_table(curves)
+            + " The table reads each rule's curve of answer accuracy (%) on the evaluated problems at the number of "
+            "decodes per problem heading each column, linearly between its tuned points ('at d': its curve ends "
+            "at d decodes; –: it does not reach); bold: the highest in the column. The table is one draw of the "
+            "samples (seed 0): a rule's value is the same for every evaluation seed.\n\n" + _curve_table(curves)
             + "\n\nThe strongest rule at a compute level is chosen on validation (its validation curve interpolated "
             "there is the highest) and scored on the evaluated problems:\n\n"
             + "\n".join(_strongest_sentence(details, at, confidence) for at in SENTENCE_LEVELS))
