@@ -96,6 +96,7 @@ __all__ = [
     "adapter_runs",
     "evaluate_methods",
     "rule_tables",
+    "study_table",
     "rule_entries",
     "add_rule_entries",
     "fixed_rules",
@@ -159,6 +160,9 @@ class RulesConfig:
     """Validation problems of the tuning table (the first of the validation split)."""
     rules: tuple[str, ...] = RULES
     """Rules tuned and scored (``evaluation.rules.RULES``)."""
+    hidden: bool = False
+    """The tables also keep each sample's mean hidden state (the rules read none; a learned policy
+    over the same tables may)."""
 
     def __post_init__(self) -> None:
         if self.samples < 1 or self.problems < 1:
@@ -577,15 +581,25 @@ def rule_tables(lm, task, cfg: StudyConfig, out: Path, problems, *, progress: bo
     ``cfg.rules.samples`` per sampled arm, in ``out/validation`` and ``out/test``: built chunk by
     chunk where missing (a rerun after a kill keeps the chunks written), read back where there.
     Any stage that scores stored samples reads these two tables; none decodes them again."""
+    validation = study_table(lm, task, cfg, Path(out) / "validation", "validation",
+                             task.load("validation")[: cfg.rules.problems], progress=progress, on_chunk=on_chunk)
+    test = study_table(lm, task, cfg, Path(out) / "test", "test", problems, progress=progress, on_chunk=on_chunk)
+    return validation, test
+
+
+def study_table(lm, task, cfg: StudyConfig, path: Path, split: str, problems, *, progress: bool = False,
+                on_chunk=None) -> SampleTable:
+    """One sample table of ``problems`` (of ``split``) under the study's arms and settings
+    (``cfg.rules``: arms, samples, hidden; the study's token budget and stop; seed 0) in ``path``:
+    built chunk by chunk where missing, read back where there (a table made under other settings is
+    refused). A stage that needs another split's table (a learned policy's training problems) builds
+    it with this, beside the rules' two."""
     rc = cfg.rules
     rows_per_problem = 1 + len(rc.temperatures) * rc.samples
-    tables = []
-    for split, chosen in (("validation", task.load("validation")[: rc.problems]), ("test", list(problems))):
-        tables.append(build_sample_table(
-            lm, task, chosen, rc.arms, samples=rc.samples, token_budget=cfg.token_budget, path=Path(out) / split,
-            split=split, seed=0, stop_at_answer=cfg.stop_at_answer,
-            chunk_problems=max(1, cfg.batch_rows // rows_per_problem), progress=progress, on_chunk=on_chunk))
-    return tables[0], tables[1]
+    return build_sample_table(lm, task, list(problems), rc.arms, samples=rc.samples, token_budget=cfg.token_budget,
+                              path=path, split=split, seed=0, stop_at_answer=cfg.stop_at_answer, hidden=rc.hidden,
+                              chunk_problems=max(1, cfg.batch_rows // rows_per_problem), progress=progress,
+                              on_chunk=on_chunk)
 
 
 def rule_entries(validation: SampleTable, test: SampleTable, rules: Sequence[str] = RULES,
