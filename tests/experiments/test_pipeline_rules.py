@@ -91,3 +91,18 @@ def test_rules_stage_refuses_other_problems(tmp_path, tiny_lm):
                                            tmp_path / "eval", meta={}, progress=False)
     with pytest.raises(ValueError, match="evaluated problems"):
         pipeline.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", evaluation, task.load("test")[1:3])
+
+
+def test_a_run_started_before_the_rules_stage_resumes_with_it(tmp_path):
+    from dataclasses import asdict
+
+    from decoding_adapters.experiments.demo import OPTIONS_FILE, REPRODUCE_SIZES, check_same_run
+
+    cfg = REPRODUCE_SIZES["full"]
+    requested = {"model": "smollm2", "minutes": None, "study": asdict(cfg)}
+    older = json.loads(json.dumps(requested))
+    del older["study"]["rules"]  # recorded before the stage existed
+    (tmp_path / OPTIONS_FILE).write_text(json.dumps(older))
+    check_same_run(tmp_path, requested)  # not a change
+    with pytest.raises(ValueError, match="study.seeds"):
+        check_same_run(tmp_path, {**requested, "study": asdict(replace(cfg, seeds=1))})

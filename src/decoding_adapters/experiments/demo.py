@@ -449,7 +449,10 @@ def check_same_run(out: Path, requested: dict) -> None:
     path = out / OPTIONS_FILE
     if path.is_file():
         before = json.loads(path.read_text())
-        changed = sorted(_flat(requested).items() ^ _flat(before).items())
+        # a setting the record predates (a stage added since the run started, e.g. the fixed rules)
+        # is not a change: the resumed run adds that stage's work to the finished ones
+        known = _flat(before)
+        changed = sorted({(k, v) for k, v in _flat(requested).items() if k in known} ^ known.items())
         if changed:
             names = sorted({name for name, _ in changed})
             old, new = _flat(before), _flat(requested)
