@@ -66,7 +66,8 @@ def test_smoke_runs_every_stage_and_resumes_after_a_kill(tiny_model_dir, tmp_pat
         assert f"## {heading}" in report
     assert (out / "report" / "training_curves.png").is_file()
     published = {p.name for p in (tmp_path / "docs").iterdir()}
-    assert {"report.md", "results.json", "eval_details.json", "truncation.json", "selection.png"} <= published
+    assert {"report.md", "results.json", "eval_details.json", "truncation.json", "selection.png",
+            "curves.json", "rules_vs_compute.png"} <= published
 
 
 @pytest.mark.parametrize("command", ["reproduce", "demo"])
