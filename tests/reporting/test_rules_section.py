@@ -79,3 +79,10 @@ def test_section_names_the_strongest_rule_with_its_paired_interval(tmp_path):
 
 def test_no_rules_no_section(tmp_path):
     assert rules_section({}, {"methods": {"Greedy": {"kind": "greedy"}}, "per_problem": {}}, tmp_path) == ""
+
+
+def test_a_tie_on_validation_is_never_broken_by_the_evaluated_problems():
+    details = {"config": {"confidence": 0.95}, "methods": {}, "per_problem": {}}
+    _point(details, "First", 1, 1.0, [0] * PROBLEMS, 0.5, 1.0)
+    _point(details, "Second", 1, 1.0, [1] * PROBLEMS, 0.5, 1.0)  # better on test, equal on validation
+    assert [r["rule"] for r in strongest_rules_at(details, 1.0)] == ["First", "Second"]

@@ -77,19 +77,18 @@ def _validation_at(points: list[dict], at: float) -> float | None:
 
 def strongest_rules_at(details: Mapping | None, decodes: float) -> list[dict]:
     """The rules that reach ``decodes`` per problem, strongest first by their validation curves
-    interpolated there (ties: higher test accuracy, then the label): ``{rule, validation, values
+    interpolated there (ties: the order the curves are listed in; never the test numbers): ``{rule, validation, values
     (per-problem test answer accuracy at that compute), accuracy (their mean), decodes (test
     decodes used: ``decodes``, or the curve's last point where it ends below)}``."""
     ranked = []
-    for label, points in rule_curves(details).items():
+    for order, (label, points) in enumerate(rule_curves(details).items()):
         test = curve_at([p["decodes"] for p in points], [p["values"] for p in points], decodes)
         if test is None:
             continue
         validation = _validation_at(points, decodes)
         ranked.append({"rule": label, "validation": validation, "values": test[0], "decodes": test[1],
-                       "accuracy": statistics.fmean(test[0])})
-    return sorted(ranked, key=lambda r: (-(r["validation"] if r["validation"] is not None else -1.0),
-                                         -r["accuracy"], r["rule"]))
+                       "accuracy": statistics.fmean(test[0]), "order": order})
+    return sorted(ranked, key=lambda r: (-(r["validation"] if r["validation"] is not None else -1.0), r["order"]))
 
 
 def _pct(value: float | None) -> str:
