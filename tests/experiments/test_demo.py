@@ -54,6 +54,10 @@ def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys, monke
     assert set(details["methods"]["Best"]["k_actions"].values()) <= set(actions["best_per_k"]["best"].values())
     assert "## Action selection" in (out / "report" / "report.md").read_text()
     assert "## Head-room captured" in (out / "report" / "report.md").read_text()
+    # the fixed rules: tables under the run, every rule's points in the evaluation, their section
+    assert (out / "rules" / "validation" / "header.json").is_file() and (out / "rules" / "curves.json").is_file()
+    assert any(m.get("family") == "fixed rule" and m.get("curve") for m in details["methods"].values())
+    assert "## Fixed rules" in (out / "report" / "report.md").read_text()
     # a second run reuses every finished stage, the evaluation included
     watched = ("tok-budget-s0/adapter.safetensors", "eval/results.json")
     before = [(out / name).stat().st_mtime for name in watched]

@@ -48,7 +48,7 @@ def test_smoke_runs_every_stage_and_resumes_after_a_kill(tiny_model_dir, tmp_pat
     assert config["token"]["token_budget"] == config["eval"]["token_budget"] == budget["chosen"]
     assert config["token"]["prior_action"] is not None  # the prior every token run started from
     minutes = json.loads((out / "stage_minutes.json").read_text())
-    assert minutes["runs"] == 2 and {"select", "sequence", "evaluate"} <= set(minutes["minutes"])
+    assert minutes["runs"] == 2 and {"select", "sequence", "evaluate", "rules"} <= set(minutes["minutes"])
     header = json.loads((out / "actions" / "outcomes.jsonl").read_text().splitlines()[0])
     rows = (out / "actions" / "outcomes.jsonl").read_text().splitlines()[1:]
     assert header["header"]["token_budget"] == budget["chosen"] and len({json.loads(r)["action"] for r in rows}) == 181
@@ -61,11 +61,13 @@ def test_smoke_runs_every_stage_and_resumes_after_a_kill(tiny_model_dir, tmp_pat
     assert demo.TOKEN_MIXED in results
     assert any(name.startswith("Best token action") for name in results)
     report = (out / "report" / "report.md").read_text()
-    for heading in ("Token budget and truncation", "Token training data", "Training curves", "Targets", "Cost"):
+    for heading in ("Token budget and truncation", "Token training data", "Training curves", "Targets", "Cost",
+                    "Fixed rules"):
         assert f"## {heading}" in report
     assert (out / "report" / "training_curves.png").is_file()
     published = {p.name for p in (tmp_path / "docs").iterdir()}
-    assert {"report.md", "results.json", "eval_details.json", "truncation.json", "selection.png"} <= published
+    assert {"report.md", "results.json", "eval_details.json", "truncation.json", "selection.png",
+            "curves.json", "rules_vs_compute.png"} <= published
 
 
 @pytest.mark.parametrize("command", ["reproduce", "demo"])

@@ -1,6 +1,7 @@
 """The evidence runs (``reproduce --size full`` and ``complete``) make every choice on at least 400
-validation problems: the checkpoint each trainer keeps, and the draft stage's threshold and share
-(tuned on its validation table, which takes the sequence stage's problems)."""
+validation problems: the checkpoint each trainer keeps, the draft stage's threshold and share
+(tuned on its validation table, which takes the sequence stage's problems) and every fixed rule's
+setting per compute level."""
 
 import pytest
 
@@ -13,7 +14,9 @@ from decoding_adapters.tasks import get_task
 def test_every_choice_of_an_evidence_run_is_made_on_400_validation_problems(size):
     cfg = REPRODUCE_SIZES[size]
     validation = get_task("arithmetic", **study_task_options(cfg)).load("validation")
-    wanted = {"sequence (and draft)": cfg.sequence.val_problems, "token": cfg.token.val_problems}
+    wanted = {"sequence (and draft)": cfg.sequence.val_problems, "token": cfg.token.val_problems,
+              "fixed rules": cfg.rules.problems}
+    assert cfg.rules.enabled
     assert min(wanted.values()) >= 400, wanted
     assert len(validation) >= max(wanted.values())  # the split holds them all
     assert cfg.sequence.keep_best and cfg.sequence.min_improvement_se >= 1.96

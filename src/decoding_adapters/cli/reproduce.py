@@ -36,6 +36,11 @@ What runs (``full``):
    Best, Mixed, Mixed (per token), Mixed per sequence (token actions), Best token action, the five
    adapters, the draft-gated adapter and its two controls; decodes and generated tokens per problem
    for every method.
+5b. fixed rules: sample tables of the 400 validation and the 200 evaluated problems (the stopped
+   greedy and 8 samples at T=0.5 each; resumable, under ``rules/``), every rule of docs/rules.md
+   tuned on validation per compute level and scored on the evaluated problems; each tuned point joins
+   the evaluation as a method of family ``fixed rule`` (5.5 more planned minutes, at the draft
+   stage's scale until a run measures the stage's own).
 6. report: paired intervals with the direction on every seed, the targets, seed spread, accuracy
    per compute (which method wins at each number of decodes per problem), truncation, training
    curves, cost (minutes per stage against the plan, tokens per training step, steps per minute),

@@ -81,10 +81,11 @@ def publish(out: Path, target: Path) -> list[Path]:
     """Copy what the README's headline cites from a finished run ``out`` into ``target``: the
     report directory (report.md, results.json, figures, traces), the evaluation's
     eval_details.json (per-problem outcomes: every paired interval can be recomputed from it), the
-    run's configuration and stage minutes, the truncation figures and the action selection."""
+    run's configuration and stage minutes, the truncation figures, the action selection and the fixed
+    rules' tuned curves (validation and test, every setting)."""
     sources = [p for p in sorted((out / "report").iterdir()) if p.is_file()]
     sources += [out / "eval" / "eval_details.json", out / "study_config.json", out / "stage_minutes.json",
-                out / "budget" / "truncation.json"]
+                out / "budget" / "truncation.json", out / "rules" / "curves.json"]
     sources += [out / "actions" / name for name in ("selection.md", "selection.png", "actions.json")]
     target.mkdir(parents=True, exist_ok=True)
     copied = []

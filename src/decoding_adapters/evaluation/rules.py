@@ -78,6 +78,9 @@ __all__ = [
     "rule_grid",
     "score_setting",
     "tune_rules",
+    "fit_calibrations",
+    "setting_from_dict",
+    "RULE_LABELS",
     "COMPUTE_LEVELS",
 ]
 
@@ -518,6 +521,16 @@ RULES = ("self_consistency", "esc", "adaptive_consistency", "deepconf_offline", 
          "cges", "confidence_threshold")
 """The rules ``rule_grid`` and ``tune_rules`` cover, in report order."""
 
+RULE_LABELS = {"self_consistency": "Self-consistency", "esc": "ESC", "adaptive_consistency": "Adaptive-Consistency",
+               "deepconf_offline": "DeepConf offline", "deepconf_online": "DeepConf online", "reasc": "ReASC",
+               "cges": "CGES", "confidence_threshold": "Confidence threshold (rule)"}
+"""Each rule's name in a report (its curve's label)."""
+
+
+def setting_from_dict(setting: dict) -> RuleSetting:
+    """The ``RuleSetting`` of a tuned point's ``setting`` (``RuleSetting.as_dict``)."""
+    return RuleSetting(setting["rule"], tuple((k, v) for k, v in setting.items() if k != "rule"))
+
 DEEPCONF_FEATURES = ("group_conf_min", "group_conf_bottom10", "tail_conf")
 THRESHOLD_FEATURES = ("max_prob_mean", "max_prob_min", "entropy_mean", "logprob_mean", "group_conf_min",
                       "group_conf_bottom10", "tail_conf", "answer_logprob")
@@ -599,6 +612,13 @@ def score_setting(setting: RuleSetting, draws: Draws, calibrations: dict[str, Ca
     raise ValueError(f"no rule {rule!r}")
 
 
+def fit_calibrations(validation: Draws) -> dict[str, Calibration]:
+    """Per confidence column, the calibration CGES and ReASC read, fitted on the validation draws
+    (what ``tune_rules`` uses; score a tuned setting on test with these to reproduce its point)."""
+    return {name: Calibration.fit(validation.confidence(name), _draw_correct(validation))
+            for name in validation.feature_names}
+
+
 def tune_rules(validation: Draws, test: Draws, rules: Sequence[str] = RULES,
                levels: Sequence[float] = COMPUTE_LEVELS, tolerance: float = 0.0,
                on_rule: Callable[[str], None] | None = None) -> dict:
@@ -606,8 +626,7 @@ def tune_rules(validation: Draws, test: Draws, rules: Sequence[str] = RULES,
     accuracy among those spending at most ``L * (1 + tolerance)`` mean decodes on validation (ties:
     fewer decodes), scored on ``test``. Returns ``{rule: {"points": [...], "settings": n}}``; a
     point holds the level, the setting, its validation and test accuracy, decodes and tokens."""
-    calibrations = {name: Calibration.fit(validation.confidence(name), _draw_correct(validation))
-                    for name in validation.feature_names}
+    calibrations = fit_calibrations(validation)
     out: dict = {}
     for rule in rules:
         grid = rule_grid(validation, [rule])

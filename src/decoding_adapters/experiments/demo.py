@@ -15,6 +15,9 @@ Stages (each resumable: run the same command again after a kill and finished wor
    ``token.patience`` > 0.
 4. ``eval/``: Greedy, Best, Mixed, the token-level baselines and every adapter on the test split,
    same problems and seeds.
+4b. ``rules/`` (when ``rules.enabled``): sample tables of validation problems and of the evaluated
+   problems (the stopped greedy and N samples per sampled arm), every fixed rule tuned on validation
+   per compute level and scored on the evaluated problems; its points join ``eval/eval_details.json``.
 5. ``report/``: report.md (with the truncation, training-curve, target and cost sections),
    results.json, figures.
 
@@ -61,12 +64,13 @@ from ..reporting.report import (
     truncation_section,
     write_report,
 )
+from ..reporting.rules import rules_section
 from ..selection.best import best_static_from_table
 from ..tasks import get_task
 from ..training.sequence import SequenceTrainConfig
 from ..training.token import PROBE_ROUND_FACTOR, TokenTrainConfig
 from . import pipeline
-from .pipeline import BudgetConfig, SelectionConfig, StudyConfig
+from .pipeline import BudgetConfig, RulesConfig, SelectionConfig, StudyConfig
 
 __all__ = ["SIZES", "REPRODUCE_SIZES", "run_demo", "estimate_minutes", "probe_tokens_per_second", "decode_probe",
            "fit_to_minutes", "scaled_sizes", "fit_note", "target_lines"]
@@ -96,6 +100,10 @@ DEFAULT = StudyConfig(
     # minutes on the reference machine (15.3 planned), with 4 the draft stage took a quarter of them
     draft_stage=True,
     draft_samples=1,
+    # The fixed rules at demo sizes (64 validation problems x 4 samples) plan 0.65 more minutes, and
+    # the demo already plans 14.9 of its 15 on the reference machine: off unless asked for
+    # (--rules.enabled); reproduce runs them at full size.
+    rules=RulesConfig(enabled=False, samples=4, problems=64),
 )
 
 TINY = StudyConfig(
@@ -111,6 +119,7 @@ TINY = StudyConfig(
     eval_problems=3,
     seeds=2,
     batch_rows=16,
+    rules=RulesConfig(enabled=True, samples=2, problems=4),
 )
 
 FULL = StudyConfig(
@@ -155,6 +164,8 @@ FULL = StudyConfig(
     # the generated task's splits sized for the token trainer (test unchanged: it is served first)
     train_size=1500,
     validation_size=400,
+    # every rule tuned on all 400 validation problems, 8 samples at T=0.5 after the stopped greedy
+    rules=RulesConfig(enabled=True, samples=8, problems=400),
 )
 
 COMPLETE = replace(
@@ -226,7 +237,8 @@ tokens per CPU-second for 128 rows of the 180 pool against ~150 for temperature-
 MEAN_SAMPLED_LENGTH = 0.75
 """Mean generated length of a sampled row as a fraction of the token budget (measured at budget 48
 on validation: T=0.5 0.57, T=1.0 0.74, T=1.25 0.89; greedy 0.56 at budget 64)."""
-STAGE_SCALE = {"budget": 0.28, "select": 0.37, "sequence": 0.43, "token": 0.26, "evaluate": 0.28, "draft": 0.37}
+STAGE_SCALE = {"budget": 0.28, "select": 0.37, "sequence": 0.43, "token": 0.26, "evaluate": 0.28, "draft": 0.37,
+               "rules": 0.37}
 """Measured over planned minutes of each decoding stage (the model above at the constants above),
 fitted on the reference machine (probe 440 tok/s), ``reproduce`` at budget 48 idle: budget 0.12 of
 0.40, selection 5.2 of 17.8, sequence 15.1 of 35.2, token 34.1 of 133.4, evaluation 30.7 of 111.2
@@ -234,7 +246,9 @@ minutes; for the selection, with the demo at budget 64 (1.9 of 6.3: the geometri
 ratios). Rows end earlier than MEAN_SAMPLED_LENGTH and methods share decoded rows (greedy and
 greedy-only adapters once), so every stage runs faster than the row model; near-greedy token
 rollouts end earliest (0.56 of the budget). On a slower machine the probe scales every stage alike
-(docs/reproduce/stage_minutes.json holds a run at probe 0.59 of the reference)."""
+(docs/reproduce/stage_minutes.json holds a run at probe 0.59 of the reference). The rules stage's
+sample tables are decoded as the draft stage's both-arms tables are (one call per chunk of problems,
+readings recorded), so it takes the draft stage's scale until a run measures its own."""
 SECONDS_PER_CALL = 1.0
 """Fixed cost of one small decode call (prefill, Python, scoring): dominates tiny training steps."""
 
@@ -352,6 +366,10 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
         table_rows = ((seq.max_train_prompts or 256) + seq.val_problems) * (1 + cfg.draft_samples)
         decoding["draft"] = _decode_minutes(table_rows, cfg) + cfg.seeds * DRAFT_TRAINING["steps"] * 0.05 / 60
         decoding["evaluate"] += _decode_minutes(cfg.eval_problems, cfg)  # the draft pass
+    if cfg.rules.enabled:  # the two sample tables: the stopped greedy and N samples per sampled arm and problem
+        rules = cfg.rules
+        table_rows = (rules.problems + cfg.eval_problems) * (1 + len(rules.temperatures) * rules.samples)
+        decoding["rules"] = _decode_minutes(table_rows, cfg)  # the tuning itself takes seconds
     scaled = {stage: minutes * STAGE_SCALE[stage] * slower for stage, minutes in decoding.items()}
     return {"load": 0.1, **scaled, "report": 0.1}
 
@@ -431,7 +449,10 @@ def check_same_run(out: Path, requested: dict) -> None:
     path = out / OPTIONS_FILE
     if path.is_file():
         before = json.loads(path.read_text())
-        changed = sorted(_flat(requested).items() ^ _flat(before).items())
+        # a setting the record predates (a stage added since the run started, e.g. the fixed rules)
+        # is not a change: the resumed run adds that stage's work to the finished ones
+        known = _flat(before)
+        changed = sorted({(k, v) for k, v in _flat(requested).items() if k in known} ^ known.items())
         if changed:
             names = sorted({name for name, _ in changed})
             old, new = _flat(before), _flat(requested)
@@ -728,9 +749,20 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     if cfg.draft_stage:  # the draft-gated adapter and its controls at the same compute
         methods += [pipeline.adapter_runs(out, "draft", cfg, lm, "Draft-gated"),
                     *pipeline.draft_controls(lm, task, cfg, actions_path, out / "draft-s0", out)]
-    evaluation = pipeline.evaluate_methods(lm, task, task.load("test")[: cfg.eval_problems], methods, cfg,
+    test_problems = task.load("test")[: cfg.eval_problems]
+    evaluation = pipeline.evaluate_methods(lm, task, test_problems, methods, cfg,
                                            out / "eval", meta={"model": model, "task": task.name}, progress=progress)
     clock.end()
+
+    if cfg.rules.enabled:
+        rc = cfg.rules
+        clock.begin("rules", "fixed rules", f"sample tables of {rc.problems} validation and {len(test_problems)} test "
+                                            f"problems, greedy + {rc.samples} samples at T={rc.temperatures}")
+        ruled = pipeline.fixed_rules(lm, task, cfg, out / "rules", evaluation, test_problems, progress=progress)
+        if json.dumps(ruled.details) != json.dumps(evaluation.details):  # a resumed run's are already there
+            ruled.write(out / "eval")
+        evaluation = ruled
+        clock.end()
 
     clock.begin("report", "report")
     logs = {name: out / f"{prefix}-s0" / "train_log.jsonl" for prefix, name in ADAPTER_NAMES.items()}
@@ -742,6 +774,7 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
             budget_record["stats"], budget_record["chosen"], budget_record["max_truncated"]) if budget_record else ""),
         ("Token training data", _token_data_section(out / "token-prompts.json", cfg)),
         ("Training curves (every seed)", training_curve_section(out / "report", curves)),
+        ("Fixed rules", rules_section(evaluation.results, evaluation.details, out / "report")),
         ("Head-room captured", headroom_section(actions_path, evaluation.results,
                                                 evaluation.details, list(ADAPTER_NAMES.values()))),
         ("Targets", "\n".join(target_lines(evaluation.results, evaluation.details))),

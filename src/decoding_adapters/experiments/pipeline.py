@@ -13,6 +13,10 @@ A study (``demo``, ``reproduce``, ``domains``) is a short script over these stag
 - **train token** (:func:`train_token`): a token adapter with live rollouts (:func:`token_trainer`
   is the one place a study builds a ``TokenTrainer``);
 - **evaluate** (:func:`evaluate_methods`): methods on a split, same problems and seeds;
+- **rules** (:func:`rule_tables`, :func:`fixed_rules`): sample tables of validation problems and of
+  the evaluated problems (built once under the study's folder, shared by every stage that scores
+  stored samples), every fixed rule tuned on validation per compute level and its points added to
+  the evaluation as methods of family ``fixed rule``;
 - **report**: each study writes its own (``reporting``).
 
 ``StudyConfig`` nests the trainers' and the evaluation's own configs, so each setting is declared
@@ -24,6 +28,7 @@ run (the token budget, seeds, which variant) are not options of the nested confi
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -32,7 +37,7 @@ from typing import Literal, Sequence
 import torch
 
 from ..core.files import write_json
-from ..decoding.actions import DEFAULT_TOKEN_BUDGET, ActionSet, DecodingAction, load_action_set
+from ..decoding.actions import DEFAULT_TOKEN_BUDGET, GREEDY, ActionSet, DecodingAction, load_action_set
 from ..decoding.rollouts import STOP_AT_ANSWER, HFRollouts
 from ..evaluation import (
     COMPUTE_FIELDS,
@@ -48,6 +53,16 @@ from ..evaluation import (
     load_best_per_k,
 )
 from ..evaluation import draft as draft_eval
+from ..evaluation.rules import (
+    RULE_LABELS,
+    RULES,
+    fit_calibrations,
+    greedy_then,
+    score_setting,
+    setting_from_dict,
+    tune_rules,
+)
+from ..evaluation.sample_table import SampleTable, build_sample_table
 from ..policies.draft import DraftContextConfig
 from ..policies.networks import load_adapter
 from ..selection.coverage import OutcomeTable, build_pool, evaluate_pool, select_from_table, write_outputs
@@ -58,6 +73,7 @@ from ..training.token import TokenTrainConfig, TokenTrainer
 __all__ = [
     "BudgetConfig",
     "SelectionConfig",
+    "RulesConfig",
     "StudyConfig",
     "StageClock",
     "study_task_options",
@@ -79,6 +95,12 @@ __all__ = [
     "train_token",
     "adapter_runs",
     "evaluate_methods",
+    "rule_tables",
+    "study_table",
+    "rule_entries",
+    "add_rule_entries",
+    "fixed_rules",
+    "RULE_TABLE_KEY",
 ]
 
 
@@ -120,6 +142,41 @@ class SelectionConfig:
                 raise ValueError(f"selection {name} must be >= 1, got {getattr(self, name)}")
         if self.pool_subsample is not None and self.pool_subsample < 1:
             raise ValueError(f"pool_subsample must be >= 1 or None, got {self.pool_subsample}")
+
+
+@dataclass(frozen=True)
+class RulesConfig:
+    """The fixed-rules stage: sample tables of validation problems (tuning) and of the evaluated
+    problems (scoring), every rule tuned on validation at each compute level (docs/rules.md)."""
+
+    enabled: bool = False
+    """Run the stage (the study's evaluation then holds every rule's tuned points)."""
+    temperatures: tuple[float, ...] = (0.5,)
+    """Sampled arms beside greedy, one per temperature; the rules read the stopped greedy, then the
+    first sampled arm's samples."""
+    samples: int = 8
+    """Samples N per sampled arm and problem (the greedy arm is decoded once)."""
+    problems: int = 400
+    """Validation problems of the tuning table (the first of the validation split)."""
+    rules: tuple[str, ...] = RULES
+    """Rules tuned and scored (``evaluation.rules.RULES``)."""
+    hidden: bool = False
+    """The tables also keep each sample's mean hidden state (the rules read none; a learned policy
+    over the same tables may)."""
+
+    def __post_init__(self) -> None:
+        if self.samples < 1 or self.problems < 1:
+            raise ValueError(f"rules samples and problems must be >= 1, got {self.samples}, {self.problems}")
+        if not self.temperatures or any(t <= 0 for t in self.temperatures):
+            raise ValueError(f"rules temperatures must be positive and at least one, got {self.temperatures}")
+        unknown = [r for r in self.rules if r not in RULES]
+        if unknown or not self.rules:
+            raise ValueError(f"unknown or no rules {unknown}; choose from {list(RULES)}")
+
+    @property
+    def arms(self) -> list[DecodingAction]:
+        """Greedy, then one sampled arm per temperature."""
+        return [GREEDY] + [DecodingAction(temperature=t) for t in self.temperatures]
 
 
 # Nested-config fields a study sets for each run (which variant, seed, action set, replay table) or
@@ -175,6 +232,8 @@ class StudyConfig:
     draft_samples: int = 4
     """Re-decodes per problem in the draft stage's both-arms tables (one re-decode action: the
     selected set's Best at the largest k, else its first sampled action)."""
+    rules: RulesConfig = field(default_factory=RulesConfig)
+    """fixed rules over stored sample tables"""
 
     def __post_init__(self) -> None:
         if self.sequence_rewards not in ("replay", "live"):
@@ -497,7 +556,8 @@ def _finished_evaluation(out: Path, methods: list[Method], problems, cfg: StudyC
     stored_ids = [p.get("id") if isinstance(p, dict) else p for p in details.get("problems", [])]
     described = json.loads(json.dumps({m.name: m.describe() for m in methods}))  # as JSON stores it
     stored_methods = {name: {k: v for k, v in d.items() if k not in COMPUTE_FIELDS}  # measured, not described
-                      for name, d in details.get("methods", {}).items()}
+                      for name, d in details.get("methods", {}).items()
+                      if RULE_TABLE_KEY not in d}  # a rule scored from stored samples was added after it
     same = (stored_methods == described and stored_ids == [p.id for p in problems]
             and all(stored.get(k) == v for k, v in details_config(cfg.eval, meta).items()))
     # an adapter saved after the evaluation (retrained) makes it stale
@@ -505,3 +565,108 @@ def _finished_evaluation(out: Path, methods: list[Method], problems, cfg: StudyC
     newest = max((w.stat().st_mtime for w in weights if w.is_file()), default=0.0)
     same = same and results_path.stat().st_mtime >= newest
     return Evaluation(json.loads(results_path.read_text()), details) if same else None
+
+
+# ---- fixed rules ---------------------------------------------------------------------------------
+
+RULE_TABLE_KEY = "sample_tables"
+"""The key of an ``eval_details.json`` method entry added from stored sample tables (a fixed rule's
+tuned point): the tables it was tuned and scored on. The evaluation's own methods have none."""
+
+
+def rule_tables(lm, task, cfg: StudyConfig, out: Path, problems, *, progress: bool = False,
+                on_chunk=None) -> tuple[SampleTable, SampleTable]:
+    """The validation table (the first ``cfg.rules.problems`` validation problems) and the evaluation
+    table (``problems``, the evaluated ones, in their order) under ``cfg.rules.arms``, each
+    ``cfg.rules.samples`` per sampled arm, in ``out/validation`` and ``out/test``: built chunk by
+    chunk where missing (a rerun after a kill keeps the chunks written), read back where there.
+    Any stage that scores stored samples reads these two tables; none decodes them again."""
+    validation = study_table(lm, task, cfg, Path(out) / "validation", "validation",
+                             task.load("validation")[: cfg.rules.problems], progress=progress, on_chunk=on_chunk)
+    test = study_table(lm, task, cfg, Path(out) / "test", "test", problems, progress=progress, on_chunk=on_chunk)
+    return validation, test
+
+
+def study_table(lm, task, cfg: StudyConfig, path: Path, split: str, problems, *, progress: bool = False,
+                on_chunk=None) -> SampleTable:
+    """One sample table of ``problems`` (of ``split``) under the study's arms and settings
+    (``cfg.rules``: arms, samples, hidden; the study's token budget and stop; seed 0) in ``path``:
+    built chunk by chunk where missing, read back where there (a table made under other settings is
+    refused). A stage that needs another split's table (a learned policy's training problems) builds
+    it with this, beside the rules' two."""
+    rc = cfg.rules
+    rows_per_problem = 1 + len(rc.temperatures) * rc.samples
+    return build_sample_table(lm, task, list(problems), rc.arms, samples=rc.samples, token_budget=cfg.token_budget,
+                              path=path, split=split, seed=0, stop_at_answer=cfg.stop_at_answer, hidden=rc.hidden,
+                              chunk_problems=max(1, cfg.batch_rows // rows_per_problem), progress=progress,
+                              on_chunk=on_chunk)
+
+
+def rule_entries(validation: SampleTable, test: SampleTable, rules: Sequence[str] = RULES,
+                 tables: dict | None = None) -> tuple[dict, dict]:
+    """Every rule tuned on ``validation`` per compute level (``evaluation.rules.tune_rules``; the
+    stopped greedy, then the first sampled arm's samples) and scored on ``test``: ``(entries,
+    curves)``. ``entries[name]`` is one method per tuned point in the shape of the evaluation's
+    (``methods``, ``per_problem``, ``compute``: see ``evaluation.runner``), named ``"<rule> (<= L
+    decodes)"`` with ``curve`` the rule's label; ``curves`` is ``tune_rules``'s output."""
+    arm = next(name for name, a in zip(validation.arm_names, validation.actions) if not a.is_greedy)
+    val_draws, test_draws = greedy_then(validation, arm), greedy_then(test, arm)
+    curves = tune_rules(val_draws, test_draws, rules=rules)
+    calibrations = fit_calibrations(val_draws)  # what tune_rules scored test with
+    entries = {}
+    for rule, curve in curves.items():
+        for point in curve["points"]:
+            result = score_setting(setting_from_dict(point["setting"]), test_draws, calibrations)
+            correct = test_draws.correct(result.answers).astype(float)
+            decodes, tokens = result.decodes.astype(float), result.tokens.astype(float)
+            name = f"{RULE_LABELS[rule]} (<= {point['level']:g} decodes)"
+            entries[name] = {
+                "method": {"kind": "rule", "role": "fixed rule", "level": "sequence", "family": "fixed rule",
+                           "curve": RULE_LABELS[rule], "rule": rule, "setting": _json_setting(point["setting"]),
+                           "compute_level": point["level"], "validation": point["validation"],
+                           "answer_rule": f"{RULE_LABELS[rule]} over {test_draws.label}",
+                           "actions": [a.name for a in test.actions],
+                           "stop_at_answer": test.header.get("stop_at_answer"),
+                           "seeds": "one sample table (seed 0): one value per problem, the same for every seed",
+                           RULE_TABLE_KEY: tables or {},
+                           "decodes_per_problem": {"answer": float(decodes.mean())},
+                           "tokens_per_problem": {"answer": float(tokens.mean())}},
+                # [problem][seed]: the table is one draw of the samples (seed 0), so one column
+                "per_problem": {"answer_accuracy": [[float(c)] for c in correct]},
+                "compute": {"decodes": {"answer": decodes.tolist()}, "tokens": {"answer": tokens.tolist()}},
+            }
+    return entries, curves
+
+
+def _json_setting(setting: dict) -> dict:
+    """A tuned setting with its non-finite thresholds ('never keep the draft') as strings: strict JSON."""
+    return {k: str(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in setting.items()}
+
+
+def add_rule_entries(evaluation: Evaluation, entries: dict) -> Evaluation:
+    """``evaluation`` with the rule points ``entries`` (:func:`rule_entries`) in its eval_details,
+    replacing any added before (results.json keeps the evaluation's own methods: a curve of many
+    points is drawn and compared from eval_details, not listed as rows)."""
+    details = json.loads(json.dumps(evaluation.details))  # a copy
+    added_before = {n for n, m in details.get("methods", {}).items() if RULE_TABLE_KEY in m}
+    for section, key in (("methods", "method"), ("per_problem", "per_problem"), ("compute", "compute")):
+        kept = {n: v for n, v in details.get(section, {}).items() if n not in added_before}
+        details[section] = {**kept, **{n: e[key] for n, e in entries.items()}}
+    return Evaluation(evaluation.results, details)
+
+
+def fixed_rules(lm, task, cfg: StudyConfig, out: Path, evaluation: Evaluation, problems, *,
+                progress: bool = False, on_chunk=None) -> Evaluation:
+    """The rules stage: the two sample tables in ``out`` (:func:`rule_tables`; ``problems`` must be
+    the evaluation's), every rule tuned on validation and scored on the evaluated problems, written
+    to ``out/curves.json``; returns ``evaluation`` with every rule's points added."""
+    ids = [p.get("id") if isinstance(p, dict) else p for p in evaluation.details.get("problems", [])]
+    if ids and ids != [p.id for p in problems]:
+        raise ValueError("the rules' evaluation table must hold the evaluated problems, in their order")
+    validation, test = rule_tables(lm, task, cfg, out, problems, progress=progress, on_chunk=on_chunk)
+    tables = {"validation": str(Path(out) / "validation"), "test": str(Path(out) / "test")}
+    entries, curves = rule_entries(validation, test, cfg.rules.rules, tables)
+    write_json(Path(out) / "curves.json", {"validation_problems": validation.shape[0], "test_problems": test.shape[0],
+                                           "samples": cfg.rules.samples, "arms": validation.arm_names,
+                                           "tables": tables, "rules": curves})
+    return add_rule_entries(evaluation, entries)
