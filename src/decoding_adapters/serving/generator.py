@@ -401,7 +401,8 @@ class AdaptiveGenerator:
 
     def _answer_check(self, p: PreparedPrompt):
         """The check that ends a row of prompt ``p`` at its first complete answer (the answer task's)."""
-        return functools.partial(self.answer_task.answer_complete, Problem(f"prompt/{p.index}", _question_text(p.prompt), ""))
+        problem = Problem(f"prompt/{p.index}", _question_text(p.prompt), "")
+        return functools.partial(self.answer_task.answer_complete, problem)
 
     @torch.inference_mode()
     def _sequence_actions(self, chunk: list[PreparedPrompt], deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
