@@ -13,11 +13,13 @@ import argparse
 from pathlib import Path
 
 from ..training.draft import DraftTrainConfig, DraftTrainer, ensure_tables
-from .training import configure_training_parser, resolve_config, training_run
+from .training import configure_training_parser, resolve_config, start_trainer, training_run
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    configure_training_parser(p, DraftTrainConfig, "draft-gated training")
+    # the draft trainer replays its own tables and scores pass@B: train-sequence's --replay and --metric
+    # would only be refused, so they are not its options
+    configure_training_parser(p, DraftTrainConfig, "draft-gated training", exclude=("replay", "metric"))
 
 
 def run_cli(args) -> int:
@@ -27,6 +29,6 @@ def run_cli(args) -> int:
     config = resolve_config(args, DraftTrainConfig)
     with training_run(args, config, needs_rollouts=False) as (lm, task, _, _):
         ensure_tables(config, lm, task, on_chunk=lambda done, total: print(f"table: {done}/{total} problems"))
-        out = DraftTrainer(config, lm, task, args.out, task_name=args.task).train(resume=args.resume)
+        out = start_trainer(DraftTrainer(config, lm, task, args.out, task_name=args.task), args)
     print(f"draft-gated adapter written to {out}")
     return 0

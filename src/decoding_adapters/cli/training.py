@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -25,7 +26,7 @@ from .common import (
 )
 from .config_args import add_config_arguments, build_config
 
-__all__ = ["configure_training_parser", "resolve_config", "training_run"]
+__all__ = ["configure_training_parser", "resolve_config", "start_trainer", "training_run"]
 
 log = logging.getLogger(__name__)
 
@@ -33,18 +34,34 @@ log = logging.getLogger(__name__)
 OWNED_BY_CONFIG = ("token_budget", "seed", "cot_ratio")
 
 
-def configure_training_parser(p: argparse.ArgumentParser, config_cls: type, title: str) -> None:
-    """frozen LM, task, rollouts, the trainer config (every field) and --out / --resume."""
+def configure_training_parser(p: argparse.ArgumentParser, config_cls: type, title: str, exclude=()) -> None:
+    """frozen LM, task, rollouts, the trainer config (every field but ``exclude``), --out / --resume, --force."""
     add_model_arguments(p)
     add_task_arguments(p, exclude=("cot_ratio", "max_problems"))  # trainers: max_train_prompts / val_problems
     add_rollout_arguments(p, exclude=("token_budget", "seed"))
-    add_config_arguments(p, config_cls, title=title)
+    add_config_arguments(p, config_cls, title=title, exclude=exclude)
     add_run_arguments(p)
+    add_config_arguments(p, PreflightOptions)
+
+
+@dataclass(frozen=True)
+class PreflightOptions:
+    """pre-flight"""
+
+    force: bool = False
+    """train even when the pre-flight check (greedy on the first training problems, or the draft table)
+    finds nothing solved; without it the run stops there with the share solved and cut by the budget"""
+
+
+def start_trainer(trainer, args):
+    """``trainer`` set to refuse an unsolvable start unless ``--force``, trained (or resumed)."""
+    trainer.refuse_unsolved = not getattr(args, "force", False)
+    return trainer.train(resume=args.resume)
 
 
 OPTIONS_FILE = "cli_options.json"
 """The options a training run was started with, beside its checkpoint: ``--resume`` reads them back."""
-NOT_STORED = ("out", "resume", "command", "verbose", "progress")
+NOT_STORED = ("out", "resume", "command", "verbose", "progress", "force")
 
 
 def resolve_config(args, config_cls):

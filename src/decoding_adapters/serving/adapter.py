@@ -39,6 +39,7 @@ from ..decoding.vllm_rollouts import sampling_params_dict
 from ..lm.models import FrozenLM, ModelSpec, load_frozen_lm, locate_model
 from ..policies.draft import DraftContextConfig
 from ..policies.networks import AdapterConfig, categorical_from_uniform, check_compatible, load_adapter, save_adapter
+from ..tasks import task_from_record
 from .generator import AdaptiveGenerator
 from .integrations.hf import AdapterLogitsProcessor
 
@@ -207,12 +208,8 @@ class Adapter:
 
     def _require(self, kind: str, what: str) -> None:
         if self.kind != kind:
-            other = (
-                "adapter.logits_processor(model)"
-                if kind == "sequence"
-                else "adapter.generation_config / sampling_params"
-            )
-            raise ValueError(f"{what} needs a {kind} adapter; this one is a {self.kind} adapter (use {other})")
+            raise ValueError(f"{what} needs a {kind} adapter; this one is a {self.kind} adapter "
+                             f"(use {_what_works(self.kind)})")
 
     @torch.inference_mode()
     def choose(
@@ -306,11 +303,14 @@ class Adapter:
         return [SamplingParams(**d) for d in self.sampling_params_dicts(prompts, n, **kwargs)]
 
     # ---- this project's own decode loop ---------------------------------------------------------
-    def generator(self, max_batch_rows: int = 64, task=None) -> AdaptiveGenerator:
+    def generator(self, max_batch_rows: int = 64, task=None, data=None) -> AdaptiveGenerator:
         """An ``AdaptiveGenerator`` on the bound LM: this project's batched decode loop, the one behind
         ``generate`` and ``serve``. ``max_batch_rows`` bounds the rows (prompts x B) of one decode.
         ``task``: where a draft-gated adapter stops at the first complete answer, the task that says
-        where (default: the adapter's own, by the name it was trained on)."""
+        where (default: the adapter's own, rebuilt from the options ``adapter.json`` records);
+        ``data``: that task with other data files (``--data``), where the recorded ones are gone."""
+        if task is None and data is not None and self.config.task:
+            task = task_from_record(self.config.task, self.config.task_options, data=data)
         if self.lm is None:
             raise ValueError(
                 "the project's decode loop needs the LM: load with Adapter.from_pretrained(dir, lm='base') "
@@ -336,6 +336,17 @@ class Adapter:
         return AdapterLogitsProcessor(
             self, model, token_budget=token_budget, deterministic=self.deterministic(deterministic), seed=seed
         )
+
+
+def _what_works(kind: str) -> str:
+    """What decodes with an adapter of ``kind``, for the error of a method made for another kind."""
+    if kind == "token":
+        return "adapter.logits_processor(model), or adapter.generator()"
+    if kind == "sequence":
+        return "adapter.generation_config(...) / sampling_params(...), or adapter.generator()"
+    # a draft-gated adapter decodes a draft, then maybe re-decodes: only this project's loop does both
+    return ("adapter.generator(): Adapter.from_pretrained(dir, lm='base').generator().generate(prompts); "
+            "it has no transformers or vLLM form")
 
 
 def _own_base_model(base_model: str, adapter_dir: Path) -> str:

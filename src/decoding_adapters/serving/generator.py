@@ -51,7 +51,7 @@ from ..policies.networks import (
     TokenPolicyChooser,
     check_compatible,
 )
-from ..tasks import get_task
+from ..tasks import task_from_record
 from ..tasks.base import Problem
 
 KEEP_DRAFT_NAME = "keep draft"
@@ -467,7 +467,11 @@ def _adapter_task(config: AdapterConfig):
     if not config.task:
         raise ValueError("this draft-gated adapter stops at the first complete answer but names no task: "
                          "pass task= to AdaptiveGenerator")
-    return get_task(config.task)
+    try:  # the options it was trained with (data paths, fields, verifier), recorded in adapter.json
+        return task_from_record(config.task, config.task_options)
+    except ValueError as err:
+        raise ValueError(f"this draft-gated adapter's task {config.task!r} cannot be rebuilt from adapter.json "
+                         f"({err}): give --data (from Python, .generator(data=...) or task=)") from None
 
 
 def _draft_reporter(chunk, offset: int, on_tokens: TokenCallback, state: dict, all_answers: bool = False) -> Callable:

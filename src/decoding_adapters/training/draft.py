@@ -48,7 +48,7 @@ from ..policies.draft import (
 )
 from ..policies.networks import AdapterConfig, SequencePolicy, SequencePolicyConfig, prior_distribution, save_adapter
 from ..selection.coverage import OutcomeTable, check_replay_header
-from ..tasks import problems_record
+from ..tasks import problems_record, task_record
 from .common import Validation, step_generator
 from .sequence import SequenceTrainConfig, SequenceTrainer, selection_record
 
@@ -303,8 +303,18 @@ class DraftTrainConfig(SequenceTrainConfig):
     (docs/draft-gated.md), where the stopped draft is the strongest static method to beat."""
     redecode_stop_at_answer: bool = True
     """The re-decodes end at their first complete answer too (on by default: chosen on validation)."""
+    use_budget: bool = True
+    """The policy reads the parallel budget B beside the draft's summary: x = [draft summary ; g(B)]
+    (keep the draft at B = 1, re-decode more often when B - 1 extra answers are paid for); without
+    it, x = the draft's summary alone."""
+    group_size: int = 1
+    """G: arms drawn per problem and budget in a bandit step; only with --no-full-information (the
+    full-information update already scores every arm, so G > 1 is refused with it)."""
 
     def __post_init__(self) -> None:
+        if self.full_information and self.group_size != 1:
+            raise ValueError("group_size has no effect with full_information (every arm's table value is used "
+                             "already): leave it at 1, or pass --no-full-information to draw G arms per problem")
         if self.replay:
             raise ValueError("the draft trainer replays its own both-arms table (table=...), not an outcome table")
         if self.metric != "pass":
@@ -426,6 +436,18 @@ class DraftTrainer(SequenceTrainer):
         if {p.id for p in self.train_problems} & {p.id for p in self.val_problems}:
             raise ValueError("the training and validation tables share problems")
 
+    def preflight_rows(self) -> tuple[list, list, str] | None:
+        """The training table's drafts and re-decodes (a row that reached the token budget counts as
+        cut): nothing is decoded, the table is what the policy learns from."""
+        budget = int(self.train_table.header.get("token_budget", self.config.token_budget))
+        rewards, cut = [], []
+        for pid in [p.id for p in self.train_problems]:
+            record = self.train_table.records[pid]
+            for row in [record["draft"], *(s for samples in record["samples"].values() for s in samples)]:
+                rewards.append(float(row["reward"]))
+                cut.append(int(row["length"]) >= budget)
+        return rewards, cut, f"the training table's drafts and re-decodes ({len(self.train_problems)} problems)"
+
     def _encode(self, problems):
         """(no prompts: nothing is decoded, contexts ``[P, D]`` from the tables, no CoT)."""
         contexts = torch.cat([self.rewards.records[p.id][0].context([p.id], self.context_config) for p in problems])
@@ -486,7 +508,7 @@ class DraftTrainer(SequenceTrainer):
             kind="draft", policy=asdict(self.policy.config), actions=self.rewards.action_set.to_json(),
             base_model=self.lm.spec.name_or_path, base_fingerprint=self.lm.fingerprint(),
             embedding={"pooling": self.config.pooling}, parallel_budgets=list(self.config.parallel_budgets),
-            task=self.task_name, training=asdict(self.config), lm_dtype=self.lm.fingerprint().get("dtype"),
+            task=self.task_name, task_options=task_record(self.task), training=asdict(self.config), lm_dtype=self.lm.fingerprint().get("dtype"),
             trained_on=problems_record(self.train_problems) if self.train_problems else None,
             selected_on=selection_record(self.config.actions), draft=asdict(self.context_config),
         )

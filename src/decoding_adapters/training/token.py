@@ -48,7 +48,7 @@ from ..policies.networks import (
     prior_distribution,
     save_adapter,
 )
-from ..tasks import check_disjoint, content_hash, problems_record
+from ..tasks import check_disjoint, content_hash, problems_record, task_record
 from .common import (
     TrainingLoop,
     Validation,
@@ -606,6 +606,7 @@ class TokenTrainer(TrainingLoop):
             base_fingerprint=self.lm.fingerprint(),
             token_budget=self.config.token_budget,
             task=self.task_name,
+            task_options=task_record(self.task),
             training=asdict(self.config),
             lm_dtype=self.lm.fingerprint().get("dtype"),
             trained_on=problems_record(self.train_problems) if self.train_problems else None,
