@@ -40,11 +40,14 @@ README_MAX_LINES = 250
 
 TINY: dict[str, list[str]] = {
     "select-actions": ["--max-problems", "2", "--samples", "1", "--token-budget", "4", "--no-progress"],
-    "train-sequence": ["--force", "--steps", "1", "--prompts-per-step", "2", "--max-train-prompts", "4", "--val-problems", "2",
+    "train-sequence": ["--force",
+                       "--steps", "1", "--prompts-per-step", "2", "--max-train-prompts", "4", "--val-problems", "2",
                        "--token-budget", "4"],
-    "train-token": ["--force", "--steps", "1", "--prompts-per-step", "2", "--group-size", "2", "--max-train-prompts", "4",
+    "train-token": ["--force",
+                       "--steps", "1", "--prompts-per-step", "2", "--group-size", "2", "--max-train-prompts", "4",
                     "--val-problems", "2", "--filter-samples", "0", "--token-budget", "4"],
-    "train-draft": ["--force", "--steps", "1", "--prompts-per-step", "2", "--max-train-prompts", "4", "--val-problems", "2",
+    "train-draft": ["--force",
+                       "--steps", "1", "--prompts-per-step", "2", "--max-train-prompts", "4", "--val-problems", "2",
                     "--table-samples", "1", "--token-budget", "4"],
     "evaluate": ["--max-problems", "2", "--seeds", "1", "--token-budget", "4", "--best-problems", "2", "--no-progress"],
     "generate": ["--token-budget", "4"],

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any, Callable, Union
 
 from ._verifier_worker import wants_meta
+from .arithmetic import arithmetic_answer_complete
 from .base import (
     SPLITS,
     Problem,
@@ -74,7 +75,6 @@ from .base import (
     resolve_system_prompt,
     validate_data_option,
 )
-from .arithmetic import arithmetic_answer_complete
 from .math import extract_boxed, final_answer_complete, has_closed_box
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,8 @@ def template_fields(template: str) -> tuple[str, ...]:
     except ValueError as err:
         raise ValueError(f"question template {template!r}: {err}") from None
     if not names or any(not n or not n.replace("_", "").replace("-", "").replace(" ", "").isalnum() for n in names):
-        raise ValueError(f"question template {template!r} must name JSONL fields in braces, e.g. '{{Body}} {{Question}}'")
+        raise ValueError(f"question template {template!r} must name JSONL fields in braces, "
+                         "e.g. '{Body} {Question}'")
     return tuple(dict.fromkeys(names))
 
 

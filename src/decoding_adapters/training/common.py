@@ -398,7 +398,8 @@ class TrainingLoop:
         rows = self.preflight_rows()
         if rows is None:
             return {}
-        checked = preflight_check(*rows, force=not self.refuse_unsolved, token_budget=getattr(self.config, "token_budget", None))
+        checked = preflight_check(*rows, force=not self.refuse_unsolved,
+                                  token_budget=getattr(self.config, "token_budget", None))
         return {} if checked is None else checked.record()
 
     def _init_loop(self, out_dir, progress: bool) -> None:
