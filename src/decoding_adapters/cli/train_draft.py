@@ -28,7 +28,7 @@ def run_cli(args) -> int:
     args.val_table = args.val_table or str(Path(args.out) / "tables" / "validation.jsonl")
     config = resolve_config(args, DraftTrainConfig)
     with training_run(args, config, needs_rollouts=False) as (lm, task, _, _):
-        ensure_tables(config, lm, task, on_chunk=lambda done, total: print(f"table: {done}/{total} problems"))
+        ensure_tables(config, lm, task, progress=getattr(args, "progress", True))
         out = start_trainer(DraftTrainer(config, lm, task, args.out, task_name=args.task), args)
     print(f"draft-gated adapter written to {out}")
     return 0

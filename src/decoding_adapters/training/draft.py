@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from tqdm.auto import tqdm
 
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction, load_action_set
 from ..decoding.loop import decode, row_seed
@@ -327,23 +328,41 @@ class DraftTrainConfig(SequenceTrainConfig):
         super().__post_init__()
 
 
-def ensure_tables(config: DraftTrainConfig, lm, task, on_chunk=None) -> None:
+def ensure_tables(config: DraftTrainConfig, lm, task, on_chunk=None, progress: bool = False) -> None:
     """Build ``config.table`` (the first ``max_train_prompts`` training problems) and
     ``config.val_table`` (the first ``val_problems`` validation problems) where they are missing or
     unfinished: the greedy draft and ``table_samples`` re-decodes under every sampled action of
-    ``config.actions`` (greedy is the draft; only ``redecode_actions`` when those are named)."""
+    ``config.actions`` (greedy is the draft; only ``redecode_actions`` when those are named).
+    ``progress``: one bar over the problems of both tables; ``on_chunk(done, total)`` after each chunk."""
     wanted = set(config.redecode_actions)
     actions = [a for a in load_action_set(config.actions) if not a.is_greedy and (not wanted or a.name in wanted)]
     if not actions:
         raise ValueError(f"the action set {config.actions!r} has no sampled action to re-decode with")
+    todo = []
     for path, split, count in ((config.table, "train", config.max_train_prompts),
                                (config.val_table, "validation", config.val_problems)):
         if path:
             problems = task.load(split)[:count]
-            build_draft_table(lm, task, problems, actions, samples=config.table_samples,
-                              token_budget=config.token_budget, path=path, split=split, seed=config.seed,
-                              on_chunk=on_chunk, draft_stop=config.draft_stop_at_answer,
-                              sample_stop=config.redecode_stop_at_answer)
+            done = set(DraftTable.load(path).problem_ids) if Path(path).is_file() else set()
+            todo.append((path, split, problems, sum(p.id not in done for p in problems)))
+    total = sum(left for *_, left in todo)
+    # one bar over every problem still to decode; chunks small enough that it moves (at least ~8
+    # times), large enough to batch the re-decodes of several problems together
+    chunk = max(2, min(16, math.ceil(total / 8))) if total else 16
+    bar = tqdm(total=total, desc="draft tables", unit="problem", disable=not progress or not total)
+    for path, split, problems, _ in todo:
+        before = bar.n
+
+        def advance(done: int, _total: int, before=before) -> None:
+            bar.update(before + done - bar.n)
+            if on_chunk is not None:
+                on_chunk(bar.n, total)
+
+        build_draft_table(lm, task, problems, actions, samples=config.table_samples,
+                          token_budget=config.token_budget, path=path, split=split, seed=config.seed,
+                          chunk_problems=chunk, on_chunk=advance, draft_stop=config.draft_stop_at_answer,
+                          sample_stop=config.redecode_stop_at_answer)
+    bar.close()
 
 
 class DraftRewards:
