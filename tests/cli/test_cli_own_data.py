@@ -107,7 +107,7 @@ def test_a_draft_adapter_on_two_field_jsonl_generates_without_retyping(tiny_mode
     assert config.task == "jsonl" and config.task_options["question_template"] == "{Body} {Question}"
     assert config.task_options["data"] == str(data.resolve()) and config.task_options["verifier"] == "numeric"
     printed = capsys.readouterr()
-    assert "table:" not in printed.out and printed.err.count("draft tables: 100%") == 1  # one bar, not a line a chunk
+    assert "problems\n" not in printed.out and "draft tables: 100%" in printed.err  # one bar, not a line a chunk
     assert main(["generate", "--adapter", str(out), "Tom has 3 apples and buys 4. How many?", "--json",
                  "--token-budget", "4"]) == 0
     assert json.loads(capsys.readouterr().out)["generations"]
