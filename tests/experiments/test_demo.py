@@ -82,7 +82,7 @@ def test_demo_cuts_its_sizes_to_fit_the_minutes_and_keeps_the_probe_for_resumes(
     argv = ["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress",
             "--seeds", "1", "--token.steps", "4", "--minutes", "1"]
     assert main(argv) == 0
-    assert "decode probe: 0 tok/s" in capsys.readouterr().out
+    assert "decode probe 0 tok/s" in capsys.readouterr().out
     recorded = json.loads((out / "study_config.json").read_text())
     assert recorded["token"]["steps"] == 2 and "token-training steps 4 -> 2" in recorded["fit"]
     assert recorded["command"].endswith("--minutes 1")
