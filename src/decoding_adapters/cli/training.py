@@ -53,10 +53,17 @@ class PreflightOptions:
     finds nothing solved; without it the run stops there with the share solved and cut by the budget"""
 
 
-def start_trainer(trainer, args):
-    """``trainer`` set to refuse an unsolvable start unless ``--force``, trained (or resumed)."""
+def start_trainer(trainer, args) -> str:
+    """``trainer`` set to refuse an unsolvable start unless ``--force``, trained (or resumed); the
+    adapter's directory, with the step it kept where that is not the last (``... (kept step 0, the
+    untrained start)``)."""
     trainer.refuse_unsolved = not getattr(args, "force", False)
-    return trainer.train(resume=args.resume)
+    out = trainer.train(resume=args.resume)
+    kept = getattr(trainer, "kept_step", None)
+    if kept is None or kept == trainer.step:
+        return str(out)
+    start = ", the untrained start: no later validation beat it" if kept == 0 else ""
+    return f"{out} (kept step {kept} of {trainer.step}{start})"
 
 
 OPTIONS_FILE = "cli_options.json"
@@ -105,7 +112,8 @@ def _restore_options(args, saved_config: dict) -> None:
             continue
         value = tuple(value) if isinstance(value, list) and isinstance(getattr(args, name), tuple) else value
         if getattr(args, name) != value:
-            restored.append(f"--{name.replace('_', '-')} {value}")
+            shown = ",".join(map(str, value)) if isinstance(value, (tuple, list)) else value
+            restored.append(f"--{name.replace('_', '-')} {shown}")
         setattr(args, name, value)
     if restored:
         log.info("resuming %s with its original options: %s", args.out, " ".join(map(str, restored)))

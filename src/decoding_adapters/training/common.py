@@ -464,8 +464,14 @@ class TrainingLoop:
                     {"step": self.step, "config": asdict(cfg), **self.state(), "early_stopping": self.early.state()}
                 )
         bar.close()
+        self.kept_step = self.step
         if (patience > 0 or keep_best) and self.early.best_policy is not None:
             self.policy.load_state_dict(self.early.best_policy)  # the adapter is the best validated one
+            self.kept_step = self.early.best_step
+            if self.kept_step == 0 and self.step > 0:
+                log.warning("the adapter kept is step 0, the untrained start: no validation after it beat it by "
+                            "the margin asked (%d steps trained); train longer, on more prompts, or check the "
+                            "validation reward in train_log.jsonl", self.step)
             if self.early.best_mode is not None and hasattr(self, "policy_mode"):
                 self.policy_mode = self.early.best_mode
         elif self.early.last_mode is not None and hasattr(self, "policy_mode"):

@@ -449,8 +449,14 @@ class TokenTrainer(TrainingLoop):
                 "loosen --filter-min-pass/--filter-max-pass or use --filter-samples 0"
             )
         if len(kept) < wanted:
-            log.warning("prompt filtering kept %d training prompts, fewer than the %d wanted: the train split "
-                        "ran out (a generated task makes more, e.g. train_size of arithmetic)", len(kept), wanted)
+            available = len(distinct_questions([p for p in self.task.load("train") if p.id not in val_ids]))
+            if cfg.max_train_prompts is not None and available > cfg.max_train_prompts:
+                log.warning("prompt filtering kept %d training prompts, fewer than the %d wanted: --max-train-prompts "
+                            "%d capped the prompts probed (the train split holds %d); raise it to probe more",
+                            len(kept), wanted, cfg.max_train_prompts, available)
+            else:
+                log.warning("prompt filtering kept %d training prompts, fewer than the %d wanted: the train split "
+                            "ran out (a generated task makes more, e.g. train_size of arithmetic)", len(kept), wanted)
         return summary
 
     def distinct_prompts_per_run(self) -> int:

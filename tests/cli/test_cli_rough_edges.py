@@ -1,0 +1,63 @@
+"""What a new user meets past the first commands: what train-token says it kept and why it has fewer
+prompts, help lines that end where a sentence or clause does, comma lists in logs, and what
+``generate --help`` names."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from decoding_adapters.cli import main
+from decoding_adapters.cli.help import short_help_text
+
+TINY_TOKEN = ["--force", "--token-budget", "4", "--val-problems", "2", "--prompts-per-step", "2", "--group-size", "2"]
+
+
+def _half_solved(task, problems, result):
+    """Every prompt's rows alternate 0 and 1: filtering keeps every prompt (pass rate 0.5) and every
+    validation scores 0.5, so no later step beats the start."""
+    return (torch.arange(len(result.texts)) % 2).float()
+
+
+def test_train_token_says_it_kept_the_start_and_why_it_has_fewer_prompts(tiny_model_dir, tmp_path, capsys, caplog,
+                                                                         monkeypatch):
+    import decoding_adapters.training.token as token
+
+    monkeypatch.setattr(token, "score_rows", _half_solved)
+    caplog.set_level(logging.INFO)
+    argv = ["train-token", "--model", str(tiny_model_dir), *TINY_TOKEN, "--steps", "2", "--val-every", "1",
+            "--filter-samples", "2", "--max-train-prompts", "3", "--out", str(tmp_path / "tok")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "kept step 0 of 2, the untrained start" in out
+    assert "the adapter kept is step 0, the untrained start" in caplog.text
+    assert "--max-train-prompts 3 capped the prompts probed" in caplog.text and "ran out" not in caplog.text
+
+
+def test_help_lines_end_at_a_sentence_or_a_clause():
+    long = ("the plan's minutes, scaled by the decode probe (a few seconds at the start, 0.5 x on a machine half "
+            "as fast as the reference machine); the run cuts the later stages when the finished ones ran slower")
+    short = short_help_text(long)
+    assert short.endswith("reference machine) ...") or short == long
+    assert not short.rstrip(" .").endswith("the")
+    sentence = "Adam learning rate. " + "More about it, " * 12 + "and the rest."
+    assert short_help_text(sentence) == "Adam learning rate. ..."
+
+
+def test_resume_logs_tuples_as_comma_lists(tiny_model_dir, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    out = tmp_path / "seq"
+    argv = ["train-sequence", "--force", "--model", str(tiny_model_dir), "--token-budget", "4", "--steps", "1",
+            "--prompts-per-step", "2", "--max-train-prompts", "4", "--val-problems", "2", "--parallel-budgets", "1,2",
+            "--out", str(out)]
+    assert main(argv) == 0
+    assert main(["train-sequence", "--out", str(out), "--resume", "--steps", "2"]) == 0
+    assert "--parallel-budgets 1,2" in caplog.text and "(1, 2)" not in caplog.text
+
+
+def test_generate_help_names_every_trainer(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert main(["generate", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(name in text for name in ("train-sequence", "train-token", "train-draft"))
