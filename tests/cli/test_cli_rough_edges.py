@@ -61,3 +61,33 @@ def test_generate_help_names_every_trainer(capsys, monkeypatch, tmp_path):
     assert main(["generate", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert all(name in text for name in ("train-sequence", "train-token", "train-draft"))
+
+
+def test_a_sequence_adapter_records_its_token_budget_and_an_interrupt_has_its_own_line(
+        tiny_model_dir, tmp_path, capsys, monkeypatch):
+    from decoding_adapters.policies.networks import load_adapter
+    from decoding_adapters.training.sequence import SequenceTrainer
+
+    argv = ["train-sequence", "--force", "--model", str(tiny_model_dir), "--token-budget", "3", "--steps", "1",
+            "--prompts-per-step", "2", "--max-train-prompts", "4", "--val-problems", "2", "--parallel-budgets", "1"]
+    assert main([*argv, "--out", str(tmp_path / "seq")]) == 0
+    assert load_adapter(tmp_path / "seq")[1].token_budget == 3
+    assert "| token budget b of training | 3 |" in (tmp_path / "seq" / "README.md").read_text()
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SequenceTrainer, "train_step", interrupted)
+    capsys.readouterr()
+    assert main([*argv, "--out", str(tmp_path / "cut")]) == 130
+    assert "\ninterrupted; " in capsys.readouterr().err
+
+
+def test_one_k_is_named_once():
+    from decoding_adapters.reporting.report import evidence_lines
+
+    entry = {"mean": 0.5, "ci_low": 0.1, "ci_high": 0.9}
+    results = {"Greedy": {"pass@1": entry}, "Best": {"pass@1": entry}}
+    details = {"problems": ["a", "b"]}
+    text = " ".join(evidence_lines(results, details))
+    assert "at pass@1." in text and "pass@1 or pass@1" not in text

@@ -157,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"decoding-adapters {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"interrupted; {_saved_note(args)}", file=sys.stderr)
+        # on its own line: a progress bar may hold the cursor at the end of its line
+        print(f"\ninterrupted; {_saved_note(args)}", file=sys.stderr)
         return 130
 
 

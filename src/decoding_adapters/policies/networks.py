@@ -482,7 +482,7 @@ class AdapterConfig:
     parallel_budgets: list[int] = field(default_factory=list)
     """Parallel budgets B seen in training (sequence adapters)."""
     token_budget: int | None = None
-    """Token budget b of training (token adapters)."""
+    """Token budget b of training (every kind: the rollouts its rewards came from were decoded at it)."""
     task: str = ""
     task_options: dict | None = None
     """The ``get_task`` options of ``task`` it was trained with (``tasks.task_record``: data paths

@@ -527,7 +527,7 @@ class DraftTrainer(SequenceTrainer):
             kind="draft", policy=asdict(self.policy.config), actions=self.rewards.action_set.to_json(),
             base_model=self.lm.spec.name_or_path, base_fingerprint=self.lm.fingerprint(),
             embedding={"pooling": self.config.pooling}, parallel_budgets=list(self.config.parallel_budgets),
-            task=self.task_name, task_options=task_record(self.task), training=asdict(self.config),
+            token_budget=self.config.token_budget, task=self.task_name, task_options=task_record(self.task), training=asdict(self.config),
             lm_dtype=self.lm.fingerprint().get("dtype"),
             trained_on=problems_record(self.train_problems) if self.train_problems else None,
             selected_on=selection_record(self.config.actions), draft=asdict(self.context_config),

@@ -533,6 +533,7 @@ class SequenceTrainer(TrainingLoop):
             base_fingerprint=self.lm.fingerprint(),
             embedding={"pooling": self.config.pooling},
             parallel_budgets=list(self.config.parallel_budgets),
+            token_budget=self.config.token_budget,  # its rewards were decoded at this budget
             task=self.task_name,
             task_options=task_record(self.task),
             training=asdict(self.config),
