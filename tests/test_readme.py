@@ -184,7 +184,9 @@ class Session:
     def _start_server(self, args: list[str], command: str) -> None:
         import httpx
 
-        assert self.server is None, "the README starts a second server"
+        if self.server is not None:  # a later example serves another adapter: the first server stops
+            self.close()
+            self.server = None
         code = "import sys; from decoding_adapters.cli import main; sys.exit(main())"
         self.server = subprocess.Popen([sys.executable, "-c", code, *args], cwd=self.workdir, env=_env(),
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -227,6 +229,9 @@ USER_FILES = {
     "my/test.jsonl": "".join(f'{{"question": "What is {i} + 1?", "answer": "{i + 1}"}}\n' for i in range(100, 104)),
     # one file with other field names (divided 80/10/10 by content hash)
     "my/rows.jsonl": "".join(f'{{"input": "What is {i} + {2 * i}?", "target": "{3 * i}"}}\n' for i in range(60)),
+    # a question in two fields and a numeric answer, as SVAMP has them
+    "my/svamp.jsonl": "".join(f'{{"Body": "Ann has {i} apples and buys {i + 3} more.", "Question": "How many apples '
+                              f'does Ann have now?", "Answer": {2.0 * i + 3}}}\n' for i in range(40)),
     "mypkg/__init__.py": "",
     "mypkg/check.py": "def score(completion, answer):\n    return float(completion.strip() == answer.strip())\n",
 }

@@ -140,3 +140,19 @@ def test_train_draft_lists_only_the_options_it_takes(capsys):
     with pytest.raises(ValueError, match="group_size has no effect with full_information"):
         DraftTrainConfig(table="t", group_size=4)
     assert DraftTrainConfig(table="t", group_size=4, full_information=False).group_size == 4
+
+
+def test_a_draft_adapter_on_a_verifier_without_an_answer_check_records_the_stop_as_off(
+        tiny_model_dir, tmp_path, monkeypatch, caplog):
+    (tmp_path / "plainchecks.py").write_text("def score(completion, answer):\n    return 0.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "draft"
+    argv = ["train-draft", "--force", "--model", str(tiny_model_dir), "--task", "jsonl", "--data", str(MAWPS),
+            "--question-field", "Question", "--answer-field", "Answer", "--verifier", "plainchecks:score",
+            *TINY_DRAFT, "--out", str(out)]
+    assert main(argv) == 0
+    assert "not stopped at the first answer" in caplog.text
+    _, config = load_adapter(out)
+    assert config.draft["draft_stop_at_answer"] is False and config.draft["redecode_stop_at_answer"] is False
+    header = json.loads((out / "tables" / "train.jsonl").read_text().splitlines()[0])["header"]
+    assert "draft_stop_at_answer" not in header

@@ -10,10 +10,14 @@ would mean nothing; the policy class and the trainer's loop are the sequence ada
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 from ..training.draft import DraftTrainConfig, DraftTrainer, ensure_tables
+from .common import build_task
 from .training import configure_training_parser, resolve_config, start_trainer, training_run
+
+log = logging.getLogger(__name__)
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -23,6 +27,12 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run_cli(args) -> int:
+    task = build_task(args)  # no model yet: a task whose verifier has no answer check turns the stop off
+    if getattr(task, "answer_check", "") is None and (args.draft_stop_at_answer or args.redecode_stop_at_answer):
+        log.warning("task %s has no check for a complete answer (its verifier brings none): the drafts and "
+                    "re-decodes are not stopped at the first answer, and the adapter records the stop as off",
+                    task.name)
+        args.draft_stop_at_answer = args.redecode_stop_at_answer = False
     # the tables live beside the adapter unless named: built on the first run, reused on a resume
     args.table = args.table or str(Path(args.out) / "tables" / "train.jsonl")
     args.val_table = args.val_table or str(Path(args.out) / "tables" / "validation.jsonl")
