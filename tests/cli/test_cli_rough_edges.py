@@ -91,3 +91,34 @@ def test_one_k_is_named_once():
     details = {"problems": ["a", "b"]}
     text = " ".join(evidence_lines(results, details))
     assert "at pass@1." in text and "pass@1 or pass@1" not in text
+
+
+def test_evaluate_continues_after_ctrl_c_from_its_finished_seeds(tiny_model_dir, tmp_path, capsys, caplog,
+                                                                  monkeypatch):
+    import json
+
+    from decoding_adapters.evaluation import runner
+
+    argv = ["evaluate", "--model", str(tiny_model_dir), "--max-problems", "2", "--seeds", "2", "--k", "1",
+            "--token-budget", "3", "--best-problems", "2", "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path / "whole")]) == 0
+    keys_for_seed = runner._keys_for_seed
+
+    def interrupted_at_seed_1(methods, cfg, s, problems, choices):
+        if s == 1:
+            raise KeyboardInterrupt
+        return keys_for_seed(methods, cfg, s, problems, choices)
+
+    monkeypatch.setattr(runner, "_keys_for_seed", interrupted_at_seed_1)
+    capsys.readouterr()
+    assert main([*argv, "--out", str(tmp_path / "cut")]) == 130
+    assert "finished seeds are saved" in capsys.readouterr().err
+
+    monkeypatch.setattr(runner, "_keys_for_seed", keys_for_seed)
+    caplog.set_level(logging.INFO)
+    assert main([*argv, "--out", str(tmp_path / "cut")]) == 0
+    assert "seed(s) 0 already decoded" in caplog.text  # seed 0 came from the checkpoint
+    assert not (tmp_path / "cut" / "eval_checkpoint.pkl").exists()
+    whole = json.loads((tmp_path / "whole" / "results.json").read_text())
+    resumed = json.loads((tmp_path / "cut" / "results.json").read_text())
+    assert {m: r["pass@1"]["mean"] for m, r in resumed.items()} == {m: r["pass@1"]["mean"] for m, r in whole.items()}

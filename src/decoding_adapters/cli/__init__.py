@@ -184,6 +184,10 @@ def _saved_note(args) -> str:
         if (out / "checkpoint.pt").is_file():
             return f"the last checkpoint is in {out}: add --resume to the same command to continue"
         return f"nothing saved yet (no checkpoint in {out}): the same command starts over"
+    if args.command == "evaluate":
+        if (out / "eval_checkpoint.pkl").is_file():
+            return f"the finished seeds are saved in {out}: the same command continues from them"
+        return "no seed had finished, nothing saved: the same command starts over"
     if str(out) not in ("", ".") and out.is_dir() and any(out.iterdir()):
         return f"finished stages are in {out}: the same command continues from them"
     return "nothing saved yet"

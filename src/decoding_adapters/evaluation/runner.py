@@ -17,7 +17,7 @@ from typing import Callable, Mapping, NamedTuple, Sequence, Union
 import torch
 from tqdm.auto import tqdm
 
-from ..core.files import write_json
+from ..core.files import atomic_write, write_json
 from ..core.stats import binomial_halfwidth, finite_or_none, format_interval, mean_ci, pass_at_k
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction
 from ..decoding.loop import DecodeResult, row_seed
@@ -413,12 +413,17 @@ def evaluate(
     progress: bool = False,
     meta: dict | None = None,
     allow_train_overlap: bool = False,
+    checkpoint: SeedCheckpoint | None = None,
 ) -> Evaluation:
     """Evaluate ``methods`` on ``problems`` (a list of ``tasks.Problem``); see the module docstring.
 
     An adapter is never scored on problems it was trained or selected on (by content hash, as
     recorded in its adapter.json): that raises a ValueError, unless ``allow_train_overlap``, in which
-    case ``eval_details.json`` records the overlap and the report states it."""
+    case ``eval_details.json`` records the overlap and the report states it.
+
+    ``checkpoint``: every finished seed's decoded rows are saved there, and a later call with the
+    same checkpoint (the same options) decodes only the seeds still missing (``evaluate`` after a
+    Ctrl-C continues)."""
     cfg = config or EvalConfig()
     started = time.perf_counter()
     _check_methods(methods)
@@ -458,8 +463,11 @@ def evaluate(
     static_set = _static_actions(methods, choices)
     static_rollouts = factory(ActionSet(static_set), False) if static_set else None
     token_rollouts = {m.name: factory(ActionSet(m.actions), m.decodes_per_token) for m in methods if m.decodes_own_rows}
+    done_seeds = checkpoint.restore(store) if checkpoint is not None else set()
     try:
         for s in tqdm(range(cfg.seeds), desc="evaluate (seeds)", unit="seed", disable=not progress):
+            if s in done_seeds:
+                continue
             needed = _keys_for_seed(methods, cfg, s, problems, choices)
             todo = sorted(
                 (k for k in needed if isinstance(k, StaticKey) and k not in store.correct),
@@ -479,6 +487,9 @@ def evaluate(
                         store,
                         progress and f"{m.name} s={s}",
                     )
+            if checkpoint is not None:
+                done_seeds.add(s)
+                checkpoint.save(store, done_seeds)
     finally:
         for r in [static_rollouts, *token_rollouts.values()]:
             if r is not None:
@@ -828,3 +839,55 @@ def format_table(results: dict, metrics: Sequence[str] | None = None) -> str:
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
     return "\n".join(lines)
+
+
+_STORE_FIELDS = ("correct", "length", "records", "token_counts", "seconds", "decodes", "generated", "source",
+                 "all_greedy", "row_actions")
+"""What a seed checkpoint keeps of ``_Store`` (not the tokenizer, the wanted keys or the argmax rows'
+policy-identity map, which a resumed process rebuilds)."""
+
+
+@dataclass
+class SeedCheckpoint:
+    """The decoded rows of an evaluation's finished seeds, in ``path``, for ``options`` (anything
+    that JSON-encodes: a checkpoint made under other options is ignored, with a log line)."""
+
+    path: Path
+    options: dict
+
+    def restore(self, store: "_Store") -> set[int]:
+        """Fill ``store`` from the checkpoint; the seeds it holds (none when absent or stale)."""
+        import pickle
+
+        if not Path(self.path).is_file():
+            return set()
+        try:
+            saved = pickle.loads(Path(self.path).read_bytes())
+        except Exception as err:  # a torn or foreign file: decode again
+            log.warning("ignoring the evaluation checkpoint %s (%s)", self.path, err)
+            return set()
+        if saved.get("options") != _json_form(self.options):
+            log.info("the evaluation checkpoint %s was made with other options: starting over", self.path)
+            return set()
+        for name in _STORE_FIELDS:
+            getattr(store, name).update(saved["store"][name])
+        seeds = set(saved["seeds"])
+        log.info("resuming the evaluation from %s: seed(s) %s already decoded", self.path,
+                 ",".join(map(str, sorted(seeds))))
+        return seeds
+
+    def save(self, store: "_Store", seeds: set[int]) -> None:
+        import pickle
+
+        data = pickle.dumps({"options": _json_form(self.options), "seeds": sorted(seeds),
+                             "store": {name: getattr(store, name) for name in _STORE_FIELDS}})
+        atomic_write(self.path, lambda tmp: Path(tmp).write_bytes(data))
+
+    def remove(self) -> None:
+        Path(self.path).unlink(missing_ok=True)
+
+
+def _json_form(options: dict) -> str:
+    import json
+
+    return json.dumps(options, sort_keys=True, default=str)
