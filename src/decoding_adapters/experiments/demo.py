@@ -288,6 +288,9 @@ PROBE_REPEATS = 3
 seconds; the plan reads their median, so one probe caught in another process's burst moves nothing."""
 PROBE_SPREAD_S = 2.0
 """Seconds of pause spread between the probes (a short burst of other work passes in between)."""
+PROBE_MAX_S = 20.0
+"""Probing stops repeating past this many seconds (after one probe of each kind): on a machine so
+busy that one probe takes long, more of them would only delay the plan."""
 REFERENCE_SINGLE_THREAD_TOKENS_PER_SECOND = 260.0
 """What one probe thread (``torch.set_num_threads(1)``) measured on the reference machine; with
 :data:`REFERENCE_PROBE_TOKENS_PER_SECOND` it says how much a second thread adds there (1.7 x)."""
@@ -353,12 +356,16 @@ def _load() -> float | None:
 
 def measure_probe(lm, task, repeats: int = PROBE_REPEATS, spread_s: float = PROBE_SPREAD_S) -> DecodeProbe:
     """``repeats`` many-thread probes (:func:`probe_tokens_per_second`) and as many one-thread ones,
-    alternating, with ``spread_s`` seconds of pause spread between them, and the load average."""
+    alternating, with ``spread_s`` seconds of pause spread between them (fewer past
+    :data:`PROBE_MAX_S`), and the load average."""
     before = _load()
     threads = torch.get_num_threads()
     one_thread = threads > 1 and str(getattr(lm, "device", "cpu")).startswith("cpu")
     multi, single = [], []
+    started = time.perf_counter()
     for i in range(repeats):
+        if i and time.perf_counter() - started > PROBE_MAX_S:
+            break
         multi.append(probe_tokens_per_second(lm, task))
         if one_thread:
             torch.set_num_threads(1)
