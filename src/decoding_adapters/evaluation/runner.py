@@ -5,8 +5,10 @@ docstring for the sampling scheme (common random numbers) and the intervals."""
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
+import pickle
 import statistics
 import time
 from collections import Counter
@@ -857,8 +859,6 @@ class SeedCheckpoint:
 
     def restore(self, store: "_Store") -> set[int]:
         """Fill ``store`` from the checkpoint; the seeds it holds (none when absent or stale)."""
-        import pickle
-
         if not Path(self.path).is_file():
             return set()
         try:
@@ -877,8 +877,6 @@ class SeedCheckpoint:
         return seeds
 
     def save(self, store: "_Store", seeds: set[int]) -> None:
-        import pickle
-
         data = pickle.dumps({"options": _json_form(self.options), "seeds": sorted(seeds),
                              "store": {name: getattr(store, name) for name in _STORE_FIELDS}})
         atomic_write(self.path, lambda tmp: Path(tmp).write_bytes(data))
@@ -888,6 +886,4 @@ class SeedCheckpoint:
 
 
 def _json_form(options: dict) -> str:
-    import json
-
     return json.dumps(options, sort_keys=True, default=str)
