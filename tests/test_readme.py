@@ -62,7 +62,7 @@ TINY: dict[str, list[str]] = {
 USES_ADAPTER_BASE = ("generate", "serve")
 """Sub-commands whose model defaults to the adapter's own base model (no --model appended)."""
 
-EXAMPLE_TINY = ["--token-budget", "3", "--steps", "1", "--prompts-per-step", "2", "--group-size", "2",
+EXAMPLE_TINY = ["--force", "--token-budget", "3", "--steps", "1", "--prompts-per-step", "2", "--group-size", "2",
                 "--val-problems", "1", "--filter-samples", "0", "--max-train-prompts", "4", "--eval-k", "1",
                 "--max-problems", "2"]
 """``python examples/user_task/train.py``: its own documented size options."""
