@@ -277,9 +277,14 @@ def probe_tokens_per_second(lm, task) -> float:
         return RolloutRequest(prompts=prompts, prompt_of_row=[r % len(prompts) for r in range(rows)],
                               row_seeds=list(range(rows)), token_budget=tokens, row_actions=[0] * rows)
 
-    rollouts.run(request(4, 4))
     start = time.perf_counter()
-    result = rollouts.run(request(PROBE_ROWS, PROBE_TOKENS))
+    warm = rollouts.run(request(4, 4))
+    warm_rate = float(warm.lengths.sum()) / max(time.perf_counter() - start, 1e-6)
+    rows, tokens = PROBE_ROWS, PROBE_TOKENS
+    if rows * tokens / max(warm_rate, 1e-6) > PROBE_MAX_S / 2:  # a machine so busy that the probe would take
+        rows, tokens = 8, 8  # minutes: a smaller one (a lower bound; the one-thread probe gives the capacity)
+    start = time.perf_counter()
+    result = rollouts.run(request(rows, tokens))
     return float(result.lengths.sum()) / max(time.perf_counter() - start, 1e-6)
 
 
