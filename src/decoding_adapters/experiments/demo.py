@@ -277,6 +277,7 @@ def probe_tokens_per_second(lm, task) -> float:
         return RolloutRequest(prompts=prompts, prompt_of_row=[r % len(prompts) for r in range(rows)],
                               row_seeds=list(range(rows)), token_budget=tokens, row_actions=[0] * rows)
 
+    rollouts.run(request(4, 4))  # the first call allocates caches and picks kernels
     start = time.perf_counter()
     warm = rollouts.run(request(4, 4))
     warm_rate = float(warm.lengths.sum()) / max(time.perf_counter() - start, 1e-6)
