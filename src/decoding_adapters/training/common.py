@@ -18,6 +18,7 @@ from ..core.files import Checkpoint, JsonlLog
 from ..decoding.actions import GREEDY, ActionSet
 from ..decoding.loop import decode, row_seed
 from ..decoding.rollouts import encode_problems
+from ..lm.models import FrozenLM
 
 log = logging.getLogger(__name__)
 
@@ -389,8 +390,8 @@ class TrainingLoop:
         problems = list(getattr(self, "train_problems", []) or [])[:PREFLIGHT_PROBLEMS]
         lm, task = getattr(self, "lm", None), getattr(self, "task", None)
         budget = getattr(self.config, "token_budget", None)
-        if not problems or lm is None or task is None or not budget or not self.config.steps:
-            return None
+        if not problems or not isinstance(lm, FrozenLM) or task is None or not budget or not self.config.steps:
+            return None  # nothing to train, or an LM the decode loop does not run (a test's stand-in)
         rewards, truncated = greedy_preflight_rows(lm, task, problems, budget, self.config.seed)
         return rewards, truncated, f"greedy on the first {len(problems)} training problems"
 
