@@ -168,8 +168,14 @@ class Session:
         else:
             assert sub in TINY, f"no tiny size known for `decoding-adapters {sub}`: add it to TINY ({command})"
             extra = list(TINY[sub]) + ([] if sub in USES_ADAPTER_BASE else ["--model", self.model])
+        if sub == "serve" and self.server is not None:  # a later example serves another adapter: checked on
+            other = _free_port()  # its own port and stopped, the first server stays for the snippets
+            second = self._start_server([*args, *extra, "--port", str(other)], command, port=other)
+            second.terminate()
+            second.wait(timeout=20)
+            return
         if sub == "serve":
-            self._start_server([*args, *extra, "--port", str(self.port)], command)
+            self.server = self._start_server([*args, *extra, "--port", str(self.port)], command)
             return
         try:
             code = main([*args, *extra])
@@ -181,22 +187,20 @@ class Session:
         done = subprocess.run(argv, cwd=self.workdir, env=_env(), capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
 
-    def _start_server(self, args: list[str], command: str) -> None:
+    def _start_server(self, args: list[str], command: str, port: int | None = None) -> subprocess.Popen:
         import httpx
 
-        if self.server is not None:  # a later example serves another adapter: the first server stops
-            self.close()
-            self.server = None
+        port = port or self.port
         code = "import sys; from decoding_adapters.cli import main; sys.exit(main())"
-        self.server = subprocess.Popen([sys.executable, "-c", code, *args], cwd=self.workdir, env=_env(),
+        server = subprocess.Popen([sys.executable, "-c", code, *args], cwd=self.workdir, env=_env(),
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            if self.server.poll() is not None:
-                raise AssertionError(f"{command} exited: {self.server.stderr.read()[-4000:]}")
+            if server.poll() is not None:
+                raise AssertionError(f"{command} exited: {server.stderr.read()[-4000:]}")
             try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
-                    return
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    return server
             except httpx.HTTPError:
                 pass
             time.sleep(0.3)
