@@ -403,8 +403,10 @@ class AdaptiveGenerator:
         return self._split(chunk, result, chosen, probs)
 
     def _answer_check(self, p: PreparedPrompt):
-        """The check that ends a row of prompt ``p`` at its first complete answer (the answer task's)."""
-        return functools.partial(self.answer_task.answer_complete, Problem(f"prompt/{p.index}", p.prompt, ""))
+        """The check that ends a row of prompt ``p`` at its first complete answer (the answer task's;
+        a chat is asked as its question's text, as a task's ``Problem`` holds it)."""
+        return functools.partial(self.answer_task.answer_complete,
+                                 Problem(f"prompt/{p.index}", _question_text(p.prompt), ""))
 
     @torch.inference_mode()
     def _sequence_actions(self, chunk: list[PreparedPrompt], deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
