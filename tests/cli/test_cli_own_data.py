@@ -153,6 +153,6 @@ def test_a_draft_adapter_on_a_verifier_without_an_answer_check_records_the_stop_
     assert main(argv) == 0
     assert "not stopped at the first answer" in caplog.text
     _, config = load_adapter(out)
-    assert config.draft["draft_stop_at_answer"] is False and config.draft["redecode_stop_at_answer"] is False
+    assert config.stop_at_answer is False and config.training["stop_at_answer"] is False
     header = json.loads((out / "tables" / "train.jsonl").read_text().splitlines()[0])["header"]
-    assert "draft_stop_at_answer" not in header
+    assert "stop_at_answer" not in header

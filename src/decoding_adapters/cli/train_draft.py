@@ -28,11 +28,11 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 def run_cli(args) -> int:
     task = build_task(args)  # no model yet: a task whose verifier has no answer check turns the stop off
-    if getattr(task, "answer_check", "") is None and (args.draft_stop_at_answer or args.redecode_stop_at_answer):
+    if getattr(task, "answer_check", "") is None and args.stop_at_answer:
         log.warning("task %s has no check for a complete answer (its verifier brings none): the drafts and "
                     "re-decodes are not stopped at the first answer, and the adapter records the stop as off",
                     task.name)
-        args.draft_stop_at_answer = args.redecode_stop_at_answer = False
+        args.stop_at_answer = False
     # the tables live beside the adapter unless named: built on the first run, reused on a resume
     args.table = args.table or str(Path(args.out) / "tables" / "train.jsonl")
     args.val_table = args.val_table or str(Path(args.out) / "tables" / "validation.jsonl")
