@@ -40,11 +40,14 @@ README_MAX_LINES = 250
 
 TINY: dict[str, list[str]] = {
     "select-actions": ["--max-problems", "2", "--samples", "1", "--token-budget", "4", "--no-progress"],
-    "train-sequence": ["--steps", "1", "--prompts-per-step", "2", "--max-train-prompts", "4", "--val-problems", "2",
+    "train-sequence": ["--force",
+                       "--steps", "1", "--prompts-per-step", "2", "--max-train-prompts", "4", "--val-problems", "2",
                        "--token-budget", "4"],
-    "train-token": ["--steps", "1", "--prompts-per-step", "2", "--group-size", "2", "--max-train-prompts", "4",
+    "train-token": ["--force",
+                       "--steps", "1", "--prompts-per-step", "2", "--group-size", "2", "--max-train-prompts", "4",
                     "--val-problems", "2", "--filter-samples", "0", "--token-budget", "4"],
-    "train-draft": ["--steps", "1", "--prompts-per-step", "2", "--max-train-prompts", "4", "--val-problems", "2",
+    "train-draft": ["--force",
+                       "--steps", "1", "--prompts-per-step", "2", "--max-train-prompts", "4", "--val-problems", "2",
                     "--table-samples", "1", "--token-budget", "4"],
     "evaluate": ["--max-problems", "2", "--seeds", "1", "--token-budget", "4", "--best-problems", "2", "--no-progress"],
     "generate": ["--token-budget", "4"],
@@ -59,7 +62,7 @@ TINY: dict[str, list[str]] = {
 USES_ADAPTER_BASE = ("generate", "serve")
 """Sub-commands whose model defaults to the adapter's own base model (no --model appended)."""
 
-EXAMPLE_TINY = ["--token-budget", "3", "--steps", "1", "--prompts-per-step", "2", "--group-size", "2",
+EXAMPLE_TINY = ["--force", "--token-budget", "3", "--steps", "1", "--prompts-per-step", "2", "--group-size", "2",
                 "--val-problems", "1", "--filter-samples", "0", "--max-train-prompts", "4", "--eval-k", "1",
                 "--max-problems", "2"]
 """``python examples/user_task/train.py``: its own documented size options."""
@@ -165,8 +168,14 @@ class Session:
         else:
             assert sub in TINY, f"no tiny size known for `decoding-adapters {sub}`: add it to TINY ({command})"
             extra = list(TINY[sub]) + ([] if sub in USES_ADAPTER_BASE else ["--model", self.model])
+        if sub == "serve" and self.server is not None:  # a later example serves another adapter: checked on
+            other = _free_port()  # its own port and stopped, the first server stays for the snippets
+            second = self._start_server([*args, *extra, "--port", str(other)], command, port=other)
+            second.terminate()
+            second.wait(timeout=20)
+            return
         if sub == "serve":
-            self._start_server([*args, *extra, "--port", str(self.port)], command)
+            self.server = self._start_server([*args, *extra, "--port", str(self.port)], command)
             return
         try:
             code = main([*args, *extra])
@@ -178,20 +187,20 @@ class Session:
         done = subprocess.run(argv, cwd=self.workdir, env=_env(), capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
 
-    def _start_server(self, args: list[str], command: str) -> None:
+    def _start_server(self, args: list[str], command: str, port: int | None = None) -> subprocess.Popen:
         import httpx
 
-        assert self.server is None, "the README starts a second server"
+        port = port or self.port
         code = "import sys; from decoding_adapters.cli import main; sys.exit(main())"
-        self.server = subprocess.Popen([sys.executable, "-c", code, *args], cwd=self.workdir, env=_env(),
+        server = subprocess.Popen([sys.executable, "-c", code, *args], cwd=self.workdir, env=_env(),
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            if self.server.poll() is not None:
-                raise AssertionError(f"{command} exited: {self.server.stderr.read()[-4000:]}")
+            if server.poll() is not None:
+                raise AssertionError(f"{command} exited: {server.stderr.read()[-4000:]}")
             try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
-                    return
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    return server
             except httpx.HTTPError:
                 pass
             time.sleep(0.3)
@@ -224,6 +233,9 @@ USER_FILES = {
     "my/test.jsonl": "".join(f'{{"question": "What is {i} + 1?", "answer": "{i + 1}"}}\n' for i in range(100, 104)),
     # one file with other field names (divided 80/10/10 by content hash)
     "my/rows.jsonl": "".join(f'{{"input": "What is {i} + {2 * i}?", "target": "{3 * i}"}}\n' for i in range(60)),
+    # a question in two fields and a numeric answer, as SVAMP has them
+    "my/svamp.jsonl": "".join(f'{{"Body": "Ann has {i} apples and buys {i + 3} more.", "Question": "How many apples '
+                              f'does Ann have now?", "Answer": {2.0 * i + 3}}}\n' for i in range(40)),
     "mypkg/__init__.py": "",
     "mypkg/check.py": "def score(completion, answer):\n    return float(completion.strip() == answer.strip())\n",
 }

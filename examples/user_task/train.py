@@ -63,6 +63,8 @@ def run(argv: list[str] | None = None) -> Path:
     p.add_argument("--eval-k", default="1,4")
     p.add_argument("--eval-seeds", type=int, default=1)
     p.add_argument("--max-problems", type=int, default=None, help="evaluate on at most this many test problems")
+    p.add_argument("--force", action="store_true",
+                   help="train even when the pre-flight check (greedy on a few training problems) solves nothing")
     args = p.parse_args(argv)
     out = Path(args.out)
     adapter_dir, eval_dir = out / "adapter", out / "eval"
@@ -72,7 +74,8 @@ def run(argv: list[str] | None = None) -> Path:
                      "--prompts-per-step", str(args.prompts_per_step), "--group-size", str(args.group_size),
                      "--val-problems", str(args.val_problems), "--val-every", str(max(args.steps, 1)),
                      "--filter-samples", str(args.filter_samples),
-                     *([] if args.max_train_prompts is None else ["--max-train-prompts", str(args.max_train_prompts)])])
+                     *([] if args.max_train_prompts is None else ["--max-train-prompts", str(args.max_train_prompts)]),
+                     *(["--force"] if args.force else [])])
     if code:
         raise SystemExit(code)
     limit = [] if args.max_problems is None else ["--max-problems", str(args.max_problems)]

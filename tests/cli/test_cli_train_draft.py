@@ -9,7 +9,7 @@ from decoding_adapters.policies.networks import load_adapter
 
 def test_train_draft_cli_builds_its_tables_and_trains(tiny_model_dir, tmp_path):
     out = tmp_path / "draft"
-    args = ["train-draft", "--model", str(tiny_model_dir), "--task", "arithmetic", "--token-budget", "4",
+    args = ["train-draft", "--force", "--model", str(tiny_model_dir), "--task", "arithmetic", "--token-budget", "4",
             "--out", str(out), "--val-every", "2", "--val-problems", "3", "--checkpoint-every", "1",
             "--max-train-prompts", "4", "--steps", "2", "--prompts-per-step", "2", "--parallel-budgets", "1,2",
             "--actions", "math-token", "--table-samples", "1", "--features", "mean",

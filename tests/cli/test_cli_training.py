@@ -9,7 +9,7 @@ from decoding_adapters.policies.networks import load_adapter
 
 
 def common(tiny_model_dir, out):
-    return ["--model", str(tiny_model_dir), "--task", "arithmetic", "--token-budget", "4", "--out", str(out),
+    return ["--force", "--model", str(tiny_model_dir), "--task", "arithmetic", "--token-budget", "4", "--out", str(out),
             "--val-every", "2", "--val-problems", "4", "--checkpoint-every", "1", "--max-train-prompts", "8"]
 
 

@@ -16,7 +16,8 @@ from decoding_adapters.cli import COMMANDS, main
 from decoding_adapters.tasks import check_disjoint, get_task
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY_TOKEN = ["--token-budget", "4", "--val-problems", "2", "--max-train-prompts", "4", "--prompts-per-step", "2",
+TINY_TOKEN = ["--force", "--token-budget", "4", "--val-problems", "2", "--max-train-prompts", "4",
+              "--prompts-per-step", "2",
               "--group-size", "2", "--filter-samples", "0"]
 
 

@@ -300,7 +300,7 @@ def test_replay_refuses_a_table_decoded_under_other_settings(selected, tiny_mode
 
 
 def test_replay_through_the_cli_refuses_a_mismatch_and_records_lm_dtype(tiny_model_dir, selected, tmp_path, capsys):
-    args = ["train-sequence", "--model", str(tiny_model_dir), "--task", "arithmetic", "--replay",
+    args = ["train-sequence", "--force", "--model", str(tiny_model_dir), "--task", "arithmetic", "--replay",
             str(selected / "outcomes.jsonl"), "--actions", str(selected / "actions.json"), "--steps", "1",
             "--prompts-per-step", "2", "--parallel-budgets", "1", "--val-problems", "2"]
     assert main([*args, "--token-budget", "3", "--out", str(tmp_path / "bad")]) == 2
@@ -325,7 +325,7 @@ def test_check_resume_classifies_every_change():
 
 def test_resume_refuses_changed_options_and_allows_more_steps(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "tok"
-    args = ["train-token", "--model", str(tiny_model_dir), "--task", "arithmetic", "--token-budget", "2",
+    args = ["train-token", "--force", "--model", str(tiny_model_dir), "--task", "arithmetic", "--token-budget", "2",
             "--val-problems", "2", "--max-train-prompts", "4", "--prompts-per-step", "1", "--group-size", "2",
             "--filter-samples", "0", "--out", str(out)]
     assert main([*args, "--steps", "1"]) == 0

@@ -31,6 +31,10 @@ def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys, monke
     assert set(results["Greedy"]) >= {"pass@1", "pass@2", "mean_length"}
     assert (out / "report" / "report.md").is_file()
     assert "demo finished" in printed
+    # every stage runs, the draft-gated one too, and a run where nothing is solved says why (the tiny budget)
+    assert "draft-gated adapters" in printed and "Draft-gated" in results
+    assert "--size tiny checks that every stage runs end to end" in printed
+    assert "Check the verifier" not in printed
     first = next(line for line in printed.splitlines() if line.startswith("[demo"))
     assert "loading the frozen LM" in first and "left" not in first  # no plan before the probe
     for seed in (0, 1):
@@ -86,7 +90,7 @@ def test_demo_cuts_its_sizes_to_fit_the_minutes_and_keeps_the_probe_for_resumes(
     argv = ["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress",
             "--seeds", "1", "--token.steps", "4", "--minutes", "1"]
     assert main(argv) == 0
-    assert "decode probe: 0 tok/s" in capsys.readouterr().out
+    assert "decode probe 0 tok/s" in capsys.readouterr().out
     recorded = json.loads((out / "study_config.json").read_text())
     assert recorded["token"]["steps"] == 2 and "token-training steps 4 -> 2" in recorded["fit"]
     assert recorded["command"].endswith("--minutes 1")

@@ -10,7 +10,8 @@ from decoding_adapters.policies.networks import load_adapter
 
 def test_evaluate_labels_an_adapter_out_of_distribution(tiny_model_dir, tmp_path, capsys):
     adapter = tmp_path / "seq-mix"
-    assert main(["train-sequence", "--model", str(tiny_model_dir), "--task", "arithmetic+pyfunc", "--token-budget", "4",
+    assert main(["train-sequence", "--force", "--model", str(tiny_model_dir), "--task", "arithmetic+pyfunc",
+                 "--token-budget", "4",
                  "--out", str(adapter), "--steps", "2", "--prompts-per-step", "2", "--parallel-budgets", "1,2",
                  "--val-every", "2", "--val-problems", "2", "--max-train-prompts", "4", "--actions", "math-token"]) == 0
     assert load_adapter(adapter)[1].task == "arithmetic+pyfunc"

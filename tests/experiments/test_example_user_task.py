@@ -22,6 +22,7 @@ def test_example_trains_evaluates_and_writes_a_card(tmp_path, tiny_model_dir, ca
     example = _load_example()
     adapter_dir = example.run(
         [
+            "--force",  # the tiny random model solves nothing: the pre-flight check would stop it
             "--out",
             str(tmp_path / "run"),
             "--model",

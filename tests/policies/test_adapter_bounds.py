@@ -55,6 +55,11 @@ def _policy(**fields):
         (lambda d: {**d, "parallel_budgets": [0]}, "parallel_budgets[0]"),
         (lambda d: {**d, "base_fingerprint": {**d["base_fingerprint"], "hidden_size": -1}}, "hidden_size"),
         (lambda d: {**d, "kind": {"kind": "token"}}, "kind must be a string"),
+        (lambda d: {**d, "task": "x" * 1000}, "task must be a task name"),
+        (lambda d: {**d, "task_options": ["data.jsonl"]}, "task_options must be an object"),
+        (lambda d: {**d, "task_options": {"instruction": "x" * 50_000}}, "task_options.instruction"),
+        (lambda d: {**d, "task_options": {"fields": list(range(1000))}}, "task_options.fields"),
+        (lambda d: {**d, "task_options": {"k": [1e300]}}, "task_options.k[0]"),
     ],
 )
 def test_out_of_bounds_numbers_are_one_line(tmp_path, tiny_lm, edit, expected):

@@ -166,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"decoding-adapters {args.command}: error: {err.strerror}", file=sys.stderr)  # a full disk: one line
         return 2
     except KeyboardInterrupt:
-        print(f"interrupted; {_saved_note(args)}", file=sys.stderr)
+        # on its own line: a progress bar may hold the cursor at the end of its line
+        print(f"\ninterrupted; {_saved_note(args)}", file=sys.stderr)
         return 130
 
 
@@ -192,6 +193,10 @@ def _saved_note(args) -> str:
         if (out / "checkpoint.pt").is_file():
             return f"the last checkpoint is in {out}: add --resume to the same command to continue"
         return f"nothing saved yet (no checkpoint in {out}): the same command starts over"
+    if args.command == "evaluate":
+        if (out / "eval_checkpoint.json").is_file():
+            return f"the finished seeds are saved in {out}: the same command continues from them"
+        return "no seed had finished, nothing saved: the same command starts over"
     if str(out) not in ("", ".") and out.is_dir() and any(p.name != ".lock" for p in out.iterdir()):
         return f"finished stages are in {out}: the same command continues from them"
     return "nothing saved yet"

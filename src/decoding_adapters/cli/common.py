@@ -70,6 +70,11 @@ class TaskOptions:
     ones and the test split stay the same problems whatever the size)"""
     question_field: str | None = None
     """task jsonl: the JSONL field holding the question (default question)"""
+    question_template: str | None = None
+    """task jsonl: the question put together from several fields, e.g. '{Body} {Question}' (replaces
+    --question-field)"""
+    instruction: str | None = None
+    """task jsonl: text added after every question, e.g. 'Give the final answer as a number after Answer:'"""
     answer_field: str | None = None
     """task jsonl: the JSONL field holding the gold answer (default answer)"""
     drop_overlap: bool = False
@@ -160,7 +165,8 @@ def task_options(args) -> dict:
         options["system_prompt"] = args.system_prompt
     # --verifier / --verifier-timeout-s / --question-field / --answer-field reach tasks that take them (jsonl),
     # --train-size / --validation-size the generated ones (arithmetic); get_task names any task that does not
-    for name in ("verifier", "verifier_timeout_s", "question_field", "answer_field", "train_size", "validation_size"):
+    for name in ("verifier", "verifier_timeout_s", "question_field", "question_template", "instruction",
+                 "answer_field", "train_size", "validation_size"):
         if getattr(args, name, None) is not None:
             options[name] = getattr(args, name)
     if getattr(args, "drop_overlap", False):

@@ -36,6 +36,7 @@ from ..evaluation import (
     static_method,
     token_mixed_method,
 )
+from ..evaluation.runner import SeedCheckpoint
 from ..policies.networks import add_evaluation
 from ..reporting.report import evidence_lines, nothing_solved, write_report
 from ..selection.best import BestStatic
@@ -242,6 +243,17 @@ def _auto_best(args, lm, task, actions, cfg: EvalConfig, factory, k_values) -> B
     return best
 
 
+CHECKPOINT_FILE = "eval_checkpoint.json"
+"""The finished seeds' decoded rows in ``--out``: the same command after a Ctrl-C continues from them."""
+NOT_COMPARED = ("out", "progress", "verbose", "report", "command")
+
+
+def evaluation_checkpoint(args) -> SeedCheckpoint:
+    """The seed checkpoint in ``--out`` for these options (a run with other options ignores it)."""
+    options = {k: v for k, v in vars(args).items() if not k.startswith("_") and k not in NOT_COMPARED}
+    return SeedCheckpoint(Path(args.out) / CHECKPOINT_FILE, options)
+
+
 def run_cli(args) -> int:
     cfg = build_config(EvalConfig, args)
     if cfg.stop_at_answer and args.backend == "vllm":
@@ -270,12 +282,14 @@ def run_cli(args) -> int:
     for name, label in meta["ood"].items():
         if label["ood"]:
             print(f"{name}: out of distribution ({label['label']})")
+    checkpoint = evaluation_checkpoint(args)
     ev = evaluate(lm, task, problems, methods, cfg, rollouts_factory=factory, progress=args.progress, meta=meta,
-                  allow_train_overlap=args.allow_train_overlap)
+                  allow_train_overlap=args.allow_train_overlap, checkpoint=checkpoint)
     if ev.details["config"].get("train_overlap"):
         log.warning("--allow-train-overlap: %s scored on problems it was trained or selected on",
                     ", ".join(ev.details["config"]["train_overlap"]))
     paths = ev.write(args.out)
+    checkpoint.remove()  # the results are written: a later run with these options starts afresh
     for line in evidence_lines(ev.results, ev.details):  # first: nothing solved, or nothing told apart
         print(line.replace("**", ""))
         if nothing_solved(ev.results):

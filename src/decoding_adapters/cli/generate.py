@@ -19,7 +19,10 @@ class GenerateOptions:
     """generation"""
 
     adapter: str
-    """adapter directory (written by train-sequence / train-token)"""
+    """adapter directory (written by train-sequence, train-token or train-draft)"""
+    data: str | None = None
+    """a draft-gated adapter's task data, where the files it records (adapter.json) are gone: as train-draft's
+    --data"""
     token_budget: int | None = field(
         default=None,
         metadata={
@@ -55,7 +58,8 @@ def add_generator_model_arguments(p: argparse.ArgumentParser) -> None:
 def generator_from_args(args) -> AdaptiveGenerator:
     """The adapter in ``--adapter`` on ``--model`` (default: its own base model), as a generator."""
     lm = args.name_or_path or "base"
-    return Adapter.from_pretrained(args.adapter, lm=lm, device=args.device, dtype=args.dtype).generator()
+    adapter = Adapter.from_pretrained(args.adapter, lm=lm, device=args.device, dtype=args.dtype)
+    return adapter.generator(data=getattr(args, "data", None))
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:

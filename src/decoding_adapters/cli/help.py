@@ -60,7 +60,7 @@ ADVANCED = frozenset({
     "attention", "linear_kernel", "cuda_graphs", "compile_step", "batch_invariant", "batch_rows", "backend", "workers",
     "ray_address", "gpu_memory_utilization",
     # task details
-    "system_prompt", "cot_ratio", "verifier_timeout_s",
+    "system_prompt", "cot_ratio", "verifier_timeout_s", "drop_overlap", "train_size", "validation_size",
     # trainer internals (docs/token-defaults.md says why their defaults are what they are)
     "lr_decay", "grad_clip", "entropy_coef", "mask_max_prob", "baseline", "ema_decay", "policy_width",
     "policy_layers", "dropout", "policy_temperature", "prior_mass", "kl_coef", "ppo_epochs", "clip",
@@ -75,7 +75,24 @@ ADVANCED = frozenset({
 SHORT_HELP_CHARS = 150
 """The longest option help ``--help`` prints (about three lines); ``--help-all`` prints all of it."""
 
-_FIRST_SENTENCE = re.compile(r"^(.+?[.;:])(\s+[A-Z(]|\s*$)", re.S)
+_FIRST_SENTENCE = re.compile(r"^(.+?[.!?])(\s+[A-Z(]|\s*$)", re.S)
+_CLAUSE_END = re.compile(r"[;:]\s")
+
+
+def short_help_text(text: str) -> str:
+    """An option's help for ``--help``: its first sentence, else its first clauses (up to a ";" or
+    ":") that fit in :data:`SHORT_HELP_CHARS`, else all of it; never a cut inside a clause, and " ..."
+    (the rest in ``--help-all``) only after a whole sentence or clause."""
+    match = _FIRST_SENTENCE.match(text)
+    if match and len(match.group(1)) < len(text) and len(match.group(1)) <= SHORT_HELP_CHARS:
+        return match.group(1) + " ..."
+    ends = [m.start() for m in _CLAUSE_END.finditer(text) if 40 <= m.start() <= SHORT_HELP_CHARS]
+    if len(text) > SHORT_HELP_CHARS and ends:
+        # a clause that opened a bracket is not whole: end at the last clause with brackets balanced
+        whole = [e for e in ends if text[:e].count("(") == text[:e].count(")")]
+        if whole:
+            return text[:whole[-1]] + " ..."
+    return text
 
 
 def shorten_help(parser: argparse.ArgumentParser) -> None:
@@ -87,11 +104,7 @@ def shorten_help(parser: argparse.ArgumentParser) -> None:
             if nested:
                 action.help = argparse.SUPPRESS
             elif action.help and action.help != argparse.SUPPRESS and len(action.help) > 110:
-                match = _FIRST_SENTENCE.match(action.help)
-                if match and len(match.group(1)) < len(action.help):
-                    action.help = match.group(1).rstrip(";:") + " ..."
-                if len(action.help) > SHORT_HELP_CHARS:  # still long: cut at a word, the rest in --help-all
-                    action.help = action.help[:SHORT_HELP_CHARS].rsplit(" ", 1)[0].rstrip(",;:(") + " ..."
+                action.help = short_help_text(action.help)
     parser._action_groups = [g for g in parser._action_groups if not (g.title or "").endswith(".*)")]
     advanced = [a for a in parser._actions if a.dest in ADVANCED and a.help != argparse.SUPPRESS]
     for action in advanced:

@@ -23,7 +23,10 @@ class ServeOptions:
     """server"""
 
     adapter: str
-    """adapter directory (written by train-sequence / train-token)"""
+    """adapter directory (written by train-sequence, train-token or train-draft)"""
+    data: str | None = None
+    """a draft-gated adapter's task data, where the files it records (adapter.json) are gone: as train-draft's
+    --data"""
     host: str = "127.0.0.1"
     """address to listen on (the server has no TLS; keep it local or add --api-key)"""
     port: int = 8000

@@ -62,19 +62,24 @@ def format_plan(cfg: StudyConfig, model: str | None = None, minutes: float | Non
     """The stage-by-stage estimate; with ``model``, scaled to this machine by a few seconds' decode
     probe of it (``experiments.demo.decode_probe``, as the run measures it), and with ``minutes`` as well, of the
     sizes ``fit_to_minutes`` keeps on this machine."""
-    speed = None
+    probe = speed = None
     if model is not None:
         lm = load_frozen_lm(ModelSpec(name_or_path=model, device=device))
-        speed = demo_study.decode_probe(lm, cfg)
+        probe = demo_study.decode_probe(lm, cfg)
+        speed = probe.capacity  # the sizes fit the machine, not the minute it was probed in (as the run does)
     fitting = bool(minutes and speed)
     fitted = fit_to_minutes(cfg, speed, minutes)[0] if fitting else cfg
     plan = estimate_minutes(fitted, speed)
     lines = [f"{stage:>9}: {planned:6.1f} min" for stage, planned in plan.items()]
     note = " (before the budget stage picks one)" if cfg.budget.candidates else ""
-    machine = "" if speed is None else f"; decode probe {speed:.0f} tok/s on this machine"
-    lines.append(f"{'total':>9}: {sum(plan.values()):6.1f} min at token budget {cfg.token_budget}{note}{machine}")
+    lines.append(f"{'total':>9}: {sum(plan.values()):6.1f} min at token budget {cfg.token_budget}{note}")
+    if probe is not None:
+        low, high = demo_study.plan_range(fitted, probe)
+        lines.append(f"{'range':>9}: {low:.1f}-{max(high, low):.1f} min (unloaded - at the speed seen now); "
+                     + probe.describe())
     cut = fit_note(cfg, fitted, minutes, speed) if fitting else ""
-    return "\n".join(lines + ([cut] if cut else []))
+    advice = demo_study.plan_advice(cfg, fitted, minutes, probe) if probe is not None else ""
+    return "\n".join(lines + ([cut] if cut else []) + ([f"advice: {advice}"] if advice else []))
 
 
 def publish(out: Path, target: Path) -> list[Path]:

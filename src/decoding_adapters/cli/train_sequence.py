@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from ..training.sequence import SequenceTrainConfig, SequenceTrainer, reward_source
-from .training import configure_training_parser, resolve_config, training_run
+from .training import configure_training_parser, resolve_config, start_trainer, training_run
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -20,6 +20,6 @@ def run_cli(args) -> int:
     config = resolve_config(args, SequenceTrainConfig)
     with training_run(args, config, needs_rollouts=not config.replay) as (lm, task, action_set, rollouts):
         rewards = reward_source(config, task, action_set, rollouts, lm=lm)  # live rollouts or offline replay
-        out = SequenceTrainer(config, lm, task, rewards, args.out, task_name=args.task).train(resume=args.resume)
+        out = start_trainer(SequenceTrainer(config, lm, task, rewards, args.out, task_name=args.task), args)
     print(f"sequence adapter written to {out}")
     return 0

@@ -12,7 +12,7 @@ from ..decoding.ray_rollouts import TaskSpec
 from ..training.ddp import train_token_ddp
 from ..training.token import TokenTrainConfig, TokenTrainer
 from .common import model_spec, task_options
-from .training import configure_training_parser, resolve_config, training_run
+from .training import configure_training_parser, resolve_config, start_trainer, training_run
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -28,6 +28,6 @@ def run_cli(args) -> int:
         print(f"token adapter written to {out}")
         return 0
     with training_run(args, config) as (lm, task, _, rollouts):
-        out = TokenTrainer(config, lm, task, rollouts, args.out, task_name=args.task).train(resume=args.resume)
+        out = start_trainer(TokenTrainer(config, lm, task, rollouts, args.out, task_name=args.task), args)
     print(f"token adapter written to {out}")
     return 0

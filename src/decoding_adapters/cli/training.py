@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -26,22 +27,46 @@ from .common import (
 )
 from .config_args import add_config_arguments, build_config
 
-__all__ = ["configure_training_parser", "resolve_config", "training_run"]
+__all__ = ["configure_training_parser", "resolve_config", "start_trainer", "training_run"]
 
 log = logging.getLogger(__name__)
 
-def configure_training_parser(p: argparse.ArgumentParser, config_cls: type, title: str) -> None:
-    """frozen LM, task, rollouts, the trainer config (every field) and --out / --resume."""
+
+def configure_training_parser(p: argparse.ArgumentParser, config_cls: type, title: str, exclude=()) -> None:
+    """frozen LM, task, rollouts, the trainer config (every field but ``exclude``), --out / --resume, --force."""
     add_model_arguments(p)
     add_task_arguments(p, exclude=("cot_ratio", "max_problems"))  # trainers: max_train_prompts / val_problems
     add_rollout_arguments(p, exclude=("token_budget", "seed"))
-    add_config_arguments(p, config_cls, title=title, defaults={"token_budget": COMMAND_TOKEN_BUDGET})
+    add_config_arguments(p, config_cls, title=title, exclude=exclude, defaults={"token_budget": COMMAND_TOKEN_BUDGET})
     add_run_arguments(p)
+    add_config_arguments(p, PreflightOptions)
+
+
+@dataclass(frozen=True)
+class PreflightOptions:
+    """pre-flight"""
+
+    force: bool = False
+    """train even when the pre-flight check (greedy on the first training problems, or the draft table)
+    finds nothing solved; without it the run stops there with the share solved and cut by the budget"""
+
+
+def start_trainer(trainer, args) -> str:
+    """``trainer`` set to refuse an unsolvable start unless ``--force``, trained (or resumed); the
+    adapter's directory, with the step it kept where that is not the last (``... (kept step 0, the
+    untrained start)``)."""
+    trainer.refuse_unsolved = not getattr(args, "force", False)
+    out = trainer.train(resume=args.resume)
+    kept = getattr(trainer, "kept_step", None)
+    if kept is None or kept == trainer.step:
+        return str(out)
+    start = ", the untrained start: no later validation beat it" if kept == 0 else ""
+    return f"{out} (kept step {kept} of {trainer.step}{start})"
 
 
 OPTIONS_FILE = "cli_options.json"
 """The options a training run was started with, beside its checkpoint: ``--resume`` reads them back."""
-NOT_STORED = ("out", "resume", "command", "verbose", "progress")
+NOT_STORED = ("out", "resume", "command", "verbose", "progress", "force")
 
 
 def resolve_config(args, config_cls):
@@ -85,7 +110,8 @@ def _restore_options(args, saved_config: dict) -> None:
             continue
         value = tuple(value) if isinstance(value, list) and isinstance(getattr(args, name), tuple) else value
         if getattr(args, name) != value:
-            restored.append(f"--{name.replace('_', '-')} {value}")
+            shown = ",".join(map(str, value)) if isinstance(value, (tuple, list)) else value
+            restored.append(f"--{name.replace('_', '-')} {shown}")
         setattr(args, name, value)
     if restored:
         log.info("resuming %s with its original options: %s", args.out, " ".join(map(str, restored)))

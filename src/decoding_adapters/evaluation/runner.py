@@ -20,6 +20,8 @@ scored from stored samples, writes the same shape):
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import statistics
 import time
@@ -31,7 +33,7 @@ from typing import Callable, Mapping, NamedTuple, Sequence, Union
 import torch
 from tqdm.auto import tqdm
 
-from ..core.files import write_json
+from ..core.files import CHECKSUM_SUFFIX, read_checked, write_checked, write_json
 from ..core.stats import finite_or_none, format_interval, pass_at_k, problem_binomial_halfwidth, problem_interval
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction
 from ..decoding.loop import DecodeResult, row_seed
@@ -59,6 +61,8 @@ __all__ = [
 COMPUTE_FIELDS = ("decodes_per_problem", "tokens_per_problem")
 """The keys of ``eval_details.json`` ``methods[name]`` that the evaluation measures (the others
 describe the method)."""
+
+log = logging.getLogger(__name__)
 
 RolloutsFactory = Callable[[ActionSet, bool], Rollouts]
 """``(action_set, per_token) -> Rollouts``; ``per_token`` is True when a chooser will drive it."""
@@ -426,12 +430,17 @@ def evaluate(
     progress: bool = False,
     meta: dict | None = None,
     allow_train_overlap: bool = False,
+    checkpoint: SeedCheckpoint | None = None,
 ) -> Evaluation:
     """Evaluate ``methods`` on ``problems`` (a list of ``tasks.Problem``); see the module docstring.
 
     An adapter is never scored on problems it was trained or selected on (by content hash, as
     recorded in its adapter.json): that raises a ValueError, unless ``allow_train_overlap``, in which
-    case ``eval_details.json`` records the overlap and the report states it."""
+    case ``eval_details.json`` records the overlap and the report states it.
+
+    ``checkpoint``: every finished seed's decoded rows are saved there, and a later call with the
+    same checkpoint (the same options) decodes only the seeds still missing (``evaluate`` after a
+    Ctrl-C continues)."""
     cfg = config or EvalConfig()
     started = time.perf_counter()
     _check_methods(methods)
@@ -470,8 +479,11 @@ def evaluate(
     static_set = _static_actions(methods, choices)
     static_rollouts = factory(ActionSet(static_set), False) if static_set else None
     token_rollouts = {m.name: factory(ActionSet(m.actions), m.decodes_per_token) for m in methods if m.decodes_own_rows}
+    done_seeds = checkpoint.restore(store) if checkpoint is not None else set()
     try:
         for s in tqdm(range(cfg.seeds), desc="evaluate (seeds)", unit="seed", disable=not progress):
+            if s in done_seeds:
+                continue
             needed = _keys_for_seed(methods, cfg, s, problems, choices)
             todo = sorted(
                 (k for k in needed if isinstance(k, StaticKey) and k not in store.correct),
@@ -491,6 +503,9 @@ def evaluate(
                         store,
                         progress and f"{m.name} s={s}",
                     )
+            if checkpoint is not None:
+                done_seeds.add(s)
+                checkpoint.save(store, done_seeds)
     finally:
         for r in [static_rollouts, *token_rollouts.values()]:
             if r is not None:
@@ -862,3 +877,104 @@ def format_table(results: dict, metrics: Sequence[str] | None = None) -> str:
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
     return "\n".join(lines)
+
+
+_KEYED_FIELDS = ("correct", "answer", "length", "records", "seconds", "decodes", "generated", "source",
+                 "all_greedy", "row_actions")
+"""What a seed checkpoint keeps of ``_Store`` by key (not the tokenizer, the wanted keys or the argmax
+rows' policy-identity map, which a resumed process rebuilds); ``token_counts`` is kept beside them."""
+CHECKPOINT_FORMAT = 1
+"""The version of a seed checkpoint's JSON layout: another version is ignored (decoded again)."""
+
+
+def _key_json(key: Key) -> list:
+    """A store key as JSON: ``["static", action fields, seed, problem, sample, stop]`` or
+    ``["token", method, seed, problem, sample]``."""
+    if isinstance(key, StaticKey):
+        return ["static", key.action.to_dict(), key.seed, key.problem, key.sample, key.stop_at_answer]
+    return ["token", key.method, key.seed, key.problem, key.sample]
+
+
+def _key_from_json(item) -> Key:
+    """The inverse of :func:`_key_json`; anything else is a ValueError."""
+    if isinstance(item, list) and len(item) == 6 and item[0] == "static":
+        _, action, seed, problem, sample, stop = item
+        return StaticKey(DecodingAction.from_dict(action), int(seed), int(problem), int(sample), bool(stop))
+    if isinstance(item, list) and len(item) == 5 and item[0] == "token" and isinstance(item[1], str):
+        return TokenKey(item[1], int(item[2]), int(item[3]), int(item[4]))
+    raise ValueError(f"not a store key: {item!r}")
+
+
+def _value_json(name: str, value):
+    if name == "source":
+        return _key_json(value)
+    if name == "records":  # the actions of every token are dataclasses: their fields
+        return {**value, "_actions": [a.to_dict() for a in value["_actions"]]}
+    return value
+
+
+def _value_from_json(name: str, value):
+    if name == "source":
+        return _key_from_json(value)
+    if name == "records":
+        return {**value, "_actions": [DecodingAction.from_dict(a) for a in value["_actions"]]}
+    return value
+
+
+@dataclass
+class SeedCheckpoint:
+    """The decoded rows of an evaluation's finished seeds, in ``path`` (JSON, with its SHA-256 in
+    ``path.sha256`` as every file a later run reads back: a changed file is refused, and reading it
+    runs no code), for ``options`` (anything that JSON-encodes: a checkpoint made under other
+    options is ignored, with a log line)."""
+
+    path: Path
+    options: dict
+
+    def restore(self, store: "_Store") -> set[int]:
+        """Fill ``store`` from the checkpoint; the seeds it holds (none when absent or stale). A file
+        that does not match its checksum is a one-line ValueError."""
+        if not Path(self.path).is_file():
+            return set()
+        data = read_checked(self.path)  # before parsing: a changed file is refused unread
+        try:
+            saved = json.loads(data)
+            if saved.get("format") != CHECKPOINT_FORMAT:
+                raise ValueError(f"format {saved.get('format')!r}, not {CHECKPOINT_FORMAT}")
+            if saved.get("options") != _json_form(self.options):
+                log.info("the evaluation checkpoint %s was made with other options: starting over", self.path)
+                return set()
+            fields = {name: {_key_from_json(k): _value_from_json(name, v) for k, v in saved["store"][name]}
+                      for name in _KEYED_FIELDS}
+            counts = {m: Counter({int(a): int(c) for a, c in per.items()})
+                      for m, per in saved["token_counts"].items()}
+            seeds = {int(s) for s in saved["seeds"]}
+        except (ValueError, KeyError, TypeError, AttributeError) as err:  # an older or foreign layout
+            log.warning("ignoring the evaluation checkpoint %s (%s): decoding again", self.path, err)
+            return set()
+        for name, values in fields.items():
+            getattr(store, name).update(values)
+        store.token_counts.update(counts)
+        log.info("resuming the evaluation from %s: seed(s) %s already decoded", self.path,
+                 ",".join(map(str, sorted(seeds))))
+        return seeds
+
+    def save(self, store: "_Store", seeds: set[int]) -> None:
+        """Write every decoded row of ``store`` and the finished ``seeds`` (atomically, checksummed)."""
+        saved = {
+            "format": CHECKPOINT_FORMAT,
+            "options": _json_form(self.options),
+            "seeds": sorted(seeds),
+            "store": {name: [[_key_json(k), _value_json(name, v)] for k, v in getattr(store, name).items()]
+                      for name in _KEYED_FIELDS},
+            "token_counts": {m: {str(a): c for a, c in counts.items()} for m, counts in store.token_counts.items()},
+        }
+        write_checked(self.path, json.dumps(saved).encode("utf-8"))
+
+    def remove(self) -> None:
+        Path(self.path).unlink(missing_ok=True)
+        Path(str(self.path) + CHECKSUM_SUFFIX).unlink(missing_ok=True)
+
+
+def _json_form(options: dict) -> str:
+    return json.dumps(options, sort_keys=True, default=str)

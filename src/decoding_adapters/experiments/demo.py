@@ -32,9 +32,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import statistics
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+
+import torch
 
 from ..core.files import write_json
 from ..decoding.actions import PRESETS, ActionSet, DecodingAction, load_action_set
@@ -120,7 +124,13 @@ TINY = StudyConfig(
     seeds=2,
     batch_rows=16,
     rules=RulesConfig(enabled=True, samples=2, problems=4),
+    draft_stage=True,  # every stage runs, the draft-gated one too: tiny checks the pipeline
+    draft_samples=1,
 )
+TINY_NOTE = ("--size tiny checks that every stage runs end to end, at toy sizes and a {budget}-token budget that is "
+             "too short for the model to state an answer, so nothing is solved: that is expected here and is not a "
+             "result. The default size (`demo`) picks a budget at which the model answers.")
+"""What a tiny run prints where nothing was solved, instead of leaving the user to debug the task."""
 
 FULL = StudyConfig(
     # The study cut to fit 90 minutes on the 2-core CPU (cli/reproduce.py has the plan, how it was
@@ -288,26 +298,155 @@ def probe_tokens_per_second(lm, task) -> float:
         return RolloutRequest(prompts=prompts, prompt_of_row=[r % len(prompts) for r in range(rows)],
                               row_seeds=list(range(rows)), token_budget=tokens, row_actions=[0] * rows)
 
-    rollouts.run(request(4, 4))
+    rollouts.run(request(4, 4))  # the first call allocates caches and picks kernels
     start = time.perf_counter()
-    result = rollouts.run(request(PROBE_ROWS, PROBE_TOKENS))
+    warm = rollouts.run(request(4, 4))
+    warm_rate = float(warm.lengths.sum()) / max(time.perf_counter() - start, 1e-6)
+    rows, tokens = PROBE_ROWS, PROBE_TOKENS
+    if rows * tokens / max(warm_rate, 1e-6) > PROBE_MAX_S / 2:  # a machine so busy that the probe would take
+        rows, tokens = 8, 8  # minutes: a smaller one (a lower bound; the one-thread probe gives the capacity)
+    start = time.perf_counter()
+    result = rollouts.run(request(rows, tokens))
     return float(result.lengths.sum()) / max(time.perf_counter() - start, 1e-6)
 
 
-def decode_probe(lm, cfg: StudyConfig) -> float:
-    """The decode probe of a study: :func:`probe_tokens_per_second` on the study's own task. ``--plan``
-    and the run itself both measure through this one call, so they time the same request."""
-    return probe_tokens_per_second(lm, get_task("arithmetic", **pipeline.study_task_options(cfg)))
+PROBE_REPEATS = 3
+"""Probes per measurement (each of the many-thread and the one-thread kind), spread over a few
+seconds; the plan reads their median, so one probe caught in another process's burst moves nothing."""
+PROBE_SPREAD_S = 2.0
+"""Seconds of pause spread between the probes (a short burst of other work passes in between)."""
+PROBE_MAX_S = 20.0
+"""Probing stops repeating past this many seconds (after one probe of each kind): on a machine so
+busy that one probe takes long, more of them would only delay the plan."""
+REFERENCE_SINGLE_THREAD_TOKENS_PER_SECOND = 260.0
+"""What one probe thread (``torch.set_num_threads(1)``) measured on the reference machine; with
+:data:`REFERENCE_PROBE_TOKENS_PER_SECOND` it says how much a second thread adds there (1.7 x)."""
 
 
-def _probe_once(lm, cfg: StudyConfig, path: Path) -> float:
+@dataclass(frozen=True)
+class DecodeProbe:
+    """What the decode probe saw: the speed now, the machine's own speed with the load taken out
+    (what the sizes are fitted to: a busy minute does not halve the demo), and the load."""
+
+    tokens_per_second: float
+    """Median of the many-thread probes: what this machine decodes now, under its present load."""
+    capacity: float = 0.0
+    """What it would decode unloaded: the larger of the median and the one-thread median scaled by
+    the reference machine's gain from more threads (one thread is slowed little by one other busy
+    process on two cores; many threads stall on the slowest); 0 = ``tokens_per_second``."""
+    samples: tuple[float, ...] = ()
+    """Every many-thread probe, tok/s."""
+    single_thread: tuple[float, ...] = ()
+    """Every one-thread probe, tok/s (none on a GPU or with one thread)."""
+    load: float | None = None
+    """The 1-minute load average while probing (the larger of before and after); None: unknown."""
+    cpus: int = field(default_factory=lambda: os.cpu_count() or 1)
+    """CPUs of this machine."""
+
+    def __post_init__(self) -> None:
+        if not self.capacity:
+            object.__setattr__(self, "capacity", self.tokens_per_second)
+
+    @property
+    def busy(self) -> bool:
+        """Whether the probe ran beside other work: a load of a CPU or more (the probe itself adds
+        a little), or a speed now under 0.8 of the capacity."""
+        return (self.load is not None and self.load >= 1.0) or self.tokens_per_second < 0.8 * self.capacity
+
+    def describe(self) -> str:
+        spread = f" (median of {', '.join(f'{s:.0f}' for s in self.samples)})" if len(self.samples) > 1 else ""
+        load = "" if self.load is None else f"; load {self.load:.1f} on {self.cpus} CPUs"
+        unloaded = (f"; {self.capacity:.0f} tok/s unloaded (one-thread probe x the reference's thread gain)"
+                    if self.capacity > self.tokens_per_second * 1.05 else "")
+        return (f"decode probe {self.tokens_per_second:.0f} tok/s{spread}{unloaded}{load}; "
+                f"{self.capacity / REFERENCE_PROBE_TOKENS_PER_SECOND:.2f} x the reference machine")
+
+    def record(self) -> dict:
+        return {"tokens_per_second": self.tokens_per_second, "capacity": self.capacity, "samples": list(self.samples),
+                "single_thread": list(self.single_thread), "load": self.load, "cpus": self.cpus,
+                "reference": REFERENCE_PROBE_TOKENS_PER_SECOND}
+
+    @classmethod
+    def from_record(cls, record: dict) -> "DecodeProbe":
+        """Read back (a record that holds only ``tokens_per_second`` is a probe without load)."""
+        return cls(float(record["tokens_per_second"]), float(record.get("capacity") or 0.0),
+                   tuple(record.get("samples", ())), tuple(record.get("single_thread", ())), record.get("load"),
+                   int(record.get("cpus") or os.cpu_count() or 1))
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):  # not on every platform
+        return None
+
+
+def measure_probe(lm, task, repeats: int = PROBE_REPEATS, spread_s: float = PROBE_SPREAD_S) -> DecodeProbe:
+    """``repeats`` many-thread probes (:func:`probe_tokens_per_second`) and as many one-thread ones,
+    alternating, with ``spread_s`` seconds of pause spread between them (fewer past
+    :data:`PROBE_MAX_S`), and the load average."""
+    before = _load()
+    threads = torch.get_num_threads()
+    one_thread = threads > 1 and str(getattr(lm, "device", "cpu")).startswith("cpu")
+    multi, single = [], []
+    started = time.perf_counter()
+    for i in range(repeats):
+        if i and time.perf_counter() - started > PROBE_MAX_S:
+            break
+        multi.append(probe_tokens_per_second(lm, task))
+        if one_thread:
+            torch.set_num_threads(1)
+            try:
+                single.append(probe_tokens_per_second(lm, task))
+            finally:
+                torch.set_num_threads(threads)
+        if i < repeats - 1:
+            time.sleep(spread_s / max(repeats - 1, 1))
+    after = _load()
+    now = statistics.median(multi)
+    gain = REFERENCE_PROBE_TOKENS_PER_SECOND / REFERENCE_SINGLE_THREAD_TOKENS_PER_SECOND
+    capacity = max(now, statistics.median(single) * gain) if single else now
+    loads = [x for x in (before, after) if x is not None]
+    return DecodeProbe(now, capacity, tuple(multi), tuple(single), max(loads) if loads else None)
+
+
+def decode_probe(lm, cfg: StudyConfig) -> DecodeProbe:
+    """The decode probe of a study: :func:`measure_probe` on the study's own task. ``--plan`` and the
+    run itself both measure through this one call, so they time the same request."""
+    return measure_probe(lm, get_task("arithmetic", **pipeline.study_task_options(cfg)))
+
+
+def _probe_once(lm, cfg: StudyConfig, path: Path) -> DecodeProbe:
     """The decode probe, measured on a run's first start and read back on every resume, so that a
     resumed run plans, and fits its sizes, as it started."""
     if path.is_file():
-        return float(json.loads(path.read_text())["tokens_per_second"])
-    speed = decode_probe(lm, cfg)
-    write_json(path, {"tokens_per_second": speed, "reference": REFERENCE_PROBE_TOKENS_PER_SECOND})
-    return speed
+        return DecodeProbe.from_record(json.loads(path.read_text()))
+    probe = decode_probe(lm, cfg)
+    write_json(path, probe.record())
+    return probe
+
+
+def plan_range(cfg: StudyConfig, probe: DecodeProbe) -> tuple[float, float]:
+    """Total planned minutes at the machine's capacity and at the speed the probe saw now."""
+    return (sum(estimate_minutes(cfg, probe.capacity).values()),
+            sum(estimate_minutes(cfg, probe.tokens_per_second).values()))
+
+
+def plan_advice(cfg: StudyConfig, fitted: StudyConfig, minutes: float | None, probe: DecodeProbe) -> str:
+    """What to do when the plan cannot meet ``minutes`` ('' when it can): the load to wait out, or the
+    minutes the smallest sizes need here, or a smaller preset."""
+    low, high = plan_range(fitted, probe)
+    notes = []
+    if minutes and low > minutes:
+        notes.append(f"even the smallest sizes the fit allows take about {low:.0f} min on this machine, over "
+                     f"--minutes {minutes:g}: give --minutes {math.ceil(low)} (or more), try --size tiny to check "
+                     "the pipeline only, or use a faster machine (a GPU, or a CPU with AVX512-BF16 runs bf16)")
+    if probe.busy and high > max(low * 1.1, low + 0.5):
+        notes.append(f"the machine is busy now (load {probe.load if probe.load is not None else 0:.1f} on "
+                     f"{probe.cpus} CPUs): at the speed the probe saw, the run would take up to {high:.0f} min; it "
+                     "re-plans from the stages it has finished and cuts the later stages' sizes to keep within "
+                     "--minutes, or run it when the other work has ended")
+    return "; ".join(notes)
 
 
 def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -> dict[str, float]:
@@ -437,6 +576,48 @@ def fit_note(cfg: StudyConfig, fitted: StudyConfig, minutes: float, tokens_per_s
     return (f"Sizes cut to fit {minutes:g} minutes on this machine (decode probe {tokens_per_second:.0f} tok/s, "
             f"{tokens_per_second / REFERENCE_PROBE_TOKENS_PER_SECOND:.2f} x the reference): "
             + ", ".join(f"{label} {a} -> {b}" for label, a, b in cuts) + f"; planned {planned:.1f} minutes{short}.")
+
+
+def replan(cfg: StudyConfig, clock: pipeline.StageClock, minutes: float, tokens_per_second: float, path: Path,
+           stages: tuple[str, ...]) -> tuple[StudyConfig, str]:
+    """``cfg`` with the sizes of ``stages`` (still to run: token-training steps, evaluation problems)
+    cut, when the finished stages ran slower than planned so far that the rest would pass
+    ``minutes``: the plan of the stages left, scaled by the pace the finished ones kept (their real
+    over their planned minutes), must fit in the minutes left. The choice is written to ``path`` at
+    the first decision and read back on a resume, so a resumed run keeps the sizes it trained with.
+    Returns the config and a sentence for the report ('' when nothing was cut)."""
+    record = json.loads(path.read_text()) if path.is_file() else {}
+    key = ",".join(stages)
+    if key not in record:
+        done = {k: v for k, v in clock.total_minutes().items() if k in clock.plan and k != "load"}
+        planned = sum(clock.plan[k] for k in done)
+        pace = sum(done.values()) / planned if planned >= 0.5 else 1.0
+        left = minutes - sum(clock.total_minutes().values())
+        chosen, sentence = cfg, ""
+        if pace > 1.0:
+            for steps_scale, problems_scale in ((1.0, 1.0), (0.75, 1.0), (0.5, 1.0), (0.33, 1.0), (0.25, 1.0),
+                                                (0.25, 0.75), (0.25, 0.5)):
+                fitted = scaled_sizes(cfg, steps_scale if "token" in stages else 1.0, problems_scale)
+                chosen = replace(cfg, token=fitted.token, eval_problems=fitted.eval_problems)
+                plan = estimate_minutes(chosen, tokens_per_second)
+                if sum(plan[k] for k in stages if k in plan) * pace <= left:
+                    break
+            cuts = [f"{label} {a} -> {b}" for label, a, b in (
+                ("token-training steps", cfg.token.steps, chosen.token.steps),
+                ("evaluation problems", cfg.eval_problems, chosen.eval_problems)) if a != b]
+            if cuts:
+                sentence = (f"Re-planned before the {stages[0]} stage from the finished stages (they ran at "
+                            f"{pace:.1f} x their plan, {left:.1f} of {minutes:g} minutes left): "
+                            + ", ".join(cuts) + ".")
+        record[key] = {"token_steps": chosen.token.steps, "eval_problems": chosen.eval_problems, "note": sentence}
+        write_json(path, record)
+        if sentence:
+            print(sentence, flush=True)
+    chosen = record[key]
+    cfg = replace(cfg, token=replace(cfg.token, steps=min(cfg.token.steps, chosen["token_steps"])),
+                  eval_problems=min(cfg.eval_problems, chosen["eval_problems"]))
+    clock.plan = {**clock.plan, **{k: v for k, v in estimate_minutes(cfg, tokens_per_second).items() if k in stages}}
+    return cfg, chosen["note"]
 
 
 OPTIONS_FILE = "demo_options.json"
@@ -664,14 +845,19 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     clock.begin("load", "loading the frozen LM", model)
     lm = load_frozen_lm(ModelSpec(name_or_path=model, device=device))
     task = get_task("arithmetic", **pipeline.study_task_options(cfg))
-    speed = _probe_once(lm, cfg, out / "decode_probe.json")  # the plan, scaled to this machine
+    probe = _probe_once(lm, cfg, out / "decode_probe.json")  # the plan, scaled to this machine
+    speed = probe.capacity  # the sizes are fitted to the machine; a busy spell is met by re-planning below
 
     def fit(cfg: StudyConfig) -> StudyConfig:
         return fit_to_minutes(cfg, speed, minutes)[0] if minutes else cfg
 
     clock.plan = estimate_minutes(fit(cfg), speed)
-    print(f"decode probe: {speed:.0f} tok/s ({speed / REFERENCE_PROBE_TOKENS_PER_SECOND:.2f} x the reference "
-          f"machine); plan {sum(clock.plan.values()):.0f} min", flush=True)
+    low, high = plan_range(fit(cfg), probe)
+    span = f"{low:.0f}" if high < low * 1.1 else f"{low:.0f}-{high:.0f}"
+    print(f"{probe.describe()}; plan {span} min", flush=True)
+    advice = plan_advice(cfg, fit(cfg), minutes, probe)
+    if advice:
+        print(f"note: {advice}", flush=True)
     clock.end()
 
     budget_record = None
@@ -727,6 +913,10 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
                                  features=cfg.draft_features, **DRAFT_TRAINING)
         clock.end()
 
+    if minutes:  # the later stages' sizes, re-planned from the real minutes of the finished ones
+        cfg, replanned = replan(cfg, clock, minutes, speed, out / "replan.json", ("token", "evaluate"))
+        note = " ".join(x for x in (note, replanned) if x)
+        write_json(out / "study_config.json", {"model": model, "command": command, "fit": note, **asdict(cfg)})
     stop = f", early stop after {cfg.token.patience} flat validations" if cfg.token.patience else ""
     clock.begin("token", "token adapters",
                 f"{len(TOKEN_VARIANTS)} variants x {cfg.seeds} seeds x <= {cfg.token.steps} steps{stop}")
@@ -739,6 +929,10 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
                                  prior_action=token_actions.index(best_token))
     clock.end()
 
+    if minutes:
+        cfg, replanned = replan(cfg, clock, minutes, speed, out / "replan.json", ("evaluate",))
+        note = " ".join(x for x in (note, replanned) if x)
+        write_json(out / "study_config.json", {"model": model, "command": command, "fit": note, **asdict(cfg)})
     clock.begin("evaluate", "evaluation", f"{cfg.eval_problems} test problems x {cfg.seeds} seeds, "
                                           f"pass@{','.join(map(str, cfg.eval.k_values))}")
     methods = [greedy_method(), *([greedy_to_budget_method()] if cfg.stop_at_answer else []),
@@ -782,7 +976,10 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     ]
     report_path = write_report(out / "report", evaluation.results, evaluation.details, logs, sections=sections)
     clock.end()
-    for line in evidence_lines(evaluation.results, evaluation.details):
+    lines = evidence_lines(evaluation.results, evaluation.details)
+    if nothing_solved(evaluation.results) and cfg.token_budget <= TINY.token_budget:
+        lines = [TINY_NOTE.format(budget=cfg.token_budget)]  # the verifier is not at fault: the budget is tiny
+    for line in lines:
         print(line.replace("**", ""))
     print(format_table(evaluation.results))
     runs, total = clock.runs(), sum(clock.total_minutes().values())

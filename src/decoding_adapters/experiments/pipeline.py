@@ -441,7 +441,7 @@ def train_draft(lm, task, cfg: StudyConfig, actions: Path, out: Path, seed: int,
     overrides.setdefault("redecode_actions", (redecode_action(actions, cfg.eval.k_values).name,))
     overrides.setdefault("table_samples", cfg.draft_samples)
     config = DraftTrainConfig(**{
-        **{k: v for k, v in asdict(cfg.sequence).items() if k not in ("replay", "metric")},
+        **{k: v for k, v in asdict(cfg.sequence).items() if k not in ("replay", "metric", "group_size")},
         "actions": str(actions), "seed": seed, "features": features, "prior_action": 0,
         "budget_prior_actions": None, "table": str(tables / "draft-table-train.jsonl"),
         "val_table": str(tables / "draft-table-validation.jsonl"), **overrides})

@@ -27,6 +27,14 @@ MAX_JSON_DEPTH = 32
 MAX_TOKENS = 1_000_000
 """Largest token budget (and budget scale) accepted."""
 
+MAX_TASK_OPTIONS_CHARS = 100_000
+"""Largest ``task_options`` (as JSON) accepted: data paths, fields, a question template and an
+instruction fit in far less."""
+MAX_OPTION_STRING = 20_000
+"""Longest string inside ``task_options`` (a question template or an instruction)."""
+MAX_OPTION_ITEMS = 64
+"""Most entries of one object or list inside ``task_options``."""
+
 # policy field -> (lowest, highest) for the integers of both policy configs
 _POLICY_INTS = {
     "embed_dim": (1, 65_536), "hidden_size": (1, 65_536), "num_actions": (1, 1024), "budget_dim": (1, 4096),
@@ -132,9 +140,44 @@ def check_adapter_fields(data: dict) -> None:
         for name in ("hidden_size", "vocab_size"):
             if name in fingerprint:
                 _int(fingerprint[name], f"base_fingerprint.{name}", 0, 10_000_000)  # a stand-in LM may say 0
+    task = data.get("task", "")
+    if not isinstance(task, str) or len(task) > 200:
+        raise ValueError(f"task must be a task name of at most 200 characters, got {task!r}"[:300])
+    if data.get("task_options") is not None:
+        _task_options(data["task_options"])
     draft = data.get("draft")
     if isinstance(draft, dict) and "token_budget" in draft:
         _int(draft["token_budget"], "draft.token_budget", 1, MAX_TOKENS)
+
+
+def _task_options(options) -> None:
+    """``task_options``: an object of at most :data:`MAX_OPTION_ITEMS` named options whose values are
+    JSON scalars, strings of at most :data:`MAX_OPTION_STRING` characters, or small objects / lists
+    of them, :data:`MAX_TASK_OPTIONS_CHARS` characters in all."""
+    if not isinstance(options, dict):
+        raise ValueError(f"task_options must be an object of get_task options, got {type(options).__name__}")
+    if len(json.dumps(options)) > MAX_TASK_OPTIONS_CHARS:
+        raise ValueError(f"task_options is over {MAX_TASK_OPTIONS_CHARS:,} characters: not a task record")
+
+    def check(value, name: str) -> None:
+        if value is None or isinstance(value, bool):
+            return
+        if isinstance(value, (int, float)):
+            _float(value, name, -1e12, 1e12, True)
+        elif isinstance(value, str):
+            if len(value) > MAX_OPTION_STRING:
+                raise ValueError(f"{name} is {len(value):,} characters, over {MAX_OPTION_STRING:,}")
+        elif isinstance(value, (list, dict)):
+            if len(value) > MAX_OPTION_ITEMS:
+                raise ValueError(f"{name} has {len(value)} entries, over {MAX_OPTION_ITEMS}")
+            for key, item in (value.items() if isinstance(value, dict) else enumerate(value)):
+                if isinstance(key, str) and len(key) > 200:
+                    raise ValueError(f"{name} has a key of {len(key)} characters, over 200")
+                check(item, f"{name}.{key}" if isinstance(key, str) else f"{name}[{key}]")
+        else:
+            raise ValueError(f"{name} must be JSON data, got {type(value).__name__}")
+
+    check(options, "task_options")
 
 
 def _parameters(policy: dict, per_token: bool) -> int:

@@ -486,8 +486,12 @@ class AdapterConfig:
     parallel_budgets: list[int] = field(default_factory=list)
     """Parallel budgets B seen in training (sequence adapters)."""
     token_budget: int | None = None
-    """Token budget b of training (token adapters)."""
+    """Token budget b of training (every kind: the rollouts its rewards came from were decoded at it)."""
     task: str = ""
+    task_options: dict | None = None
+    """The ``get_task`` options of ``task`` it was trained with (``tasks.task_record``: data paths
+    absolute, the fields or question template, the instruction, the verifier), so that its generator
+    rebuilds the task (the answer check) without them being typed again; None: the task's defaults."""
     training: dict = field(default_factory=dict)
     lm_dtype: str | None = None
     """dtype of the frozen LM's weights in training (e.g. ``bfloat16``): the policy's input features

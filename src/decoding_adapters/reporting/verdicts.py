@@ -288,8 +288,9 @@ def evidence_lines(results: Mapping, details: Mapping | None = None, confidence:
     problems = len((details or {}).get("problems") or [])
     size = f"{problems} problems" if problems else "this size"
     width = f" (intervals up to ±{max(halves):.0f} points at {metrics[0]})" if halves else ""
+    at = " or ".join(dict.fromkeys((metrics[0], metrics[-1])))  # one metric (--k 1) is named once
     return [f"**At {size} the evidence cannot separate the methods**{width}: no method differs from Greedy "
-            f"by a paired interval that excludes 0 at {metrics[0]} or {metrics[-1]}. Read the table as a run of "
+            f"by a paired interval that excludes 0 at {at}. Read the table as a run of "
             "the pipeline, not as a ranking; more problems (`--max-problems`, or `reproduce`) narrow it."]
 
 

@@ -41,6 +41,7 @@ from ..policies.kind_sequence import SEQUENCE
 from ..policies.kind_token import TOKEN
 from ..policies.kinds import AdapterKind
 from ..policies.networks import AdapterConfig, categorical_from_uniform, check_compatible, load_adapter, save_adapter
+from ..tasks import task_from_record
 from .generator import AdaptiveGenerator
 from .integrations.hf import AdapterLogitsProcessor
 
@@ -66,8 +67,14 @@ def _as_chat(prompt: Prompt, position: int) -> list[dict]:
     )
 
 
-_USE_INSTEAD = {SEQUENCE: "adapter.logits_processor(model)", TOKEN: "adapter.generation_config / sampling_params"}
-"""What to call instead when a method needs the other kind of adapter."""
+_USE_INSTEAD = {
+    TOKEN: "adapter.logits_processor(model), or adapter.generator()",
+    SEQUENCE: "adapter.generation_config(...) / sampling_params(...), or adapter.generator()",
+}
+"""What decodes with an adapter of a kind, for the error of a method made for another kind."""
+# a draft-gated adapter decodes a draft, then maybe re-decodes: only this project's loop does both
+_ONLY_GENERATOR = ("adapter.generator(): Adapter.from_pretrained(dir, lm='base').generator().generate(prompts); "
+                   "it has no transformers or vLLM form")
 
 
 def _as_prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
@@ -203,7 +210,7 @@ class Adapter:
 
     def _require(self, kind: AdapterKind, what: str) -> None:
         if self.adapter_kind is not kind:
-            other = _USE_INSTEAD[kind]
+            other = _USE_INSTEAD.get(self.adapter_kind, _ONLY_GENERATOR)
             raise ValueError(f"{what} needs a {kind.name} adapter; this one is a {self.kind} adapter (use {other})")
 
     @torch.inference_mode()
@@ -298,12 +305,15 @@ class Adapter:
         return [SamplingParams(**d) for d in self.sampling_params_dicts(prompts, n, **kwargs)]
 
     # ---- this project's own decode loop ---------------------------------------------------------
-    def generator(self, max_batch_rows: int = 64, task=None) -> AdaptiveGenerator:
+    def generator(self, max_batch_rows: int = 64, task=None, data=None) -> AdaptiveGenerator:
         """An ``AdaptiveGenerator`` on the bound LM: this project's batched decode loop, the one behind
         ``generate`` and ``serve``. ``max_batch_rows`` bounds the rows (prompts x B) of one decode.
         ``task``: where the adapter stops at the first complete answer (``config.stop_at_answer``,
         as it was trained), the task that says where (default: the adapter's own, by the name it
-        was trained on)."""
+        was trained on, rebuilt from the options ``adapter.json`` records);
+        ``data``: that task with other data files (``--data``), where the recorded ones are gone."""
+        if task is None and data is not None and self.config.task:
+            task = task_from_record(self.config.task, self.config.task_options, data=data)
         if self.lm is None:
             raise ValueError(
                 "the project's decode loop needs the LM: load with Adapter.from_pretrained(dir, lm='base') "

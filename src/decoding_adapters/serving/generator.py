@@ -53,7 +53,7 @@ from ..policies.networks import (
     TokenPolicyChooser,
     check_compatible,
 )
-from ..tasks import get_task
+from ..tasks import task_from_record
 from ..tasks.base import Problem
 
 __all__ = ["AdaptiveGenerator", "Generation", "PreparedPrompt", "Prompt", "TokenEvent", "format_generations"]
@@ -400,9 +400,10 @@ class AdaptiveGenerator:
         return self._split(chunk, result, chosen, probs)
 
     def _answer_check(self, p: PreparedPrompt):
-        """The check that ends a row of prompt ``p`` at its first complete answer (the answer task's)."""
-        problem = Problem(f"prompt/{p.index}", _question_text(p.prompt), "")
-        return functools.partial(self.answer_task.answer_complete, problem)
+        """The check that ends a row of prompt ``p`` at its first complete answer (the answer task's;
+        a chat is asked as its question's text, as a task's ``Problem`` holds it)."""
+        return functools.partial(self.answer_task.answer_complete,
+                                 Problem(f"prompt/{p.index}", _question_text(p.prompt), ""))
 
     @torch.inference_mode()
     def _sequence_actions(self, chunk: list[PreparedPrompt], deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -488,16 +489,17 @@ def _ended(result: DecodeResult, row: int) -> bool:
 
 def _adapter_task(config: AdapterConfig, required: bool):
     """The task an adapter was trained on (its ``answer_complete`` ends each row at its first
-    complete answer). Where it names none, or one that cannot be loaded here: an error when the
-    stop is ``required`` (a draft-gated policy reads the stopped draft), else a warning and rows
-    decoded to the budget."""
+    complete answer), rebuilt from the options ``adapter.json`` records (data paths, fields,
+    verifier). Where it names none, or one that cannot be rebuilt here: an error when the stop is
+    ``required`` (a draft-gated policy reads the stopped draft), else a warning and rows decoded to
+    the budget."""
     try:
         if not config.task:
             raise ValueError("it names no task")
-        return get_task(config.task)
+        return task_from_record(config.task, config.task_options)
     except (ValueError, OSError, KeyError) as err:
-        message = (f"this adapter stops at the first complete answer, but its task cannot be loaded ({err}): "
-                   "pass task= to AdaptiveGenerator")
+        message = (f"this adapter stops at the first complete answer, but its task {config.task!r} cannot be "
+                   f"rebuilt from adapter.json ({err}): give --data (from Python, .generator(data=...) or task=)")
         if required:
             raise ValueError(message) from None
         warnings.warn(message + "; decoding to the budget", stacklevel=3)

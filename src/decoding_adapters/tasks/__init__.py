@@ -29,12 +29,16 @@ from .base import (
     read_jsonl,
     register_task,
     resolve_system_prompt,
+    task_from_record,
+    task_record,
 )
 from .math import GSM8KTask, MathTask, score_gsm8k, score_math
 from .mix import MixTask
 from .pyfunc import PyFuncConfig, PyFuncTask
 
 __all__ = [
+    "task_from_record",
+    "task_record",
     "ArithmeticConfig",
     "ArithmeticTask",
     "GSM8KTask",

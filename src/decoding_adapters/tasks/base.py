@@ -37,6 +37,7 @@ the count when they do; trainers and ``evaluate`` call it when they start.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import hashlib
@@ -143,6 +144,16 @@ class Task(ABC):
         complete answer is, e.g. code, is decoded to its end)."""
         return False
 
+    @property
+    def answer_check(self) -> str | None:
+        """The name of the check :meth:`answer_complete` applies, or None where it never fires (the
+        stop at the first answer is off: rows decode to EOS or the budget). Default: the overriding
+        class's method, where a task overrides it."""
+        cls = type(self)
+        if getattr(cls, "answer_complete", None) is Task.answer_complete:
+            return None
+        return f"{cls.__name__}.answer_complete"
+
     def check_split(self, split: str) -> None:
         """Raise a ValueError naming the valid splits if ``split`` is not one of them."""
         if split not in self.splits:
@@ -200,6 +211,53 @@ def get_task(name: str, **options: Any) -> Task:
         if unknown:
             raise ValueError(f"task {name!r} has no option(s) {unknown}; accepted: {sorted(accepted)}")
     return cls(**options)
+
+
+def task_record(task: Task) -> dict[str, Any]:
+    """What rebuilds ``task`` elsewhere (an adapter's ``task_options``): ``get_task(task.name,
+    **task_record(task))`` — the options that differ from their defaults and can be written as JSON,
+    data paths made absolute (so the adapter works from any folder). A callable verifier is kept by
+    its importable ``module:function`` name, else left out (the record says ``"verifier": null``
+    then: the default)."""
+    if not hasattr(task, "__dataclass_fields__"):
+        return {}
+    out: dict[str, Any] = {}
+    for f in fields(task):
+        if not f.init:
+            continue
+        value = getattr(task, f.name)
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        if value == default:
+            continue
+        if f.name == "data":
+            value = _absolute_data(value)
+        elif callable(value) and not isinstance(value, type):
+            module, qualname = getattr(value, "__module__", ""), getattr(value, "__qualname__", "")
+            value = f"{module}:{qualname}" if module and module != "__main__" and "<" not in qualname else None
+        try:
+            json.dumps(value)
+        except TypeError:
+            continue
+        out[f.name] = value
+    return out
+
+
+def _absolute_data(data: Any) -> Any:
+    data = normalise_data_spec(data)
+    if isinstance(data, Mapping):
+        return {k: str(Path(v).resolve()) for k, v in data.items()}
+    return None if data is None else str(Path(data).resolve())
+
+
+def task_from_record(name: str, options: Mapping[str, Any] | None, data: DataSpec = None) -> Task:
+    """The task an adapter records (``AdapterConfig.task`` and ``task_options``); ``data`` replaces
+    the recorded files (``--data``). A record that says nothing of data (an adapter from before
+    records existed, or a task that reads none) builds the task with its defaults."""
+    options = dict(options or {})
+    if data is not None:
+        options["data"] = data
+    return get_task(name, **options)
 
 
 # --------------------------------------------------------------------------- prompts

@@ -4,8 +4,10 @@
     get_task("jsonl", data="train=train.jsonl,test=test.jsonl", verifier="mypkg.check:score")  # CLI form
 
 Data: one JSON object per line with a question and a gold answer (field names ``question`` and
-``answer`` by default; ``question_field=`` / ``answer_field=`` rename them). An ``id`` field, when
-present, names the problem; every other field is kept in ``Problem.meta``. ``data=`` is one path
+``answer`` by default; ``question_field=`` / ``answer_field=`` rename them). A question spread over
+several fields is put together by ``question_template=`` (``"{Body} {Question}"``: Python format
+fields naming JSONL fields). An ``id`` field, when present, names the problem; every other field is
+kept in ``Problem.meta``. ``data=`` is one path
 (used for every split), a mapping split -> path, or the string ``"train=a.jsonl,test=b.jsonl"``.
 
 Verifier: ``verifier(completion, answer) -> float`` (or ``verifier(completion, answer, row)``, which
@@ -29,6 +31,15 @@ Python callable that cannot be imported by name (a lambda, a function defined in
 in a worker *thread* with the same timeout — it still scores 0 after the timeout, but the thread
 cannot be killed — so prefer a module-level function in an importable module.
 
+The stop at the first answer (``answer_complete``) follows the verifier: ``exact`` (the default)
+stops at a closed ``\\boxed{}``, ``math`` at a boxed or ``Answer: X`` line ended by a newline,
+``numeric`` at the first complete number after an answer cue ("= 43.", "answer is 43 ") or at the
+end of a line (the number the extraction would read if the completion ended there). A verifier of
+your own may supply its check as an attribute ``answer_complete(text) -> bool`` of the function
+(``score.answer_complete = ...``) or a function ``<name>_answer_complete`` beside it in its module;
+without one the stop is off (:attr:`JsonlTask.answer_check` is None, and the draft tables and the
+adapter say so).
+
 Warnings: the first ``10`` failures are logged one by one, then every 100th with a count, so a
 broken verifier does not flood the log; ``task.verifier_failures`` counts them all.
 """
@@ -41,7 +52,9 @@ import json
 import logging
 import math
 import os
+import re
 import select
+import string
 import subprocess
 import sys
 import threading
@@ -53,6 +66,7 @@ from typing import Any, Callable, Union
 
 from ..sandbox.runner import helper_control_group, release_control_group
 from ._verifier_worker import wants_meta
+from .arithmetic import arithmetic_answer_complete
 from .base import (
     SPLITS,
     Problem,
@@ -68,11 +82,12 @@ from .base import (
     resolve_system_prompt,
     validate_data_option,
 )
-from .math import extract_boxed, has_closed_box
+from .math import extract_boxed, final_answer_complete, has_closed_box
 
 log = logging.getLogger(__name__)
 
-__all__ = ["JsonlTask", "exact_match", "VerifierRunner", "NAMED_VERIFIERS"]
+__all__ = ["JsonlTask", "exact_match", "numeric_answer_complete", "template_fields", "VerifierRunner",
+           "NAMED_VERIFIERS"]
 
 WORKER_SCRIPT = Path(__file__).with_name("_verifier_worker.py")
 
@@ -106,6 +121,35 @@ NAMED_VERIFIERS: dict[str, str] = {
 }
 """The project's own checkers by name: ``exact`` (the default), ``math`` (the math task's answer
 extraction and math-verify) and ``numeric`` (the last number or final answer, compared as a number)."""
+
+
+# A number that ends its line: "70 - 27 = 43\n", "The total is $43.\n" (the extraction's last
+# number, were the completion to end there).
+_NUMBER_ENDS_LINE = re.compile(r"\d[ \t]*[*$%]*\.?[ \t]*\n")
+
+
+def numeric_answer_complete(text: str) -> bool:
+    """The ``numeric`` verifier's stop: ``text`` (a completion so far) holds a finished answer that
+    the extraction reads — a closed ``\\boxed{}`` or ``####`` / "answer is" line ended by a newline,
+    a number after "=", "equals", "answer is" or "####" that a non-digit follows ("= 43 apples",
+    "answer is 43."; not "= 4" that may become 43), or a line that ends in a number and a newline.
+    Linear in the text's length."""
+    if final_answer_complete(text) or arithmetic_answer_complete(text):
+        return True
+    return _NUMBER_ENDS_LINE.search(text) is not None
+
+
+def template_fields(template: str) -> tuple[str, ...]:
+    """The JSONL fields a question template names (``"{Body} {Question}"`` -> ``("Body", "Question")``);
+    ValueError for a template that names none or is not a format string."""
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+    except ValueError as err:
+        raise ValueError(f"question template {template!r}: {err}") from None
+    if not names or any(not n or not n.replace("_", "").replace("-", "").replace(" ", "").isalnum() for n in names):
+        raise ValueError(f"question template {template!r} must name JSONL fields in braces, "
+                         "e.g. '{Body} {Question}'")
+    return tuple(dict.fromkeys(names))
 
 
 def _importable_name(fn: Callable) -> str | None:
@@ -337,6 +381,9 @@ class JsonlTask(Task):
     callable ``(completion, answer[, row]) -> float``; None = :func:`exact_match`."""
     question_field: str = "question"
     """JSONL field holding the question."""
+    question_template: str | None = None
+    """The question put together from several fields (``"{Body} {Question}"``); replaces
+    ``question_field`` when given."""
     answer_field: str = "answer"
     """JSONL field holding the gold answer (converted to a string)."""
     instruction: str | None = None
@@ -363,7 +410,10 @@ class JsonlTask(Task):
         self.system_prompt = resolve_system_prompt(self.system_prompt)
         if not self.verifier_timeout_s > 0:
             raise ValueError(f"verifier_timeout_s must be > 0, got {self.verifier_timeout_s}")
+        self._question_fields = (template_fields(self.question_template) if self.question_template
+                                 else (self.question_field,))
         self._runner = self._make_runner(self.verifier)
+        self._complete = self._answer_check_fn()
 
     def _make_runner(self, verifier: Verifier) -> VerifierRunner:
         if verifier is None:
@@ -381,6 +431,34 @@ class JsonlTask(Task):
             if name
             else VerifierRunner(fn=verifier, timeout_s=self.verifier_timeout_s)
         )
+
+    def _answer_check_fn(self) -> Callable[[str], bool] | None:
+        """The verifier's "holds a complete answer" check (module docstring), or None (the stop is off)."""
+        v = self.verifier
+        if v is None or v == "exact" or v is exact_match:
+            return has_closed_box
+        if v == "numeric":
+            return numeric_answer_complete
+        if v == "math":
+            return final_answer_complete
+        fn = v
+        if isinstance(v, str):  # module:function, already imported by _check_spec
+            module, _, attr = v.partition(":")
+            owner = importlib.import_module(module)
+            fn = owner
+            for part in attr.split("."):
+                fn = getattr(fn, part)
+            sibling = getattr(owner, f"{attr.split('.')[-1]}_answer_complete", None)
+            if callable(sibling):
+                return sibling
+        check = getattr(fn, "answer_complete", None)
+        return check if callable(check) else None
+
+    @property
+    def answer_check(self) -> str | None:
+        """The name of the stop at the first answer this verifier has (None: off, rows decode to the end)."""
+        fn = self._complete
+        return None if fn is None else f"{fn.__module__}:{fn.__qualname__}"
 
     @property
     def verifier_name(self) -> str:
@@ -409,13 +487,17 @@ class JsonlTask(Task):
 
     def _read(self, path: Path, split: str) -> list[Problem]:
         lines: list[int] = []
-        rows = read_jsonl(path, (self.question_field, self.answer_field), line_numbers=lines)
+        rows = read_jsonl(path, (*self._question_fields, self.answer_field), line_numbers=lines)
         problems = []
         for i, (row, line) in enumerate(zip(rows, lines)):
             pid = f"{self.name}/{split}/{row.get('id', i)}"
-            meta = {k: v for k, v in row.items() if k not in (self.question_field, self.answer_field)}
+            # a template's fields stay in meta, so that a verifier reading the row sees them
+            dropped = (self.answer_field,) if self.question_template else (self.question_field, self.answer_field)
+            meta = {k: v for k, v in row.items() if k not in dropped}
+            question = (self.question_template.format(**{k: row[k] for k in self._question_fields})
+                        if self.question_template else str(row[self.question_field]))
             try:
-                problems.append(Problem(pid, str(row[self.question_field]), str(row[self.answer_field]), meta))
+                problems.append(Problem(pid, question, str(row[self.answer_field]), meta))
             except ValueError as err:
                 raise ValueError(f"{path}:{line}: {err}") from None
             self._lines[pid] = f"{path}:{line}"
@@ -431,7 +513,8 @@ class JsonlTask(Task):
         return chat_messages(self.system_prompt, "\n\n".join(p for p in parts if p))
 
     def reward(self, problem: Problem, completion: str) -> float:
-        row = {self.question_field: problem.question, self.answer_field: problem.answer, **problem.meta}
+        row = ({self.answer_field: problem.answer, **problem.meta} if self.question_template else
+               {self.question_field: problem.question, self.answer_field: problem.answer, **problem.meta})
         score, failure = self._runner(completion, problem.answer, row)
         if failure is None and not math.isfinite(score):
             failure = f"returned {score}"
@@ -441,9 +524,13 @@ class JsonlTask(Task):
         return min(max(score, 0.0), 1.0)
 
     def answer_complete(self, problem: Problem, text: str) -> bool:
-        """With the default verifier (:func:`exact_match`, which prefers a boxed answer): a closed
-        ``\\boxed{}``. A verifier of your own may read anything: never."""
-        return self.verifier is None and has_closed_box(text)
+        """The verifier's check (module docstring); never where it has none. Never raises."""
+        if self._complete is None:
+            return False
+        try:
+            return bool(self._complete(text))
+        except Exception:  # a user's check must not end a decode
+            return False
 
     def _warn(self, problem: Problem, failure: str) -> None:
         self.verifier_failures += 1

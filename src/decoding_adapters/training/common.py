@@ -15,7 +15,10 @@ import torch
 from tqdm.auto import tqdm
 
 from ..core.files import Checkpoint, JsonlLog
-from ..decoding.loop import row_seed
+from ..decoding.actions import GREEDY, ActionSet
+from ..decoding.loop import decode, row_seed
+from ..decoding.rollouts import encode_problems
+from ..lm.models import FrozenLM
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +40,73 @@ __all__ = [
     "RESUME_HARMLESS",
     "check_resume",
     "check_shared_fields",
+    "NothingSolvedError",
+    "Preflight",
+    "preflight_check",
+    "PREFLIGHT_PROBLEMS",
 ]
+
+PREFLIGHT_PROBLEMS = 8
+"""Training problems the pre-flight check decodes greedily (the start policy's prior action)."""
+
+
+class NothingSolvedError(ValueError):
+    """The pre-flight check found no solved row: training would learn from rewards that are all 0."""
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What the pre-flight check saw before step 1: the share of rows solved and cut by the budget."""
+
+    rows: int
+    """Rows scored (decoded problems, or a table's drafts and re-decodes)."""
+    solved: float
+    """Share of rows with reward >= 0.5."""
+    truncated: float
+    """Share of rows the token budget cut (no EOS, no complete answer)."""
+    source: str
+    """What was scored, for the message (e.g. "greedy on the first 8 training problems")."""
+
+    def record(self) -> dict:
+        return {"preflight": {"rows": self.rows, "solved": round(self.solved, 4),
+                              "truncated": round(self.truncated, 4), "source": self.source}}
+
+
+def preflight_check(rewards: Sequence[float], truncated: Sequence[bool], source: str, *, force: bool,
+                    token_budget: int | None = None) -> Preflight | None:
+    """The one pre-flight check every trainer runs before step 1: logs the share solved and the
+    share truncated; when nothing is solved it raises :class:`NothingSolvedError` (every reward
+    would be 0: the policy learns nothing, and the adapter written says nothing of it), or only
+    warns with ``force``. None when there is nothing to check (no rows)."""
+    if not rewards:
+        return None
+    solved = sum(float(r) >= 0.5 for r in rewards) / len(rewards)
+    cut = sum(bool(t) for t in truncated) / max(len(truncated), 1)
+    result = Preflight(len(rewards), solved, cut, source)
+    log.info("pre-flight: %s: %.0f%% solved, %.0f%% cut by the token budget (%d rows)", source, 100 * solved,
+             100 * cut, len(rewards))
+    if solved > 0:
+        return result
+    budget = f" of {token_budget} tokens" if token_budget else ""
+    why = (f"{cut:.0%} of the rows were cut by the token budget{budget}: raise --token-budget, or ask for a short "
+           "answer (--instruction)" if cut >= 0.5 else
+           "the rows end before the budget, so the verifier does not read their answers: check --verifier, "
+           "--answer-field and the instruction (--instruction), or use a stronger model")
+    message = f"pre-flight: nothing was solved ({source}, {len(rewards)} rows): {why}"
+    if not force:
+        raise NothingSolvedError(f"{message}; pass --force to train anyway")
+    log.warning("%s; training anyway (--force)", message)
+    return result
+
+
+def greedy_preflight_rows(lm, task, problems: Sequence, token_budget: int, seed: int) -> tuple[list, list]:
+    """Rewards and budget cuts of greedy (the usual start policy's prior action) on ``problems``."""
+    prompts, _ = encode_problems(lm, task, problems, seed=seed)
+    result = decode(lm, prompts, ActionSet([GREEDY], device=lm.device), row_actions=0, token_budget=token_budget)
+    ended = result.stopped_at_eos
+    if result.stopped_by_check is not None:
+        ended = ended | result.stopped_by_check
+    return task.reward_batch(problems, result.texts), (~ended).tolist()
 
 
 def step_generator(seed: int, *keys) -> torch.Generator:
@@ -359,6 +428,30 @@ class TrainingLoop:
     (``self.policy_mode``)."""
 
     name = "train"
+    refuse_unsolved = False
+    """Refuse (:class:`NothingSolvedError`) rather than only warn when the pre-flight check finds
+    nothing solved: the CLI's trainers set it unless ``--force``; from Python (and in the demo's
+    stages) the check warns."""
+
+    def preflight_rows(self) -> tuple[list, list, str] | None:
+        """``(rewards, truncated, source)`` the pre-flight check judges: greedy on the first
+        :data:`PREFLIGHT_PROBLEMS` training problems at the config's token budget (a trainer whose
+        start policy is read from a table overrides it); None: nothing to check."""
+        problems = list(getattr(self, "train_problems", []) or [])[:PREFLIGHT_PROBLEMS]
+        lm, task = getattr(self, "lm", None), getattr(self, "task", None)
+        budget = getattr(self.config, "token_budget", None)
+        if not problems or not isinstance(lm, FrozenLM) or task is None or not budget or not self.config.steps:
+            return None  # nothing to train, or an LM the decode loop does not run (a test's stand-in)
+        rewards, truncated = greedy_preflight_rows(lm, task, problems, budget, self.config.seed)
+        return rewards, truncated, f"greedy on the first {len(problems)} training problems"
+
+    def _preflight(self) -> dict:
+        rows = self.preflight_rows()
+        if rows is None:
+            return {}
+        checked = preflight_check(*rows, force=not self.refuse_unsolved,
+                                  token_budget=getattr(self.config, "token_budget", None))
+        return {} if checked is None else checked.record()
 
     def _init_loop(self, out_dir, progress: bool) -> None:
         self.out_dir, self.progress, self.step = Path(out_dir), progress, 0
@@ -387,6 +480,9 @@ class TrainingLoop:
             )
         else:
             summary = self.start()
+            preflight = self._preflight()  # refuses here, before any step, when nothing is solved
+            if preflight:
+                summary = {**(summary or {}), **preflight}
             self.log.truncate_after(-1)
             if keep_best:  # step 0: the start is a candidate like any later validation
                 summary = {**(summary or {}), **self._observe_validation(patience=0)}
@@ -419,8 +515,14 @@ class TrainingLoop:
                     {"step": self.step, "config": asdict(cfg), **self.state(), "early_stopping": self.early.state()}
                 )
         bar.close()
+        self.kept_step = self.step
         if (patience > 0 or keep_best) and self.early.best_policy is not None:
             self.policy.load_state_dict(self.early.best_policy)  # the adapter is the best validated one
+            self.kept_step = self.early.best_step
+            if self.kept_step == 0 and self.step > 0:
+                log.warning("the adapter kept is step 0, the untrained start: no validation after it beat it by "
+                            "the margin asked (%d steps trained); train longer, on more prompts, or check the "
+                            "validation reward in train_log.jsonl", self.step)
             if self.early.best_mode is not None and hasattr(self, "policy_mode"):
                 self.policy_mode = self.early.best_mode
         elif self.early.last_mode is not None and hasattr(self, "policy_mode"):

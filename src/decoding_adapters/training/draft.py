@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
 import torch
+from tqdm.auto import tqdm
 
 from ..core.stats import pass_at_k
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction, load_action_set
@@ -47,7 +49,7 @@ from ..policies.draft import (
 )
 from ..policies.networks import AdapterConfig, SequencePolicy, SequencePolicyConfig, prior_distribution, save_adapter
 from ..selection.coverage import OutcomeTable, check_replay_header
-from ..tasks import problems_record
+from ..tasks import problems_record, task_record
 from .common import Validation, step_generator
 from .sequence import SequenceTrainConfig, SequenceTrainer, selection_record
 
@@ -277,6 +279,9 @@ class DraftTrainConfig(SequenceTrainConfig):
     """Re-decodes per action and problem when a table is built here (``ensure_tables``)."""
 
     def __post_init__(self) -> None:
+        if self.full_information and self.group_size != 1:
+            raise ValueError("group_size has no effect with full_information (every arm's table value is used "
+                             "already): leave it at 1, or pass --no-full-information to draw G arms per problem")
         if self.replay:
             raise ValueError("the draft trainer replays its own both-arms table (table=...), not an outcome table")
         if self.metric != "pass":
@@ -289,22 +294,40 @@ class DraftTrainConfig(SequenceTrainConfig):
         super().__post_init__()
 
 
-def ensure_tables(config: DraftTrainConfig, lm, task, on_chunk=None) -> None:
+def ensure_tables(config: DraftTrainConfig, lm, task, on_chunk=None, progress: bool = False) -> None:
     """Build ``config.table`` (the first ``max_train_prompts`` training problems) and
     ``config.val_table`` (the first ``val_problems`` validation problems) where they are missing or
     unfinished: the greedy draft and ``table_samples`` re-decodes under every sampled action of
-    ``config.actions`` (greedy is the draft; only ``redecode_actions`` when those are named)."""
+    ``config.actions`` (greedy is the draft; only ``redecode_actions`` when those are named).
+    ``progress``: one bar over the problems of both tables; ``on_chunk(done, total)`` after each chunk."""
     wanted = set(config.redecode_actions)
     actions = [a for a in load_action_set(config.actions) if not a.is_greedy and (not wanted or a.name in wanted)]
     if not actions:
         raise ValueError(f"the action set {config.actions!r} has no sampled action to re-decode with")
+    todo = []
     for path, split, count in ((config.table, "train", config.max_train_prompts),
                                (config.val_table, "validation", config.val_problems)):
         if path:
             problems = task.load(split)[:count]
-            build_draft_table(lm, task, problems, actions, samples=config.table_samples,
-                              token_budget=config.token_budget, path=path, split=split, seed=config.seed,
-                              on_chunk=on_chunk, stop=config.stop_at_answer)
+            done = set(DraftTable.load(path).problem_ids) if Path(path).is_file() else set()
+            todo.append((path, split, problems, sum(p.id not in done for p in problems)))
+    total = sum(left for *_, left in todo)
+    # one bar over every problem still to decode; chunks small enough that it moves (at least ~8
+    # times), large enough to batch the re-decodes of several problems together
+    chunk = max(2, min(16, math.ceil(total / 8))) if total else 16
+    bar = tqdm(total=total, desc="draft tables", unit="problem", disable=not progress or not total)
+    for path, split, problems, _ in todo:
+        before = bar.n
+
+        def advance(done: int, _total: int, before=before) -> None:
+            bar.update(before + done - bar.n)
+            if on_chunk is not None:
+                on_chunk(bar.n, total)
+
+        build_draft_table(lm, task, problems, actions, samples=config.table_samples,
+                          token_budget=config.token_budget, path=path, split=split, seed=config.seed,
+                          chunk_problems=chunk, on_chunk=advance, stop=config.stop_at_answer)
+    bar.close()
 
 
 class DraftRewards:
@@ -394,6 +417,18 @@ class DraftTrainer(SequenceTrainer):
         if {p.id for p in self.train_problems} & {p.id for p in self.val_problems}:
             raise ValueError("the training and validation tables share problems")
 
+    def preflight_rows(self) -> tuple[list, list, str] | None:
+        """The training table's drafts and re-decodes (a row that reached the token budget counts as
+        cut): nothing is decoded, the table is what the policy learns from."""
+        budget = int(self.train_table.header.get("token_budget", self.config.token_budget))
+        rewards, cut = [], []
+        for pid in [p.id for p in self.train_problems]:
+            record = self.train_table.records[pid]
+            for row in [record["draft"], *(s for samples in record["samples"].values() for s in samples)]:
+                rewards.append(float(row["reward"]))
+                cut.append(int(row["length"]) >= budget)
+        return rewards, cut, f"the training table's drafts and re-decodes ({len(self.train_problems)} problems)"
+
     def _encode(self, problems):
         """(no prompts: nothing is decoded, contexts ``[P, D]`` from the tables, no CoT)."""
         contexts = torch.cat([self.rewards.records[p.id][0].context([p.id], self.context_config) for p in problems])
@@ -455,7 +490,9 @@ class DraftTrainer(SequenceTrainer):
             kind="draft", policy=asdict(self.policy.config), actions=self.rewards.action_set.to_json(),
             base_model=self.lm.spec.name_or_path, base_fingerprint=self.lm.fingerprint(),
             embedding={"pooling": self.config.pooling}, parallel_budgets=list(self.config.parallel_budgets),
-            task=self.task_name, training=asdict(self.config), lm_dtype=self.lm.fingerprint().get("dtype"),
+            token_budget=self.config.token_budget, task=self.task_name, task_options=task_record(self.task),
+            training=asdict(self.config),
+            lm_dtype=self.lm.fingerprint().get("dtype"),
             trained_on=problems_record(self.train_problems) if self.train_problems else None,
             selected_on=selection_record(self.config.actions), draft=asdict(self.context_config),
             stop_at_answer=self.config.stop_at_answer,

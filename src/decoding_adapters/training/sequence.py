@@ -46,7 +46,7 @@ from ..policies.networks import (
     save_adapter,
 )
 from ..selection.coverage import OutcomeTable, ReplayEnvironment, check_replay_header
-from ..tasks import check_disjoint, problems_record
+from ..tasks import check_disjoint, problems_record, task_record
 from .common import (
     TrainingLoop,
     Validation,
@@ -559,7 +559,9 @@ class SequenceTrainer(TrainingLoop):
             base_fingerprint=self.lm.fingerprint(),
             embedding={"pooling": self.config.pooling},
             parallel_budgets=list(self.config.parallel_budgets),
+            token_budget=self.config.token_budget,  # its rewards were decoded at this budget
             task=self.task_name,
+            task_options=task_record(self.task),
             training=asdict(self.config),
             lm_dtype=self.lm.fingerprint().get("dtype"),
             trained_on=problems_record(self.train_problems) if self.train_problems else None,

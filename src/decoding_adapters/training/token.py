@@ -49,7 +49,7 @@ from ..policies.networks import (
     prior_distribution,
     save_adapter,
 )
-from ..tasks import check_disjoint, content_hash, problems_record
+from ..tasks import check_disjoint, content_hash, problems_record, task_record
 from .common import (
     TrainingLoop,
     Validation,
@@ -454,8 +454,14 @@ class TokenTrainer(TrainingLoop):
                 "loosen --filter-min-pass/--filter-max-pass or use --filter-samples 0"
             )
         if len(kept) < wanted:
-            log.warning("prompt filtering kept %d training prompts, fewer than the %d wanted: the train split "
-                        "ran out (a generated task makes more, e.g. train_size of arithmetic)", len(kept), wanted)
+            available = len(distinct_questions([p for p in self.task.load("train") if p.id not in val_ids]))
+            if cfg.max_train_prompts is not None and available > cfg.max_train_prompts:
+                log.warning("prompt filtering kept %d training prompts, fewer than the %d wanted: --max-train-prompts "
+                            "%d capped the prompts probed (the train split holds %d); raise it to probe more",
+                            len(kept), wanted, cfg.max_train_prompts, available)
+            else:
+                log.warning("prompt filtering kept %d training prompts, fewer than the %d wanted: the train split "
+                            "ran out (a generated task makes more, e.g. train_size of arithmetic)", len(kept), wanted)
         return summary
 
     def distinct_prompts_per_run(self) -> int:
@@ -612,6 +618,7 @@ class TokenTrainer(TrainingLoop):
             base_fingerprint=self.lm.fingerprint(),
             token_budget=self.config.token_budget,
             task=self.task_name,
+            task_options=task_record(self.task),
             training=asdict(self.config),
             lm_dtype=self.lm.fingerprint().get("dtype"),
             trained_on=problems_record(self.train_problems) if self.train_problems else None,
