@@ -46,6 +46,7 @@ __all__ = [
     "planted_attempt_table",
     "planted_oracle",
     "format_curve",
+    "run_planted_attempt",
 ]
 
 
@@ -144,14 +145,16 @@ class Scored:
 
 
 def train_and_score(train: SampleTable, validation: SampleTable, test: SampleTable, config: AttemptTrainConfig,
-                    baselines: Sequence[RuleCurve], out_dir: str | Path | None = None, **meta) -> Scored:
-    """Train one policy (``config``), keep-best on ``validation``, score it on ``test``."""
+                    baselines: Sequence[RuleCurve], out_dir: str | Path | None = None, resume: bool = False,
+                    **meta) -> Scored:
+    """Train one policy (``config``), keep-best on ``validation``, score it on ``test``; the adapter
+    is written to ``out_dir`` when given (``resume``: continue a run there)."""
     policy_config = policy_config_from_table(train, config)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = AttemptTrainer(config, policy_config, AttemptInputs.from_table(train),
                                  AttemptInputs.from_table(validation), out_dir or tmp,
                                  actions=train.header["actions"], **meta)
-        trainer.train()
+        trainer.train(resume=resume)
     outcome = walk(trainer.policy, AttemptInputs.from_table(test), trainer.lattice)
     decodes = float(outcome.attempts.mean())
     name, acc, row = strongest_rule(baselines, decodes)
@@ -165,14 +168,14 @@ def train_and_score(train: SampleTable, validation: SampleTable, test: SampleTab
 
 def price_curve(train: SampleTable, validation: SampleTable, test: SampleTable, config: AttemptTrainConfig,
                 prices: Sequence[float], seeds: Sequence[int], baselines: Sequence[RuleCurve],
-                out_dir: str | Path | None = None, **meta) -> list[Scored]:
+                out_dir: str | Path | None = None, resume: bool = False, **meta) -> list[Scored]:
     """One policy per (price, seed); adapters under ``out_dir/price-<p>-seed-<s>`` when given."""
     out = []
     for price in prices:
         for seed in seeds:
             where = None if out_dir is None else Path(out_dir) / f"price-{price:g}-seed-{seed}"
             out.append(train_and_score(train, validation, test, replace(config, price=price, seed=seed),
-                                       baselines, where, **meta))
+                                       baselines, where, resume, **meta))
     return out
 
 
@@ -215,7 +218,7 @@ def format_curve(scored: Sequence[Scored]) -> str:
 
 
 def planted_attempt_table(problems: int, seed: int = 0, samples: int = 8, hidden_size: int = 8,
-                          wrong_answers: int = 4, hidden_shift: float = 1.0,
+                          wrong_answers: int = 4, hidden_shift: float = 1.5,
                           confidence_signal: float = 0.3) -> tuple[SampleTable, np.ndarray]:
     """A sample table (greedy, then ``samples`` of T=0.5) of two planted problem types, and the
     types ``[P]``. Answer 0 is right, answer 1 the trap, 2.. other wrong answers.
@@ -282,3 +285,29 @@ def planted_oracle(table: SampleTable, types: np.ndarray) -> RuleCurve:
         points.append(1 + m * float((types == 0).mean()))
         rows.append(row)
     return RuleCurve("oracle (knows the type)", np.array(points), np.array([r.mean() for r in rows]), np.array(rows))
+
+
+def run_planted_attempt(seed: int, price: float = 0.02, features: Sequence[str] = ("confidence", "hidden", "agreement"),
+                        sizes: tuple[int, int, int] = (400, 200, 400), steps: int = 150,
+                        rules: Sequence[str] = RULES, baselines: Sequence[RuleCurve] | None = None) -> dict:
+    """The planted attempt world for one seed: train on ``sizes[0]`` problems, keep-best on
+    ``sizes[1]``, score on ``sizes[2]`` (three tables drawn from the seed). ``recovered``: the share
+    of the oracle's margin over the strongest fixed rule, both at the policy's mean decodes;
+    ``rule_shares``: each fixed rule's (and the policy's) share of the oracle's margin over the
+    stopped greedy alone, at the same compute."""
+    train, _ = planted_attempt_table(sizes[0], seed=3 * seed + 1000)
+    validation, _ = planted_attempt_table(sizes[1], seed=3 * seed + 1001)
+    test, types = planted_attempt_table(sizes[2], seed=3 * seed + 1002)
+    baselines = list(baselines) if baselines is not None else rule_baselines(validation, test, rules)
+    config = AttemptTrainConfig(features=tuple(features), price=price, steps=steps, seed=seed, val_every=25)
+    scored = train_and_score(train, validation, test, config, baselines)
+    oracle, _ = rule_at(planted_oracle(test, types), scored.decodes)
+    greedy = float(test.correct[:, test.arm("greedy"), 0].mean())
+    margin = oracle - scored.rule_accuracy
+    shares = {c.name: (rule_at(c, scored.decodes)[0] - greedy) / max(oracle - greedy, 1e-9) for c in baselines}
+    shares["policy"] = (scored.accuracy - greedy) / max(oracle - greedy, 1e-9)
+    return {"seed": seed, "price": price, "features": list(features), "accuracy": scored.accuracy,
+            "decodes": scored.decodes, "oracle": oracle, "strongest_rule": scored.rule,
+            "rule_accuracy": scored.rule_accuracy, "greedy": greedy,
+            "recovered": (scored.accuracy - scored.rule_accuracy) / margin if margin > 1e-9 else float("nan"),
+            "difference": list(scored.difference), "rule_shares": shares}

@@ -77,7 +77,7 @@ class AttemptTrainConfig:
     """Attempts per problem at most, the first included (None: the first and every sample of one sampled arm)."""
     steps: int = 300
     """Optimiser steps."""
-    lr: float = 3e-3
+    lr: float = 1e-2
     """Adam learning rate."""
     problems_per_step: int = 128
     """Training problems per step (each contributes its exact expected reward)."""
