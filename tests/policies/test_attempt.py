@@ -39,7 +39,7 @@ def _policy(table, features=("confidence", "agreement", "hidden", "answer_probs"
 def test_the_lattice_holds_each_count_and_last_arm_once():
     # greedy (1 distinct) then two arms of 3 samples, at most 4 attempts
     lattice = AttemptLattice([1, 3, 3], 0, 4)
-    keys = {(tuple(c.tolist()), int(l)) for c, l in zip(lattice.counts, lattice.last)}
+    keys = {(tuple(c.tolist()), int(last)) for c, last in zip(lattice.counts, lattice.last)}
     assert len(keys) == len(lattice)
     # level v >= 1: counts (1, i, v - i) with the last arm one that was drawn
     expected = 1 + sum(sum((i > 0) + (v - i > 0) for i in range(v + 1)) for v in range(1, 4))

@@ -108,11 +108,13 @@ def run_cli(args) -> int:
     held = int(round(options.holdout * train.shape[0]))
     fit = train.subset(range(train.shape[0] - held)) if held else train
     scoring = train.subset(range(train.shape[0] - held, train.shape[0])) if held else validation
-    where = "held-out training problems" if held else "validation problems (in sample: the rules and keep-best chose there)"
+    where = ("held-out training problems" if held
+             else "validation problems (in sample: the rules and keep-best chose there)")
     baselines = rule_baselines(validation, scoring, options.rules)
+    model = train.header.get("model", {}).get("name_or_path", "")
     scored = price_curve(fit, validation, scoring, config, options.prices, range(options.seeds), baselines,
-                         Path(options.out) / "policies", resume=options.resume,
-                         base_model=train.header.get("model", {}).get("name_or_path", ""), task=train.header.get("task", ""))
+                         Path(options.out) / "policies", resume=options.resume, base_model=model,
+                         task=train.header.get("task", ""))
     out = {"scored_on": where, "problems": {"fit": fit.shape[0], "validation": validation.shape[0],
                                             "scored": scoring.shape[0]},
            "config": asdict(config), "policies": [s.record() for s in scored],
