@@ -37,10 +37,10 @@ class TrainAttemptOptions:
     """training sample table directory (built from the train split when it holds none; default OUT/tables/train)"""
     val_table: str | None = None
     """validation sample table directory (built when it holds none; default OUT/tables/validation)"""
-    train_problems: int = 200
-    """training problems when the training table is built"""
-    val_problems: int = 100
-    """validation problems when the validation table is built"""
+    train_problems: int = 400
+    """training problems when the training table is built (the last --holdout share of them is scored on)"""
+    val_problems: int = 400
+    """validation problems when the validation table is built (keep-best and the rules' settings are chosen there)"""
     temperatures: tuple[float, ...] = (0.5,)
     """sampled arms beside greedy when a table is built: one per temperature"""
     samples: int = 8
