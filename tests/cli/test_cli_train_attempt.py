@@ -43,6 +43,7 @@ def test_train_attempt_cli_on_stored_tables_resumes(tmp_path, capsys):
     first = json.loads((out / "curve.json").read_text())
     assert first["problems"] == {"fit": 60, "validation": 40, "scored": 20}
     assert [p["seed"] for p in first["policies"]] == [0, 1]
+    assert 0 <= first["seed_agreement"]["0.02"] <= 1
     assert main(args) == 2  # the policies are there: without --resume it refuses to overwrite them
     assert "--resume" in capsys.readouterr().err
     assert main(args + ["--resume"]) == 0  # finished runs are kept: the same policies, the same curve

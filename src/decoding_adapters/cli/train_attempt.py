@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..core.files import write_json
 from ..decoding.actions import GREEDY, DecodingAction
-from ..evaluation.attempt import format_curve, price_curve, rule_baselines
+from ..evaluation.attempt import format_curve, price_curve, rule_baselines, seed_agreement
 from ..evaluation.rules import RULES
 from ..evaluation.sample_table import SampleTable, build_sample_table
 from ..training.attempt import AttemptTrainConfig
@@ -120,11 +120,16 @@ def run_cli(args) -> int:
            "config": asdict(config), "policies": [s.record() for s in scored],
            "rules": {c.name: [{"decodes": float(d), "accuracy": float(a), "setting": st}
                               for d, a, st in zip(c.decodes, c.accuracy, c.settings)] for c in baselines}}
+    if options.seeds > 1:  # how often the seeds' policies make the same decisions, per price
+        out["seed_agreement"] = {str(price): seed_agreement([s.outcome for s in scored if s.price == price])
+                                 for price in options.prices}
     write_json(Path(options.out) / "curve.json", out)
     print(f"scored on {scoring.shape[0]} {where}")
     for c in baselines:
         cells = ", ".join(f"{d:.2f} dec {100 * a:.1f}%" for d, a in zip(c.decodes, c.accuracy))
         print(f"{c.name:34s} {cells}")
     print(format_curve(scored))
+    for price, share in out.get("seed_agreement", {}).items():
+        print(f"price {price}: the seeds' policies make the same decisions on {100 * share:.0f}% of problems")
     print(json.dumps({"out": options.out, "policies": len(scored)}))
     return 0
