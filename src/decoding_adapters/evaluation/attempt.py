@@ -6,7 +6,9 @@
 - ``rule_at`` / ``strongest_rule``: a rule's accuracy at any mean compute by linear interpolation
   between its two neighbouring points (per problem: the same mixture of the two settings'
   correctness, so the paired interval stays paired; below its cheapest point, that point); the
-  strongest rule at a compute is the one with the highest interpolated accuracy there.
+  strongest rule at a compute is the one with the highest interpolated accuracy there, picked on
+  the scoring table itself (each rule's settings were tuned on validation; which rule is strongest
+  is the choice most favourable to the rules).
 - ``train_and_score`` / ``price_curve``: train one policy per (price, seed) on a training table,
   keep-best on validation, score on the test table against the strongest rule at its own mean
   decodes, with a paired 95% interval over problems.
