@@ -366,3 +366,15 @@ def test_rules_command_tunes_on_validation_and_writes_curves(tmp_path, capsys):
     assert (tmp_path / "out" / "curves.png").stat().st_size > 0
     assert sorted(curves["pass_at_k"][next(iter(curves["pass_at_k"]))]) == ["1", "2", "3", "4"]
     assert "self_consistency" in capsys.readouterr().out
+
+
+def test_calibration_is_a_rising_curve_where_confidence_predicts_correctness():
+    from decoding_adapters.evaluation.rules import Calibration
+
+    gen = np.random.default_rng(0)
+    conf = gen.normal(size=2000)
+    correct = gen.random(2000) < 1 / (1 + np.exp(-2 * conf))
+    cal = Calibration.fit(conf, correct)
+    values = cal(np.array([-2.0, 0.0, 2.0]))
+    assert values[0] < values[1] < values[2] and values[1] == pytest.approx(0.5, abs=0.05)
+    assert values[2] == pytest.approx(1 / (1 + np.exp(-4)), abs=0.03)

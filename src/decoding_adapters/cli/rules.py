@@ -18,6 +18,7 @@ from ..core.files import write_json
 from ..decoding.actions import GREEDY, DecodingAction
 from ..evaluation.rules import COMPUTE_LEVELS, RULES, greedy_then, tune_rules
 from ..evaluation.sample_table import SampleTable, build_sample_table, pass_at_k_curve
+from ..reporting.plots import method_color
 from .common import add_model_arguments, add_rollout_arguments, add_task_arguments, build_lm, build_task, load_problems
 from .config_args import add_config_arguments, build_config
 
@@ -121,8 +122,6 @@ def run_cli(args) -> int:
 def _plot(curves: dict, path: Path, title: str) -> Path:
     """Answer accuracy (%) on the test table against mean decodes per problem, one line per rule."""
     from matplotlib.figure import Figure
-
-    from ..reporting.plots import method_color
 
     fig = Figure(figsize=(8.4, 5.0), layout="constrained")
     ax = fig.add_subplot()

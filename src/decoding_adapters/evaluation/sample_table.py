@@ -48,7 +48,7 @@ from tqdm.auto import tqdm
 
 from ..core.files import atomic_write, write_json
 from ..core.stats import pass_at_k
-from ..decoding.actions import ActionSet, DecodingAction
+from ..decoding.actions import GREEDY, ActionSet, DecodingAction
 from ..decoding.loop import DecodeResult, decode, row_seed
 from ..decoding.rollouts import encode_problems
 from ..training.draft import answer_stops
@@ -487,8 +487,6 @@ def synthetic_sample_table(problems: int, samples: int = 8, arms: Sequence[Decod
     """A random table in the real shapes (benchmarks, tests): per problem a chance ``q`` that a
     sample is right (uniform), answer 0 right and ``wrong_answers`` wrong ones, confidences higher on
     right samples; the greedy arm (first, when ``arms`` holds it) repeats one sample."""
-    from ..decoding.actions import GREEDY
-
     arms = list(arms) if arms is not None else [GREEDY, DecodingAction(temperature=0.5)]
     gen = np.random.default_rng(seed)
     shape = (problems, len(arms), samples)
