@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from decoding_adapters.core.files import write_json
-from decoding_adapters.evaluation.attempt import ablation, rule_baselines
+from decoding_adapters.evaluation.attempt import ablation, crossfit_score, format_curve, rule_baselines, seed_agreement
 from decoding_adapters.evaluation.sample_table import SampleTable
 from decoding_adapters.training.attempt import FEATURE_SETS, AttemptTrainConfig
 
@@ -38,10 +38,15 @@ def main(argv=None) -> dict:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--features", nargs="+", default=list(FEATURE_SETS), choices=list(FEATURE_SETS))
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--crossfit", type=int, default=0,
+                        help="instead of the ablation: the first feature set scored out of sample on every training "
+                        "problem by this many folds (the rules scored on the whole training table)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     started = time.perf_counter()
     train, validation = SampleTable.load(args.train), SampleTable.load(args.validation)
+    if args.crossfit:
+        return crossfit(args, train, validation, started)
     held = int(round(args.holdout * train.shape[0]))
     cut = train.shape[0] - held
     fit, scoring = train.subset(range(cut)), train.subset(range(cut, train.shape[0]))
@@ -62,6 +67,28 @@ def main(argv=None) -> dict:
                                                          "scored": scoring.shape[0]},
            "rules": {c.name: {"decodes": c.decodes.tolist(), "accuracy": c.accuracy.tolist()} for c in baselines},
            "ablation": rows, "seconds": time.perf_counter() - started}
+    write_json(Path(args.out), out)
+    print(json.dumps({"out": args.out, "seconds": round(out["seconds"], 1)}))
+    return out
+
+
+def crossfit(args, train, validation, started) -> dict:
+    baselines = rule_baselines(validation, train)
+    features = FEATURE_SETS[args.features[0]]
+    print(f"{train.shape[0]} training problems in {args.crossfit} folds, {validation.shape[0]} validation; "
+          f"features {args.features[0]} {features}", flush=True)
+    rows = []
+    for price in args.prices:
+        scored = [crossfit_score(train, validation, AttemptTrainConfig(steps=args.steps, price=price, seed=seed,
+                                                                       features=features), args.crossfit, baselines)
+                  for seed in args.seeds]
+        agree = seed_agreement([s.outcome for s in scored])
+        print(format_curve(scored) + f"\nprice {price}: the seeds agree on {100 * agree:.0f}% of problems", flush=True)
+        rows.append({"price": price, "seeds": [s.record() for s in scored], "seed_agreement": agree})
+    out = {"benchmark": "attempt-crossfit", "folds": args.crossfit, "features": args.features[0],
+           "problems": {"train": train.shape[0], "validation": validation.shape[0]},
+           "rules": {c.name: {"decodes": c.decodes.tolist(), "accuracy": c.accuracy.tolist()} for c in baselines},
+           "rows": rows, "seconds": time.perf_counter() - started}
     write_json(Path(args.out), out)
     print(json.dumps({"out": args.out, "seconds": round(out["seconds"], 1)}))
     return out

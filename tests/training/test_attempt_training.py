@@ -7,7 +7,12 @@ import json
 import pytest
 import torch
 
-from decoding_adapters.evaluation.attempt import planted_attempt_table, run_planted_attempt
+from decoding_adapters.evaluation.attempt import (
+    crossfit_score,
+    planted_attempt_table,
+    rule_baselines,
+    run_planted_attempt,
+)
 from decoding_adapters.policies.attempt import AttemptInputs, load_attempt_adapter
 from decoding_adapters.training.attempt import AttemptTrainConfig, AttemptTrainer, policy_config_from_table
 
@@ -55,3 +60,17 @@ def test_keep_best_saves_a_policy_no_worse_than_its_start_on_validation(tmp_path
     policy, meta = load_attempt_adapter(tmp_path / "kb")
     kept = meta["training"]["val_accuracy"] - meta["training"]["price"] * meta["training"]["val_attempts"]
     assert kept >= start - 1e-9 and kept == pytest.approx(best)
+
+
+def test_crossfitting_scores_every_training_problem_once_in_order():
+    train, _ = planted_attempt_table(40, seed=4)
+    validation, _ = planted_attempt_table(20, seed=5)
+    baselines = rule_baselines(validation, train, rules=("self_consistency",))
+    config = AttemptTrainConfig(steps=2, val_every=1, features=("confidence", "agreement"))
+    scored = crossfit_score(train, validation, config, 3, baselines)
+    outcome = scored.outcome
+    assert len(outcome.paths) == 40 and all(path[0] == 0 for path in outcome.paths)
+    truth = train.answer_correct()
+    expected = [bool(truth[i, a]) if a >= 0 else False for i, a in enumerate(outcome.answers)]
+    assert outcome.correct.tolist() == expected  # pooled in the table's order
+    assert scored.decodes == pytest.approx(outcome.attempts.mean())

@@ -54,6 +54,7 @@ __all__ = [
     "Scored",
     "train_and_score",
     "price_curve",
+    "crossfit_score",
     "ablation",
     "seed_agreement",
     "planted_attempt_table",
@@ -179,6 +180,41 @@ def train_and_score(train: SampleTable, validation: SampleTable, test: SampleTab
                   float(outcome.tokens.mean()), name, acc, diff, outcome,
                   trainer.last_validation.get("val_accuracy", math.nan),
                   trainer.last_validation.get("val_attempts", math.nan))
+
+
+def crossfit_score(train: SampleTable, validation: SampleTable, config: AttemptTrainConfig, folds: int,
+                   baselines: Sequence[RuleCurve]) -> Scored:
+    """The policy scored out of sample on every training problem: ``folds`` contiguous folds, each
+    scored by a policy trained on the others (keep-best on ``validation``), the outcomes pooled in
+    the table's order and compared with ``baselines`` scored on the whole training table (the rules
+    are tuned on validation, so the training problems are out of sample for them too)."""
+    p = train.shape[0]
+    edges = np.linspace(0, p, folds + 1).round().astype(int)
+    parts: list[tuple[np.ndarray, AttemptOutcome]] = []
+    vals = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in range(folds):
+            held = np.arange(edges[f], edges[f + 1])
+            rest = np.setdiff1d(np.arange(p), held)
+            policy_config = policy_config_from_table(train, config)
+            trainer = AttemptTrainer(config, policy_config, AttemptInputs.from_table(train.subset(rest)),
+                                     AttemptInputs.from_table(validation), Path(tmp) / f"fold-{f}",
+                                     actions=train.header["actions"])
+            trainer.train()
+            parts.append((held, walk(trainer.policy, AttemptInputs.from_table(train.subset(held)), trainer.lattice)))
+            vals.append(trainer.last_validation)
+    outcome = AttemptOutcome(np.concatenate([o.answers for _, o in parts]),
+                             np.concatenate([o.attempts for _, o in parts]),
+                             np.concatenate([o.tokens for _, o in parts]), [x for _, o in parts for x in o.paths],
+                             [x for _, o in parts for x in o.stopped_by],
+                             np.concatenate([o.correct for _, o in parts]))
+    decodes = float(outcome.attempts.mean())
+    name, acc, row = strongest_rule(baselines, decodes)
+    mine = outcome.correct.astype(np.float64)
+    return Scored(config.price, config.seed, policy_config.features, float(mine.mean()), decodes,
+                  float(outcome.tokens.mean()), name, acc, paired_ci(mine.tolist(), row.tolist()), outcome,
+                  float(np.mean([v.get("val_accuracy", math.nan) for v in vals])),
+                  float(np.mean([v.get("val_attempts", math.nan) for v in vals])))
 
 
 def price_curve(train: SampleTable, validation: SampleTable, test: SampleTable, config: AttemptTrainConfig,
