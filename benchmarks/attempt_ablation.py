@@ -23,7 +23,15 @@ from pathlib import Path
 import torch
 
 from decoding_adapters.core.files import write_json
-from decoding_adapters.evaluation.attempt import ablation, crossfit_score, format_curve, rule_baselines, seed_agreement
+from decoding_adapters.core.stats import paired_ci
+from decoding_adapters.evaluation.attempt import (
+    ablation,
+    crossfit_score,
+    format_curve,
+    rule_baselines,
+    seed_agreement,
+    strongest_rule,
+)
 from decoding_adapters.evaluation.sample_table import SampleTable
 from decoding_adapters.training.attempt import FEATURE_SETS, AttemptTrainConfig
 
@@ -74,6 +82,9 @@ def main(argv=None) -> dict:
 
 def crossfit(args, train, validation, started) -> dict:
     baselines = rule_baselines(validation, train)
+    # the rules tuned on the training table itself (in sample: their most favourable curve), as a check that
+    # the policy's edge is not the rules' tuning on fewer problems
+    in_sample = rule_baselines(train, train)
     features = FEATURE_SETS[args.features[0]]
     print(f"{train.shape[0]} training problems in {args.crossfit} folds, {validation.shape[0]} validation; "
           f"features {args.features[0]} {features}", flush=True)
@@ -84,7 +95,15 @@ def crossfit(args, train, validation, started) -> dict:
                   for seed in args.seeds]
         agree = seed_agreement([s.outcome for s in scored])
         print(format_curve(scored) + f"\nprice {price}: the seeds agree on {100 * agree:.0f}% of problems", flush=True)
-        rows.append({"price": price, "seeds": [s.record() for s in scored], "seed_agreement": agree})
+        records = []
+        for s in scored:
+            name, acc, row = strongest_rule(in_sample, s.decodes)
+            diff = paired_ci(s.outcome.correct.astype(float).tolist(), row.tolist())
+            print(f"    seed {s.seed} against the rules tuned in sample: {name} {100 * acc:.1f}%, difference "
+                  f"{100 * diff[0]:+.1f} [{100 * diff[1]:+.1f}, {100 * diff[2]:+.1f}]", flush=True)
+            records.append({**s.record(), "in_sample_rule": name, "in_sample_rule_accuracy": acc,
+                            "in_sample_difference": list(diff)})
+        rows.append({"price": price, "seeds": records, "seed_agreement": agree})
     out = {"benchmark": "attempt-crossfit", "folds": args.crossfit, "features": args.features[0],
            "problems": {"train": train.shape[0], "validation": validation.shape[0]},
            "rules": {c.name: {"decodes": c.decodes.tolist(), "accuracy": c.accuracy.tolist()} for c in baselines},
