@@ -68,8 +68,9 @@ FEATURE_SETS: dict[str, tuple[str, ...]] = {
 class AttemptTrainConfig:
     """Training an attempt policy on a sample table."""
 
-    features: tuple[str, ...] = ("confidence", "agreement")
-    """What the policy reads: any of confidence, hidden, agreement, answer_probs."""
+    features: tuple[str, ...] = ("confidence", "hidden")
+    """what the policy reads: any of confidence, hidden, agreement, answer_probs (hidden is dropped for a
+    table without hidden states); the default is what paid in the smoke ablation (docs/attempt.md)"""
     price: float = 0.02
     """Reward lost per decode (each attempt, the first included): sets where on the accuracy-per-compute
     curve the policy lands."""
