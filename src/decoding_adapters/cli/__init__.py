@@ -36,6 +36,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train-sequence": ("decoding_adapters.cli.train_sequence", "train a sequence-level (contextual bandit) adapter"),
     "train-draft": ("decoding_adapters.cli.train_draft",
                     "train a draft-gated adapter (keep a greedy draft or re-decode)"),
+    "train-attempt": ("decoding_adapters.cli.train_attempt",
+                      "train the attempt policy (stop, or one more attempt with an arm) on sample tables, against the "
+                      "fixed rules"),
     "rules": ("decoding_adapters.cli.rules",
               "tune the fixed answer rules (self-consistency, ESC, DeepConf, ...) on a validation sample table, "
               "score them on another"),

@@ -1,0 +1,473 @@
+"""The attempt policy against the fixed rules, at matched compute, from stored sample tables.
+
+- ``rule_baselines``: every fixed rule (``evaluation.rules``) tuned on the validation table per
+  compute level and re-scored on the test table, for each sampled arm read after the stopped greedy;
+  each curve keeps every point's per-problem correctness.
+- ``rule_at`` / ``strongest_rule``: a rule's accuracy at any mean compute by linear interpolation
+  between its two neighbouring points (per problem: the same mixture of the two settings'
+  correctness, so the paired interval stays paired; below its cheapest point, that point); the
+  strongest rule at a compute is the one with the highest interpolated accuracy there, picked on
+  the scoring table itself (each rule's settings were tuned on validation; which rule is strongest
+  is the choice most favourable to the rules).
+- ``train_and_score`` / ``price_curve``: train one policy per (price, seed) on a training table,
+  keep-best on validation, score on the test table against the strongest rule at its own mean
+  decodes, with a paired 95% interval over problems.
+- ``ablation``: the same for each feature set (``training.attempt.FEATURE_SETS``), and how often
+  the seeds' policies make the same decisions (``seed_agreement``).
+- ``planted_attempt_table``: a world whose signal needs agreement and a hidden direction together
+  (``planted_oracle``: the policy that knows the planted type).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..core.stats import paired_ci
+from ..decoding.actions import GREEDY, ActionSet, DecodingAction
+from ..decoding.loop import decode, row_seed
+from ..decoding.rollouts import encode_problems
+from ..policies.attempt import AttemptInputs, AttemptLattice, AttemptOutcome, walk
+from ..training.attempt import FEATURE_SETS, AttemptTrainConfig, AttemptTrainer, policy_config_from_table
+from ..training.draft import answer_stops
+from .rules import RULES, Calibration, RuleSetting, greedy_then, score_setting, tune_rules, vote
+from .sample_table import (
+    CONFIDENCE_FEATURES,
+    TABLE_FORMAT,
+    ConfidenceConfig,
+    SampleTable,
+    _trace_readings,
+    answer_ids,
+)
+
+__all__ = [
+    "RuleCurve",
+    "rule_baselines",
+    "rule_at",
+    "strongest_rule",
+    "Scored",
+    "train_and_score",
+    "price_curve",
+    "crossfit_score",
+    "ablation",
+    "seed_agreement",
+    "planted_attempt_table",
+    "planted_oracle",
+    "format_curve",
+    "run_planted_attempt",
+    "AttemptDecodeResult",
+    "attempt_decode",
+]
+
+
+@dataclass
+class RuleCurve:
+    """One fixed rule on one draw sequence: its tuned points on the test table."""
+
+    name: str
+    decodes: np.ndarray
+    """``[L]`` mean decodes per point, ascending."""
+    accuracy: np.ndarray
+    """``[L]``."""
+    correct: np.ndarray
+    """``[L, P]`` per-problem correctness of each point's setting."""
+    settings: list[dict] = field(default_factory=list)
+
+
+def _draw_correct(draws) -> np.ndarray:
+    k = draws.answer_correct.shape[1]
+    padded = np.concatenate([draws.answer_correct, np.zeros((draws.problems, 1), bool)], axis=1)
+    return np.take_along_axis(padded, np.where(draws.answers >= 0, draws.answers, k), axis=1)
+
+
+def rule_baselines(validation: SampleTable, test: SampleTable, rules: Sequence[str] = RULES) -> list[RuleCurve]:
+    """Each rule's tuned curve on ``test`` for each sampled arm read after the stopped greedy."""
+    out = []
+    greedy = any(a.is_greedy for a in validation.actions)
+    for arm, action in zip(validation.arm_names, validation.actions):
+        if action.is_greedy:
+            continue
+        first = "greedy" if greedy else None
+        val, tst = greedy_then(validation, arm, first), greedy_then(test, arm, first)
+        calibrations = {n: Calibration.fit(val.confidence(n), _draw_correct(val)) for n in val.feature_names}
+        curves = tune_rules(val, tst, rules=rules)
+        for rule, curve in curves.items():
+            points = sorted(curve["points"], key=lambda p: p["test"]["decodes"])
+            if not points:
+                continue
+            correct = []
+            for p in points:
+                knobs = dict(p["setting"])
+                name = knobs.pop("rule")
+                scored = tst.score(score_setting(RuleSetting(name, tuple(knobs.items())), tst, calibrations))
+                correct.append(scored.correct)
+            out.append(RuleCurve(f"{rule} ({arm})", np.array([p["test"]["decodes"] for p in points]),
+                                 np.array([p["test"]["accuracy"] for p in points]),
+                                 np.array(correct, dtype=np.float64), [p["setting"] for p in points]))
+    return out
+
+
+def rule_at(curve: RuleCurve, decodes: float) -> tuple[float, np.ndarray]:
+    """The rule's accuracy and per-problem (expected) correctness at ``decodes`` mean decodes."""
+    d = curve.decodes
+    if decodes <= d[0]:
+        row = curve.correct[0]
+    elif decodes >= d[-1]:
+        row = curve.correct[-1]
+    else:
+        hi = int(np.searchsorted(d, decodes, side="right"))
+        lo = hi - 1
+        w = (decodes - d[lo]) / max(d[hi] - d[lo], 1e-12)
+        row = (1 - w) * curve.correct[lo] + w * curve.correct[hi]
+    return float(row.mean()), row
+
+
+def strongest_rule(curves: Sequence[RuleCurve], decodes: float) -> tuple[str, float, np.ndarray]:
+    """The rule with the highest interpolated accuracy at ``decodes``: its name, accuracy, correctness."""
+    best = max(curves, key=lambda c: rule_at(c, decodes)[0])
+    acc, row = rule_at(best, decodes)
+    return best.name, acc, row
+
+
+@dataclass
+class Scored:
+    """One trained policy on the test table against the strongest rule at its compute."""
+
+    price: float
+    seed: int
+    features: tuple[str, ...]
+    accuracy: float
+    decodes: float
+    tokens: float
+    rule: str
+    rule_accuracy: float
+    difference: tuple[float, float, float]
+    """Policy minus the strongest rule, (mean, low, high) of the paired 95% interval over problems."""
+    outcome: AttemptOutcome = field(repr=False)
+    val_accuracy: float = float("nan")
+    val_decodes: float = float("nan")
+
+    def record(self) -> dict:
+        return {"price": self.price, "seed": self.seed, "features": list(self.features), "accuracy": self.accuracy,
+                "decodes": self.decodes, "tokens": self.tokens, "strongest_rule": self.rule,
+                "rule_accuracy": self.rule_accuracy, "difference": list(self.difference),
+                "validation": {"accuracy": self.val_accuracy, "decodes": self.val_decodes}}
+
+
+def train_and_score(train: SampleTable, validation: SampleTable, test: SampleTable, config: AttemptTrainConfig,
+                    baselines: Sequence[RuleCurve], out_dir: str | Path | None = None, resume: bool = False,
+                    **meta) -> Scored:
+    """Train one policy (``config``), keep-best on ``validation``, score it on ``test``; the adapter
+    is written to ``out_dir`` when given (``resume``: continue a run there)."""
+    policy_config = policy_config_from_table(train, config)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = AttemptTrainer(config, policy_config, AttemptInputs.from_table(train),
+                                 AttemptInputs.from_table(validation), out_dir or tmp,
+                                 actions=train.header["actions"], **meta)
+        trainer.train(resume=resume)
+    outcome = walk(trainer.policy, AttemptInputs.from_table(test), trainer.lattice)
+    decodes = float(outcome.attempts.mean())
+    name, acc, row = strongest_rule(baselines, decodes)
+    mine = outcome.correct.astype(np.float64)
+    diff = paired_ci(mine.tolist(), row.tolist()) if len(mine) > 1 else (float(mine.mean() - acc), math.nan, math.nan)
+    return Scored(config.price, config.seed, policy_config.features, float(mine.mean()), decodes,
+                  float(outcome.tokens.mean()), name, acc, diff, outcome,
+                  trainer.last_validation.get("val_accuracy", math.nan),
+                  trainer.last_validation.get("val_attempts", math.nan))
+
+
+def crossfit_score(train: SampleTable, validation: SampleTable, config: AttemptTrainConfig, folds: int,
+                   baselines: Sequence[RuleCurve]) -> Scored:
+    """The policy scored out of sample on every training problem: ``folds`` contiguous folds, each
+    scored by a policy trained on the others (keep-best on ``validation``), the outcomes pooled in
+    the table's order and compared with ``baselines`` scored on the whole training table (the rules
+    are tuned on validation, so the training problems are out of sample for them too)."""
+    p = train.shape[0]
+    edges = np.linspace(0, p, folds + 1).round().astype(int)
+    parts: list[tuple[np.ndarray, AttemptOutcome]] = []
+    vals = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in range(folds):
+            held = np.arange(edges[f], edges[f + 1])
+            rest = np.setdiff1d(np.arange(p), held)
+            policy_config = policy_config_from_table(train, config)
+            trainer = AttemptTrainer(config, policy_config, AttemptInputs.from_table(train.subset(rest)),
+                                     AttemptInputs.from_table(validation), Path(tmp) / f"fold-{f}",
+                                     actions=train.header["actions"])
+            trainer.train()
+            parts.append((held, walk(trainer.policy, AttemptInputs.from_table(train.subset(held)), trainer.lattice)))
+            vals.append(trainer.last_validation)
+    outcome = AttemptOutcome(np.concatenate([o.answers for _, o in parts]),
+                             np.concatenate([o.attempts for _, o in parts]),
+                             np.concatenate([o.tokens for _, o in parts]), [x for _, o in parts for x in o.paths],
+                             [x for _, o in parts for x in o.stopped_by],
+                             np.concatenate([o.correct for _, o in parts]))
+    decodes = float(outcome.attempts.mean())
+    name, acc, row = strongest_rule(baselines, decodes)
+    mine = outcome.correct.astype(np.float64)
+    return Scored(config.price, config.seed, policy_config.features, float(mine.mean()), decodes,
+                  float(outcome.tokens.mean()), name, acc, paired_ci(mine.tolist(), row.tolist()), outcome,
+                  float(np.mean([v.get("val_accuracy", math.nan) for v in vals])),
+                  float(np.mean([v.get("val_attempts", math.nan) for v in vals])))
+
+
+def price_curve(train: SampleTable, validation: SampleTable, test: SampleTable, config: AttemptTrainConfig,
+                prices: Sequence[float], seeds: Sequence[int], baselines: Sequence[RuleCurve],
+                out_dir: str | Path | None = None, resume: bool = False, **meta) -> list[Scored]:
+    """One policy per (price, seed); adapters under ``out_dir/price-<p>-seed-<s>`` when given."""
+    out = []
+    for price in prices:
+        for seed in seeds:
+            where = None if out_dir is None else Path(out_dir) / f"price-{price:g}-seed-{seed}"
+            out.append(train_and_score(train, validation, test, replace(config, price=price, seed=seed),
+                                       baselines, where, resume, **meta))
+    return out
+
+
+def seed_agreement(outcomes: Sequence[AttemptOutcome]) -> float:
+    """Share of problems on which every seed's policy makes the same decisions (the same attempts in
+    the same order, so the same stop)."""
+    if len(outcomes) < 2:
+        return 1.0
+    same = [all(o.paths[i] == outcomes[0].paths[i] for o in outcomes[1:]) for i in range(len(outcomes[0].paths))]
+    return float(np.mean(same))
+
+
+def ablation(train: SampleTable, validation: SampleTable, test: SampleTable, config: AttemptTrainConfig,
+             prices: Sequence[float], seeds: Sequence[int], baselines: Sequence[RuleCurve],
+             feature_sets: dict[str, tuple[str, ...]] | None = None) -> list[dict]:
+    """Each feature set at each price over ``seeds``: the policy against the strongest rule at its
+    compute, per seed, and the seeds' decision agreement."""
+    rows = []
+    for name, features in (feature_sets or FEATURE_SETS).items():
+        for price in prices:
+            scored = price_curve(train, validation, test, replace(config, features=features), [price], seeds,
+                                 baselines)
+            rows.append({"features": name, "price": price, "seeds": [s.record() for s in scored],
+                         "seed_agreement": seed_agreement([s.outcome for s in scored])})
+    return rows
+
+
+def format_curve(scored: Sequence[Scored]) -> str:
+    """One line per trained policy: its accuracy and compute against the strongest rule there."""
+    lines = []
+    for s in scored:
+        d, lo, hi = s.difference
+        lines.append(f"price {s.price:<6g} seed {s.seed}: {100 * s.accuracy:5.1f}% at {s.decodes:.2f} decodes "
+                     f"({s.tokens:.0f} tokens); strongest rule there {s.rule} {100 * s.rule_accuracy:5.1f}%; "
+                     f"difference {100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]")
+    return "\n".join(lines)
+
+
+# ---- the planted attempt world --------------------------------------------------------------------------
+
+
+def planted_attempt_table(problems: int, seed: int = 0, samples: int = 8, hidden_size: int = 8,
+                          wrong_answers: int = 4, hidden_shift: float = 1.5,
+                          confidence_signal: float = 0.3) -> tuple[SampleTable, np.ndarray]:
+    """A sample table (greedy, then ``samples`` of T=0.5) of two planted problem types, and the
+    types ``[P]``. Answer 0 is right, answer 1 the trap, 2.. other wrong answers.
+
+    - type 0 (voting helps): greedy right with probability 0.35 (else a uniform wrong answer); a
+      sample right with 0.55, each wrong answer with 0.45 / ``wrong_answers``.
+    - type 1 (a trap the sampler falls into): greedy right with 0.8 (else the trap); a sample says
+      the trap with 0.5, the right answer with 0.3, another wrong answer with 0.2.
+
+    Every attempt's hidden state is standard normal plus ``hidden_shift`` times +-1 (the type) along
+    one fixed random direction; its confidence columns are standard normal plus
+    ``confidence_signal`` on right attempts (weak, and the same in both types). No fixed rule reads
+    the hidden state, and neither agreement nor confidence says which type a problem is: stopping
+    at greedy on type 1 and voting on type 0 needs both."""
+    gen = np.random.default_rng(seed)
+    direction = np.random.default_rng(12345).normal(size=hidden_size)
+    direction /= np.linalg.norm(direction)
+    arms = [GREEDY, DecodingAction(temperature=0.5)]
+    types = (gen.random(problems) < 0.5).astype(np.int64)
+    shape = (problems, 2, samples)
+    answers = np.zeros(shape, np.int64)
+    w = wrong_answers
+    g_right = np.where(types == 1, 0.8, 0.35)
+    u = gen.random(problems)
+    other = gen.integers(1, w + 1, size=problems)
+    answers[:, 0, :] = np.where(u < g_right, 0, np.where(types == 1, 1, other))[:, None]
+    s_probs = np.zeros((problems, w + 1))
+    s_probs[types == 0] = [0.55] + [0.45 / w] * w
+    s_probs[types == 1] = [0.3, 0.5] + [0.2 / (w - 1)] * (w - 1)
+    cdf = s_probs.cumsum(1)
+    draws = gen.random((problems, samples))
+    answers[:, 1, :] = (draws[:, :, None] > cdf[:, None, :]).sum(-1).clip(max=w)
+    right = answers == 0
+    c = len(CONFIDENCE_FEATURES)
+    confidence = gen.normal(size=shape + (c,)) + confidence_signal * right[..., None]
+    confidence[:, 0, :] = confidence[:, 0, :1]
+    sign = (2.0 * types - 1.0)[:, None, None, None]
+    hidden = gen.normal(size=shape + (hidden_size,)) + hidden_shift * sign * direction
+    hidden[:, 0, :] = hidden[:, 0, :1]
+    tokens = gen.integers(8, 40, size=shape)
+    tokens[:, 0, :] = tokens[:, 0, :1]
+    header = {"format": TABLE_FORMAT, "version": 1, "task": "planted-attempt", "split": f"planted-{seed}",
+              "model": {}, "actions": [a.to_dict() for a in arms], "samples": samples, "token_budget": 48,
+              "seed": seed, "stop_at_answer": True, "confidence": {"features": list(CONFIDENCE_FEATURES)},
+              "hidden": True}
+    strings = [[str(i) for i in range(w + 1)] for _ in range(problems)]
+    table = SampleTable(header, [f"planted-attempt/{seed}/{i}" for i in range(problems)], answers.astype(np.int32),
+                        strings, right.astype(np.float32), tokens.astype(np.int32), confidence.astype(np.float32),
+                        hidden.astype(np.float16))
+    return table, types
+
+
+def planted_oracle(table: SampleTable, types: np.ndarray) -> RuleCurve:
+    """The policy that knows each problem's planted type: greedy alone on type 1, the majority of
+    greedy and the first m samples on type 0 (ties to greedy), for m = 0..N: its curve on ``table``."""
+    draws = greedy_then(table, 1)
+    correct_k = table.answer_correct()
+    points, rows = [], []
+    for m in range(draws.length):
+        majority = vote(draws.answers, upto=1 + m)
+        chosen = np.where(types == 1, draws.answers[:, 0], majority)
+        padded = np.concatenate([correct_k, np.zeros((len(types), 1), bool)], axis=1)
+        row = padded[np.arange(len(types)), np.where(chosen >= 0, chosen, correct_k.shape[1])].astype(np.float64)
+        points.append(1 + m * float((types == 0).mean()))
+        rows.append(row)
+    return RuleCurve("oracle (knows the type)", np.array(points), np.array([r.mean() for r in rows]), np.array(rows))
+
+
+def run_planted_attempt(seed: int, price: float = 0.02, features: Sequence[str] = ("confidence", "hidden", "agreement"),
+                        sizes: tuple[int, int, int] = (400, 200, 400), steps: int = 150,
+                        rules: Sequence[str] = RULES, baselines: Sequence[RuleCurve] | None = None) -> dict:
+    """The planted attempt world for one seed: train on ``sizes[0]`` problems, keep-best on
+    ``sizes[1]``, score on ``sizes[2]`` (three tables drawn from the seed). ``recovered``: the share
+    of the oracle's margin over the strongest fixed rule, both at the policy's mean decodes;
+    ``rule_shares``: each fixed rule's (and the policy's) share of the oracle's margin over the
+    stopped greedy alone, at the same compute."""
+    train, _ = planted_attempt_table(sizes[0], seed=3 * seed + 1000)
+    validation, _ = planted_attempt_table(sizes[1], seed=3 * seed + 1001)
+    test, types = planted_attempt_table(sizes[2], seed=3 * seed + 1002)
+    baselines = list(baselines) if baselines is not None else rule_baselines(validation, test, rules)
+    config = AttemptTrainConfig(features=tuple(features), price=price, steps=steps, seed=seed, val_every=25)
+    scored = train_and_score(train, validation, test, config, baselines)
+    oracle, _ = rule_at(planted_oracle(test, types), scored.decodes)
+    greedy = float(test.correct[:, test.arm("greedy"), 0].mean())
+    margin = oracle - scored.rule_accuracy
+    shares = {c.name: (rule_at(c, scored.decodes)[0] - greedy) / max(oracle - greedy, 1e-9) for c in baselines}
+    shares["policy"] = (scored.accuracy - greedy) / max(oracle - greedy, 1e-9)
+    return {"seed": seed, "price": price, "features": list(features), "accuracy": scored.accuracy,
+            "decodes": scored.decodes, "oracle": oracle, "strongest_rule": scored.rule,
+            "rule_accuracy": scored.rule_accuracy, "greedy": greedy,
+            "recovered": (scored.accuracy - scored.rule_accuracy) / margin if margin > 1e-9 else float("nan"),
+            "difference": list(scored.difference), "rule_shares": shares}
+
+
+# ---- the live decode ------------------------------------------------------------------------------------
+
+
+@dataclass
+class AttemptDecodeResult:
+    """``attempt_decode``'s outcome per problem."""
+
+    answers: list[str]
+    """The chosen answer string ("" when no attempt held one)."""
+    texts: list[list[str]]
+    """Every attempt's text, in order."""
+    paths: list[list[int]]
+    """The arm of each attempt, in order (the first: the greedy arm)."""
+    tokens: list[int]
+    """Generated tokens over every attempt."""
+    stopped_by: list[str]
+    """'policy' (it chose to stop) or 'budget' (no attempt or arm was left)."""
+
+    @property
+    def decodes(self) -> list[int]:
+        return [len(p) for p in self.paths]
+
+
+def attempt_decode(lm, task, problems, policy, actions: Sequence[DecodingAction], *, token_budget: int,
+                   seed: int = 0, stop_at_answer: bool = True,
+                   confidence=None) -> AttemptDecodeResult:
+    """Use the attempt policy on live problems: the stopped greedy first, then, round by round, one
+    more attempt of the arm the policy picks for each problem still going, until every problem has
+    stopped. ``actions``: the arms in the policy's order. Each attempt is decoded with the seed the
+    sample table gives the same (problem, arm, sample) (``row_seed(seed, problem id, action name, j,
+    "draft-table")``), so on the problems of a table built with the same settings it makes the
+    attempts ``walk`` reads there. (It lives here, not in ``policies``, because the confidence
+    summary it feeds the policy is computed in ``evaluation.sample_table``.)"""
+    confidence = confidence or ConfidenceConfig()
+    cfg = policy.config
+    actions = list(actions)
+    if [a.name for a in actions] != list(cfg.arms):
+        raise ValueError(f"the policy's arms are {list(cfg.arms)}, got {[a.name for a in actions]}")
+    lattice = AttemptLattice(cfg.distinct, cfg.first_arm, cfg.max_attempts)
+    index = {(tuple(c.tolist()), int(last)): s for s, (c, last) in enumerate(zip(lattice.counts, lattice.last))}
+    p, a, n = len(problems), len(actions), max(cfg.distinct)
+    prompts, _ = encode_problems(lm, task, problems, seed=seed)
+    action_set = ActionSet(actions)
+    c_dim = len(cfg.confidence_names)
+    conf = torch.zeros(p, a, n, c_dim)
+    hidden = torch.zeros(p, a, n, max(1, cfg.hidden_size)) if cfg.hidden_size else None
+    tokens = torch.zeros(p, a, n)
+    strings: list[list[str]] = [[] for _ in range(p)]  # per problem, every attempt's answer string in order
+    answer_text: list[list[str]] = [[] for _ in range(p)]
+    texts: list[list[str]] = [[] for _ in range(p)]
+    paths: list[list[int]] = [[] for _ in range(p)]
+    counts = [[0] * a for _ in range(p)]
+    state = [0] * p
+    going = list(range(p))
+    stopped_by = [""] * p
+    next_arm = {i: cfg.first_arm for i in going}
+    while going:
+        rows = [(i, next_arm[i], counts[i][next_arm[i]]) for i in going]
+        result = decode(lm, prompts, action_set, prompt_of_row=[i for i, _, _ in rows],
+                        row_actions=[arm for _, arm, _ in rows], token_budget=token_budget, record_features=True,
+                        row_seeds=[row_seed(seed, problems[i].id, action_set.names[arm], j, "draft-table")
+                                   for i, arm, j in rows],
+                        stop_checks=answer_stops(task, problems, [i for i, _, _ in rows], stop_at_answer))
+        said = [task.extract_answer(problems[i], text) for (i, _, _), text in zip(rows, result.texts)]
+        summary, mean_hidden = _trace_readings(lm, result, said, confidence, hidden is not None)
+        for r, (i, arm, j) in enumerate(rows):
+            conf[i, arm, j] = summary[r]
+            if hidden is not None:
+                hidden[i, arm, j] = mean_hidden[r]
+            tokens[i, arm, j] = float(result.lengths[r])
+            answer_text[i].append(said[r])
+            texts[i].append(result.texts[r])
+            paths[i].append(arm)
+            counts[i][arm] += 1
+            state[i] = index[(tuple(counts[i]), arm)]
+        # answer ids per problem in order of first appearance; slots not drawn yet stay -1
+        answers = torch.full((p, a, n), -1, dtype=torch.long)
+        for i in range(p):
+            ids, strings[i] = answer_ids(answer_text[i])
+            seen = [0] * a
+            for arm, answer in zip(paths[i], ids):
+                answers[i, arm, seen[arm]] = answer
+                seen[arm] += 1
+        with torch.no_grad():
+            logits = policy.on_lattice(AttemptInputs(answers, conf, tokens, hidden), lattice).logits
+        still = []
+        for i in going:
+            choice = int(logits[i, state[i]].argmax())
+            if choice == 0:
+                stopped_by[i] = "budget" if bool((lattice.succ[state[i]] < 0).all()) else "policy"
+            else:
+                next_arm[i] = choice - 1
+                still.append(i)
+        going = still
+    with torch.no_grad():
+        weights = policy.on_lattice(AttemptInputs(answers, conf, tokens, hidden), lattice).weights
+    chosen = []
+    for i in range(p):
+        score: dict[str, float] = {}
+        seen = [0] * a
+        for arm, answer in zip(paths[i], answer_text[i]):
+            if answer:
+                score[answer] = score.get(answer, 0.0) + float(weights[i, arm, seen[arm]])
+            seen[arm] += 1
+        top = max(score.values()) if score else 0.0
+        chosen.append(next((s for s in score if score[s] >= top - 1e-9 * max(1.0, abs(top))), ""))
+    return AttemptDecodeResult(chosen, texts, paths, [int(tokens[i].sum()) for i in range(p)], stopped_by)
