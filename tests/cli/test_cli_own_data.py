@@ -156,3 +156,22 @@ def test_a_draft_adapter_on_a_verifier_without_an_answer_check_records_the_stop_
     assert config.stop_at_answer is False and config.training["stop_at_answer"] is False
     header = json.loads((out / "tables" / "train.jsonl").read_text().splitlines()[0])["header"]
     assert "stop_at_answer" not in header
+
+
+def test_a_recorded_verifier_of_your_own_is_not_run_unless_named_again(tmp_path, monkeypatch):
+    """adapter.json's task_options may name any importable function: rebuilding the task from the
+    record must not import it unasked (a downloaded adapter is not trusted code)."""
+    marker = tmp_path / "imported"
+    (tmp_path / "evilchecks.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n\ndef score(completion, answer):\n    return 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from decoding_adapters.tasks import task_from_record
+
+    record = {"data": str(MAWPS), "question_field": "Question", "answer_field": "Answer",
+              "verifier": "evilchecks:score"}
+    with pytest.raises(ValueError, match="cannot vouch for"):
+        task_from_record("jsonl", record)
+    assert not marker.exists()
+    task = task_from_record("jsonl", record, verifier="evilchecks:score")  # named again: the user's choice
+    assert task is not None
+    assert task_from_record("jsonl", {**record, "verifier": "numeric"}) is not None  # a named verifier is no code

@@ -305,15 +305,18 @@ class Adapter:
         return [SamplingParams(**d) for d in self.sampling_params_dicts(prompts, n, **kwargs)]
 
     # ---- this project's own decode loop ---------------------------------------------------------
-    def generator(self, max_batch_rows: int = 64, task=None, data=None) -> AdaptiveGenerator:
+    def generator(self, max_batch_rows: int = 64, task=None, data=None,
+                  verifier: str | None = None) -> AdaptiveGenerator:
         """An ``AdaptiveGenerator`` on the bound LM: this project's batched decode loop, the one behind
         ``generate`` and ``serve``. ``max_batch_rows`` bounds the rows (prompts x B) of one decode.
         ``task``: where the adapter stops at the first complete answer (``config.stop_at_answer``,
         as it was trained), the task that says where (default: the adapter's own, by the name it
         was trained on, rebuilt from the options ``adapter.json`` records);
-        ``data``: that task with other data files (``--data``), where the recorded ones are gone."""
-        if task is None and data is not None and self.config.task:
-            task = task_from_record(self.config.task, self.config.task_options, data=data)
+        ``data``: that task with other data files (``--data``), where the recorded ones are gone;
+        ``verifier``: the task's verifier of your own (``module:function``), named again to run it (a
+        recorded one is code the adapter's files cannot vouch for, so it is not run unasked)."""
+        if task is None and (data is not None or verifier is not None) and self.config.task:
+            task = task_from_record(self.config.task, self.config.task_options, data=data, verifier=verifier)
         if self.lm is None:
             raise ValueError(
                 "the project's decode loop needs the LM: load with Adapter.from_pretrained(dir, lm='base') "

@@ -250,11 +250,20 @@ def _absolute_data(data: Any) -> Any:
     return None if data is None else str(Path(data).resolve())
 
 
-def task_from_record(name: str, options: Mapping[str, Any] | None, data: DataSpec = None) -> Task:
+def task_from_record(name: str, options: Mapping[str, Any] | None, data: DataSpec = None,
+                     verifier: str | None = None) -> Task:
     """The task an adapter records (``AdapterConfig.task`` and ``task_options``); ``data`` replaces
     the recorded files (``--data``). A record that says nothing of data (an adapter from before
-    records existed, or a task that reads none) builds the task with its defaults."""
+    records existed, or a task that reads none) builds the task with its defaults.
+
+    A record that names a verifier of your own (``module:function``) is code an ``adapter.json``
+    cannot vouch for (a downloaded adapter could name any importable function): it is refused unless
+    the caller names the same verifier again (``verifier=``)."""
     options = dict(options or {})
+    recorded = options.get("verifier")
+    if isinstance(recorded, str) and ":" in recorded and verifier != recorded:
+        raise ValueError(f"its task names the verifier {recorded!r}, code that adapter.json cannot vouch for: "
+                         f"pass verifier={recorded!r} (or task=) to run it")
     if data is not None:
         options["data"] = data
     return get_task(name, **options)
