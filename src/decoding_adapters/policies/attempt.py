@@ -51,6 +51,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..core.files import atomic_write, write_json, write_text
+from ..decoding.actions import DEFAULT_TOKEN_BUDGET
 
 __all__ = [
     "ATTEMPT_FEATURE_SETS",
@@ -100,7 +101,7 @@ class AttemptPolicyConfig:
     """Width of the learned projection of the hidden state (features with ``hidden``)."""
     width: int = 64
     """Hidden width of the stop network and of the weight network."""
-    token_budget: int = 48
+    token_budget: int = DEFAULT_TOKEN_BUDGET
     """Token budget of the attempts (the length feature is a fraction of it)."""
     stop_bias: float = 0.0
     """Initial bias of the stop logit (0: stop and each arm equally likely at the start)."""
