@@ -61,6 +61,7 @@ __all__ = [
     "AttemptPolicy",
     "LatticeOutputs",
     "AttemptOutcome",
+    "PolicyDecider",
     "expected_reward",
     "walk",
     "ATTEMPT_KIND",
@@ -479,6 +480,48 @@ def walk(policy: AttemptPolicy, inputs: AttemptInputs, lattice: AttemptLattice) 
         padded = np.concatenate([ac, np.zeros((p, 1), bool)], axis=1)
         correct = padded[np.arange(p), np.where(answers >= 0, answers, ac.shape[1])]
     return AttemptOutcome(answers, np.array(attempts), np.array(tokens), paths, stopped_by, correct)
+
+
+class PolicyDecider:
+    """The policy as the decider of live sequential attempts (``decoding.attempts``): after each
+    round the most probable action at each problem's lattice state (stop: reason ``"policy"``), at the
+    stop the answer with the largest summed weight (ties: the answer drawn first), as ``walk``."""
+
+    def __init__(self, policy: AttemptPolicy):
+        cfg = policy.config
+        self.policy = policy
+        self.lattice = AttemptLattice(cfg.distinct, cfg.first_arm, cfg.max_attempts)
+        self.index = {(tuple(c.tolist()), int(last)): s
+                      for s, (c, last) in enumerate(zip(self.lattice.counts, self.lattice.last))}
+
+    def _outputs(self, state) -> LatticeOutputs:
+        hidden = state.hidden if self.policy.config.hidden_size else None
+        inputs = AttemptInputs(state.answers, state.confidence[..., :len(self.policy.config.confidence_names)],
+                               state.tokens, hidden)
+        with torch.no_grad():
+            return self.policy.on_lattice(inputs, self.lattice)
+
+    def decide(self, state, rows: list[int]) -> list[tuple[int | None, str]]:
+        logits = self._outputs(state).logits
+        out = []
+        for i in rows:
+            s = self.index[(tuple(state.counts(i, self.lattice.arms)), state.order[i][-1][0])]
+            choice = int(logits[i, s].argmax())
+            out.append((None, "policy") if choice == 0 else (choice - 1, ""))
+        return out
+
+    def answer(self, state, rows: list[int]) -> list[int]:
+        weights = self._outputs(state).weights
+        chosen = []
+        for i in rows:
+            score: dict[int, float] = {}
+            for arm, j in state.order[i]:
+                k = int(state.answers[i, arm, j])
+                if k >= 0:
+                    score[k] = score.get(k, 0.0) + float(weights[i, arm, j])
+            top = max(score.values()) if score else 0.0
+            chosen.append(next((k for k in score if score[k] >= top - 1e-9 * max(1.0, abs(top))), -1))
+        return chosen
 
 
 # ---- the adapter kind's glue: files and model card ------------------------------------------------------
