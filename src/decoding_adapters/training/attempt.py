@@ -125,7 +125,7 @@ def policy_config_from_table(table, config: AttemptTrainConfig) -> AttemptPolicy
     features = tuple(f for f in config.features if f != "hidden" or hidden)
     return AttemptPolicyConfig(tuple(table.arm_names), first, distinct, tuple(table.confidence_names), features,
                                max_attempts, hidden, config.hidden_proj, config.width,
-                               int(table.header.get("token_budget", 48)), config.stop_bias)
+                               int(table.header["token_budget"]), config.stop_bias)
 
 
 class AttemptTrainer(TrainingLoop):
