@@ -15,7 +15,7 @@ REGISTRY_MODULES = {"kinds.py", "kind_sequence.py", "kind_token.py", "kind_draft
 
 
 def test_registry_lists_the_kinds_in_order():
-    assert kind_names() == ("sequence", "token", "draft", "attempt")
+    assert kind_names() == ("sequence", "token", "draft", "attempt", "rule")
     for name in kind_names():
         kind = adapter_kind(name)
         assert isinstance(kind, AdapterKind) and kind.name == name

@@ -420,7 +420,8 @@ class DraftTrainer(SequenceTrainer):
     def preflight_rows(self) -> tuple[list, list, str] | None:
         """The training table's drafts and re-decodes (a row that reached the token budget counts as
         cut): nothing is decoded, the table is what the policy learns from."""
-        budget = int(self.train_table.header.get("token_budget", self.config.token_budget))
+        stored = self.train_table.header.get("token_budget")  # the table's own, else the trainer's
+        budget = int(stored if stored is not None else self.config.token_budget)
         rewards, cut = [], []
         for pid in [p.id for p in self.train_problems]:
             record = self.train_table.records[pid]
