@@ -672,7 +672,10 @@ def format_generations(gen: AdaptiveGenerator, outs: Sequence[Generation]) -> st
     ]
     for i, g in enumerate(outs):
         lines.append(f"\n=== prompt {i + 1}: {g.prompt if isinstance(g.prompt, str) else json.dumps(g.prompt)}")
-        if g.draft_kept is None and g.action_index is not None:  # one action per prompt
+        if g.stopped_by is not None:  # sequential attempts
+            lines.append(f"{g.decodes} attempt(s) ({', '.join(g.attempt_actions or [])}), stopped: {g.stopped_by}; "
+                         f"answer: {g.answer!r} (completion: the {g.action} attempt that says it)")
+        elif g.draft_kept is None and g.action_index is not None:  # one action per prompt
             lines.append(f"action: {g.action} (p={g.action_probs[g.action_index]:.2f}, budget B={len(g.completions)})")
         if g.draft_kept is not None:
             lines.append(f"draft {'kept' if g.draft_kept else 're-decoded with ' + str(g.action)} "
