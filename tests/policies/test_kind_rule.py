@@ -97,3 +97,11 @@ def test_a_rule_adapter_loads_and_its_settings_are_checked(tmp_path):
                           actions)
     with pytest.raises(ValueError, match="out of range"):
         save_rule_adapter(tmp_path / "s", "self_consistency", {"n": 0}, actions)
+
+
+def test_the_pass_at_k_runner_refuses_an_attempt_adapter_clearly(tmp_path):
+    from decoding_adapters.evaluation.methods import adapter_method
+
+    save_rule_adapter(tmp_path / "esc", "esc", {"window": 2, "max_draws": 4}, [a.to_dict() for a in ARMS])
+    with pytest.raises(ValueError, match="sequential attempts"):
+        adapter_method(tmp_path / "esc")
