@@ -105,3 +105,26 @@ def test_the_pass_at_k_runner_refuses_an_attempt_adapter_clearly(tmp_path):
     save_rule_adapter(tmp_path / "esc", "esc", {"window": 2, "max_draws": 4}, [a.to_dict() for a in ARMS])
     with pytest.raises(ValueError, match="sequential attempts"):
         adapter_method(tmp_path / "esc")
+
+
+def test_rules_writes_the_tuned_rule_as_an_adapter(tmp_path, capsys):
+    from decoding_adapters.cli import main
+
+    synthetic_sample_table(60, samples=4, seed=5).save(tmp_path / "val")
+    synthetic_sample_table(40, samples=4, seed=6).save(tmp_path / "test")
+    base = ["rules", "--table", str(tmp_path / "test"), "--validation-table", str(tmp_path / "val"),
+            "--out", str(tmp_path / "out"), "--rules", "self_consistency,esc,cges", "--levels", "1,2,5"]
+    assert main(base + ["--adapter-out", str(tmp_path / "cges"), "--adapter-rule", "cges",
+                        "--adapter-level", "2"]) == 0
+    curves = json.loads((tmp_path / "out" / "curves.json").read_text())["rules"]["cges"]["points"]
+    tuned = [p for p in curves if p["level"] <= 2][-1]["setting"]
+    _, config = load_adapter(tmp_path / "cges")
+    assert config.policy["rule"] == "cges" and {"rule": "cges", **config.policy["settings"]} == tuned
+    assert set(config.policy["calibration"]) == {"slope", "intercept", "mean", "scale"}
+    assert [a["temperature"] for a in config.actions] == [0.0, 0.5] and config.policy["arm"] == 1
+    # without --adapter-rule: the rule most accurate on validation within the level
+    assert main(base + ["--adapter-out", str(tmp_path / "best"), "--adapter-level", "5"]) == 0
+    best = load_adapter(tmp_path / "best")[1].policy["rule"]
+    points = json.loads((tmp_path / "out" / "curves.json").read_text())["rules"]
+    accuracy = {r: [p for p in c["points"] if p["level"] <= 5][-1]["validation"]["accuracy"] for r, c in points.items()}
+    assert accuracy[best] == max(accuracy.values())
