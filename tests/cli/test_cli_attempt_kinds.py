@@ -18,7 +18,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 def test_make_rule_then_generate(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "esc"
     assert main(["make-rule", "--rule", "esc", "--window", "2", "--max-draws", "4", "--arm", "0.7",
-                 "--out", str(out)]) == 0
+                 "--model", str(tiny_model_dir), "--out", str(out)]) == 0
     _, config = load_adapter(out)
     assert config.policy["settings"] == {"window": 2, "max_draws": 4} and config.task == "arithmetic"
     assert [a["temperature"] for a in config.actions] == [0.0, 0.7]
@@ -28,8 +28,8 @@ def test_make_rule_then_generate(tiny_model_dir, tmp_path, capsys):
     g = json.loads(capsys.readouterr().out)["generations"][0]
     assert g["kind"] == "rule" and 1 <= g["decodes"] <= 4 and len(g["attempt_actions"]) == g["decodes"]
     assert g["stopped_by"] in ("agreement", "budget") and g["attempt_actions"][0] == "greedy"
-    assert main(["generate", "--adapter", str(out), "--model", str(tiny_model_dir), "--token-budget", "5",
-                 "What is 2+3?"]) == 0
+    # without --model: the model make-rule recorded
+    assert main(["generate", "--adapter", str(out), "--token-budget", "5", "What is 2+3?"]) == 0
     assert "attempt(s)" in capsys.readouterr().out
     assert main(["make-rule", "--rule", "esc", "--n", "3", "--out", str(tmp_path / "bad")]) != 0
     assert "does not read --n" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from typing import Literal
 
 from ..decoding.actions import GREEDY, DecodingAction
 from ..decoding.rollouts import STOP_AT_ANSWER
+from ..lm.models import DEFAULT_MODEL
 from ..policies.fixed_rules import RULE_KNOBS, RULES
 from ..policies.kind_rule import save_rule_adapter
 from ..tasks import task_record
@@ -66,6 +67,8 @@ class MakeRuleOptions:
     """ReASC, CGES: slope,intercept,mean,scale of the confidence's calibration"""
     stop_at_answer: bool = STOP_AT_ANSWER
     """each attempt ends at its first complete answer (the protocol); off: decoded to the budget"""
+    model: str = DEFAULT_MODEL
+    """the base model generate / serve load by default (a rule has no weights: any model works with --model)"""
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
@@ -78,9 +81,9 @@ class MakeRuleOptions:
     def settings(self) -> dict:
         """The rule's knobs; a knob given that the rule does not read is refused."""
         knobs = RULE_KNOBS[self.rule]
+        every_knob = {k for names in RULE_KNOBS.values() for k in names} - {"with_draft"}  # a flag: always given
         given = {f.name: getattr(self, f.name) for f in fields(self)
-                 if f.name not in ("rule", "out", "arm", "calibration", "stop_at_answer", "with_draft")
-                 and getattr(self, f.name) is not None}
+                 if f.name in every_knob and getattr(self, f.name) is not None}
         extra = sorted(set(given) - set(knobs))
         if extra:
             raise ValueError(f"{self.rule} does not read {', '.join('--' + e.replace('_', '-') for e in extra)}; "
@@ -111,6 +114,7 @@ def run_cli(args) -> int:
         calibration = dict(zip(("slope", "intercept", "mean", "scale"), options.calibration))
     actions = [GREEDY.to_dict(), DecodingAction(temperature=options.arm).to_dict()]
     path = save_rule_adapter(options.out, options.rule, options.settings(), actions, calibration=calibration,
-                             task=task.name, task_options=task_record(task), stop_at_answer=options.stop_at_answer)
+                             task=task.name, task_options=task_record(task), stop_at_answer=options.stop_at_answer,
+                             base_model=options.model)
     print(json.dumps({"out": str(path), "rule": options.rule, "settings": options.settings()}))
     return 0

@@ -222,13 +222,15 @@ def rule_policy(rule: str, settings: dict, num_actions: int, first_arm: int = 0,
 def save_rule_adapter(directory: str | Path, rule: str, settings: dict, actions: Sequence[dict], *,
                       first_arm: int = 0, arm: int = 1, calibration: Calibration | dict | None = None,
                       task: str = "", task_options: dict | None = None, token_budget: int | None = None,
-                      stop_at_answer: bool = True, training: dict | None = None) -> Path:
+                      stop_at_answer: bool = True, training: dict | None = None, base_model: str = "") -> Path:
     """Write a rule adapter (``adapter.json``, an empty ``adapter.safetensors``, the model card):
     ``rule`` at ``settings`` over ``actions[first_arm]`` then samples of ``actions[arm]``. ``task``:
     whose answers it reads and where an attempt ends (its ``task_options`` as ``tasks.task_record``
-    gives them)."""
+    gives them); ``base_model``: the LM ``Adapter.from_pretrained(dir, lm="base")`` loads (any LM
+    works: the rule has no weights and no fingerprint)."""
     policy = rule_policy(rule, settings, len(actions), first_arm, arm, calibration)
-    config = AdapterConfig(kind=RULE.name, policy=policy, actions=list(actions), base_model="", base_fingerprint={},
+    config = AdapterConfig(kind=RULE.name, policy=policy, actions=list(actions), base_model=base_model,
+                           base_fingerprint={},
                            token_budget=token_budget, task=task, task_options=task_options,
                            training=dict(training or {}), stop_at_answer=stop_at_answer)
     return save_adapter(directory, RulePolicy(RuleConfig(**policy)), config)
