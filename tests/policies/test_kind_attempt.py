@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from decoding_adapters.decoding.actions import GREEDY, DecodingAction
+from decoding_adapters.decoding.confidence import CONFIDENCE_FEATURES
 from decoding_adapters.evaluation.sample_table import synthetic_sample_table
 from decoding_adapters.policies.attempt import (
     AttemptInputs,
@@ -73,6 +74,7 @@ class _State:
         p, a, n = inputs.answers.shape
         self.answers = torch.full((p, a, n), -1, dtype=torch.long)
         self.confidence, self.tokens, self.hidden = inputs.confidence, inputs.tokens, None
+        self.confidence_names = tuple(CONFIDENCE_FEATURES)
         self.order = []
         for i, path in enumerate(paths):
             seen = [0] * a

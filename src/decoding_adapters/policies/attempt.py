@@ -511,8 +511,9 @@ class PolicyDecider:
 
     def _outputs(self, state) -> LatticeOutputs:
         hidden = state.hidden if self.policy.config.hidden_size else None
-        inputs = AttemptInputs(state.answers, state.confidence[..., :len(self.policy.config.confidence_names)],
-                               state.tokens, hidden)
+        # the policy's confidence columns, by name, from the summary the attempts were read with
+        columns = [state.confidence_names.index(n) for n in self.policy.config.confidence_names]
+        inputs = AttemptInputs(state.answers, state.confidence[..., columns], state.tokens, hidden)
         with torch.no_grad():
             return self.policy.on_lattice(inputs, self.lattice)
 
