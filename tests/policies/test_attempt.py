@@ -112,7 +112,7 @@ def test_save_and_load_give_the_same_policy(tmp_path):
     inputs = AttemptInputs.from_table(table)
     assert meta["kind"] == "attempt" and loaded.config == policy.config
     assert torch.equal(loaded.on_lattice(inputs, lattice).logits, policy.on_lattice(inputs, lattice).logits)
-    assert "Attempt policy" in (tmp_path / "a" / "README.md").read_text()
+    assert "attempt-policy" in (tmp_path / "a" / "README.md").read_text()
     assert np.array_equal(walk(loaded, inputs, lattice).answers, walk(policy, inputs, lattice).answers)
 
 

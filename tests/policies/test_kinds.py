@@ -10,18 +10,18 @@ from decoding_adapters.evaluation.methods import method_kind
 from decoding_adapters.policies.kinds import AdapterKind, adapter_kind, kind_names
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "decoding_adapters"
-KIND_NAMES = {"sequence", "token", "draft", "greedy", "static", "mixed", "custom"}
-REGISTRY_MODULES = {"kinds.py", "kind_sequence.py", "kind_token.py", "kind_draft.py"}
+KIND_NAMES = {"sequence", "token", "draft", "attempt", "rule", "greedy", "static", "mixed", "custom"}
+REGISTRY_MODULES = {"kinds.py", "kind_sequence.py", "kind_token.py", "kind_draft.py", "kind_attempt.py", "kind_rule.py"}
 
 
-def test_registry_lists_the_three_kinds_in_order():
-    assert kind_names() == ("sequence", "token", "draft")
+def test_registry_lists_the_kinds_in_order():
+    assert kind_names() == ("sequence", "token", "draft", "attempt", "rule")
     for name in kind_names():
         kind = adapter_kind(name)
         assert isinstance(kind, AdapterKind) and kind.name == name
         assert kind.level in ("sequence", "token") and kind.default_policy_mode in ("sample", "argmax")
     with pytest.raises(ValueError, match="adapter kind must be one of"):
-        adapter_kind("attempt")
+        adapter_kind("nonsense")
 
 
 def test_method_kinds_wrap_adapter_kinds():

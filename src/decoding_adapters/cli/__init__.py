@@ -42,6 +42,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rules": ("decoding_adapters.cli.rules",
               "tune the fixed answer rules (self-consistency, ESC, DeepConf, ...) on a validation sample table, "
               "score them on another"),
+    "make-rule": ("decoding_adapters.cli.make_rule",
+                  "write a fixed answer rule (ESC, self-consistency, DeepConf, ...) as an adapter with no weights"),
     "train-token": ("decoding_adapters.cli.train_token", "train a token-level (POMDP) adapter"),
     "evaluate": ("decoding_adapters.cli.evaluate", "pass@k of static baselines and adapters with confidence intervals"),
     "report": ("decoding_adapters.cli.report", "write report.md, results.json and figures from an evaluation"),

@@ -19,7 +19,7 @@ class GenerateOptions:
     """generation"""
 
     adapter: str
-    """adapter directory (written by train-sequence, train-token or train-draft)"""
+    """adapter directory (written by train-sequence, train-token, train-draft, train-attempt or make-rule)"""
     data: str | None = None
     """a draft-gated adapter's task data, where the files it records (adapter.json) are gone: as train-draft's
     --data"""

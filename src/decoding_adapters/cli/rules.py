@@ -5,6 +5,12 @@ A table directory that holds no table yet is built first (``evaluation.sample_ta
 arm and one sampled arm per ``--temperatures`` entry, ``--samples`` each, every sample ended at its
 first complete answer unless ``--no-stop-at-answer``; resumable). The rules read the stopped greedy,
 then the samples of ``--arm``. Writes ``curves.json`` and ``curves.png`` into ``--out``.
+
+``--adapter-out DIR`` also writes a tuned rule as an adapter with no weights (kind ``rule``, usable
+with ``generate`` / ``serve`` / ``Adapter.from_pretrained``): ``--adapter-rule`` (default: the rule
+most accurate on validation within ``--adapter-level`` mean decodes) at the setting tuned for that
+level, over the stopped greedy and ``--arm``; ReASC and CGES carry the calibration fitted on the
+validation table.
 """
 
 from __future__ import annotations
@@ -17,9 +23,11 @@ from pathlib import Path
 from ..core.files import write_json
 from ..decoding.actions import GREEDY, DecodingAction
 from ..decoding.rollouts import STOP_AT_ANSWER
-from ..evaluation.rules import COMPUTE_LEVELS, RULES, greedy_then, tune_rules
+from ..evaluation.rules import COMPUTE_LEVELS, RULES, fit_calibrations, greedy_then, tune_rules
 from ..evaluation.sample_table import SampleTable, build_sample_table, pass_at_k_curve
+from ..policies.kind_rule import save_rule_adapter
 from ..reporting.plots import method_color
+from ..tasks import task_record
 from .common import add_model_arguments, add_rollout_arguments, add_task_arguments, build_lm, build_task, load_problems
 from .config_args import add_config_arguments, build_config
 
@@ -50,6 +58,12 @@ class RulesOptions:
     """a built table's samples end at their first complete answer (the protocol); off: decoded to the budget"""
     hidden: bool = False
     """a built table also keeps each sample's mean hidden state"""
+    adapter_out: str | None = None
+    """also write the tuned rule at --adapter-level as an adapter directory here (kind rule, no weights)"""
+    adapter_rule: str | None = None
+    """the rule --adapter-out writes (default: the most accurate on validation at --adapter-level)"""
+    adapter_level: float = 1.5
+    """the compute level (mean decodes per problem on validation) whose tuned setting --adapter-out writes"""
 
     def __post_init__(self) -> None:
         if self.samples < 1 or not self.temperatures or any(t <= 0 for t in self.temperatures):
@@ -116,8 +130,45 @@ def run_cli(args) -> int:
     for rule, curve in curves.items():
         cells = ", ".join(f"{p['test']['decodes']:.2f} dec {100 * p['test']['accuracy']:.1f}%" for p in curve["points"])
         print(f"{rule:22s} {cells}")
+    if options.adapter_out:
+        written = _write_rule_adapter(args, options, curves, val_draws, validation, arm, first)
+        print(f"rule adapter: {written['rule']} {written['settings']} -> {options.adapter_out}")
     print(json.dumps({"out": str(path), "rules": len(curves), "test_problems": test.shape[0]}))
     return 0
+
+
+def _write_rule_adapter(args, options: RulesOptions, curves: dict, val_draws, validation: SampleTable, arm: str,
+                        first: str | None) -> dict:
+    """The tuned rule at ``--adapter-level`` as a ``rule`` adapter (module docstring)."""
+    level = options.adapter_level
+
+    def point(rule: str) -> dict | None:
+        fits = [p for p in curves[rule]["points"] if p["level"] <= level + 1e-9]
+        return fits[-1] if fits else None  # the setting tuned for the highest level within it
+
+    if options.adapter_rule is not None and options.adapter_rule not in curves:
+        raise ValueError(f"--adapter-rule {options.adapter_rule} was not tuned: add it to --rules")
+    rules = [options.adapter_rule] if options.adapter_rule else [r for r in curves if point(r) is not None]
+    if not rules or point(rules[0]) is None:
+        raise ValueError(f"no tuned setting spends at most {level} mean decodes: raise --adapter-level")
+    rule = max(rules, key=lambda r: point(r)["validation"]["accuracy"])  # ties: report order
+    settings = dict(point(rule)["setting"])
+    settings.pop("rule")
+    calibration = None
+    if "feature" in settings:
+        calibration = fit_calibrations(val_draws)[settings["feature"]]
+    index = validation.arm(arm)
+    actions = ([validation.actions[validation.arm(first)].to_dict()] if first is not None else [])
+    actions.append(validation.actions[index].to_dict())
+    task = build_task(args)
+    save_rule_adapter(options.adapter_out, rule, settings, actions, first_arm=0, arm=len(actions) - 1,
+                      calibration=calibration, task=task.name, task_options=task_record(task),
+                      token_budget=validation.header.get("token_budget"),
+                      stop_at_answer=bool(validation.header.get("stop_at_answer", True)),
+                      base_model=getattr(args, "name_or_path", None) or "",
+                      training={"tuned_on": options.validation_table, "level": level,
+                                "validation": point(rule)["validation"]})
+    return {"rule": rule, "settings": settings}
 
 
 def _plot(curves: dict, path: Path, title: str) -> Path:

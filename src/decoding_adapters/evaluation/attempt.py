@@ -27,23 +27,20 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import torch
 
 from ..core.stats import paired_ci
-from ..decoding.actions import GREEDY, ActionSet, DecodingAction
-from ..decoding.loop import decode, row_seed
-from ..decoding.rollouts import encode_problems
-from ..policies.attempt import AttemptInputs, AttemptLattice, AttemptOutcome, walk
+from ..decoding.actions import GREEDY, DecodingAction
+from ..decoding.attempts import sequential_attempts
+from ..decoding.loop import row_seed
+from ..decoding.rollouts import answer_stops, encode_problems
+from ..policies.attempt import AttemptInputs, AttemptOutcome, PolicyDecider, walk
 from ..training.attempt import FEATURE_SETS, AttemptTrainConfig, AttemptTrainer, policy_config_from_table
-from ..training.draft import answer_stops
 from .rules import RULES, Calibration, RuleSetting, greedy_then, score_setting, tune_rules, vote
 from .sample_table import (
     CONFIDENCE_FEATURES,
     TABLE_FORMAT,
     ConfidenceConfig,
     SampleTable,
-    _trace_readings,
-    answer_ids,
 )
 
 __all__ = [
@@ -392,82 +389,21 @@ def attempt_decode(lm, task, problems, policy, actions: Sequence[DecodingAction]
                    confidence=None) -> AttemptDecodeResult:
     """Use the attempt policy on live problems: the stopped greedy first, then, round by round, one
     more attempt of the arm the policy picks for each problem still going, until every problem has
-    stopped. ``actions``: the arms in the policy's order. Each attempt is decoded with the seed the
-    sample table gives the same (problem, arm, sample) (``row_seed(seed, problem id, action name, j,
-    "draft-table")``), so on the problems of a table built with the same settings it makes the
-    attempts ``walk`` reads there. (It lives here, not in ``policies``, because the confidence
-    summary it feeds the policy is computed in ``evaluation.sample_table``.)"""
-    confidence = confidence or ConfidenceConfig()
+    stopped (``decoding.attempts.sequential_attempts`` with the policy as its decider). ``actions``:
+    the arms in the policy's order. Each attempt is decoded with the seed the sample table gives the
+    same (problem, arm, sample) (``row_seed(seed, problem id, action name, j, "draft-table")``), so on
+    the problems of a table built with the same settings it makes the attempts ``walk`` reads there."""
     cfg = policy.config
     actions = list(actions)
     if [a.name for a in actions] != list(cfg.arms):
         raise ValueError(f"the policy's arms are {list(cfg.arms)}, got {[a.name for a in actions]}")
-    lattice = AttemptLattice(cfg.distinct, cfg.first_arm, cfg.max_attempts)
-    index = {(tuple(c.tolist()), int(last)): s for s, (c, last) in enumerate(zip(lattice.counts, lattice.last))}
-    p, a, n = len(problems), len(actions), max(cfg.distinct)
     prompts, _ = encode_problems(lm, task, problems, seed=seed)
-    action_set = ActionSet(actions)
-    c_dim = len(cfg.confidence_names)
-    conf = torch.zeros(p, a, n, c_dim)
-    hidden = torch.zeros(p, a, n, max(1, cfg.hidden_size)) if cfg.hidden_size else None
-    tokens = torch.zeros(p, a, n)
-    strings: list[list[str]] = [[] for _ in range(p)]  # per problem, every attempt's answer string in order
-    answer_text: list[list[str]] = [[] for _ in range(p)]
-    texts: list[list[str]] = [[] for _ in range(p)]
-    paths: list[list[int]] = [[] for _ in range(p)]
-    counts = [[0] * a for _ in range(p)]
-    state = [0] * p
-    going = list(range(p))
-    stopped_by = [""] * p
-    next_arm = {i: cfg.first_arm for i in going}
-    while going:
-        rows = [(i, next_arm[i], counts[i][next_arm[i]]) for i in going]
-        result = decode(lm, prompts, action_set, prompt_of_row=[i for i, _, _ in rows],
-                        row_actions=[arm for _, arm, _ in rows], token_budget=token_budget, record_features=True,
-                        row_seeds=[row_seed(seed, problems[i].id, action_set.names[arm], j, "draft-table")
-                                   for i, arm, j in rows],
-                        stop_checks=answer_stops(task, problems, [i for i, _, _ in rows], stop_at_answer))
-        said = [task.extract_answer(problems[i], text) for (i, _, _), text in zip(rows, result.texts)]
-        summary, mean_hidden = _trace_readings(lm, result, said, confidence, hidden is not None)
-        for r, (i, arm, j) in enumerate(rows):
-            conf[i, arm, j] = summary[r]
-            if hidden is not None:
-                hidden[i, arm, j] = mean_hidden[r]
-            tokens[i, arm, j] = float(result.lengths[r])
-            answer_text[i].append(said[r])
-            texts[i].append(result.texts[r])
-            paths[i].append(arm)
-            counts[i][arm] += 1
-            state[i] = index[(tuple(counts[i]), arm)]
-        # answer ids per problem in order of first appearance; slots not drawn yet stay -1
-        answers = torch.full((p, a, n), -1, dtype=torch.long)
-        for i in range(p):
-            ids, strings[i] = answer_ids(answer_text[i])
-            seen = [0] * a
-            for arm, answer in zip(paths[i], ids):
-                answers[i, arm, seen[arm]] = answer
-                seen[arm] += 1
-        with torch.no_grad():
-            logits = policy.on_lattice(AttemptInputs(answers, conf, tokens, hidden), lattice).logits
-        still = []
-        for i in going:
-            choice = int(logits[i, state[i]].argmax())
-            if choice == 0:
-                stopped_by[i] = "budget" if bool((lattice.succ[state[i]] < 0).all()) else "policy"
-            else:
-                next_arm[i] = choice - 1
-                still.append(i)
-        going = still
-    with torch.no_grad():
-        weights = policy.on_lattice(AttemptInputs(answers, conf, tokens, hidden), lattice).weights
-    chosen = []
-    for i in range(p):
-        score: dict[str, float] = {}
-        seen = [0] * a
-        for arm, answer in zip(paths[i], answer_text[i]):
-            if answer:
-                score[answer] = score.get(answer, 0.0) + float(weights[i, arm, seen[arm]])
-            seen[arm] += 1
-        top = max(score.values()) if score else 0.0
-        chosen.append(next((s for s in score if score[s] >= top - 1e-9 * max(1.0, abs(top))), ""))
-    return AttemptDecodeResult(chosen, texts, paths, [int(tokens[i].sum()) for i in range(p)], stopped_by)
+    names = [a.name for a in actions]
+    stops = answer_stops(task, problems, list(range(len(problems))), stop_at_answer)
+    result = sequential_attempts(
+        lm, prompts, actions, PolicyDecider(policy), first_arm=cfg.first_arm, distinct=cfg.distinct,
+        max_attempts=cfg.max_attempts, token_budgets=[token_budget] * len(problems),
+        seeds=lambda i, arm, j: row_seed(seed, problems[i].id, names[arm], j, "draft-table"),
+        extract=lambda i, text: task.extract_answer(problems[i], text), stop_checks=stops,
+        confidence=confidence or ConfidenceConfig(), with_hidden=cfg.hidden_size > 0)
+    return AttemptDecodeResult(result.answers, result.texts, result.paths, result.tokens, result.stopped_by)

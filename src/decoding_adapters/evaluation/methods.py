@@ -232,6 +232,10 @@ class Method:
             raise ValueError(f"static method {self.name!r} needs exactly one action")
         if kind.adapter is not None and self.policy is None:
             raise ValueError(f"adapter method {self.name!r} needs a policy")
+        if kind.adapter is not None and kind.adapter.attempts:
+            raise ValueError(f"method {self.name!r}: a {kind.adapter.label} adapter decodes sequential attempts, which "
+                             "the pass@k runner does not score; score it on sample tables (train-attempt, rules, or "
+                             "the study's fixed-rules stage) or use it with generate / serve")
         if kind.adapter is not None and kind.adapter.keeps_draft and self.draft_context is None:
             if self.adapter is None or self.adapter.draft is None:
                 raise ValueError(f"draft-gated method {self.name!r} needs a draft_context")

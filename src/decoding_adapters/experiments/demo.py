@@ -248,7 +248,7 @@ MEAN_SAMPLED_LENGTH = 0.75
 """Mean generated length of a sampled row as a fraction of the token budget (measured at budget 48
 on validation: T=0.5 0.57, T=1.0 0.74, T=1.25 0.89; greedy 0.56 at budget 64)."""
 STAGE_SCALE = {"budget": 0.28, "select": 0.37, "sequence": 0.43, "token": 0.26, "evaluate": 0.28, "draft": 0.37,
-               "rules": 0.37}
+               "rules": 0.37, "attempt": 0.37}
 """Measured over planned minutes of each decoding stage (the model above at the constants above),
 fitted on the reference machine (probe 440 tok/s), ``reproduce`` at budget 48 idle: budget 0.12 of
 0.40, selection 5.2 of 17.8, sequence 15.1 of 35.2, token 34.1 of 133.4, evaluation 30.7 of 111.2
@@ -509,6 +509,9 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
         rules = cfg.rules
         table_rows = (rules.problems + cfg.eval_problems) * (1 + len(rules.temperatures) * rules.samples)
         decoding["rules"] = _decode_minutes(table_rows, cfg)  # the tuning itself takes seconds
+        if cfg.attempt.enabled:  # the training table (as the rules' are, not measured on its own); training is seconds
+            decoding["attempt"] = _decode_minutes(
+                cfg.attempt.train_problems * (1 + len(rules.temperatures) * rules.samples), cfg)
     scaled = {stage: minutes * STAGE_SCALE[stage] * slower for stage, minutes in decoding.items()}
     return {"load": 0.1, **scaled, "report": 0.1}
 
@@ -956,6 +959,17 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
         if json.dumps(ruled.details) != json.dumps(evaluation.details):  # a resumed run's are already there
             ruled.write(out / "eval")
         evaluation = ruled
+        clock.end()
+
+    if cfg.rules.enabled and cfg.attempt.enabled:
+        ac = cfg.attempt
+        clock.begin("attempt", "attempt policy", f"a sample table of {ac.train_problems} training problems, one policy "
+                                                 f"per price {list(ac.prices)}")
+        learned = pipeline.attempt_stage(lm, task, cfg, out / "attempt", out / "rules", evaluation, test_problems,
+                                         progress=progress)
+        if json.dumps(learned.details) != json.dumps(evaluation.details):
+            learned.write(out / "eval")
+        evaluation = learned
         clock.end()
 
     clock.begin("report", "report")

@@ -53,6 +53,7 @@ from ..evaluation import (
     load_best_per_k,
 )
 from ..evaluation import draft as draft_eval
+from ..evaluation.attempt import rule_baselines, train_and_score
 from ..evaluation.rules import (
     RULE_LABELS,
     RULES,
@@ -66,6 +67,7 @@ from ..evaluation.sample_table import SampleTable, build_sample_table
 from ..policies.draft import DraftContextConfig
 from ..policies.networks import load_adapter
 from ..selection.coverage import OutcomeTable, build_pool, evaluate_pool, select_from_table, write_outputs
+from ..training.attempt import AttemptTrainConfig
 from ..training.draft import DraftTable, DraftTrainConfig, DraftTrainer, ensure_tables
 from ..training.sequence import SequenceTrainConfig, SequenceTrainer, reward_source
 from ..training.token import TokenTrainConfig, TokenTrainer
@@ -100,6 +102,9 @@ __all__ = [
     "rule_entries",
     "add_rule_entries",
     "fixed_rules",
+    "AttemptStageConfig",
+    "attempt_entries",
+    "attempt_stage",
     "RULE_TABLE_KEY",
 ]
 
@@ -179,6 +184,30 @@ class RulesConfig:
         return [GREEDY] + [DecodingAction(temperature=t) for t in self.temperatures]
 
 
+@dataclass(frozen=True)
+class AttemptStageConfig:
+    """The attempt-policy stage, after the fixed rules: the learned attempt policy (docs/attempt.md)
+    trained on a table of training problems under the rules' arms, kept-best on the rules'
+    validation table and scored on their evaluation table, one policy per price per decode."""
+
+    enabled: bool = False
+    """Run the stage (needs the fixed-rules stage: it reads its tables)."""
+    train_problems: int = 400
+    """Training problems of its table (the first of the train split)."""
+    prices: tuple[float, ...] = (0.02, 0.05, 0.1)
+    """Prices per decode, one policy each (its point on the accuracy-per-compute curve)."""
+    features: tuple[str, ...] = ("confidence", "agreement")
+    """What the policy reads (``policies.attempt.ATTEMPT_FEATURE_SETS``; ``hidden`` needs ``--rules.hidden``)."""
+    steps: int = 300
+    """Training steps per policy."""
+    seed: int = 0
+    """Training seed."""
+
+    def __post_init__(self) -> None:
+        if self.train_problems < 1 or self.steps < 0 or not self.prices or any(p < 0 for p in self.prices):
+            raise ValueError("attempt train_problems must be >= 1, steps >= 0 and prices non-negative (at least one)")
+
+
 # Nested-config fields a study sets for each run (which variant, seed, action set, replay table) or
 # copies from its own fields (token budget, seeds): they are not command-line options.
 SEQUENCE_SET_BY_STUDY = ("actions", "use_budget", "token_budget", "replay", "seed", "stop_at_answer")
@@ -234,10 +263,16 @@ class StudyConfig:
     selected set's Best at the largest k, else its first sampled action)."""
     rules: RulesConfig = field(default_factory=RulesConfig)
     """fixed rules over stored sample tables"""
+    attempt: AttemptStageConfig = field(default_factory=AttemptStageConfig)
+    """the learned attempt policy over the fixed rules' tables"""
 
     def __post_init__(self) -> None:
         if self.sequence_rewards not in ("replay", "live"):
             raise ValueError(f"sequence_rewards must be 'replay' or 'live', got {self.sequence_rewards!r}")
+        if self.attempt.enabled and not self.rules.enabled:
+            raise ValueError("the attempt-policy stage reads the fixed-rules stage's tables: enable --rules.enabled")
+        if "hidden" in self.attempt.features and not self.rules.hidden:
+            raise ValueError("an attempt policy that reads hidden states needs tables that keep them (--rules.hidden)")
         if self.sequence_rewards == "replay" and max(self.sequence.parallel_budgets) > self.selection.samples:
             raise ValueError("offline replay serves budgets B up to selection.samples: raise it or use "
                              "sequence_rewards=live")
@@ -643,12 +678,14 @@ def _json_setting(setting: dict) -> dict:
     return {k: str(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in setting.items()}
 
 
-def add_rule_entries(evaluation: Evaluation, entries: dict) -> Evaluation:
-    """``evaluation`` with the rule points ``entries`` (:func:`rule_entries`) in its eval_details,
-    replacing any added before (results.json keeps the evaluation's own methods: a curve of many
-    points is drawn and compared from eval_details, not listed as rows)."""
+def add_rule_entries(evaluation: Evaluation, entries: dict, family: str = "fixed rule") -> Evaluation:
+    """``evaluation`` with the points ``entries`` (:func:`rule_entries`, :func:`attempt_entries`) in
+    its eval_details, replacing those of the same ``family`` added from sample tables before
+    (results.json keeps the evaluation's own methods: a curve of many points is drawn and compared
+    from eval_details, not listed as rows)."""
     details = json.loads(json.dumps(evaluation.details))  # a copy
-    added_before = {n for n, m in details.get("methods", {}).items() if RULE_TABLE_KEY in m}
+    added_before = {n for n, m in details.get("methods", {}).items()
+                    if RULE_TABLE_KEY in m and m.get("family", "fixed rule") == family}
     for section, key in (("methods", "method"), ("per_problem", "per_problem"), ("compute", "compute")):
         kept = {n: v for n, v in details.get(section, {}).items() if n not in added_before}
         details[section] = {**kept, **{n: e[key] for n, e in entries.items()}}
@@ -670,3 +707,61 @@ def fixed_rules(lm, task, cfg: StudyConfig, out: Path, evaluation: Evaluation, p
                                            "samples": cfg.rules.samples, "arms": validation.arm_names,
                                            "tables": tables, "rules": curves})
     return add_rule_entries(evaluation, entries)
+
+
+# ---- the learned attempt policy ---------------------------------------------------------------------
+
+
+def attempt_entries(scored: Sequence, test: SampleTable, tables: dict, sources: Sequence[str]) -> dict:
+    """One eval_details method per trained attempt policy (``evaluation.attempt.Scored``), named
+    ``"Attempt policy (price p)"``, of family ``learned``, in the rules' entries' shape (its answer
+    and decodes per problem on the evaluation table) so that the report's fixed-rules section sets
+    each against the strongest rule at its own compute."""
+    entries = {}
+    for s, source in zip(scored, sources):
+        outcome = s.outcome
+        correct = outcome.correct.astype(float)
+        decodes, tokens = outcome.attempts.astype(float), outcome.tokens.astype(float)
+        name = f"Attempt policy (price {s.price:g})"
+        entries[name] = {
+            "method": {"kind": "attempt", "role": "attempt policy", "level": "sequence", "family": "learned",
+                       "curve": "Attempt policy", "price": s.price, "features": list(s.features), "seed": s.seed,
+                       "validation": {"accuracy": s.val_accuracy, "decodes": s.val_decodes},
+                       "answer_rule": "its learned weighting of its attempts' answers",
+                       "actions": [a.name for a in test.actions], "stop_at_answer": test.header.get("stop_at_answer"),
+                       "seeds": "one sample table (seed 0) and one training seed: one value per problem",
+                       "source": source, RULE_TABLE_KEY: tables,
+                       "decodes_per_problem": {"answer": float(decodes.mean())},
+                       "tokens_per_problem": {"answer": float(tokens.mean())}},
+            "per_problem": {"answer_accuracy": [[float(c)] for c in correct]},
+            "compute": {"decodes": {"answer": decodes.tolist()}, "tokens": {"answer": tokens.tolist()}},
+        }
+    return entries
+
+
+def attempt_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evaluation: Evaluation, problems, *,
+                  progress: bool = False, on_chunk=None) -> Evaluation:
+    """The attempt-policy stage: the fixed rules' two tables (read back from ``rules_out``), a table
+    of ``cfg.attempt.train_problems`` training problems in ``out/train`` (:func:`study_table`), one
+    policy per price trained there (resumable, in ``out/price-<p>``), kept-best on validation and
+    scored on the evaluated problems; written to ``out/curve.json``; returns ``evaluation`` with one
+    ``learned`` entry per price added."""
+    ac = cfg.attempt
+    validation, test = rule_tables(lm, task, cfg, rules_out, problems, progress=progress, on_chunk=on_chunk)
+    train = study_table(lm, task, cfg, Path(out) / "train", "train", task.load("train")[: ac.train_problems],
+                        progress=progress, on_chunk=on_chunk)
+    baselines = rule_baselines(validation, test, cfg.rules.rules)
+    config = AttemptTrainConfig(features=tuple(ac.features), steps=ac.steps, seed=ac.seed,
+                                val_every=max(1, min(25, ac.steps)))
+    scored, sources = [], []
+    for price in ac.prices:
+        where = Path(out) / f"price-{price:g}"
+        resume = (where / "train_log.jsonl").is_file()  # a killed (or finished) run continues from its checkpoint
+        scored.append(train_and_score(train, validation, test, replace(config, price=price), baselines, where,
+                                      resume=resume, task=task.name))
+        sources.append(str(where))
+    tables = {"train": str(Path(out) / "train"), "validation": str(Path(rules_out) / "validation"),
+              "test": str(Path(rules_out) / "test")}
+    write_json(Path(out) / "curve.json", {"train_problems": train.shape[0], "tables": tables,
+                                          "policies": [s.record() for s in scored]})
+    return add_rule_entries(evaluation, attempt_entries(scored, test, tables, sources), family="learned")

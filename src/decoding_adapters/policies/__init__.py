@@ -5,5 +5,5 @@ Importing the package registers the adapter kinds (``kinds``), one module each, 
 order the kinds are listed in."""
 
 # isort: off
-from . import kind_sequence, kind_token, kind_draft  # noqa: F401
+from . import kind_sequence, kind_token, kind_draft, kind_attempt, kind_rule  # noqa: F401
 # isort: on

@@ -47,11 +47,10 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..core.files import atomic_write, write_json, write_text
 from ..decoding.actions import DEFAULT_TOKEN_BUDGET
+from .networks import AdapterConfig, load_adapter, save_adapter
 
 __all__ = [
     "ATTEMPT_FEATURE_SETS",
@@ -62,6 +61,7 @@ __all__ = [
     "AttemptPolicy",
     "LatticeOutputs",
     "AttemptOutcome",
+    "PolicyDecider",
     "expected_reward",
     "walk",
     "ATTEMPT_KIND",
@@ -140,6 +140,21 @@ class AttemptPolicyConfig:
         if "hidden" in self.features:
             d += self.hidden_proj
         return d
+
+    @property
+    def num_actions(self) -> int:
+        """The stop network's outputs: stop, then one per arm (``AdapterConfig`` checks it)."""
+        return 1 + len(self.arms)
+
+    @classmethod
+    def from_dict(cls, policy: dict) -> "AttemptPolicyConfig":
+        """From ``adapter.json``'s ``policy`` (lists read back as tuples); a missing or unknown field
+        raises TypeError."""
+        fields_ = dict(policy)
+        for name in ("arms", "distinct", "confidence_names", "features"):
+            if name in fields_ and isinstance(fields_[name], list):
+                fields_[name] = tuple(fields_[name])
+        return cls(**fields_)
 
     @property
     def state_dim(self) -> int:
@@ -482,54 +497,82 @@ def walk(policy: AttemptPolicy, inputs: AttemptInputs, lattice: AttemptLattice) 
     return AttemptOutcome(answers, np.array(attempts), np.array(tokens), paths, stopped_by, correct)
 
 
+class PolicyDecider:
+    """The policy as the decider of live sequential attempts (``decoding.attempts``): after each
+    round the most probable action at each problem's lattice state (stop: reason ``"policy"``), at the
+    stop the answer with the largest summed weight (ties: the answer drawn first), as ``walk``."""
+
+    def __init__(self, policy: AttemptPolicy):
+        cfg = policy.config
+        self.policy = policy
+        self.lattice = AttemptLattice(cfg.distinct, cfg.first_arm, cfg.max_attempts)
+        self.index = {(tuple(c.tolist()), int(last)): s
+                      for s, (c, last) in enumerate(zip(self.lattice.counts, self.lattice.last))}
+
+    def _outputs(self, state) -> LatticeOutputs:
+        hidden = state.hidden if self.policy.config.hidden_size else None
+        # the policy's confidence columns, by name, from the summary the attempts were read with
+        columns = [state.confidence_names.index(n) for n in self.policy.config.confidence_names]
+        inputs = AttemptInputs(state.answers, state.confidence[..., columns], state.tokens, hidden)
+        with torch.no_grad():
+            return self.policy.on_lattice(inputs, self.lattice)
+
+    def decide(self, state, rows: list[int]) -> list[tuple[int | None, str]]:
+        logits = self._outputs(state).logits
+        out = []
+        for i in rows:
+            s = self.index[(tuple(state.counts(i, self.lattice.arms)), state.order[i][-1][0])]
+            choice = int(logits[i, s].argmax())
+            out.append((None, "policy") if choice == 0 else (choice - 1, ""))
+        return out
+
+    def answer(self, state, rows: list[int]) -> list[int]:
+        weights = self._outputs(state).weights
+        chosen = []
+        for i in rows:
+            score: dict[int, float] = {}
+            for arm, j in state.order[i]:
+                k = int(state.answers[i, arm, j])
+                if k >= 0:
+                    score[k] = score.get(k, 0.0) + float(weights[i, arm, j])
+            top = max(score.values()) if score else 0.0
+            chosen.append(next((k for k in score if score[k] >= top - 1e-9 * max(1.0, abs(top))), -1))
+        return chosen
+
+
 # ---- the adapter kind's glue: files and model card ------------------------------------------------------
 
 ATTEMPT_KIND = "attempt"
-"""The ``kind`` in an attempt adapter's ``adapter.json``."""
+"""The ``kind`` in an attempt adapter's ``adapter.json`` (``policies.kind_attempt``)."""
 
 
 def save_attempt_adapter(directory: str | Path, policy: AttemptPolicy, actions: Sequence[dict],
-                         training: dict | None = None, base_model: str = "", task: str = "") -> Path:
-    """Write ``adapter.safetensors`` (weights and standardisation) and ``adapter.json`` (the policy's
-    config, the arms' actions) atomically, then ``README.md`` (its model card lines)."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
-    atomic_write(directory / "adapter.safetensors", lambda tmp: save_file(state, str(tmp)))
-    meta = {"kind": ATTEMPT_KIND, "attempt": asdict(policy.config), "actions": list(actions),
-            "base_model": base_model, "task": task, "training": dict(training or {})}
-    write_json(directory / "adapter.json", meta)  # last but the card: its presence marks a complete adapter
-    write_text(directory / "README.md", "\n".join(attempt_card_lines(meta)) + "\n")
-    return directory
+                         training: dict | None = None, base_model: str = "", task: str = "",
+                         task_options: dict | None = None) -> Path:
+    """Write the adapter through ``networks.save_adapter``: ``adapter.safetensors`` (weights and
+    standardisation), ``adapter.json`` (kind ``attempt``, the policy's config as ``policy``, the arms'
+    actions) and the model card; ``Adapter.from_pretrained`` / ``load_adapter`` load it."""
+    cfg = policy.config
+    fingerprint = {"hidden_size": cfg.hidden_size} if cfg.hidden_size else {}
+    config = AdapterConfig(kind=ATTEMPT_KIND, policy=json.loads(json.dumps(asdict(cfg))), actions=list(actions),
+                           base_model=base_model, base_fingerprint=fingerprint, token_budget=cfg.token_budget,
+                           task=task, task_options=task_options, training=dict(training or {}))
+    return save_adapter(directory, policy, config)
 
 
 def load_attempt_adapter(directory: str | Path) -> tuple[AttemptPolicy, dict]:
     """The policy (in eval mode) and the ``adapter.json`` fields of an attempt adapter."""
-    directory = Path(directory)
-    meta = json.loads((directory / "adapter.json").read_text(encoding="utf-8"))
-    if meta.get("kind") != ATTEMPT_KIND:
-        raise ValueError(f"{directory} holds a {meta.get('kind')!r} adapter, not an attempt policy")
-    fields_ = dict(meta["attempt"])
-    for name in ("arms", "distinct", "confidence_names", "features"):
-        fields_[name] = tuple(fields_[name])
-    policy = AttemptPolicy(AttemptPolicyConfig(**fields_))
-    policy.load_state_dict(load_file(str(directory / "adapter.safetensors")))
-    return policy.eval(), meta
+    policy, config = load_adapter(directory)
+    if not isinstance(policy, AttemptPolicy):
+        raise ValueError(f"{directory} holds a {config.kind!r} adapter, not an attempt policy")
+    return policy, asdict(config)
 
 
-def attempt_card_lines(meta: dict) -> list[str]:
-    """The model card of an attempt adapter: what it reads, its arms and how it was trained."""
-    cfg = meta["attempt"]
-    training = meta.get("training", {})
-    lines = ["# Attempt policy (decoding-adapters)", "",
-             "After each attempt (the first: the stopped greedy) it stops and answers with a learned weighting of "
-             "the answers so far, or makes one more attempt with one of its arms.", "",
-             f"- base model: `{meta.get('base_model', '')}`; task: `{meta.get('task', '')}`",
-             f"- arms: {', '.join(f'`{a}`' for a in cfg['arms'])} (first attempt: `{cfg['arms'][cfg['first_arm']]}`)",
-             f"- reads: {', '.join(cfg['features'])}; at most {cfg['max_attempts']} attempts of "
-             f"{cfg['token_budget']} tokens"]
-    if training:
-        lines.append(f"- trained: price {training.get('price')} per decode, {training.get('steps')} steps"
-                     + (f"; validation answer accuracy {100 * training['val_accuracy']:.1f}% at "
-                        f"{training['val_attempts']:.2f} decodes" if "val_accuracy" in training else ""))
-    return lines
+def attempt_card_lines(config) -> str:
+    """What an attempt adapter's policy decides from (the model card's one clause)."""
+    cfg = config.policy
+    arms = cfg.get("arms", [])
+    first = arms[cfg.get("first_arm", 0)] if arms else "?"
+    return (f"after each attempt (the first: `{first}`, the stopped greedy), from what the attempts so far show "
+            f"({', '.join(cfg.get('features', []))}): stop and answer with a learned weighting of the answers so "
+            f"far, or make one more attempt with one of its arms; at most {cfg.get('max_attempts')} attempts")

@@ -37,12 +37,21 @@ MAX_OPTION_ITEMS = 64
 
 # policy field -> (lowest, highest) for the integers of both policy configs
 _POLICY_INTS = {
-    "embed_dim": (1, 65_536), "hidden_size": (1, 65_536), "num_actions": (1, 1024), "budget_dim": (1, 4096),
+    "embed_dim": (1, 65_536), "hidden_size": (0, 65_536), "num_actions": (1, 1024), "budget_dim": (1, 4096),
     "hidden": (1, 16_384), "width": (1, 16_384), "layers": (1, 64), "max_budget": (1, MAX_TOKENS),
     "token_budget": (1, MAX_TOKENS),
+    # the attempt policy's (kind ``attempt``) and a fixed rule's (kind ``rule``)
+    "max_attempts": (1, 256), "hidden_proj": (1, 4096), "first_arm": (0, 1023), "arm": (0, 1023),
 }
+# policy fields holding a list of such integers
+_POLICY_INT_LISTS = {"distinct": (1, 4096)}
+# a fixed rule's settings (``policy.settings``): integers and numbers
+_RULE_INTS = {"n": (1, 256), "window": (1, 256), "max_draws": (1, 256), "warmup": (1, 256), "redecodes": (1, 255)}
+_RULE_FLOATS = {"threshold": (-1e12, 1e12), "single_threshold": (-1e12, 1e12), "eta": (0.0, 100.0),
+                "consensus": (0.0, 1.0)}
+_CALIBRATION = ("slope", "intercept", "mean", "scale")
 # policy field -> (lowest, highest, whether the lowest is allowed)
-_POLICY_FLOATS = {"dropout": (0.0, 1.0, True), "temperature": (0.0, 1e6, False)}
+_POLICY_FLOATS = {"dropout": (0.0, 1.0, True), "temperature": (0.0, 1e6, False), "stop_bias": (-1e3, 1e3, True)}
 
 
 def parse_json(text: str, what: str = "adapter.json") -> Any:
@@ -112,6 +121,14 @@ def check_adapter_fields(data: dict) -> None:
         for name, (low, high, low_ok) in _POLICY_FLOATS.items():
             if name in policy:
                 _float(policy[name], f"policy.{name}", low, high, low_ok)
+        for name, (low, high) in _POLICY_INT_LISTS.items():
+            if name in policy:
+                values = policy[name]
+                if not isinstance(values, (list, tuple)) or len(values) > 1024:
+                    raise ValueError(f"policy.{name} must be a list of integers, got {values!r}"[:300])
+                for i, v in enumerate(values):
+                    _int(v, f"policy.{name}[{i}]", low, high)
+        _rule_settings(policy)
         if policy.get("prior") is not None:
             _distribution(policy["prior"], "policy.prior")
         pairs = policy.get("budget_priors")
@@ -148,6 +165,27 @@ def check_adapter_fields(data: dict) -> None:
     draft = data.get("draft")
     if isinstance(draft, dict) and "token_budget" in draft:
         _int(draft["token_budget"], "draft.token_budget", 1, MAX_TOKENS)
+
+
+def _rule_settings(policy: dict) -> None:
+    """A fixed rule's ``settings`` (its knobs) and ``calibration`` (four finite numbers)."""
+    settings = policy.get("settings")
+    if settings is not None:
+        if not isinstance(settings, dict) or len(settings) > 16:
+            raise ValueError(f"policy.settings must be an object of a rule's settings, got {settings!r}"[:300])
+        for name, value in settings.items():
+            if name in _RULE_INTS:
+                _int(value, f"policy.settings.{name}", *_RULE_INTS[name])
+            elif name in _RULE_FLOATS:
+                _float(value, f"policy.settings.{name}", *_RULE_FLOATS[name], True)
+            elif not isinstance(value, (str, bool)) or (isinstance(value, str) and len(value) > 200):
+                raise ValueError(f"policy.settings.{name} must be a rule setting, got {value!r}"[:300])
+    calibration = policy.get("calibration")
+    if calibration is not None:
+        if not isinstance(calibration, dict) or set(calibration) != set(_CALIBRATION):
+            raise ValueError(f"policy.calibration must hold {list(_CALIBRATION)}, got {calibration!r}"[:300])
+        for name in _CALIBRATION:
+            _float(calibration[name], f"policy.calibration.{name}", -1e12, 1e12, True)
 
 
 def _task_options(options) -> None:

@@ -50,6 +50,11 @@ class AdapterKind:
     keeps_draft: ClassVar[bool] = False
     """True: a greedy draft is decoded first, and the policy's output 0 keeps it (outputs 1.. are
     re-decode actions); its answers are scored as a draft plus conditional re-decodes."""
+    attempts: ClassVar[bool] = False
+    """True: sequential attempts (``decoding.attempts.sequential_attempts``): the stopped greedy
+    first, then, round by round, one more attempt of the arm its decider (``decider``) picks for each
+    problem still going, until the decider stops it (``attempt_plan`` gives the arms' limits); scored
+    as answer accuracy at its mean attempts. False for one choice per prompt, per token, or a draft."""
     default_policy_mode: ClassVar[str] = "argmax"
     """The mode (:data:`POLICY_MODES`) it is evaluated and served with unless its ``adapter.json`` says
     otherwise (``networks.default_policy_mode`` gives the reasons)."""
@@ -105,6 +110,16 @@ class AdapterKind:
 
     def policy_input_width(self, config) -> int:
         """The context width the stored policy reads."""
+        raise NotImplementedError
+
+    # ---- sequential attempts (kinds with ``attempts``) -------------------------------------------
+    def attempt_plan(self, config) -> dict:
+        """``first_arm``, ``distinct`` (attempts per arm at most), ``max_attempts`` and ``with_hidden``
+        (the decider reads mean hidden states) of an adapter that decodes sequential attempts."""
+        raise NotImplementedError
+
+    def decider(self, policy, config):
+        """The ``decoding.attempts.AttemptDecider`` of an adapter of this kind (its loaded policy)."""
         raise NotImplementedError
 
     # ---- evaluation ------------------------------------------------------------------------------

@@ -89,9 +89,10 @@ def family_of(entry: Mapping) -> str:
 
 def adapter_group(entry: Mapping) -> str | None:
     """Which verdicts an adapter gets: ``draft`` for a kind that keeps a greedy draft, else its
-    table level (``sequence`` / ``token``); None for a baseline."""
+    table level (``sequence`` / ``token``); None for a baseline or a fixed rule (a ``rule`` adapter
+    kind's points are of family ``fixed rule``)."""
     kind = kind_of(entry)
-    if kind is None or kind.adapter is None:
+    if kind is None or kind.adapter is None or family_of(entry) != "learned":  # a fixed rule's points: no verdicts
         return None
     return "draft" if kind.adapter.keeps_draft else kind.adapter.level
 

@@ -141,6 +141,9 @@ def _strongest_sentence(details: Mapping | None, at: float, confidence: float) -
 def _learned_lines(results: Mapping, details: Mapping | None, confidence: float) -> list[str]:
     """Each learned method's own answer against the strongest fixed rule at its compute."""
     info = method_info(results, details)
+    # and the learned methods scored from the same sample tables (eval_details only, as the rules' points)
+    info.update({n: m for n, m in (details or {}).get("methods", {}).items()
+                 if n not in info and family_of(m) == "learned"})
     lines = []
     for name, entry in info.items():
         if family_of(entry) != "learned":

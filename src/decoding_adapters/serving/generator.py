@@ -18,6 +18,13 @@ reports by default: a draw from pi for token adapters, the argmax for sequence a
   ``Generation.draft_kept`` and ``decodes`` say which happened and what it cost. Streaming sends the
   final answers' tokens: a kept draft's (or, at B > 1, the draft's) once the choice is made, then the
   re-decodes' as they are generated.
+- **attempt adapters** (the learned attempt policy, kind ``attempt``, and a fixed rule with no
+  weights, kind ``rule``): sequential attempts (``decoding.attempts``), the stopped greedy first,
+  then one more attempt at a time with the arm the policy or rule picks, until it stops; the answer
+  is its pick among the attempts' answers and the completion the first attempt that says it.
+  ``Generation.decodes``, ``attempt_actions``, ``stopped_by`` and ``answer`` say how many attempts,
+  with which arms, why it stopped and what it answered. One completion per prompt
+  (``parallel_budget`` 1); streaming sends the chosen attempt's tokens once the decision is made.
 
 A prompt is a string (sent as one user message through the chat template, as in training) or a
 chat: a list of ``{"role", "content"}`` messages.
@@ -44,6 +51,7 @@ from typing import Callable, Collection, Literal, Sequence, Union
 import torch
 
 from ..decoding.actions import DEFAULT_TOKEN_BUDGET, ActionSet
+from ..decoding.attempts import sequential_attempts
 from ..decoding.loop import DecodeResult, StepTokens, decode, row_seed
 from ..lm.models import FrozenLM
 from ..policies.draft import KEEP_DRAFT, DraftContextConfig, DraftGatedResult, draft_gated_decode
@@ -95,11 +103,26 @@ class Generation:
     """Draft-gated adapter: sequences decoded for this prompt, the draft included (1 when kept)."""
     draft_tokens: int | None = None
     """Draft-gated adapter: tokens of the draft (generated whether or not it is an answer)."""
+    stopped_by: str | None = None
+    """Attempt adapter: why it stopped ("policy", "agreement", "confident", "budget";
+    ``decoding.attempts.STOP_REASONS``)."""
+    attempt_actions: list[str] | None = None
+    """Attempt adapter: the arm of each attempt, in order (``decodes`` of them)."""
+    answer: str | None = None
+    """Attempt adapter: the answer it gives ("" when no attempt stated one)."""
+    attempt_tokens: int | None = None
+    """Attempt adapter: tokens generated over every attempt (the completion is one of them)."""
 
     @property
     def action(self) -> str | None:
-        """Sequence adapter: the name of the chosen action (None for a token adapter)."""
+        """Sequence adapter: the name of the chosen action (None for a token adapter); attempt
+        adapter: the arm of the attempt returned."""
         return None if self.action_index is None else self.action_names[self.action_index]
+
+    def adapter_info(self) -> dict:
+        """Attempt adapter: what the response's adapter field says of its decision."""
+        return {"decodes": self.decodes, "attempts": self.attempt_actions, "stopped_by": self.stopped_by,
+                "answer": self.answer, "attempt_tokens": self.attempt_tokens}
 
     @property
     def token_action_names(self) -> list[list[str]] | None:
@@ -151,6 +174,8 @@ class TokenEvent:
     """Index of the action that produced it (into ``action_names``)."""
     finish_reason: Literal["stop", "length"] | None
     """Set on the completion's last token: ``"stop"`` (EOS) or ``"length"`` (token budget)."""
+    adapter_info: dict | None = None
+    """Set on an attempt adapter's last token: ``Generation.adapter_info`` (attempts, why it stopped)."""
 
 
 TokenCallback = Callable[[list[TokenEvent]], "Collection[tuple[int, int]] | None"]
@@ -227,13 +252,17 @@ class AdaptiveGenerator:
         check_compatible(config, lm)
         _check_input_size(config, lm)
         self.lm, self.config, self.name = lm, config, name
-        self.policy = policy.to(lm.device).eval()
+        # an attempt adapter's decider reads the attempts' summaries on the CPU
+        self.policy = policy.to("cpu" if config.adapter_kind.attempts else lm.device).eval()
         self.action_set = ActionSet(config.action_list, device=lm.device)
         self.max_batch_rows = _check_positive("max_batch_rows", max_batch_rows)
         self.draft_context = DraftContextConfig(**config.draft) if self.adapter_kind.keeps_draft else None
-        self.answer_task = None
-        if config.stop_at_answer:
-            self.answer_task = task if task is not None else _adapter_task(config, self.adapter_kind.keeps_draft)
+        self.answer_task = self.reading_task = None
+        reads_answers = self.adapter_kind.attempts  # its decisions read each attempt's answer
+        if config.stop_at_answer or reads_answers:
+            self.reading_task = task if task is not None else _adapter_task(
+                config, self.adapter_kind.keeps_draft or reads_answers)
+            self.answer_task = self.reading_task if config.stop_at_answer else None
         expected = config.policy.get("num_actions")
         if expected is not None and expected != self.adapter_kind.outputs(len(self.action_set)):
             raise ValueError(
@@ -261,7 +290,11 @@ class AdaptiveGenerator:
         would cut answers; a token adapter trained at a smaller budget b sees a remaining budget above
         b for the first tokens: pass its budget to match training); a draft-gated adapter: its draft's
         budget (its length feature is a fraction of it)."""
-        return self.draft_context.token_budget if self.draft_context is not None else DEFAULT_TOKEN_BUDGET
+        if self.draft_context is not None:
+            return self.draft_context.token_budget
+        if self.adapter_kind.attempts and self.config.token_budget:  # the budget its attempts were read at
+            return self.config.token_budget
+        return DEFAULT_TOKEN_BUDGET
 
     @property
     def max_context(self) -> int | None:
@@ -310,6 +343,9 @@ class AdaptiveGenerator:
         prompts = _normalize_prompts(prompts)
         budget = _check_positive("token_budget", self.default_token_budget if token_budget is None else token_budget)
         _check_positive("parallel_budget", parallel_budget)
+        if self.adapter_kind.attempts and parallel_budget != 1:
+            raise ValueError(f"a {self.adapter_kind.label} adapter answers once per prompt (its attempts decide how "
+                             f"many decodes): parallel_budget (n) must be 1, got {parallel_budget}")
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"seed must be an integer, got {seed!r}")
         if raw_text and all(isinstance(p, str) for p in prompts):
@@ -361,6 +397,9 @@ class AdaptiveGenerator:
         for chunk in self._chunks(list(prepared)):
             if self.adapter_kind.keeps_draft:
                 out += self._draft_chunk(chunk, deterministic, on_tokens, len(out), all_answers)
+                continue
+            if self.adapter_kind.attempts:
+                out += self._attempts_chunk(chunk, on_tokens, len(out))
                 continue
             out += self._decode_chunk(chunk, deterministic, on_tokens, offset=len(out))
         return out
@@ -481,6 +520,46 @@ class AdaptiveGenerator:
         )
 
 
+    # ---- attempt adapters ----------------------------------------------------------------------
+    def _attempts_chunk(self, chunk: list[PreparedPrompt], on_tokens: TokenCallback | None,
+                        offset: int) -> list[Generation]:
+        """Sequential attempts for the chunk's prompts (``decoding.attempts``), the kind's decider
+        deciding after each round; attempt j of arm a of prompt i draws from
+        ``row_seed(seed, i, "attempt", a, j)``."""
+        kind = self.adapter_kind
+        plan = kind.attempt_plan(self.config)
+        problems = [Problem(f"prompt/{p.index}", _question_text(p.prompt), "") for p in chunk]
+        task = self.reading_task
+        decider = kind.decider(self.policy, self.config)
+        result = sequential_attempts(
+            self.lm, [list(p.prompt_ids) for p in chunk], self.action_set.actions, decider,
+            first_arm=plan["first_arm"], distinct=plan["distinct"], max_attempts=plan["max_attempts"],
+            token_budgets=[p.token_budget for p in chunk],
+            seeds=lambda i, arm, j: row_seed(chunk[i].seed, chunk[i].index, "attempt", arm, j),
+            extract=lambda i, text: task.extract_answer(problems[i], text),
+            stop_checks=None if self.answer_task is None else [self._answer_check(p) for p in chunk],
+            with_hidden=plan["with_hidden"])
+        names = self.action_set.names
+        out = []
+        for i, p in enumerate(chunk):
+            shown = result.chosen[i] if result.chosen[i] >= 0 else len(result.texts[i]) - 1  # else the last attempt
+            arm = result.paths[i][shown]
+            gen = Generation(
+                prompt=p.prompt, completions=[result.texts[i][shown]], kind=self.kind, action_names=self.action_names,
+                finish_reasons=["stop" if result.ended[i][shown] else "length"],
+                completion_tokens=[len(result.token_ids[i][shown])], prompt_tokens=len(p.prompt_ids), seed=p.seed,
+                action_index=self.action_names.index(names[arm]), decodes=result.decodes[i],
+                stopped_by=result.stopped_by[i], attempt_actions=[names[a] for a in result.paths[i]],
+                answer=result.answers[i], attempt_tokens=result.tokens[i])
+            out.append(gen)
+            if on_tokens is not None:  # the chosen attempt's tokens, now that the decision is made
+                ids = result.token_ids[i][shown] or [-1]
+                last = len(ids) - 1
+                on_tokens([TokenEvent(offset + i, 0, t, gen.action_index, gen.finish_reasons[0] if k == last else None,
+                                      gen.adapter_info() if k == last else None) for k, t in enumerate(ids)])
+        return out
+
+
 def _ended(result: DecodeResult, row: int) -> bool:
     """The row ended on its own: at EOS, or at its first complete answer."""
     return bool(result.stopped_at_eos[row]) or (result.stopped_by_check is not None
@@ -593,7 +672,10 @@ def format_generations(gen: AdaptiveGenerator, outs: Sequence[Generation]) -> st
     ]
     for i, g in enumerate(outs):
         lines.append(f"\n=== prompt {i + 1}: {g.prompt if isinstance(g.prompt, str) else json.dumps(g.prompt)}")
-        if g.draft_kept is None and g.action_index is not None:  # one action per prompt
+        if g.stopped_by is not None:  # sequential attempts
+            lines.append(f"{g.decodes} attempt(s) ({', '.join(g.attempt_actions or [])}), stopped: {g.stopped_by}; "
+                         f"answer: {g.answer!r} (completion: the {g.action} attempt that says it)")
+        elif g.draft_kept is None and g.action_index is not None:  # one action per prompt
             lines.append(f"action: {g.action} (p={g.action_probs[g.action_index]:.2f}, budget B={len(g.completions)})")
         if g.draft_kept is not None:
             lines.append(f"draft {'kept' if g.draft_kept else 're-decoded with ' + str(g.action)} "

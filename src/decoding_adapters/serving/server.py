@@ -213,6 +213,8 @@ def _choices(gens, req: CommonFields, echo_prompts: Sequence[str] | None = None)
             kind = adapter_kind(g.kind)
             if kind.per_token:
                 info["token_actions"] = g.token_actions[j]
+            elif kind.attempts:  # how many attempts, with which arms, why it stopped
+                info.update(action=g.action, **g.adapter_info())
             else:
                 info.update(action=g.action,
                             action_probs=dict(zip(g.action_names, [round(p, 6) for p in g.action_probs])))

@@ -122,6 +122,8 @@ class _RowStream:
     tokens: int = 0
     actions: list[int] = field(default_factory=list)
     finished: bool = False
+    info: dict | None = None
+    """An attempt adapter's decision (``TokenEvent.adapter_info``), set with its last token."""
 
 
 class JobStream:
@@ -178,6 +180,8 @@ class JobStream:
             row = self.rows[index]
             if row.finished:
                 continue
+            if getattr(event, "adapter_info", None) is not None:
+                row.info = event.adapter_info
             if event.token_id < 0:  # a completion that will not be generated (a kept draft's others at n > 1)
                 row.finished = True
                 events.append(("finish", index, event.finish_reason or "stop"))
@@ -222,6 +226,9 @@ class JobStream:
             info: dict = {"index": index, "action_counts": dict(Counter(names).most_common())}
             if self.kind.per_token:
                 info["token_actions"] = row.actions
+            elif self.kind.attempts:  # the returned attempt's arm, how many attempts and why it stopped
+                info["action"] = names[0] if names else None
+                info.update(row.info or {})
             else:  # one action per prompt; a draft's tokens carry output 0, re-decoded ones the chosen output
                 info["action"] = names[0] if names else None
                 if self.kind.keeps_draft:

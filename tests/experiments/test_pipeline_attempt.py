@@ -1,0 +1,56 @@
+"""The pipeline's attempt-policy stage on the tiny model: after the fixed rules, a table of training
+problems, one policy per price trained on it and scored on the rules' evaluation table, added to the
+evaluation as ``learned`` entries that the report's fixed-rules section sets against the strongest
+rule at their own compute; the rules' entries stay."""
+
+from dataclasses import replace
+
+import pytest
+
+from decoding_adapters.evaluation import EvalConfig, greedy_method
+from decoding_adapters.experiments import pipeline
+from decoding_adapters.experiments.pipeline import AttemptStageConfig, RulesConfig, StudyConfig
+from decoding_adapters.policies.networks import load_adapter
+from decoding_adapters.reporting.rules import rules_section
+from decoding_adapters.tasks import get_task
+
+
+def _cfg(**attempt):
+    return StudyConfig(token_budget=4, seeds=1, batch_rows=6, eval=EvalConfig(k_values=(1,)), eval_problems=3,
+                       rules=RulesConfig(enabled=True, samples=2, problems=4, rules=("self_consistency", "esc")),
+                       attempt=AttemptStageConfig(enabled=True, train_problems=5, steps=2, **attempt))
+
+
+def test_the_attempt_stage_needs_the_rules_tables():
+    with pytest.raises(ValueError, match="rules"):
+        replace(_cfg(), rules=RulesConfig(enabled=False))
+    with pytest.raises(ValueError, match="hidden"):
+        _cfg(features=("confidence", "hidden"))
+
+
+def test_attempt_stage_adds_one_learned_entry_per_price(tmp_path, tiny_lm):
+    cfg, task = _cfg(prices=(0.01, 0.5)), get_task("arithmetic")
+    problems = task.load("test")[: cfg.eval_problems]
+    evaluation = pipeline.evaluate_methods(tiny_lm, task, problems, [greedy_method()], cfg, tmp_path / "eval",
+                                           meta={}, progress=False)
+    ruled = pipeline.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", evaluation, problems)
+    done = pipeline.attempt_stage(tiny_lm, task, cfg, tmp_path / "attempt", tmp_path / "rules", ruled, problems)
+    methods = done.details["methods"]
+    learned = {n: m for n, m in methods.items() if m.get("family") == "learned"}
+    assert sorted(learned) == ["Attempt policy (price 0.01)", "Attempt policy (price 0.5)"]
+    rules = [n for n, m in methods.items() if m.get("family") == "fixed rule"]
+    assert rules and rules == [n for n, m in ruled.details["methods"].items() if m.get("family") == "fixed rule"]
+    train = pipeline.SampleTable.load(tmp_path / "attempt" / "train")
+    assert train.problem_ids == [p.id for p in task.load("train")[:5]]
+    for name, m in learned.items():
+        rows = done.details["per_problem"][name]["answer_accuracy"]
+        decodes = done.details["compute"][name]["decodes"]["answer"]
+        assert len(rows) == len(problems) and all(1 <= d <= 3 for d in decodes)
+        assert m["decodes_per_problem"]["answer"] == pytest.approx(sum(decodes) / len(decodes))
+        _, config = load_adapter(m["source"])  # the policy it scored, loadable as an adapter
+        assert config.kind == "attempt" and config.training["price"] == m["price"]
+    text = rules_section(done.results, done.details, tmp_path / "report")
+    assert "Attempt policy (price 0.01)" in text and "strongest fixed rule at that compute" in text
+    # a second run reads the tables and the trained policies back
+    again = pipeline.attempt_stage(tiny_lm, task, cfg, tmp_path / "attempt", tmp_path / "rules", ruled, problems)
+    assert again.details["per_problem"] == done.details["per_problem"]
