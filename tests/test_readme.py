@@ -56,6 +56,10 @@ TINY: dict[str, list[str]] = {
     "reproduce": ["--size", "smoke", "--no-progress"],
     "demo": ["--size", "tiny", "--no-progress"],
     "model-path": [],
+    "rules": ["--max-problems", "4", "--samples", "2", "--token-budget", "4"],
+    "train-attempt": ["--steps", "2", "--prices", "0.1", "--train-problems", "4", "--val-problems", "4",
+                      "--token-budget", "4"],
+    "make-rule": [],
 }
 """Sub-command -> the documented options that make it tiny (appended after the README's own)."""
 
