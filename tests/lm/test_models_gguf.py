@@ -43,12 +43,12 @@ def test_conversion_writes_the_architecture_under_a_versioned_key(tmp_path: Path
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: _TokenizerStub())
     monkeypatch.setenv("DECODING_ADAPTERS_CACHE", str(tmp_path / "cache"))
     # An old (v1) conversion of the same file must not be reused.
-    old = tmp_path / "cache" / f"gguf-{models._sha256(gguf)[:16]}"
+    old = tmp_path / "cache" / f"gguf-{models.sha256_file(gguf)[:16]}"
     old.mkdir(parents=True)
     (old / "complete").write_text("old")
 
     target = models._convert_gguf(gguf)
-    assert target.name == f"gguf-v{models.GGUF_CACHE_VERSION}-{models._sha256(gguf)[:16]}" and target != old
+    assert target.name == f"gguf-v{models.GGUF_CACHE_VERSION}-{models.sha256_file(gguf)[:16]}" and target != old
     config = json.loads((target / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]
     assert "quantization_config" not in config

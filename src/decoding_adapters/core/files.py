@@ -25,7 +25,7 @@ import torch
 
 __all__ = [
     "atomic_write", "write_json", "write_text", "write_checked", "read_checked", "save_tensors", "load_tensors",
-    "NoSpaceError", "JsonlLog", "Checkpoint", "check_output_dir", "lock_output_dir", "LOCK_FILE",
+    "NoSpaceError", "JsonlLog", "Checkpoint", "check_output_dir", "lock_output_dir", "LOCK_FILE", "sha256_file",
 ]
 
 CHECKSUM_SUFFIX = ".sha256"
@@ -79,7 +79,8 @@ def _disk_full(err: BaseException, directory: Path) -> bool:
     return False
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB blocks (hex)."""
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

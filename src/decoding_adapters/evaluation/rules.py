@@ -3,42 +3,8 @@ stored table of samples (``evaluation.sample_table``) instead of decoding. The r
 pure functions in ``policies.fixed_rules`` (re-exported here), where the ``rule`` adapter kind runs
 them live; this module holds the draws of a table, the grids and the tuning.
 
-A rule reads a **sequence** of draws per problem (``Draws``: the order in which it would decode;
-e.g. the stopped greedy first, then the samples of one sampled arm), decides after each draw whether
-to stop, and returns one answer per problem without a verifier. Every rule is a small pure function
-over ``[P, S]`` arrays (``P`` problems, ``S`` draws in sequence order) that returns a ``RuleResult``:
-per problem the answer id it picks, the decodes it spent (draws read) and their generated tokens;
-``Draws.score`` adds whether the answer is right. Nothing loops over problems: votes are one-hot
-tensors ``[P, S, K]`` (``K`` distinct answers) summed along the sequence.
-
-Votes and ties (all rules): an answer id of -1 (no answer) casts no vote; the leader is the answer
-with the most votes (or weight), ties broken by the answer drawn first in the sequence; with no vote
-at all the answer is -1 (wrong).
-
-The rules (their papers, settings and what they report: ``docs/rules.md``):
-- ``self_consistency``: majority over the first ``n`` draws (Wang et al. 2023).
-- ``esc``: draws in windows of ``w``; stop after the first window whose answers all agree (and are
-  answers), at most ``max_draws``; the answer is the majority over every draw read (Li et al. 2024).
-- ``adaptive_consistency``: after each draw, with ``v1 >= v2`` the two largest vote counts, stop
-  when ``P(p1 > p2) = P(X > 1/2), X ~ Beta(v1 + 1, v2 + 1)`` exceeds ``threshold`` (Aggarwal et al.
-  2023's Beta criterion), at most ``max_draws``.
-- ``deepconf_offline``: the first ``n`` draws, keep the ``eta`` % most confident (at least one) and
-  take their confidence-weighted vote (eta = 100: the plain weighted vote) (Fu et al. 2025).
-- ``deepconf_online``: ``warmup`` draws set the bar ``s`` (the ``100 - eta`` percentile of their
-  confidence); a later draw whose confidence falls below ``s`` is dropped (it still costs a decode;
-  its tokens are counted in full, an upper bound: the table keeps the trace's lowest group
-  confidence, not where it was first crossed); stop when the leader holds ``consensus`` of the kept
-  weight, at most ``max_draws`` (Fu et al. 2025's online mode).
-- ``reasc``: answer from the first draw when its confidence is at least ``single_threshold``; else
-  accumulate confidence-weighted votes and stop when the Beta criterion on the two largest weights
-  exceeds ``threshold``, at most ``max_draws`` (Kim et al. 2026).
-- ``cges``: a posterior over the answers seen (uniform prior; a draw with answer ``r`` and calibrated
-  confidence ``c`` has likelihood ``c`` under "r is right" and ``(1 - c) / (K - 1)`` under any other
-  answer, ``K`` the answers seen plus one unseen); stop when an answer's posterior reaches
-  ``threshold``, at most ``max_draws`` (Aghazadeh et al. 2025).
-- ``confidence_threshold``: keep the first draw (the greedy draft) when its confidence is at least
-  ``threshold``; else read the next ``redecodes`` draws and answer their majority (with the draft's
-  vote too when ``with_draft``).
+What a rule reads and returns, how votes and ties count, and each rule's definition with its paper:
+``policies.fixed_rules`` (settings and what the papers report: ``docs/rules.md``).
 
 ``tune_rules`` scores every rule at every setting of its grid on a validation ``Draws``, picks per
 compute level (mean decodes per problem) the setting with the best validation answer accuracy within

@@ -20,7 +20,6 @@ chat-formatted prompt whose final tokens are always the same template (``<|im_st
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import inspect
 import json
@@ -38,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from ..core.files import sha256_file
 from .cpu_features import cpu_features
 from .cuda_graphs import graphed_decoder
 from .fused_step import eager_attention
@@ -248,14 +248,6 @@ def resolve_gguf(name_or_path: str) -> Path | None:
     return None
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 GGUF_CACHE_VERSION = 3
 """Layout version of a converted GGUF directory, part of its name (``gguf-v3-<sha256[:16]>``); bump
 it when the conversion changes so old caches are converted again. The layout: ``config.json`` names
@@ -272,7 +264,7 @@ def _convert_gguf(gguf: Path) -> Path:
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    target = cache_root() / f"gguf-v{GGUF_CACHE_VERSION}-{_sha256(gguf)[:16]}"
+    target = cache_root() / f"gguf-v{GGUF_CACHE_VERSION}-{sha256_file(gguf)[:16]}"
     if (target / "complete").exists():
         return target
     log.info("converting %s to safetensors in %s (one time, ~20 s)", gguf, target)
