@@ -256,11 +256,9 @@ minutes; for the selection, with the demo at budget 64 (1.9 of 6.3: the geometri
 ratios). Rows end earlier than MEAN_SAMPLED_LENGTH and methods share decoded rows (greedy and
 greedy-only adapters once), so every stage runs faster than the row model; near-greedy token
 rollouts end earliest (0.56 of the budget). On a slower machine the probe scales every stage alike
-(docs/reproduce/stage_minutes.json holds a run at probe 0.59 of the reference). The rules stage's
-sample tables are decoded as the draft stage's both-arms tables are (one call per chunk of problems,
-readings recorded), so it takes the draft stage's scale until a run measures its own."""
-SECONDS_PER_CALL = 1.0
-"""Fixed cost of one small decode call (prefill, Python, scoring): dominates tiny training steps."""
+(docs/reproduce/stage_minutes.json: a run at probe 0.59 of the reference). The rules and attempt
+stages decode tables as the draft stage does, so they take its scale until a run measures theirs."""
+SECONDS_PER_CALL = 1.0  # fixed cost of one small decode call (prefill, Python, scoring): tiny steps pay it
 
 
 def _decode_minutes(rows: float, cfg: StudyConfig, overhead: float = 1.0, calls: float = 0.0) -> float:
@@ -313,11 +311,8 @@ def probe_tokens_per_second(lm, task) -> float:
 PROBE_REPEATS = 3
 """Probes per measurement (each of the many-thread and the one-thread kind), spread over a few
 seconds; the plan reads their median, so one probe caught in another process's burst moves nothing."""
-PROBE_SPREAD_S = 2.0
-"""Seconds of pause spread between the probes (a short burst of other work passes in between)."""
-PROBE_MAX_S = 20.0
-"""Probing stops repeating past this many seconds (after one probe of each kind): on a machine so
-busy that one probe takes long, more of them would only delay the plan."""
+PROBE_SPREAD_S = 2.0  # seconds of pause spread between the probes (a short burst of other work passes)
+PROBE_MAX_S = 20.0  # probing stops repeating past this (after one probe of each kind): a busy machine waits less
 REFERENCE_SINGLE_THREAD_TOKENS_PER_SECOND = 260.0
 """What one probe thread (``torch.set_num_threads(1)``) measured on the reference machine; with
 :data:`REFERENCE_PROBE_TOKENS_PER_SECOND` it says how much a second thread adds there (1.7 x)."""
