@@ -296,3 +296,14 @@ def test_the_benchmark_scripts_that_pages_and_code_name_exist():
     missing = sorted(f"{where}: benchmarks/{name}" for where, name in named
                      if not (root / "benchmarks" / name).is_file())
     assert not missing, "pages name benchmark scripts that do not exist:\n" + "\n".join(missing)
+
+
+MAX_MODULE_LINES = 1_000
+LONG_MODULES_ALLOWED = {"sandbox/runner.py": "the sandbox's layers stay in one file a reviewer reads top to bottom"}
+
+
+def test_no_module_is_over_a_thousand_lines():
+    """A module past 1,000 lines holds several jobs: split it by what each part does."""
+    long = {str(p.relative_to(PACKAGE_DIR)): n for p in PACKAGE_DIR.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert set(long) <= set(LONG_MODULES_ALLOWED), f"split these by job: {long}"
