@@ -53,10 +53,10 @@ Greedy on the 100 validation problems at budgets 16/24/32/48/64/96 has mean leng
 25.3 / 32.5 / 35.7 / 39.3 tokens, stopped by the budget 77 / 70 / 52 / 30 / 15 / 7% of rows: the
 model keeps talking after the answer, so "greedy not truncated" needs about 128 tokens.
 
-Plan on the reference machine (probe 440 tok/s): 108.2 minutes: budget 0.4, selection 6.7, sequence
-43.8, draft 3.7, token 37.6, evaluation 15.9 (the budget, sequence and draft choices on 400
-validation problems, not 100 / 48 / 48, cost the 36.7 minutes over the published run's 71.5).
-What was cut to fit 90 minutes with the draft stage, evaluation first (each is a field of
+Plan on the reference machine (probe 440 tok/s): 117.3 minutes: budget 0.4, selection 6.7, sequence
+43.8, draft 3.7, token 37.6, evaluation 15.9, fixed rules 5.4, attempt policy 3.6 (every choice on 400
+validation problems; the rules' tables of 400 validation and the evaluated problems, the attempt
+policy's of 400 training problems). What was cut to fit 120 minutes, evaluation first (each is a field of
 ``StudyConfig``; ``--size complete`` restores them all):
 
 - pass@8: the evaluation scores 4 samples per problem and seed (pass@8 doubled its rows), and the

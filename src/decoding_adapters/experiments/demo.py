@@ -74,7 +74,7 @@ from ..tasks import get_task
 from ..training.sequence import SequenceTrainConfig
 from ..training.token import PROBE_ROUND_FACTOR, TokenTrainConfig
 from . import pipeline
-from .pipeline import BudgetConfig, RulesConfig, SelectionConfig, StudyConfig
+from .pipeline import AttemptStageConfig, BudgetConfig, RulesConfig, SelectionConfig, StudyConfig
 
 __all__ = ["SIZES", "REPRODUCE_SIZES", "run_demo", "estimate_minutes", "probe_tokens_per_second", "decode_probe",
            "fit_to_minutes", "scaled_sizes", "fit_note", "target_lines"]
@@ -133,8 +133,7 @@ TINY_NOTE = ("--size tiny checks that every stage runs end to end, at toy sizes 
 """What a tiny run prints where nothing was solved, instead of leaving the user to debug the task."""
 
 FULL = StudyConfig(
-    # The study cut to fit 90 minutes on the 2-core CPU (cli/reproduce.py has the plan, how it was
-    # measured and what was cut; COMPLETE is the uncut study).
+    # The study cut to fit 120 minutes on the 2-core CPU (cli/reproduce.py: the plan, what was cut; COMPLETE: uncut).
     token_budget=48,  # replaced by the budget stage's choice; 48 is the expected one (plan, --plan)
     # chosen on 400 validation problems like every other choice (48 stops 26% of greedy rows there,
     # 30% on the first 100; 0.3 more planned minutes)
@@ -149,7 +148,7 @@ FULL = StudyConfig(
     # greedy at B = 1 on them (+/- 7.1), 0.5 below it on 400 (+/- 2.7), 7.5 below it on test.
     # The rows are decoded once per (problem, action) and reused by later validations (and the
     # draft stage's validation table takes the same 400). Cost on the reference machine's plan:
-    # sequence 9.1 -> 43.8 minutes, draft 1.9 -> 3.7 (71.5 -> 108.2 in all, with the budget's).
+    # sequence 9.1 -> 43.8 minutes, draft 1.9 -> 3.7 (with the budget's, +36.7 minutes).
     # B up to 4, the largest the evaluation scores (its pass@8 was cut to fit the time).
     sequence=SequenceTrainConfig(parallel_budgets=(1, 2, 4), steps=24, prompts_per_step=8, max_train_prompts=256,
                                  val_every=8, val_problems=400, checkpoint_every=1),
@@ -165,7 +164,7 @@ FULL = StudyConfig(
     token=TokenTrainConfig(steps=48, prompts_per_step=8, group_size=8, max_train_prompts=None, min_train_prompts=300,
                            filter_samples=2, val_every=16, val_problems=400, val_samples=1, val_modes=("argmax",),
                            checkpoint_every=1, patience=0),
-    # pass@8 was cut (it doubled the evaluation's rows) to fit 90 minutes with the draft stage.
+    # pass@8 was cut (it doubled the evaluation's rows) to fit the time with the draft stage.
     eval=EvalConfig(k_values=(1, 2, 4)),
     eval_problems=200,
     seeds=3,
@@ -174,8 +173,10 @@ FULL = StudyConfig(
     # the generated task's splits sized for the token trainer (test unchanged: it is served first)
     train_size=1500,
     validation_size=400,
-    # every rule tuned on all 400 validation problems, 8 samples at T=0.5 after the stopped greedy
-    rules=RulesConfig(enabled=True, samples=8, problems=400),
+    # rules tuned on 400 validation problems (stopped greedy, then 8 x T=0.5); the tables keep the hidden
+    # states the attempt policy reads (docs/attempt.md), its prices span ~1.2 to ~4.5 decodes per problem
+    rules=RulesConfig(enabled=True, samples=8, problems=400, hidden=True),
+    attempt=AttemptStageConfig(enabled=True, features=("confidence", "hidden"), prices=(0.2, 0.1, 0.03, 0.003)),
 )
 
 COMPLETE = replace(
