@@ -179,6 +179,17 @@ def one_pass_part(lm, task, problems, prompts, sampler, args) -> dict[str, np.nd
     return {name: np.array(v) for name, v in done.items()}
 
 
+def _setup(args):
+    """The output folder, the CPU line, the frozen LM, the task and its ``--split``: what every study
+    here starts from."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    cpu = cpu_features()
+    print(f"CPU: {cpu.describe()}", flush=True)
+    lm = load_frozen_lm(ModelSpec(dtype=args.dtype))
+    task = get_task(args.task)
+    return cpu, lm, task, task.load(args.split)
+
+
 def prompt_main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="headroom_probes.py prompt", description=PROMPT_STUDY,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -204,13 +215,7 @@ def prompt_main(argv=None) -> None:
     temperature, top_k, top_p, min_p = args.action.split(",")
     sampler = DecodingAction(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), min_p=float(min_p))
     ks = [k for k in map(int, args.ks.split(",")) if k <= args.samples]
-    args.out.mkdir(parents=True, exist_ok=True)
-    cpu = cpu_features()
-    print(f"CPU: {cpu.describe()}", flush=True)
-
-    lm = load_frozen_lm(ModelSpec(dtype=args.dtype))
-    task = get_task(args.task)
-    split = task.load(args.split)
+    cpu, lm, task, split = _setup(args)
     problems = split[: args.problems]
     start = time.perf_counter()
     table = evaluate_pool(
@@ -475,13 +480,7 @@ def hidden_main(argv=None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     temperatures = [float(v) for v in args.temperatures.split(",") if v]
-    args.out.mkdir(parents=True, exist_ok=True)
-    cpu = cpu_features()
-    print(f"CPU: {cpu.describe()}", flush=True)
-
-    lm = load_frozen_lm(ModelSpec(dtype=args.dtype))
-    task = get_task(args.task)
-    split = task.load(args.split)
+    cpu, lm, task, split = _setup(args)
     problems = split[: args.problems]
     prompts, _ = encode_problems(lm, task, problems, seed=args.seed)
     decoder = Decoder(lm, task, problems, prompts, args)

@@ -35,7 +35,7 @@ from ..decoding.loop import row_seed
 from ..decoding.rollouts import answer_stops, encode_problems
 from ..policies.attempt import AttemptInputs, AttemptOutcome, PolicyDecider, walk
 from ..training.attempt import FEATURE_SETS, AttemptTrainConfig, AttemptTrainer, policy_config_from_table
-from .rules import RULES, Calibration, RuleSetting, greedy_then, score_setting, tune_rules, vote
+from .rules import RULES, RuleSetting, fit_calibrations, greedy_then, score_setting, tune_rules, vote
 from .sample_table import (
     CONFIDENCE_FEATURES,
     TABLE_FORMAT,
@@ -77,12 +77,6 @@ class RuleCurve:
     settings: list[dict] = field(default_factory=list)
 
 
-def _draw_correct(draws) -> np.ndarray:
-    k = draws.answer_correct.shape[1]
-    padded = np.concatenate([draws.answer_correct, np.zeros((draws.problems, 1), bool)], axis=1)
-    return np.take_along_axis(padded, np.where(draws.answers >= 0, draws.answers, k), axis=1)
-
-
 def rule_baselines(validation: SampleTable, test: SampleTable, rules: Sequence[str] = RULES) -> list[RuleCurve]:
     """Each rule's tuned curve on ``test`` for each sampled arm read after the stopped greedy."""
     out = []
@@ -92,7 +86,7 @@ def rule_baselines(validation: SampleTable, test: SampleTable, rules: Sequence[s
             continue
         first = "greedy" if greedy else None
         val, tst = greedy_then(validation, arm, first), greedy_then(test, arm, first)
-        calibrations = {n: Calibration.fit(val.confidence(n), _draw_correct(val)) for n in val.feature_names}
+        calibrations = fit_calibrations(val)
         curves = tune_rules(val, tst, rules=rules)
         for rule, curve in curves.items():
             points = sorted(curve["points"], key=lambda p: p["test"]["decodes"])

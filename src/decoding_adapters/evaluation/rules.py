@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..policies.fixed_rules import (  # re-exported: defined here before the rule adapter kind needed them
+from ..policies.fixed_rules import (  # re-exported: the rules live where the rule adapter kind runs them
     LOWER_IS_CONFIDENT,
     RULE_LABELS,
     RULES,
@@ -44,8 +44,6 @@ from ..policies.fixed_rules import (  # re-exported: defined here before the rul
     setting_from_dict,
     vote,
 )
-
-_draw_correct = draw_correct
 
 __all__ = [
     "Draws",
@@ -161,7 +159,7 @@ def rule_grid(draws: Draws, rules: Sequence[str] = RULES) -> list[RuleSetting]:
 def fit_calibrations(validation: Draws) -> dict[str, Calibration]:
     """Per confidence column, the calibration CGES and ReASC read, fitted on the validation draws
     (what ``tune_rules`` uses; score a tuned setting on test with these to reproduce its point)."""
-    return {name: Calibration.fit(validation.confidence(name), _draw_correct(validation))
+    return {name: Calibration.fit(validation.confidence(name), draw_correct(validation))
             for name in validation.feature_names}
 
 
