@@ -56,8 +56,7 @@ from ..decoding.confidence import (  # re-exported: they were defined here first
     trace_readings,
 )
 from ..decoding.loop import decode, row_seed
-from ..decoding.rollouts import STOP_AT_ANSWER, encode_problems
-from ..training.draft import answer_stops
+from ..decoding.rollouts import STOP_AT_ANSWER, answer_stops, encode_problems
 
 _trace_readings = trace_readings
 
