@@ -6,7 +6,7 @@
 # and the default model's tokenizer in .gpu-carry/tokenizer. Both folders are ignored by git
 # (.git/info/exclude); name them in the device tool's `carry`.
 #
-#   benchmarks/gpu_wheels.sh            # then: gpu_check.sh OUT --wheels .whl (the default)
+#   PYTHON=.venv/bin/python benchmarks/gpu_wheels.sh   # then: gpu_check.sh OUT --wheels .whl (the default)
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
@@ -25,7 +25,12 @@ for package in "${PACKAGES[@]}"; do
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .whl "$package" || echo "no wheel for $package: look up its version or platform tag"
 done
+# PYTHON: an interpreter with the project's dependencies (torch included), e.g. the venv's, to locate the model
 TOKENIZER=$(PYTHONPATH=src "$PY" -m decoding_adapters model-path | tail -1)
+if [ -z "$TOKENIZER" ] || [ ! -f "$TOKENIZER/tokenizer.json" ]; then
+  echo "no tokenizer found (model-path gave '$TOKENIZER'): run with PYTHON=<a python with torch>" >&2
+  exit 1
+fi
 mkdir -p .gpu-carry/tokenizer
 cp "$TOKENIZER"/*.json "$TOKENIZER"/*.jinja .gpu-carry/tokenizer/ 2>/dev/null || true  # no weights: random ones
 du -sh .whl .gpu-carry
