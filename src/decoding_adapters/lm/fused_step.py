@@ -86,17 +86,40 @@ def _concatenate(modules) -> tuple[torch.Tensor, torch.Tensor | None]:
     return weight, bias
 
 
+def _still_fused(modules, fused: tuple[torch.Tensor, torch.Tensor | None] | None) -> bool:
+    """Whether ``fused`` (weight, bias) is what ``modules`` hold now: each module's weight (and bias) the
+    view of its rows. Not so once the model was moved or cast (``model.to(...)`` gives every parameter a
+    new tensor and leaves the plain attribute ``fused`` as it was), nor after a copy that broke the views."""
+    if fused is None:
+        return False
+    weight, bias = fused
+    start = 0
+    for m in modules:
+        rows = m.weight.shape[0]
+        for own, whole in ((m.weight, weight), (m.bias, bias)):
+            if (own is None) != (whole is None):
+                return False
+            if own is not None and (own.dtype != whole.dtype or own.device != whole.device
+                                    or own.data_ptr() != whole[start:start + rows].data_ptr()):
+                return False
+        start += rows
+    return start == weight.shape[0]
+
+
 def fuse_projections(lm: "LlamaLike") -> None:
-    """Concatenate each layer's q/k/v and gate/up weights once (kept as ``_fused_qkv`` and
-    ``_fused_gate_up`` on the modules); a no-op when done before. Memory stays as it was: the modules'
-    weights become views of the new tensors (see the module docstring)."""
+    """Concatenate each layer's q/k/v and gate/up weights (kept as ``_fused_qkv`` and ``_fused_gate_up``
+    on the modules); a no-op while the modules still hold views of them, done again after the model was
+    cast, moved or copied. Memory stays as it was: the modules' weights become views of the new tensors
+    (see the module docstring)."""
     with torch.inference_mode(False), torch.no_grad():  # ordinary tensors: HF's forward uses them too
         for layer in lm.decoder.layers:
             attn, mlp = layer.self_attn, layer.mlp
-            if getattr(attn, "_fused_qkv", None) is None:
-                attn._fused_qkv = _concatenate([attn.q_proj, attn.k_proj, attn.v_proj])
-            if getattr(mlp, "_fused_gate_up", None) is None:
-                mlp._fused_gate_up = _concatenate([mlp.gate_proj, mlp.up_proj])
+            qkv = [attn.q_proj, attn.k_proj, attn.v_proj]
+            if not _still_fused(qkv, getattr(attn, "_fused_qkv", None)):
+                attn._fused_qkv = _concatenate(qkv)
+            gate_up = [mlp.gate_proj, mlp.up_proj]
+            if not _still_fused(gate_up, getattr(mlp, "_fused_gate_up", None)):
+                mlp._fused_gate_up = _concatenate(gate_up)
 
 
 def eager_attention(
