@@ -241,6 +241,9 @@ class StudyConfig:
     """evaluation"""
     eval_problems: int = 32
     """Test problems of every evaluated split."""
+    eval_split: str = "test"
+    """The split every method is evaluated on (its first ``eval_problems``): ``test``, or a held-out
+    split of the task that only the published evidence run reads (``reproduce --size full``)."""
     train_size: int | None = None
     """Problems the generated task makes for its train split (``arithmetic``'s ``train_size``; None:
     the task's default): enough that ``token.min_train_prompts`` survive the token trainer's filter."""
@@ -279,6 +282,9 @@ class StudyConfig:
         for name in ("eval_problems", "seeds", "batch_rows", "draft_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_split in ("train", "validation"):
+            raise ValueError(f"eval_split must be a held-out split, not {self.eval_split!r}: the study trains and "
+                             "chooses on train and validation")
         for name in ("train_size", "validation_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 or None, got {getattr(self, name)}")
@@ -618,7 +624,8 @@ def rule_tables(lm, task, cfg: StudyConfig, out: Path, problems, *, progress: bo
     Any stage that scores stored samples reads these two tables; none decodes them again."""
     validation = study_table(lm, task, cfg, Path(out) / "validation", "validation",
                              task.load("validation")[: cfg.rules.problems], progress=progress, on_chunk=on_chunk)
-    test = study_table(lm, task, cfg, Path(out) / "test", "test", problems, progress=progress, on_chunk=on_chunk)
+    test = study_table(lm, task, cfg, Path(out) / "test", cfg.eval_split, problems, progress=progress,
+                       on_chunk=on_chunk)
     return validation, test
 
 
