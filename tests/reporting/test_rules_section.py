@@ -159,3 +159,17 @@ def test_learned_curve_against_the_draft_gated_adapter_at_its_compute(tmp_path):
     theirs1 = [0.0] * 3 + [1.0] * 7
     assert (r["per_seed"][1]["diff"], r["per_seed"][1]["low"]) == pytest.approx(paired_ci(mine1, theirs1)[:2])
     assert "And against the draft-gated adapter at its own compute" in rules_section({}, details, tmp_path)
+
+
+def test_the_section_verdicts_rederive_from_the_per_problem_values_and_a_changed_value_shows(tmp_path):
+    from decoding_adapters.reporting.rederive import Rederivation, RunFiles, check_rules_section
+
+    details = _with_attempt_curve()
+    text = rules_section({}, details, tmp_path)
+    out = Rederivation()
+    check_rules_section(out, RunFiles(details), text)
+    assert len(out.checks) == 4 and not out.mismatches  # the strongest rule and the learned curve at each level
+    details["per_problem"]["Attempt policy (price 0.1)"]["answer_accuracy"][9] = [1.0, 1.0]  # a committed value edited
+    changed = Rederivation()
+    check_rules_section(changed, RunFiles(details), text)
+    assert changed.mismatches

@@ -25,7 +25,7 @@ from .compute import answer_points
 from .verdicts import decodes_of, paired_difference, per_problem_means
 
 __all__ = ["RULE_COLUMNS", "SENTENCE_LEVELS", "TARGET_GAIN", "rule_curves", "curve_at", "strongest_rules_at",
-           "learned_seed_curves", "learned_verdicts", "rules_section"]
+           "learned_seed_curves", "learned_verdicts", "learned_verdict_lines", "verdict_lines", "rules_section"]
 
 RULE_COLUMNS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
 """Mean decodes per problem at which the section's table reads every rule's curve."""
@@ -284,6 +284,17 @@ def learned_verdict_lines(details: Mapping | None, confidence: float = 0.95, ver
     return lines
 
 
+def verdict_lines(details: Mapping | None, confidence: float = 0.95) -> tuple[list[str], list[str], list[str]]:
+    """The section's verdict lines, each computed from ``eval_details`` alone (``benchmarks/rederive.py``
+    recomputes them from the committed file): the strongest rule at each of :data:`SENTENCE_LEVELS`,
+    each learned curve there, and each learned curve against every draft-gated method at its compute."""
+    strongest = [_strongest_sentence(details, at, confidence) for at in SENTENCE_LEVELS]
+    levels = learned_verdict_lines(details, confidence)
+    draft = [n for n, m in ((details or {}).get("methods") or {}).items() if m.get("kind") == "draft"]
+    against_draft = [line for name in draft for line in learned_verdict_lines(details, confidence, versus=name)]
+    return strongest, levels, against_draft
+
+
 def rules_section(results: Mapping, details: Mapping | None, out_dir: str | Path,
                   file: str = "rules_vs_compute.png") -> str:
     """Markdown: every fixed rule's curve on the evaluated problems (a table at 1-8 decodes per
@@ -312,14 +323,12 @@ def rules_section(results: Mapping, details: Mapping | None, out_dir: str | Path
             "at d decodes; –: it does not reach); bold: the highest in the column. The table is one draw of the "
             "samples (seed 0): a rule's value is the same for every evaluation seed.\n\n" + _curve_table(curves)
             + "\n\nThe strongest rule at a compute level is chosen on validation (its validation curve interpolated "
-            "there is the highest) and scored on the evaluated problems:\n\n"
-            + "\n".join(_strongest_sentence(details, at, confidence) for at in SENTENCE_LEVELS))
-    levels = learned_verdict_lines(details, confidence)
+            "there is the highest) and scored on the evaluated problems:\n\n")
+    strongest, levels, against_draft = verdict_lines(details, confidence)
+    text += "\n".join(strongest)
     if levels:
         text += ("\n\nEach learned curve (one policy per price and training seed) at the compute levels above, "
                  "each seed's curve read between its two policies around the level:\n\n" + "\n".join(levels))
-    draft = [n for n, m in ((details or {}).get("methods") or {}).items() if m.get("kind") == "draft"]
-    against_draft = [line for name in draft for line in learned_verdict_lines(details, confidence, versus=name)]
     if against_draft:
         text += ("\n\nAnd against the draft-gated adapter at its own compute (the same problems, seed j's curve "
                  "against its seed j):\n\n" + "\n".join(against_draft))
