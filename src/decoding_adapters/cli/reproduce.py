@@ -4,7 +4,7 @@ runs the demo's stages (``experiments.demo.run_demo``) at ``REPRODUCE_SIZES`` (`
 ``smoke``); ``full`` is the published evidence run, the only command that reads the arithmetic task's
 sealed split; the README's headline names this one command with its own output directory.
 
-    decoding-adapters reproduce --out runs/reproduce-sealed --publish docs/reproduce-sealed  # ~119 min planned; resumable
+    decoding-adapters reproduce --out runs/reproduce-sealed --publish docs/reproduce-sealed  # ~119 min; resumable
     decoding-adapters reproduce --plan                        # the stage-by-stage estimate for this machine
     decoding-adapters reproduce --size smoke --model DIR      # every stage on a tiny model (tests)
 
