@@ -206,3 +206,23 @@ def test_a_changed_verdict_written_now_is_a_mismatch(tmp_path, old, new):
     assert old in text
     path.write_text(text.replace(old, new, 1))
     assert len(rederive(out).mismatches) == 1
+
+
+def test_draft_gaps_close_when_the_run_commits_every_confidence_and_redecode_outcome():
+    from decoding_adapters.reporting.rederive import draft_gaps
+
+    problems = [{"id": f"p{i}"} for i in range(3)]
+    draft = {"k_values": [1], "choices_by_seed": [[[0], [1], [0]], [[0], [0], [0]]],
+             "confidence": {p["id"]: {"max_prob_min": 0.5} for p in problems},
+             "redecode_outcomes": [[[1.0], [0.0], [0.5]], [[0.0], [1.0], [1.0]]]}
+    details = {"problems": problems, "config": {"seeds": 2}, "draft": {"Draft-gated": draft},
+               "methods": {"Draft-gated": {"kind": "draft", "family": "learned"}}}
+    out = Rederivation()
+    draft_gaps(out, RunFiles(details))
+    assert out.gaps == []
+    draft["redecode_outcomes"][1][2] = [None]  # no method decoded a re-decode there
+    del draft["confidence"]["p1"]
+    out = Rederivation()
+    draft_gaps(out, RunFiles(details))
+    assert [g.where for g in out.gaps] == ["Draft-gated: the draft confidence its choices read", "re-decode outcomes"]
+    assert "1 of 6" in out.gaps[1].reason

@@ -668,11 +668,16 @@ def draft_gaps(out: Rederivation, run: RunFiles) -> None:
                                 f"committed for {len(have)} of {run.problems} problems: its choices are committed, "
                                 "the confidence behind them is not, so a choice cannot be re-made from the files"))
     if run.draft_methods:
-        # a re-decode's own pass@1 is committed only where some method re-decoded at the first k (a
-        # larger k mixes it with the draft's outcome)
-        choices = [run.draft_choices(n)[1] for n in run.draft_methods]
-        missing = sum(1 for s in range(run.seeds) for i in range(run.problems)
-                      if not any(c[s][i][0] for c in choices if s < len(c)))
+        recorded = [run.details["draft"][n].get("redecode_outcomes") for n in run.draft_methods]
+        if any(recorded):  # every re-decode outcome the evaluation decoded, per seed, problem and action
+            missing = sum(1 for s in range(run.seeds) for i in range(run.problems)
+                          if not any(r[s][i] and any(v is not None for v in r[s][i]) for r in recorded if r))
+        else:
+            # a re-decode's own pass@1 is committed only where some method re-decoded at the first k (a
+            # larger k mixes it with the draft's outcome)
+            choices = [run.draft_choices(n)[1] for n in run.draft_methods]
+            missing = sum(1 for s in range(run.seeds) for i in range(run.problems)
+                          if not any(c[s][i][0] for c in choices if s < len(c)))
         if missing:
             out.gaps.append(Gap("re-decode outcomes", f"{missing} of {run.seeds * run.problems} (seed, problem) "
                                 "cells have no committed re-decode outcome at the first k (no method re-decoded "
