@@ -298,7 +298,7 @@ def verdict_lines(details: Mapping | None, confidence: float = 0.95) -> tuple[li
 def rules_section(results: Mapping, details: Mapping | None, out_dir: str | Path,
                   file: str = "rules_vs_compute.png") -> str:
     """Markdown: every fixed rule's curve on the evaluated problems (a table at 1-8 decodes per
-    problem and the figure, written into ``out_dir``), the strongest rule at each of
+    problem, and the figure, written into ``out_dir``, with the learned curves beside the rules'), the strongest rule at each of
     :data:`SENTENCE_LEVELS` with its paired interval against the runner-up, and each learned
     method against the strongest rule at its own compute; '' without rule curves."""
     curves = rule_curves(details)
@@ -306,14 +306,15 @@ def rules_section(results: Mapping, details: Mapping | None, out_dir: str | Path
         return ""
     confidence = (details or {}).get("config", {}).get("confidence", 0.95)
     names = {p["name"] for points in curves.values() for p in points}
-    points = [p for p in answer_points({}, details) if p["method"] in names]
+    names |= {p["name"] for seeds in learned_seed_curves(details).values() for points in seeds for p in points}
+    points = [p for p in answer_points({}, details) if p["method"] in names]  # the rules and the learned curves
     plots.plot_answer_vs_compute(points, Path(out_dir) / file, confidence=confidence)
     problems = len(next(iter(curves.values()))[0]["values"])
     methods = (details or {}).get("methods", {})
     first = methods.get(next(iter(curves.values()))[0]["name"], {})
     read = first.get("answer_rule", "").split(" over ", 1)
     sequence = f" Each reads {read[1]}." if len(read) == 2 else ""
-    text = (f"![fixed rules: answer accuracy per compute]({file})\n\n"
+    text = (f"![fixed rules and learned curves: answer accuracy per compute]({file})\n\n"
             f"The fixed answer rules (docs/rules.md), each scored from one stored table of samples of the {problems} "
             "evaluated problems (common random numbers: every rule reads the same samples), its knobs tuned on a "
             "validation table for each compute level: at each level, the setting with the best validation answer "
