@@ -152,13 +152,17 @@ def test_learned_curve_against_the_draft_gated_adapter_at_its_compute(tmp_path):
     details = _with_attempt_curve()
     details["methods"]["Draft-gated"] = {"kind": "draft", "family": "learned", "decodes_per_problem": {"answer": 1.3}}
     details["per_problem"]["Draft-gated"] = {"answer_accuracy": [[1.0, 0.0]] * 3 + [[0.0, 1.0]] * 7}
+    # a control of the gate (a fixed rule decoded as a draft-gated method) is not what the line compares with
+    details["methods"]["Random gate"] = {"kind": "draft", "family": "fixed rule", "decodes_per_problem": {"answer": 1.3}}
+    details["per_problem"]["Random gate"] = details["per_problem"]["Draft-gated"]
     (r,) = learned_verdicts(details, versus="Draft-gated")
     assert r["at"] == 1.3 and r["against"] == "Draft-gated"
     # seed 1 at 1.3: halfway between its 1.2 and 1.4 points, against the draft's seed-1 column
     mine1 = [1.0] * 5 + [0.5] * 3 + [0.0] * 2
     theirs1 = [0.0] * 3 + [1.0] * 7
     assert (r["per_seed"][1]["diff"], r["per_seed"][1]["low"]) == pytest.approx(paired_ci(mine1, theirs1)[:2])
-    assert "And against the draft-gated adapter at its own compute" in rules_section({}, details, tmp_path)
+    text = rules_section({}, details, tmp_path)
+    assert "And against the draft-gated adapter at its own compute" in text and "Random gate's compute" not in text
 
 
 def test_the_section_verdicts_rederive_from_the_per_problem_values_and_a_changed_value_shows(tmp_path):

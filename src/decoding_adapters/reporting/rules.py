@@ -290,7 +290,8 @@ def verdict_lines(details: Mapping | None, confidence: float = 0.95) -> tuple[li
     each learned curve there, and each learned curve against every draft-gated method at its compute."""
     strongest = [_strongest_sentence(details, at, confidence) for at in SENTENCE_LEVELS]
     levels = learned_verdict_lines(details, confidence)
-    draft = [n for n, m in ((details or {}).get("methods") or {}).items() if m.get("kind") == "draft"]
+    draft = [n for n, m in ((details or {}).get("methods") or {}).items()  # the learned gates, not their controls
+             if m.get("kind") == "draft" and family_of(m) == "learned"]
     against_draft = [line for name in draft for line in learned_verdict_lines(details, confidence, versus=name)]
     return strongest, levels, against_draft
 
