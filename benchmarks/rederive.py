@@ -25,11 +25,11 @@ ROOT = Path(__file__).resolve().parent.parent
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, default=ROOT / "docs" / "reproduce", help="the committed run's folder")
-    parser.add_argument("--readme", type=Path, default=ROOT / "README.md",
+    parser.add_argument("--readme", default=str(ROOT / "README.md"),
                         help="the README whose results table is checked ('' to skip it)")
     parser.add_argument("--quiet", action="store_true", help="print only mismatches, gaps and the totals")
     args = parser.parse_args(argv)
-    readme = args.readme if str(args.readme) else None
+    readme = Path(args.readme) if args.readme else None  # '' skips the README's table
     result = rederive(args.run, readme)
     print("\n".join(result.lines(verbose=not args.quiet)))
     print(json.dumps({"checked": len(result.checks), "mismatches": len(result.mismatches),

@@ -75,6 +75,16 @@ def test_draft_gated_rows_in_evaluate(tmp_path, tiny_lm):
     assert compute["Draft-gated keep"]["tokens_per_problem"]["1"] == pytest.approx(
         sum(result.details["lengths"]["Greedy"]) / 3)
     assert result.details["action_usage"]["Draft-gated keep"][0] == 1  # output 0: the draft
+    # what a reader needs to re-make and re-score the gate: every draft's confidence summary, and every
+    # re-decode outcome decoded (here the sampler's rows, decoded for "Sampler" and the redo gate)
+    problems = task.load("test")
+    for name in ("Draft-gated keep", "Draft-gated redo"):
+        summary = compute[name]["confidence"]
+        assert list(summary) == [p.id for p in problems] and all(len(v) == 6 for v in summary.values())
+        assert 0.0 < summary[problems[0].id]["max_prob_min"] <= summary[problems[0].id]["max_prob_mean"] <= 1.0
+        outcomes = compute[name]["redecode_outcomes"]  # [seed][problem][action]
+        assert [[row[0] for row in per_seed] for per_seed in outcomes] == [
+            [per["Sampler"]["pass@1"][i][s] for i in range(3)] for s in range(2)]
 
 
 class AnswersAtTwoTokens(HasOneTask):

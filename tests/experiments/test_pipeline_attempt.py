@@ -16,7 +16,7 @@ from decoding_adapters.tasks import get_task
 
 
 def _cfg(**attempt):
-    return StudyConfig(token_budget=4, seeds=1, batch_rows=6, eval=EvalConfig(k_values=(1,)), eval_problems=3,
+    return StudyConfig(token_budget=4, seeds=2, batch_rows=6, eval=EvalConfig(k_values=(1,)), eval_problems=3,
                        rules=RulesConfig(enabled=True, samples=2, problems=4, rules=("self_consistency", "esc")),
                        attempt=AttemptStageConfig(enabled=True, train_problems=5, steps=2, **attempt))
 
@@ -28,7 +28,7 @@ def test_the_attempt_stage_needs_the_rules_tables():
         _cfg(features=("confidence", "hidden"))
 
 
-def test_attempt_stage_adds_one_learned_entry_per_price(tmp_path, tiny_lm):
+def test_attempt_stage_adds_one_learned_entry_per_price_with_a_policy_per_training_seed(tmp_path, tiny_lm):
     cfg, task = _cfg(prices=(0.01, 0.5)), get_task("arithmetic")
     problems = task.load("test")[: cfg.eval_problems]
     evaluation = pipeline.evaluate_methods(tiny_lm, task, problems, [greedy_method()], cfg, tmp_path / "eval",
@@ -44,11 +44,16 @@ def test_attempt_stage_adds_one_learned_entry_per_price(tmp_path, tiny_lm):
     assert train.problem_ids == [p.id for p in task.load("train")[:5]]
     for name, m in learned.items():
         rows = done.details["per_problem"][name]["answer_accuracy"]
-        decodes = done.details["compute"][name]["decodes"]["answer"]
-        assert len(rows) == len(problems) and all(1 <= d <= 3 for d in decodes)
-        assert m["decodes_per_problem"]["answer"] == pytest.approx(sum(decodes) / len(decodes))
-        _, config = load_adapter(m["source"])  # the policy it scored, loadable as an adapter
-        assert config.kind == "attempt" and config.training["price"] == m["price"]
+        decodes = done.details["compute"][name]["decodes"]
+        assert len(rows) == len(problems) and all(len(r) == cfg.seeds for r in rows)  # [problem][training seed]
+        assert all(1 <= d <= 3 for per_seed in decodes["by_seed"] for d in per_seed)
+        assert decodes["answer"] == [sum(r) / len(r) for r in decodes["by_seed"]]
+        assert m["decodes_per_problem"]["answer"] == pytest.approx(sum(decodes["answer"]) / len(problems))
+        assert [run["seed"] for run in m["per_seed"]] == [0, 1] and 0.0 <= m["seed_agreement"] <= 1.0
+        for j, run in enumerate(m["per_seed"]):
+            _, config = load_adapter(run["source"])  # each policy it scored, loadable as an adapter
+            assert config.kind == "attempt" and config.training["price"] == m["price"]
+            assert config.training["seed"] == j and run["source"].endswith(f"price-{m['price']:g}-seed-{j}")
     text = rules_section(done.results, done.details, tmp_path / "report")
     assert "Attempt policy (price 0.01)" in text and "strongest fixed rule at that compute" in text
     # a second run reads the tables and the trained policies back

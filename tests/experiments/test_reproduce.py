@@ -67,7 +67,10 @@ def test_smoke_runs_every_stage_and_resumes_after_a_kill(tiny_model_dir, tmp_pat
     assert (out / "report" / "training_curves.png").is_file()
     published = {p.name for p in (tmp_path / "docs").iterdir()}
     assert {"report.md", "results.json", "eval_details.json", "truncation.json", "selection.png",
-            "curves.json", "rules_vs_compute.png"} <= published
+            "curves.json", "rules_vs_compute.png", "tables"} <= published
+    for table in ("validation", "evaluated"):  # the samples every rule read, committed beside its curve
+        header = json.loads((tmp_path / "docs" / "tables" / table / "header.json").read_text())
+        assert header["split"] == {"validation": "validation", "evaluated": "test"}[table]
 
 
 @pytest.mark.parametrize("command", ["reproduce", "demo"])
@@ -86,9 +89,11 @@ def test_the_plan_scales_with_the_machines_speed():
 
 
 def test_estimate_grows_with_the_work():
-    small, large = estimate_minutes(FULL), estimate_minutes(replace(FULL, eval_problems=400))
+    small, large = estimate_minutes(FULL), estimate_minutes(replace(FULL, eval_problems=2 * FULL.eval_problems))
     assert large["evaluate"] > small["evaluate"] and large["token"] == small["token"]
-    assert REPRODUCE_SIZES["full"].eval_problems >= 200 and REPRODUCE_SIZES["full"].seeds == 3
+    # the evidence run: 1,000 sealed problems, 3 seeds, within 120 minutes on the reference machine
+    assert REPRODUCE_SIZES["full"].eval_problems >= 1000 and REPRODUCE_SIZES["full"].seeds == 3
+    assert REPRODUCE_SIZES["full"].eval_split == "sealed" and sum(small.values()) <= 120
     selection = REPRODUCE_SIZES["full"].selection  # coverage must be able to tell candidates apart
     assert selection.problems >= 64 and selection.samples >= 4
     assert REPRODUCE_SIZES["full"].sequence_rewards == "live"

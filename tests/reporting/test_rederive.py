@@ -1,6 +1,7 @@
-"""The re-derivation script on the committed run: every number of the README's results table and of
-the report's verdicts comes back from docs/reproduce/eval_details.json alone; the numbers the files
-cannot give are the known gaps below, named; a changed number is caught."""
+"""The re-derivation script on the committed runs: every number of the README's results table and of
+the published evidence run's report (docs/reproduce-sealed) comes back from its eval_details.json
+alone, and so does every verdict of the earlier run on the old test split (docs/reproduce, history);
+the numbers the files cannot give are the known gaps below, named; a changed number is caught."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import pytest
 from decoding_adapters.reporting.rederive import Rederivation, RunFiles, check_table, markdown_section, rederive
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN = ROOT / "docs" / "reproduce"
+SEALED = ROOT / "docs" / "reproduce-sealed"
+RUN = ROOT / "docs" / "reproduce"  # the earlier run on the 200-problem test split: history
 
+SEALED_GAPS = {"Head-room captured"}  # every draft's confidence and re-decode outcome is committed there
 KNOWN_GAPS = {
     # the gates' choices are committed, the draft confidence they read only for seed 0's kept trajectories
     "Draft-gated: the draft confidence its choices read",
@@ -29,12 +32,21 @@ KNOWN_GAPS = {
 
 @pytest.fixture(scope="module")
 def committed():
-    return rederive(RUN, ROOT / "README.md")
+    return rederive(SEALED, ROOT / "README.md")
 
 
 def test_the_committed_run_rederives(committed):
     assert not committed.mismatches, "\n".join(committed.lines(verbose=False))
-    assert {g.where for g in committed.gaps} == KNOWN_GAPS
+    assert {g.where for g in committed.gaps} == SEALED_GAPS
+    # the headline: the attempt policy's lines at 1.5 and 4 decodes and against the draft gate
+    rules = [c for c in committed.checks if c.where.startswith("Fixed rules: ")]
+    assert len(rules) == 5 and all(c.ok for c in rules)
+
+
+def test_the_history_run_rederives():
+    history = rederive(RUN)
+    assert not history.mismatches, "\n".join(history.lines(verbose=False))
+    assert {g.where for g in history.gaps} == KNOWN_GAPS
 
 
 def test_every_published_row_and_verdict_is_checked(committed):
@@ -42,36 +54,38 @@ def test_every_published_row_and_verdict_is_checked(committed):
     readme_rows = [line for line in (ROOT / "README.md").read_text().split("![", 1)[1].split("\n\n## ")[0]
                    .splitlines() if line.startswith("| ") and not line.startswith(("| method", "| ---"))]
     assert len({w.split(" / ")[0] for w in where if w.startswith("README table")}) == len(readme_rows)
-    report = (RUN / "report.md").read_text()
+    report = (SEALED / "report.md").read_text()
     bullets = re.findall(r"^- \*\*", markdown_section(report, "Verdict"), flags=re.M)
     assert sum(w.endswith(": claim") or w.endswith(": identical") for w in where) == len(bullets)
-    levels = re.findall(r"^- \*\*≤ ", markdown_section(report, "Accuracy per compute"), flags=re.M)
+    levels = re.findall(r"^- \*\*(?:≤ )?\d[\d.]* decodes / problem:", markdown_section(report, "Accuracy per compute"),
+                        flags=re.M)
     assert sum(w.endswith(": leader") for w in where) == len(levels)
     targets = re.findall(r"^- \*\*(?:not )?met\*\*", markdown_section(report, "Targets"), flags=re.M)
     assert sum(w.startswith("target") and ": " in w and "vs" not in w.split(":")[0] for w in where) == len(targets)
 
 
-@pytest.mark.parametrize("where,old,new", [
-    ("README.md", "| **62.6 ± 5.9** |", "| **62.7 ± 5.9** |"),
-    ("report.md", "Pass@1 +1.12 [-1.17, +3.42];", "Pass@1 +1.12 [-1.07, +3.42];"),
-    ("report.md", "Pass@1 per seed -0.6 / +3.1 / +0.9: holds on 2 of 3 seeds",
+@pytest.mark.parametrize("run_dir,where,old,new", [
+    (SEALED, "README.md", "| **57.9 ± 3.0** |", "| **58.0 ± 3.0** |"),
+    (SEALED, "report.md", "per training seed +4.5 [+2.9, +6.2]", "per training seed +4.6 [+2.9, +6.2]"),
+    (RUN, "report.md", "Pass@1 +1.12 [-1.17, +3.42];", "Pass@1 +1.12 [-1.07, +3.42];"),
+    (RUN, "report.md", "Pass@1 per seed -0.6 / +3.1 / +0.9: holds on 2 of 3 seeds",
      "Pass@1 per seed -0.6 / +3.1 / +0.9: holds on every seed (3 of 3)"),
-    ("report.md", "**≤ 4 decodes / problem: Draft-gated** leads", "**≤ 4 decodes / problem: Best** leads"),
-    ("report.md", "- **met**: Seq w/ budget not below", "- **not met**: Seq w/ budget not below"),
-    ("report.md", "| Draft-gated | 1 | 34% | 75.6 (393)", "| Draft-gated | 1 | 34% | 75.9 (393)"),
+    (RUN, "report.md", "**≤ 4 decodes / problem: Draft-gated** leads", "**≤ 4 decodes / problem: Best** leads"),
+    (RUN, "report.md", "- **met**: Seq w/ budget not below", "- **not met**: Seq w/ budget not below"),
+    (RUN, "report.md", "| Draft-gated | 1 | 34% | 75.6 (393)", "| Draft-gated | 1 | 34% | 75.9 (393)"),
 ])
-def test_a_changed_number_is_a_mismatch(tmp_path, where, old, new):
+def test_a_changed_number_is_a_mismatch(tmp_path, run_dir, where, old, new):
     run = tmp_path / "run"
     run.mkdir()
     for name in ("eval_details.json", "report.md"):
-        shutil.copy(RUN / name, run / name)
+        shutil.copy(run_dir / name, run / name)
     readme = tmp_path / "README.md"
     shutil.copy(ROOT / "README.md", readme)
     path = readme if where == "README.md" else run / where
     text = path.read_text()
     assert old in text
     path.write_text(text.replace(old, new, 1))
-    assert len(rederive(run, readme).mismatches) == 1
+    assert len(rederive(run, readme if run_dir == SEALED else None).mismatches) == 1
 
 
 def test_the_newer_fields_are_used_where_present():
@@ -206,3 +220,23 @@ def test_a_changed_verdict_written_now_is_a_mismatch(tmp_path, old, new):
     assert old in text
     path.write_text(text.replace(old, new, 1))
     assert len(rederive(out).mismatches) == 1
+
+
+def test_draft_gaps_close_when_the_run_commits_every_confidence_and_redecode_outcome():
+    from decoding_adapters.reporting.rederive import draft_gaps
+
+    problems = [{"id": f"p{i}"} for i in range(3)]
+    draft = {"k_values": [1], "choices_by_seed": [[[0], [1], [0]], [[0], [0], [0]]],
+             "confidence": {p["id"]: {"max_prob_min": 0.5} for p in problems},
+             "redecode_outcomes": [[[1.0], [0.0], [0.5]], [[0.0], [1.0], [1.0]]]}
+    details = {"problems": problems, "config": {"seeds": 2}, "draft": {"Draft-gated": draft},
+               "methods": {"Draft-gated": {"kind": "draft", "family": "learned"}}}
+    out = Rederivation()
+    draft_gaps(out, RunFiles(details))
+    assert out.gaps == []
+    draft["redecode_outcomes"][1][2] = [None]  # no method decoded a re-decode there
+    del draft["confidence"]["p1"]
+    out = Rederivation()
+    draft_gaps(out, RunFiles(details))
+    assert [g.where for g in out.gaps] == ["Draft-gated: the draft confidence its choices read", "re-decode outcomes"]
+    assert "1 of 6" in out.gaps[1].reason

@@ -1,17 +1,19 @@
-"""``reproduce``: the headline study — does adaptive decoding beat static decoding on the
-default model, with intervals narrow enough to tell, and at what compute? It runs the demo's stages
-(``experiments.demo.run_demo``) at ``REPRODUCE_SIZES`` (``full``, ``complete``, ``smoke``); the
-README's headline table names this one command with its own output directory.
+"""``reproduce``: the headline study — does adaptive decoding beat static decoding and the fixed
+answer rules on the default model, with intervals narrow enough to tell, and at what compute? It
+runs the demo's stages (``experiments.demo.run_demo``) at ``REPRODUCE_SIZES`` (``full``, ``complete``,
+``smoke``); ``full`` is the published evidence run, the only command that reads the arithmetic task's
+sealed split; the README's headline names this one command with its own output directory.
 
-    decoding-adapters reproduce --out runs/reproduce --publish docs/reproduce   # ~108 min planned on 2 cores; resumable
+    decoding-adapters reproduce --out runs/reproduce-sealed --publish docs/reproduce-sealed  # ~119 min; resumable
     decoding-adapters reproduce --plan                        # the stage-by-stage estimate for this machine
     decoding-adapters reproduce --size smoke --model DIR      # every stage on a tiny model (tests)
 
 What runs (``full``):
 
 0. token budget: greedy on 400 validation problems, decoded once at 96 tokens; the smallest of
-   32/48/64/96 that stops at most 35% of greedy rows before EOS is used everywhere after
-   (chosen on validation; the report lists mean greedy length and truncated fraction per budget).
+   32/48/64/96 that stops at most 35% of greedy rows before EOS or their first answer is used
+   everywhere after (chosen on validation: 32, which stops 14.5% there; the report lists mean greedy
+   length and truncated fraction per budget).
 1. action selection on 16 actions spread over the 180-config pool plus greedy (17 candidates) on 64
    validation problems x 4 samples; K = 6 by greedy coverage, with the coverage curve and where it
    saturates; the same table picks Best at each pass@k (greedy and greedy stopped at its first
@@ -25,22 +27,26 @@ What runs (``full``):
    re-decodes with the selected set's Best sampled action, on 256 training and 400 validation
    problems), 400 full-information steps from a prior on keeping the draft; beside them a random
    gate at the adapter's validation re-decode share and a confidence threshold tuned on validation.
-4. token adapters w/ budget, w/o budget, entropy-only, 3 seeds, 48 steps x 8 prompts x G=8 each,
+4. token adapters w/ budget, w/o budget, entropy-only, 3 seeds, 32 steps x 8 prompts x G=8 each,
    prior at the best static token action; training prompts filtered by that prior (2 samples each,
-   probed until 300 survive, from a train split of 1,500 generated problems), walked epoch by epoch
-   so each run sees 300 distinct prompts; validation of the argmax policy on 400 problems x 1
-   sample at step 0 and every 16 steps (the validation split generated at 400: its first 100 and
-   the test split are the same problems as at the default size), a later step kept only when its
-   paired gain's 95% interval is above 0; every seed's curve in the report.
-5. evaluation on 200 test problems x 3 seeds x 4 samples, pass@1/2/4: Greedy, Stop at first answer,
-   Best, Mixed, Mixed (per token), Mixed per sequence (token actions), Best token action, the five
-   adapters, the draft-gated adapter and its two controls; decodes and generated tokens per problem
-   for every method.
-5b. fixed rules: sample tables of the 400 validation and the 200 evaluated problems (the stopped
-   greedy and 8 samples at T=0.5 each; resumable, under ``rules/``), every rule of docs/rules.md
-   tuned on validation per compute level and scored on the evaluated problems; each tuned point joins
-   the evaluation as a method of family ``fixed rule`` (5.5 more planned minutes, at the draft
-   stage's scale until a run measures the stage's own).
+   probed until 256 survive, from a train split of 1,500 generated problems), walked epoch by epoch
+   so each run sees 256 distinct prompts; validation of the argmax policy on 400 problems x 1
+   sample at step 0 and every 16 steps (the validation split generated at 400: its first 100 are
+   the same problems as at the default size), a later step kept only when its paired gain's 95%
+   interval is above 0; every seed's curve in the report.
+5. evaluation on the first 1,000 problems of the sealed split x 3 seeds x 4 samples, pass@1/2/4 and
+   answer accuracy: Greedy (stopped at its first answer), Greedy to the budget, Best, Mixed, Mixed
+   (per token), Mixed per sequence (token actions), Best token action, the five adapters, the
+   draft-gated adapter and its two controls; decodes and generated tokens per problem for every method.
+5b. fixed rules: sample tables of the 400 validation and the 1,000 evaluated problems (the stopped
+   greedy and 8 samples at T=0.5 each, mean hidden states kept; resumable, under ``rules/``), every
+   rule of docs/rules.md tuned on validation per compute level and scored on the evaluated problems;
+   each tuned point joins the evaluation as a method of family ``fixed rule``.
+5c. the learned attempt policy (confidence + hidden-state summary): a table of 400 training problems
+   under the same arms, one policy per price (0.3 ... 0.003) and training seed, kept-best on the
+   validation table and scored on the evaluated one; the report reads each seed's curve at 1.5 and 4
+   decodes per problem against the strongest fixed rule there, and at the draft-gated adapter's
+   compute against it.
 6. report: paired intervals with the direction on every seed, the targets, seed spread, accuracy
    per compute (which method wins at each number of decodes per problem), truncation, training
    curves, cost (minutes per stage against the plan, tokens per training step, steps per minute),
@@ -49,29 +55,31 @@ What runs (``full``):
 Measurements behind the plan (``demo.estimate_minutes`` holds the constants): a model of decoded
 rows x mean length / throughput, with one scale per stage fitted on a published run, and a few
 seconds' decode probe (``demo.probe_tokens_per_second``) that scales it to the machine it runs on.
-Greedy on the 100 validation problems at budgets 16/24/32/48/64/96 has mean length 14.6 / 20.5 /
-25.3 / 32.5 / 35.7 / 39.3 tokens, stopped by the budget 77 / 70 / 52 / 30 / 15 / 7% of rows: the
-model keeps talking after the answer, so "greedy not truncated" needs about 128 tokens.
+Decoded to the budget, greedy on the 100 validation problems at budgets 16/24/32/48/64/96 has mean
+length 14.6 / 20.5 / 25.3 / 32.5 / 35.7 / 39.3 tokens, stopped by the budget 77 / 70 / 52 / 30 / 15 /
+7% of rows: the model keeps talking after the answer. Stopped at its first answer (the protocol), on
+the 400 validation problems at 32/48/64/96: 19.0 / 20.9 / 22.1 / 23.4 tokens, 14.5 / 10 / 5 / 2.5% cut.
 
-Plan on the reference machine (probe 440 tok/s): 117.3 minutes: budget 0.4, selection 6.7, sequence
-43.8, draft 3.7, token 37.6, evaluation 15.9, fixed rules 5.4, attempt policy 3.6 (every choice on 400
-validation problems; the rules' tables of 400 validation and the evaluated problems, the attempt
-policy's of 400 training problems). What was cut to fit 120 minutes, evaluation first (each is a field of
-``StudyConfig``; ``--size complete`` restores them all):
+Plan on the reference machine (probe 440 tok/s) at the expected budget of 32 tokens: 119.2 minutes:
+budget 0.4, selection 4.4, sequence 29.6, draft 2.6, token 18.0, evaluation 53.1, fixed rules 8.5,
+attempt policy 2.4 (every choice on 400 validation problems; the rules' tables of 400 validation and
+the 1,000 evaluated problems, the attempt policy's of 400 training problems). What was cut to fit 120
+minutes, evaluation first (each is a field of ``StudyConfig``; ``--size complete`` restores them all):
 
 - pass@8: the evaluation scores 4 samples per problem and seed (pass@8 doubled its rows), and the
   sequence adapters train at B up to 4, the largest B evaluated;
 - token validation: the argmax policy only (sampling the policy too doubled it; argmax was the
   served mode of every run before) on 400 problems x 1 sample, not 400 x 2;
-- the token budget: greedy truncation allowed up to 35% (expected choice 48: 30% of greedy rows
-  cut, mean greedy length 32.5) instead of ~2% (128 tokens);
+- the token budget: greedy truncation allowed up to 35% (expected choice 32: 14.5% of greedy rows
+  cut before their first answer, mean greedy length 19.0) instead of ~2% (96 tokens);
 - selection over 16 of the 180 pool actions (plus greedy), not the whole pool;
-- short training: sequence adapters 24 live steps of 8 prompts, token adapters 48 steps of 64
-  rollouts. The report's cost section gives tokens per step and steps per minute.
+- short training: sequence adapters 24 live steps of 8 prompts, token adapters 32 steps of 64
+  rollouts (48 before the evaluation grew to 1,000 problems). The report's cost section gives tokens
+  per step and steps per minute.
 
 ``--size complete`` (the uncut study: budget chosen at <= 2% truncation from 48..192, pass@8,
 selection on the whole pool, 60 steps of each adapter, token validation in both modes on 400 x 2)
-plans at about 10 hours on the reference CPU.
+plans at about 17 hours on the reference CPU.
 """
 
 from __future__ import annotations
@@ -92,8 +100,8 @@ class ReproduceOptions:
     out: str = "runs/reproduce"
     """output directory (re-run the same command to resume)"""
     size: Literal["full", "complete", "smoke"] = "full"
-    """stage sizes: full (the study cut to ~108 min on the 2-core reference CPU), complete (uncut, ~10 h),
-    smoke (tests)"""
+    """stage sizes: full (the evidence run on the sealed split, cut to ~119 min on the 2-core reference
+    CPU), complete (uncut, ~17 h), smoke (tests)"""
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""
     device: str = DEFAULT_DEVICE

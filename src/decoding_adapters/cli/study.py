@@ -86,17 +86,25 @@ def publish(out: Path, target: Path) -> list[Path]:
     """Copy what the README's headline cites from a finished run ``out`` into ``target``: the
     report directory (report.md, results.json, figures, traces), the evaluation's
     eval_details.json (per-problem outcomes: every paired interval can be recomputed from it), the
-    run's configuration and stage minutes, the truncation figures, the action selection and the fixed
-    rules' tuned curves (validation and test, every setting)."""
+    run's configuration and stage minutes, the truncation figures, the action selection, the fixed
+    rules' tuned curves (validation and test, every setting), the attempt policies' curve, and the
+    sample tables the rules and the attempt policies read (``tables/validation``, ``tables/evaluated``,
+    ``tables/train``: every arm, sample, answer, confidence reading and mean hidden state)."""
     sources = [p for p in sorted((out / "report").iterdir()) if p.is_file()]
     sources += [out / "eval" / "eval_details.json", out / "study_config.json", out / "stage_minutes.json",
-                out / "budget" / "truncation.json", out / "rules" / "curves.json"]
+                out / "budget" / "truncation.json", out / "rules" / "curves.json", out / "attempt" / "curve.json"]
     sources += [out / "actions" / name for name in ("selection.md", "selection.png", "actions.json")]
     target.mkdir(parents=True, exist_ok=True)
     copied = []
     for source in sources:
         if source.is_file():
             copied.append(Path(shutil.copy2(source, target / source.name)))
+    tables = {"validation": out / "rules" / "validation", "evaluated": out / "rules" / "test",
+              "train": out / "attempt" / "train"}
+    for name, source in tables.items():
+        if source.is_dir():
+            shutil.copytree(source, target / "tables" / name, dirs_exist_ok=True)
+            copied += sorted(p for p in (target / "tables" / name).iterdir() if p.is_file())
     return copied
 
 

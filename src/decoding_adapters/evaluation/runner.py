@@ -38,6 +38,7 @@ from ..core.stats import finite_or_none, format_interval, pass_at_k, problem_bin
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction
 from ..decoding.loop import DecodeResult, row_seed
 from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, answer_check, answer_stops, encode_problems
+from ..policies.draft import CONFIDENCE_FEATURES
 from ..policies.networks import TokenPolicyChooser, UniformChooser
 from ..selection.best import BestStatic, best_static_from_counts
 from ..tasks import content_hash
@@ -177,6 +178,9 @@ class _Store:
     """Token keys whose row was all greedy: the action index of every generated token."""
     deterministic: dict = field(default_factory=dict)
     """``(method name, id(policy)) -> {problem: key}``: argmax token rows that depend on no seed."""
+    draft_confidence: dict = field(default_factory=dict)
+    """Draft-gated method name -> ``[problem, 6]`` its drafts' confidence summary
+    (``policies.draft.CONFIDENCE_FEATURES``), what its gate read."""
 
     def add(
         self, keys: list[Key], result: DecodeResult, rewards: torch.Tensor, actions: list[DecodingAction],
@@ -474,6 +478,7 @@ def evaluate(
         for p in m.all_policies:
             p.eval()
     store = _Store(lm.tokenizer)
+    store.draft_confidence = {m.name: summaries[m.stops(cfg)].confidence for m in methods if m.keeps_draft}
     display = {m.name: _display_keys(m, cfg, problems, choices) for m in methods}
     store.wanted = {k for keys in display.values() for k in keys}
     static_set = _static_actions(methods, choices)
@@ -700,8 +705,12 @@ def _method_keys(m: Method, cfg, problems, choices) -> list[Key]:
 
 
 def _draft_details(m: Method, cfg, problems, choices, store: _Store) -> dict:
-    """A draft-gated method's choices ``[seed][problem][k index]`` (0 keeps the draft) and its compute
-    per k: decodes and tokens per problem (the draft counted), re-decoded share."""
+    """A draft-gated method's choices ``[seed][problem][k index]`` (0 keeps the draft), its compute
+    per k (decodes and tokens per problem, the draft counted; re-decoded share), what its gate read
+    (``confidence``: per problem id, the draft's confidence summary) and every re-decode outcome the
+    evaluation decoded (``redecode_outcomes[seed][problem][action]``: the mean correctness of that
+    action's samples, whichever method decoded them; None where none did), so that a gate at another
+    re-decode share can be re-scored from the file."""
     once, stop = cfg.decode_deterministic_once, m.stops(cfg)
     lengths = [store.length[_static_key(GREEDY, 0, i, 0, once, stop)] for i in range(len(problems))]
     redecode = []
@@ -712,8 +721,23 @@ def _draft_details(m: Method, cfg, problems, choices, store: _Store) -> dict:
             known = [store.length[key] for key in keys if key in store.length]
             per_action.append(statistics.fmean(known) if known else 0.0)
         redecode.append(per_action)
+    outcomes = []
+    for s in range(cfg.seeds):
+        per_problem = []
+        for i in range(len(problems)):
+            per_action = []
+            for a in m.actions:
+                known = [store.correct[k] for k in (_static_key(a, s, i, j, once, stop) for j in range(cfg.n))
+                         if k in store.correct]
+                per_action.append(statistics.fmean(known) if known else None)
+            per_problem.append(per_action)
+        outcomes.append(per_problem)
+    confidence = store.draft_confidence.get(m.name)
     return {"k_values": list(cfg.k_values), "choices_by_seed": choices[m.name],
-            **draft_compute(choices[m.name], cfg, lengths, redecode)}
+            **draft_compute(choices[m.name], cfg, lengths, redecode),
+            "confidence": {} if confidence is None else {
+                p.id: dict(zip(CONFIDENCE_FEATURES, map(float, row))) for p, row in zip(problems, confidence.tolist())},
+            "redecode_outcomes": outcomes}
 
 
 def subset_cost(sources: Sequence, costs: Mapping, k: int) -> tuple[float, float]:

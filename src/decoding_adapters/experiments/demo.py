@@ -134,9 +134,9 @@ TINY_NOTE = ("--size tiny checks that every stage runs end to end, at toy sizes 
 
 FULL = StudyConfig(
     # The study cut to fit 120 minutes on the 2-core CPU (cli/reproduce.py: the plan, what was cut; COMPLETE: uncut).
-    token_budget=48,  # replaced by the budget stage's choice; 48 is the expected one (plan, --plan)
-    # chosen on 400 validation problems like every other choice (48 stops 26% of greedy rows there,
-    # 30% on the first 100; 0.3 more planned minutes)
+    token_budget=32,  # replaced by the budget stage's choice; 32 is the expected one (plan, --plan)
+    # chosen on 400 validation problems like every other choice (with the stop at the first answer, 32
+    # stops 14.5% of greedy rows there, 48 10%, 96 2.5%)
     budget=BudgetConfig(candidates=(32, 48, 64, 96), problems=400, max_truncated=0.35),
     # 64 problems x 4 samples lets coverage tell candidates apart past K = 3 (8 x 1 saturated
     # there); 16 pool actions plus greedy keep it at about 8 minutes.
@@ -152,31 +152,31 @@ FULL = StudyConfig(
     # B up to 4, the largest the evaluation scores (its pass@8 was cut to fit the time).
     sequence=SequenceTrainConfig(parallel_budgets=(1, 2, 4), steps=24, prompts_per_step=8, max_train_prompts=256,
                                  val_every=8, val_problems=400, checkpoint_every=1),
-    # Token training at the trainer's validated defaults (lr, PPO epochs, prior at the best static
-    # token action: docs/token-defaults.md), every run to its 48-step cap (no early stop) with
-    # groups of 8 (fewer all-equal groups than 4). The prompt filter judges with that prior (2
-    # samples) and probes until 300 prompts survive; 48 x 8 epoch-wise slots show each run all 300.
+    # Token training at the trainer's validated defaults (lr, PPO epochs, prior at the best static token
+    # action: docs/token-defaults.md), every run to its 32-step cap with groups of 8. The prompt filter
+    # judges with that prior (2 samples) until 256 prompts survive: 32 x 8 epoch-wise slots show each run all 256.
     # Validation: the argmax policy on 400 problems x 1 sample, the same rows and seeds at every
     # validation (step 0 included), a later step kept only when its paired gain's 95% interval is
-    # above 0; at step 0 and every 16 steps (400 rows each). Argmax only, to fit the time: it won
-    # validation on every seed of the planted task, and at step 0 it is greedy, which sampling the
-    # prior scores below (docs/token-defaults.md); sampling the policy too would cost as much again.
-    token=TokenTrainConfig(steps=48, prompts_per_step=8, group_size=8, max_train_prompts=None, min_train_prompts=300,
+    # above 0; at step 0 and every 16 steps. Argmax only, to fit the time: it won validation on every
+    # seed of the planted task; at step 0 it is greedy, which sampling the prior scores below.
+    token=TokenTrainConfig(steps=32, prompts_per_step=8, group_size=8, max_train_prompts=None, min_train_prompts=256,
                            filter_samples=2, val_every=16, val_problems=400, val_samples=1, val_modes=("argmax",),
                            checkpoint_every=1, patience=0),
-    # pass@8 was cut (it doubled the evaluation's rows) to fit the time with the draft stage.
+    # The sealed split's first 1,000 problems (the published evidence run reads it, nothing else); pass@8
+    # was cut (it doubled the evaluation's rows), and token training to 32 steps, to fit the time.
     eval=EvalConfig(k_values=(1, 2, 4)),
-    eval_problems=200,
+    eval_problems=1000,
+    eval_split="sealed",
     seeds=3,
     batch_rows=128,
     draft_stage=True,
-    # the generated task's splits sized for the token trainer (test unchanged: it is served first)
-    train_size=1500,
+    train_size=1500,  # the splits sized for the token trainer (test and sealed unchanged by it)
     validation_size=400,
     # rules tuned on 400 validation problems (stopped greedy, then 8 x T=0.5); the tables keep the hidden
-    # states the attempt policy reads (docs/attempt.md), its prices span ~1.2 to ~4.5 decodes per problem
+    # states the attempt policy reads (docs/attempt.md); its prices trace ~1.1 to ~4.5 decodes per problem
     rules=RulesConfig(enabled=True, samples=8, problems=400, hidden=True),
-    attempt=AttemptStageConfig(enabled=True, features=("confidence", "hidden"), prices=(0.2, 0.1, 0.03, 0.003)),
+    attempt=AttemptStageConfig(enabled=True, features=("confidence", "hidden"),
+                               prices=(0.3, 0.2, 0.15, 0.1, 0.05, 0.03, 0.01, 0.003)),
 )
 
 COMPLETE = replace(
@@ -942,7 +942,7 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     if cfg.draft_stage:  # the draft-gated adapter and its controls at the same compute
         methods += [pipeline.adapter_runs(out, "draft", cfg, lm, "Draft-gated"),
                     *pipeline.draft_controls(lm, task, cfg, actions_path, out / "draft-s0", out)]
-    test_problems = task.load("test")[: cfg.eval_problems]
+    test_problems = task.load(cfg.eval_split)[: cfg.eval_problems]
     evaluation = pipeline.evaluate_methods(lm, task, test_problems, methods, cfg,
                                            out / "eval", meta={"model": model, "task": task.name}, progress=progress)
     clock.end()

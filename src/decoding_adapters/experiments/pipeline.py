@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal, Sequence
 
+import numpy as np
 import torch
 
 from ..core.files import write_json
@@ -53,7 +54,7 @@ from ..evaluation import (
     load_best_per_k,
 )
 from ..evaluation import draft as draft_eval
-from ..evaluation.attempt import rule_baselines, train_and_score
+from ..evaluation.attempt import rule_baselines, seed_agreement, train_and_score
 from ..evaluation.rules import (
     RULE_LABELS,
     RULES,
@@ -201,7 +202,8 @@ class AttemptStageConfig:
     steps: int = 300
     """Training steps per policy."""
     seed: int = 0
-    """Training seed."""
+    """First training seed: the stage trains one policy per price for each of the study's ``seeds``
+    training seeds from this one."""
 
     def __post_init__(self) -> None:
         if self.train_problems < 1 or self.steps < 0 or not self.prices or any(p < 0 for p in self.prices):
@@ -241,6 +243,9 @@ class StudyConfig:
     """evaluation"""
     eval_problems: int = 32
     """Test problems of every evaluated split."""
+    eval_split: str = "test"
+    """The split every method is evaluated on (its first ``eval_problems``): ``test``, or a held-out
+    split of the task that only the published evidence run reads (``reproduce --size full``)."""
     train_size: int | None = None
     """Problems the generated task makes for its train split (``arithmetic``'s ``train_size``; None:
     the task's default): enough that ``token.min_train_prompts`` survive the token trainer's filter."""
@@ -279,6 +284,9 @@ class StudyConfig:
         for name in ("eval_problems", "seeds", "batch_rows", "draft_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_split in ("train", "validation"):
+            raise ValueError(f"eval_split must be a held-out split, not {self.eval_split!r}: the study trains and "
+                             "chooses on train and validation")
         for name in ("train_size", "validation_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 or None, got {getattr(self, name)}")
@@ -618,7 +626,8 @@ def rule_tables(lm, task, cfg: StudyConfig, out: Path, problems, *, progress: bo
     Any stage that scores stored samples reads these two tables; none decodes them again."""
     validation = study_table(lm, task, cfg, Path(out) / "validation", "validation",
                              task.load("validation")[: cfg.rules.problems], progress=progress, on_chunk=on_chunk)
-    test = study_table(lm, task, cfg, Path(out) / "test", "test", problems, progress=progress, on_chunk=on_chunk)
+    test = study_table(lm, task, cfg, Path(out) / "test", cfg.eval_split, problems, progress=progress,
+                       on_chunk=on_chunk)
     return validation, test
 
 
@@ -713,28 +722,38 @@ def fixed_rules(lm, task, cfg: StudyConfig, out: Path, evaluation: Evaluation, p
 
 
 def attempt_entries(scored: Sequence, test: SampleTable, tables: dict, sources: Sequence[str]) -> dict:
-    """One eval_details method per trained attempt policy (``evaluation.attempt.Scored``), named
-    ``"Attempt policy (price p)"``, of family ``learned``, in the rules' entries' shape (its answer
-    and decodes per problem on the evaluation table) so that the report's fixed-rules section sets
-    each against the strongest rule at its own compute."""
-    entries = {}
+    """One eval_details method per price (``evaluation.attempt.Scored`` of every training seed at that
+    price, in seed order), named ``"Attempt policy (price p)"``, of family ``learned``, in the rules'
+    entries' shape: ``per_problem[...]["answer_accuracy"]`` is ``[problem][training seed]`` and
+    ``compute[...]["decodes"]["answer"]`` the mean over seeds per problem, with each seed's own
+    decodes and tokens per problem under ``"by_seed"`` (``[problem][seed]``): a seed's policy spends
+    its own compute, so a verdict at a compute level reads each seed's curve (``reporting.rules``)."""
+    by_price: dict[float, list] = {}
     for s, source in zip(scored, sources):
-        outcome = s.outcome
-        correct = outcome.correct.astype(float)
-        decodes, tokens = outcome.attempts.astype(float), outcome.tokens.astype(float)
-        name = f"Attempt policy (price {s.price:g})"
+        by_price.setdefault(s.price, []).append((s, source))
+    entries = {}
+    for price, runs in by_price.items():
+        correct = np.stack([s.outcome.correct.astype(float) for s, _ in runs], axis=1)  # [problem, seed]
+        decodes = np.stack([s.outcome.attempts.astype(float) for s, _ in runs], axis=1)
+        tokens = np.stack([s.outcome.tokens.astype(float) for s, _ in runs], axis=1)
+        first = runs[0][0]
+        name = f"Attempt policy (price {price:g})"
         entries[name] = {
             "method": {"kind": "attempt", "role": "attempt policy", "level": "sequence", "family": "learned",
-                       "curve": "Attempt policy", "price": s.price, "features": list(s.features), "seed": s.seed,
-                       "validation": {"accuracy": s.val_accuracy, "decodes": s.val_decodes},
+                       "curve": "Attempt policy", "price": price, "features": list(first.features),
+                       "per_seed": [{**s.record(), "source": source} for s, source in runs],
+                       "seed_agreement": seed_agreement([s.outcome for s, _ in runs]),
+                       "validation": {"accuracy": float(np.mean([s.val_accuracy for s, _ in runs])),
+                                      "decodes": float(np.mean([s.val_decodes for s, _ in runs]))},
                        "answer_rule": "its learned weighting of its attempts' answers",
                        "actions": [a.name for a in test.actions], "stop_at_answer": test.header.get("stop_at_answer"),
-                       "seeds": "one sample table (seed 0) and one training seed: one value per problem",
-                       "source": source, RULE_TABLE_KEY: tables,
+                       "seeds": "one sample table (seed 0); one policy per training seed, one column each",
+                       "source": ", ".join(source for _, source in runs), RULE_TABLE_KEY: tables,
                        "decodes_per_problem": {"answer": float(decodes.mean())},
                        "tokens_per_problem": {"answer": float(tokens.mean())}},
-            "per_problem": {"answer_accuracy": [[float(c)] for c in correct]},
-            "compute": {"decodes": {"answer": decodes.tolist()}, "tokens": {"answer": tokens.tolist()}},
+            "per_problem": {"answer_accuracy": correct.tolist()},
+            "compute": {"decodes": {"answer": decodes.mean(axis=1).tolist(), "by_seed": decodes.tolist()},
+                        "tokens": {"answer": tokens.mean(axis=1).tolist(), "by_seed": tokens.tolist()}},
         }
     return entries
 
@@ -743,7 +762,8 @@ def attempt_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evalua
                   progress: bool = False, on_chunk=None) -> Evaluation:
     """The attempt-policy stage: the fixed rules' two tables (read back from ``rules_out``), a table
     of ``cfg.attempt.train_problems`` training problems in ``out/train`` (:func:`study_table`), one
-    policy per price trained there (resumable, in ``out/price-<p>``), kept-best on validation and
+    policy per price and training seed (the study's ``seeds`` from ``attempt.seed``) trained there
+    (resumable, in ``out/price-<p>-seed-<s>``), kept-best on validation and
     scored on the evaluated problems; written to ``out/curve.json``; returns ``evaluation`` with one
     ``learned`` entry per price added."""
     ac = cfg.attempt
@@ -751,15 +771,15 @@ def attempt_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evalua
     train = study_table(lm, task, cfg, Path(out) / "train", "train", task.load("train")[: ac.train_problems],
                         progress=progress, on_chunk=on_chunk)
     baselines = rule_baselines(validation, test, cfg.rules.rules)
-    config = AttemptTrainConfig(features=tuple(ac.features), steps=ac.steps, seed=ac.seed,
-                                val_every=max(1, min(25, ac.steps)))
+    config = AttemptTrainConfig(features=tuple(ac.features), steps=ac.steps, val_every=max(1, min(25, ac.steps)))
     scored, sources = [], []
     for price in ac.prices:
-        where = Path(out) / f"price-{price:g}"
-        resume = (where / "train_log.jsonl").is_file()  # a killed (or finished) run continues from its checkpoint
-        scored.append(train_and_score(train, validation, test, replace(config, price=price), baselines, where,
-                                      resume=resume, task=task.name))
-        sources.append(str(where))
+        for seed in range(ac.seed, ac.seed + cfg.seeds):  # one policy per training seed, as every adapter
+            where = Path(out) / f"price-{price:g}-seed-{seed}"
+            resume = (where / "train_log.jsonl").is_file()  # a killed (or finished) run continues from its checkpoint
+            scored.append(train_and_score(train, validation, test, replace(config, price=price, seed=seed),
+                                          baselines, where, resume=resume, task=task.name))
+            sources.append(str(where))
     tables = {"train": str(Path(out) / "train"), "validation": str(Path(rules_out) / "validation"),
               "test": str(Path(rules_out) / "test")}
     write_json(Path(out) / "curve.json", {"train_problems": train.shape[0], "tables": tables,

@@ -35,6 +35,7 @@ from ..core.stats import paired_ci, problem_interval, problem_means, seed_interv
 from ..evaluation.methods import ANSWER_ACCURACY
 from .cells import answer_metric, is_rate, is_static, method_info, metric_columns
 from .compute import compute_verdicts
+from .rules import verdict_lines
 from .verdicts import difference_text, not_compared_text, outcome_of, verdict_comparisons, verdict_head
 
 __all__ = ["RunFiles", "Check", "Gap", "Rederivation", "rederive", "readme_table", "markdown_section"]
@@ -667,15 +668,34 @@ def draft_gaps(out: Rederivation, run: RunFiles) -> None:
                                 f"committed for {len(have)} of {run.problems} problems: its choices are committed, "
                                 "the confidence behind them is not, so a choice cannot be re-made from the files"))
     if run.draft_methods:
-        # a re-decode's own pass@1 is committed only where some method re-decoded at the first k (a
-        # larger k mixes it with the draft's outcome)
-        choices = [run.draft_choices(n)[1] for n in run.draft_methods]
-        missing = sum(1 for s in range(run.seeds) for i in range(run.problems)
-                      if not any(c[s][i][0] for c in choices if s < len(c)))
+        recorded = [run.details["draft"][n].get("redecode_outcomes") for n in run.draft_methods]
+        if any(recorded):  # every re-decode outcome the evaluation decoded, per seed, problem and action
+            missing = sum(1 for s in range(run.seeds) for i in range(run.problems)
+                          if not any(r[s][i] and any(v is not None for v in r[s][i]) for r in recorded if r))
+        else:
+            # a re-decode's own pass@1 is committed only where some method re-decoded at the first k (a
+            # larger k mixes it with the draft's outcome)
+            choices = [run.draft_choices(n)[1] for n in run.draft_methods]
+            missing = sum(1 for s in range(run.seeds) for i in range(run.problems)
+                          if not any(c[s][i][0] for c in choices if s < len(c)))
         if missing:
             out.gaps.append(Gap("re-decode outcomes", f"{missing} of {run.seeds * run.problems} (seed, problem) "
                                 "cells have no committed re-decode outcome at the first k (no method re-decoded "
                                 "there): a gate at another re-decode share cannot be re-scored from the files"))
+
+
+def check_rules_section(out: Rederivation, run: RunFiles, section: str) -> None:
+    """The fixed-rules section's verdicts (the strongest rule at each compute level with its interval
+    against the runner-up, each learned curve's per-seed, pooled and across-seed differences there and
+    against the draft-gated adapter), recomputed from the committed per-problem values with the
+    section's own functions: each line must be in the published section, word for word."""
+    if not section.strip():
+        return
+    published = {line.strip() for line in section.splitlines() if line.startswith("- ")}
+    for group in verdict_lines(run.details, run.confidence):
+        for line in group:
+            label = line[2:60]
+            out.check(f"Fixed rules: {label}", line if line in published else "(not in the report)", line)
 
 
 def rederive(folder: Path | str, readme: Path | str | None = None) -> Rederivation:
@@ -693,6 +713,7 @@ def rederive(folder: Path | str, readme: Path | str | None = None) -> Rederivati
     check_compute_levels(out, run, compute)
     check_targets(out, run, markdown_section(report, "Targets"))
     check_draft_table(out, run, markdown_section(report, "Draft-gated methods"))
+    check_rules_section(out, run, markdown_section(report, "Fixed rules"))
     draft_gaps(out, run)
     if markdown_section(report, "Head-room captured"):
         out.gaps.append(Gap("Head-room captured", "the head-room is measured on the selection's validation "

@@ -17,18 +17,24 @@ import statistics
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from ..core.stats import seed_interval
 from ..evaluation.methods import ANSWER_ACCURACY
 from . import plots
 from .cells import family_of, method_info, signed, table_row
 from .compute import answer_points
 from .verdicts import decodes_of, paired_difference, per_problem_means
 
-__all__ = ["RULE_COLUMNS", "SENTENCE_LEVELS", "rule_curves", "curve_at", "strongest_rules_at", "rules_section"]
+__all__ = ["RULE_COLUMNS", "SENTENCE_LEVELS", "TARGET_GAIN", "rule_curves", "curve_at", "strongest_rules_at",
+           "learned_seed_curves", "learned_verdicts", "learned_verdict_lines", "verdict_lines", "rules_section"]
 
 RULE_COLUMNS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
 """Mean decodes per problem at which the section's table reads every rule's curve."""
 SENTENCE_LEVELS = (1.5, 4.0)
-"""Compute levels at which the section names the strongest rule and its lead over the runner-up."""
+"""Compute levels at which the section names the strongest rule and its lead over the runner-up, and
+sets each learned curve against it."""
+TARGET_GAIN = 0.03
+"""A learned curve's target at each of :data:`SENTENCE_LEVELS`: at least this much answer accuracy
+over the strongest fixed rule there, its paired interval above 0, on every training seed."""
 
 
 def rule_curves(details: Mapping | None) -> dict[str, list[dict]]:
@@ -162,10 +168,138 @@ def _learned_lines(results: Mapping, details: Mapping | None, confidence: float)
     return lines
 
 
+def learned_seed_curves(details: Mapping | None) -> dict[str, list[list[dict]]]:
+    """``{curve label: [points of training seed 0, of seed 1, ...]}`` of every learned method traced
+    at several settings (family ``learned`` with a ``curve`` label: the attempt policy's prices), each
+    point ``{name, decodes (that seed's mean decodes per problem), values (that seed's per-problem
+    answer accuracy)}``, sorted by decodes. A seed's decodes are ``compute[name]["decodes"]["by_seed"]``
+    where recorded (each seed's policy spends its own), else the method's."""
+    out: dict[str, list[list[dict]]] = {}
+    for name, entry in ((details or {}).get("methods") or {}).items():
+        if family_of(entry) != "learned" or not entry.get("curve"):
+            continue
+        rows = (details.get("per_problem", {}).get(name) or {}).get(ANSWER_ACCURACY)
+        by_seed = ((details.get("compute", {}).get(name) or {}).get("decodes") or {}).get("by_seed")
+        mean_decodes = decodes_of(details, name, ANSWER_ACCURACY)
+        if not rows or mean_decodes is None:
+            continue
+        seeds = out.setdefault(entry["curve"], [[] for _ in rows[0]])
+        for j in range(min(len(seeds), len(rows[0]))):
+            decodes = statistics.fmean(r[j] for r in by_seed) if by_seed else mean_decodes
+            seeds[j].append({"name": name, "decodes": decodes, "values": [float(r[j]) for r in rows]})
+    return {label: [sorted(points, key=lambda p: p["decodes"]) for points in seeds] for label, seeds in out.items()}
+
+
+def _reference(details: Mapping | None, at: float | None, versus: str | None) -> dict | None:
+    """What a learned curve is set against: the strongest fixed rule at ``at`` decodes, or the method
+    ``versus`` (its per-problem answer, one column per seed, at its own mean decodes)."""
+    if versus is None:
+        ranked = strongest_rules_at(details, at)
+        if not ranked:
+            return None
+        r = ranked[0]
+        return {"name": r["rule"], "at": at, "decodes": r["decodes"], "columns": None, "values": r["values"]}
+    rows = (details or {}).get("per_problem", {}).get(versus, {}).get(ANSWER_ACCURACY)
+    decodes = decodes_of(details, versus, ANSWER_ACCURACY)
+    if not rows or decodes is None:
+        return None
+    return {"name": versus, "at": decodes, "decodes": decodes, "columns": [[float(v) for v in r] for r in rows],
+            "values": [statistics.fmean(r) for r in rows]}
+
+
+def learned_verdicts(details: Mapping | None, levels: Sequence[float] = SENTENCE_LEVELS, versus: str | None = None,
+                     confidence: float = 0.95) -> list[dict]:
+    """Each learned curve (:func:`learned_seed_curves`) against the strongest fixed rule at each of
+    ``levels`` decodes per problem (chosen on validation, :func:`strongest_rules_at`), or against the
+    method ``versus`` at that method's own compute (seed j's curve against its seed-j column). Each
+    seed's curve is read at the level between its two points around it (per problem, linearly: the
+    expected answer of a mixture of the two policies that spends exactly that compute), as the rules'
+    are; a curve that starts above the level does not reach it. Returns one record per (curve, level):
+    ``{curve, at, against, against_accuracy, against_decodes, per_seed: [{seed, decodes, accuracy,
+    diff, low, high} or None], pooled (the seeds' mean per problem against it, paired interval),
+    across_seeds (mean, low, high over the seeds' differences), holds}``; ``holds``: every seed
+    reaches the level, at least :data:`TARGET_GAIN` ahead with its paired interval above 0."""
+    records = []
+    for label, seeds in learned_seed_curves(details).items():
+        for at in ([None] if versus is not None else levels):
+            ref = _reference(details, at, versus)
+            if ref is None:
+                continue
+            per_seed, columns = [], []
+            for j, points in enumerate(seeds):
+                found = curve_at([p["decodes"] for p in points], [p["values"] for p in points], ref["at"])
+                theirs = ref["values"] if ref["columns"] is None else [r[j] for r in ref["columns"]]
+                if found is None or len(found[0]) != len(theirs):
+                    per_seed.append(None)
+                    continue
+                values, used = found
+                c = paired_difference(values, theirs, ANSWER_ACCURACY, confidence)
+                per_seed.append({"seed": j, "decodes": used, "accuracy": statistics.fmean(values),
+                                 "diff": c["diff"], "low": c["low"], "high": c["high"]})
+                columns.append(values)
+            reached = [s for s in per_seed if s is not None]
+            pooled = across = None
+            if reached and len(reached) == len(per_seed):
+                means = [statistics.fmean(v) for v in zip(*columns)]
+                pooled = paired_difference(means, ref["values"], ANSWER_ACCURACY, confidence)
+                across = seed_interval([s["diff"] for s in reached], confidence)
+            holds = bool(reached) and len(reached) == len(per_seed) and all(
+                s["diff"] >= TARGET_GAIN - 1e-12 and s["low"] > 0 for s in reached)
+            records.append({"curve": label, "at": ref["at"], "against": ref["name"],
+                            "against_accuracy": statistics.fmean(ref["values"]), "against_decodes": ref["decodes"],
+                            "per_seed": per_seed, "pooled": pooled, "across_seeds": across, "holds": holds})
+    return records
+
+
+def _interval(c: Mapping) -> str:
+    return f"{signed(c['diff'] * 100, 1)} [{signed(c['low'] * 100, 1)}, {signed(c['high'] * 100, 1)}]"
+
+
+def learned_verdict_lines(details: Mapping | None, confidence: float = 0.95, versus: str | None = None) -> list[str]:
+    """One line per :func:`learned_verdicts` record: each seed's difference with its paired interval,
+    the seeds pooled, the interval across seeds, and whether the target holds."""
+    lines = []
+    for r in learned_verdicts(details, versus=versus, confidence=confidence):
+        seeds = " / ".join("does not reach" if s is None else f"{_interval(s)} ({_pct(s['accuracy'])} at "
+                           f"{s['decodes']:.2f})" for s in r["per_seed"])
+        if versus is None:
+            ends = ("" if abs(r["against_decodes"] - r["at"]) <= 1e-9
+                    else f", its curve ending at {r['against_decodes']:.2f}")
+            where = (f"at **{r['at']:g} decodes per problem** against the strongest fixed rule there, {r['against']} "
+                     f"({_pct(r['against_accuracy'])}{ends})")
+        else:
+            where = (f"at {r['against']}'s compute ({r['at']:.2f} decodes per problem) against it "
+                     f"({_pct(r['against_accuracy'])})")
+        line = f"- {r['curve']} {where}: per training seed {seeds}"
+        if r["pooled"] is not None:
+            a = r["across_seeds"]
+            line += (f"; seeds pooled {_interval(r['pooled'])} (paired {confidence:.0%} CI over problems); across "
+                     f"seeds {signed(a[0] * 100, 1)} [{signed(a[1] * 100, 1)}, {signed(a[2] * 100, 1)}]")
+        if versus is None:
+            line += (f". Target (>= +{TARGET_GAIN * 100:g} points, interval above 0, every seed): "
+                     f"**{'holds' if r['holds'] else 'not met'}**.")
+        else:
+            line += "."
+        lines.append(line)
+    return lines
+
+
+def verdict_lines(details: Mapping | None, confidence: float = 0.95) -> tuple[list[str], list[str], list[str]]:
+    """The section's verdict lines, each computed from ``eval_details`` alone (``benchmarks/rederive.py``
+    recomputes them from the committed file): the strongest rule at each of :data:`SENTENCE_LEVELS`,
+    each learned curve there, and each learned curve against every draft-gated method at its compute."""
+    strongest = [_strongest_sentence(details, at, confidence) for at in SENTENCE_LEVELS]
+    levels = learned_verdict_lines(details, confidence)
+    draft = [n for n, m in ((details or {}).get("methods") or {}).items()  # the learned gates, not their controls
+             if m.get("kind") == "draft" and family_of(m) == "learned"]
+    against_draft = [line for name in draft for line in learned_verdict_lines(details, confidence, versus=name)]
+    return strongest, levels, against_draft
+
+
 def rules_section(results: Mapping, details: Mapping | None, out_dir: str | Path,
                   file: str = "rules_vs_compute.png") -> str:
     """Markdown: every fixed rule's curve on the evaluated problems (a table at 1-8 decodes per
-    problem and the figure, written into ``out_dir``), the strongest rule at each of
+    problem, and the figure, written into ``out_dir``, with the learned curves beside the rules'), the strongest rule at each of
     :data:`SENTENCE_LEVELS` with its paired interval against the runner-up, and each learned
     method against the strongest rule at its own compute; '' without rule curves."""
     curves = rule_curves(details)
@@ -173,14 +307,15 @@ def rules_section(results: Mapping, details: Mapping | None, out_dir: str | Path
         return ""
     confidence = (details or {}).get("config", {}).get("confidence", 0.95)
     names = {p["name"] for points in curves.values() for p in points}
-    points = [p for p in answer_points({}, details) if p["method"] in names]
+    names |= {p["name"] for seeds in learned_seed_curves(details).values() for points in seeds for p in points}
+    points = [p for p in answer_points({}, details) if p["method"] in names]  # the rules and the learned curves
     plots.plot_answer_vs_compute(points, Path(out_dir) / file, confidence=confidence)
     problems = len(next(iter(curves.values()))[0]["values"])
     methods = (details or {}).get("methods", {})
     first = methods.get(next(iter(curves.values()))[0]["name"], {})
     read = first.get("answer_rule", "").split(" over ", 1)
     sequence = f" Each reads {read[1]}." if len(read) == 2 else ""
-    text = (f"![fixed rules: answer accuracy per compute]({file})\n\n"
+    text = (f"![fixed rules and learned curves: answer accuracy per compute]({file})\n\n"
             f"The fixed answer rules (docs/rules.md), each scored from one stored table of samples of the {problems} "
             "evaluated problems (common random numbers: every rule reads the same samples), its knobs tuned on a "
             "validation table for each compute level: at each level, the setting with the best validation answer "
@@ -190,8 +325,15 @@ def rules_section(results: Mapping, details: Mapping | None, out_dir: str | Path
             "at d decodes; –: it does not reach); bold: the highest in the column. The table is one draw of the "
             "samples (seed 0): a rule's value is the same for every evaluation seed.\n\n" + _curve_table(curves)
             + "\n\nThe strongest rule at a compute level is chosen on validation (its validation curve interpolated "
-            "there is the highest) and scored on the evaluated problems:\n\n"
-            + "\n".join(_strongest_sentence(details, at, confidence) for at in SENTENCE_LEVELS))
+            "there is the highest) and scored on the evaluated problems:\n\n")
+    strongest, levels, against_draft = verdict_lines(details, confidence)
+    text += "\n".join(strongest)
+    if levels:
+        text += ("\n\nEach learned curve (one policy per price and training seed) at the compute levels above, "
+                 "each seed's curve read between its two policies around the level:\n\n" + "\n".join(levels))
+    if against_draft:
+        text += ("\n\nAnd against the draft-gated adapter at its own compute (the same problems, seed j's curve "
+                 "against its seed j):\n\n" + "\n".join(against_draft))
     learned = _learned_lines(results, details, confidence)
     if learned:
         text += ("\n\nEach learned method's own answer against the strongest fixed rule at its compute (the same "
