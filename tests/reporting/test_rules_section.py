@@ -153,7 +153,8 @@ def test_learned_curve_against_the_draft_gated_adapter_at_its_compute(tmp_path):
     details["methods"]["Draft-gated"] = {"kind": "draft", "family": "learned", "decodes_per_problem": {"answer": 1.3}}
     details["per_problem"]["Draft-gated"] = {"answer_accuracy": [[1.0, 0.0]] * 3 + [[0.0, 1.0]] * 7}
     # a control of the gate (a fixed rule decoded as a draft-gated method) is not what the line compares with
-    details["methods"]["Random gate"] = {"kind": "draft", "family": "fixed rule", "decodes_per_problem": {"answer": 1.3}}
+    details["methods"]["Random gate"] = {"kind": "draft", "family": "fixed rule",
+                                         "decodes_per_problem": {"answer": 1.3}}
     details["per_problem"]["Random gate"] = details["per_problem"]["Draft-gated"]
     (r,) = learned_verdicts(details, versus="Draft-gated")
     assert r["at"] == 1.3 and r["against"] == "Draft-gated"

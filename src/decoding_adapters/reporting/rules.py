@@ -299,16 +299,17 @@ def verdict_lines(details: Mapping | None, confidence: float = 0.95) -> tuple[li
 def rules_section(results: Mapping, details: Mapping | None, out_dir: str | Path,
                   file: str = "rules_vs_compute.png") -> str:
     """Markdown: every fixed rule's curve on the evaluated problems (a table at 1-8 decodes per
-    problem, and the figure, written into ``out_dir``, with the learned curves beside the rules'), the strongest rule at each of
-    :data:`SENTENCE_LEVELS` with its paired interval against the runner-up, and each learned
-    method against the strongest rule at its own compute; '' without rule curves."""
+    problem, and the figure, written into ``out_dir``, with the learned curves beside the rules'),
+    the strongest rule at each of :data:`SENTENCE_LEVELS` with its paired interval against the
+    runner-up, and each learned method against the strongest rule at its own compute; '' without
+    rule curves."""
     curves = rule_curves(details)
     if not curves:
         return ""
     confidence = (details or {}).get("config", {}).get("confidence", 0.95)
     names = {p["name"] for points in curves.values() for p in points}
     names |= {p["name"] for seeds in learned_seed_curves(details).values() for points in seeds for p in points}
-    points = [p for p in answer_points({}, details) if p["method"] in names]  # the rules and the learned curves
+    points = [p for p in answer_points({}, details) if p["method"] in names]  # the rules' and learned curves
     plots.plot_answer_vs_compute(points, Path(out_dir) / file, confidence=confidence)
     problems = len(next(iter(curves.values()))[0]["values"])
     methods = (details or {}).get("methods", {})
