@@ -721,23 +721,18 @@ def _draft_details(m: Method, cfg, problems, choices, store: _Store) -> dict:
             known = [store.length[key] for key in keys if key in store.length]
             per_action.append(statistics.fmean(known) if known else 0.0)
         redecode.append(per_action)
-    outcomes = []
-    for s in range(cfg.seeds):
-        per_problem = []
-        for i in range(len(problems)):
-            per_action = []
-            for a in m.actions:
-                known = [store.correct[k] for k in (_static_key(a, s, i, j, once, stop) for j in range(cfg.n))
-                         if k in store.correct]
-                per_action.append(statistics.fmean(known) if known else None)
-            per_problem.append(per_action)
-        outcomes.append(per_problem)
+
+    def outcome(a, s, i):  # the mean correctness of the action's decoded samples; None where none was
+        known = [store.correct[k] for j in range(cfg.n) if (k := _static_key(a, s, i, j, once, stop)) in store.correct]
+        return statistics.fmean(known) if known else None
+
     confidence = store.draft_confidence.get(m.name)
     return {"k_values": list(cfg.k_values), "choices_by_seed": choices[m.name],
             **draft_compute(choices[m.name], cfg, lengths, redecode),
             "confidence": {} if confidence is None else {
                 p.id: dict(zip(CONFIDENCE_FEATURES, map(float, row))) for p, row in zip(problems, confidence.tolist())},
-            "redecode_outcomes": outcomes}
+            "redecode_outcomes": [[[outcome(a, s, i) for a in m.actions] for i in range(len(problems))]
+                                  for s in range(cfg.seeds)]}
 
 
 def subset_cost(sources: Sequence, costs: Mapping, k: int) -> tuple[float, float]:

@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 from ..core.stats import seed_interval
 from ..evaluation.methods import ANSWER_ACCURACY
 from . import plots
-from .cells import family_of, method_info, signed, table_row
+from .cells import adapter_group, family_of, method_info, signed, table_row
 from .compute import answer_points
 from .verdicts import decodes_of, paired_difference, per_problem_means
 
@@ -290,8 +290,8 @@ def verdict_lines(details: Mapping | None, confidence: float = 0.95) -> tuple[li
     each learned curve there, and each learned curve against every draft-gated method at its compute."""
     strongest = [_strongest_sentence(details, at, confidence) for at in SENTENCE_LEVELS]
     levels = learned_verdict_lines(details, confidence)
-    draft = [n for n, m in ((details or {}).get("methods") or {}).items()  # the learned gates, not their controls
-             if m.get("kind") == "draft" and family_of(m) == "learned"]
+    # the learned draft gates, not their controls (fixed rules decoded as draft-gated methods)
+    draft = [n for n, m in ((details or {}).get("methods") or {}).items() if adapter_group(m) == "draft"]
     against_draft = [line for name in draft for line in learned_verdict_lines(details, confidence, versus=name)]
     return strongest, levels, against_draft
 
