@@ -17,8 +17,9 @@ import argparse
 import json
 import time
 
-from decoding_adapters.evaluation.rules import RULES, greedy_then, rule_grid, tune_rules
+from decoding_adapters.evaluation.rules import greedy_then, rule_grid, tune_rules
 from decoding_adapters.evaluation.sample_table import synthetic_sample_table
+from decoding_adapters.policies.fixed_rules import RULES
 
 
 def main() -> None:

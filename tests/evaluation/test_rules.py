@@ -12,7 +12,16 @@ import pytest
 import torch
 
 from decoding_adapters.decoding.actions import GREEDY, DecodingAction
-from decoding_adapters.evaluation.rules import (
+from decoding_adapters.evaluation.rules import draws_from_table, greedy_then, rule_grid, tune_rules
+from decoding_adapters.evaluation.sample_table import (
+    CONFIDENCE_FEATURES,
+    ConfidenceConfig,
+    SampleTable,
+    build_sample_table,
+    confidence_summary,
+    synthetic_sample_table,
+)
+from decoding_adapters.policies.fixed_rules import (
     RULES,
     Draws,
     RuleSetting,
@@ -22,23 +31,11 @@ from decoding_adapters.evaluation.rules import (
     confidence_threshold,
     deepconf_offline,
     deepconf_online,
-    draws_from_table,
     esc,
-    greedy_then,
     reasc,
-    rule_grid,
     score_setting,
     self_consistency,
-    tune_rules,
     vote,
-)
-from decoding_adapters.evaluation.sample_table import (
-    CONFIDENCE_FEATURES,
-    ConfidenceConfig,
-    SampleTable,
-    build_sample_table,
-    confidence_summary,
-    synthetic_sample_table,
 )
 from decoding_adapters.tasks import get_task
 
@@ -369,7 +366,7 @@ def test_rules_command_tunes_on_validation_and_writes_curves(tmp_path, capsys):
 
 
 def test_calibration_is_a_rising_curve_where_confidence_predicts_correctness():
-    from decoding_adapters.evaluation.rules import Calibration
+    from decoding_adapters.policies.fixed_rules import Calibration
 
     gen = np.random.default_rng(0)
     conf = gen.normal(size=2000)

@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 
 from decoding_adapters.evaluation import EvalConfig, greedy_method
-from decoding_adapters.evaluation.rules import RULE_LABELS, RULES
 from decoding_adapters.experiments import pipeline
 from decoding_adapters.experiments.pipeline import RulesConfig, StudyConfig
+from decoding_adapters.policies.fixed_rules import RULE_LABELS, RULES
 from decoding_adapters.reporting.compute import answer_points
 from decoding_adapters.tasks import get_task
 

@@ -10,8 +10,9 @@ import torch
 
 from decoding_adapters.decoding.actions import GREEDY, DecodingAction
 from decoding_adapters.decoding.attempts import AttemptState
-from decoding_adapters.evaluation.rules import Calibration, RuleSetting, greedy_then, score_setting
+from decoding_adapters.evaluation.rules import greedy_then
 from decoding_adapters.evaluation.sample_table import synthetic_sample_table
+from decoding_adapters.policies.fixed_rules import Calibration, RuleSetting, score_setting
 from decoding_adapters.policies.kind_rule import RuleConfig, RuleDecider, save_rule_adapter
 from decoding_adapters.policies.networks import AdapterConfig, load_adapter
 

@@ -23,8 +23,9 @@ from pathlib import Path
 from ..core.files import write_json
 from ..decoding.actions import GREEDY, DecodingAction
 from ..decoding.rollouts import STOP_AT_ANSWER
-from ..evaluation.rules import COMPUTE_LEVELS, RULES, fit_calibrations, greedy_then, tune_rules
+from ..evaluation.rules import COMPUTE_LEVELS, fit_calibrations, greedy_then, tune_rules
 from ..evaluation.sample_table import SampleTable, build_sample_table, pass_at_k_curve
+from ..policies.fixed_rules import RULES
 from ..policies.kind_rule import save_rule_adapter
 from ..reporting.plots import method_color
 from ..tasks import task_record

@@ -20,8 +20,8 @@ from pathlib import Path
 from ..core.files import write_json
 from ..decoding.actions import GREEDY, DecodingAction
 from ..evaluation.attempt import format_curve, price_curve, rule_baselines, seed_agreement
-from ..evaluation.rules import RULES
 from ..evaluation.sample_table import SampleTable, build_sample_table
+from ..policies.fixed_rules import RULES
 from ..training.attempt import AttemptTrainConfig
 from .common import add_model_arguments, add_rollout_arguments, add_task_arguments, build_lm, build_task, load_problems
 from .config_args import add_config_arguments, build_config

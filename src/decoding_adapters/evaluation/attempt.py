@@ -34,8 +34,9 @@ from ..decoding.attempts import sequential_attempts
 from ..decoding.loop import row_seed
 from ..decoding.rollouts import answer_stops, encode_problems
 from ..policies.attempt import AttemptInputs, AttemptOutcome, PolicyDecider, walk
+from ..policies.fixed_rules import RULES, RuleSetting, score_setting, vote
 from ..training.attempt import FEATURE_SETS, AttemptTrainConfig, AttemptTrainer, policy_config_from_table
-from .rules import RULES, RuleSetting, fit_calibrations, greedy_then, score_setting, tune_rules, vote
+from .rules import fit_calibrations, greedy_then, tune_rules
 from .sample_table import (
     CONFIDENCE_FEATURES,
     TABLE_FORMAT,

@@ -1,7 +1,7 @@
 """The fixed answer rules people use to spend more samples only where they help, scored from a
 stored table of samples (``evaluation.sample_table``) instead of decoding. The rules themselves are
-pure functions in ``policies.fixed_rules`` (re-exported here), where the ``rule`` adapter kind runs
-them live; this module holds the draws of a table, the grids and the tuning.
+pure functions in ``policies.fixed_rules``, where the ``rule`` adapter kind runs them live; this
+module holds the draws of a table, the grids and the tuning.
 
 What a rule reads and returns, how votes and ties count, and each rule's definition with its paper:
 ``policies.fixed_rules`` (settings and what the papers report: ``docs/rules.md``).
@@ -20,60 +20,17 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..policies.fixed_rules import (  # re-exported: the rules live where the rule adapter kind runs them
-    LOWER_IS_CONFIDENT,
-    RULE_LABELS,
+from ..policies.fixed_rules import (
     RULES,
     Calibration,
     Draws,
-    RuleResult,
     RuleSetting,
-    Scored,
-    adaptive_consistency,
-    beta_exceeds_half,
-    cges,
-    confidence_threshold,
-    deepconf_offline,
-    deepconf_online,
     draw_correct,
-    esc,
-    prefix_leaders,
-    reasc,
     score_setting,
-    self_consistency,
-    setting_from_dict,
-    vote,
 )
 
-__all__ = [
-    "Draws",
-    "RuleResult",
-    "Scored",
-    "LOWER_IS_CONFIDENT",
-    "draws_from_table",
-    "greedy_then",
-    "vote",
-    "prefix_leaders",
-    "beta_exceeds_half",
-    "self_consistency",
-    "esc",
-    "adaptive_consistency",
-    "deepconf_offline",
-    "deepconf_online",
-    "reasc",
-    "cges",
-    "confidence_threshold",
-    "Calibration",
-    "RuleSetting",
-    "rule_grid",
-    "score_setting",
-    "tune_rules",
-    "fit_calibrations",
-    "setting_from_dict",
-    "RULE_LABELS",
-    "RULES",
-    "COMPUTE_LEVELS",
-]
+__all__ = ["draws_from_table", "greedy_then", "rule_grid", "tune_rules", "fit_calibrations",
+           "COMPUTE_LEVELS"]
 
 COMPUTE_LEVELS = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)
 """Mean decodes per problem at which ``tune_rules`` picks each rule's setting."""

@@ -55,17 +55,10 @@ from ..evaluation import (
 )
 from ..evaluation import draft as draft_eval
 from ..evaluation.attempt import rule_baselines, seed_agreement, train_and_score
-from ..evaluation.rules import (
-    RULE_LABELS,
-    RULES,
-    fit_calibrations,
-    greedy_then,
-    score_setting,
-    setting_from_dict,
-    tune_rules,
-)
+from ..evaluation.rules import fit_calibrations, greedy_then, tune_rules
 from ..evaluation.sample_table import SampleTable, build_sample_table
 from ..policies.draft import DraftContextConfig
+from ..policies.fixed_rules import RULE_LABELS, RULES, score_setting, setting_from_dict
 from ..policies.networks import load_adapter
 from ..selection.coverage import OutcomeTable, build_pool, evaluate_pool, select_from_table, write_outputs
 from ..training.attempt import AttemptTrainConfig
@@ -165,7 +158,7 @@ class RulesConfig:
     problems: int = 400
     """Validation problems of the tuning table (the first of the validation split)."""
     rules: tuple[str, ...] = RULES
-    """Rules tuned and scored (``evaluation.rules.RULES``)."""
+    """Rules tuned and scored (``policies.fixed_rules.RULES``)."""
     hidden: bool = False
     """The tables also keep each sample's mean hidden state (the rules read none; a learned policy
     over the same tables may)."""

@@ -41,7 +41,7 @@ The rules (their papers, settings and what they report: ``docs/rules.md``):
   vote too when ``with_draft``).
 
 Tuning (``evaluation.rules.tune_rules``) and the draws of a stored table (``draws_from_table``,
-``greedy_then``) live in ``evaluation.rules``, which re-exports everything here.
+``greedy_then``) live in ``evaluation.rules``.
 """
 
 from __future__ import annotations
