@@ -7,7 +7,15 @@ import statistics
 import pytest
 
 from decoding_adapters.core.stats import paired_ci
-from decoding_adapters.reporting.rules import curve_at, rule_curves, rules_section, strongest_rules_at
+from decoding_adapters.reporting.rederive import Rederivation, RunFiles, check_rules_section
+from decoding_adapters.reporting.rules import (
+    curve_at,
+    learned_seed_curves,
+    learned_verdicts,
+    rule_curves,
+    rules_section,
+    strongest_rules_at,
+)
 
 PROBLEMS = 10
 
@@ -110,8 +118,6 @@ def _with_attempt_curve():
 
 
 def test_learned_curves_read_each_seed_at_the_level_against_the_strongest_rule():
-    from decoding_adapters.reporting.rules import learned_seed_curves, learned_verdicts
-
     details = _with_attempt_curve()
     seeds = learned_seed_curves(details)["Attempt policy"]
     assert [[p["decodes"] for p in points] for points in seeds] == [[1.0, 2.0], [1.2, 1.4]]
@@ -134,8 +140,6 @@ def test_learned_curves_read_each_seed_at_the_level_against_the_strongest_rule()
 
 
 def test_learned_target_holds_only_when_every_seed_is_ahead(tmp_path):
-    from decoding_adapters.reporting.rules import learned_verdicts
-
     details = _with_attempt_curve()
     # a curve that never reaches 1.5 from below on one seed does not reach the level there
     details["compute"]["Attempt policy (price 0.2)"]["decodes"]["by_seed"] = [[1.0, 1.6]] * PROBLEMS
@@ -147,8 +151,6 @@ def test_learned_target_holds_only_when_every_seed_is_ahead(tmp_path):
 
 
 def test_learned_curve_against_the_draft_gated_adapter_at_its_compute(tmp_path):
-    from decoding_adapters.reporting.rules import learned_verdicts
-
     details = _with_attempt_curve()
     details["methods"]["Draft-gated"] = {"kind": "draft", "family": "learned", "decodes_per_problem": {"answer": 1.3}}
     details["per_problem"]["Draft-gated"] = {"answer_accuracy": [[1.0, 0.0]] * 3 + [[0.0, 1.0]] * 7}
@@ -167,8 +169,6 @@ def test_learned_curve_against_the_draft_gated_adapter_at_its_compute(tmp_path):
 
 
 def test_the_section_verdicts_rederive_from_the_per_problem_values_and_a_changed_value_shows(tmp_path):
-    from decoding_adapters.reporting.rederive import Rederivation, RunFiles, check_rules_section
-
     details = _with_attempt_curve()
     text = rules_section({}, details, tmp_path)
     out = Rederivation()
