@@ -131,8 +131,12 @@ class Task(ABC):
         return [self.reward(p, c) for p, c in zip(problems, completions)]
 
     def extract_answer(self, problem: Problem, completion: str) -> str:
-        """The answer ``completion`` states, normalised so that equal answers compare equal (for
-        majority voting); "" when it states none. Default: the stripped completion."""
+        """The answer ``completion`` states, as the task's verifier reads it (the number, the
+        normalised expression, the program), normalised so that answers the verifier treats alike
+        compare equal; "" when it states none. It is the one answer key: every vote (the fixed
+        rules' sample tables, the attempt policy, majority metrics, ``generate``'s ``answer``)
+        groups samples by it, so two wordings of one answer are one answer. Never raises.
+        Default: the stripped completion (a task whose verifier reads no part of it)."""
         return completion.strip()
 
     def answer_complete(self, problem: Problem, text: str) -> bool:

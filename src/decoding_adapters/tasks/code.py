@@ -166,6 +166,11 @@ class _SandboxedTask(Task):
         """Limits for one run of a completion."""
         return SandboxConfig(timeout_s=self.timeout_s, memory_mb=self.memory_mb)
 
+    def extract_answer(self, problem: Problem, completion: str) -> str:
+        """The program the verifier runs (:func:`~decoding_adapters.tasks.extract.extract_code`),
+        stripped: completions that explain the same code differently are one answer."""
+        return guarded(lambda text: extract_code(text).strip(), completion, default="")
+
 
 @register_task("humaneval")
 @dataclass
