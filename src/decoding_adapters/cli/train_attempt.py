@@ -86,7 +86,7 @@ def _tables(args, options: TrainAttemptOptions) -> tuple[SampleTable, SampleTabl
                if not (Path(path) / "header.json").is_file() or len(SampleTable.load(path).problem_ids) < n]
     if missing:
         task = build_task(args)
-        problems = {split: load_problems(task, split, n) for _, split, n in missing}
+        problems = {split: load_problems(task, split, n, args.seed) for _, split, n in missing}
         lm = build_lm(args)
         arms = [GREEDY] + [DecodingAction(temperature=t) for t in options.temperatures]
         rows_per_problem = 1 + len(options.temperatures) * options.samples

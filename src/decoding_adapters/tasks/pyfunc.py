@@ -947,6 +947,10 @@ class PyFuncTask(Task):
             self._splits = build_splits(self.config)
         return list(self._splits[split])
 
+    def draw_order(self, problems: Sequence[Problem], seed: int) -> list[Problem]:
+        """The split's own order: every prefix keeps the family mix (a subset is its first problems)."""
+        return list(problems)
+
     def prompt(self, problem: Problem, cot: bool = False) -> list[dict[str, str]]:
         suffix = self.cot_instruction if cot else self.instruction
         return chat_messages(self.system_prompt, problem.question + suffix)
