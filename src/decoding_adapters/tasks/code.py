@@ -38,7 +38,8 @@ from pathlib import Path
 from types import CodeType
 from typing import Any, ClassVar
 
-from ..sandbox.runner import FunctionSession, SandboxConfig, execute
+from ..sandbox.functions import FunctionSession
+from ..sandbox.runner import SandboxConfig, execute
 from .base import (
     Problem,
     SplitSource,
@@ -90,7 +91,7 @@ def humaneval_passes(prompt: str, code: str, test: str, entry_point: str, config
     The verdict cannot be forged by the code: ``check`` (trusted dataset code holding the
     expected values) runs here, in this process, with a stand-in ``candidate`` that sends each
     call's arguments to the sandboxed solution and gets back the literal it returned (see
-    :class:`~decoding_adapters.sandbox.runner.FunctionSession`). The sandboxed process sees neither the
+    :class:`~decoding_adapters.sandbox.functions.FunctionSession`). The sandboxed process sees neither the
     tests nor the expected values, and nothing it prints or does to itself counts.
     """
     namespace: dict[str, Any] = {"__name__": "humaneval_check"}

@@ -24,7 +24,7 @@ call. The worker talks to training over pipes of its own (fd 1 is pointed at std
 a print nor a child process can write into the channel; a reply that is not one JSON line scores
 0 with a warning), has an address-space cap and a process cap (``VERIFIER_MEMORY_MB``,
 ``VERIFIER_MAX_PROCESSES``; for the worker and all its children together where the host gives it
-a control group, see ``sandbox.runner.helper_control_group``), and dies with training. A
+a control group, see ``sandbox.cgroups.helper_control_group``), and dies with training. A
 process, not a thread, because a hung thread can be neither stopped nor prevented from
 holding the GIL (a catastrophic regex does), and it keeps burning a core. The one exception: a
 Python callable that cannot be imported by name (a lambda, a function defined in ``__main__``) runs
@@ -75,7 +75,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Union
 
-from ..sandbox.runner import helper_control_group, release_control_group
+from ..sandbox.cgroups import helper_control_group, release_control_group
 from ._verifier_worker import wants_meta
 from .arithmetic import arithmetic_answer_complete
 from .base import (
