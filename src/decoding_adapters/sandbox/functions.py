@@ -227,13 +227,19 @@ def _literal(node: ast.AST) -> Any:
         if isinstance(left, (int, float)) and isinstance(right, complex) and not isinstance(left, bool):
             return left + right if isinstance(node.op, ast.Add) else left - right
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
-        if node.func.id in ("set", "frozenset") and len(node.args) <= 1:
-            items = _literal(node.args[0]) if node.args else ()
-            if isinstance(items, (list, tuple, set, frozenset)):
-                return (set if node.func.id == "set" else frozenset)(items)
-        if node.func.id == "float" and len(node.args) == 1 and isinstance(node.args[0], ast.Constant):
-            if node.args[0].value in ("inf", "-inf", "nan"):
-                return float(node.args[0].value)
+        return _literal_call(node)
+    raise ValueError(f"not a literal: {ast.dump(node)[:80]}")
+
+
+def _literal_call(node: ast.Call) -> Any:
+    """The calls a ``repr`` may hold: ``set()``, ``set([...])``, ``frozenset(...)``, ``float("inf")``."""
+    if node.func.id in ("set", "frozenset") and len(node.args) <= 1:
+        items = _literal(node.args[0]) if node.args else ()
+        if isinstance(items, (list, tuple, set, frozenset)):
+            return (set if node.func.id == "set" else frozenset)(items)
+    if node.func.id == "float" and len(node.args) == 1 and isinstance(node.args[0], ast.Constant):
+        if node.args[0].value in ("inf", "-inf", "nan"):
+            return float(node.args[0].value)
     raise ValueError(f"not a literal: {ast.dump(node)[:80]}")
 
 
