@@ -59,6 +59,9 @@ def test_only_the_task_and_the_published_evidence_run_name_the_sealed_split():
 
 # ---- sealed2: disjoint by content -----------------------------------------------------------------
 
+SEALED2_DIGEST = "d05205e284bc11a2809bed79ee27063e89922a1f28fcd2d38f14401a2dfe2f0f"
+"""The default ``sealed2`` split (ids, questions, answers, meta): it must never change."""
+
 
 def test_sealed2_shares_no_family_and_operands_with_any_other_split():
     """At the default sizes and the published run's: no problem of sealed2 asks a sum (family and
@@ -79,6 +82,7 @@ def test_sealed2_is_its_own_and_leaves_every_other_split_as_it_was():
     assert ArithmeticTask().load("sealed") == sealed  # building sealed2 first changes nothing
     assert get_task("arithmetic", **PUBLISHED_SIZES).load("sealed2") == sealed2  # stable as train grows
     assert ArithmeticTask(sealed2_seed=1).load("sealed2") != sealed2
+    assert _digest(sealed2) == SEALED2_DIGEST  # the next evidence run re-derives from exactly these
     assert ArithmeticTask().config.sealed2_seed not in (ArithmeticTask().config.sealed_seed, 0)
 
 

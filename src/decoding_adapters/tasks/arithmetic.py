@@ -55,6 +55,7 @@ Report its results per family: its word problems have larger operands than the t
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -400,6 +401,7 @@ def build_sealed_split(cfg: ArithmeticConfig, others: Mapping[str, list[Problem]
     return _problems("sealed", kept, served)
 
 
+_DIGITS = re.compile(r"\d+")
 _WORD_FAMILIES = frozenset({"add_word", "sub_word"})
 """Families whose operands come from ``small_range`` inside a sentence: ``sealed2`` widens their range."""
 
@@ -407,7 +409,7 @@ _WORD_FAMILIES = frozenset({"add_word", "sub_word"})
 def operands(question: str) -> tuple[int, ...]:
     """The numbers a generated question holds, in order ("Tom has 3 apples and buys 4 more..." ->
     ``(3, 4)``): with the family, what a problem asks whatever its wording."""
-    return tuple(int(n) for n in re.findall(r"\d+", question))
+    return tuple(map(int, _DIGITS.findall(question)))
 
 
 def content_key(problem: Problem) -> tuple[str, tuple[int, ...]]:
@@ -450,6 +452,10 @@ def build_sealed2_split(cfg: ArithmeticConfig, others: Mapping[str, list[Problem
         return []
     served = {("sealed2", family): candidates[family] for family in weights}
     return _problems("sealed2", family_schedule(weights, cfg.sealed2_size), served)
+
+
+_SEALED2_BUILT: dict[str, list[Problem]] = {}
+"""``sealed2`` by config (JSON): ~1 s to build (the word problems' wider pool), so once per process."""
 
 
 def _problems(split: str, schedule: list[str], served: Mapping[tuple[str, str], list]) -> list[Problem]:
@@ -592,7 +598,6 @@ class ArithmeticTask(Task):
         self.system_prompt = resolve_system_prompt(system_prompt)
         self._splits: dict[str, list[Problem]] | None = None
         self._sealed: list[Problem] | None = None
-        self._sealed2: list[Problem] | None = None
 
     def load(self, split: str) -> list[Problem]:
         self.check_split(split)
@@ -605,10 +610,13 @@ class ArithmeticTask(Task):
                 self._sealed = build_sealed_split(self.config, {**self._splits, "ood": build_ood_split(self.config)})
             return list(self._sealed)
         if split == "sealed2":  # built on its own (once), clear of every other split's family and operands
-            if self._sealed2 is None:
+            key = json.dumps(self.config.to_dict(), sort_keys=True)
+            if key not in _SEALED2_BUILT:
                 others = {**self._splits, "ood": build_ood_split(self.config), "sealed": self.load("sealed")}
-                self._sealed2 = build_sealed2_split(self.config, others)
-            return list(self._sealed2)
+                if len(_SEALED2_BUILT) >= 4:  # a few configs at most: tests build several
+                    _SEALED2_BUILT.clear()
+                _SEALED2_BUILT[key] = build_sealed2_split(self.config, others)
+            return list(_SEALED2_BUILT[key])
         return list(self._splits[split])
 
     def draw_order(self, problems: Sequence[Problem], seed: int) -> list[Problem]:
