@@ -184,3 +184,24 @@ def test_the_attempt_policy_answers_with_the_number(tiny_lm, tmp_path, numeric_t
     policy.set_standardisation(AttemptInputs.from_table(table))
     live = attempt_decode(tiny_lm, numeric_task, problems, policy, arms, token_budget=12)
     assert all(a == "" or NUMBER_KEY.fullmatch(a) for a in live.answers)
+
+
+def test_generate_s_answer_is_the_number(tiny_lm, tmp_path):
+    """A rule adapter on a JSONL word-problem file: the answer ``generate`` gives is the number its
+    votes grouped, not a completion."""
+    from adapter_helpers import save_tiny_base
+
+    from decoding_adapters.decoding.actions import GREEDY, DecodingAction
+    from decoding_adapters.policies.kind_rule import save_rule_adapter
+    from decoding_adapters.serving.adapter import Adapter
+
+    options = {"data": f"test={DATA / 'svamp_like.jsonl'}", "verifier": "numeric",
+               "question_template": "{Body} {Question}", "answer_field": "Answer"}
+    base = str(save_tiny_base(tiny_lm, tmp_path / "base"))
+    actions = [GREEDY.to_dict(), DecodingAction(temperature=1.0).to_dict()]
+    directory = save_rule_adapter(tmp_path / "sc", "self_consistency", {"n": 4}, actions, task="jsonl",
+                                  task_options=options, token_budget=12, stop_at_answer=False, base_model=base)
+    generator = Adapter.from_pretrained(directory, lm=tiny_lm).generator()
+    said = generator.generate(["Jake has 7 fewer peaches than Steven. How many?", "Dan had 97 cards."], token_budget=12)
+    assert all(g.answer == "" or NUMBER_KEY.fullmatch(g.answer) for g in said)
+    assert any(g.answer for g in said) and all(g.decodes == 4 for g in said)
