@@ -57,7 +57,8 @@ class TaskOptions:
     system_prompt: str | None = None
     """system prompt preset (e.g. qwen3-math-nothink) or literal text"""
     max_problems: int | None = None
-    """use at most this many problems of the split"""
+    """use at most this many problems of the split: from a file drawn at random with --seed, of a generated
+    task its first ones"""
     verifier: str | None = None
     """task jsonl: math (answer extraction + math-verify), numeric (the final number), exact (the default:
     last line equals the answer), or your own module:function, e.g. mypkg.check:score"""

@@ -38,7 +38,8 @@ class TrainAttemptOptions:
     val_table: str | None = None
     """validation sample table directory (built when it holds none; default OUT/tables/validation)"""
     train_problems: int = 400
-    """training problems when the training table is built (the last --holdout share of them is scored on)"""
+    """training problems when the training table is built (from a file drawn at random with --seed; the last
+    --holdout share of them is scored on)"""
     val_problems: int = 400
     """validation problems when the validation table is built (keep-best and the rules' settings are chosen there)"""
     temperatures: tuple[float, ...] = (0.5,)
