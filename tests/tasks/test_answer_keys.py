@@ -190,7 +190,6 @@ def test_generate_s_answer_is_the_number(tiny_lm, tmp_path):
     """A rule adapter on a JSONL word-problem file: the answer ``generate`` gives is the number its
     votes grouped, not a completion."""
     from adapter_helpers import save_tiny_base
-
     from decoding_adapters.decoding.actions import GREEDY, DecodingAction
     from decoding_adapters.policies.kind_rule import save_rule_adapter
     from decoding_adapters.serving.adapter import Adapter
