@@ -26,6 +26,7 @@ import statistics
 import time
 
 from decoding_adapters.sandbox import runner as sandbox
+from decoding_adapters.sandbox.functions import FunctionSession
 
 MiB = 2**20
 
@@ -335,7 +336,7 @@ def measure(kind: str, size: int, config: sandbox.SandboxConfig) -> dict:
     """Hold ``size`` objects of ``kind`` in one run; the host's and the run's figures meanwhile."""
     code = PRELUDE + KINDS[kind]
     before = meminfo()
-    with sandbox.FunctionSession(code, "f", config) as session:
+    with FunctionSession(code, "f", config) as session:
         started = time.monotonic()
         outcome = session.call_outcome(size)
         made_s = time.monotonic() - started

@@ -29,6 +29,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from decoding_adapters.sandbox import functions
 from decoding_adapters.sandbox import runner as sandbox
 
 
@@ -80,10 +81,10 @@ def main() -> None:
     figures["programs_per_s"] = round(args.runs / elapsed, 1)
     print(f"execute_batch: {figures['programs_per_s']} programs/s ({args.workers} at a time)")
 
-    if hasattr(sandbox, "call_function_batch"):
+    if hasattr(functions, "call_function_batch"):
         jobs = [(f"def f(x):\n    return x * {i}", "f", [(k,) for k in range(5)]) for i in range(args.runs)]
         started = time.perf_counter()
-        called = sandbox.call_function_batch(jobs, config, workers=args.workers)
+        called = functions.call_function_batch(jobs, config, workers=args.workers)
         elapsed = time.perf_counter() - started
         assert [r.values for r in called] == [[k * i for k in range(5)] for i in range(args.runs)]
         figures["function_programs_per_s"] = round(args.runs / elapsed, 1)
@@ -102,7 +103,9 @@ def load_baseline(source: str):
     sys.modules["baseline_sandbox"] = package
     spec.loader.exec_module(package)
     runner = importlib.import_module("baseline_sandbox.runner")
-    runner._CGROUPS._counter = 10**6  # run-<pid>-<n>: names apart from ours
+    # run-<pid>-<n>: names apart from ours (the groups live in runner in older versions)
+    groups = getattr(runner, "_CGROUPS", None) or importlib.import_module("baseline_sandbox.cgroups").CONTROL_GROUPS
+    groups._counter = 10**6
     runner._UIDS._free.rotate(-runner.UID_SLOTS // 2)  # uids apart from ours
     return runner
 

@@ -10,7 +10,8 @@ import os
 
 import pytest
 
-from decoding_adapters.sandbox.runner import SOCKET_MEMORY_BYTES, SandboxConfig, execute, probe_isolation
+from decoding_adapters.sandbox.cgroups import SOCKET_MEMORY_BYTES
+from decoding_adapters.sandbox.runner import SandboxConfig, execute, probe_isolation
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the sandbox needs POSIX")
 

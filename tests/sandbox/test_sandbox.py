@@ -14,19 +14,17 @@ from pathlib import Path
 
 import pytest
 
+from decoding_adapters.sandbox import cgroups
 from decoding_adapters.sandbox import runner as sandbox
+from decoding_adapters.sandbox.functions import FunctionSession, call_function, call_function_batch, parse_literal
 from decoding_adapters.sandbox.runner import (
     UID_BASE,
     ExecutionResult,
-    FunctionSession,
     Layers,
     SandboxConfig,
     SandboxError,
-    call_function,
-    call_function_batch,
     classify,
     execute_batch,
-    parse_literal,
     probe_isolation,
     run_code,
 )
@@ -351,9 +349,9 @@ def test_runs_degrade_gracefully_where_namespaces_are_refused(monkeypatch, caplo
     monkeypatch.setattr(sandbox, "_BOOTSTRAP", bootstrap)
     monkeypatch.setattr(sandbox, "_warned", set())
     monkeypatch.setattr(sandbox, "_SEEN_LAYERS", set())  # a platform that never had the namespaces
-    monkeypatch.setattr(sandbox, "_CGROUPS", sandbox._Cgroups())
-    monkeypatch.setattr(sandbox._CGROUPS, "_probed", True)  # as if nothing were writable
-    monkeypatch.setattr(sandbox._CGROUPS, "unavailable", "simulated")
+    monkeypatch.setattr(cgroups, "CONTROL_GROUPS", cgroups.ControlGroups())
+    monkeypatch.setattr(cgroups.CONTROL_GROUPS, "_probed", True)  # as if nothing were writable
+    monkeypatch.setattr(cgroups.CONTROL_GROUPS, "unavailable", "simulated")
     # Which interpreter the sandbox uid can run depends on the filesystem view: probe again.
     monkeypatch.setattr(sandbox, "_interpreter_for_sandbox_uid", {})
     with caplog.at_level(logging.WARNING, logger="decoding_adapters.sandbox.runner"):
@@ -499,7 +497,7 @@ def test_cgroup_v2_gets_the_cpu_controller_and_quota(tmp_path):
     (parent / "cgroup.subtree_control").write_text("")
     (parent / "decoding-adapters-sandbox").mkdir()
     (parent / "decoding-adapters-sandbox" / "cgroup.subtree_control").write_text("")
-    groups = sandbox._Cgroups()
+    groups = cgroups.ControlGroups()
     base = groups._make_v2_base(str(mount), own)
     assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
     assert Path(base, "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
@@ -512,5 +510,5 @@ def test_cgroup_v2_gets_the_cpu_controller_and_quota(tmp_path):
     assert (run_dir / "memory.max").read_text() == str(256 * 2**20)
     assert (run_dir / "pids.max").read_text() == "32"
     (parent / "cgroup.controllers").write_text("memory pids\n")  # no cpu offered: runs go without a quota
-    sandbox._Cgroups()._make_v2_base(str(mount), own)
+    cgroups.ControlGroups()._make_v2_base(str(mount), own)
     assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids"

@@ -254,10 +254,10 @@ print(round(cpu / wall, 2))
 
 def test_the_whole_run_shares_one_cpu_quota(layers):
     need(layers, "cgroup", "cpu")
-    from decoding_adapters.sandbox import runner
+    from decoding_adapters.sandbox.functions import FunctionSession
 
     # The quota is set on the run's group while it runs (read from the host side)...
-    with runner.FunctionSession("def f():\n    return 1\n", "f", SandboxConfig(timeout_s=SLOW_OK_S)) as session:
+    with FunctionSession("def f():\n    return 1\n", "f", SandboxConfig(timeout_s=SLOW_OK_S)) as session:
         assert session.call_outcome().value == 1
         quotas = {}
         for path in session._run.cgroup_dirs:

@@ -11,6 +11,7 @@ import pytest
 
 from decoding_adapters.sandbox import runner as sandbox
 from decoding_adapters.sandbox import seccomp
+from decoding_adapters.sandbox.functions import FunctionSession
 from decoding_adapters.sandbox.runner import SandboxConfig, execute, probe_isolation
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the sandbox needs POSIX")
@@ -266,7 +267,7 @@ def test_a_filter_the_kernel_refuses_means_the_program_does_not_run(layers, monk
     assert (result.status, result.stdout, result.returncode) == ("setup_failed", "", None)
     assert result.failed_layer == "seccomp: seccomp: Invalid argument" and not result.layers.seccomp
     assert "the program did not run (seccomp: seccomp: Invalid argument)" in caplog.text
-    with sandbox.FunctionSession("def f():\n    return 1\n", "f", SandboxConfig(timeout_s=SLOW_OK_S)) as session:
+    with FunctionSession("def f():\n    return 1\n", "f", SandboxConfig(timeout_s=SLOW_OK_S)) as session:
         outcome = session.call_outcome()
     assert not outcome.ok and "could not set up seccomp" in outcome.error
     assert session.result.status == "setup_failed"

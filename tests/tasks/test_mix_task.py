@@ -61,7 +61,7 @@ def test_get_task_builds_a_mix_from_its_name():
 
 
 def test_splits_are_the_union_of_the_domains(mix):
-    assert mix.splits == ("train", "validation", "test", "ood", "sealed")
+    assert mix.splits == ("train", "validation", "test", "ood", "sealed", "sealed2")
     for split in mix.splits:
         problems = mix.load(split)
         expected = {p.id for d, t in mix.domains.items() if split in t.splits for p in t.load(split)}

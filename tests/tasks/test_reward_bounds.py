@@ -10,7 +10,8 @@ import tracemalloc
 
 import pytest
 
-from decoding_adapters.sandbox.runner import MAX_ANSWER_BYTES, FunctionSession, SandboxConfig, parse_literal
+from decoding_adapters.sandbox.functions import MAX_ANSWER_BYTES, FunctionSession, parse_literal
+from decoding_adapters.sandbox.runner import SandboxConfig
 from decoding_adapters.tasks import pyfunc as pyfunc_module
 from decoding_adapters.tasks.code import CodeContestsTask, HumanEvalTask
 from decoding_adapters.tasks.pyfunc import PyFuncTask, RunReport

@@ -57,7 +57,8 @@ class TaskOptions:
     system_prompt: str | None = None
     """system prompt preset (e.g. qwen3-math-nothink) or literal text"""
     max_problems: int | None = None
-    """use at most this many problems of the split"""
+    """use at most this many problems of the split: from a file drawn at random with --seed, of a generated
+    task its first ones"""
     verifier: str | None = None
     """task jsonl: math (answer extraction + math-verify), numeric (the final number), exact (the default:
     last line equals the answer), or your own module:function, e.g. mypkg.check:score"""
@@ -182,12 +183,17 @@ def build_task(args):
     return get_task(args.task, **task_options(args))
 
 
-def load_problems(task, split: str, max_problems: int | None = None) -> list:
-    """``task.load(split)`` cut to ``max_problems``, refusing an empty split: called before the
-    model loads, so a missing, empty or unreadable data file costs no model load."""
-    problems = task.load(split)[:max_problems]
+def load_problems(task, split: str, max_problems: int | None = None, seed: int = 0) -> list:
+    """``task.load(split)``, at most ``max_problems`` of it (``Task.subset``: drawn at random with
+    ``seed`` from a file, a generated split's first ones), refusing an empty split: called before
+    the model loads, so a missing, empty or unreadable data file costs no model load."""
+    every = task.load(split)
+    problems = task.subset(every, max_problems, seed)
     if not problems:
         raise ValueError(f"task {task.name!r} has no problems in split {split!r}: check --data")
+    if len(problems) < len(every):  # which ones, said once: a subset of a sorted file is not its head
+        how = "its first ones" if problems == every[: len(problems)] else f"drawn at random with seed {seed} (--seed)"
+        log.info("task %s, split %s: %d of %d problem(s), %s", task.name, split, len(problems), len(every), how)
     source = task.split_sources().get(split)
     if source is not None:  # a task that reads files names the one it read, before any model loads
         log.info("task %s, split %s: %d problem(s) from %s", task.name, split, len(problems), source.describe())

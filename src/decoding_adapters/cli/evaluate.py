@@ -235,7 +235,7 @@ def _auto_best(args, lm, task, actions, cfg: EvalConfig, factory, k_values) -> B
     test), every sample under the evaluation's stop."""
     split = "validation" if "validation" in getattr(task, "splits", ()) else "train"
     limit = args.best_problems if args.max_problems is None else min(args.best_problems, args.max_problems)
-    problems = task.load(split)[:limit]
+    problems = task.subset(task.load(split), limit, args.seed)
     log.info("choosing the best of %d actions on %d %s problems", len(actions), len(problems), split)
     best = select_best_action(lm, task, problems, actions, samples=min(4, cfg.n), k_values=k_values, config=cfg,
                               rollouts_factory=factory)
@@ -264,7 +264,7 @@ def run_cli(args) -> int:
     task = build_task(args)
     if args.split in getattr(task, "splits", ()):  # splits share no problem (by content): checked first
         check_disjoint(task)
-    problems = cli_common.load_problems(task, args.split, args.max_problems)
+    problems = cli_common.load_problems(task, args.split, args.max_problems, args.seed)
     check_adapter_dirs(args.adapter)
     lm = build_lm(args)
 

@@ -87,7 +87,7 @@ def _tables(args, options: RulesOptions) -> tuple[SampleTable, SampleTable]:
                or _unfinished(path, args)]
     if missing:
         task = build_task(args)
-        problems = {split: load_problems(task, split, args.max_problems) for _, split in missing}
+        problems = {split: load_problems(task, split, args.max_problems, args.seed) for _, split in missing}
         lm = build_lm(args)
         arms = [GREEDY] + [DecodingAction(temperature=t) for t in options.temperatures]
         rows_per_problem = 1 + len(options.temperatures) * options.samples

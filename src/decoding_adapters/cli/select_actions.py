@@ -64,7 +64,7 @@ def run_cli(args) -> int:
     task = build_task(args)
     check_disjoint(task)  # selection problems are never train/test problems of another split
     split = load_problems(task, args.split)
-    problems = split[: args.max_problems]
+    problems = task.subset(split, args.max_problems, args.seed)
     # the whole split's digest: a run over more of it (a larger --max-problems) still resumes
     data = {"split": args.split, "count": len(split), "digest": problems_digest(split)}
     # pre-flight: a stored table written with other settings is refused before the model loads

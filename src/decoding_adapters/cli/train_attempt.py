@@ -38,7 +38,8 @@ class TrainAttemptOptions:
     val_table: str | None = None
     """validation sample table directory (built when it holds none; default OUT/tables/validation)"""
     train_problems: int = 400
-    """training problems when the training table is built (the last --holdout share of them is scored on)"""
+    """training problems when the training table is built (from a file drawn at random with --seed; the last
+    --holdout share of them is scored on)"""
     val_problems: int = 400
     """validation problems when the validation table is built (keep-best and the rules' settings are chosen there)"""
     temperatures: tuple[float, ...] = (0.5,)
@@ -86,7 +87,7 @@ def _tables(args, options: TrainAttemptOptions) -> tuple[SampleTable, SampleTabl
                if not (Path(path) / "header.json").is_file() or len(SampleTable.load(path).problem_ids) < n]
     if missing:
         task = build_task(args)
-        problems = {split: load_problems(task, split, n) for _, split, n in missing}
+        problems = {split: load_problems(task, split, n, args.seed) for _, split, n in missing}
         lm = build_lm(args)
         arms = [GREEDY] + [DecodingAction(temperature=t) for t in options.temperatures]
         rows_per_problem = 1 + len(options.temperatures) * options.samples

@@ -16,6 +16,15 @@ the program starts (a "refused" status line names it); other layers are best eff
 Status lines ("kind<TAB>key=value<TAB>...") go to a pipe of their own, so the program's stdout and
 stderr stay untouched. The fast path imports neither ctypes nor json (they pull in re and enum:
 12 ms per run, a fifth of a run): libc is called through ``_ctypes``, the C core of ctypes.
+
+Why a bootstrap script rather than ``preexec_fn``: ``preexec_fn`` runs Python between ``fork`` and
+``exec`` in a copy of a possibly multi-threaded parent, where a lock held by another thread (the
+import lock, the allocator's, logging's) can deadlock the child; CPython documents it as unsafe
+with threads. Instead the parent only forks and execs (thread-safe ``_posixsubprocess``), and a
+fresh single-threaded interpreter runs this script, which sets up namespaces, mounts, limits, the
+uid and the syscall filter and then ``exec``s the interpreter on the user's file. Many runs can go
+in parallel. bubblewrap was considered for the mounts: this script does the same work with the
+namespaces it already enters (no extra exec, no dependency a fresh CI machine lacks).
 """
 
 import os

@@ -25,18 +25,12 @@ up for one run stops that run before the program starts: status "setup_failed", 
   ``sys.path`` still finds no third-party package. System V IPC gets a namespace of its own too.
   Still visible: the interpreter's path and the host root file system's device and mount
   options in mountinfo, and ``sysinfo()``'s RAM and process counts;
-- **a control group per run** (``cgroup``, v2 or v1 memory+pids, where the host allows): memory
-  (``memory_mb``, tmpfs pages included) and processes (``max_processes``) are limited for the
-  whole run, not per process; without one, the per-process limits below still apply. A process
-  the group kills for memory (the program, or the run's init, which leaves no exit status) makes
-  the run's status "memory";
-- **a CPU quota per run** (``cpu``: v2 ``cpu.max``, v1 ``cpu`` hierarchy): the whole run gets
-  ``cpu_cores`` of CPU time per second, however many processes or sessions it starts; being in
-  a group of its own also takes it out of the scheduler's per-session autogroups (sixty
-  ``setsid()`` spinners would otherwise get sixty fair shares against the trainer);
-- **socket memory bounded** (``socket_memory``): cgroup v2 charges socket buffers to the run's
-  memory limit; v1 keeps them apart and only counts them once capped, so each run's
-  ``memory.kmem.tcp.limit_in_bytes`` is set to :data:`SOCKET_MEMORY_BYTES`;
+- **a control group per run** (``cgroup``, v2 or v1, where the host allows;
+  :mod:`~decoding_adapters.sandbox.cgroups`): memory (``memory_mb``, tmpfs pages and, on v2, socket
+  buffers included; on v1 socket buffers capped apart: ``socket_memory``) and processes
+  (``max_processes``) for the whole run, not per process, and a CPU quota (``cpu``: ``cpu_cores``
+  per second however many processes or sessions it starts); without one, the per-process limits
+  below still apply. A process the group kills for memory makes the run's status "memory";
 - **a seccomp filter** (``seccomp``, ``restrict_syscalls``), installed last before the program
   starts and inherited by all it starts: no new namespaces (``unshare``, ``setns``, ``clone``
   with namespace flags, ``clone3``), no sockets but IPv4/IPv6 (Unix and netlink socket buffers
@@ -61,10 +55,11 @@ up for one run stops that run before the program starts: status "setup_failed", 
   when it ends the kernel kills every process left in it, including ones that left the process
   group with ``setsid``.
 
-Rewards cannot be forged through the sandbox: :func:`call_function` and :class:`FunctionSession`
-send a function's arguments in and get literal values back (parsed by :func:`parse_literal`,
-evaluating no code), so expected values and comparisons stay in the caller; stdin/stdout tasks
-compare the captured output outside. Batched forms run many programs two at a time.
+Rewards cannot be forged through the sandbox: :mod:`~decoding_adapters.sandbox.functions` sends a
+function's arguments in and gets literal values back (evaluating no code), so expected values and
+comparisons stay in the caller; stdin/stdout tasks compare the captured output outside. Batched
+forms run many programs two at a time. The control groups are made in
+:mod:`~decoding_adapters.sandbox.cgroups`.
 
 Platform behaviour (Linux only: ``resource``, namespaces):
 
@@ -76,22 +71,13 @@ Platform behaviour (Linux only: ``resource``, namespaces):
 - where ``unshare`` is refused (seccomp, sysctl): the run still happens, without the layers that
   need it; :attr:`ExecutionResult.layers` says so and a warning is logged once per layer.
 
-bubblewrap was considered for the mounts: the in-house bootstrap below does the same work with
-the namespaces it already enters (no extra exec, no dependency a fresh CI machine lacks).
-
 The interpreter: the real file behind ``sys.executable`` (a venv's symlink does not exist in the
 private view; its prefix, e.g. a pyenv directory under a 0700 ``/root``, is shown read-only).
 Without the private view the sandbox uid may be unable to reach it; the first run then probes
 candidates (the same, then ``python3`` on the default PATH) and uses the first one the uid can
 run, with a warning. ``python=`` overrides.
 
-Why a bootstrap script rather than ``preexec_fn``: ``preexec_fn`` runs Python between ``fork`` and
-``exec`` in a copy of a possibly multi-threaded parent, where a lock held by another thread (the
-import lock, the allocator's, logging's) can deadlock the child; CPython documents it as unsafe
-with threads. Instead the parent only forks and execs (thread-safe ``_posixsubprocess``), and a
-fresh single-threaded interpreter runs :mod:`~decoding_adapters.sandbox.bootstrap`, which sets up
-namespaces, mounts, limits, the uid and the syscall filter and then ``exec``s the interpreter on
-the user's file. Many runs can go in parallel.
+Why a bootstrap script rather than ``preexec_fn``: see :mod:`~decoding_adapters.sandbox.bootstrap`.
 
 Cost: see ``benchmarks/sandbox_throughput.py`` (two interpreter start-ups, two forks, the
 namespaces, about 60 mounts, a control group and a seccomp filter per run).
@@ -99,13 +85,10 @@ namespaces, about 60 mounts, a control group and a seccomp filter per run).
 Output: stdout and stderr are each kept up to ``max_output_bytes`` (64 KiB by default). stdout
 past the cap stops the run (status "output_limit", ``stdout_truncated``); stderr past it is read
 and dropped (so the program does not block on a full pipe) and only ``truncated`` is set.
-Answers of a :class:`FunctionSession` are read up to :data:`MAX_ANSWER_BYTES` each, so parsing
-one costs the caller a bounded time and memory.
 """
 
 from __future__ import annotations
 
-import ast
 import collections
 import functools
 import glob
@@ -125,9 +108,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from . import bootstrap, seccomp
+from . import bootstrap, cgroups, seccomp
 
 logger = logging.getLogger(__name__)
 
@@ -138,8 +121,6 @@ UID_BASE = 1_500_000_000
 UID_SLOTS = 256
 """Concurrent runs per host process that get distinct uids; more runs wait for a free slot."""
 
-SOCKET_MEMORY_BYTES = 4 * 2**20
-"""Cap on a run's socket buffers where cgroup v1 keeps them apart from its memory limit."""
 
 _MEMORY_HINTS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
 """Strings in stderr that say the program ran out of memory (RLIMIT_AS makes malloc fail)."""
@@ -229,7 +210,7 @@ class Layers:
     no mounting, io_uring, bpf, ... : see :mod:`~decoding_adapters.sandbox.seccomp`)."""
     socket_memory: bool = False
     """Socket buffers of the run were bounded by its control group: charged to its memory limit
-    (cgroup v2) or capped at :data:`SOCKET_MEMORY_BYTES` (v1 ``memory.kmem.tcp.limit_in_bytes``)."""
+    (cgroup v2) or capped at ``cgroups.SOCKET_MEMORY_BYTES`` (v1 ``memory.kmem.tcp.limit_in_bytes``)."""
     cpu: bool = False
     """The run's control group capped its CPU time at ``cpu_cores`` (v2 ``cpu.max``, v1
     ``cpu.cfs_quota_us``), which also takes it out of the scheduler's per-session autogroups."""
@@ -290,6 +271,23 @@ def execute(source: str, stdin: str, config: SandboxConfig) -> ExecutionResult:
     return _to_result(_run(source, stdin, config), config)
 
 
+def execute_batch(
+    programs: Sequence[tuple[str, str]], config: SandboxConfig | None = None, workers: int = 2
+) -> list[ExecutionResult]:
+    """:func:`execute` for many ``(source, stdin)`` programs, ``workers`` at a time, in order."""
+    config = config or SandboxConfig()
+    return _map_bounded(lambda program: execute(program[0], program[1], config), programs, workers)
+
+
+def _map_bounded(function, items: Sequence, workers: int) -> list:
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    if workers == 1 or len(items) <= 1:
+        return [function(item) for item in items]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox") as pool:
+        return list(pool.map(function, items))
+
+
 @dataclass(frozen=True)
 class Isolation:
     """What isolation runs get on this machine (see :func:`probe_isolation`)."""
@@ -321,288 +319,6 @@ def probe_isolation(config: SandboxConfig | None = None) -> Isolation:
         python=_interpreter(config, uid),
         layers=_layers(events, streams),
     )
-
-
-# --------------------------------------------------------------------------- calling a function
-# The verdict on a program must come from something the program cannot reach. So the untrusted
-# process only ever receives *inputs* (a function's arguments) and returns *values*; the expected
-# values and the comparison stay in the caller's process. Values come back as ``repr`` text that
-# the caller parses with :func:`parse_literal` (literals only: no code runs, no object of the
-# program's making, so no ``__eq__`` that is always True).
-
-
-class CandidateError(Exception):
-    """A call to the sandboxed function did not return a value (it raised, the program ended,
-    time ran out, or its answer was not a literal)."""
-
-
-@dataclass(frozen=True)
-class CallOutcome:
-    """What one call of the sandboxed function gave."""
-
-    ok: bool
-    """True when the call returned a value that parsed as a literal."""
-    value: Any = None
-    """The returned value (a Python literal: numbers, strings, bytes, tuples, lists, dicts, sets,
-    None, booleans; floats include inf and nan), when ``ok``."""
-    error: str | None = None
-    """Why there is no value ("ValueError: ...", "timeout", "the program ended", ...)."""
-
-
-@dataclass(frozen=True)
-class CallResult:
-    """The calls of one program, made in one sandboxed process."""
-
-    outcomes: tuple[CallOutcome, ...]
-    """One per call, in order."""
-    execution: ExecutionResult
-    """How the process ran (status, the program's own output on stderr, active layers)."""
-
-    @property
-    def values(self) -> list[Any]:
-        """The returned values (None where a call failed)."""
-        return [outcome.value for outcome in self.outcomes]
-
-    @property
-    def errors(self) -> list[str | None]:
-        """Per call, None or why it gave no value."""
-        return [outcome.error for outcome in self.outcomes]
-
-    @property
-    def layers(self) -> Layers:
-        """The isolation layers that were active for the run."""
-        return self.execution.layers
-
-
-Call = tuple
-"""The positional arguments of one call, e.g. ``(2, 3)`` for ``f(2, 3)``."""
-
-
-def call_function(
-    code: str, entry_point: str, calls: Sequence[Call], config: SandboxConfig | None = None
-) -> CallResult:
-    """Define ``code`` in a sandboxed process and call ``entry_point(*args)`` for each of ``calls``.
-
-    Arguments go in as ``repr`` text (so they must be literals); each call gets fresh copies.
-    A failing call does not stop the next ones; a program that ends or runs out of time fails
-    the calls left. Compare ``result.values`` with the expected values yourself.
-    """
-    config = config or SandboxConfig()
-    with FunctionSession(code, entry_point, config) as session:
-        outcomes = tuple(session.call_outcome(*args) for args in calls)
-    return CallResult(outcomes, session.result)
-
-
-def call_function_batch(
-    jobs: Sequence[tuple[str, str, Sequence[Call]]], config: SandboxConfig | None = None, workers: int = 2
-) -> list[CallResult]:
-    """:func:`call_function` for many ``(code, entry_point, calls)`` jobs, ``workers`` processes
-    at a time (our machines have 2 cores), results in the order of ``jobs``."""
-    return _map_bounded(lambda job: call_function(*job, config=config), jobs, workers)
-
-
-def execute_batch(
-    programs: Sequence[tuple[str, str]], config: SandboxConfig | None = None, workers: int = 2
-) -> list[ExecutionResult]:
-    """:func:`execute` for many ``(source, stdin)`` programs, ``workers`` at a time, in order."""
-    config = config or SandboxConfig()
-    return _map_bounded(lambda program: execute(program[0], program[1], config), programs, workers)
-
-
-def _map_bounded(function, items: Sequence, workers: int) -> list:
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-        raise ValueError(f"workers must be a positive integer, got {workers!r}")
-    if workers == 1 or len(items) <= 1:
-        return [function(item) for item in items]
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox") as pool:
-        return list(pool.map(function, items))
-
-
-class FunctionSession:
-    """A conversation with one sandboxed process that defines a function.
-
-    ``session.candidate`` is a stand-in for the function in trusted test code that runs here,
-    in the caller (HumanEval's ``check(candidate)``): each call sends its arguments to the
-    program, which calls the function and answers with the ``repr`` of the value; the stand-in
-    returns the parsed literal or raises :class:`CandidateError`. One call at a time, so the
-    program never sees later arguments. Use as a context manager; ``result`` is the run's
-    :class:`ExecutionResult` once closed.
-    """
-
-    def __init__(self, code: str, entry_point: str, config: SandboxConfig | None = None) -> None:
-        if not (isinstance(entry_point, str) and entry_point.isidentifier()):
-            raise ValueError(f"entry_point must be a Python identifier, got {entry_point!r}")
-        self.config = config or SandboxConfig()
-        # Room for the answers (each at most MAX_ANSWER_BYTES); the program's own prints go to
-        # stderr (see _FUNCTION_DRIVER).
-        run_config = replace(self.config, max_output_bytes=max(self.config.max_output_bytes, 2**20))
-        self._run = _Run(_FUNCTION_DRIVER, run_config, files={"solution.py": code, "entry_point.txt": entry_point})
-        self._dead: str | None = None
-        self.result: ExecutionResult | None = None
-
-    def __enter__(self) -> FunctionSession:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-    def close(self) -> ExecutionResult:
-        """End the program (stdin closes, it exits) and return how it ran."""
-        if self.result is None:
-            self.result = _to_result(self._run.finish(), self._run.config)
-        return self.result
-
-    def candidate(self, *args, **kwargs) -> Any:
-        """Call the sandboxed function; its value, or :class:`CandidateError`."""
-        outcome = self.call_outcome(*args, **kwargs)
-        if not outcome.ok:
-            raise CandidateError(outcome.error)
-        return outcome.value
-
-    def call_outcome(self, *args, **kwargs) -> CallOutcome:
-        """Call the sandboxed function and report what happened (never raises for the program)."""
-        if self.result is not None:
-            raise RuntimeError("the session is closed")
-        if self._dead is not None:
-            return CallOutcome(False, error=self._dead)
-        request = repr((args, kwargs))
-        try:
-            parse_literal(request, max_chars=2**20)  # the program must get exactly these values back (trusted)
-        except ValueError as err:
-            raise ValueError(f"arguments must be Python literals: {err}") from None
-        self._run.send(request.encode("utf-8", "surrogatepass") + b"\n")
-        line = self._run.read_line(max_bytes=MAX_ANSWER_BYTES)
-        if line is None:
-            self._dead = self._why_no_answer()
-            return CallOutcome(False, error=self._dead)
-        try:
-            kind, text = parse_literal(line.decode("utf-8", "replace"), max_chars=MAX_ANSWER_BYTES)
-            if not (isinstance(kind, str) and isinstance(text, str)):
-                raise ValueError("not a (kind, text) pair")
-        except (ValueError, TypeError) as err:
-            return CallOutcome(False, error=f"unreadable answer from the program: {err}")
-        if kind == "ok":
-            try:
-                return CallOutcome(True, value=parse_literal(text, max_chars=MAX_ANSWER_BYTES))
-            except ValueError as err:
-                return CallOutcome(False, error=f"the value is not a literal: {err}")
-        if kind == "load_error":
-            self._dead = f"the code did not load: {text}"
-        return CallOutcome(False, error=self._dead or text)
-
-    def _why_no_answer(self) -> str:
-        run = self._run
-        refused = run.refusal()
-        if refused is not None:
-            return f"the sandbox could not set up {refused.get('layer')}: {refused.get('error')}"
-        if run.stopped_for == "output_limit":
-            return f"output limit: an answer over {MAX_ANSWER_BYTES} bytes or output over {run.config.max_output_bytes}"
-        return "timeout" if run.timed_out else "the program ended before answering"
-
-
-MAX_ANSWER_BYTES = 32 * 1024
-"""Longest answer (one call's value, as ``repr`` text) a :class:`FunctionSession` reads: parsing
-costs this process ~500 bytes per byte of answer (``ast`` nodes) and, for a set or dict of keys
-that all hash alike, time quadratic in their number; at 32 KiB that is at most ~16 MiB and a few
-tens of milliseconds. A longer answer stops the run ("output limit")."""
-
-
-_LITERAL_NAMES = {"inf": math.inf, "nan": math.nan, "True": True, "False": False, "None": None}
-
-
-def parse_literal(text: str, max_chars: int = MAX_ANSWER_BYTES) -> Any:
-    """The Python literal ``text`` is the ``repr`` of, evaluating no code.
-
-    Like :func:`ast.literal_eval` plus ``inf``/``nan`` (repr of float infinities and NaN),
-    ``set()`` and ``frozenset(...)``; raises ValueError for anything else, for text longer than
-    ``max_chars`` and for nesting too deep to parse.
-    """
-    if not isinstance(text, str):
-        raise ValueError(f"expected text, got {type(text).__name__}")
-    if len(text) > max_chars:
-        raise ValueError(f"literal of {len(text)} characters is over the limit of {max_chars}")
-    try:
-        tree = ast.parse(text.strip(), mode="eval")
-        return _literal(tree.body)
-    except (SyntaxError, RecursionError, MemoryError, TypeError, OverflowError) as err:
-        raise ValueError(f"not a literal ({type(err).__name__}: {err})"[:300]) from None
-
-
-def _literal(node: ast.AST) -> Any:
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Tuple):
-        return tuple(map(_literal, node.elts))
-    if isinstance(node, ast.List):
-        return list(map(_literal, node.elts))
-    if isinstance(node, ast.Set):
-        return set(map(_literal, node.elts))
-    if isinstance(node, ast.Dict):
-        if any(key is None for key in node.keys):
-            raise ValueError("** in a dict is not a literal")
-        return dict(zip(map(_literal, node.keys), map(_literal, node.values)))
-    if isinstance(node, ast.Name) and node.id in _LITERAL_NAMES:
-        return _LITERAL_NAMES[node.id]
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        operand = _literal(node.operand)
-        if isinstance(operand, (int, float, complex)) and not isinstance(operand, bool):
-            return -operand if isinstance(node.op, ast.USub) else +operand
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
-        # repr of a complex number: (1+2j), (-0-1j)
-        left, right = _literal(node.left), _literal(node.right)
-        if isinstance(left, (int, float)) and isinstance(right, complex) and not isinstance(left, bool):
-            return left + right if isinstance(node.op, ast.Add) else left - right
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
-        if node.func.id in ("set", "frozenset") and len(node.args) <= 1:
-            items = _literal(node.args[0]) if node.args else ()
-            if isinstance(items, (list, tuple, set, frozenset)):
-                return (set if node.func.id == "set" else frozenset)(items)
-        if node.func.id == "float" and len(node.args) == 1 and isinstance(node.args[0], ast.Constant):
-            if node.args[0].value in ("inf", "-inf", "nan"):
-                return float(node.args[0].value)
-    raise ValueError(f"not a literal: {ast.dump(node)[:80]}")
-
-
-# The program a FunctionSession runs. It keeps the conversation on private copies of stdin and
-# stdout, then points fd 0 at /dev/null and fd 1 at stderr, so the code's input() and print()
-# cannot disturb it. The code is trusted with nothing: it may tamper with this driver, but all it
-# can change is the values sent back, which the caller checks.
-_FUNCTION_DRIVER = r"""
-import os, sys
-_requests = os.fdopen(os.dup(0), "r", encoding="utf-8", errors="surrogatepass", newline="\n")
-_answers = os.fdopen(os.dup(1), "w", encoding="utf-8", errors="backslashreplace")
-os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-os.dup2(2, 1)
-
-
-def _answer(kind, text):
-    _answers.write(repr((kind, text)) + "\n")
-    _answers.flush()
-
-
-def _describe(exc):
-    return ("%s: %s" % (type(exc).__name__, exc))[:2000]
-
-
-with open("entry_point.txt") as _f:
-    _entry_point = _f.read()
-with open("solution.py") as _f:
-    _source = _f.read()
-_globals = {"__name__": "solution", "__builtins__": __builtins__}
-try:
-    exec(compile(_source, "solution.py", "exec"), _globals)
-    _function = _globals[_entry_point]
-except BaseException as _exc:
-    _answer("load_error", _describe(_exc))
-    raise SystemExit(0)
-_names = {"__builtins__": {}, "inf": float("inf"), "nan": float("nan"), "set": set, "frozenset": frozenset}
-for _line in _requests:
-    try:
-        _args, _kwargs = eval(_line, _names)
-        _answer("ok", repr(_function(*_args, **_kwargs)))
-    except BaseException as _exc:  # SystemExit and KeyboardInterrupt from the code too
-        _answer("error", _describe(_exc))
-"""
 
 
 # --------------------------------------------------------------------------- one run
@@ -687,9 +403,9 @@ without a PID namespace, where they are not killed with it)."""
 class _Run:
     """One spawned run: feeds its stdin and drains stdout, stderr and the status pipe.
 
-    :func:`execute` sends all of stdin at once and calls :meth:`finish`; a
-    :class:`FunctionSession` alternates :meth:`send` and :meth:`read_line` (a conversation with
-    the program over its stdin and stdout) before :meth:`finish`. Every wait ends at the run's
+    :func:`execute` sends all of stdin at once and calls :meth:`finish`; a ``FunctionSession``
+    (:mod:`~decoding_adapters.sandbox.functions`) alternates :meth:`send` and :meth:`read_line` (a
+    conversation with the program over its stdin and stdout) before :meth:`finish`. Every wait ends at the run's
     deadline, ``timeout_s`` after the spawn. Not thread-safe: one thread drives one run.
     """
 
@@ -736,7 +452,7 @@ class _Run:
     def _spawn(self, python: str) -> None:
         config, uid = self.config, self.uid
         if config.use_cgroup:
-            self.cgroup_dirs, cgroup_procs, self.socket_memory, self.cpu_limited = _CGROUPS.create(config)
+            self.cgroup_dirs, cgroup_procs, self.socket_memory, self.cpu_limited = cgroups.CONTROL_GROUPS.create(config)
         else:
             cgroup_procs = []
         status_r, status_w = os.pipe()
@@ -831,7 +547,7 @@ class _Run:
             streams.socket_memory, streams.cpu_limited = self.socket_memory, self.cpu_limited
             streams.stdout_truncated = self.stdout_truncated
             streams.output_limit = self.stopped_for == "output_limit"
-            streams.oom_kills = sum(map(_oom_kills, self.cgroup_dirs))
+            streams.oom_kills = sum(map(cgroups.oom_kills, self.cgroup_dirs))
             return streams
         finally:
             self._clean_up()
@@ -905,7 +621,7 @@ class _Run:
                     self.selector.close()
         finally:
             if self.cgroup_dirs:
-                _CGROUPS.remove(self.cgroup_dirs)
+                cgroups.CONTROL_GROUPS.remove(self.cgroup_dirs)
             if self.workdir is not None:
                 _remove_tree(self.workdir)
             if self.uid is not None and self.owns_uid:
@@ -970,8 +686,8 @@ def _to_result(streams: _Streams, config: SandboxConfig) -> ExecutionResult:
     if "refused" in events:
         refused = events["refused"]
         failed_layer = f"{refused.get('layer')}: {refused.get('error')}"
-        if refused.get("layer") == "cgroup" and _CGROUPS.unavailable:
-            failed_layer += f" ({_CGROUPS.unavailable})"
+        if refused.get("layer") == "cgroup" and cgroups.CONTROL_GROUPS.unavailable:
+            failed_layer += f" ({cgroups.CONTROL_GROUPS.unavailable})"
         status, returncode = "setup_failed", None
         logger.warning("sandbox: a required layer could not be set up, the program did not run (%s)", failed_layer)
     elif streams.output_limit:
@@ -998,7 +714,7 @@ def _layers(events: dict[str, dict], streams: _Streams) -> Layers:
         pid_namespace=setup.get("pid") == "1",
         unprivileged_uid=int(setup.get("uid", -1)) >= 0,
         private_filesystem=events.get("fs", {}).get("ok") == "1",
-        cgroup=_CGROUPS.version if in_cgroup else None,
+        cgroup=cgroups.CONTROL_GROUPS.version if in_cgroup else None,
         seccomp=events.get("seccomp", {}).get("ok") == "1",
         socket_memory=in_cgroup and streams.socket_memory,
         cpu=in_cgroup and streams.cpu_limited,
@@ -1024,7 +740,7 @@ def _required_layers(config: SandboxConfig, has_filter: bool) -> list[str]:
         required = [name for name in _NAMESPACE_LAYERS if wanted[name] and name in _SEEN_LAYERS]
     if config.restrict_syscalls and has_filter:
         required.append("seccomp")
-    if config.use_cgroup and _CGROUPS.required:
+    if config.use_cgroup and cgroups.CONTROL_GROUPS.required:
         required.append("cgroup")
     return required
 
@@ -1079,14 +795,15 @@ def _warn_once_if_degraded(config: SandboxConfig, events: dict[str, dict], strea
     if config.use_cgroup and setup.get("cgroup") == "1" and not streams.cpu_limited:
         _warn_once(
             "cpu",
-            f"sandbox: the run's control group does not cap its CPU time ({_CGROUPS.cpu_unavailable or 'unknown'}); "
+            "sandbox: the run's control group does not cap its CPU time "
+            f"({cgroups.CONTROL_GROUPS.cpu_unavailable or 'unknown'}); "
             "a program that starts many sessions gets a fair share per session",
         )
     if config.use_cgroup and setup.get("cgroup") == "1" and not streams.socket_memory:
         _warn_once(
             "socket_memory",
             "sandbox: the run's control group does not bound socket buffers "
-            f"({_CGROUPS.socket_memory_error or 'unknown reason'})",
+            f"({cgroups.CONTROL_GROUPS.socket_memory_error or 'unknown reason'})",
         )
     if fs.get("proc_shown"):
         _warn_once("proc", f"sandbox: could not hide these host /proc entries: {fs['proc_shown']}")
@@ -1101,7 +818,7 @@ def _warn_once_if_degraded(config: SandboxConfig, events: dict[str, dict], strea
         _warn_once(
             "cgroup",
             "sandbox: no control group for the run "
-            f"({_CGROUPS.unavailable or setup.get('cgroup_error') or 'unknown reason'}); "
+            f"({cgroups.CONTROL_GROUPS.unavailable or setup.get('cgroup_error') or 'unknown reason'}); "
             "memory and processes are limited per process only (a run may use max_processes x memory_mb)",
         )
     if config.isolate_network and setup.get("net") != "1":
@@ -1173,280 +890,6 @@ def _site_packages(python: str) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=1)
 def _syscall_filter() -> bytes | None:
     return seccomp.syscall_filter()
-
-
-# --------------------------------------------------------------------------- control groups
-
-
-class _Cgroups:
-    """One control group per run, limiting the memory, the processes and the CPU time of the whole run.
-
-    cgroup v2: a group ``decoding-adapters-sandbox`` beside ours (our own group holds processes,
-    so it may not delegate controllers), with ``memory``, ``pids`` and (where offered) ``cpu``
-    enabled for its children. cgroup v1: ``decoding-adapters-sandbox`` under our group in the
-    memory, pids and (where mounted) cpu hierarchies. Each run gets ``run-<pid>-<n>`` there; the
-    bootstrap joins it before it forks. Probed once; where nothing is writable (no root, no
-    delegation) runs fall back to per-process limits. Once probed successfully, a run whose own
-    group cannot be made does not run (see :attr:`SandboxConfig.use_cgroup`).
-
-    The CPU quota (``cpu_cores``) also takes the run out of the scheduler's autogroups: a task
-    in a control group of its own is scheduled as that group, so a program that starts sixty
-    ``setsid()`` sessions still shares one quota instead of getting sixty fair shares.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._probed = False
-        self._bases: list[str] = []
-        self._counter = 0
-        self._leftovers: list[str] = []
-        self.version: str | None = None
-        self.unavailable: str | None = None
-        self.socket_memory_error: str | None = None
-        self.cpu_unavailable: str | None = None
-        """Why runs get no CPU quota although they get a control group (None when they do)."""
-
-    @property
-    def required(self) -> bool:
-        """The probe found usable control groups: every run must get one."""
-        with self._lock:
-            if not self._probed:
-                self._probe()
-            return bool(self._bases)
-
-    def create(self, config: SandboxConfig) -> tuple[list[str], list[str], bool, bool]:
-        """(directories, cgroup.procs files, whether socket buffers are bounded, whether the CPU
-        time is capped) of a new group for one run; empty when unavailable."""
-        with self._lock:
-            if not self._probed:
-                self._probe()
-            if not self._bases:
-                return [], [], False, False
-            self._counter += 1
-            name = f"run-{os.getpid()}-{self._counter}"
-            leftovers, self._leftovers = self._leftovers, []
-        self._remove_now(leftovers)
-        dirs = []
-        try:
-            for base in self._bases:
-                path = os.path.join(base, name)
-                os.mkdir(path)
-                dirs.append(path)
-                self._limit(path, config)
-        except OSError as err:
-            self.remove(dirs)
-            self.unavailable = f"could not make a control group for a run: {err}"
-            return [], [], False, False
-        socket_memory = self.version == "v2" or any(map(self._cap_socket_memory, dirs))
-        cpu_limited = any(os.path.exists(os.path.join(path, name)) for path in dirs for name in _CPU_FILES)
-        return dirs, [os.path.join(path, "cgroup.procs") for path in dirs], socket_memory, cpu_limited
-
-    def _cap_socket_memory(self, path: str) -> bool:
-        """cgroup v1 charges socket buffers to a counter of their own, and only once it has a
-        limit: set one (v2 charges them to ``memory.max``, nothing to do)."""
-        if not os.path.exists(os.path.join(path, "memory.limit_in_bytes")):
-            return False  # the pids group
-        target = os.path.join(path, "memory.kmem.tcp.limit_in_bytes")
-        if not os.path.exists(target):
-            self.socket_memory_error = "no memory.kmem.tcp.limit_in_bytes (a kernel without v1 socket accounting)"
-            return False
-        try:
-            with open(target, "w") as handle:
-                handle.write(str(SOCKET_MEMORY_BYTES))
-        except OSError as err:
-            self.socket_memory_error = f"memory.kmem.tcp.limit_in_bytes refused: {err}"
-            return False
-        return True
-
-    def _limit(self, path: str, config: SandboxConfig) -> None:
-        memory = str(config.memory_mb * 2**20)
-        quota = max(1000, round(config.cpu_cores * CPU_PERIOD_US))
-        files = {
-            "memory.max": memory,
-            "memory.swap.max": "0",  # v2
-            "memory.limit_in_bytes": memory,
-            "memory.memsw.limit_in_bytes": memory,  # v1 (memsw after)
-            "pids.max": str(config.max_processes),
-            "cpu.max": f"{quota} {CPU_PERIOD_US}",  # v2
-            "cpu.cfs_period_us": str(CPU_PERIOD_US),  # v1 (the period first: the quota is checked against it)
-            "cpu.cfs_quota_us": str(quota),
-        }
-        for name, value in files.items():
-            target = os.path.join(path, name)
-            if os.path.exists(target):
-                with open(target, "w") as handle:
-                    handle.write(value)
-
-    def remove(self, dirs: list[str]) -> None:
-        """Kill what is left in the run's groups and remove them (later, if still busy)."""
-        busy = self._remove_now(dirs)
-        if busy:
-            with self._lock:
-                self._leftovers.extend(busy)
-
-    def _remove_now(self, dirs: list[str], wait_s: float = 0.5) -> list[str]:
-        deadline = time.monotonic() + wait_s
-        pending = list(dirs)
-        while pending:
-            for path in list(pending):
-                _kill_cgroup(path)
-                try:
-                    os.rmdir(path)
-                    pending.remove(path)
-                except FileNotFoundError:
-                    pending.remove(path)
-                except OSError:
-                    pass  # processes still dying (SIGKILL is asynchronous)
-            if not pending or time.monotonic() > deadline:
-                break
-            time.sleep(0.005)
-        return pending
-
-    def _probe(self) -> None:
-        self._probed = True
-        try:
-            mounts = _cgroup_mounts()
-            own = _own_cgroups()
-        except OSError as err:
-            self.unavailable = f"cannot read the control groups: {err}"
-            return
-        failures = []
-        v2 = mounts.get("cgroup2")
-        if v2 and "" in own:
-            try:
-                self._bases = [self._make_v2_base(v2, own[""])]
-                self.version = "v2"
-                return
-            except OSError as err:
-                failures.append(f"v2: {err}")
-        if "memory" in mounts and "pids" in mounts:
-            try:
-                bases = [self._make_v1_base(mounts[name], own.get(name, "/")) for name in ("memory", "pids")]
-                self._bases, self.version = bases, "v1"
-            except OSError as err:
-                failures.append(f"v1: {err}")
-            else:
-                try:  # the CPU quota is a layer of its own: runs still get memory and pids without it
-                    if "cpu" not in mounts:
-                        raise OSError("no v1 cpu hierarchy mounted")
-                    self._bases.append(self._make_v1_base(mounts["cpu"], own.get("cpu", "/")))
-                except OSError as err:
-                    self.cpu_unavailable = str(err)
-                return
-        self.unavailable = (
-            "; ".join(failures) or "no cgroup v2 with memory and pids, nor v1 memory and pids hierarchies"
-        )
-
-    @staticmethod
-    def _make_v1_base(mount: str, own: str) -> str:
-        base = os.path.join(mount + own, "decoding-adapters-sandbox")
-        os.makedirs(base, exist_ok=True)
-        if not os.access(base, os.W_OK):
-            raise PermissionError(f"{base} is not writable")
-        return base
-
-    def _make_v2_base(self, mount: str, own: str) -> str:
-        parent = os.path.normpath(mount + os.path.dirname(own.rstrip("/")) if own != "/" else mount)
-        with open(os.path.join(parent, "cgroup.controllers")) as handle:
-            available = handle.read().split()
-        if not {"memory", "pids"} <= set(available):
-            raise OSError(f"memory and pids controllers not available in {parent} (only {available})")
-        base = os.path.join(parent, "decoding-adapters-sandbox")
-        os.makedirs(base, exist_ok=True)
-        if not os.access(base, os.W_OK):
-            raise PermissionError(f"{base} is not writable")
-        controllers = "+memory +pids" + (" +cpu" if "cpu" in available else "")
-        if "cpu" not in available:
-            self.cpu_unavailable = f"no cpu controller in {parent}"
-        with open(os.path.join(parent, "cgroup.subtree_control"), "w") as handle:
-            handle.write(controllers)
-        with open(os.path.join(base, "cgroup.subtree_control"), "w") as handle:
-            handle.write(controllers)
-        return base
-
-
-def _cgroup_mounts() -> dict[str, str]:
-    """Mount points: "cgroup2" for the unified hierarchy, controller names for v1 hierarchies."""
-    found: dict[str, str] = {}
-    with open("/proc/self/mounts") as handle:
-        for line in handle:
-            _source, target, fstype, options, *_ = line.split()
-            if fstype == "cgroup2":
-                found.setdefault("cgroup2", target)
-            elif fstype == "cgroup":
-                for option in options.split(","):
-                    if option in ("memory", "pids", "cpu"):
-                        found.setdefault(option, target)
-    return found
-
-
-def _own_cgroups() -> dict[str, str]:
-    """Our group per v1 controller, and under "" in the unified hierarchy."""
-    own: dict[str, str] = {}
-    with open("/proc/self/cgroup") as handle:
-        for line in handle:
-            _hierarchy, controllers, path = line.rstrip("\n").split(":", 2)
-            for controller in controllers.split(",") if controllers else [""]:
-                own[controller] = path
-    return own
-
-
-def _oom_kills(path: str) -> int:
-    """Processes the group's memory limit has killed (v2 ``memory.events``, v1
-    ``memory.oom_control``; 0 for a pids group)."""
-    for name in ("memory.events", "memory.oom_control"):
-        try:
-            with open(os.path.join(path, name)) as handle:
-                for line in handle:
-                    key, _, value = line.partition(" ")
-                    if key == "oom_kill":
-                        return int(value)
-        except (OSError, ValueError):
-            continue
-    return 0
-
-
-def _kill_cgroup(path: str) -> None:
-    kill_file = os.path.join(path, "cgroup.kill")  # v2, Linux 5.14+
-    try:
-        if os.path.exists(kill_file):
-            with open(kill_file, "w") as handle:
-                handle.write("1")
-            return
-        with open(os.path.join(path, "cgroup.procs")) as handle:
-            pids = [int(line) for line in handle if line.strip()]
-    except OSError:
-        return
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-CPU_PERIOD_US = 100_000
-"""Period of the CPU quota: a run may use ``cpu_cores`` x this much CPU time per period."""
-_CPU_FILES = ("cpu.max", "cpu.cfs_quota_us")
-
-_CGROUPS = _Cgroups()
-
-
-def helper_control_group(memory_mb: int, max_processes: int) -> tuple[list[str], list[str]]:
-    """A control group for a long-lived helper process that runs user code outside the sandbox
-    (the user's verifier): ``(directories, cgroup.procs files)``, both empty where the host has
-    none to give. The process writes its own pid into each ``cgroup.procs`` file before it runs
-    the user's code; :func:`release_control_group` kills what is left and removes the group. Its
-    memory and process count are capped for the whole group (a child that calls ``setsid`` stays
-    in it); its CPU is not (the helper is a part of the caller's own work)."""
-    config = SandboxConfig(memory_mb=memory_mb, max_processes=max_processes, cpu_cores=float(os.cpu_count() or 1))
-    dirs, procs, _, _ = _CGROUPS.create(config)
-    return dirs, procs
-
-
-def release_control_group(dirs: list[str]) -> None:
-    """Kill every process left in a :func:`helper_control_group` and remove it."""
-    if dirs:
-        _CGROUPS.remove(dirs)
 
 
 # --------------------------------------------------------------------------- uids, interpreter

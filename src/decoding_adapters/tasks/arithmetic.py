@@ -36,11 +36,26 @@ when train or validation grow, and building it leaves the other splits byte-iden
 whose back half cannot serve its share without repeating a question (the 81-question single-digit
 families) is left out and the others keep their relative weights: with the default mixture the
 sealed split is 75% word problems and 25% two-digit sums, all questions distinct.
+
+The ``sealed2`` split (``sealed2_size`` problems, seed ``sealed2_seed``, stream
+``"{sealed2_seed}/sealed2/{family}"``) is the next evidence run's test split, disjoint from every
+other split (train, validation, test, ood and the old ``sealed``, which stays as it was) by content,
+not only by text: no problem shares its family and operands (:func:`content_key`: "Tom has 3
+apples and buys 4 more" and "Anna had 3 coins. A friend gave Anna 4 more" are one content) with a
+problem of another split, nor with the front half of the family's config-seed shuffle, where
+train, validation and test draw from whatever their sizes. Word problems there have 64 operand
+pairs (2..9), which train alone uses up, so ``sealed2``'s word problems take their operands from
+the wider ``sealed2_word_range`` (2..19) and keep only the pairs no other split holds (at least one
+operand from 10); the single-digit families' 81 operand pairs are all used by train, validation and
+test, so they are left out as in ``sealed``, and the others keep their relative weights: with the
+default mixture ``sealed2`` is 750 word problems and 250 two-digit sums, all questions distinct.
+Report its results per family: its word problems have larger operands than the training ones.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -108,6 +123,13 @@ class ArithmeticConfig:
     """Problems in the ``sealed`` split (the published evidence run's test split)."""
     sealed_seed: int = 20261127
     """Seed of the ``sealed`` split's own shuffles (a stream no other split or earlier run used)."""
+    sealed2_size: int = 1000
+    """Problems in the ``sealed2`` split (the next evidence run's test split, disjoint by content)."""
+    sealed2_seed: int = 20261128
+    """Seed of the ``sealed2`` split's own shuffles (a stream no other split or earlier run used)."""
+    sealed2_word_range: tuple[int, int] = (2, 19)
+    """Inclusive operand range of the ``sealed2`` split's word problems, of which it keeps only the
+    operand pairs no other split holds (with the defaults: at least one operand from 10)."""
     ood_families: Mapping[str, float] | None = field(default=None, hash=False)
     """Held-out families of the ``ood`` split (``test_size`` problems), never in ``families``;
     None means :data:`DEFAULT_OOD_FAMILIES` less any family that ``families`` uses."""
@@ -128,6 +150,7 @@ class ArithmeticConfig:
         object.__setattr__(self, "ood_families", dict(ood) if isinstance(ood, Mapping) else dict.fromkeys(ood, 1.0))
         object.__setattr__(self, "small_range", tuple(self.small_range))
         object.__setattr__(self, "large_range", tuple(self.large_range))
+        object.__setattr__(self, "sealed2_word_range", tuple(self.sealed2_word_range))
         self._validate()
 
     def _validate(self) -> None:
@@ -146,14 +169,16 @@ class ArithmeticConfig:
         shared = sorted(set(self.families) & set(self.ood_families))
         if shared:
             raise ValueError(f"ood_families must be held out of families; both have {shared}")
-        for label, (lo, hi) in (("small_range", self.small_range), ("large_range", self.large_range)):
+        ranges = (("small_range", self.small_range), ("large_range", self.large_range),
+                  ("sealed2_word_range", self.sealed2_word_range))
+        for label, (lo, hi) in ranges:
             if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi):
                 raise ValueError(f"{label} must be two integers 0 <= lo <= hi, got {(lo, hi)}")
         if self.small_range[1] < 2:
             raise ValueError(f"small_range must reach 2 (word problems use 2..max), got {self.small_range}")
         if not 1 <= self.chain_steps <= 4:
             raise ValueError(f"chain_steps must be in [1, 4] (pools are enumerated), got {self.chain_steps}")
-        for name in ("train_size", "validation_size", "test_size", "sealed_size"):
+        for name in ("train_size", "validation_size", "test_size", "sealed_size", "sealed2_size"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
@@ -376,6 +401,63 @@ def build_sealed_split(cfg: ArithmeticConfig, others: Mapping[str, list[Problem]
     return _problems("sealed", kept, served)
 
 
+_DIGITS = re.compile(r"\d+")
+_WORD_FAMILIES = frozenset({"add_word", "sub_word"})
+"""Families whose operands come from ``small_range`` inside a sentence: ``sealed2`` widens their range."""
+
+
+def operands(question: str) -> tuple[int, ...]:
+    """The numbers a generated question holds, in order ("Tom has 3 apples and buys 4 more..." ->
+    ``(3, 4)``): with the family, what a problem asks whatever its wording."""
+    return tuple(map(int, _DIGITS.findall(question)))
+
+
+def content_key(problem: Problem) -> tuple[str, tuple[int, ...]]:
+    """A generated problem's family and operands: two problems with the same key ask the same sum."""
+    return problem.meta["family"], operands(problem.question)
+
+
+def _sealed2_candidates(cfg: ArithmeticConfig, family: str, used: set) -> Pool:
+    """The questions of ``family`` that ``sealed2`` may hold: its pool (word problems over
+    ``sealed2_word_range``) less every question whose operands ``used`` holds for the family or
+    that the front half of the family's config-seed shuffle holds (where train, validation and test
+    draw from, whatever their sizes), in the order of the split's own seed stream."""
+    pool = FAMILIES[family](cfg)
+    random.Random(f"{cfg.seed}/{family}").shuffle(pool)
+    reserved = {operands(q) for q, _ in pool[: len(pool) - len(pool) // 2]}
+    reserved |= {ops for fam, ops in used if fam == family}
+    if family in _WORD_FAMILIES:
+        pool = FAMILIES[family](replace(cfg, small_range=cfg.sealed2_word_range))
+    kept = [item for item in pool if operands(item[0]) not in reserved]
+    random.Random(f"{cfg.sealed2_seed}/sealed2/{family}").shuffle(kept)
+    return kept
+
+
+def build_sealed2_split(cfg: ArithmeticConfig, others: Mapping[str, list[Problem]]) -> list[Problem]:
+    """The ``sealed2`` split: ``sealed2_size`` distinct questions that share no family and operands
+    with ``others`` (every other split, the old sealed one included) nor with the front half of
+    any family's pool, of the families of ``cfg.families`` that have enough such questions, at
+    their relative weights (see the module docstring)."""
+    used = {content_key(p) for problems in others.values() for p in problems}
+    candidates = {family: _sealed2_candidates(cfg, family, used) for family in cfg.families}
+    weights = dict(cfg.families)
+    while weights:  # a family without enough content-disjoint questions is left out
+        schedule = family_schedule(weights, cfg.sealed2_size)
+        short = [f for f in weights if len(candidates[f]) < schedule.count(f)]
+        if not short:
+            break
+        for family in short:
+            del weights[family]
+    if not weights:
+        return []
+    served = {("sealed2", family): candidates[family] for family in weights}
+    return _problems("sealed2", family_schedule(weights, cfg.sealed2_size), served)
+
+
+_SEALED2_BUILT: dict[str, list[Problem]] = {}
+"""``sealed2`` by config (JSON): ~1 s to build (the word problems' wider pool), so once per process."""
+
+
 def _problems(split: str, schedule: list[str], served: Mapping[tuple[str, str], list]) -> list[Problem]:
     cursor = dict.fromkeys(schedule, 0)
     problems = []
@@ -492,14 +574,15 @@ def score_arithmetic(completion: str, answer: str) -> float:
 
 @register_task("arithmetic")
 class ArithmeticTask(Task):
-    """Procedural arithmetic (splits: train, validation, test, ood: held-out families, and sealed:
-    the published evidence run's test split, which no default command reads).
+    """Procedural arithmetic (splits: train, validation, test, ood: held-out families, sealed: the
+    published evidence run's test split, and sealed2: the next one's, disjoint by content; no
+    default command reads the sealed splits).
 
     Options are :class:`ArithmeticConfig` fields (``get_task("arithmetic", seed=0, test_size=100)``),
     or a whole ``config=``, plus ``system_prompt=`` (a preset name or literal text).
     """
 
-    splits: ClassVar[tuple[str, ...]] = SPLITS + ("ood", "sealed")
+    splits: ClassVar[tuple[str, ...]] = SPLITS + ("ood", "sealed", "sealed2")
     instruction: ClassVar[str] = " Answer with just the number."
     cot_instruction: ClassVar[str] = " Think step by step, then give the final number."
 
@@ -526,7 +609,19 @@ class ArithmeticTask(Task):
             if self._sealed is None:
                 self._sealed = build_sealed_split(self.config, {**self._splits, "ood": build_ood_split(self.config)})
             return list(self._sealed)
+        if split == "sealed2":  # built on its own (once), clear of every other split's family and operands
+            key = json.dumps(self.config.to_dict(), sort_keys=True)
+            if key not in _SEALED2_BUILT:
+                others = {**self._splits, "ood": build_ood_split(self.config), "sealed": self.load("sealed")}
+                if len(_SEALED2_BUILT) >= 4:  # a few configs at most: tests build several
+                    _SEALED2_BUILT.clear()
+                _SEALED2_BUILT[key] = build_sealed2_split(self.config, others)
+            return list(_SEALED2_BUILT[key])
         return list(self._splits[split])
+
+    def draw_order(self, problems: Sequence[Problem], seed: int) -> list[Problem]:
+        """The split's own order: every prefix keeps the family mix (a subset is its first problems)."""
+        return list(problems)
 
     def prompt(self, problem: Problem, cot: bool = False) -> list[dict[str, str]]:
         suffix = self.cot_instruction if cot else self.instruction

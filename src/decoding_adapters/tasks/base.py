@@ -131,9 +131,29 @@ class Task(ABC):
         return [self.reward(p, c) for p, c in zip(problems, completions)]
 
     def extract_answer(self, problem: Problem, completion: str) -> str:
-        """The answer ``completion`` states, normalised so that equal answers compare equal (for
-        majority voting); "" when it states none. Default: the stripped completion."""
+        """The answer ``completion`` states, as the task's verifier reads it (the number, the
+        normalised expression, the program), normalised so that answers the verifier treats alike
+        compare equal; "" when it states none. It is the one answer key: every vote (the fixed
+        rules' sample tables, the attempt policy, majority metrics, ``generate``'s ``answer``)
+        groups samples by it, so two wordings of one answer are one answer. Never raises.
+        Default: the stripped completion (a task whose verifier reads no part of it)."""
         return completion.strip()
+
+    def draw_order(self, problems: Sequence[Problem], seed: int) -> list[Problem]:
+        """The order in which a run that asks for fewer than all of a split's ``problems`` takes
+        them (:meth:`subset`). Default: at random, fixed by ``seed`` and each problem's content
+        (:func:`content_hash`), so a file sorted by type still gives a representative subset, and
+        the subset neither depends on the file's order nor changes when the file grows. A task whose
+        split order is itself balanced (a generated task's family mix) keeps that order."""
+        return sorted(problems, key=lambda p: _unit_interval(seed, content_hash(p)))
+
+    def subset(self, problems: Sequence[Problem], n: int | None, seed: int) -> list[Problem]:
+        """At most ``n`` of a split's ``problems`` (None: all, in their order): the first ``n`` of
+        :meth:`draw_order`, so a larger ``n`` holds every smaller one (a table grown later keeps
+        what it has)."""
+        if n is None or n >= len(problems):
+            return list(problems)
+        return self.draw_order(problems, seed)[:n]
 
     def answer_complete(self, problem: Problem, text: str) -> bool:
         """Whether ``text``, a completion so far (it may go on), already states a complete answer

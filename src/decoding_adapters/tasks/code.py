@@ -38,7 +38,8 @@ from pathlib import Path
 from types import CodeType
 from typing import Any, ClassVar
 
-from ..sandbox.runner import FunctionSession, SandboxConfig, execute
+from ..sandbox.functions import FunctionSession
+from ..sandbox.runner import SandboxConfig, execute
 from .base import (
     Problem,
     SplitSource,
@@ -90,7 +91,7 @@ def humaneval_passes(prompt: str, code: str, test: str, entry_point: str, config
     The verdict cannot be forged by the code: ``check`` (trusted dataset code holding the
     expected values) runs here, in this process, with a stand-in ``candidate`` that sends each
     call's arguments to the sandboxed solution and gets back the literal it returned (see
-    :class:`~decoding_adapters.sandbox.runner.FunctionSession`). The sandboxed process sees neither the
+    :class:`~decoding_adapters.sandbox.functions.FunctionSession`). The sandboxed process sees neither the
     tests nor the expected values, and nothing it prints or does to itself counts.
     """
     namespace: dict[str, Any] = {"__name__": "humaneval_check"}
@@ -165,6 +166,11 @@ class _SandboxedTask(Task):
     def sandbox(self) -> SandboxConfig:
         """Limits for one run of a completion."""
         return SandboxConfig(timeout_s=self.timeout_s, memory_mb=self.memory_mb)
+
+    def extract_answer(self, problem: Problem, completion: str) -> str:
+        """The program the verifier runs (:func:`~decoding_adapters.tasks.extract.extract_code`),
+        stripped: completions that explain the same code differently are one answer."""
+        return guarded(lambda text: extract_code(text).strip(), completion, default="")
 
 
 @register_task("humaneval")

@@ -24,7 +24,7 @@ call. The worker talks to training over pipes of its own (fd 1 is pointed at std
 a print nor a child process can write into the channel; a reply that is not one JSON line scores
 0 with a warning), has an address-space cap and a process cap (``VERIFIER_MEMORY_MB``,
 ``VERIFIER_MAX_PROCESSES``; for the worker and all its children together where the host gives it
-a control group, see ``sandbox.runner.helper_control_group``), and dies with training. A
+a control group, see ``sandbox.cgroups.helper_control_group``), and dies with training. A
 process, not a thread, because a hung thread can be neither stopped nor prevented from
 holding the GIL (a catastrophic regex does), and it keeps burning a core. The one exception: a
 Python callable that cannot be imported by name (a lambda, a function defined in ``__main__``) runs
@@ -39,6 +39,17 @@ your own may supply its check as an attribute ``answer_complete(text) -> bool`` 
 (``score.answer_complete = ...``) or a function ``<name>_answer_complete`` beside it in its module;
 without one the stop is off (:attr:`JsonlTask.answer_check` is None, and the draft tables and the
 adapter say so).
+
+The answer a vote counts (``extract_answer``: the fixed rules, the attempt policy and ``generate``'s
+``answer`` group samples by it) follows the verifier too: ``exact`` reads the last box or line
+(stripped, case-folded), ``math`` the normalised final answer, ``numeric`` the number (``"1,000"``,
+``"$1000"`` and ``"1000.0"`` are one answer; a ratio or time when the gold is one). A verifier of
+your own supplies its reader the same way, as ``answer_key(completion) -> str`` (an attribute or
+``<name>_answer_key`` beside it); without one a sample's answer is its whole stripped completion.
+
+With ``numeric``, a gold answer is read whole (a number, a fraction "-(1/3)", a ratio "3:4", a time
+"3:30 p.m."); rows whose gold states no number or several ("Yes", "3 and 4") could never score and
+are refused when the split is loaded, with one warning that counts them.
 
 Warnings: the first ``10`` failures are logged one by one, then every 100th with a count, so a
 broken verifier does not flood the log; ``task.verifier_failures`` counts them all.
@@ -64,7 +75,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Union
 
-from ..sandbox.runner import helper_control_group, release_control_group
+from ..sandbox.cgroups import helper_control_group, release_control_group
 from ._verifier_worker import wants_meta
 from .arithmetic import arithmetic_answer_complete
 from .base import (
@@ -82,12 +93,20 @@ from .base import (
     resolve_system_prompt,
     validate_data_option,
 )
-from .math import extract_boxed, final_answer_complete, has_closed_box
+from .math import (
+    extract_boxed,
+    final_answer_complete,
+    gsm8k_gold,
+    has_closed_box,
+    math_answer_key,
+    numeric_answer_key,
+    read_numeric,
+)
 
 log = logging.getLogger(__name__)
 
-__all__ = ["JsonlTask", "exact_match", "numeric_answer_complete", "template_fields", "VerifierRunner",
-           "NAMED_VERIFIERS"]
+__all__ = ["JsonlTask", "exact_match", "exact_answer_key", "numeric_answer_complete", "template_fields",
+           "VerifierRunner", "NAMED_VERIFIERS"]
 
 WORKER_SCRIPT = Path(__file__).with_name("_verifier_worker.py")
 
@@ -103,15 +122,25 @@ LOG_FIRST_FAILURES = 10
 Verifier = Union[str, Callable[..., Any], None]
 
 
-def exact_match(completion: str, answer: str) -> float:
-    """The default verifier: the completion's last non-empty line (or its last ``\\boxed{...}``),
-    stripped, trailing period removed, case-insensitive, equals the gold answer."""
+def _exact_norm(text: str) -> str:
+    return text.strip().rstrip(".").strip().casefold()
+
+
+def exact_answer_key(completion: str) -> str:
+    """The answer :func:`exact_match` reads: the completion's last ``\\boxed{...}``, else its last
+    non-empty line, stripped, trailing period removed, case-folded ("" when there is none)."""
     text = extract_boxed(completion)
     if text is None:
         lines = [line.strip() for line in completion.strip().splitlines() if line.strip()]
         text = lines[-1] if lines else ""
-    norm = lambda s: s.strip().rstrip(".").strip().casefold()  # noqa: E731
-    return float(bool(text) and norm(text) == norm(answer))
+    return _exact_norm(text)
+
+
+def exact_match(completion: str, answer: str) -> float:
+    """The default verifier: the completion's last non-empty line (or its last ``\\boxed{...}``),
+    stripped, trailing period removed, case-insensitive, equals the gold answer."""
+    key = exact_answer_key(completion)
+    return float(bool(key) and key == _exact_norm(answer))
 
 
 NAMED_VERIFIERS: dict[str, str] = {
@@ -414,6 +443,8 @@ class JsonlTask(Task):
                                  else (self.question_field,))
         self._runner = self._make_runner(self.verifier)
         self._complete = self._answer_check_fn()
+        self._answer_key = self._answer_key_fn()
+        self._refused: set[str] = set()  # "split path" whose refused golds were warned about
 
     def _make_runner(self, verifier: Verifier) -> VerifierRunner:
         if verifier is None:
@@ -441,18 +472,36 @@ class JsonlTask(Task):
             return numeric_answer_complete
         if v == "math":
             return final_answer_complete
-        fn = v
-        if isinstance(v, str):  # module:function, already imported by _check_spec
-            module, _, attr = v.partition(":")
+        return self._verifier_companion("answer_complete")
+
+    def _answer_key_fn(self) -> Callable[[str, str], str] | None:
+        """The verifier's answer reader ``(completion, gold) -> str`` (module docstring), or None
+        (a verifier of your own without one: the stripped completion is the answer)."""
+        v = self.verifier
+        if v is None or v == "exact" or v is exact_match:
+            return lambda completion, gold: exact_answer_key(completion)
+        if v == "numeric":
+            return numeric_answer_key
+        if v == "math":
+            return lambda completion, gold: math_answer_key(completion)
+        key = self._verifier_companion("answer_key")
+        return None if key is None else (lambda completion, gold: str(key(completion)))
+
+    def _verifier_companion(self, name: str) -> Callable | None:
+        """A verifier of your own's ``name`` function: its attribute ``name``, or a function
+        ``<verifier>_<name>`` beside it in its module; None when it has neither."""
+        fn = self.verifier
+        if isinstance(fn, str):  # module:function, already imported by _check_spec
+            module, _, attr = fn.partition(":")
             owner = importlib.import_module(module)
             fn = owner
             for part in attr.split("."):
                 fn = getattr(fn, part)
-            sibling = getattr(owner, f"{attr.split('.')[-1]}_answer_complete", None)
+            sibling = getattr(owner, f"{attr.split('.')[-1]}_{name}", None)
             if callable(sibling):
                 return sibling
-        check = getattr(fn, "answer_complete", None)
-        return check if callable(check) else None
+        companion = getattr(fn, name, None)
+        return companion if callable(companion) else None
 
     @property
     def answer_check(self) -> str | None:
@@ -475,6 +524,8 @@ class JsonlTask(Task):
     def load(self, split: str) -> list[Problem]:
         self.check_split(split)
         problems = load_planned_split(self.split_sources(), split, lambda path: self._read(path, split), self.name)
+        if self.verifier == "numeric":
+            problems = self._readable_golds(problems, split)
         if self.drop_overlap:
             later = [s for s in self.splits[self.splits.index(split) + 1 :]]
             taken = {content_hash(p) for s in later for p in self.load(s)}
@@ -484,6 +535,20 @@ class JsonlTask(Task):
                             split, len(problems) - len(kept), " / ".join(later), "s" if len(later) == 1 else "")
             problems = kept
         return problems
+
+    def _readable_golds(self, problems: list[Problem], split: str) -> list[Problem]:
+        """``problems`` less those whose gold the ``numeric`` verifier cannot read as one value
+        (no number, or several: "Yes", "3 and 4"), which could never score; one warning per split
+        and file says how many and quotes the first."""
+        kept = [p for p in problems if read_numeric(gsm8k_gold(p.answer)) is not None]
+        refused = [p for p in problems if read_numeric(gsm8k_gold(p.answer)) is None]
+        where = self.split_sources()[split].describe()
+        if refused and f"{split} {where}" not in self._refused:
+            self._refused.add(f"{split} {where}")
+            log.warning("task %s, split %s: refused %d of %d problem(s) whose gold answer the numeric verifier "
+                        "cannot read as one number, fraction, ratio or time (first: %s %r) from %s", self.name,
+                        split, len(refused), len(problems), self.locate(refused[0]), refused[0].answer, where)
+        return kept
 
     def _read(self, path: Path, split: str) -> list[Problem]:
         lines: list[int] = []
@@ -522,6 +587,17 @@ class JsonlTask(Task):
             self._warn(problem, failure)
             return 0.0
         return min(max(score, 0.0), 1.0)
+
+    def extract_answer(self, problem: Problem, completion: str) -> str:
+        """The answer the verifier reads (module docstring): the number for ``numeric``, the
+        normalised expression for ``math``, the stripped last line or box for ``exact``; a verifier
+        of your own's ``answer_key``, else the stripped completion. Never raises."""
+        if self._answer_key is None:
+            return completion.strip()
+        try:
+            return self._answer_key(completion, problem.answer)
+        except Exception:  # a user's reader must not end a decode: no answer
+            return ""
 
     def answer_complete(self, problem: Problem, text: str) -> bool:
         """The verifier's check (module docstring); never where it has none. Never raises."""

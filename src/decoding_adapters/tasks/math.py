@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Union
 
 from .base import (
     SPLITS,
@@ -288,22 +288,113 @@ def _gsm8k_number(text: str) -> Fraction | None:
     return value
 
 
+NumericValue = Union[Fraction, tuple[int, ...]]
+"""What the ``numeric`` verifier compares: a number, or the parts of a ratio or clock time
+(``"3:4"`` -> ``(3, 4)``, ``"3:30 p.m."`` -> ``(3, 30)``)."""
+
+_PAREN_FRACTION = re.compile(r"(-?)\((-?\d+)/(\d+)\)")  # "-(1/3)", "(2/5)" (canonical: no spaces)
+_RATIO = re.compile(r"(?<![\d.])(\d+)\s*:\s*(\d+)(?!\d|\.\d)")
+_NUMBER_OR_FRACTION = re.compile(r"(-?)\(?(\d+)/(\d+)\)?|-?\d[\d,]*(?:\.\d+)?")  # "a/b" read as one
+
+
+def read_numeric(text: str) -> NumericValue | None:
+    """The one value an answer string states, read whole: a number with its dressing ("$1,000",
+    "9 (apples)", "12.5%"), a fraction ("3/4", "-(1/3)", "\\frac{1}{3}") or a ratio or clock time
+    ("3:4", "3:30 p.m.", as the tuple of its parts); None when it states no number or several
+    ("Yes", "Mrs. Hilt", "3 and 4")."""
+    canonical = canonical_answer(text)
+    value = as_number(canonical)
+    if value is not None:
+        return value
+    fraction = _PAREN_FRACTION.fullmatch(canonical)
+    if fraction:
+        sign, top, bottom = fraction.groups()
+        return None if int(bottom) == 0 else Fraction(int(top), int(bottom)) * (-1 if sign else 1)
+    numbers = _GSM_NUMBER.findall(text)
+    ratios = _RATIO.findall(text)
+    if len(ratios) == 1 and len(numbers) == 2:
+        return tuple(int(part) for part in ratios[0])
+    if len(numbers) == 1:
+        return as_number(numbers[0].replace(",", "").rstrip("."))
+    return None
+
+
+def _predicted_numeric(completion: str, gold: NumericValue | None = None) -> NumericValue | None:
+    """The value a completion gives as its answer: its final answer (boxed / "####" / "answer is")
+    read whole, else that answer's last number, else the completion's last number (a fraction
+    "a/b" there when the gold is not an integer); for a ratio gold, the last ratio of the final
+    answer, else of the completion."""
+    ratio = isinstance(gold, tuple)
+    final = extract_final_answer(completion)
+    if ratio:
+        ratios = _RATIO.findall(final) if final is not None else []
+        ratios = ratios or _RATIO.findall(completion)
+        return tuple(int(part) for part in ratios[-1]) if ratios else None
+    if final is not None:
+        whole = read_numeric(final)
+        if isinstance(whole, Fraction):
+            return whole
+    if final is None and gold is not None and gold.denominator != 1:
+        last = [m.groups() for m in _NUMBER_OR_FRACTION.finditer(completion)][-1:]
+        if last and last[0][1] is not None and int(last[0][2]):
+            sign, top, bottom = last[0]
+            return Fraction(int(top), int(bottom)) * (-1 if sign else 1)
+    pred = _gsm8k_number(final if final is not None else completion)
+    if pred is None and final is not None:  # e.g. a box with only text: use the last number
+        pred = _gsm8k_number(completion)
+    return pred
+
+
 def score_gsm8k(completion: str, gold_answer_field: str) -> float:
-    """1.0 if the completion's answer equals the GSM8K gold (a ``#### N`` field or a bare N).
+    """1.0 if the completion's answer equals the gold (a ``#### N`` field, or an answer string read
+    whole by :func:`read_numeric`: a number, a fraction, a ratio or a time), else 0.0.
 
     The prediction is the final answer (boxed / "####" / "answer is"), else the last number in
-    the completion; the comparison is numeric, so "1,000", "$1000" and "1000.0" all match 1000.
-    Never raises.
+    the completion; a number is compared as a number, so "1,000", "$1000" and "1000.0" all match
+    1000; a ratio or time gold needs the same parts ("3:4"). A gold that states no number, or
+    several, never scores (the ``jsonl`` task refuses such rows when it loads them). Never raises.
     """
     try:
-        gold = _gsm8k_number(gsm8k_gold(gold_answer_field))
-        final = extract_final_answer(completion)
-        pred = _gsm8k_number(final if final is not None else completion)
-        if pred is None and final is not None:  # e.g. a box with only text: use the last number
-            pred = _gsm8k_number(completion)
-        return float(gold is not None and pred is not None and numbers_match(gold, pred))
+        gold = read_numeric(gsm8k_gold(gold_answer_field))
+        if gold is None:
+            return 0.0
+        pred = _predicted_numeric(completion, gold)
+        if isinstance(gold, tuple) or pred is None:
+            return float(gold == pred)
+        return float(isinstance(pred, Fraction) and numbers_match(gold, pred))
     except Exception:
         return 0.0
+
+
+def numeric_answer_key(completion: str, gold: str | None = None) -> str:
+    """The answer :func:`score_gsm8k` reads in ``completion``, as text that is equal for equal
+    values ("1,000", "$1000" and "1000.0" -> "1000"; "-(1/3)" -> "-1/3"; a ratio "3:4"); a ratio
+    when ``gold`` is one; "" when it reads none."""
+    try:
+        value = _predicted_numeric(completion, None if gold is None else read_numeric(gsm8k_gold(gold)))
+    except Exception:
+        return ""
+    return _value_text(value)
+
+
+def _value_text(value: NumericValue | None) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, tuple):
+        return ":".join(map(str, value))
+    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+
+
+def math_answer_key(completion: str) -> str:
+    """The answer :func:`score_math` reads in ``completion`` (its final answer), in the form the
+    comparison treats alike: :func:`canonical_answer`, a plain number as its value ("0.5",
+    "\\frac{1}{2}" and "1/2" -> "1/2"); "" when it states none."""
+    answer = extract_final_answer(completion)
+    if answer is None:
+        return ""
+    canonical = canonical_answer(answer)
+    number = as_number(canonical)
+    return canonical if number is None else _value_text(number)
 
 
 # --------------------------------------------------------------------------- tasks
@@ -360,8 +451,7 @@ class _JsonlMathTask(Task):
         return chat_messages(self.system_prompt, "\n\n".join(p for p in parts if p))
 
     def extract_answer(self, problem: Problem, completion: str) -> str:
-        answer = extract_final_answer(completion)
-        return "" if answer is None else canonical_answer(answer)
+        return math_answer_key(completion)
 
     def answer_complete(self, problem: Problem, text: str) -> bool:
         """A closed ``\\boxed{}``, or a ``####`` / "answer is" line ended by a newline."""
@@ -403,3 +493,6 @@ class GSM8KTask(_JsonlMathTask):
 
     def reward(self, problem: Problem, completion: str) -> float:
         return score_gsm8k(completion, problem.answer)
+
+    def extract_answer(self, problem: Problem, completion: str) -> str:
+        return numeric_answer_key(completion, problem.answer)

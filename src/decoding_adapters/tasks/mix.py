@@ -147,6 +147,11 @@ class MixTask(Task):
                     raise ValueError(f"task mix: problem id {p.id!r} is in both {seen[p.id]!r} and {d!r}")
         return interleave(by_domain, self.weights)
 
+    def draw_order(self, problems: Sequence[Problem], seed: int) -> list[Problem]:
+        """Each domain's problems in its own draw order, interleaved by weight (a subset keeps the mix)."""
+        by_domain = {d: t.draw_order([p for p in problems if domain_of(p) == d], seed) for d, t in self.domains.items()}
+        return interleave(by_domain, self.weights)
+
     def prompt(self, problem: Problem, cot: bool = False) -> list[dict[str, str]]:
         return self.domain_task(problem).prompt(problem, cot=cot)
 
