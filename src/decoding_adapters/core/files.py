@@ -25,7 +25,8 @@ import torch
 
 __all__ = [
     "atomic_write", "write_json", "write_text", "write_checked", "read_checked", "save_tensors", "load_tensors",
-    "NoSpaceError", "JsonlLog", "Checkpoint", "check_output_dir", "lock_output_dir", "LOCK_FILE", "sha256_file",
+    "NoSpaceError", "JsonlLog", "Checkpoint", "check_output_dir", "lock_output_dir", "release_unused_locks",
+    "LOCK_FILE", "sha256_file",
 ]
 
 CHECKSUM_SUFFIX = ".sha256"
@@ -244,6 +245,7 @@ pid and command inside): a second run into the same directory is refused. The ke
 lock when the process ends, however it ends (kill -9 included), so a stale file never blocks."""
 
 _LOCKS: dict[str, int] = {}  # directory (resolved) -> the open descriptor holding its lock
+_CREATED: set[str] = set()  # the locked directories this process created (resolved)
 
 
 def lock_output_dir(out: str | Path, option: str = "--out") -> Path:
@@ -251,10 +253,13 @@ def lock_output_dir(out: str | Path, option: str = "--out") -> Path:
     process holds is refused in one line naming that run (its pid and command). Taking it again in
     the same process is a no-op (a pipeline's stages share their parent's folders)."""
     path = Path(out)
+    created = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
     key = str(path.resolve())
     if key in _LOCKS:
         return path
+    if created:
+        _CREATED.add(key)
     lock = path / LOCK_FILE
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
@@ -272,6 +277,28 @@ def lock_output_dir(out: str | Path, option: str = "--out") -> Path:
     os.pwrite(fd, record.encode("utf-8"), 0)
     _LOCKS[key] = fd
     return path
+
+
+def release_unused_locks() -> list[Path]:
+    """Give up the lock of every directory this process locked that holds nothing but its lock file
+    (a run refused before it wrote anything): the lock file is removed, and the directory too where
+    this process created it, so a refused command leaves no trace. Returns the directories released."""
+    released = []
+    for key, fd in list(_LOCKS.items()):
+        path = Path(key)
+        try:
+            if any(p.name != LOCK_FILE for p in path.iterdir()):
+                continue
+            (path / LOCK_FILE).unlink(missing_ok=True)
+            if key in _CREATED:
+                path.rmdir()
+        except OSError:
+            continue
+        os.close(fd)
+        del _LOCKS[key]
+        _CREATED.discard(key)
+        released.append(path)
+    return released
 
 
 def _lock_holder(fd: int) -> str:
