@@ -170,13 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except USER_ERRORS as err:  # user errors: one clear line, no traceback
-        _release_unused_locks()  # a refused run leaves no output directory holding only its lock
+        _release_refused_locks()  # a refused run leaves no lock file behind
         print(f"decoding-adapters {args.command}: error: {err}", file=sys.stderr)
         return 2
     except OSError as err:
         if err.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
-        _release_unused_locks()
+        _release_refused_locks()
         print(f"decoding-adapters {args.command}: error: {err.strerror}", file=sys.stderr)  # a full disk: one line
         return 2
     except KeyboardInterrupt:
@@ -185,12 +185,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _release_unused_locks() -> None:
-    """``core.files.release_unused_locks`` where a run has taken a lock (looked up, not imported:
+def _release_refused_locks() -> None:
+    """``core.files.release_refused_locks`` where a run has taken a lock (looked up, not imported:
     importing it loads torch, which ``--help`` must not wait for)."""
     files = sys.modules.get(__name__.rpartition(".")[0] + ".core.files")
     if files is not None:
-        files.release_unused_locks()
+        files.release_refused_locks()
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str], command: str | None) -> argparse.Namespace:

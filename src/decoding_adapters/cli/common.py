@@ -9,9 +9,10 @@ import logging
 import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
-from ..core.files import check_output_dir
+from ..core.files import LOCK_FILE, check_output_dir
 from ..decoding.actions import ActionSet
 from ..decoding.backends import make_rollouts
 from ..decoding.rollouts import Rollouts
@@ -34,6 +35,7 @@ __all__ = [
     "build_rollouts",
     "task_options",
     "check_output_dir",
+    "check_adapter_out",
     "load_problems",
 ]
 
@@ -180,6 +182,15 @@ def task_options(args) -> dict:
 def build_task(args):
     build_config(TaskOptions, args)  # validates the task options given (e.g. --max-problems 0)
     return get_task(args.task, **task_options(args))
+
+
+def check_adapter_out(out: str, force: bool, option: str = "--out") -> None:
+    """Pre-flight of a directory an adapter is written into whole (``make-rule``, ``rules
+    --adapter-out``): a directory that already holds files is refused unless ``force`` (its model
+    card and adapter files would be replaced), and its run lock is taken."""
+    path = Path(out)
+    held = sorted(p.name for p in path.iterdir() if p.name != LOCK_FILE) if path.is_dir() else []
+    check_output_dir(path, tuple(held[:3]), force=force, option=option)
 
 
 def load_problems(task, split: str, max_problems: int | None = None) -> list:
