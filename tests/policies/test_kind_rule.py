@@ -96,7 +96,7 @@ def test_a_rule_adapter_loads_and_its_settings_are_checked(tmp_path):
     with pytest.raises(ValueError, match="calibration"):
         save_rule_adapter(tmp_path / "c", "cges", {"feature": "max_prob_mean", "threshold": 0.9, "max_draws": 4},
                           actions)
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(ValueError, match="settings.n must be between 1 and 256"):
         save_rule_adapter(tmp_path / "s", "self_consistency", {"n": 0}, actions)
 
 
