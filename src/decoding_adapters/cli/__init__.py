@@ -120,7 +120,8 @@ def build_parser(command: str | None = None, full_help: bool = True) -> argparse
         module.configure_parser(p)
         if not full_help:
             shorten_help(p)
-        p.set_defaults(_run=module.run_cli)
+        # a command that can say what an interrupted run kept has ``interrupted_note(args)``
+        p.set_defaults(_run=module.run_cli, _interrupted=getattr(module, "interrupted_note", None))
     return parser
 
 
@@ -221,6 +222,12 @@ def _given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]
 
 def _saved_note(args) -> str:
     """What an interrupted command leaves: a checkpoint to resume, finished stages, or nothing."""
+    note = getattr(args, "_interrupted", None)
+    if note is not None:
+        try:
+            return note(args)
+        except (OSError, ValueError):  # a half-written output it cannot read: the general note
+            pass
     out = Path(getattr(args, "out", "") or "")
     if args.command in ("train-token", "train-sequence"):
         if (out / "checkpoint.pt").is_file():

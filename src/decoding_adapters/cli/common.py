@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Literal
 
 from ..core.files import LOCK_FILE, check_output_dir
-from ..decoding.actions import ActionSet
+from ..decoding.actions import GREEDY, ActionSet, DecodingAction
 from ..decoding.backends import make_rollouts
-from ..decoding.rollouts import Rollouts
+from ..decoding.rollouts import STOP_AT_ANSWER, Rollouts
 from ..lm.models import ModelSpec, load_frozen_lm
 from ..tasks import available_tasks, get_task
 from .config_args import add_config_arguments, build_config
@@ -25,6 +25,7 @@ __all__ = [
     "COMMAND_TOKEN_BUDGET",
     "RolloutOptions",
     "RunOptions",
+    "TableOptions",
     "add_model_arguments",
     "add_task_arguments",
     "add_rollout_arguments",
@@ -129,6 +130,36 @@ class RunOptions:
     """output directory (adapter, checkpoint, train_log.jsonl)"""
     resume: bool = False
     """continue the run in --out from its last checkpoint"""
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    """sample tables"""
+
+    # one set of defaults for every command that builds tables (rules, train-attempt): a table one
+    # built is read and extended by the other
+
+    temperatures: tuple[float, ...] = (0.5,)
+    """sampled arms beside greedy when a table is built: one per temperature"""
+    samples: int = 8
+    """samples per sampled arm when a table is built"""
+    hidden: bool = True
+    """a built table keeps each sample's mean hidden state (the attempt policy's hidden features read it)"""
+    stop_at_answer: bool = STOP_AT_ANSWER
+    """a built table's samples end at their first complete answer (the protocol); off: decoded to the budget"""
+
+    def __post_init__(self) -> None:
+        if self.samples < 1 or not self.temperatures or any(not t > 0 for t in self.temperatures):
+            raise ValueError("--samples must be >= 1 and --temperatures positive")
+
+    @property
+    def arms(self) -> list:
+        """The arms of a built table: greedy, then one sampled arm per temperature."""
+        return [GREEDY] + [DecodingAction(temperature=t) for t in self.temperatures]
+
+    @property
+    def rows_per_problem(self) -> int:
+        return 1 + len(self.temperatures) * self.samples
 
 
 def add_model_arguments(p: argparse.ArgumentParser, **kwargs) -> None:
