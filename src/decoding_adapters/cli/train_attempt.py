@@ -2,16 +2,17 @@
 print its accuracy-per-compute curve against the fixed rules (``evaluation.attempt``).
 
 The training and validation tables (``evaluation.sample_table``: the stopped greedy and
-``--samples`` samples per ``--temperatures`` entry, the same table settings and defaults as ``rules``,
-so each reads the other's tables) are built where missing, resumably, beside the outputs unless
-named. A table named with ``--table`` / ``--val-table`` that already holds problems is read as it
-is, never extended, unless ``--extend-tables``. One policy is trained per (``--prices`` entry, seed in 0..``--seeds`` - 1) on the
-training problems less the held-out share (``--holdout``), keep-best on the validation table;
-the fixed rules are tuned on the validation table; both are scored on the held-out training
-problems (with ``--holdout 0``: on the validation table, where both chose: in sample). Writes each
-adapter under ``OUT/policies/price-<p>-seed-<s>/`` (with the task's options: ``generate`` and
-``serve`` rebuild its prompt, verifier and stop) and ``OUT/curve.json``. The run holds the lock of
-``OUT`` and of each table it builds.
+``--samples`` samples per ``--temperatures`` entry, with the same table settings and defaults as
+``rules``, so each reads the other's tables) are built where missing, resumably, beside the
+outputs unless named. A table named with ``--table`` / ``--val-table`` that already holds problems
+is read as it is, never extended, unless ``--extend-tables``. One policy is trained per
+(``--prices`` entry, seed in 0..``--seeds`` - 1) on the training problems less the held-out share
+(``--holdout``), keep-best on the validation table; the fixed rules are tuned on the validation
+table; both are scored on the held-out training problems (with ``--holdout 0``: on the validation
+table, where both chose: in sample). Writes each adapter under
+``OUT/policies/price-<p>-seed-<s>/`` (with the task's options: ``generate`` and ``serve`` rebuild
+its prompt, verifier and stop) and ``OUT/curve.json``. The run holds the lock of ``OUT`` and of
+each table it builds.
 """
 
 from __future__ import annotations

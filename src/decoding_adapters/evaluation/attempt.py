@@ -226,7 +226,8 @@ def crossfit_score(train: SampleTable, validation: SampleTable, config: AttemptT
     return Scored(config.price, config.seed, policy_config.features, float(mine.mean()), decodes,
                   float(outcome.tokens.mean()), name, acc, paired_ci(mine.tolist(), row.tolist()), outcome,
                   float(np.mean([v.get("val_accuracy", math.nan) for v in vals])),
-                  float(np.mean([v.get("val_attempts", math.nan) for v in vals])), _rule_decodes(baselines, name, decodes))
+                  float(np.mean([v.get("val_attempts", math.nan) for v in vals])),
+                  _rule_decodes(baselines, name, decodes))
 
 
 def price_curve(train: SampleTable, validation: SampleTable, test: SampleTable, config: AttemptTrainConfig,
