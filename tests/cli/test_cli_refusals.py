@@ -125,3 +125,21 @@ def test_a_refused_evaluate_leaves_no_lock(tmp_path, capsys):
     (out / "notes.txt").write_text("mine")
     assert main(["evaluate", "--task", "jsonl", "--data", str(tmp_path / "missing.jsonl"), "--out", str(out)]) == 2
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+def test_train_token_resumes_only_on_the_model_it_was_started_with(tiny_model_dir, tmp_path, capsys):
+    from conftest import make_tiny_lm
+
+    other = tmp_path / "wider-model"
+    wider = make_tiny_lm(hidden_size=48)
+    wider.model.save_pretrained(other)
+    wider.tokenizer.save_pretrained(other)
+    out = tmp_path / "tok"
+    argv = ["train-token", "--force", "--token-budget", "3", "--steps", "1", "--prompts-per-step", "2", "--group-size",
+            "2", "--filter-samples", "0", "--val-problems", "2", "--max-train-prompts", "2", "--out", str(out)]
+    assert main([*argv, "--model", str(tiny_model_dir)]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--steps", "2", "--resume", "--model", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert f"was trained on --model {tiny_model_dir}" in err and len(err.strip().splitlines()) == 1
+    assert main([*argv, "--steps", "2", "--resume"]) == 0  # without --model: the model it started with
