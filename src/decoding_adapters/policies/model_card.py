@@ -61,6 +61,11 @@ def _kind_label(config) -> str:
     return adapter_kind(config.kind).label
 
 
+def _article(word: str) -> str:
+    """"An" before a vowel ("An attempt-policy ..."), else "A"."""
+    return "An" if word[:1].lower() in tuple("aeiou") else "A"
+
+
 def _inputs(config) -> str:
     return adapter_kind(config.kind).card_inputs(config)
 
@@ -131,7 +136,7 @@ def render_model_card(config, directory: str | Path = "adapter", evaluation: Map
     lines = _front_matter(config) + [
         f"# Decoding adapter `{name}`",
         "",
-        f"A **{_kind_label(config)} decoding adapter** trained with decoding-adapters "
+        f"{_article(_kind_label(config))} **{_kind_label(config)} decoding adapter** trained with decoding-adapters "
         f"(*Learning Adaptive LLM Decoding*): a small policy that picks how the frozen LM decodes — "
         f"{_inputs(config)}. The LM itself is unchanged.",
         "",
