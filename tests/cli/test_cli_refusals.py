@@ -143,3 +143,24 @@ def test_train_token_resumes_only_on_the_model_it_was_started_with(tiny_model_di
     err = capsys.readouterr().err
     assert f"was trained on --model {tiny_model_dir}" in err and len(err.strip().splitlines()) == 1
     assert main([*argv, "--steps", "2", "--resume"]) == 0  # without --model: the model it started with
+
+
+def test_rules_on_a_full_disk_names_the_figure(tmp_path, capsys, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from decoding_adapters.evaluation.sample_table import synthetic_sample_table
+
+    synthetic_sample_table(30, samples=2, seed=1).save(tmp_path / "val")
+    synthetic_sample_table(20, samples=2, seed=2).save(tmp_path / "test")
+
+    def full(self, path, *args, **kwargs):
+        pathlib.Path(path).write_bytes(b"\x89PNG")  # part of it, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", full)
+    out = tmp_path / "out"
+    assert main(["rules", "--table", str(tmp_path / "test"), "--validation-table", str(tmp_path / "val"),
+                 "--rules", "self_consistency", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "curves.png" in err and len(err.strip().splitlines()) == 1
+    assert not [p.name for p in out.iterdir() if ".tmp" in p.name] and not (out / "curves.json").exists()

@@ -139,8 +139,8 @@ def run_cli(args) -> int:
         "pass_at_k": {arm: pass_at_k_curve(test, index, range(1, int(test.distinct[index]) + 1))},
     }
     path = Path(options.out)
-    write_json(path / "curves.json", out)
     _plot(curves, path / "curves.png", f"answer accuracy per compute ({test_draws.label}, {test.shape[0]} problems)")
+    write_json(path / "curves.json", out)  # last: it marks a finished run
     for rule, curve in curves.items():
         cells = ", ".join(f"{p['test']['decodes']:.2f} dec {100 * p['test']['accuracy']:.1f}%" for p in curve["points"])
         print(f"{rule:22s} {cells}")
