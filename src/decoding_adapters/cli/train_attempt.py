@@ -55,22 +55,19 @@ class TrainAttemptOptions:
     """attempt policy: tables, prices and the curve"""
 
     out: str
-    """output directory (policies/, curve.json; the tables under tables/ unless named)"""
+    """output directory (policies/, curve.json, tables/)"""
     table: str | None = None
-    """training sample table directory (built from the train split when it holds none, else read as it is;
-    default OUT/tables/train)"""
+    """training sample table directory (built when empty, else read as it is; default OUT/tables/train)"""
     val_table: str | None = None
-    """validation sample table directory (built when it holds none, else read as it is; default
-    OUT/tables/validation)"""
+    """validation sample table directory (built when empty, else read as it is; default OUT/tables/validation)"""
     extend_tables: bool = False
-    """decode more problems into a --table / --val-table that holds fewer than --train-problems / --val-problems
-    (without it a table given is read, never written)"""
+    """decode more problems into a --table / --val-table that holds fewer than asked (else it is only read)"""
     train_problems: int = 400
     """training problems when the training table is built (the last --holdout share of them is scored on)"""
     val_problems: int = 400
     """validation problems when the validation table is built (keep-best and the rules' settings are chosen there)"""
     holdout: float = 0.25
-    """share of the training table's problems (its last ones) held out to score the policies and the rules on"""
+    """share of the training table (its last problems) held out to score the policies and the rules on"""
     prices: tuple[float, ...] = (0.01, 0.03, 0.1)
     """reward lost per decode: one policy per price traces the accuracy-per-compute curve"""
     seeds: int = 1
@@ -102,7 +99,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, TableOptions)
     add_config_arguments(p, AttemptTrainConfig, title="attempt policy training", exclude=("price", "seed"))
     add_model_arguments(p)
-    add_task_arguments(p)
+    add_task_arguments(p, exclude=("max_problems", "cot_ratio"))  # the tables' sizes: --train-problems, --val-problems
     add_rollout_arguments(p, exclude=("backend", "workers", "ray_address", "gpu_memory_utilization"))
 
 
