@@ -147,10 +147,12 @@ def interrupted_note(args) -> str:
         kept.append(f"the checkpoints of {len(trained)} policies ({policies})")
     if not kept:
         return "nothing saved yet: the same command starts over"
-    given = [f"--{flag} {path}" for path, split, n, is_given in options.wanted()
-             for flag in [("table" if split == "train" else "val-table")] if is_given and 0 < _held(path) < n]
-    how = "the same command continues" + (" (add --extend-tables to finish " + " and ".join(given) + ")"
-                                          if given else "") + (" with --resume" if trained else "")
+    # a table given with --table / --val-table is only extended when asked
+    unfinished = [("--table " if split == "train" else "--val-table ") + path
+                  for path, split, n, given in options.wanted() if given and 0 < _held(path) < n]
+    how = "the same command continues" + (" with --resume" if trained else "")
+    if unfinished:
+        how += f" (add --extend-tables to finish {' and '.join(unfinished)})"
     return f"kept {'; '.join(kept)}: {how}"
 
 
