@@ -27,7 +27,7 @@ def test_train_attempt_cli_builds_its_tables_and_writes_adapters(tiny_model_dir,
     assert policy.config.hidden_size == train.hidden.shape[-1] and len(meta["actions"]) == 2
     log = [json.loads(line) for line in (out / "policies" / "price-0.05-seed-0" / "train_log.jsonl").open()]
     assert [r["step"] for r in log] == [0, 1, 2]
-    assert "strongest rule there" in capsys.readouterr().out
+    assert "strongest rule" in capsys.readouterr().out
 
 
 def test_train_attempt_cli_on_stored_tables_resumes(tmp_path, capsys):

@@ -96,7 +96,7 @@ def test_a_rule_adapter_loads_and_its_settings_are_checked(tmp_path):
     with pytest.raises(ValueError, match="calibration"):
         save_rule_adapter(tmp_path / "c", "cges", {"feature": "max_prob_mean", "threshold": 0.9, "max_draws": 4},
                           actions)
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(ValueError, match="settings.n must be between 1 and 256"):
         save_rule_adapter(tmp_path / "s", "self_consistency", {"n": 0}, actions)
 
 
@@ -124,7 +124,7 @@ def test_rules_writes_the_tuned_rule_as_an_adapter(tmp_path, capsys):
     assert set(config.policy["calibration"]) == {"slope", "intercept", "mean", "scale"}
     assert [a["temperature"] for a in config.actions] == [0.0, 0.5] and config.policy["arm"] == 1
     # without --adapter-rule: the rule most accurate on validation within the level
-    assert main(base + ["--adapter-out", str(tmp_path / "best"), "--adapter-level", "5"]) == 0
+    assert main(base + ["--adapter-out", str(tmp_path / "best"), "--adapter-level", "5", "--force"]) == 0
     best = load_adapter(tmp_path / "best")[1].policy["rule"]
     points = json.loads((tmp_path / "out" / "curves.json").read_text())["rules"]
     accuracy = {r: [p for p in c["points"] if p["level"] <= 5][-1]["validation"]["accuracy"] for r, c in points.items()}

@@ -70,6 +70,9 @@ typical flow:
   decoding-adapters train-sequence --task arithmetic --actions runs/actions/actions.json --out runs/seq
   decoding-adapters train-token --task arithmetic --token-budget 32 --out runs/tok
   decoding-adapters evaluate --task arithmetic --adapter runs/seq --adapter runs/tok --out runs/eval
+  decoding-adapters rules --table runs/tables/test --validation-table runs/tables/val --out runs/rules
+  decoding-adapters train-attempt --val-table runs/tables/val --out runs/attempt   # the attempt policy
+  decoding-adapters make-rule --rule esc --window 2 --out runs/esc                # a fixed rule as an adapter
   decoding-adapters demo --out runs/demo          # all of the above, fitted to 15 minutes on this machine (--minutes)
   decoding-adapters demo --size tiny --out runs/demo-tiny   # the same pipeline in about a minute
 
@@ -84,7 +87,11 @@ data, checkpoint, outcome table), so nothing else needs catching here."""
 
 
 class _OneLineErrorParser(argparse.ArgumentParser):
-    """A bad option is one line naming it (as a bad file or value is), not the usage text first."""
+    """A bad option is one line naming it (as a bad file or value is), not the usage text first.
+    Abbreviations are refused: ``--price`` is not ``--prices`` (a typo must not run a long job)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -113,7 +120,8 @@ def build_parser(command: str | None = None, full_help: bool = True) -> argparse
         module.configure_parser(p)
         if not full_help:
             shorten_help(p)
-        p.set_defaults(_run=module.run_cli)
+        # a command that can say what an interrupted run kept has ``interrupted_note(args)``
+        p.set_defaults(_run=module.run_cli, _interrupted=getattr(module, "interrupted_note", None))
     return parser
 
 
@@ -151,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     full_help = "--help-all" in argv
     argv = ["--help" if a == "--help-all" else a for a in argv]
     parser = build_parser(command if command in COMMANDS else "", full_help=full_help or "--help" not in argv)
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv, command)
     args._given = _given_options(parser, argv) if getattr(args, "resume", False) else set()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
@@ -163,17 +171,38 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except USER_ERRORS as err:  # user errors: one clear line, no traceback
+        _release_refused_locks()  # a refused run leaves no lock file behind
         print(f"decoding-adapters {args.command}: error: {err}", file=sys.stderr)
         return 2
     except OSError as err:
         if err.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
+        _release_refused_locks()
         print(f"decoding-adapters {args.command}: error: {err.strerror}", file=sys.stderr)  # a full disk: one line
         return 2
     except KeyboardInterrupt:
         # on its own line: a progress bar may hold the cursor at the end of its line
         print(f"\ninterrupted; {_saved_note(args)}", file=sys.stderr)
         return 130
+
+
+def _release_refused_locks() -> None:
+    """``core.files.release_refused_locks`` where a run has taken a lock (looked up, not imported:
+    importing it loads torch, which ``--help`` must not wait for)."""
+    files = sys.modules.get(__name__.rpartition(".")[0] + ".core.files")
+    if files is not None:
+        files.release_refused_locks()
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str], command: str | None) -> argparse.Namespace:
+    """``argv`` parsed; an option the sub-command does not take is refused by that sub-command's
+    parser, so the error points to its own ``--help``."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        owner = sub.choices.get(command) if sub is not None and command in COMMANDS else None
+        (owner or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def _given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
@@ -193,6 +222,12 @@ def _given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]
 
 def _saved_note(args) -> str:
     """What an interrupted command leaves: a checkpoint to resume, finished stages, or nothing."""
+    note = getattr(args, "_interrupted", None)
+    if note is not None:
+        try:
+            return note(args)
+        except (OSError, ValueError):  # a half-written output it cannot read: the general note
+            pass
     out = Path(getattr(args, "out", "") or "")
     if args.command in ("train-token", "train-sequence"):
         if (out / "checkpoint.pt").is_file():

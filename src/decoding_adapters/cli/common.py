@@ -9,12 +9,13 @@ import logging
 import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
-from ..core.files import check_output_dir
-from ..decoding.actions import ActionSet
+from ..core.files import LOCK_FILE, check_output_dir
+from ..decoding.actions import GREEDY, ActionSet, DecodingAction
 from ..decoding.backends import make_rollouts
-from ..decoding.rollouts import Rollouts
+from ..decoding.rollouts import STOP_AT_ANSWER, Rollouts
 from ..lm.models import ModelSpec, load_frozen_lm
 from ..tasks import available_tasks, get_task
 from .config_args import add_config_arguments, build_config
@@ -24,6 +25,7 @@ __all__ = [
     "COMMAND_TOKEN_BUDGET",
     "RolloutOptions",
     "RunOptions",
+    "TableOptions",
     "add_model_arguments",
     "add_task_arguments",
     "add_rollout_arguments",
@@ -34,6 +36,7 @@ __all__ = [
     "build_rollouts",
     "task_options",
     "check_output_dir",
+    "check_adapter_out",
     "load_problems",
 ]
 
@@ -130,6 +133,36 @@ class RunOptions:
     """continue the run in --out from its last checkpoint"""
 
 
+@dataclass(frozen=True)
+class TableOptions:
+    """sample tables"""
+
+    # one set of defaults for every command that builds tables (rules, train-attempt): a table one
+    # built is read and extended by the other
+
+    temperatures: tuple[float, ...] = (0.5,)
+    """sampled arms beside greedy when a table is built: one per temperature"""
+    samples: int = 8
+    """samples per sampled arm when a table is built"""
+    hidden: bool = True
+    """a built table keeps each sample's mean hidden state (the attempt policy's hidden features read it)"""
+    stop_at_answer: bool = STOP_AT_ANSWER
+    """a built table's samples end at their first complete answer (the protocol); off: decoded to the budget"""
+
+    def __post_init__(self) -> None:
+        if self.samples < 1 or not self.temperatures or any(not t > 0 for t in self.temperatures):
+            raise ValueError("--samples must be >= 1 and --temperatures positive")
+
+    @property
+    def arms(self) -> list:
+        """The arms of a built table: greedy, then one sampled arm per temperature."""
+        return [GREEDY] + [DecodingAction(temperature=t) for t in self.temperatures]
+
+    @property
+    def rows_per_problem(self) -> int:
+        return 1 + len(self.temperatures) * self.samples
+
+
 def add_model_arguments(p: argparse.ArgumentParser, **kwargs) -> None:
     """--model / --device / --dtype (the ``ModelSpec`` fields)."""
     add_config_arguments(
@@ -181,6 +214,15 @@ def task_options(args) -> dict:
 def build_task(args):
     build_config(TaskOptions, args)  # validates the task options given (e.g. --max-problems 0)
     return get_task(args.task, **task_options(args))
+
+
+def check_adapter_out(out: str, force: bool, option: str = "--out") -> None:
+    """Pre-flight of a directory an adapter is written into whole (``make-rule``, ``rules
+    --adapter-out``): a directory that already holds files is refused unless ``force`` (its model
+    card and adapter files would be replaced), and its run lock is taken."""
+    path = Path(out)
+    held = sorted(p.name for p in path.iterdir() if p.name != LOCK_FILE) if path.is_dir() else []
+    check_output_dir(path, tuple(held[:3]), force=force, option=option)
 
 
 def load_problems(task, split: str, max_problems: int | None = None, seed: int = 0) -> list:

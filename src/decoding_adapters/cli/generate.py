@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 
 from ..decoding.actions import DEFAULT_TOKEN_BUDGET
+from ..policies.kinds import adapter_kind, kind_names
 from ..policies.networks import POLICY_MODES
 from ..serving.adapter import Adapter
 from ..serving.generator import AdaptiveGenerator, format_generations
@@ -14,12 +15,21 @@ from .common import add_model_arguments
 from .config_args import add_config_arguments
 
 
+def _adapter_help() -> str:
+    """``--adapter``'s help: the command that writes each adapter kind."""
+    writers = list(dict.fromkeys(adapter_kind(name).trainer for name in kind_names()))
+    return f"adapter directory (written by {', '.join(writers[:-1])} or {writers[-1]})"
+
+
+ADAPTER_HELP = _adapter_help()
+"""The ``--adapter`` help of ``generate`` and ``serve``."""
+
+
 @dataclass(frozen=True)
 class GenerateOptions:
     """generation"""
 
-    adapter: str
-    """adapter directory (written by train-sequence, train-token, train-draft, train-attempt or make-rule)"""
+    adapter: str = field(metadata={"help": ADAPTER_HELP})
     data: str | None = None
     """a draft-gated adapter's task data, where the files it records (adapter.json) are gone: as train-draft's
     --data"""

@@ -11,6 +11,9 @@ with ``generate`` / ``serve`` / ``Adapter.from_pretrained``): ``--adapter-rule``
 most accurate on validation within ``--adapter-level`` mean decodes) at the setting tuned for that
 level, over the stopped greedy and ``--arm``; ReASC and CGES carry the calibration fitted on the
 validation table.
+
+A finished ``--out`` (``curves.json``) is refused unless ``--force``; the run holds the lock of
+``--out`` and of each table it builds.
 """
 
 from __future__ import annotations
@@ -20,16 +23,24 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.files import write_json
-from ..decoding.actions import GREEDY, DecodingAction
-from ..decoding.rollouts import STOP_AT_ANSWER
+from ..core.files import atomic_write, lock_output_dir, write_json
 from ..evaluation.rules import COMPUTE_LEVELS, fit_calibrations, greedy_then, tune_rules
 from ..evaluation.sample_table import SampleTable, build_sample_table, pass_at_k_curve
 from ..policies.fixed_rules import RULES
 from ..policies.kind_rule import save_rule_adapter
 from ..reporting.plots import method_color
 from ..tasks import task_record
-from .common import add_model_arguments, add_rollout_arguments, add_task_arguments, build_lm, build_task, load_problems
+from .common import (
+    TableOptions,
+    add_model_arguments,
+    add_rollout_arguments,
+    add_task_arguments,
+    build_lm,
+    build_task,
+    check_adapter_out,
+    check_output_dir,
+    load_problems,
+)
 from .config_args import add_config_arguments, build_config
 
 
@@ -45,20 +56,14 @@ class RulesOptions:
     """output directory (curves.json, curves.png)"""
     split: str = "test"
     """split --table is built from"""
-    temperatures: tuple[float, ...] = (0.5,)
-    """sampled arms beside greedy when a table is built: one per temperature"""
-    samples: int = 8
-    """samples per sampled arm when a table is built"""
     arm: str | None = None
     """the sampled arm the rules read after the stopped greedy (default: the table's first sampled arm)"""
     rules: tuple[str, ...] = RULES
     """rules to tune and score"""
     levels: tuple[float, ...] = COMPUTE_LEVELS
     """compute levels (mean decodes per problem) at which each rule's setting is chosen on validation"""
-    stop_at_answer: bool = STOP_AT_ANSWER
-    """a built table's samples end at their first complete answer (the protocol); off: decoded to the budget"""
-    hidden: bool = False
-    """a built table also keeps each sample's mean hidden state"""
+    force: bool = False
+    """overwrite the curves already in --out (and the files in --adapter-out)"""
     adapter_out: str | None = None
     """also write the tuned rule at --adapter-level as an adapter directory here (kind rule, no weights)"""
     adapter_rule: str | None = None
@@ -67,35 +72,38 @@ class RulesOptions:
     """the compute level (mean decodes per problem on validation) whose tuned setting --adapter-out writes"""
 
     def __post_init__(self) -> None:
-        if self.samples < 1 or not self.temperatures or any(t <= 0 for t in self.temperatures):
-            raise ValueError("--samples must be >= 1 and --temperatures positive")
         unknown = [r for r in self.rules if r not in RULES]
         if unknown:
             raise ValueError(f"unknown rules {unknown}; choose from {list(RULES)}")
 
 
+RESULTS = ("curves.json", "curves.png")
+"""What a finished run leaves in --out (a rerun into it needs --force)."""
+
+
 def configure_parser(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, RulesOptions)
+    add_config_arguments(p, TableOptions)
     add_model_arguments(p)
     add_task_arguments(p)
     add_rollout_arguments(p, exclude=("backend", "workers", "ray_address", "gpu_memory_utilization"))
 
 
-def _tables(args, options: RulesOptions) -> tuple[SampleTable, SampleTable]:
+def _tables(args, options: RulesOptions, tables: TableOptions) -> tuple[SampleTable, SampleTable]:
     wanted = [(options.validation_table, "validation"), (options.table, options.split)]
     missing = [(path, split) for path, split in wanted if not (Path(path) / "header.json").is_file()
                or _unfinished(path, args)]
     if missing:
+        for path, _ in missing:  # a table being built is this run's alone
+            lock_output_dir(path, "--table" if path == options.table else "--validation-table")
         task = build_task(args)
         problems = {split: load_problems(task, split, args.max_problems, args.seed) for _, split in missing}
         lm = build_lm(args)
-        arms = [GREEDY] + [DecodingAction(temperature=t) for t in options.temperatures]
-        rows_per_problem = 1 + len(options.temperatures) * options.samples
         for path, split in missing:
-            build_sample_table(lm, task, problems[split], arms, samples=options.samples, token_budget=args.token_budget,
-                               path=path, split=split, seed=args.seed, stop_at_answer=options.stop_at_answer,
-                               chunk_problems=max(1, args.batch_rows // rows_per_problem),
-                               hidden=options.hidden)
+            build_sample_table(lm, task, problems[split], tables.arms, samples=tables.samples,
+                               token_budget=args.token_budget, path=path, split=split, seed=args.seed,
+                               stop_at_answer=tables.stop_at_answer,
+                               chunk_problems=max(1, args.batch_rows // tables.rows_per_problem), hidden=tables.hidden)
     return SampleTable.load(options.validation_table), SampleTable.load(options.table)
 
 
@@ -108,7 +116,12 @@ def _unfinished(path: str, args) -> bool:
 
 def run_cli(args) -> int:
     options = build_config(RulesOptions, args)
-    validation, test = _tables(args, options)
+    tables = build_config(TableOptions, args)
+    # pre-flight: --out (and --adapter-out) writable, not holding a finished run, and this run's alone
+    check_output_dir(options.out, RESULTS, force=options.force)
+    if options.adapter_out:
+        check_adapter_out(options.adapter_out, options.force, "--adapter-out")
+    validation, test = _tables(args, options, tables)
     if validation.header.get("actions") != test.header.get("actions"):
         raise ValueError("the validation and test tables hold different arms")
     arms = validation.arm_names
@@ -126,8 +139,8 @@ def run_cli(args) -> int:
         "pass_at_k": {arm: pass_at_k_curve(test, index, range(1, int(test.distinct[index]) + 1))},
     }
     path = Path(options.out)
-    write_json(path / "curves.json", out)
     _plot(curves, path / "curves.png", f"answer accuracy per compute ({test_draws.label}, {test.shape[0]} problems)")
+    write_json(path / "curves.json", out)  # last: it marks a finished run
     for rule, curve in curves.items():
         cells = ", ".join(f"{p['test']['decodes']:.2f} dec {100 * p['test']['accuracy']:.1f}%" for p in curve["points"])
         print(f"{rule:22s} {cells}")
@@ -190,6 +203,5 @@ def _plot(curves: dict, path: Path, title: str) -> Path:
     ax.set_title(title, fontsize=11)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return path
+    # atomic, and a failed write (a full disk) is one line naming the file
+    return atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))

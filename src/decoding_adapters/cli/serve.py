@@ -13,7 +13,7 @@ from typing import Literal
 
 from ..serving.server import ServerLimits, check_api_key, create_app
 from .config_args import add_config_arguments, build_config
-from .generate import add_generator_model_arguments, deterministic_from_mode, generator_from_args
+from .generate import ADAPTER_HELP, add_generator_model_arguments, deterministic_from_mode, generator_from_args
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +22,7 @@ log = logging.getLogger(__name__)
 class ServeOptions:
     """server"""
 
-    adapter: str
-    """adapter directory (written by train-sequence, train-token or train-draft)"""
+    adapter: str = field(metadata={"help": ADAPTER_HELP})
     data: str | None = None
     """a draft-gated adapter's task data, where the files it records (adapter.json) are gone: as train-draft's
     --data"""

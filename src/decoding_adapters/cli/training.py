@@ -82,6 +82,7 @@ def resolve_config(args, config_cls):
     if state is not None and not args.resume:
         raise ValueError(f"{args.out} already holds a run: pass --resume to continue it or choose another --out")
     if state is not None:
+        _check_same_model(args)
         _restore_options(args, state["config"])
     elif args.resume:
         log.warning("--resume: %s holds no checkpoint yet; starting the run from the beginning", args.out)
@@ -95,6 +96,18 @@ def resolve_config(args, config_cls):
                   if not k.startswith("_") and k not in NOT_STORED}
         write_json(Path(args.out) / OPTIONS_FILE, stored)
     return config
+
+
+def _check_same_model(args) -> None:
+    """A run resumes on the LM it was started with: its checkpoint's policy is shaped for that LM's
+    hidden states (another LM's would not fit them, or would silently mean something else)."""
+    path = Path(args.out) / OPTIONS_FILE
+    if "name_or_path" not in getattr(args, "_given", set()) or not path.is_file():
+        return
+    started = json.loads(path.read_text()).get("name_or_path")
+    if started is not None and started != args.name_or_path:
+        raise ValueError(f"{args.out} was trained on --model {started}: a policy cannot continue on another LM "
+                         f"(--model {args.name_or_path}); resume without --model, or start a new --out")
 
 
 def _restore_options(args, saved_config: dict) -> None:

@@ -25,7 +25,8 @@ import torch
 
 __all__ = [
     "atomic_write", "write_json", "write_text", "write_checked", "read_checked", "save_tensors", "load_tensors",
-    "NoSpaceError", "JsonlLog", "Checkpoint", "check_output_dir", "lock_output_dir", "LOCK_FILE", "sha256_file",
+    "NoSpaceError", "JsonlLog", "Checkpoint", "check_output_dir", "lock_output_dir", "release_refused_locks",
+    "LOCK_FILE", "sha256_file",
 ]
 
 CHECKSUM_SUFFIX = ".sha256"
@@ -71,7 +72,9 @@ def _disk_full(err: BaseException, directory: Path) -> bool:
     """Whether ``err`` (raised by a write into ``directory``) means the disk is full."""
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
-    if isinstance(err, (OSError, RuntimeError)):  # torch / safetensors wrap ENOSPC in their own errors
+    # torch and safetensors wrap ENOSPC in their own errors (safetensors' SafetensorError, named here:
+    # this module imports neither library)
+    if isinstance(err, (OSError, RuntimeError)) or type(err).__name__ == "SafetensorError":
         try:
             return shutil.disk_usage(directory).free < _FULL_DISK_BYTES
         except OSError:
@@ -244,6 +247,8 @@ pid and command inside): a second run into the same directory is refused. The ke
 lock when the process ends, however it ends (kill -9 included), so a stale file never blocks."""
 
 _LOCKS: dict[str, int] = {}  # directory (resolved) -> the open descriptor holding its lock
+_CREATED: set[str] = set()  # the locked directories this process created (resolved)
+_NEW_LOCK_FILES: set[str] = set()  # the locked directories whose lock file this process created
 
 
 def lock_output_dir(out: str | Path, option: str = "--out") -> Path:
@@ -251,11 +256,15 @@ def lock_output_dir(out: str | Path, option: str = "--out") -> Path:
     process holds is refused in one line naming that run (its pid and command). Taking it again in
     the same process is a no-op (a pipeline's stages share their parent's folders)."""
     path = Path(out)
+    created = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
     key = str(path.resolve())
     if key in _LOCKS:
         return path
+    if created:
+        _CREATED.add(key)
     lock = path / LOCK_FILE
+    new_file = not lock.exists()
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -271,7 +280,31 @@ def lock_output_dir(out: str | Path, option: str = "--out") -> Path:
     os.ftruncate(fd, 0)
     os.pwrite(fd, record.encode("utf-8"), 0)
     _LOCKS[key] = fd
+    if new_file:
+        _NEW_LOCK_FILES.add(key)
     return path
+
+
+def release_refused_locks() -> list[Path]:
+    """Give up every lock this process holds, for a run refused before it finished: a lock file
+    this process created is removed, and so is a directory it created that holds nothing else, so
+    a refused command leaves no trace where it wrote nothing. Returns the directories released."""
+    released = []
+    for key, fd in list(_LOCKS.items()):
+        path = Path(key)
+        os.close(fd)
+        del _LOCKS[key]
+        try:
+            if key in _NEW_LOCK_FILES:
+                (path / LOCK_FILE).unlink(missing_ok=True)
+            if key in _CREATED and not any(path.iterdir()):
+                path.rmdir()
+        except OSError:
+            pass
+        _CREATED.discard(key)
+        _NEW_LOCK_FILES.discard(key)
+        released.append(path)
+    return released
 
 
 def _lock_holder(fd: int) -> str:

@@ -49,6 +49,7 @@ __all__ = [
     "rule_baselines",
     "rule_at",
     "strongest_rule",
+    "rule_compute",
     "Scored",
     "train_and_score",
     "price_curve",
@@ -120,6 +121,13 @@ def rule_at(curve: RuleCurve, decodes: float) -> tuple[float, np.ndarray]:
     return float(row.mean()), row
 
 
+def rule_compute(curve: RuleCurve, decodes: float) -> float:
+    """The mean decodes :func:`rule_at` reads ``curve`` at for ``decodes``: ``decodes`` itself where
+    the curve spans it (matched compute), else the curve's nearest end (its cheapest point spends
+    more; its last point spends less)."""
+    return float(min(max(decodes, curve.decodes[0]), curve.decodes[-1]))
+
+
 def strongest_rule(curves: Sequence[RuleCurve], decodes: float) -> tuple[str, float, np.ndarray]:
     """The rule with the highest interpolated accuracy at ``decodes``: its name, accuracy, correctness."""
     best = max(curves, key=lambda c: rule_at(c, decodes)[0])
@@ -144,12 +152,24 @@ class Scored:
     outcome: AttemptOutcome = field(repr=False)
     val_accuracy: float = float("nan")
     val_decodes: float = float("nan")
+    rule_decodes: float = float("nan")
+    """The mean decodes the rule's accuracy was read at (:func:`rule_compute`): ``decodes`` where matched."""
+
+    @property
+    def matched(self) -> bool:
+        """Whether the rule was read at the policy's own compute (its curve spans it)."""
+        return abs(self.rule_decodes - self.decodes) <= 1e-9
 
     def record(self) -> dict:
         return {"price": self.price, "seed": self.seed, "features": list(self.features), "accuracy": self.accuracy,
                 "decodes": self.decodes, "tokens": self.tokens, "strongest_rule": self.rule,
-                "rule_accuracy": self.rule_accuracy, "difference": list(self.difference),
+                "rule_accuracy": self.rule_accuracy, "rule_decodes": self.rule_decodes,
+                "matched_compute": self.matched, "difference": list(self.difference),
                 "validation": {"accuracy": self.val_accuracy, "decodes": self.val_decodes}}
+
+
+def _rule_decodes(baselines: Sequence[RuleCurve], name: str, decodes: float) -> float:
+    return rule_compute(next(c for c in baselines if c.name == name), decodes)
 
 
 def train_and_score(train: SampleTable, validation: SampleTable, test: SampleTable, config: AttemptTrainConfig,
@@ -171,7 +191,7 @@ def train_and_score(train: SampleTable, validation: SampleTable, test: SampleTab
     return Scored(config.price, config.seed, policy_config.features, float(mine.mean()), decodes,
                   float(outcome.tokens.mean()), name, acc, diff, outcome,
                   trainer.last_validation.get("val_accuracy", math.nan),
-                  trainer.last_validation.get("val_attempts", math.nan))
+                  trainer.last_validation.get("val_attempts", math.nan), _rule_decodes(baselines, name, decodes))
 
 
 def crossfit_score(train: SampleTable, validation: SampleTable, config: AttemptTrainConfig, folds: int,
@@ -206,7 +226,8 @@ def crossfit_score(train: SampleTable, validation: SampleTable, config: AttemptT
     return Scored(config.price, config.seed, policy_config.features, float(mine.mean()), decodes,
                   float(outcome.tokens.mean()), name, acc, paired_ci(mine.tolist(), row.tolist()), outcome,
                   float(np.mean([v.get("val_accuracy", math.nan) for v in vals])),
-                  float(np.mean([v.get("val_attempts", math.nan) for v in vals])))
+                  float(np.mean([v.get("val_attempts", math.nan) for v in vals])),
+                  _rule_decodes(baselines, name, decodes))
 
 
 def price_curve(train: SampleTable, validation: SampleTable, test: SampleTable, config: AttemptTrainConfig,
@@ -247,13 +268,20 @@ def ablation(train: SampleTable, validation: SampleTable, test: SampleTable, con
 
 
 def format_curve(scored: Sequence[Scored]) -> str:
-    """One line per trained policy: its accuracy and compute against the strongest rule there."""
+    """One line per trained policy: its accuracy and compute against the strongest rule there, "at
+    matched compute" only where the rule's curve spans the policy's compute (else what the rule spends)."""
     lines = []
     for s in scored:
         d, lo, hi = s.difference
+        if s.matched or math.isnan(s.rule_decodes):
+            rule = f"strongest rule at matched compute {s.rule} {100 * s.rule_accuracy:5.1f}%"
+        else:
+            spends = "more" if s.rule_decodes > s.decodes else "less"
+            end = "cheapest" if spends == "more" else "last"
+            rule = (f"strongest rule {s.rule} {100 * s.rule_accuracy:5.1f}%, which spends {spends}: "
+                    f"{s.rule_decodes:.2f} decodes at its {end} point")
         lines.append(f"price {s.price:<6g} seed {s.seed}: {100 * s.accuracy:5.1f}% at {s.decodes:.2f} decodes "
-                     f"({s.tokens:.0f} tokens); strongest rule there {s.rule} {100 * s.rule_accuracy:5.1f}%; "
-                     f"difference {100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]")
+                     f"({s.tokens:.0f} tokens); {rule}; difference {100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]")
     return "\n".join(lines)
 
 

@@ -270,7 +270,7 @@ def build_sample_table(lm, task, problems, actions: Sequence[DecodingAction], *,
     if (path / "header.json").is_file():
         stored = json.loads((path / "header.json").read_text())
         if stored != json.loads(json.dumps(header)):
-            raise ValueError(f"{path} was decoded under other settings: {stored} vs {header}")
+            raise ValueError(f"{path} was decoded under other settings: {_differences(stored, header)}")
     else:
         write_json(path / "header.json", header)
     done_chunks = _chunk_indices(path)
@@ -292,6 +292,35 @@ def build_sample_table(lm, task, problems, actions: Sequence[DecodingAction], *,
     table = SampleTable.load(path)
     order = {pid: i for i, pid in enumerate(table.problem_ids)}
     return table.subset([order[p.id] for p in problems if p.id in order])
+
+
+_SETTING_OPTIONS = {"actions": "--temperatures", "samples": "--samples", "token_budget": "--token-budget",
+                    "seed": "--seed", "stop_at_answer": "--stop-at-answer / --no-stop-at-answer",
+                    "hidden": "--hidden / --no-hidden", "model": "--model (and --dtype)", "task": "--task"}
+
+
+def _arm_names(actions):
+    try:
+        return [DecodingAction.from_dict(a).name for a in actions]
+    except (TypeError, ValueError, KeyError, AttributeError):  # a damaged header: shown as it is
+        return actions
+
+
+def _differences(stored: dict, wanted: dict) -> str:
+    """Each header field that differs, the table's value against this run's, and the option that sets it."""
+    out = []
+    for key in sorted(set(stored) | set(wanted), key=lambda k: list(wanted).index(k) if k in wanted else 99):
+        old, new = stored.get(key), json.loads(json.dumps(wanted.get(key)))
+        if old == new:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):  # the model fingerprint, the confidence settings
+            keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+            old, new = {k: old.get(k) for k in keys}, {k: new.get(k) for k in keys}
+        if key == "actions":
+            old, new = _arm_names(old), _arm_names(new)
+        option = f" (set by {_SETTING_OPTIONS[key]})" if key in _SETTING_OPTIONS else ""
+        out.append(f"{key}: the table has {old}, this run {new}{option}")
+    return "; ".join(out) + ". Give the table's settings to read or extend it, or choose another table directory"
 
 
 def _decode_chunk(lm, task, problems, action_set: ActionSet, samples: int, token_budget: int, seed: int,

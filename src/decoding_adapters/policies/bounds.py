@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Callable
 
 from .kinds import adapter_kind
 
-__all__ = ["check_adapter_fields", "parse_json", "MAX_POLICY_PARAMETERS", "MAX_JSON_DEPTH"]
+__all__ = ["check_adapter_fields", "check_rule_fields", "parse_json", "MAX_POLICY_PARAMETERS", "MAX_JSON_DEPTH"]
 
 MAX_POLICY_PARAMETERS = 200_000_000
 """Most parameters a policy described by an adapter file may have (800 MB in float32; the trained
@@ -128,7 +128,7 @@ def check_adapter_fields(data: dict) -> None:
                     raise ValueError(f"policy.{name} must be a list of integers, got {values!r}"[:300])
                 for i, v in enumerate(values):
                     _int(v, f"policy.{name}[{i}]", low, high)
-        _rule_settings(policy)
+        check_rule_fields(policy)
         if policy.get("prior") is not None:
             _distribution(policy["prior"], "policy.prior")
         pairs = policy.get("budget_priors")
@@ -167,25 +167,27 @@ def check_adapter_fields(data: dict) -> None:
         _int(draft["token_budget"], "draft.token_budget", 1, MAX_TOKENS)
 
 
-def _rule_settings(policy: dict) -> None:
-    """A fixed rule's ``settings`` (its knobs) and ``calibration`` (four finite numbers)."""
+def check_rule_fields(policy: dict, name: Callable[[str], str] = "policy.{}".format) -> None:
+    """A fixed rule's ``settings`` (its knobs) and ``calibration`` (four finite numbers, a positive
+    scale), each refused in one line naming the field as ``name`` gives it (``make-rule``: its option)."""
     settings = policy.get("settings")
     if settings is not None:
         if not isinstance(settings, dict) or len(settings) > 16:
-            raise ValueError(f"policy.settings must be an object of a rule's settings, got {settings!r}"[:300])
-        for name, value in settings.items():
-            if name in _RULE_INTS:
-                _int(value, f"policy.settings.{name}", *_RULE_INTS[name])
-            elif name in _RULE_FLOATS:
-                _float(value, f"policy.settings.{name}", *_RULE_FLOATS[name], True)
+            raise ValueError(f"{name('settings')} must be an object of a rule's settings, got {settings!r}"[:300])
+        for key, value in settings.items():
+            if key in _RULE_INTS:
+                _int(value, name(f"settings.{key}"), *_RULE_INTS[key])
+            elif key in _RULE_FLOATS:
+                _float(value, name(f"settings.{key}"), *_RULE_FLOATS[key], True)
             elif not isinstance(value, (str, bool)) or (isinstance(value, str) and len(value) > 200):
-                raise ValueError(f"policy.settings.{name} must be a rule setting, got {value!r}"[:300])
+                raise ValueError(f"{name(f'settings.{key}')} must be a rule setting, got {value!r}"[:300])
     calibration = policy.get("calibration")
     if calibration is not None:
         if not isinstance(calibration, dict) or set(calibration) != set(_CALIBRATION):
-            raise ValueError(f"policy.calibration must hold {list(_CALIBRATION)}, got {calibration!r}"[:300])
-        for name in _CALIBRATION:
-            _float(calibration[name], f"policy.calibration.{name}", -1e12, 1e12, True)
+            raise ValueError(f"{name('calibration')} must hold {list(_CALIBRATION)}, got {calibration!r}"[:300])
+        for key in _CALIBRATION:  # the scale divides the confidence: 0 would make every reading NaN
+            _float(calibration[key], name(f"calibration.{key}"), 0.0 if key == "scale" else -1e12, 1e12,
+                   key != "scale")
 
 
 def _task_options(options) -> None:

@@ -24,6 +24,7 @@ import numpy as np
 from torch import nn
 
 from ..decoding.confidence import CONFIDENCE_FEATURES
+from .bounds import check_rule_fields
 from .fixed_rules import RULE_KNOBS, RULE_LABELS, RULES, Calibration, Draws, RuleSetting, score_setting
 from .kinds import AdapterKind, register_kind
 from .networks import AdapterConfig, save_adapter
@@ -53,6 +54,8 @@ class RuleConfig:
     def __post_init__(self) -> None:
         if self.rule not in RULES:
             raise ValueError(f"no rule {self.rule!r}; choose from {list(RULES)}")
+        # every number in range first: the placeholder run below allocates max_draws columns
+        check_rule_fields({"settings": self.settings, "calibration": self.calibration})
         if not isinstance(self.settings, dict) or set(self.settings) != set(RULE_KNOBS[self.rule]):
             raise ValueError(f"{self.rule} reads the settings {list(RULE_KNOBS[self.rule])}, got "
                              f"{sorted(self.settings) if isinstance(self.settings, dict) else self.settings!r}")

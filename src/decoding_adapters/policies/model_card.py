@@ -16,10 +16,10 @@ as it is; ``base_model`` is only stated there when it looks like a hub id.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..core.files import write_text
 from ..core.stats import format_interval
 from ..decoding.actions import DecodingAction
 from .kinds import adapter_kind
@@ -59,6 +59,11 @@ def _front_matter(config) -> list[str]:
 
 def _kind_label(config) -> str:
     return adapter_kind(config.kind).label
+
+
+def _article(word: str) -> str:
+    """"An" before a vowel ("An attempt-policy ..."), else "A"."""
+    return "An" if word[:1].lower() in tuple("aeiou") else "A"
 
 
 def _inputs(config) -> str:
@@ -131,7 +136,7 @@ def render_model_card(config, directory: str | Path = "adapter", evaluation: Map
     lines = _front_matter(config) + [
         f"# Decoding adapter `{name}`",
         "",
-        f"A **{_kind_label(config)} decoding adapter** trained with decoding-adapters "
+        f"{_article(_kind_label(config))} **{_kind_label(config)} decoding adapter** trained with decoding-adapters "
         f"(*Learning Adaptive LLM Decoding*): a small policy that picks how the frozen LM decodes — "
         f"{_inputs(config)}. The LM itself is unchanged.",
         "",
@@ -253,10 +258,7 @@ def write_model_card(directory: str | Path, config, evaluation: Mapping | None =
         evaluations = read_evaluations(directory) or None
     found = evaluation if evaluation is not None else (None if evaluations else _find_evaluation(directory))
     text = render_model_card(config, directory, found, evaluations)
-    path, tmp = directory / MODEL_CARD_NAME, directory / f"{MODEL_CARD_NAME}.tmp{os.getpid()}"
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_text(directory / MODEL_CARD_NAME, text)  # atomic: a full disk leaves no temporary file
 
 
 def read_results(eval_dir_or_results: str | Path | Mapping) -> Mapping:

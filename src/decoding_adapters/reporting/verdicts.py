@@ -410,7 +410,8 @@ def verdict_head(name: str, baseline: str, outcomes: Sequence[str]) -> str:
         return (f"**{name} is not compared with {baseline}**: they spend different compute at every metric "
                 "(no verdict across compute).")
     if better == n:
-        return f"**{name} beats {baseline}** on every {what} ({n}), and every difference is significant."
+        return (f"**{name} beats {baseline}** on every comparison at matched compute ({n}), and every difference is "
+                "significant.")
     if better:
         return f"**{name} beats {baseline} on {better} of {n} {what}** (significant); not on the others."
     if worse:
@@ -418,7 +419,8 @@ def verdict_head(name: str, baseline: str, outcomes: Sequence[str]) -> str:
     if ahead:
         return (f"**{name} does not beat {baseline}**: it is ahead on {ahead} of {n} {what}, "
                 "but no difference is significant.")
-    return f"**{name} does not beat {baseline}**: it is level or behind on every {what}, none significantly."
+    return (f"**{name} does not beat {baseline}**: it is level or behind on every comparison at matched compute, "
+            "none significantly.")
 
 
 def _adapter_verdict(results, details, name, baseline, metrics, confidence) -> str:

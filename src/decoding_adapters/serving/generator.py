@@ -263,6 +263,7 @@ class AdaptiveGenerator:
             self.reading_task = task if task is not None else _adapter_task(
                 config, self.adapter_kind.keeps_draft or reads_answers)
             self.answer_task = self.reading_task if config.stop_at_answer else None
+        self.prompt_task = _prompt_task(config, self.reading_task)
         expected = config.policy.get("num_actions")
         if expected is not None and expected != self.adapter_kind.outputs(len(self.action_set)):
             raise ValueError(
@@ -354,7 +355,7 @@ class AdaptiveGenerator:
         else:
             chats = [_as_chat(p, i) for i, p in enumerate(prompts)]
             _check_not_empty(chats)
-            ids = self.lm.encode_chat(chats)
+            ids = self.lm.encode_chat([self._asked(chat, i) for i, chat in enumerate(chats)])
         for i, p in enumerate(ids):
             if self.max_context is not None and len(p) + budget > self.max_context:
                 raise ValueError(
@@ -365,6 +366,13 @@ class AdaptiveGenerator:
             PreparedPrompt(prompt, tuple(p), parallel_budget, budget, seed, i)
             for i, (prompt, p) in enumerate(zip(prompts, ids))
         ]
+
+    def _asked(self, chat: list[dict], index: int) -> list[dict]:
+        """A chat of one user message, asked the way training asked its questions (its task's prompt:
+        system prompt and instruction) where the adapter records a prompt of its own; else as it is."""
+        if self.prompt_task is None or len(chat) != 1 or chat[0]["role"] != "user":
+            return chat
+        return self.prompt_task.prompt(Problem(f"prompt/{index}", chat[0]["content"], ""))
 
     @property
     def policy_mode(self) -> str:
@@ -582,6 +590,29 @@ def _adapter_task(config: AdapterConfig, required: bool):
         if required:
             raise ValueError(message) from None
         warnings.warn(message + "; decoding to the budget", stacklevel=3)
+        return None
+
+
+PROMPT_OPTIONS = ("system_prompt", "instruction")
+"""Task options that change how a question is asked: an adapter that records either asks a plain
+text prompt through its task's prompt, as its training and scoring did."""
+
+
+def _prompt_task(config: AdapterConfig, task):
+    """The task whose prompt asks a text prompt (None: sent as one bare user message): ``task``, or
+    the adapter's recorded task, where its options set a system prompt or an instruction."""
+    options = config.task_options or {}
+    if not config.task or not any(options.get(k) for k in PROMPT_OPTIONS):
+        return None
+    if task is not None:
+        return task
+    try:
+        return task_from_record(config.task, options)
+    except (ValueError, OSError, KeyError) as err:
+        named = ", ".join(k for k in PROMPT_OPTIONS if options.get(k))
+        warnings.warn(f"this adapter was trained with its task's prompt ({named}), but its task {config.task!r} cannot "
+                      f"be rebuilt from adapter.json ({err}): prompts are sent as they are; give --data (from Python, "
+                      ".generator(data=...) or task=)", stacklevel=3)
         return None
 
 

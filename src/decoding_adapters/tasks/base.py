@@ -617,6 +617,10 @@ def plan_splits(
     return {s: plan[s] for s in allowed if s in plan}
 
 
+_REPEATS_TOLD: set[tuple] = set()
+"""The repeated-problem warnings already given (task, split, source, count)."""
+
+
 def load_planned_split(
     plan: Mapping[str, SplitSource],
     split: str,
@@ -640,7 +644,8 @@ def load_planned_split(
             continue
         seen.add(digest)
         kept.append(replace(problem, id=f"{id_prefix}/{digest}") if id_prefix else problem)
-    if repeated:
+    if repeated and (task, split, source.describe(), repeated) not in _REPEATS_TOLD:
+        _REPEATS_TOLD.add((task, split, source.describe(), repeated))  # once per process: a split is loaded often
         log.warning(
             "task %s, split %s: dropped %d repeated problem(s) (same normalised question) from %s",
             task,
