@@ -63,8 +63,7 @@ class TrainAttemptOptions:
     extend_tables: bool = False
     """decode more problems into a --table / --val-table that holds fewer than asked (else it is only read)"""
     train_problems: int = 400
-    """training problems when the training table is built (from a file drawn at random with --seed; the last
-    --holdout share of them is scored on)"""
+    """training problems when its table is built (a file's drawn with --seed; the last --holdout share scored)"""
     val_problems: int = 400
     """validation problems when the validation table is built (keep-best and the rules' settings are chosen there)"""
     holdout: float = 0.25
