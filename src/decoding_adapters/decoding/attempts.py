@@ -21,19 +21,20 @@ table built with the same settings holds, the generator's its own per-call key).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Collection, Protocol, Sequence
 
 import torch
 
 from .actions import ActionSet, DecodingAction
 from .confidence import CONFIDENCE_FEATURES, ConfidenceConfig, answer_ids, trace_readings
-from .loop import StopCheck, decode
+from .loop import StepTokens, StopCheck, decode
 
-__all__ = ["AttemptState", "AttemptDecider", "AttemptsResult", "STOP_REASONS", "sequential_attempts"]
+__all__ = ["AttemptState", "AttemptDecider", "AttemptsResult", "STOP_REASONS", "Gone", "sequential_attempts"]
 
-STOP_REASONS = ("policy", "agreement", "confident", "budget", "rule")
+STOP_REASONS = ("policy", "agreement", "confident", "budget", "rule", "cancelled")
 """Why a problem stopped: the learned policy chose to; its answers agreed; its confidence was high
-enough; no attempt or arm was left; a fixed rule's stop that is none of these."""
+enough; no attempt or arm was left; a fixed rule's stop that is none of these; the caller's ``gone``
+said nobody wants it any more (a served request whose client left)."""
 
 
 @dataclass
@@ -91,6 +92,11 @@ class AttemptDecider(Protocol):
         ...
 
 
+Gone = Callable[[Sequence[int]], Collection[int]]
+"""Given the problems still going, those nobody wants any more (e.g. a served request whose client
+left): they stop at once, mid-attempt included."""
+
+
 @dataclass
 class AttemptsResult:
     """Per problem, every attempt and the decision."""
@@ -126,11 +132,15 @@ def sequential_attempts(lm, prompts: Sequence[Sequence[int]], actions: Sequence[
                         decider: AttemptDecider, *, first_arm: int, distinct: Sequence[int], max_attempts: int,
                         token_budgets: Sequence[int], seeds: Callable[[int, int, int], int],
                         extract: Callable[[int, str], str], stop_checks: Sequence[StopCheck | None] | None = None,
-                        confidence: ConfidenceConfig | None = None, with_hidden: bool = False) -> AttemptsResult:
+                        confidence: ConfidenceConfig | None = None, with_hidden: bool = False,
+                        gone: Gone | None = None) -> AttemptsResult:
     """Decode rounds of attempts for every prompt until the decider stops each (module docstring).
 
     ``extract(i, text)``: prompt i's answer in an attempt's text ("" for none); ``stop_checks``: per
-    prompt, the check that ends a row at its first complete answer (None: decode to EOS or budget)."""
+    prompt, the check that ends a row at its first complete answer (None: decode to EOS or budget).
+    ``gone``: asked before each round and after every decode step; a problem it names stops there
+    (reason ``"cancelled"``, its attempt cut where it was, or none made), the others go on as if it
+    had never been there (each row keeps its own seed)."""
     confidence = confidence or ConfidenceConfig()
     actions = list(actions)
     a, p = len(actions), len(prompts)
@@ -149,12 +159,16 @@ def sequential_attempts(lm, prompts: Sequence[Sequence[int]], actions: Sequence[
     going = list(range(p))
     next_arm = {i: first_arm for i in going}
     while going:
+        going = _still_wanted(going, gone, stopped_by)
+        if not going:
+            break
         rows = [(i, next_arm[i], state.counts(i, a)[next_arm[i]]) for i in going]
         result = decode(lm, [list(q) for q in prompts], action_set, prompt_of_row=[i for i, _, _ in rows],
                         row_actions=[arm for _, arm, _ in rows],
                         token_budget=[int(token_budgets[i]) for i, _, _ in rows], record_features=True,
                         row_seeds=[seeds(i, arm, j) for i, arm, j in rows],
-                        stop_checks=None if stop_checks is None else [stop_checks[i] for i, _, _ in rows])
+                        stop_checks=None if stop_checks is None else [stop_checks[i] for i, _, _ in rows],
+                        on_step=None if gone is None else _gone_rows([i for i, _, _ in rows], gone))
         words = [extract(i, text) for (i, _, _), text in zip(rows, result.texts)]
         summary, mean_hidden = trace_readings(lm, result, words, confidence, with_hidden)
         if with_hidden and state.hidden is None:
@@ -176,7 +190,7 @@ def sequential_attempts(lm, prompts: Sequence[Sequence[int]], actions: Sequence[
                 state.answers[i, arm_t, j_t] = answer
         # a problem with no attempt or arm left stops without asking
         open_rows, still = [], []
-        for i in going:
+        for i in _still_wanted(going, gone, stopped_by):
             counts = state.counts(i, a)
             if len(state.order[i]) >= max_attempts or all(counts[k] >= distinct[k] for k in range(a)):
                 stopped_by[i] = "budget"
@@ -191,11 +205,32 @@ def sequential_attempts(lm, prompts: Sequence[Sequence[int]], actions: Sequence[
                 next_arm[i] = arm
                 still.append(i)
         going = still
-    chosen_ids = decider.answer(state, list(range(p)))
+    made = [i for i in range(p) if state.order[i]]  # a problem cancelled before its first attempt has no answer
+    chosen_ids = dict(zip(made, decider.answer(state, made) if made else []))
     answers, chosen = [], []
-    for i, k in enumerate(chosen_ids):
+    for i in range(p):
+        k = chosen_ids.get(i, -1)
         word = state.strings[i][k] if 0 <= k < len(state.strings[i]) else ""
         answers.append(word)
         chosen.append(said[i].index(word) if word else -1)
     paths = [[arm for arm, _ in state.order[i]] for i in range(p)]
     return AttemptsResult(texts, ids, ended, paths, said, answers, chosen, stopped_by, state)
+
+
+def _still_wanted(going: list[int], gone: Gone | None, stopped_by: list[str]) -> list[int]:
+    """``going`` without the problems ``gone`` names (their reason set to ``"cancelled"``)."""
+    left = set(gone(going)) if gone is not None and going else set()
+    for i in left:
+        stopped_by[i] = "cancelled"
+    return [i for i in going if i not in left]
+
+
+def _gone_rows(problem_of_row: list[int], gone: Gone) -> Callable[[StepTokens], list[int]]:
+    """``decode``'s ``on_step`` for one round: the rows whose problem ``gone`` names stop now."""
+
+    def on_step(step: StepTokens) -> list[int]:
+        rows = step.rows.tolist()
+        left = set(gone(sorted({problem_of_row[r] for r in rows})))
+        return [r for r in rows if problem_of_row[r] in left] if left else []
+
+    return on_step

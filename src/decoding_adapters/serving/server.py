@@ -167,6 +167,18 @@ def _check_limits(req: CommonFields, num_prompts: int, prompt_chars: int, limits
     return max_tokens
 
 
+def _check_n(generator, n: int) -> None:
+    """400 (``param: "n"``) for a parallel budget the adapter cannot serve (an attempt adapter answers
+    once per prompt), decided from the request alone."""
+    check = getattr(generator, "check_parallel_budget", None)  # a stand-in generator may have none
+    if check is None:
+        return
+    try:
+        check(n)
+    except ValueError as err:
+        raise ApiError(400, str(err), param="n", code="invalid_value") from None
+
+
 def completion_job(req: CompletionRequest, limits: ServerLimits) -> Job:
     check_text(req)
     prompts = [req.prompt] if isinstance(req.prompt, str) else list(req.prompt)
@@ -429,10 +441,12 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     def check_model(req: CommonFields) -> None:
-        """Only the served model answers (OpenAI: 404 ``model_not_found``); no ``model`` means it."""
+        """Only the served model answers (OpenAI: 404 ``model_not_found``); no ``model`` means it; an
+        ``n`` the adapter cannot serve is refused here, before the request queues."""
         if req.model is not None and req.model != model_name:
             raise ApiError(404, f"The model `{req.model}` does not exist: this server serves `{model_name}` "
                            "(GET /v1/models)", param="model", code="model_not_found")
+        _check_n(generator, req.n)
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request):

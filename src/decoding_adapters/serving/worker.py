@@ -260,7 +260,15 @@ class BatchingWorker:
 
     @property
     def queued(self) -> int:
+        """Requests waiting whose clients still want them."""
+        self._drop_cancelled()
         return len(self._pending)
+
+    def _drop_cancelled(self) -> None:
+        """Forget waiting requests whose clients have gone, at once rather than when the worker
+        reaches them (they would count against ``max_queue`` until then)."""
+        if any(job.future is not None and job.future.done() for job in self._pending):
+            self._pending = deque(job for job in self._pending if job.future is None or not job.future.done())
 
     @property
     def alive(self) -> bool:
@@ -306,6 +314,7 @@ class BatchingWorker:
     def _enqueue(self, job: Job) -> None:
         if not self.alive:
             raise ApiError(503, "the generation worker is not running", type="server_error")
+        self._drop_cancelled()
         if len(self._pending) >= self.limits.max_queue:
             raise ApiError(503, f"server busy: {len(self._pending)} requests are waiting; retry later",
                            type="server_error", code="queue_full")
@@ -387,7 +396,7 @@ class BatchingWorker:
         merged = [p for i in prepared for p in prepared[i]]
         self._count(batch, prepared)
         try:
-            gens = self._decode(merged, self._watch(batch, prepared, list(prepared))) if merged else []
+            gens = self._decode(merged, *self._watch(batch, prepared, list(prepared))) if merged else []
         except Exception:
             log.exception("merged decode of %d requests failed; retrying each alone", len(prepared))
             self.stats["failed_batches"] += 1
@@ -405,19 +414,19 @@ class BatchingWorker:
                 outcomes[i] = ApiError(500, "generation failed while streaming", type="server_error")
                 continue
             try:
-                outcomes[i] = self._decode(prepared[i], self._watch(batch, prepared, [i]))
+                outcomes[i] = self._decode(prepared[i], *self._watch(batch, prepared, [i]))
             except Exception as err:
                 log.exception("request failed")
                 outcomes[i] = ApiError(500, f"generation failed: {err.__class__.__name__}: {err}", type="server_error")
         return outcomes
 
-    def _decode(self, prepared: list, on_tokens) -> list:
+    def _decode(self, prepared: list, on_tokens, gone) -> list:
         # a client that asks for n completions gets n, a draft-gated adapter's kept draft among them
         kind = getattr(self.generator, "adapter_kind", None)
         extra = {"all_answers": True} if kind is not None and kind.keeps_draft else {}
         if on_tokens is None:  # no stream in this batch: the plain call
-            return self.generator.run(prepared, self.deterministic_policy, **extra)
-        return self.generator.run(prepared, self.deterministic_policy, on_tokens=on_tokens, **extra)
+            return self.generator.run(prepared, self.deterministic_policy, gone=gone, **extra)
+        return self.generator.run(prepared, self.deterministic_policy, on_tokens=on_tokens, gone=gone, **extra)
 
     def _start_streams(self, batch: list[Job], prepared: dict, outcomes: list) -> None:
         """Streams whose request is prepared can open their response now; the others fail now."""
@@ -429,9 +438,10 @@ class BatchingWorker:
             else:
                 job.stream.fail(outcomes[i])
 
-    def _stream_callback(self, batch: list[Job], prepared: dict, order: list[int]):
+    def _stream_callback(self, batch: list[Job], prepared: dict, order: list[int], counted: set[int]):
         """``on_tokens`` for a decode of the jobs ``order`` (their prepared prompts concatenated in that
-        order): hands each streaming job its rows' tokens, and returns the rows its stream stops."""
+        order): hands each streaming job its rows' tokens, and returns the rows its stream stops.
+        ``counted``: the jobs whose stopped rows are already in the stats."""
         streams = {i: batch[i].stream for i in order if batch[i].stream is not None}
         if not streams:
             return None
@@ -450,29 +460,43 @@ class BatchingWorker:
             for i, tokens in by_job.items():
                 stream = streams[i]
                 rows = stream.take(tokens)
-                if stream.cancelled:
-                    self.stats["disconnected_rows"] += len(rows)
+                if stream.cancelled and i not in counted:
+                    counted.add(i)  # its rows once each (an attempt adapter reports a row's tokens in one call)
+                    self.stats["disconnected_rows"] += len(set(rows))
                 stop += [(first[i] + k, j) for k, j in rows]
             return stop
 
         return on_tokens
 
     def _watch(self, batch: list[Job], prepared: dict, order: list[int]):
-        """``on_tokens`` for a decode of the jobs ``order``: the streams' callback
+        """``on_tokens`` and ``gone`` for a decode of the jobs ``order``: the streams' callback
         (``_stream_callback``), and the rows of every job whose client has gone stopped at the next
-        step, streaming or not, so that abandoned requests free the decode."""
-        streamed = self._stream_callback(batch, prepared, order)
+        step, streaming or not, so that abandoned requests free the decode (``gone`` tells an attempt
+        adapter, whose attempts report no tokens until it has decided, the same)."""
+        counted: set[int] = set()
+        streamed = self._stream_callback(batch, prepared, order, counted)
         owner = [(i, k) for i in order for k in range(len(prepared[i]))]  # merged prompt -> (job, its prompt)
+
+        def gone_positions(positions) -> list[int]:
+            left = [q for q in positions if self._cancelled(batch[owner[q][0]])]
+            for i in {owner[q][0] for q in left} - counted:
+                counted.add(i)
+                self.stats["disconnected_rows" if batch[i].stream is not None else "abandoned_rows"] += batch[i].rows
+            return left
 
         def on_tokens(events) -> list[tuple[int, int]]:
             stop = list(streamed(events) or []) if streamed is not None else []
-            gone = [(event.prompt, event.completion) for event in events
-                    if batch[owner[event.prompt][0]].stream is None and batch[owner[event.prompt][0]].cancelled]
-            if gone:
-                self.stats["abandoned_rows"] += len(gone)
-            return stop + gone
+            gone = {(event.prompt, event.completion) for event in events
+                    if batch[owner[event.prompt][0]].stream is None and batch[owner[event.prompt][0]].cancelled}
+            self.stats["abandoned_rows"] += sum(owner[q][0] not in counted for q, _ in gone)  # rows, once each
+            return stop + sorted(gone)
 
-        return on_tokens
+        return on_tokens, gone_positions
+
+    @staticmethod
+    def _cancelled(job: Job) -> bool:
+        """The job's client has gone (streaming or not)."""
+        return job.cancelled or (job.stream is not None and job.stream.cancelled)
 
     def _count(self, batch: list[Job], prepared: dict) -> None:
         rows = sum(batch[i].rows for i in prepared)
