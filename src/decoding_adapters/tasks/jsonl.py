@@ -16,19 +16,19 @@ also receives the problem's whole JSONL row as a dict), returning 1.0 for a corr
 [0, 1], and NaN counts as 0). Give it as ``"module:function"`` (importable from the current
 directory or ``PYTHONPATH``), or as a Python callable. Without one, :func:`exact_match` is used.
 
-**A verifier never crashes a run.** It runs in a separate worker *process* (a small script
-speaking JSON lines over pipes, started on first use and reused): a verifier that raises counts as
-0.0 with a logged warning; one that runs longer than ``verifier_timeout_s`` (default 10 s) or kills
-its process counts as 0.0 with a warning, and its process is killed and started again for the next
-call. The verifier's module is imported only there, never in the calling process (its top-level
-code runs under the worker's caps, and its prints go to stderr): the worker says whether the spec
-names a callable when the task is made, and runs the verifier's companions (``answer_complete``
-below) on request. The worker talks to training over pipes of its own (fd 1 is pointed at stderr, so neither
-a print nor a child process can write into the channel; a reply that is not one JSON line scores
-0 with a warning), has an address-space cap and a process cap (``VERIFIER_MEMORY_MB``,
-``VERIFIER_MAX_PROCESSES``; for the worker and all its children together where the host gives it
-a control group, see ``sandbox.runner.helper_control_group``), and dies with training. A
-process, not a thread, because a hung thread can be neither stopped nor prevented from
+**A verifier never crashes a run.** It runs in a separate worker *process* (a small script speaking
+JSON lines over pipes, started when the task is made or on first use, and reused): a verifier that
+raises counts as 0.0 with a logged warning; one that runs longer than ``verifier_timeout_s``
+(default 10 s) or kills its process counts as 0.0 with a warning, and its process is killed and
+started again for the next call. The verifier's module is imported only there, never in the calling
+process (its top-level code runs under the worker's caps, and its prints go to stderr): the worker
+says whether the spec names a callable when the task is made, and runs the verifier's companions
+(``answer_complete`` below) on request. The worker talks to training over pipes of its own (fd 1 is
+pointed at stderr, so neither a print nor a child process can write into the channel; a reply that
+is not one JSON line scores 0 with a warning), has an address-space cap and a process cap
+(``VERIFIER_MEMORY_MB``, ``VERIFIER_MAX_PROCESSES``; for the worker and all its children together
+where the host gives it a control group, see ``sandbox.runner.helper_control_group``), and dies with
+training. A process, not a thread, because a hung thread can be neither stopped nor prevented from
 holding the GIL (a catastrophic regex does), and it keeps burning a core. The one exception: a
 Python callable that cannot be imported by name (a lambda, a function defined in ``__main__``) runs
 in a worker *thread* with the same timeout — it still scores 0 after the timeout, but the thread
