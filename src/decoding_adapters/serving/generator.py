@@ -51,7 +51,7 @@ from typing import Callable, Collection, Literal, Sequence, Union
 import torch
 
 from ..decoding.actions import DEFAULT_TOKEN_BUDGET, ActionSet
-from ..decoding.attempts import Gone, sequential_attempts
+from ..decoding.attempts import AttemptRounds, Gone, ProblemAttempts
 from ..decoding.loop import DecodeResult, StepTokens, decode, row_seed
 from ..lm.models import FrozenLM
 from ..policies.draft import KEEP_DRAFT, DraftContextConfig, DraftGatedResult, draft_gated_decode
@@ -537,44 +537,86 @@ class AdaptiveGenerator:
 
     def _attempts_chunk(self, chunk: list[PreparedPrompt], on_tokens: TokenCallback | None,
                         offset: int, gone: Gone | None = None) -> list[Generation]:
-        """Sequential attempts for the chunk's prompts (``decoding.attempts``), the kind's decider
-        deciding after each round; attempt j of arm a of prompt i draws from
-        ``row_seed(seed, i, "attempt", a, j)``. A prompt ``gone`` names stops where it is (its
-        Generation holds the attempt cut there, or nothing)."""
-        kind = self.adapter_kind
-        plan = kind.attempt_plan(self.config)
-        problems = [Problem(f"prompt/{p.index}", _question_text(p.prompt), "") for p in chunk]
-        task = self.reading_task
-        result = sequential_attempts(
-            self.lm, [list(p.prompt_ids) for p in chunk], self.action_set.actions, self._attempt_decider,
-            first_arm=plan["first_arm"], distinct=plan["distinct"], max_attempts=plan["max_attempts"],
-            token_budgets=[p.token_budget for p in chunk],
-            seeds=lambda i, arm, j: row_seed(chunk[i].seed, chunk[i].index, "attempt", arm, j),
-            extract=lambda i, text: task.extract_answer(problems[i], text),
-            stop_checks=None if self.answer_task is None else [self._answer_check(p) for p in chunk],
-            with_hidden=plan["with_hidden"],
-            gone=None if gone is None else _chunk_gone(gone, offset))
-        names = self.action_set.names
+        """Sequential attempts for the chunk's prompts (``AttemptService``), the kind's decider
+        deciding after each round. A prompt ``gone`` names stops where it is (its Generation holds
+        the attempt cut there, or nothing)."""
+        service = AttemptService(self)
+        keys = [service.add(p) for p in chunk]  # 0 .. len(chunk) - 1: the chunk's positions
+        done: dict[int, tuple[Generation, list[int]]] = {}
+        while service.live:
+            done.update(service.round(None if gone is None else _chunk_gone(gone, offset)))
         out = []
-        for i, p in enumerate(chunk):
-            if not result.texts[i]:  # cancelled before its first attempt: an empty answer, no attempts
-                result.texts[i], result.token_ids[i], result.ended[i] = [""], [[]], [False]
-            shown = result.chosen[i] if result.chosen[i] >= 0 else len(result.texts[i]) - 1  # else the last attempt
-            arm = result.paths[i][shown] if result.paths[i] else plan["first_arm"]
-            gen = Generation(
-                prompt=p.prompt, completions=[result.texts[i][shown]], kind=self.kind, action_names=self.action_names,
-                finish_reasons=["stop" if result.ended[i][shown] else "length"],
-                completion_tokens=[len(result.token_ids[i][shown])], prompt_tokens=len(p.prompt_ids), seed=p.seed,
-                action_index=self.action_names.index(names[arm]), decodes=len(result.paths[i]),
-                stopped_by=result.stopped_by[i], attempt_actions=[names[a] for a in result.paths[i]],
-                answer=result.answers[i], attempt_tokens=result.tokens[i])
+        for i, key in enumerate(keys):
+            gen, ids = done[key]
             out.append(gen)
             if on_tokens is not None:  # the chosen attempt's tokens, now that the decision is made
-                ids = result.token_ids[i][shown] or [-1]
-                last = len(ids) - 1
-                on_tokens([TokenEvent(offset + i, 0, t, gen.action_index, gen.finish_reasons[0] if k == last else None,
-                                      gen.adapter_info() if k == last else None) for k, t in enumerate(ids)])
+                on_tokens(attempt_events(offset + i, gen, ids))
         return out
+
+    def attempt_service(self) -> "AttemptService | None":
+        """For an adapter that decodes sequential attempts, rounds that prepared prompts join between
+        (the server's worker shares them among concurrent requests); None for the other kinds."""
+        return AttemptService(self) if self.adapter_kind.attempts else None
+
+    def _attempt_generation(self, p: PreparedPrompt, problem: ProblemAttempts) -> tuple[Generation, list[int]]:
+        """Prompt ``p``'s Generation from its attempts (the chosen one shown, else the last) and the
+        shown attempt's token ids."""
+        names = self.action_set.names
+        texts, ids, ended = problem.texts or [""], problem.token_ids or [[]], problem.ended or [False]
+        shown = problem.chosen if problem.chosen >= 0 else len(texts) - 1
+        arm = problem.path[shown] if problem.path else self.adapter_kind.attempt_plan(self.config)["first_arm"]
+        gen = Generation(
+            prompt=p.prompt, completions=[texts[shown]], kind=self.kind, action_names=self.action_names,
+            finish_reasons=["stop" if ended[shown] else "length"], completion_tokens=[len(ids[shown])],
+            prompt_tokens=len(p.prompt_ids), seed=p.seed, action_index=self.action_names.index(names[arm]),
+            decodes=len(problem.path), stopped_by=problem.stopped_by, attempt_actions=[names[a] for a in problem.path],
+            answer=problem.answer, attempt_tokens=sum(len(t) for t in problem.token_ids))
+        return gen, ids[shown]
+
+
+class AttemptService:
+    """Prepared prompts of an attempt adapter joining shared rounds (``decoding.attempts.
+    AttemptRounds``): attempt j of arm a of a prompt draws from ``row_seed(seed, index, "attempt", a,
+    j)``, so its Generation is the same whichever prompts shared its rounds and whenever it joined."""
+
+    def __init__(self, generator: AdaptiveGenerator):
+        plan = generator.adapter_kind.attempt_plan(generator.config)
+        self.generator = generator
+        self.rounds = AttemptRounds(generator.lm, generator.action_set.actions, generator._attempt_decider,
+                                    first_arm=plan["first_arm"], distinct=plan["distinct"],
+                                    max_attempts=plan["max_attempts"], with_hidden=plan["with_hidden"])
+        self._prompts: dict[int, PreparedPrompt] = {}
+
+    @property
+    def live(self) -> int:
+        """Prompts going (each one row of a round)."""
+        return len(self.rounds.live)
+
+    def add(self, p: PreparedPrompt) -> int:
+        """Prompt ``p`` joins the next round; its key."""
+        gen = self.generator
+        problem = Problem(f"prompt/{p.index}", _question_text(p.prompt), "")
+        key = self.rounds.add(p.prompt_ids, p.token_budget, functools.partial(row_seed, p.seed, p.index, "attempt"),
+                              functools.partial(gen.reading_task.extract_answer, problem),
+                              None if gen.answer_task is None else gen._answer_check(p))
+        self._prompts[key] = p
+        return key
+
+    def round(self, gone: Gone | None = None) -> dict[int, tuple[Generation, list[int]]]:
+        """One round (``AttemptRounds.round``; ``gone`` over keys); the prompts that stopped, by key:
+        their Generation and its shown attempt's token ids."""
+        done = self.rounds.round(gone)
+        return {key: self.generator._attempt_generation(self._prompts.pop(key), problem)
+                for key, problem in done.items()}
+
+
+def attempt_events(position: int, gen: Generation, ids: list[int]) -> list[TokenEvent]:
+    """An attempt adapter's answer to prompt ``position`` as ``TokenEvent``s: the shown attempt's
+    tokens, the last carrying the finish reason and ``adapter_info`` (token -1: an empty answer)."""
+    ids = ids or [-1]
+    last = len(ids) - 1
+    return [TokenEvent(position, 0, t, gen.action_index, gen.finish_reasons[0] if k == last else None,
+                       gen.adapter_info() if k == last else None) for k, t in enumerate(ids)]
 
 
 def _chunk_gone(gone: Gone, offset: int) -> Gone:
