@@ -79,6 +79,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..policies.kinds import adapter_kind
+from .rounds import RoundsWorker, shares_rounds
 from .schemas import (
     ApiError,
     ChatCompletionRequest,
@@ -389,7 +390,8 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
     adapter's stored policy_mode (argmax for sequence adapters, sampled for token adapters)."""
     limits = limits or ServerLimits()
     deterministic_policy = served_mode(generator, deterministic_policy)
-    worker = BatchingWorker(generator, limits, deterministic_policy)
+    # an attempt adapter's requests share attempt rounds (serving.rounds); the others share decode calls
+    worker = (RoundsWorker if shares_rounds(generator) else BatchingWorker)(generator, limits, deterministic_policy)
     model_name = model_name or generator.name
     started = int(time.time())
 

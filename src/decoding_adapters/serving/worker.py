@@ -280,6 +280,13 @@ class BatchingWorker:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
         self._task = asyncio.create_task(self._loop(), name="batching-worker")
 
+    async def _wait_for_work(self) -> None:
+        """Until a request waits (then ``batch_wait_ms`` more, for company)."""
+        self._wakeup.clear()
+        await self._wakeup.wait()
+        if self.limits.batch_wait_ms > 0:  # let requests that arrive together share a batch
+            await asyncio.sleep(self.limits.batch_wait_ms / 1000)
+
     async def stop(self) -> None:
         unfinished = [*self._running, *self._pending]
         if self._task is not None:
@@ -325,10 +332,7 @@ class BatchingWorker:
     async def _loop(self) -> None:
         while True:
             if not self._pending:
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                if self.limits.batch_wait_ms > 0:  # let requests that arrive together share a batch
-                    await asyncio.sleep(self.limits.batch_wait_ms / 1000)
+                await self._wait_for_work()
             batch = self._take_batch()
             if not batch:
                 continue
@@ -361,15 +365,16 @@ class BatchingWorker:
         else:
             job.future.set_result(outcome)
 
-    def _take_batch(self) -> list[Job]:
-        """The oldest waiting jobs whose rows fit in ``max_batch`` (the first one always)."""
-        batch, rows = [], 0
+    def _take_batch(self, busy: int = 0) -> list[Job]:
+        """The oldest waiting jobs whose rows fit in ``max_batch`` beside ``busy`` rows already
+        decoding (with none busy, the first one always)."""
+        batch, rows = [], busy
         while self._pending:
             job = self._pending[0]
             if job.future.done():  # cancelled while waiting
                 self._pending.popleft()
                 continue
-            if batch and rows + job.rows > self.limits.max_batch:
+            if (batch or busy) and rows + job.rows > self.limits.max_batch:
                 break
             batch.append(self._pending.popleft())
             job.started = True
@@ -382,16 +387,9 @@ class BatchingWorker:
         prepared = {}
         for i, job in enumerate(batch):
             try:
-                raw = {"raw_text": True} if job.raw_text else {}
-                prepared[i] = self.generator.prepare(job.prompts, token_budget=job.max_tokens, parallel_budget=job.n,
-                                                     seed=job.seed, **raw)
-            except ValueError as err:  # this request's own input: a 400 for it alone
-                code = "context_length_exceeded" if "context" in str(err) else "invalid_value"
-                outcomes[i] = ApiError(400, str(err), param="prompt", code=code)
-            except Exception as err:  # anything else raised on this request's behalf: still its own 400
-                log.warning("request %d of a batch failed in preparation: %s: %s", i, type(err).__name__, err)
-                outcomes[i] = ApiError(400, f"the request could not be prepared: {type(err).__name__}: {err}",
-                                       param="prompt", code="invalid_value")
+                prepared[i] = self._prepare(job)
+            except ApiError as err:
+                outcomes[i] = err
         self._start_streams(batch, prepared, outcomes)
         merged = [p for i in prepared for p in prepared[i]]
         self._count(batch, prepared)
@@ -406,6 +404,20 @@ class BatchingWorker:
             outcomes[i] = gens[start:start + len(prepared[i])]
             start += len(prepared[i])
         return outcomes
+
+    def _prepare(self, job: Job) -> list:
+        """On the decode thread: the job's prepared prompts; any failure is its own 400 (``ApiError``)."""
+        try:
+            raw = {"raw_text": True} if job.raw_text else {}
+            return self.generator.prepare(job.prompts, token_budget=job.max_tokens, parallel_budget=job.n,
+                                          seed=job.seed, **raw)
+        except ValueError as err:  # this request's own input: a 400 for it alone
+            code = "context_length_exceeded" if "context" in str(err) else "invalid_value"
+            raise ApiError(400, str(err), param="prompt", code=code) from None
+        except Exception as err:  # anything else raised on this request's behalf: still its own 400
+            log.warning("a request failed in preparation: %s: %s", type(err).__name__, err)
+            raise ApiError(400, f"the request could not be prepared: {type(err).__name__}: {err}",
+                           param="prompt", code="invalid_value") from None
 
     def _run_alone(self, batch, prepared: dict, outcomes: list) -> list:
         for i in prepared:
