@@ -42,7 +42,8 @@ after ``max_queue_wait_s`` is refused (503 ``queue_timeout``) rather than served
 key, ``/v1/*`` and the API's description (``/docs``, ``/redoc``, ``/openapi.json``) need it, and
 ``/health`` without it says only whether the server is up. Batching is per decode call, not
 continuous: a request that arrives while a batch decodes joins the next one, so its first token
-waits for the running batch to end.
+waits for the running batch to end. An attempt adapter's requests share attempt rounds instead
+(``serving.rounds``): one that arrives while others decode joins their next round.
 
 Batching: the model is not thread-safe, so one background asyncio task owns it. Handlers validate a
 request (pydantic + limits) and queue it. The worker takes the oldest waiting request, waits
