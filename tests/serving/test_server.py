@@ -220,7 +220,7 @@ class FakeGenerator:
             raise ValueError("prompt 0 is too long for the context")
         return list(prompts)
 
-    def run(self, prepared, deterministic_policy, on_tokens=None):  # the worker always passes on_tokens
+    def run(self, prepared, deterministic_policy, on_tokens=None, gone=None):  # the worker passes both
         if "boom" in prepared:
             raise RuntimeError("kaboom")
         return [p.upper() for p in prepared]

@@ -31,7 +31,7 @@ class SlowGenerator(AdaptiveGenerator):
 
     step_delay_s = STEP_DELAY_S
 
-    def run(self, prepared, deterministic_policy=True, on_tokens=None):
+    def run(self, prepared, deterministic_policy=True, on_tokens=None, **kwargs):
         if on_tokens is not None:
             inner, explode = on_tokens, any("EXPLODE" in str(p.prompt) for p in prepared)
             steps = iter(range(10**6))
@@ -42,7 +42,7 @@ class SlowGenerator(AdaptiveGenerator):
                     raise RuntimeError("the GPU caught fire")
                 return inner(events)
 
-        return super().run(prepared, deterministic_policy, on_tokens)
+        return super().run(prepared, deterministic_policy, on_tokens, **kwargs)
 
 
 @pytest.fixture(scope="module")

@@ -20,20 +20,23 @@ table built with the same settings holds, the generator's its own per-call key).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Collection, Protocol, Sequence
 
 import torch
 
 from .actions import ActionSet, DecodingAction
 from .confidence import CONFIDENCE_FEATURES, ConfidenceConfig, answer_ids, trace_readings
-from .loop import StopCheck, decode
+from .loop import StepTokens, StopCheck, decode
 
-__all__ = ["AttemptState", "AttemptDecider", "AttemptsResult", "STOP_REASONS", "sequential_attempts"]
+__all__ = ["AttemptState", "AttemptDecider", "AttemptsResult", "AttemptRounds", "ProblemAttempts", "STOP_REASONS",
+           "Gone", "sequential_attempts"]
 
-STOP_REASONS = ("policy", "agreement", "confident", "budget", "rule")
+STOP_REASONS = ("policy", "agreement", "confident", "budget", "rule", "cancelled")
 """Why a problem stopped: the learned policy chose to; its answers agreed; its confidence was high
-enough; no attempt or arm was left; a fixed rule's stop that is none of these."""
+enough; no attempt or arm was left; a fixed rule's stop that is none of these; the caller's ``gone``
+said nobody wants it any more (a served request whose client left)."""
 
 
 @dataclass
@@ -91,6 +94,11 @@ class AttemptDecider(Protocol):
         ...
 
 
+Gone = Callable[[Sequence[int]], Collection[int]]
+"""Given the problems still going, those nobody wants any more (e.g. a served request whose client
+left): they stop at once, mid-attempt included."""
+
+
 @dataclass
 class AttemptsResult:
     """Per problem, every attempt and the decision."""
@@ -122,80 +130,203 @@ class AttemptsResult:
         return [sum(len(t) for t in ids) for ids in self.token_ids]
 
 
+@dataclass
+class ProblemAttempts:
+    """One problem's attempts and the decision (a row of ``AttemptsResult``)."""
+
+    texts: list[str]
+    token_ids: list[list[int]]
+    ended: list[bool]
+    path: list[int]
+    said: list[str]
+    answer: str
+    chosen: int
+    stopped_by: str
+    record: "_Record" = field(repr=False)
+
+
+@dataclass
+class _Record:
+    """A problem in ``AttemptRounds``: how to decode it and what its attempts so far show
+    (its slices of ``AttemptState``: answers ``[A, N]``, confidence ``[A, N, C]``, tokens ``[A, N]``)."""
+
+    prompt: list[int]
+    budget: int
+    seeds: Callable[[int, int], int]
+    extract: Callable[[str], str]
+    stop_check: StopCheck | None
+    answers: torch.Tensor
+    confidence: torch.Tensor
+    tokens: torch.Tensor
+    next_arm: int
+    hidden: torch.Tensor | None = None
+    order: list[tuple[int, int]] = field(default_factory=list)
+    strings: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    ids: list[list[int]] = field(default_factory=list)
+    ended: list[bool] = field(default_factory=list)
+    said: list[str] = field(default_factory=list)
+    stopped_by: str = ""
+
+
+def _stack(records: Sequence[_Record]) -> AttemptState:
+    """The ``AttemptState`` of ``records``, problem r = ``records[r]``."""
+    hidden = None
+    widths = {rec.hidden.shape[-1] for rec in records if rec.hidden is not None}
+    if widths:
+        zeros = torch.zeros(*records[0].answers.shape, widths.pop())
+        hidden = torch.stack([rec.hidden if rec.hidden is not None else zeros for rec in records])
+    return AttemptState(torch.stack([rec.answers for rec in records]), torch.stack([rec.confidence for rec in records]),
+                        torch.stack([rec.tokens for rec in records]), hidden, [rec.order for rec in records],
+                        [rec.strings for rec in records], tuple(CONFIDENCE_FEATURES))
+
+
+class AttemptRounds:
+    """Sequential attempts as rounds that problems can join between (module docstring): ``add`` a
+    problem, then each ``round`` decodes one attempt of every problem going, in one batched
+    ``decode``, asks the decider and returns the problems that stopped. A problem's attempts depend
+    only on it (its seeds, its prompt), not on when it joined or which problems shared its rounds."""
+
+    def __init__(self, lm, actions: Sequence[DecodingAction], decider: AttemptDecider, *, first_arm: int,
+                 distinct: Sequence[int], max_attempts: int, confidence: ConfidenceConfig | None = None,
+                 with_hidden: bool = False):
+        self.actions = list(actions)
+        a = len(self.actions)
+        if len(distinct) != a or not 0 <= first_arm < a or max_attempts < 1:
+            raise ValueError("one distinct count per arm, the first arm among them and max_attempts >= 1")
+        self.lm, self.decider, self.action_set = lm, decider, ActionSet(self.actions)
+        self.first_arm, self.distinct, self.max_attempts = first_arm, list(distinct), max_attempts
+        self.confidence, self.with_hidden = confidence or ConfidenceConfig(), with_hidden
+        self.live: dict[int, _Record] = {}
+        """The problems going, by key, in the order they joined."""
+        self._next_key = 0
+
+    def add(self, prompt: Sequence[int], token_budget: int, seeds: Callable[[int, int], int],
+            extract: Callable[[str], str], stop_check: StopCheck | None = None) -> int:
+        """A problem that joins the next round: its attempt j of arm a draws from ``seeds(a, j)``,
+        ``extract(text)`` reads an attempt's answer, ``stop_check`` ends an attempt at its first
+        complete answer. Returns its key."""
+        a, n = len(self.actions), max(self.distinct)
+        key, self._next_key = self._next_key, self._next_key + 1
+        self.live[key] = _Record(list(prompt), int(token_budget), seeds, extract, stop_check,
+                                 torch.full((a, n), -1, dtype=torch.long), torch.zeros(a, n, len(CONFIDENCE_FEATURES)),
+                                 torch.zeros(a, n), self.first_arm)
+        return key
+
+    def round(self, gone: Gone | None = None) -> dict[int, ProblemAttempts]:
+        """One attempt for every problem going, then the decision; the problems that stopped (those
+        ``gone`` names included, reason ``"cancelled"``), by key."""
+        finished: dict[int, ProblemAttempts] = {}
+        going = self._drop_gone(list(self.live), gone, finished)
+        if going:
+            self._decode(going, gone)
+            going = self._drop_gone(going, gone, finished)
+        if going:
+            self._decide(going, finished)
+        return finished
+
+    def _decode(self, going: list[int], gone: Gone | None) -> None:
+        records = [self.live[k] for k in going]
+        rows = [(rec, rec.next_arm, sum(arm == rec.next_arm for arm, _ in rec.order)) for rec in records]
+        checks = [rec.stop_check for rec in records]
+        result = decode(self.lm, [rec.prompt for rec in records], self.action_set,
+                        row_actions=[arm for _, arm, _ in rows], token_budget=[rec.budget for rec in records],
+                        record_features=True, row_seeds=[rec.seeds(arm, j) for rec, arm, j in rows],
+                        stop_checks=checks if any(c is not None for c in checks) else None,
+                        on_step=None if gone is None else _gone_rows(going, gone))
+        words = [rec.extract(text) for rec, text in zip(records, result.texts)]
+        summary, mean_hidden = trace_readings(self.lm, result, words, self.confidence, self.with_hidden)
+        for r, (rec, arm, j) in enumerate(rows):
+            length = int(result.lengths[r])
+            rec.confidence[arm, j] = summary[r]
+            if self.with_hidden:
+                if rec.hidden is None:
+                    rec.hidden = torch.zeros(*rec.answers.shape, mean_hidden.shape[-1])
+                rec.hidden[arm, j] = mean_hidden[r]
+            rec.tokens[arm, j] = float(length)
+            rec.order.append((arm, j))
+            rec.texts.append(result.texts[r])
+            rec.ids.append(result.tokens[r, :length].tolist())
+            rec.ended.append(bool(result.stopped_at_eos[r]) or (result.stopped_by_check is not None
+                                                                 and bool(result.stopped_by_check[r])))
+            rec.said.append(words[r])
+            answer_of, rec.strings = answer_ids(rec.said)  # ids in order of first appearance
+            for (arm_t, j_t), answer in zip(rec.order, answer_of):
+                rec.answers[arm_t, j_t] = answer
+
+    def _decide(self, going: list[int], finished: dict[int, ProblemAttempts]) -> None:
+        a = len(self.actions)
+        records = [self.live[k] for k in going]
+        state = _stack(records)
+        open_rows = []
+        for r, rec in enumerate(records):  # a problem with no attempt or arm left stops without asking
+            counts = state.counts(r, a)
+            if len(rec.order) >= self.max_attempts or all(counts[k] >= self.distinct[k] for k in range(a)):
+                rec.stopped_by = "budget"
+            else:
+                open_rows.append(r)
+        for r, (arm, reason) in zip(open_rows, self.decider.decide(state, open_rows) if open_rows else []):
+            if arm is None:
+                records[r].stopped_by = reason
+            elif not 0 <= arm < a or state.counts(r, a)[arm] >= self.distinct[arm]:
+                records[r].stopped_by = "budget"  # the decider asked for an arm that is used up
+            else:
+                records[r].next_arm = arm
+        stopped = [r for r, rec in enumerate(records) if rec.stopped_by]
+        for r, k in zip(stopped, self.decider.answer(state, stopped) if stopped else []):
+            finished[going[r]] = self._finish(going[r], k)
+
+    def _drop_gone(self, going: list[int], gone: Gone | None, finished: dict[int, ProblemAttempts]) -> list[int]:
+        left = set(gone(going)) if gone is not None and going else set()
+        for key in [k for k in going if k in left]:
+            rec = self.live[key]
+            rec.stopped_by = "cancelled"
+            answer = self.decider.answer(_stack([rec]), [0])[0] if rec.order else -1
+            finished[key] = self._finish(key, answer)
+        return [k for k in going if k not in left]
+
+    def _finish(self, key: int, answer: int) -> ProblemAttempts:
+        rec = self.live.pop(key)
+        word = rec.strings[answer] if 0 <= answer < len(rec.strings) else ""
+        return ProblemAttempts(rec.texts, rec.ids, rec.ended, [arm for arm, _ in rec.order], rec.said, word,
+                               rec.said.index(word) if word else -1, rec.stopped_by, rec)
+
+
 def sequential_attempts(lm, prompts: Sequence[Sequence[int]], actions: Sequence[DecodingAction],
                         decider: AttemptDecider, *, first_arm: int, distinct: Sequence[int], max_attempts: int,
                         token_budgets: Sequence[int], seeds: Callable[[int, int, int], int],
                         extract: Callable[[int, str], str], stop_checks: Sequence[StopCheck | None] | None = None,
-                        confidence: ConfidenceConfig | None = None, with_hidden: bool = False) -> AttemptsResult:
-    """Decode rounds of attempts for every prompt until the decider stops each (module docstring).
+                        confidence: ConfidenceConfig | None = None, with_hidden: bool = False,
+                        gone: Gone | None = None) -> AttemptsResult:
+    """Decode rounds of attempts for every prompt until the decider stops each (module docstring;
+    ``AttemptRounds`` with every problem joining the first round).
 
     ``extract(i, text)``: prompt i's answer in an attempt's text ("" for none); ``stop_checks``: per
-    prompt, the check that ends a row at its first complete answer (None: decode to EOS or budget)."""
-    confidence = confidence or ConfidenceConfig()
-    actions = list(actions)
-    a, p = len(actions), len(prompts)
-    if len(distinct) != a or not 0 <= first_arm < a or max_attempts < 1:
-        raise ValueError("one distinct count per arm, the first arm among them and max_attempts >= 1")
-    n = max(distinct)
-    action_set = ActionSet(actions)
-    state = AttemptState(torch.full((p, a, n), -1, dtype=torch.long), torch.zeros(p, a, n, len(CONFIDENCE_FEATURES)),
-                         torch.zeros(p, a, n), None, [[] for _ in range(p)], [[] for _ in range(p)],
-                         tuple(CONFIDENCE_FEATURES))
-    texts: list[list[str]] = [[] for _ in range(p)]
-    ids: list[list[list[int]]] = [[] for _ in range(p)]
-    ended: list[list[bool]] = [[] for _ in range(p)]
-    said: list[list[str]] = [[] for _ in range(p)]
-    stopped_by = [""] * p
-    going = list(range(p))
-    next_arm = {i: first_arm for i in going}
-    while going:
-        rows = [(i, next_arm[i], state.counts(i, a)[next_arm[i]]) for i in going]
-        result = decode(lm, [list(q) for q in prompts], action_set, prompt_of_row=[i for i, _, _ in rows],
-                        row_actions=[arm for _, arm, _ in rows],
-                        token_budget=[int(token_budgets[i]) for i, _, _ in rows], record_features=True,
-                        row_seeds=[seeds(i, arm, j) for i, arm, j in rows],
-                        stop_checks=None if stop_checks is None else [stop_checks[i] for i, _, _ in rows])
-        words = [extract(i, text) for (i, _, _), text in zip(rows, result.texts)]
-        summary, mean_hidden = trace_readings(lm, result, words, confidence, with_hidden)
-        if with_hidden and state.hidden is None:
-            state.hidden = torch.zeros(p, a, n, mean_hidden.shape[-1])
-        for r, (i, arm, j) in enumerate(rows):
-            length = int(result.lengths[r])
-            state.confidence[i, arm, j] = summary[r]
-            if state.hidden is not None:
-                state.hidden[i, arm, j] = mean_hidden[r]
-            state.tokens[i, arm, j] = float(length)
-            state.order[i].append((arm, j))
-            texts[i].append(result.texts[r])
-            ids[i].append(result.tokens[r, :length].tolist())
-            ended[i].append(bool(result.stopped_at_eos[r]) or (result.stopped_by_check is not None
-                                                               and bool(result.stopped_by_check[r])))
-            said[i].append(words[r])
-            answer_of, state.strings[i] = answer_ids(said[i])  # ids in order of first appearance
-            for (arm_t, j_t), answer in zip(state.order[i], answer_of):
-                state.answers[i, arm_t, j_t] = answer
-        # a problem with no attempt or arm left stops without asking
-        open_rows, still = [], []
-        for i in going:
-            counts = state.counts(i, a)
-            if len(state.order[i]) >= max_attempts or all(counts[k] >= distinct[k] for k in range(a)):
-                stopped_by[i] = "budget"
-            else:
-                open_rows.append(i)
-        for i, (arm, reason) in zip(open_rows, decider.decide(state, open_rows) if open_rows else []):
-            if arm is None:
-                stopped_by[i] = reason
-            elif not 0 <= arm < a or state.counts(i, a)[arm] >= distinct[arm]:
-                stopped_by[i] = "budget"  # the decider asked for an arm that is used up
-            else:
-                next_arm[i] = arm
-                still.append(i)
-        going = still
-    chosen_ids = decider.answer(state, list(range(p)))
-    answers, chosen = [], []
-    for i, k in enumerate(chosen_ids):
-        word = state.strings[i][k] if 0 <= k < len(state.strings[i]) else ""
-        answers.append(word)
-        chosen.append(said[i].index(word) if word else -1)
-    paths = [[arm for arm, _ in state.order[i]] for i in range(p)]
-    return AttemptsResult(texts, ids, ended, paths, said, answers, chosen, stopped_by, state)
+    prompt, the check that ends a row at its first complete answer (None: decode to EOS or budget).
+    ``gone``: asked before each round and after every decode step; a problem it names stops there
+    (reason ``"cancelled"``, its attempt cut where it was, or none made), the others go on as if it
+    had never been there (each row keeps its own seed)."""
+    rounds = AttemptRounds(lm, actions, decider, first_arm=first_arm, distinct=distinct, max_attempts=max_attempts,
+                           confidence=confidence, with_hidden=with_hidden)
+    for i, prompt in enumerate(prompts):  # keys 0 .. P - 1
+        rounds.add(prompt, int(token_budgets[i]), functools.partial(seeds, i), functools.partial(extract, i),
+                   None if stop_checks is None else stop_checks[i])
+    done: dict[int, ProblemAttempts] = {}
+    while rounds.live:
+        done.update(rounds.round(gone))
+    rows = [done[i] for i in range(len(prompts))]
+    state = _stack([row.record for row in rows]) if rows else None
+    return AttemptsResult([r.texts for r in rows], [r.token_ids for r in rows], [r.ended for r in rows],
+                          [r.path for r in rows], [r.said for r in rows], [r.answer for r in rows],
+                          [r.chosen for r in rows], [r.stopped_by for r in rows], state)
+
+
+def _gone_rows(problem_of_row: list[int], gone: Gone) -> Callable[[StepTokens], list[int]]:
+    """``decode``'s ``on_step`` for one round: the rows whose problem ``gone`` names stop now."""
+
+    def on_step(step: StepTokens) -> list[int]:
+        rows = step.rows.tolist()
+        left = set(gone(sorted({problem_of_row[r] for r in rows})))
+        return [r for r in rows if problem_of_row[r] in left] if left else []
+
+    return on_step

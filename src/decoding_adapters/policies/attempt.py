@@ -58,6 +58,8 @@ __all__ = [
     "AttemptPolicyConfig",
     "AttemptInputs",
     "AttemptLattice",
+    "MAX_LATTICE_STATES",
+    "lattice_states",
     "AttemptPolicy",
     "LatticeOutputs",
     "AttemptOutcome",
@@ -75,6 +77,10 @@ ATTEMPT_FEATURE_SETS = ("confidence", "hidden", "agreement", "answer_probs")
 
 ANSWER_PROB_COLUMNS = ("answer_logprob", "answer_prob_min")
 """The confidence columns read only with the ``answer_probs`` feature set (the answer's own tokens)."""
+
+MAX_LATTICE_STATES = 50_000
+"""Most states an attempt policy's lattice may have: every state's features are computed for every
+problem at each decision, so the arms' ``distinct`` counts and ``max_attempts`` are bounded by it."""
 
 _AGREEMENT = 6  # leader share, distinct share, latest agrees, first agrees, no-answer share, weighted leader share
 
@@ -118,6 +124,7 @@ class AttemptPolicyConfig:
             raise ValueError("the hidden feature set needs hidden_size >= 1 (a table with hidden states)")
         if self.width < 1 or self.hidden_proj < 1 or self.token_budget < 1:
             raise ValueError("width, hidden_proj and token_budget must be >= 1")
+        _check_lattice(self.distinct, self.first_arm, self.max_attempts)
 
     @property
     def trace_columns(self) -> tuple[int, ...]:
@@ -198,12 +205,57 @@ class AttemptInputs:
                              pick(self.answer_correct))
 
 
+def lattice_states(distinct: Sequence[int], first_arm: int, max_attempts: int, cap: int = MAX_LATTICE_STATES) -> int:
+    """How many states ``AttemptLattice`` has (``cap + 1`` when it has more), counted without
+    enumerating them. A state is the start (one draw of the first arm) or draws per arm ``c`` (the
+    first arm's at least once, arm a's at most ``distinct[a]``, at most ``max_attempts`` in all)
+    with a last arm L drawn in it (L the first arm: drawn twice). Per L, the count of such ``c`` is
+    the sum of the coefficients up to ``max_attempts`` of a product of one polynomial per arm
+    (``x^lo + ... + x^distinct``), taken from prefix and suffix products, saturated at the cap."""
+    m, a = int(max_attempts), len(distinct)
+    if m < 1 or a == 0:
+        return 1
+
+    def arm_poly(arm: int, low: int) -> np.ndarray:
+        poly = np.zeros(m + 1)
+        poly[min(low, m + 1):min(int(distinct[arm]), m) + 1] = 1.0
+        return poly
+
+    def times(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return np.minimum(np.convolve(x, y)[: m + 1], cap + 1.0)
+
+    one = np.zeros(m + 1)
+    one[0] = 1.0
+    base = [arm_poly(arm, int(arm == first_arm)) for arm in range(a)]
+    prefix, suffix = [one], [one]
+    for arm in range(a):
+        prefix.append(times(prefix[-1], base[arm]))
+        suffix.append(times(suffix[-1], base[a - 1 - arm]))
+    total = 1.0
+    for last in range(a):
+        others = times(prefix[last], suffix[a - 1 - last])
+        total += times(others, arm_poly(last, int(last == first_arm) + 1)).sum()
+        if total > cap:
+            return cap + 1
+    return int(total)
+
+
+def _check_lattice(distinct: Sequence[int], first_arm: int, max_attempts: int,
+                   cap: int = MAX_LATTICE_STATES) -> None:
+    """One line naming the limit when the lattice of these arms would have more than ``cap`` states."""
+    if lattice_states(distinct, first_arm, max_attempts, cap) > cap:
+        raise ValueError(f"an attempt policy over distinct {list(distinct)} with max_attempts {max_attempts} has "
+                         f"more than {cap:,} lattice states (the most allowed): lower max_attempts or distinct")
+
+
 class AttemptLattice:
     """Every reachable state (draws per arm, arm drawn last) from the first attempt, in order of the
     attempts made: ``counts [S, A]``, ``last [S]``, ``level [S]`` (attempts made - 1), ``succ [S, A]``
     (the state after one more draw of arm a; -1 where the arm is used up or no attempt is left)."""
 
-    def __init__(self, distinct: Sequence[int], first_arm: int, max_attempts: int, max_states: int = 50_000):
+    def __init__(self, distinct: Sequence[int], first_arm: int, max_attempts: int,
+                 max_states: int = MAX_LATTICE_STATES):
+        _check_lattice(distinct, first_arm, max_attempts, max_states)  # before enumerating any
         a = len(distinct)
         start = tuple(1 if i == first_arm else 0 for i in range(a))
         keys = [(start, first_arm)]

@@ -224,6 +224,8 @@ def _parameters(policy: dict, per_token: bool) -> int:
     """About how many parameters the head of ``policy`` has (its widest layers), from fields
     already checked to be integers in bounds (defaults where absent); ``per_token``: the kind's
     policy reads the LM's hidden state at every token (``AdapterKind.per_token``)."""
+    if "arms" in policy:  # only the attempt policy (kind ``attempt``) lists arms
+        return _attempt_parameters(policy)
     layers = policy.get("layers", 3 if per_token else 2)
     if per_token:
         width, inputs = policy.get("width", 256), policy.get("hidden_size", 1) + 2
@@ -233,3 +235,23 @@ def _parameters(policy: dict, per_token: bool) -> int:
     if not all(isinstance(x, int) and not isinstance(x, bool) for x in (layers, width, inputs)):
         return 0
     return inputs * width + max(layers - 1, 0) * width * width + width * policy.get("num_actions", 1)
+
+
+def _attempt_parameters(policy: dict) -> int:
+    """At least as many parameters as the attempt policy of ``policy`` has
+    (``policies.attempt.AttemptPolicy``): the hidden projection (``hidden_size`` x ``hidden_proj``),
+    the stop network (state -> ``width`` -> ``width`` -> stop and one per arm) and the weight network
+    (attempt -> ``width`` -> 1), with every feature set counted (defaults where absent)."""
+    def size(name: str) -> int:
+        value = policy.get(name)
+        return len(value) if isinstance(value, (list, tuple)) else 0
+
+    arms, columns = size("arms"), size("confidence_names")
+    hidden, proj, width = (policy.get(name, default) for name, default in
+                           (("hidden_size", 0), ("hidden_proj", 8), ("width", 64)))
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (hidden, proj, width)):
+        return 0
+    attempt = 2 + arms + columns + proj  # has an answer, the arm, confidence columns, length, projection
+    state = 3 * attempt + 2 + arms + 6  # mean, latest and first attempt; attempts made and left; draws; agreement
+    stop_net = state * width + width * width + width * (1 + arms) + 2 * width + 1 + arms
+    return max(1, hidden) * proj + stop_net + attempt * width + 2 * width + 2  # and the vote sharpness

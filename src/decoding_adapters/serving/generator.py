@@ -51,7 +51,7 @@ from typing import Callable, Collection, Literal, Sequence, Union
 import torch
 
 from ..decoding.actions import DEFAULT_TOKEN_BUDGET, ActionSet
-from ..decoding.attempts import sequential_attempts
+from ..decoding.attempts import AttemptRounds, Gone, ProblemAttempts
 from ..decoding.loop import DecodeResult, StepTokens, decode, row_seed
 from ..lm.models import FrozenLM
 from ..policies.draft import KEEP_DRAFT, DraftContextConfig, DraftGatedResult, draft_gated_decode
@@ -331,6 +331,14 @@ class AdaptiveGenerator:
         Returns one ``Generation`` per prompt, in order."""
         return self.run(self.prepare(prompts, token_budget, parallel_budget, seed), deterministic_policy)
 
+    def check_parallel_budget(self, parallel_budget: int) -> None:
+        """Refuse (ValueError) a parallel budget this adapter cannot serve; the server asks before
+        queueing a request."""
+        _check_positive("parallel_budget", parallel_budget)
+        if self.adapter_kind.attempts and parallel_budget != 1:
+            raise ValueError(f"this {self.adapter_kind.label} adapter answers once per prompt (its attempts decide how "
+                             f"many decodes): parallel_budget (n) must be 1, got {parallel_budget}")
+
     def prepare(
         self,
         prompts: Prompt | Sequence[Prompt],
@@ -343,10 +351,7 @@ class AdaptiveGenerator:
         ``raw_text``: string prompts are text to continue (tokenized as they are), not user messages."""
         prompts = _normalize_prompts(prompts)
         budget = _check_positive("token_budget", self.default_token_budget if token_budget is None else token_budget)
-        _check_positive("parallel_budget", parallel_budget)
-        if self.adapter_kind.attempts and parallel_budget != 1:
-            raise ValueError(f"a {self.adapter_kind.label} adapter answers once per prompt (its attempts decide how "
-                             f"many decodes): parallel_budget (n) must be 1, got {parallel_budget}")
+        self.check_parallel_budget(parallel_budget)
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"seed must be an integer, got {seed!r}")
         if raw_text and all(isinstance(p, str) for p in prompts):
@@ -390,6 +395,7 @@ class AdaptiveGenerator:
         deterministic_policy: bool | None = None,
         on_tokens: TokenCallback | None = None,
         all_answers: bool = False,
+        gone: Gone | None = None,
     ) -> list[Generation]:
         """Decode prepared prompts (possibly from several calls) in as few decode calls as
         ``max_batch_rows`` allows; one ``Generation`` per prepared prompt, in order.
@@ -399,7 +405,10 @@ class AdaptiveGenerator:
         streaming; it may return ``(prompt, completion)`` pairs to stop early.
         ``all_answers``: a draft-gated adapter answers every prompt with its parallel budget B of
         completions even where it keeps the draft (the draft and B - 1 samples of its most probable
-        re-decode action: a client that asked for B); else a kept draft is the only answer."""
+        re-decode action: a client that asked for B); else a kept draft is the only answer.
+        ``gone``: prompt positions still being decoded -> those nobody wants any more (a served
+        request whose client left); an attempt adapter asks it before each round and at every decode
+        step, and stops their attempts there (the other kinds stop such rows through ``on_tokens``)."""
         deterministic = self.deterministic(deterministic_policy)
         out: list[Generation] = []
         for chunk in self._chunks(list(prepared)):
@@ -407,7 +416,7 @@ class AdaptiveGenerator:
                 out += self._draft_chunk(chunk, deterministic, on_tokens, len(out), all_answers)
                 continue
             if self.adapter_kind.attempts:
-                out += self._attempts_chunk(chunk, on_tokens, len(out))
+                out += self._attempts_chunk(chunk, on_tokens, len(out), gone)
                 continue
             out += self._decode_chunk(chunk, deterministic, on_tokens, offset=len(out))
         return out
@@ -529,43 +538,103 @@ class AdaptiveGenerator:
 
 
     # ---- attempt adapters ----------------------------------------------------------------------
+    @functools.cached_property
+    def _attempt_decider(self):
+        """The kind's decider (an attempt policy's holds its state lattice): built once, on first use."""
+        return self.adapter_kind.decider(self.policy, self.config)
+
     def _attempts_chunk(self, chunk: list[PreparedPrompt], on_tokens: TokenCallback | None,
-                        offset: int) -> list[Generation]:
-        """Sequential attempts for the chunk's prompts (``decoding.attempts``), the kind's decider
-        deciding after each round; attempt j of arm a of prompt i draws from
-        ``row_seed(seed, i, "attempt", a, j)``."""
-        kind = self.adapter_kind
-        plan = kind.attempt_plan(self.config)
-        problems = [Problem(f"prompt/{p.index}", _question_text(p.prompt), "") for p in chunk]
-        task = self.reading_task
-        decider = kind.decider(self.policy, self.config)
-        result = sequential_attempts(
-            self.lm, [list(p.prompt_ids) for p in chunk], self.action_set.actions, decider,
-            first_arm=plan["first_arm"], distinct=plan["distinct"], max_attempts=plan["max_attempts"],
-            token_budgets=[p.token_budget for p in chunk],
-            seeds=lambda i, arm, j: row_seed(chunk[i].seed, chunk[i].index, "attempt", arm, j),
-            extract=lambda i, text: task.extract_answer(problems[i], text),
-            stop_checks=None if self.answer_task is None else [self._answer_check(p) for p in chunk],
-            with_hidden=plan["with_hidden"])
-        names = self.action_set.names
+                        offset: int, gone: Gone | None = None) -> list[Generation]:
+        """Sequential attempts for the chunk's prompts (``AttemptService``), the kind's decider
+        deciding after each round. A prompt ``gone`` names stops where it is (its Generation holds
+        the attempt cut there, or nothing)."""
+        service = AttemptService(self)
+        keys = [service.add(p) for p in chunk]  # 0 .. len(chunk) - 1: the chunk's positions
+        done: dict[int, tuple[Generation, list[int]]] = {}
+        while service.live:
+            done.update(service.round(None if gone is None else _chunk_gone(gone, offset)))
         out = []
-        for i, p in enumerate(chunk):
-            shown = result.chosen[i] if result.chosen[i] >= 0 else len(result.texts[i]) - 1  # else the last attempt
-            arm = result.paths[i][shown]
-            gen = Generation(
-                prompt=p.prompt, completions=[result.texts[i][shown]], kind=self.kind, action_names=self.action_names,
-                finish_reasons=["stop" if result.ended[i][shown] else "length"],
-                completion_tokens=[len(result.token_ids[i][shown])], prompt_tokens=len(p.prompt_ids), seed=p.seed,
-                action_index=self.action_names.index(names[arm]), decodes=result.decodes[i],
-                stopped_by=result.stopped_by[i], attempt_actions=[names[a] for a in result.paths[i]],
-                answer=result.answers[i], attempt_tokens=result.tokens[i])
+        for i, key in enumerate(keys):
+            gen, ids = done[key]
             out.append(gen)
             if on_tokens is not None:  # the chosen attempt's tokens, now that the decision is made
-                ids = result.token_ids[i][shown] or [-1]
-                last = len(ids) - 1
-                on_tokens([TokenEvent(offset + i, 0, t, gen.action_index, gen.finish_reasons[0] if k == last else None,
-                                      gen.adapter_info() if k == last else None) for k, t in enumerate(ids)])
+                on_tokens(attempt_events(offset + i, gen, ids))
         return out
+
+    def attempt_service(self) -> "AttemptService | None":
+        """For an adapter that decodes sequential attempts, rounds that prepared prompts join between
+        (the server's worker shares them among concurrent requests); None for the other kinds."""
+        return AttemptService(self) if self.adapter_kind.attempts else None
+
+    def _attempt_generation(self, p: PreparedPrompt, problem: ProblemAttempts) -> tuple[Generation, list[int]]:
+        """Prompt ``p``'s Generation from its attempts (the chosen one shown, else the last) and the
+        shown attempt's token ids."""
+        names = self.action_set.names
+        texts, ids, ended = problem.texts or [""], problem.token_ids or [[]], problem.ended or [False]
+        shown = problem.chosen if problem.chosen >= 0 else len(texts) - 1
+        arm = problem.path[shown] if problem.path else self.adapter_kind.attempt_plan(self.config)["first_arm"]
+        gen = Generation(
+            prompt=p.prompt, completions=[texts[shown]], kind=self.kind, action_names=self.action_names,
+            finish_reasons=["stop" if ended[shown] else "length"], completion_tokens=[len(ids[shown])],
+            prompt_tokens=len(p.prompt_ids), seed=p.seed, action_index=self.action_names.index(names[arm]),
+            decodes=len(problem.path), stopped_by=problem.stopped_by, attempt_actions=[names[a] for a in problem.path],
+            answer=problem.answer, attempt_tokens=sum(len(t) for t in problem.token_ids))
+        return gen, ids[shown]
+
+
+class AttemptService:
+    """Prepared prompts of an attempt adapter joining shared rounds (``decoding.attempts.
+    AttemptRounds``): attempt j of arm a of a prompt draws from ``row_seed(seed, index, "attempt", a,
+    j)``, so its Generation is the same whichever prompts shared its rounds and whenever it joined."""
+
+    def __init__(self, generator: AdaptiveGenerator):
+        plan = generator.adapter_kind.attempt_plan(generator.config)
+        self.generator = generator
+        self.rounds = AttemptRounds(generator.lm, generator.action_set.actions, generator._attempt_decider,
+                                    first_arm=plan["first_arm"], distinct=plan["distinct"],
+                                    max_attempts=plan["max_attempts"], with_hidden=plan["with_hidden"])
+        self._prompts: dict[int, PreparedPrompt] = {}
+
+    @property
+    def live(self) -> int:
+        """Prompts going (each one row of a round)."""
+        return len(self.rounds.live)
+
+    def add(self, p: PreparedPrompt) -> int:
+        """Prompt ``p`` joins the next round; its key."""
+        gen = self.generator
+        problem = Problem(f"prompt/{p.index}", _question_text(p.prompt), "")
+        key = self.rounds.add(p.prompt_ids, p.token_budget, functools.partial(row_seed, p.seed, p.index, "attempt"),
+                              functools.partial(gen.reading_task.extract_answer, problem),
+                              None if gen.answer_task is None else gen._answer_check(p))
+        self._prompts[key] = p
+        return key
+
+    def round(self, gone: Gone | None = None) -> dict[int, tuple[Generation, list[int]]]:
+        """One round (``AttemptRounds.round``; ``gone`` over keys); the prompts that stopped, by key:
+        their Generation and its shown attempt's token ids."""
+        done = self.rounds.round(gone)
+        return {key: self.generator._attempt_generation(self._prompts.pop(key), problem)
+                for key, problem in done.items()}
+
+
+def attempt_events(position: int, gen: Generation, ids: list[int]) -> list[TokenEvent]:
+    """An attempt adapter's answer to prompt ``position`` as ``TokenEvent``s: the shown attempt's
+    tokens, the last carrying the finish reason and ``adapter_info`` (token -1: an empty answer)."""
+    ids = ids or [-1]
+    last = len(ids) - 1
+    return [TokenEvent(position, 0, t, gen.action_index, gen.finish_reasons[0] if k == last else None,
+                       gen.adapter_info() if k == last else None) for k, t in enumerate(ids)]
+
+
+def _chunk_gone(gone: Gone, offset: int) -> Gone:
+    """``gone`` over ``run``'s prompt positions as a chunk's: its prompt i is position ``offset + i``."""
+
+    def chunk_gone(going):
+        left = set(gone([offset + i for i in going]))
+        return [i for i in going if offset + i in left]
+
+    return chunk_gone
 
 
 def _ended(result: DecodeResult, row: int) -> bool:

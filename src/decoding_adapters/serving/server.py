@@ -42,7 +42,8 @@ after ``max_queue_wait_s`` is refused (503 ``queue_timeout``) rather than served
 key, ``/v1/*`` and the API's description (``/docs``, ``/redoc``, ``/openapi.json``) need it, and
 ``/health`` without it says only whether the server is up. Batching is per decode call, not
 continuous: a request that arrives while a batch decodes joins the next one, so its first token
-waits for the running batch to end.
+waits for the running batch to end. An attempt adapter's requests share attempt rounds instead
+(``serving.rounds``): one that arrives while others decode joins their next round.
 
 Batching: the model is not thread-safe, so one background asyncio task owns it. Handlers validate a
 request (pydantic + limits) and queue it. The worker takes the oldest waiting request, waits
@@ -79,6 +80,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..policies.kinds import adapter_kind
+from .rounds import RoundsWorker, shares_rounds
 from .schemas import (
     ApiError,
     ChatCompletionRequest,
@@ -165,6 +167,18 @@ def _check_limits(req: CommonFields, num_prompts: int, prompt_chars: int, limits
     if len(stops) > 4 or any(not s for s in stops):
         raise ApiError(400, "stop takes at most 4 non-empty strings", param="stop", code="invalid_value")
     return max_tokens
+
+
+def _check_n(generator, n: int) -> None:
+    """400 (``param: "n"``) for a parallel budget the adapter cannot serve (an attempt adapter answers
+    once per prompt), decided from the request alone."""
+    check = getattr(generator, "check_parallel_budget", None)  # a stand-in generator may have none
+    if check is None:
+        return
+    try:
+        check(n)
+    except ValueError as err:
+        raise ApiError(400, str(err), param="n", code="invalid_value") from None
 
 
 def completion_job(req: CompletionRequest, limits: ServerLimits) -> Job:
@@ -377,7 +391,8 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
     adapter's stored policy_mode (argmax for sequence adapters, sampled for token adapters)."""
     limits = limits or ServerLimits()
     deterministic_policy = served_mode(generator, deterministic_policy)
-    worker = BatchingWorker(generator, limits, deterministic_policy)
+    # an attempt adapter's requests share attempt rounds (serving.rounds); the others share decode calls
+    worker = (RoundsWorker if shares_rounds(generator) else BatchingWorker)(generator, limits, deterministic_policy)
     model_name = model_name or generator.name
     started = int(time.time())
 
@@ -429,10 +444,12 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     def check_model(req: CommonFields) -> None:
-        """Only the served model answers (OpenAI: 404 ``model_not_found``); no ``model`` means it."""
+        """Only the served model answers (OpenAI: 404 ``model_not_found``); no ``model`` means it; an
+        ``n`` the adapter cannot serve is refused here, before the request queues."""
         if req.model is not None and req.model != model_name:
             raise ApiError(404, f"The model `{req.model}` does not exist: this server serves `{model_name}` "
                            "(GET /v1/models)", param="model", code="model_not_found")
+        _check_n(generator, req.n)
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request):

@@ -260,7 +260,15 @@ class BatchingWorker:
 
     @property
     def queued(self) -> int:
+        """Requests waiting whose clients still want them."""
+        self._drop_cancelled()
         return len(self._pending)
+
+    def _drop_cancelled(self) -> None:
+        """Forget waiting requests whose clients have gone, at once rather than when the worker
+        reaches them (they would count against ``max_queue`` until then)."""
+        if any(job.future is not None and job.future.done() for job in self._pending):
+            self._pending = deque(job for job in self._pending if job.future is None or not job.future.done())
 
     @property
     def alive(self) -> bool:
@@ -271,6 +279,13 @@ class BatchingWorker:
         # the only thread touching the model
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
         self._task = asyncio.create_task(self._loop(), name="batching-worker")
+
+    async def _wait_for_work(self) -> None:
+        """Until a request waits (then ``batch_wait_ms`` more, for company)."""
+        self._wakeup.clear()
+        await self._wakeup.wait()
+        if self.limits.batch_wait_ms > 0:  # let requests that arrive together share a batch
+            await asyncio.sleep(self.limits.batch_wait_ms / 1000)
 
     async def stop(self) -> None:
         unfinished = [*self._running, *self._pending]
@@ -306,6 +321,7 @@ class BatchingWorker:
     def _enqueue(self, job: Job) -> None:
         if not self.alive:
             raise ApiError(503, "the generation worker is not running", type="server_error")
+        self._drop_cancelled()
         if len(self._pending) >= self.limits.max_queue:
             raise ApiError(503, f"server busy: {len(self._pending)} requests are waiting; retry later",
                            type="server_error", code="queue_full")
@@ -316,10 +332,7 @@ class BatchingWorker:
     async def _loop(self) -> None:
         while True:
             if not self._pending:
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                if self.limits.batch_wait_ms > 0:  # let requests that arrive together share a batch
-                    await asyncio.sleep(self.limits.batch_wait_ms / 1000)
+                await self._wait_for_work()
             batch = self._take_batch()
             if not batch:
                 continue
@@ -352,15 +365,16 @@ class BatchingWorker:
         else:
             job.future.set_result(outcome)
 
-    def _take_batch(self) -> list[Job]:
-        """The oldest waiting jobs whose rows fit in ``max_batch`` (the first one always)."""
-        batch, rows = [], 0
+    def _take_batch(self, busy: int = 0) -> list[Job]:
+        """The oldest waiting jobs whose rows fit in ``max_batch`` beside ``busy`` rows already
+        decoding (with none busy, the first one always)."""
+        batch, rows = [], busy
         while self._pending:
             job = self._pending[0]
             if job.future.done():  # cancelled while waiting
                 self._pending.popleft()
                 continue
-            if batch and rows + job.rows > self.limits.max_batch:
+            if (batch or busy) and rows + job.rows > self.limits.max_batch:
                 break
             batch.append(self._pending.popleft())
             job.started = True
@@ -373,21 +387,14 @@ class BatchingWorker:
         prepared = {}
         for i, job in enumerate(batch):
             try:
-                raw = {"raw_text": True} if job.raw_text else {}
-                prepared[i] = self.generator.prepare(job.prompts, token_budget=job.max_tokens, parallel_budget=job.n,
-                                                     seed=job.seed, **raw)
-            except ValueError as err:  # this request's own input: a 400 for it alone
-                code = "context_length_exceeded" if "context" in str(err) else "invalid_value"
-                outcomes[i] = ApiError(400, str(err), param="prompt", code=code)
-            except Exception as err:  # anything else raised on this request's behalf: still its own 400
-                log.warning("request %d of a batch failed in preparation: %s: %s", i, type(err).__name__, err)
-                outcomes[i] = ApiError(400, f"the request could not be prepared: {type(err).__name__}: {err}",
-                                       param="prompt", code="invalid_value")
+                prepared[i] = self._prepare(job)
+            except ApiError as err:
+                outcomes[i] = err
         self._start_streams(batch, prepared, outcomes)
         merged = [p for i in prepared for p in prepared[i]]
         self._count(batch, prepared)
         try:
-            gens = self._decode(merged, self._watch(batch, prepared, list(prepared))) if merged else []
+            gens = self._decode(merged, *self._watch(batch, prepared, list(prepared))) if merged else []
         except Exception:
             log.exception("merged decode of %d requests failed; retrying each alone", len(prepared))
             self.stats["failed_batches"] += 1
@@ -398,6 +405,20 @@ class BatchingWorker:
             start += len(prepared[i])
         return outcomes
 
+    def _prepare(self, job: Job) -> list:
+        """On the decode thread: the job's prepared prompts; any failure is its own 400 (``ApiError``)."""
+        try:
+            raw = {"raw_text": True} if job.raw_text else {}
+            return self.generator.prepare(job.prompts, token_budget=job.max_tokens, parallel_budget=job.n,
+                                          seed=job.seed, **raw)
+        except ValueError as err:  # this request's own input: a 400 for it alone
+            code = "context_length_exceeded" if "context" in str(err) else "invalid_value"
+            raise ApiError(400, str(err), param="prompt", code=code) from None
+        except Exception as err:  # anything else raised on this request's behalf: still its own 400
+            log.warning("a request failed in preparation: %s: %s", type(err).__name__, err)
+            raise ApiError(400, f"the request could not be prepared: {type(err).__name__}: {err}",
+                           param="prompt", code="invalid_value") from None
+
     def _run_alone(self, batch, prepared: dict, outcomes: list) -> list:
         for i in prepared:
             stream = batch[i].stream
@@ -405,19 +426,19 @@ class BatchingWorker:
                 outcomes[i] = ApiError(500, "generation failed while streaming", type="server_error")
                 continue
             try:
-                outcomes[i] = self._decode(prepared[i], self._watch(batch, prepared, [i]))
+                outcomes[i] = self._decode(prepared[i], *self._watch(batch, prepared, [i]))
             except Exception as err:
                 log.exception("request failed")
                 outcomes[i] = ApiError(500, f"generation failed: {err.__class__.__name__}: {err}", type="server_error")
         return outcomes
 
-    def _decode(self, prepared: list, on_tokens) -> list:
+    def _decode(self, prepared: list, on_tokens, gone) -> list:
         # a client that asks for n completions gets n, a draft-gated adapter's kept draft among them
         kind = getattr(self.generator, "adapter_kind", None)
         extra = {"all_answers": True} if kind is not None and kind.keeps_draft else {}
         if on_tokens is None:  # no stream in this batch: the plain call
-            return self.generator.run(prepared, self.deterministic_policy, **extra)
-        return self.generator.run(prepared, self.deterministic_policy, on_tokens=on_tokens, **extra)
+            return self.generator.run(prepared, self.deterministic_policy, gone=gone, **extra)
+        return self.generator.run(prepared, self.deterministic_policy, on_tokens=on_tokens, gone=gone, **extra)
 
     def _start_streams(self, batch: list[Job], prepared: dict, outcomes: list) -> None:
         """Streams whose request is prepared can open their response now; the others fail now."""
@@ -429,9 +450,10 @@ class BatchingWorker:
             else:
                 job.stream.fail(outcomes[i])
 
-    def _stream_callback(self, batch: list[Job], prepared: dict, order: list[int]):
+    def _stream_callback(self, batch: list[Job], prepared: dict, order: list[int], counted: set[int]):
         """``on_tokens`` for a decode of the jobs ``order`` (their prepared prompts concatenated in that
-        order): hands each streaming job its rows' tokens, and returns the rows its stream stops."""
+        order): hands each streaming job its rows' tokens, and returns the rows its stream stops.
+        ``counted``: the jobs whose stopped rows are already in the stats."""
         streams = {i: batch[i].stream for i in order if batch[i].stream is not None}
         if not streams:
             return None
@@ -450,29 +472,43 @@ class BatchingWorker:
             for i, tokens in by_job.items():
                 stream = streams[i]
                 rows = stream.take(tokens)
-                if stream.cancelled:
-                    self.stats["disconnected_rows"] += len(rows)
+                if stream.cancelled and i not in counted:
+                    counted.add(i)  # its rows once each (an attempt adapter reports a row's tokens in one call)
+                    self.stats["disconnected_rows"] += len(set(rows))
                 stop += [(first[i] + k, j) for k, j in rows]
             return stop
 
         return on_tokens
 
     def _watch(self, batch: list[Job], prepared: dict, order: list[int]):
-        """``on_tokens`` for a decode of the jobs ``order``: the streams' callback
+        """``on_tokens`` and ``gone`` for a decode of the jobs ``order``: the streams' callback
         (``_stream_callback``), and the rows of every job whose client has gone stopped at the next
-        step, streaming or not, so that abandoned requests free the decode."""
-        streamed = self._stream_callback(batch, prepared, order)
+        step, streaming or not, so that abandoned requests free the decode (``gone`` tells an attempt
+        adapter, whose attempts report no tokens until it has decided, the same)."""
+        counted: set[int] = set()
+        streamed = self._stream_callback(batch, prepared, order, counted)
         owner = [(i, k) for i in order for k in range(len(prepared[i]))]  # merged prompt -> (job, its prompt)
+
+        def gone_positions(positions) -> list[int]:
+            left = [q for q in positions if self._cancelled(batch[owner[q][0]])]
+            for i in {owner[q][0] for q in left} - counted:
+                counted.add(i)
+                self.stats["disconnected_rows" if batch[i].stream is not None else "abandoned_rows"] += batch[i].rows
+            return left
 
         def on_tokens(events) -> list[tuple[int, int]]:
             stop = list(streamed(events) or []) if streamed is not None else []
-            gone = [(event.prompt, event.completion) for event in events
-                    if batch[owner[event.prompt][0]].stream is None and batch[owner[event.prompt][0]].cancelled]
-            if gone:
-                self.stats["abandoned_rows"] += len(gone)
-            return stop + gone
+            gone = {(event.prompt, event.completion) for event in events
+                    if batch[owner[event.prompt][0]].stream is None and batch[owner[event.prompt][0]].cancelled}
+            self.stats["abandoned_rows"] += sum(owner[q][0] not in counted for q, _ in gone)  # rows, once each
+            return stop + sorted(gone)
 
-        return on_tokens
+        return on_tokens, gone_positions
+
+    @staticmethod
+    def _cancelled(job: Job) -> bool:
+        """The job's client has gone (streaming or not)."""
+        return job.cancelled or (job.stream is not None and job.stream.cancelled)
 
     def _count(self, batch: list[Job], prepared: dict) -> None:
         rows = sum(batch[i].rows for i in prepared)

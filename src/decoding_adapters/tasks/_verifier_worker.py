@@ -2,10 +2,16 @@
 
     python _verifier_worker.py MODULE:FUNCTION SETTINGS_JSON
 
-Reads one JSON request per line (``{"completion", "answer", "meta"}``) from the file descriptor
-``SETTINGS_JSON["requests"]``, answers one JSON line per request (``{"score": x}`` or
-``{"error": "..."}``) on the descriptor ``SETTINGS_JSON["replies"]``: two pipes of their own, which
-no child of the verifier inherits. Before the user's module is imported, file descriptor 1 is
+Reads one JSON request per line from the file descriptor ``SETTINGS_JSON["requests"]`` and
+answers one JSON line per request on the descriptor ``SETTINGS_JSON["replies"]`` (two pipes of
+their own, which no child of the verifier inherits), ``{"error": "..."}`` when it fails:
+
+- ``{"completion", "answer", "meta"}``: the verifier's score, ``{"score": x}``;
+- ``{"describe": [name, ...]}``: whether the verifier loads (the module is imported here, never in
+  the caller's process) and, per name, its companion function ``module:qualname`` or null (the
+  module's ``<function>_<name>``, else the verifier's attribute ``name``), ``{"companions": {...}}``;
+- ``{"call": name, "args": [...]}``: that companion's value, ``{"value": v}``.
+ Before the user's module is imported, file descriptor 1 is
 pointed at stderr and 0 at ``/dev/null`` at the OS level, so neither a ``print`` nor an
 ``os.system("echo ...")`` can reach the protocol; the process joins the control group named in
 ``SETTINGS_JSON["cgroup_procs"]`` (memory and process caps for the verifier and all its children),
@@ -38,12 +44,52 @@ def load_verifier(spec: str):
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ValueError(f"verifier must be given as 'module:function', got {spec!r}")
-    obj = importlib.import_module(module_name)
+    try:
+        obj = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"cannot import module {module_name!r} ({err}); is its folder the current directory "
+                         "or on PYTHONPATH?") from None
     for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"module {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     if not callable(obj):
         raise ValueError(f"verifier {spec!r} is not callable")
     return obj
+
+
+def companion(spec: str, fn, name: str):
+    """The verifier's ``name`` function: ``<function>_<name>`` beside it in its module, else its
+    attribute ``name``; None when it has neither."""
+    module_name, _, attr = spec.partition(":")
+    sibling = getattr(sys.modules[module_name], f"{attr.split('.')[-1]}_{name}", None)
+    if callable(sibling):
+        return sibling
+    own = getattr(fn, name, None)
+    return own if callable(own) else None
+
+
+MAX_VALUE_CHARS = 2000
+"""Longest text a companion's value may be in a reply (the caller refuses longer replies)."""
+
+
+def answer(request: dict, spec: str, fn, with_meta: bool, companions: dict) -> dict:
+    """The reply to one request (module docstring); raises what the user's code raises."""
+    if "describe" in request:
+        for name in request["describe"]:
+            if name not in companions:
+                companions[name] = companion(spec, fn, str(name))
+        return {"companions": {name: None if companions[name] is None else
+                               f"{companions[name].__module__}:{companions[name].__qualname__}"
+                               for name in request["describe"]}}
+    if "call" in request:
+        found = companions.get(request["call"])
+        if found is None:
+            raise ValueError(f"the verifier has no {request['call']} function")
+        value = found(*request["args"])
+        return {"value": value[:MAX_VALUE_CHARS] if isinstance(value, str) else value}
+    args = (request["completion"], request["answer"]) + ((request["meta"],) if with_meta else ())
+    return {"score": float(fn(*args))}
 
 
 def wants_meta(fn) -> bool:
@@ -128,22 +174,23 @@ def confine(settings: dict) -> tuple:
 
 def main() -> int:
     requests, protocol = confine(json.loads(sys.argv[2]))
+    spec, companions = sys.argv[1], {}
     try:
-        fn = load_verifier(sys.argv[1])
+        fn = load_verifier(spec)
         with_meta = wants_meta(fn)
     except Exception as err:  # reported once, then every request answers with the error
-        fn, failure = None, f"cannot load verifier {sys.argv[1]!r}: {type(err).__name__}: {err}"[:1000]
+        message = str(err) if isinstance(err, ValueError) else f"{type(err).__name__}: {err}"
+        fn, failure = None, f"cannot load verifier {spec!r}: {message}"[:1000]
     for line in requests:
         request = json.loads(line)
         if fn is None:
-            reply = {"error": failure}
+            text = json.dumps({"error": failure})
         else:
             try:
-                args = (request["completion"], request["answer"]) + ((request["meta"],) if with_meta else ())
-                reply = {"score": float(fn(*args))}
-            except Exception as err:
-                reply = {"error": f"{type(err).__name__}: {err}"[:1000]}  # the reply stays one short line
-        protocol.write(json.dumps(reply) + "\n")
+                text = json.dumps(answer(request, spec, fn, with_meta, companions))
+            except Exception as err:  # the user's code raised, or its value is not JSON
+                text = json.dumps({"error": f"{type(err).__name__}: {err}"[:1000]})  # one short line
+        protocol.write(text + "\n")
     return 0
 
 

@@ -16,16 +16,19 @@ also receives the problem's whole JSONL row as a dict), returning 1.0 for a corr
 [0, 1], and NaN counts as 0). Give it as ``"module:function"`` (importable from the current
 directory or ``PYTHONPATH``), or as a Python callable. Without one, :func:`exact_match` is used.
 
-**A verifier never crashes a run.** It runs in a separate worker *process* (a small script
-speaking JSON lines over pipes, started on first use and reused): a verifier that raises counts as
-0.0 with a logged warning; one that runs longer than ``verifier_timeout_s`` (default 10 s) or kills
-its process counts as 0.0 with a warning, and its process is killed and started again for the next
-call. The worker talks to training over pipes of its own (fd 1 is pointed at stderr, so neither
-a print nor a child process can write into the channel; a reply that is not one JSON line scores
-0 with a warning), has an address-space cap and a process cap (``VERIFIER_MEMORY_MB``,
-``VERIFIER_MAX_PROCESSES``; for the worker and all its children together where the host gives it
-a control group, see ``sandbox.cgroups.helper_control_group``), and dies with training. A
-process, not a thread, because a hung thread can be neither stopped nor prevented from
+**A verifier never crashes a run.** It runs in a separate worker *process* (a small script speaking
+JSON lines over pipes, started when the task is made or on first use, and reused): a verifier that
+raises counts as 0.0 with a logged warning; one that runs longer than ``verifier_timeout_s``
+(default 10 s) or kills its process counts as 0.0 with a warning, and its process is killed and
+started again for the next call. The verifier's module is imported only there, never in the calling
+process (its top-level code runs under the worker's caps, and its prints go to stderr): the worker
+says whether the spec names a callable when the task is made, and runs the verifier's companions
+(``answer_complete`` below) on request. The worker talks to training over pipes of its own (fd 1 is
+pointed at stderr, so neither a print nor a child process can write into the channel; a reply that
+is not one JSON line scores 0 with a warning), has an address-space cap and a process cap
+(``VERIFIER_MEMORY_MB``, ``VERIFIER_MAX_PROCESSES``; for the worker and all its children together
+where the host gives it a control group, see ``sandbox.cgroups.helper_control_group``), and dies with
+training. A process, not a thread, because a hung thread can be neither stopped nor prevented from
 holding the GIL (a catastrophic regex does), and it keeps burning a core. The one exception: a
 Python callable that cannot be imported by name (a lambda, a function defined in ``__main__``) runs
 in a worker *thread* with the same timeout — it still scores 0 after the timeout, but the thread
@@ -196,7 +199,9 @@ def _importable_name(fn: Callable) -> str | None:
 
 
 def _check_spec(spec: str) -> None:
-    """Fail early, in the caller's process, with one clear line when ``spec`` names no callable."""
+    """Fail early with one clear line when ``spec`` is not ``module:function``. The module is not
+    imported here (its top-level code would run in this process, uncapped, writing to the real
+    stdout): ``VerifierRunner.describe`` loads it in the worker and says whether it names a callable."""
     module, sep, attr = spec.partition(":")
     if not sep or not module or not attr:
         raise ValueError(
@@ -204,21 +209,21 @@ def _check_spec(spec: str) -> None:
             f"got {spec!r}"
         )
     if os.getcwd() not in sys.path and "" not in sys.path:
-        # `module:function` from the current folder, whatever folder the running script is in
+        # `module:function` from the current folder, whatever folder the running script is in (the
+        # worker sees this process's sys.path)
         sys.path.append(os.getcwd())
-    try:
-        obj = importlib.import_module(module)
-    except ImportError as err:
-        raise ValueError(
-            f"verifier {spec!r}: cannot import module {module!r} ({err}); is its folder the current "
-            f"directory or on PYTHONPATH?"
-        ) from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"verifier {spec!r}: module {module!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise ValueError(f"verifier {spec!r} is not callable")
+
+
+class _WorkerFunction:
+    """A companion of a ``module:function`` verifier (its ``answer_complete``, ...) run in the
+    verifier's worker process; raises ``RuntimeError`` where the call fails there."""
+
+    def __init__(self, runner: "VerifierRunner", name: str, qualified: str):
+        self.runner, self.name = runner, name
+        self.__module__, _, self.__qualname__ = qualified.partition(":")
+
+    def __call__(self, *args):
+        return self.runner.call(self.name, args)
 
 
 class VerifierRunner:
@@ -252,6 +257,26 @@ class VerifierRunner:
                 if self.spec
                 else self._call_thread(completion, answer, meta)
             )
+
+    def describe(self, names: tuple[str, ...] = ()) -> dict[str, str | None]:
+        """Load the verifier in the worker (a ``ValueError`` in one line where it names no callable);
+        per name of ``names``, its companion's ``module:qualname`` there, or None."""
+        with self._lock:
+            reply, failure = self._exchange({"describe": list(names)})
+        if failure is not None or not isinstance(reply.get("companions"), dict):
+            failure = failure or "the verifier process answered garbage"
+            reason = failure.split(": ", 1)[1] if failure.startswith("cannot load verifier") else failure
+            raise ValueError(f"verifier {self.spec!r}: {reason}")
+        return reply["companions"]
+
+    def call(self, name: str, args: tuple) -> Any:
+        """The value of the verifier's companion ``name`` (``describe`` found it) on ``args``, computed
+        in the worker; ``RuntimeError`` where it fails there."""
+        with self._lock:
+            reply, failure = self._exchange({"call": name, "args": list(args)})
+        if failure is not None or "value" not in reply:
+            raise RuntimeError(f"verifier {self.spec!r}, {name}: {failure or 'no value'}")
+        return reply["value"]
 
     # ---- process ------------------------------------------------------------------------------
     def _start(self) -> subprocess.Popen:
@@ -289,32 +314,47 @@ class VerifierRunner:
         return proc
 
     def _call_process(self, completion, answer, meta) -> tuple[float, str | None]:
+        reply, failure = self._exchange({"completion": completion, "answer": answer, "meta": meta})
+        if failure is not None:
+            return 0.0, failure
+        try:
+            return float(reply["score"]), None
+        except (ValueError, TypeError, KeyError):
+            self.close()  # its state is unknown: the next call starts a fresh worker
+            return 0.0, f"the verifier process answered garbage ({str(reply)[:80]!r}; its process was killed)"
+
+    def _exchange(self, request: dict) -> tuple[dict | None, str | None]:
+        """One request to the worker (started when none runs) and its reply, or None and why not
+        (the worker's own error, a timeout, its death, garbage: those three kill it). Hold the lock."""
         proc = self._proc if self._proc is not None and self._proc.poll() is None else None
         if proc is None:
             self.close()
             proc = self._proc = self._start()
         deadline = time.monotonic() + self.timeout_s
-        request = json.dumps({"completion": completion, "answer": answer, "meta": meta}, default=str) + "\n"
+        data = (json.dumps(request, default=str) + "\n").encode("utf-8")
         try:
-            sent = self._send(request.encode("utf-8"), deadline)
+            sent = self._send(data, deadline)
             line = self._receive(deadline) if sent else None
         except OSError as err:
             self.close()
-            return 0.0, f"the verifier process died ({err})"
+            return None, f"the verifier process died ({err})"
         if line is None:
             self.close()
-            return 0.0, f"timed out after {self.timeout_s:g} s (its process was killed)"
+            return None, f"timed out after {self.timeout_s:g} s (its process was killed)"
         if not line:
             code = proc.wait()
             self.close()
-            return 0.0, f"the verifier process exited with code {code}"
+            return None, f"the verifier process exited with code {code}"
         try:
             reply = json.loads(line)
-            result = (0.0, str(reply["error"])) if "error" in reply else (float(reply["score"]), None)
-        except (ValueError, TypeError, KeyError, AttributeError):
+            if not isinstance(reply, dict):
+                raise TypeError(type(reply).__name__)
+        except (ValueError, TypeError):
             self.close()  # its state is unknown: the next call starts a fresh worker
-            return 0.0, f"the verifier process answered garbage ({line[:80]!r}; its process was killed)"
-        return result
+            return None, f"the verifier process answered garbage ({line[:80]!r}; its process was killed)"
+        if "error" in reply:
+            return None, str(reply["error"])
+        return reply, None
 
     def _send(self, data: bytes, deadline: float) -> bool:
         """Write ``data`` to the request pipe by ``deadline`` (a verifier that stopped reading
@@ -441,6 +481,7 @@ class JsonlTask(Task):
             raise ValueError(f"verifier_timeout_s must be > 0, got {self.verifier_timeout_s}")
         self._question_fields = (template_fields(self.question_template) if self.question_template
                                  else (self.question_field,))
+        self._companions: dict[str, str | None] = {}  # a module:function verifier's, as its worker names them
         self._runner = self._make_runner(self.verifier)
         self._complete = self._answer_check_fn()
         self._answer_key = self._answer_key_fn()
@@ -453,7 +494,9 @@ class JsonlTask(Task):
             verifier = NAMED_VERIFIERS[verifier]
         if isinstance(verifier, str):
             _check_spec(verifier)
-            return VerifierRunner(spec=verifier, timeout_s=self.verifier_timeout_s)
+            runner = VerifierRunner(spec=verifier, timeout_s=self.verifier_timeout_s)
+            self._companions = runner.describe(("answer_complete",))  # it loads, in its worker
+            return runner
         if not callable(verifier):
             raise ValueError(f"verifier must be 'module:function' or a callable, got {type(verifier).__name__}")
         name = _importable_name(verifier)
@@ -489,17 +532,15 @@ class JsonlTask(Task):
 
     def _verifier_companion(self, name: str) -> Callable | None:
         """A verifier of your own's ``name`` function: its attribute ``name``, or a function
-        ``<verifier>_<name>`` beside it in its module; None when it has neither."""
+        ``<verifier>_<name>`` beside it in its module; None when it has neither. For a
+        ``module:function`` verifier it is found and run in the verifier's worker (the module is
+        never imported in this process)."""
         fn = self.verifier
-        if isinstance(fn, str):  # module:function, already imported by _check_spec
-            module, _, attr = fn.partition(":")
-            owner = importlib.import_module(module)
-            fn = owner
-            for part in attr.split("."):
-                fn = getattr(fn, part)
-            sibling = getattr(owner, f"{attr.split('.')[-1]}_{name}", None)
-            if callable(sibling):
-                return sibling
+        if isinstance(fn, str):
+            if name not in self._companions:
+                self._companions.update(self._runner.describe((name,)))
+            qualified = self._companions[name]
+            return None if qualified is None else _WorkerFunction(self._runner, name, qualified)
         companion = getattr(fn, name, None)
         return companion if callable(companion) else None
 
