@@ -947,26 +947,23 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
                                            out / "eval", meta={"model": model, "task": task.name}, progress=progress)
     clock.end()
 
-    if cfg.rules.enabled:
-        rc = cfg.rules
-        clock.begin("rules", "fixed rules", f"sample tables of {rc.problems} validation and {len(test_problems)} test "
-                                            f"problems, greedy + {rc.samples} samples at T={rc.temperatures}")
-        ruled = pipeline.fixed_rules(lm, task, cfg, out / "rules", evaluation, test_problems, progress=progress)
-        if json.dumps(ruled.details) != json.dumps(evaluation.details):  # a resumed run's are already there
-            ruled.write(out / "eval")
-        evaluation = ruled
-        clock.end()
-
-    if cfg.rules.enabled and cfg.attempt.enabled:
-        ac = cfg.attempt
-        clock.begin("attempt", "attempt policy", f"a sample table of {ac.train_problems} training problems, one policy "
-                                                 f"per price {list(ac.prices)}")
-        learned = pipeline.attempt_stage(lm, task, cfg, out / "attempt", out / "rules", evaluation, test_problems,
-                                         progress=progress)
-        if json.dumps(learned.details) != json.dumps(evaluation.details):
-            learned.write(out / "eval")
-        evaluation = learned
-        clock.end()
+    rc, vc, ac = cfg.rules, cfg.verifier, cfg.attempt
+    if rc.enabled:  # each stage over the rules' tables adds its points to the evaluation
+        evaluation = pipeline.table_stage(clock, evaluation, out / "eval", "rules", "fixed rules", (
+            f"sample tables of {rc.problems} validation and {len(test_problems)} test problems, greedy + {rc.samples} "
+            f"samples at T={rc.temperatures}"), lambda ev: pipeline.fixed_rules(
+                lm, task, cfg, out / "rules", ev, test_problems, progress=progress))
+    if rc.enabled and vc.enabled:
+        evaluation = pipeline.table_stage(clock, evaluation, out / "eval", "verifier", "verifier and the rules that "
+                                          "read it", f"{vc.train_problems} training problems, {len(vc.rules)} rules",
+                                          lambda ev: pipeline.verifier_stage(
+                                              lm, task, cfg, out / "verifier", out / "rules", ev, test_problems,
+                                              train_table=out / "attempt" / "train", progress=progress))
+    if rc.enabled and ac.enabled:
+        evaluation = pipeline.table_stage(clock, evaluation, out / "eval", "attempt", "attempt policy", (
+            f"a sample table of {ac.train_problems} training problems, one policy per price {list(ac.prices)}"),
+            lambda ev: pipeline.attempt_stage(lm, task, cfg, out / "attempt", out / "rules", ev, test_problems,
+                                              progress=progress))
 
     clock.begin("report", "report")
     logs = {name: out / f"{prefix}-s0" / "train_log.jsonl" for prefix, name in ADAPTER_NAMES.items()}

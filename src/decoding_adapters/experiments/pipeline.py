@@ -57,14 +57,17 @@ from ..evaluation import draft as draft_eval
 from ..evaluation.attempt import rule_baselines, seed_agreement, train_and_score
 from ..evaluation.rules import fit_calibrations, greedy_then, tune_rules
 from ..evaluation.sample_table import SampleTable, build_sample_table
+from ..evaluation.verifier import crossfit_table_scores, fit_on_table, ranking_quality, table_scores
 from ..policies.draft import DraftContextConfig
-from ..policies.fixed_rules import RULE_LABELS, RULES, score_setting, setting_from_dict
+from ..policies.fixed_rules import RULE_LABELS, RULES, VERIFIER_RULES, reads_verifier, score_setting, setting_from_dict
 from ..policies.networks import load_adapter
+from ..policies.verifier import load_verifier
 from ..selection.coverage import OutcomeTable, build_pool, evaluate_pool, select_from_table, write_outputs
 from ..training.attempt import AttemptTrainConfig
 from ..training.draft import DraftTable, DraftTrainConfig, DraftTrainer, ensure_tables
 from ..training.sequence import SequenceTrainConfig, SequenceTrainer, reward_source
 from ..training.token import TokenTrainConfig, TokenTrainer
+from ..training.verifier import VerifierTrainConfig
 
 __all__ = [
     "BudgetConfig",
@@ -95,8 +98,12 @@ __all__ = [
     "study_table",
     "rule_entries",
     "add_rule_entries",
+    "table_stage",
     "fixed_rules",
     "AttemptStageConfig",
+    "VerifierStageConfig",
+    "verifier_stage",
+    "problem_families",
     "attempt_entries",
     "attempt_stage",
     "RULE_TABLE_KEY",
@@ -203,6 +210,29 @@ class AttemptStageConfig:
             raise ValueError("attempt train_problems must be >= 1, steps >= 0 and prices non-negative (at least one)")
 
 
+@dataclass(frozen=True)
+class VerifierStageConfig:
+    """The verifier stage, after the fixed rules: a verifier (``policies.verifier``) trained on a table
+    of training problems under the rules' arms, its ranking quality per family, and every rule's
+    variant that reads it tuned on the rules' validation table and scored on their evaluation table,
+    beside the plain rules (the strongest rule at a compute is chosen among all of them)."""
+
+    enabled: bool = False
+    """Run the stage (needs the fixed-rules stage: it reads its tables)."""
+    train_problems: int = 400
+    """Training problems of its table (the first of the train split; the attempt stage's table when both run)."""
+    rules: tuple[str, ...] = VERIFIER_RULES
+    """Verifier-reading rules tuned and scored (``policies.fixed_rules.VERIFIER_RULES``)."""
+    train: VerifierTrainConfig = field(default_factory=VerifierTrainConfig)
+    """the verifier's training"""
+
+    def __post_init__(self) -> None:
+        unknown = [r for r in self.rules if r not in VERIFIER_RULES]
+        if self.train_problems < 1 or unknown or not self.rules:
+            raise ValueError(f"verifier train_problems must be >= 1 and rules among {list(VERIFIER_RULES)} (got "
+                             f"{unknown or 'none'})")
+
+
 # Nested-config fields a study sets for each run (which variant, seed, action set, replay table) or
 # copies from its own fields (token budget, seeds): they are not command-line options.
 SEQUENCE_SET_BY_STUDY = ("actions", "use_budget", "token_budget", "replay", "seed", "stop_at_answer")
@@ -263,12 +293,16 @@ class StudyConfig:
     """fixed rules over stored sample tables"""
     attempt: AttemptStageConfig = field(default_factory=AttemptStageConfig)
     """the learned attempt policy over the fixed rules' tables"""
+    verifier: VerifierStageConfig = field(default_factory=VerifierStageConfig)
+    """the learned verifier and the rules that read it, over the fixed rules' tables"""
 
     def __post_init__(self) -> None:
         if self.sequence_rewards not in ("replay", "live"):
             raise ValueError(f"sequence_rewards must be 'replay' or 'live', got {self.sequence_rewards!r}")
         if self.attempt.enabled and not self.rules.enabled:
             raise ValueError("the attempt-policy stage reads the fixed-rules stage's tables: enable --rules.enabled")
+        if self.verifier.enabled and not self.rules.enabled:
+            raise ValueError("the verifier stage reads the fixed-rules stage's tables: enable --rules.enabled")
         if "hidden" in self.attempt.features and not self.rules.hidden:
             raise ValueError("an attempt policy that reads hidden states needs tables that keep them (--rules.hidden)")
         if self.sequence_rewards == "replay" and max(self.sequence.parallel_budgets) > self.selection.samples:
@@ -640,15 +674,33 @@ def study_table(lm, task, cfg: StudyConfig, path: Path, split: str, problems, *,
 
 
 def rule_entries(validation: SampleTable, test: SampleTable, rules: Sequence[str] = RULES,
-                 tables: dict | None = None) -> tuple[dict, dict]:
+                 tables: dict | None = None,
+                 verifier: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict, dict]:
     """Every rule tuned on ``validation`` per compute level (``evaluation.rules.tune_rules``; the
     stopped greedy, then the first sampled arm's samples) and scored on ``test``: ``(entries,
     curves)``. ``entries[name]`` is one method per tuned point in the shape of the evaluation's
     (``methods``, ``per_problem``, ``compute``: see ``evaluation.runner``), named ``"<rule> (<= L
-    decodes)"`` with ``curve`` the rule's label; ``curves`` is ``tune_rules``'s output."""
+    decodes)"`` with ``curve`` the rule's label; ``curves`` is ``tune_rules``'s output. The rules
+    that read the verifier (``VERIFIER_RULES``) need ``verifier``, its scores ``[P, A, N]`` of the
+    validation and the test table; their entries carry ``"reads_verifier": true``."""
     arm = next(name for name, a in zip(validation.arm_names, validation.actions) if not a.is_greedy)
-    val_draws, test_draws = greedy_then(validation, arm), greedy_then(test, arm)
-    curves = tune_rules(val_draws, test_draws, rules=rules)
+    plain, reading = [r for r in rules if not reads_verifier(r)], [r for r in rules if reads_verifier(r)]
+    groups = [(plain, greedy_then(validation, arm), greedy_then(test, arm))] if plain else []
+    if reading:
+        if verifier is None:
+            raise ValueError(f"the rules {reading} read the verifier: give its scores of both tables")
+        groups.append((reading, greedy_then(validation, arm, verifier=verifier[0]),
+                       greedy_then(test, arm, verifier=verifier[1])))
+    entries, curves = {}, {}
+    for group, val_draws, test_draws in groups:
+        tuned = tune_rules(val_draws, test_draws, rules=group)
+        curves.update(tuned)
+        entries.update(_rule_points(tuned, val_draws, test_draws, test, tables))
+    return entries, curves
+
+
+def _rule_points(curves: dict, val_draws, test_draws, test: SampleTable, tables: dict | None) -> dict:
+    """:func:`rule_entries`' entries of one group of rules tuned on the same draws."""
     calibrations = fit_calibrations(val_draws)  # what tune_rules scored test with
     entries = {}
     for rule, curve in curves.items():
@@ -667,12 +719,13 @@ def rule_entries(validation: SampleTable, test: SampleTable, rules: Sequence[str
                            "seeds": "one sample table (seed 0): one value per problem, the same for every seed",
                            RULE_TABLE_KEY: tables or {},
                            "decodes_per_problem": {"answer": float(decodes.mean())},
-                           "tokens_per_problem": {"answer": float(tokens.mean())}},
+                           "tokens_per_problem": {"answer": float(tokens.mean())},
+                           **({"reads_verifier": True} if reads_verifier(rule) else {})},
                 # [problem][seed]: the table is one draw of the samples (seed 0), so one column
                 "per_problem": {"answer_accuracy": [[float(c)] for c in correct]},
                 "compute": {"decodes": {"answer": decodes.tolist()}, "tokens": {"answer": tokens.tolist()}},
             }
-    return entries, curves
+    return entries
 
 
 def _json_setting(setting: dict) -> dict:
@@ -680,18 +733,34 @@ def _json_setting(setting: dict) -> dict:
     return {k: str(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in setting.items()}
 
 
-def add_rule_entries(evaluation: Evaluation, entries: dict, family: str = "fixed rule") -> Evaluation:
+def add_rule_entries(evaluation: Evaluation, entries: dict, family: str = "fixed rule",
+                     verifier: bool = False) -> Evaluation:
     """``evaluation`` with the points ``entries`` (:func:`rule_entries`, :func:`attempt_entries`) in
-    its eval_details, replacing those of the same ``family`` added from sample tables before
-    (results.json keeps the evaluation's own methods: a curve of many points is drawn and compared
-    from eval_details, not listed as rows)."""
+    its eval_details, replacing those of the same ``family`` added from sample tables before that
+    read the verifier as ``verifier`` says (the plain rules' and the verifier rules' stages replace
+    their own) (results.json keeps the evaluation's own methods: a curve of many points is drawn and
+    compared from eval_details, not listed as rows)."""
     details = json.loads(json.dumps(evaluation.details))  # a copy
     added_before = {n for n, m in details.get("methods", {}).items()
-                    if RULE_TABLE_KEY in m and m.get("family", "fixed rule") == family}
+                    if RULE_TABLE_KEY in m and m.get("family", "fixed rule") == family
+                    and bool(m.get("reads_verifier", False)) == verifier}
     for section, key in (("methods", "method"), ("per_problem", "per_problem"), ("compute", "compute")):
         kept = {n: v for n, v in details.get(section, {}).items() if n not in added_before}
         details[section] = {**kept, **{n: e[key] for n, e in entries.items()}}
     return Evaluation(evaluation.results, details)
+
+
+def table_stage(clock: StageClock, evaluation: Evaluation, eval_dir: Path, key: str, label: str, detail: str,
+                run) -> Evaluation:
+    """Run one stage that adds points from sample tables (``run(evaluation) -> Evaluation``: the rules',
+    the verifier's, the attempt policy's) on ``clock``; the evaluation is rewritten in ``eval_dir``
+    only when the stage changed it (a resumed run's points are already there)."""
+    clock.begin(key, label, detail)
+    added = run(evaluation)
+    if json.dumps(added.details) != json.dumps(evaluation.details):
+        added.write(eval_dir)
+    clock.end()
+    return added
 
 
 def fixed_rules(lm, task, cfg: StudyConfig, out: Path, evaluation: Evaluation, problems, *,
@@ -778,3 +847,40 @@ def attempt_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evalua
     write_json(Path(out) / "curve.json", {"train_problems": train.shape[0], "tables": tables,
                                           "policies": [s.record() for s in scored]})
     return add_rule_entries(evaluation, attempt_entries(scored, test, tables, sources), family="learned")
+
+
+# ---- the learned verifier and the rules that read it ----------------------------------------------------
+
+
+def problem_families(problems) -> list[str]:
+    """Each problem's family (``meta["family"]``; "" where the task has none)."""
+    return [str((getattr(p, "meta", None) or {}).get("family", "")) for p in problems]
+
+
+def verifier_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evaluation: Evaluation, problems, *,
+                   train_table: Path | None = None, progress: bool = False, on_chunk=None) -> Evaluation:
+    """The verifier stage: the fixed rules' two tables (read back from ``rules_out``), a table of
+    ``cfg.verifier.train_problems`` training problems in ``train_table`` (default ``out/train``;
+    :func:`study_table`), a verifier trained there into ``out/verifier`` (read back when there), its
+    ranking quality per family (cross-fitted on the training table; on validation and on the
+    evaluated problems) and every verifier rule tuned on validation and scored on the evaluated
+    problems, written to ``out/verifier_rules.json``; returns ``evaluation`` with their points added
+    (family ``fixed rule``, ``"reads_verifier": true``)."""
+    vc = cfg.verifier
+    validation, test = rule_tables(lm, task, cfg, rules_out, problems, progress=progress, on_chunk=on_chunk)
+    train_path = Path(train_table or Path(out) / "train")
+    train_problems = task.load("train")[: vc.train_problems]
+    train = study_table(lm, task, cfg, train_path, "train", train_problems, progress=progress, on_chunk=on_chunk)
+    where = Path(out) / "verifier"
+    verifier = load_verifier(where)[0] if (where / "verifier.json").is_file() else fit_on_table(train, vc.train, where)
+    scores = (table_scores(verifier, validation), table_scores(verifier, test))
+    validation_problems = task.load("validation")[: cfg.rules.problems]
+    quality = {"train (cross-fitted)": ranking_quality(crossfit_table_scores(train, vc.train), train,
+                                                       problem_families(train_problems)),
+               "validation": ranking_quality(scores[0], validation, problem_families(validation_problems)),
+               "evaluated": ranking_quality(scores[1], test, problem_families(problems))}
+    tables = {"train": str(train_path), "validation": str(Path(rules_out) / "validation"),
+              "test": str(Path(rules_out) / "test"), "verifier": str(where)}
+    entries, curves = rule_entries(validation, test, vc.rules, tables, verifier=scores)
+    write_json(Path(out) / "verifier_rules.json", {"tables": tables, "quality": quality, "rules": curves})
+    return add_rule_entries(evaluation, entries, verifier=True)
