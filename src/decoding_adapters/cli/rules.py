@@ -11,6 +11,11 @@ with ``generate`` / ``serve`` / ``Adapter.from_pretrained``): ``--adapter-rule``
 most accurate on validation within ``--adapter-level`` mean decodes) at the setting tuned for that
 level, over the stopped greedy and ``--arm``; ReASC and CGES carry the calibration fitted on the
 validation table.
+
+``--verifier DIR`` (a verifier from ``train-verifier``) also tunes and scores every rule's variant that
+reads it in place of its confidence (``policies.fixed_rules.VERIFIER_RULES``), beside the plain rules;
+``curves.json`` marks them ``"reads_verifier": true`` and holds the verifier's ranking quality on both
+tables. They are scored from tables only: ``--adapter-out`` writes plain rules.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from ..decoding.actions import GREEDY, DecodingAction
 from ..decoding.rollouts import STOP_AT_ANSWER
 from ..evaluation.rules import COMPUTE_LEVELS, fit_calibrations, greedy_then, tune_rules
 from ..evaluation.sample_table import SampleTable, build_sample_table, pass_at_k_curve
-from ..policies.fixed_rules import RULES
+from ..evaluation.verifier import ranking_quality, table_scores
+from ..policies.fixed_rules import RULES, VERIFIER_RULES, reads_verifier
 from ..policies.kind_rule import save_rule_adapter
+from ..policies.verifier import load_verifier
 from ..reporting.plots import method_color
 from ..tasks import task_record
 from .common import add_model_arguments, add_rollout_arguments, add_task_arguments, build_lm, build_task, load_problems
@@ -65,6 +72,8 @@ class RulesOptions:
     """the rule --adapter-out writes (default: the most accurate on validation at --adapter-level)"""
     adapter_level: float = 1.5
     """the compute level (mean decodes per problem on validation) whose tuned setting --adapter-out writes"""
+    verifier: str | None = None
+    """a verifier directory (train-verifier): also tune every rule's variant that reads it"""
 
     def __post_init__(self) -> None:
         if self.samples < 1 or not self.temperatures or any(t <= 0 for t in self.temperatures):
@@ -72,6 +81,8 @@ class RulesOptions:
         unknown = [r for r in self.rules if r not in RULES]
         if unknown:
             raise ValueError(f"unknown rules {unknown}; choose from {list(RULES)}")
+        if self.adapter_rule is not None and reads_verifier(self.adapter_rule):
+            raise ValueError("--adapter-out writes plain rules; a rule that reads the verifier is scored from tables")
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -118,13 +129,16 @@ def run_cli(args) -> int:
     first = "greedy" if has_greedy and arm in sampled else None
     val_draws, test_draws = greedy_then(validation, arm, first), greedy_then(test, arm, first)
     curves = tune_rules(val_draws, test_draws, rules=options.rules, levels=options.levels)
+    verified = _verifier_curves(options, validation, test, arm, first) if options.verifier else {}
     index = test.arm(arm)
     out = {
         "sequence": test_draws.label, "validation_problems": validation.shape[0], "test_problems": test.shape[0],
         "tables": {"validation": options.validation_table, "test": options.table},
         "stop_at_answer": test.header.get("stop_at_answer"), "rules": curves,
         "pass_at_k": {arm: pass_at_k_curve(test, index, range(1, int(test.distinct[index]) + 1))},
+        **({"verifier": verified["verifier"]} if verified else {}),
     }
+    curves.update(verified.get("rules", {}))
     path = Path(options.out)
     write_json(path / "curves.json", out)
     _plot(curves, path / "curves.png", f"answer accuracy per compute ({test_draws.label}, {test.shape[0]} problems)")
@@ -138,6 +152,21 @@ def run_cli(args) -> int:
     return 0
 
 
+def _verifier_curves(options: RulesOptions, validation: SampleTable, test: SampleTable, arm: str,
+                     first: str | None) -> dict:
+    """Every verifier rule tuned on the validation table's draws with the verifier's column, scored on
+    the test table's; each curve marked ``reads_verifier``; the verifier's quality on both tables."""
+    verifier, _ = load_verifier(options.verifier)
+    scores = {"validation": table_scores(verifier, validation), "test": table_scores(verifier, test)}
+    val_draws = greedy_then(validation, arm, first, verifier=scores["validation"])
+    test_draws = greedy_then(test, arm, first, verifier=scores["test"])
+    curves = tune_rules(val_draws, test_draws, rules=VERIFIER_RULES, levels=options.levels)
+    return {"rules": {rule: {**curve, "reads_verifier": True} for rule, curve in curves.items()},
+            "verifier": {"path": options.verifier, "quality": {
+                "validation": ranking_quality(scores["validation"], validation),
+                "test": ranking_quality(scores["test"], test)}}}
+
+
 def _write_rule_adapter(args, options: RulesOptions, curves: dict, val_draws, validation: SampleTable, arm: str,
                         first: str | None) -> dict:
     """The tuned rule at ``--adapter-level`` as a ``rule`` adapter (module docstring)."""
@@ -149,7 +178,8 @@ def _write_rule_adapter(args, options: RulesOptions, curves: dict, val_draws, va
 
     if options.adapter_rule is not None and options.adapter_rule not in curves:
         raise ValueError(f"--adapter-rule {options.adapter_rule} was not tuned: add it to --rules")
-    rules = [options.adapter_rule] if options.adapter_rule else [r for r in curves if point(r) is not None]
+    plain = [r for r in curves if not reads_verifier(r) and point(r) is not None]
+    rules = [options.adapter_rule] if options.adapter_rule else plain
     if not rules or point(rules[0]) is None:
         raise ValueError(f"no tuned setting spends at most {level} mean decodes: raise --adapter-level")
     rule = max(rules, key=lambda r: point(r)["validation"]["accuracy"])  # ties: report order
