@@ -12,7 +12,7 @@ most accurate on validation within ``--adapter-level`` mean decodes) at the sett
 level, over the stopped greedy and ``--arm``; ReASC and CGES carry the calibration fitted on the
 validation table.
 
-``--verifier DIR`` (a verifier from ``train-verifier``) also tunes and scores every rule's variant that
+``--verifier-dir DIR`` (a verifier from ``train-verifier``) also tunes and scores every rule's variant that
 reads it in place of its confidence (``policies.fixed_rules.VERIFIER_RULES``), beside the plain rules;
 ``curves.json`` marks them ``"reads_verifier": true`` and holds the verifier's ranking quality on both
 tables. They are scored from tables only: ``--adapter-out`` writes plain rules.
@@ -72,8 +72,8 @@ class RulesOptions:
     """the rule --adapter-out writes (default: the most accurate on validation at --adapter-level)"""
     adapter_level: float = 1.5
     """the compute level (mean decodes per problem on validation) whose tuned setting --adapter-out writes"""
-    verifier: str | None = None
-    """a verifier directory (train-verifier): also tune every rule's variant that reads it"""
+    verifier_dir: str | None = None
+    """a learned verifier's directory (train-verifier): also tune every rule's variant that reads it"""
 
     def __post_init__(self) -> None:
         if self.samples < 1 or not self.temperatures or any(t <= 0 for t in self.temperatures):
@@ -129,7 +129,7 @@ def run_cli(args) -> int:
     first = "greedy" if has_greedy and arm in sampled else None
     val_draws, test_draws = greedy_then(validation, arm, first), greedy_then(test, arm, first)
     curves = tune_rules(val_draws, test_draws, rules=options.rules, levels=options.levels)
-    verified = _verifier_curves(options, validation, test, arm, first) if options.verifier else {}
+    verified = _verifier_curves(options, validation, test, arm, first) if options.verifier_dir else {}
     index = test.arm(arm)
     out = {
         "sequence": test_draws.label, "validation_problems": validation.shape[0], "test_problems": test.shape[0],
@@ -156,13 +156,13 @@ def _verifier_curves(options: RulesOptions, validation: SampleTable, test: Sampl
                      first: str | None) -> dict:
     """Every verifier rule tuned on the validation table's draws with the verifier's column, scored on
     the test table's; each curve marked ``reads_verifier``; the verifier's quality on both tables."""
-    verifier, _ = load_verifier(options.verifier)
+    verifier, _ = load_verifier(options.verifier_dir)
     scores = {"validation": table_scores(verifier, validation), "test": table_scores(verifier, test)}
     val_draws = greedy_then(validation, arm, first, verifier=scores["validation"])
     test_draws = greedy_then(test, arm, first, verifier=scores["test"])
     curves = tune_rules(val_draws, test_draws, rules=VERIFIER_RULES, levels=options.levels)
     return {"rules": {rule: {**curve, "reads_verifier": True} for rule, curve in curves.items()},
-            "verifier": {"path": options.verifier, "quality": {
+            "verifier": {"path": options.verifier_dir, "quality": {
                 "validation": ranking_quality(scores["validation"], validation),
                 "test": ranking_quality(scores["test"], test)}}}
 

@@ -4,7 +4,7 @@ on the training table, and on ``--val-table`` when given.
 
     decoding-adapters train-verifier --table runs/rules/tables/train --val-table runs/rules/tables/validation \\
         --out runs/verifier
-    decoding-adapters rules ... --verifier runs/verifier   # every rule's variant that reads it, beside the others
+    decoding-adapters rules ... --verifier-dir runs/verifier  # every rule's variant that reads it, beside the others
 
 Writes ``verifier.safetensors`` + ``verifier.json`` (loadable on its own: ``policies.verifier.load_verifier``)
 and ``quality.json`` into ``--out``. The tables are built with ``rules`` or ``train-attempt`` (``--hidden`` keeps
