@@ -1,6 +1,6 @@
 """``train-verifier``: train the learned verifier (``policies.verifier``) on a stored sample table and
-report its ranking quality (AUC, ECE, Brier score; per family where the task has families): cross-fitted
-on the training table, and on ``--val-table`` when given.
+report its ranking quality (AUC, ECE, Brier score): cross-fitted on the training table, and on
+``--val-table`` when given (per family: the study's verifier stage and ``benchmarks/verifier_rules.py``).
 
     decoding-adapters train-verifier --table runs/rules/tables/train --val-table runs/rules/tables/validation \\
         --out runs/verifier
