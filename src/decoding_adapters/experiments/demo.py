@@ -74,7 +74,7 @@ from ..tasks import get_task
 from ..training.sequence import SequenceTrainConfig
 from ..training.token import PROBE_ROUND_FACTOR, TokenTrainConfig
 from . import pipeline
-from .pipeline import AttemptStageConfig, BudgetConfig, RulesConfig, SelectionConfig, StudyConfig
+from .pipeline import AttemptStageConfig, BudgetConfig, RulesConfig, SelectionConfig, StudyConfig, VerifierStageConfig
 
 __all__ = ["SIZES", "REPRODUCE_SIZES", "run_demo", "estimate_minutes", "probe_tokens_per_second", "decode_probe",
            "fit_to_minutes", "scaled_sizes", "fit_note", "target_lines"]
@@ -124,6 +124,7 @@ TINY = StudyConfig(
     seeds=2,
     batch_rows=16,
     rules=RulesConfig(enabled=True, samples=2, problems=4),
+    verifier=VerifierStageConfig(enabled=True, train_problems=4),
     draft_stage=True,  # every stage runs, the draft-gated one too: tiny checks the pipeline
     draft_samples=1,
 )
@@ -175,6 +176,7 @@ FULL = StudyConfig(
     # rules tuned on 400 validation problems (stopped greedy, then 8 x T=0.5); the tables keep the hidden
     # states the attempt policy reads (docs/attempt.md); its prices trace ~1.1 to ~4.5 decodes per problem
     rules=RulesConfig(enabled=True, samples=8, problems=400, hidden=True),
+    verifier=VerifierStageConfig(enabled=True),  # on the attempt stage's training table: seconds
     attempt=AttemptStageConfig(enabled=True, features=("confidence", "hidden"),
                                prices=(0.3, 0.2, 0.15, 0.1, 0.05, 0.03, 0.01, 0.003)),
 )
@@ -186,7 +188,8 @@ COMPLETE = replace(
     # the plan: for a bigger machine.
     token_budget=128,
     budget=BudgetConfig(candidates=(48, 64, 96, 128, 192), problems=400, max_truncated=0.02),
-    selection=SelectionConfig(pool_subsample=None, problems=32, samples=4, k=6),
+    # Best and the adapters' start actions on 400 validation problems as every other choice (finalists of 32 x 4)
+    selection=SelectionConfig(pool_subsample=None, problems=32, samples=4, k=6, best_problems=400),
     sequence=replace(FULL.sequence, parallel_budgets=(1, 2, 4, 8), steps=60, prompts_per_step=16, val_every=20,
                      val_problems=400),
     token=replace(FULL.token, steps=60, prompts_per_step=8, group_size=8, filter_samples=4, val_every=10,
@@ -492,7 +495,8 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
         "budget": budget,
         # the pool's samples, then greedy stopped at its first answer once per problem (a Best candidate)
         "select": _decode_minutes(pool * cfg.selection.problems * cfg.selection.samples, cfg, POOL_ROW_OVERHEAD)
-        + _decode_minutes(cfg.selection.problems, cfg),
+        + _decode_minutes(cfg.selection.problems, cfg)  # and Best's finalists on more problems:
+        + _decode_minutes(cfg.selection.finalist_rows(pool, len(cfg.eval.k_values)), cfg, POOL_ROW_OVERHEAD),
         "sequence": sequence,
         "token": token,
         "evaluate": evaluation,
@@ -812,10 +816,10 @@ def _pool_size(cfg: StudyConfig) -> int:
 
 
 def _best_token_action(lm, task, cfg: StudyConfig, out: Path, progress: bool) -> DecodingAction:
-    """The token-level action set's best single action on the selection's validation problems
+    """The token-level action set's best single action on the validation problems Best is chosen on
     (cells already in the pool table are reused; missing ones are decoded into it)."""
     actions = list(PRESETS["math-token"])
-    problems = task.load("validation")[: cfg.selection.problems]
+    problems = task.load("validation")[: cfg.selection.choice_problems]
     label = "token actions (best single one)" if progress else False
     table = pipeline.decode_candidates(lm, task, problems, actions, cfg, out / "outcomes.jsonl", label)
     best = best_static_from_table(table, (1,), [a.name for a in actions])  # ties: the first (greedy, in math-token)
@@ -876,12 +880,14 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     write_json(out / "study_config.json", {"model": model, "command": command, "fit": note, **asdict(cfg)})
 
     sel = cfg.selection
-    clock.begin("select", "action selection", f"{_pool_size(cfg)} candidates x {sel.problems} problems x "
+    clock.begin("select", "action selection", f"{_pool_size(cfg)} candidates x {sel.choice_problems} problems x "
                                               f"{sel.samples} samples")
     pool, problems = pipeline.candidate_pool(cfg), task.load("validation")[: sel.problems]
-    table = pipeline.decode_candidates(lm, task, problems, pool, cfg, out / "actions" / "outcomes.jsonl", progress)
+    outcomes = out / "actions" / "outcomes.jsonl"
+    table = pipeline.decode_candidates(lm, task, problems, pool, cfg, outcomes, progress)
+    best_table = pipeline.decode_best_finalists(lm, task, cfg, table, pool, outcomes, progress)
     meta = pipeline.selection_meta(cfg, task.name, len(problems), pool)
-    print(pipeline.write_selection(out / "actions", pool, table, sel.k, meta, cfg.eval.k_values))
+    print(pipeline.write_selection(out / "actions", pool, table, sel.k, meta, cfg.eval.k_values, best_table))
     actions_path, table_path = out / "actions" / "actions.json", out / "actions" / "outcomes.jsonl"
     token_actions = list(PRESETS["math-token"])
     best_token = _best_token_action(lm, task, cfg, out / "actions", progress)
@@ -947,23 +953,19 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
                                            out / "eval", meta={"model": model, "task": task.name}, progress=progress)
     clock.end()
 
-    rc, vc, ac = cfg.rules, cfg.verifier, cfg.attempt
-    if rc.enabled:  # each stage over the rules' tables adds its points to the evaluation
-        evaluation = pipeline.table_stage(clock, evaluation, out / "eval", "rules", "fixed rules", (
-            f"sample tables of {rc.problems} validation and {len(test_problems)} test problems, greedy + {rc.samples} "
-            f"samples at T={rc.temperatures}"), lambda ev: pipeline.fixed_rules(
-                lm, task, cfg, out / "rules", ev, test_problems, progress=progress))
-    if rc.enabled and vc.enabled:
-        evaluation = pipeline.table_stage(clock, evaluation, out / "eval", "verifier", "verifier and the rules that "
-                                          "read it", f"{vc.train_problems} training problems, {len(vc.rules)} rules",
-                                          lambda ev: pipeline.verifier_stage(
-                                              lm, task, cfg, out / "verifier", out / "rules", ev, test_problems,
-                                              train_table=out / "attempt" / "train", progress=progress))
-    if rc.enabled and ac.enabled:
-        evaluation = pipeline.table_stage(clock, evaluation, out / "eval", "attempt", "attempt policy", (
-            f"a sample table of {ac.train_problems} training problems, one policy per price {list(ac.prices)}"),
-            lambda ev: pipeline.attempt_stage(lm, task, cfg, out / "attempt", out / "rules", ev, test_problems,
-                                              progress=progress))
+    rc, vc, ac, tests = cfg.rules, cfg.verifier, cfg.attempt, test_problems
+    stages = [  # (run it, key, label, detail, run): each stage over the rules' tables adds its points
+        (rc.enabled, "rules", "fixed rules", f"sample tables of {rc.problems} validation and {len(tests)} test "
+         f"problems, greedy + {rc.samples} samples at T={rc.temperatures}", lambda ev: pipeline.fixed_rules(
+             lm, task, cfg, out / "rules", ev, tests, progress=progress)),
+        (rc.enabled and vc.enabled, "verifier", "verifier and the rules that read it", f"{vc.train_problems} training "
+         f"problems", lambda ev: pipeline.verifier_stage(lm, task, cfg, out / "verifier", out / "rules", ev, tests,
+                                                         train_table=out / "attempt" / "train", progress=progress)),
+        (rc.enabled and ac.enabled, "attempt", "attempt policy", f"a sample table of {ac.train_problems} training "
+         f"problems, one policy per price {list(ac.prices)}", lambda ev: pipeline.attempt_stage(
+             lm, task, cfg, out / "attempt", out / "rules", ev, tests, progress=progress))]
+    for stage in (s for s in stages if s[0]):
+        evaluation = pipeline.table_stage(clock, evaluation, out / "eval", *stage[1:])
 
     clock.begin("report", "report")
     logs = {name: out / f"{prefix}-s0" / "train_log.jsonl" for prefix, name in ADAPTER_NAMES.items()}

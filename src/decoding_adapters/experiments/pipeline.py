@@ -62,6 +62,7 @@ from ..policies.draft import DraftContextConfig
 from ..policies.fixed_rules import RULE_LABELS, RULES, VERIFIER_RULES, reads_verifier, score_setting, setting_from_dict
 from ..policies.networks import load_adapter
 from ..policies.verifier import load_verifier
+from ..selection.best import best_static_from_table
 from ..selection.coverage import OutcomeTable, build_pool, evaluate_pool, select_from_table, write_outputs
 from ..training.attempt import AttemptTrainConfig
 from ..training.draft import DraftTable, DraftTrainConfig, DraftTrainer, ensure_tables
@@ -82,6 +83,8 @@ __all__ = [
     "decode_candidates",
     "write_selection",
     "best_method",
+    "best_finalists",
+    "decode_best_finalists",
     "selection_meta",
     "best_action_index",
     "best_action_per_budget",
@@ -141,11 +144,34 @@ class SelectionConfig:
     """Samples per (problem, action); also the largest parallel budget replay can serve."""
     k: int = 4
     """Size of the selected sequence-level action set."""
+    best_problems: int | None = None
+    """Validation problems (the first ones, ``samples`` each) on which Best (the best static strategy
+    at each pass@k) and the sequence adapters' start actions are chosen, among the finalists the first
+    ``problems`` screen (``best_finalists``); the K actions are chosen by coverage on those first
+    ``problems``. None: everything on ``problems``."""
+    best_finalists: int = 2
+    """With ``best_problems``: the candidates with the highest pass@k on the first ``problems``, this
+    many per pass@k of the evaluation (greedy always among them), go on to be decoded on the rest."""
 
     def __post_init__(self) -> None:
         for name in ("problems", "samples", "k"):
             if getattr(self, name) < 1:
                 raise ValueError(f"selection {name} must be >= 1, got {getattr(self, name)}")
+        if self.best_problems is not None and self.best_problems < self.problems:
+            raise ValueError(f"best_problems must be >= problems ({self.problems}) or None, got {self.best_problems}")
+        if self.best_finalists < 1:
+            raise ValueError(f"best_finalists must be >= 1, got {self.best_finalists}")
+
+    def finalist_rows(self, pool: int, k_values: int) -> int:
+        """Rows Best's finalists decode past the first ``problems`` (at most ``best_finalists`` per each
+        of ``k_values`` pass@k, and greedy, of a pool of ``pool``): what the plan counts."""
+        finalists = min(pool, self.best_finalists * k_values + 1)
+        return finalists * (self.choice_problems - self.problems) * self.samples
+
+    @property
+    def choice_problems(self) -> int:
+        """Validation problems the selection stage decodes: Best's (``best_problems``) or ``problems``."""
+        return self.problems if self.best_problems is None else self.best_problems
         if self.pool_subsample is not None and self.pool_subsample < 1:
             raise ValueError(f"pool_subsample must be >= 1 or None, got {self.pool_subsample}")
 
@@ -428,11 +454,42 @@ def decode_candidates(lm, task, problems, actions, cfg: StudyConfig, table_path:
                          stop_at_answer=cfg.stop_at_answer)
 
 
-def write_selection(out: Path, pool, table: OutcomeTable, k: int, meta: dict, k_values=(1,)) -> str:
-    """K actions of ``pool`` by greedy coverage of ``table``, written into ``out`` (actions.json
-    with the Best static strategy at each pass@k in ``k_values``, chosen among the whole pool on
-    the same outcomes, and ``meta``; selection.md, selection.png); returns the markdown."""
-    return write_outputs(out, pool, select_from_table(table, k, k_values), meta)
+def best_finalists(table: OutcomeTable, pool, k_values, per_k: int) -> list[DecodingAction]:
+    """The candidates of ``pool`` with the ``per_k`` highest pass@k on ``table`` for each k of
+    ``k_values`` (ties: pool order), greedy among them, in pool order: the ones Best is then chosen
+    among on more problems."""
+    names = [a.name for a in pool]
+    screen = best_static_from_table(table, k_values, names)
+    keep = {a.name for a in pool if a.is_greedy}
+    for row in screen.scores:  # one row of pass@k scores per k
+        keep.update(names[j] for j in sorted(range(len(names)), key=lambda j: -row[j])[:per_k])
+    return [a for a in pool if a.name in keep]
+
+
+def decode_best_finalists(lm, task, cfg: StudyConfig, table: OutcomeTable, pool, table_path: Path,
+                          progress: bool | str) -> OutcomeTable | None:
+    """With ``selection.best_problems``: Best's finalists on ``table`` (:func:`best_finalists`)
+    decoded on the first ``best_problems`` validation problems into ``table_path`` (cells already there
+    are reused), the table Best is chosen on; None without."""
+    sel = cfg.selection
+    if sel.choice_problems <= sel.problems:
+        return None
+    finalists = best_finalists(table, pool, cfg.eval.k_values, sel.best_finalists)
+    return decode_candidates(lm, task, task.load("validation")[: sel.choice_problems], finalists, cfg, table_path,
+                             progress)
+
+
+def write_selection(out: Path, pool, table: OutcomeTable, k: int, meta: dict, k_values=(1,),
+                    best_table: OutcomeTable | None = None) -> str:
+    """K actions of ``pool`` by greedy coverage of ``table``, written into ``out`` (actions.json with
+    the Best static strategy at each pass@k in ``k_values`` and ``meta``; selection.md,
+    selection.png); returns the markdown. Best is chosen among the whole pool on the same outcomes,
+    or, given ``best_table`` (the finalists on more problems, :func:`best_finalists`), among the
+    candidates it holds on its problems."""
+    selection = select_from_table(table, k, k_values)
+    if best_table is not None:  # Best (and the adapters' start actions) on more problems
+        selection = replace(selection, best=best_static_from_table(best_table, k_values))
+    return write_outputs(out, pool, selection, meta)
 
 
 def best_method(actions: Path, k_values) -> Method:
@@ -443,9 +500,12 @@ def best_method(actions: Path, k_values) -> Method:
 
 
 def selection_meta(cfg: StudyConfig, task_name: str, problems: int, pool) -> dict:
-    """What a study's actions.json records about its selection."""
+    """What a study's actions.json records about its selection (``problems``: those coverage read;
+    ``best_problems``: those Best was chosen on, where more)."""
+    more = cfg.selection.choice_problems > problems
     return {"task": task_name, "split": "validation", "problems": problems, "samples": cfg.selection.samples,
-            "token_budget": cfg.token_budget, "seed": 0, "k": cfg.selection.k, "pool": [a.name for a in pool]}
+            "token_budget": cfg.token_budget, "seed": 0, "k": cfg.selection.k, "pool": [a.name for a in pool],
+            **({"best_problems": cfg.selection.choice_problems} if more else {})}
 
 
 # ---- train sequence ------------------------------------------------------------------------------
