@@ -805,8 +805,10 @@ def add_rule_entries(evaluation: Evaluation, entries: dict, family: str = "fixed
                     if RULE_TABLE_KEY in m and m.get("family", "fixed rule") == family
                     and bool(m.get("reads_verifier", False)) == verifier}
     for section, key in (("methods", "method"), ("per_problem", "per_problem"), ("compute", "compute")):
-        kept = {n: v for n, v in details.get(section, {}).items() if n not in added_before}
-        details[section] = {**kept, **{n: e[key] for n, e in entries.items()}}
+        # a point added again keeps its place: a resumed stage that adds the same points changes nothing
+        merged = {n: (entries[n][key] if n in entries else v) for n, v in details.get(section, {}).items()
+                  if n not in added_before or n in entries}
+        details[section] = {**merged, **{n: e[key] for n, e in entries.items() if n not in merged}}
     return Evaluation(evaluation.results, details)
 
 
