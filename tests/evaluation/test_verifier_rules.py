@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from decoding_adapters.evaluation import Evaluation
+from decoding_adapters.evaluation.attempt import rule_baselines
 from decoding_adapters.evaluation.rules import greedy_then, tune_rules
 from decoding_adapters.evaluation.sample_table import synthetic_sample_table
 from decoding_adapters.evaluation.verifier import expected_calibration_error, ranking_quality
@@ -96,3 +97,9 @@ def test_ranking_quality_figures():
     assert by_family["a"]["attempts"] + by_family["b"]["attempts"] == by_family["all"]["attempts"]
     # two bins: 0.25 holds 2 attempts (one right), 0.75 holds 2 (both right): 0.5 * 0.25 + 0.5 * 0.25
     assert expected_calibration_error(np.array([0.25, 0.25, 0.75, 0.75]), np.array([0, 1, 1, 1])) == 0.25
+
+
+def test_the_attempt_policys_baselines_can_include_the_verifier_rules():
+    val, test = _tables()
+    curves = rule_baselines(val, test, ("cges", "verifier_cges", "verifier_best_of_k"), (_scores(val), _scores(test)))
+    assert {c.name.split(" (")[0] for c in curves} == {"cges", "verifier_cges", "verifier_best_of_k"}

@@ -44,3 +44,11 @@ def test_crossfit_scores_of_a_fold_ignore_its_own_labels():
     again = crossfit_table_scores(flipped, CONFIG)
     np.testing.assert_array_equal(scores[:20], again[:20])  # scored by a verifier fitted on folds 2-3 only
     assert not np.array_equal(scores[20:], again[20:])  # which the flipped labels did change
+
+
+def test_a_table_without_answers_keeps_the_start():
+    table = synthetic_sample_table(8, seed=7, hidden_size=6)
+    table.answers[:] = -1
+    verifier = fit_on_table(table, CONFIG)
+    assert all(torch.isfinite(v).all() for v in verifier.state_dict().values())
+    assert (table_scores(verifier, table) == 0).all()

@@ -963,7 +963,8 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
                                                          train_table=out / "attempt" / "train", progress=progress)),
         (rc.enabled and ac.enabled, "attempt", "attempt policy", f"a sample table of {ac.train_problems} training "
          f"problems, one policy per price {list(ac.prices)}", lambda ev: pipeline.attempt_stage(
-             lm, task, cfg, out / "attempt", out / "rules", ev, tests, progress=progress))]
+             lm, task, cfg, out / "attempt", out / "rules", ev, tests, progress=progress,
+             verifier_dir=out / "verifier" / "verifier" if vc.enabled else None))]
     for stage in (s for s in stages if s[0]):
         evaluation = pipeline.table_stage(clock, evaluation, out / "eval", *stage[1:])
 

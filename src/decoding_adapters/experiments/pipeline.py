@@ -248,9 +248,8 @@ class VerifierStageConfig:
     train_problems: int = 400
     """Training problems of its table (the first of the train split; the attempt stage's table when both run)."""
     rules: tuple[str, ...] = VERIFIER_RULES
-    """Verifier-reading rules tuned and scored (``policies.fixed_rules.VERIFIER_RULES``)."""
-    train: VerifierTrainConfig = field(default_factory=VerifierTrainConfig)
-    """the verifier's training"""
+    """Verifier-reading rules tuned and scored (``policies.fixed_rules.VERIFIER_RULES``); the verifier is
+    trained at ``training.verifier.VerifierTrainConfig``'s defaults (``train-verifier`` trains others)."""
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.rules if r not in VERIFIER_RULES]
@@ -883,18 +882,24 @@ def attempt_entries(scored: Sequence, test: SampleTable, tables: dict, sources: 
 
 
 def attempt_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evaluation: Evaluation, problems, *,
-                  progress: bool = False, on_chunk=None) -> Evaluation:
+                  progress: bool = False, on_chunk=None, verifier_dir: Path | None = None) -> Evaluation:
     """The attempt-policy stage: the fixed rules' two tables (read back from ``rules_out``), a table
     of ``cfg.attempt.train_problems`` training problems in ``out/train`` (:func:`study_table`), one
     policy per price and training seed (the study's ``seeds`` from ``attempt.seed``) trained there
     (resumable, in ``out/price-<p>-seed-<s>``), kept-best on validation and
     scored on the evaluated problems; written to ``out/curve.json``; returns ``evaluation`` with one
-    ``learned`` entry per price added."""
+    ``learned`` entry per price added. With ``verifier_dir`` (the verifier stage's verifier) the
+    strongest rule each policy is set against there is chosen among the verifier rules too."""
     ac = cfg.attempt
     validation, test = rule_tables(lm, task, cfg, rules_out, problems, progress=progress, on_chunk=on_chunk)
     train = study_table(lm, task, cfg, Path(out) / "train", "train", task.load("train")[: ac.train_problems],
                         progress=progress, on_chunk=on_chunk)
-    baselines = rule_baselines(validation, test, cfg.rules.rules)
+    if verifier_dir is not None:
+        verifier = load_verifier(verifier_dir)[0]
+        scores = (table_scores(verifier, validation), table_scores(verifier, test))
+        baselines = rule_baselines(validation, test, cfg.rules.rules + cfg.verifier.rules, scores)
+    else:
+        baselines = rule_baselines(validation, test, cfg.rules.rules)
     config = AttemptTrainConfig(features=tuple(ac.features), steps=ac.steps, val_every=max(1, min(25, ac.steps)))
     scored, sources = [], []
     for price in ac.prices:
@@ -934,10 +939,11 @@ def verifier_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evalu
     train_problems = task.load("train")[: vc.train_problems]
     train = study_table(lm, task, cfg, train_path, "train", train_problems, progress=progress, on_chunk=on_chunk)
     where = Path(out) / "verifier"
-    verifier = load_verifier(where)[0] if (where / "verifier.json").is_file() else fit_on_table(train, vc.train, where)
+    config = VerifierTrainConfig()
+    verifier = load_verifier(where)[0] if (where / "verifier.json").is_file() else fit_on_table(train, config, where)
     scores = (table_scores(verifier, validation), table_scores(verifier, test))
     validation_problems = task.load("validation")[: cfg.rules.problems]
-    quality = {"train (cross-fitted)": ranking_quality(crossfit_table_scores(train, vc.train), train,
+    quality = {"train (cross-fitted)": ranking_quality(crossfit_table_scores(train, config), train,
                                                        problem_families(train_problems)),
                "validation": ranking_quality(scores[0], validation, problem_families(validation_problems)),
                "evaluated": ranking_quality(scores[1], test, problem_families(problems))}

@@ -116,7 +116,7 @@ def train_verifier(inputs: AttemptInputs, distinct, verifier_config: VerifierCon
         target = labels[mask].float()  # [M]
         optimizer = torch.optim.AdamW(verifier.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         verifier.train()
-        for _ in range(config.steps):
+        for _ in range(config.steps if mask.any() else 0):  # no answered attempt: nothing to fit, the start kept
             logits = verifier.logits(inputs)[mask]  # [M]
             loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, target)
             optimizer.zero_grad()
