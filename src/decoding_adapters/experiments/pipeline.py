@@ -7,7 +7,9 @@ A study (``demo``, ``reproduce``, ``domains``) is a short script over these stag
   budget; the smallest whose truncated fraction is <= ``budget.max_truncated`` becomes the token
   budget of every later stage (chosen on validation, never test);
 - **select** (:func:`decode_candidates`, :func:`write_selection`): decode a candidate pool on
-  validation problems into an outcome table and pick K actions by greedy coverage;
+  validation problems into an outcome table and pick K actions by greedy coverage; with
+  ``selection.best_problems``, Best's finalists on more validation problems
+  (:func:`decode_best_finalists`), where Best and the adapters' start actions are chosen;
 - **train sequence** (:func:`train_sequence`): a sequence adapter, by offline replay of the
   outcome table or with live rollouts (``sequence_rewards``);
 - **train token** (:func:`train_token`): a token adapter with live rollouts (:func:`token_trainer`
@@ -17,6 +19,9 @@ A study (``demo``, ``reproduce``, ``domains``) is a short script over these stag
   the evaluated problems (built once under the study's folder, shared by every stage that scores
   stored samples), every fixed rule tuned on validation per compute level and its points added to
   the evaluation as methods of family ``fixed rule``;
+- **verifier** (:func:`verifier_stage`): a verifier trained on a table of training problems, its
+  quality per family, and every rule's variant that reads it added beside the plain rules
+  (``"reads_verifier": true``);
 - **report**: each study writes its own (``reporting``).
 
 ``StudyConfig`` nests the trainers' and the evaluation's own configs, so each setting is declared
