@@ -252,7 +252,7 @@ MEAN_SAMPLED_LENGTH = 0.75
 """Mean generated length of a sampled row as a fraction of the token budget (measured at budget 48
 on validation: T=0.5 0.57, T=1.0 0.74, T=1.25 0.89; greedy 0.56 at budget 64)."""
 STAGE_SCALE = {"budget": 0.28, "select": 0.37, "sequence": 0.43, "token": 0.26, "evaluate": 0.28, "draft": 0.37,
-               "rules": 0.37, "attempt": 0.37}
+               "rules": 0.37, "attempt": 0.37, "verifier": 0.37}
 """Measured over planned minutes of each decoding stage (the model above at the constants above),
 fitted on the reference machine (probe 440 tok/s), ``reproduce`` at budget 48 idle: budget 0.12 of
 0.40, selection 5.2 of 17.8, sequence 15.1 of 35.2, token 34.1 of 133.4, evaluation 30.7 of 111.2
@@ -260,8 +260,8 @@ minutes; for the selection, with the demo at budget 64 (1.9 of 6.3: the geometri
 ratios). Rows end earlier than MEAN_SAMPLED_LENGTH and methods share decoded rows (greedy and
 greedy-only adapters once), so every stage runs faster than the row model; near-greedy token
 rollouts end earliest (0.56 of the budget). On a slower machine the probe scales every stage alike
-(docs/reproduce/stage_minutes.json: a run at probe 0.59 of the reference). The rules and attempt
-stages decode tables as the draft stage does, so they take its scale until a run measures theirs."""
+(docs/reproduce/stage_minutes.json: a run at probe 0.59 of the reference). The rules, verifier and
+attempt stages decode tables as the draft stage does, so they take its scale until a run measures theirs."""
 SECONDS_PER_CALL = 1.0  # fixed cost of one small decode call (prefill, Python, scoring): tiny steps pay it
 
 
@@ -506,12 +506,11 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
         decoding["draft"] = _decode_minutes(table_rows, cfg) + cfg.seeds * DRAFT_TRAINING["steps"] * 0.05 / 60
         decoding["evaluate"] += _decode_minutes(cfg.eval_problems, cfg)  # the draft pass
     if cfg.rules.enabled:  # the two sample tables: the stopped greedy and N samples per sampled arm and problem
-        rules = cfg.rules
-        table_rows = (rules.problems + cfg.eval_problems) * (1 + len(rules.temperatures) * rules.samples)
-        decoding["rules"] = _decode_minutes(table_rows, cfg)  # the tuning itself takes seconds
-        if cfg.attempt.enabled:  # the training table (as the rules' are, not measured on its own); training is seconds
-            decoding["attempt"] = _decode_minutes(
-                cfg.attempt.train_problems * (1 + len(rules.temperatures) * rules.samples), cfg)
+        per_problem = 1 + len(cfg.rules.temperatures) * cfg.rules.samples  # the tuning itself takes seconds
+        decoding["rules"] = _decode_minutes((cfg.rules.problems + cfg.eval_problems) * per_problem, cfg)
+        if cfg.attempt.enabled or cfg.verifier.enabled:  # their training table, decoded by the first (as the rules')
+            first = "verifier" if cfg.verifier.enabled else "attempt"  # fitting is seconds
+            decoding[first] = _decode_minutes(getattr(cfg, first).train_problems * per_problem, cfg)
     scaled = {stage: minutes * STAGE_SCALE[stage] * slower for stage, minutes in decoding.items()}
     return {"load": 0.1, **scaled, "report": 0.1}
 

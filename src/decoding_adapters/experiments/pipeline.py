@@ -333,6 +333,10 @@ class StudyConfig:
             raise ValueError("the attempt-policy stage reads the fixed-rules stage's tables: enable --rules.enabled")
         if self.verifier.enabled and not self.rules.enabled:
             raise ValueError("the verifier stage reads the fixed-rules stage's tables: enable --rules.enabled")
+        both = self.verifier.enabled and self.attempt.enabled
+        if both and self.verifier.train_problems != self.attempt.train_problems:
+            raise ValueError("the verifier and attempt stages share one training table: give them the same "
+                             "train_problems")
         if "hidden" in self.attempt.features and not self.rules.hidden:
             raise ValueError("an attempt policy that reads hidden states needs tables that keep them (--rules.hidden)")
         if self.sequence_rewards == "replay" and max(self.sequence.parallel_budgets) > self.selection.samples:
