@@ -39,6 +39,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train-attempt": ("decoding_adapters.cli.train_attempt",
                       "train the attempt policy (stop, or one more attempt with an arm) on sample tables, against the "
                       "fixed rules"),
+    "train-verifier": ("decoding_adapters.cli.train_verifier",
+                       "train the learned verifier (is this attempt right?) on a sample table; its AUC, calibration"),
     "rules": ("decoding_adapters.cli.rules",
               "tune the fixed answer rules (self-consistency, ESC, DeepConf, ...) on a validation sample table, "
               "score them on another"),

@@ -14,6 +14,11 @@ validation table.
 
 A finished ``--out`` (``curves.json``) is refused unless ``--force``; the run holds the lock of
 ``--out`` and of each table it builds.
+
+``--verifier-dir DIR`` (a verifier from ``train-verifier``) also tunes and scores every rule's variant that
+reads it in place of its confidence (``policies.fixed_rules.VERIFIER_RULES``), beside the plain rules;
+``curves.json`` marks them ``"reads_verifier": true`` and holds the verifier's ranking quality on both
+tables. They are scored from tables only: ``--adapter-out`` writes plain rules.
 """
 
 from __future__ import annotations
@@ -26,8 +31,10 @@ from pathlib import Path
 from ..core.files import atomic_write, lock_output_dir, write_json
 from ..evaluation.rules import COMPUTE_LEVELS, fit_calibrations, greedy_then, tune_rules
 from ..evaluation.sample_table import SampleTable, build_sample_table, pass_at_k_curve
-from ..policies.fixed_rules import RULES
+from ..evaluation.verifier import ranking_quality, table_scores
+from ..policies.fixed_rules import RULES, VERIFIER_RULES, reads_verifier
 from ..policies.kind_rule import save_rule_adapter
+from ..policies.verifier import load_verifier
 from ..reporting.plots import method_color
 from ..tasks import task_record
 from .common import (
@@ -70,11 +77,15 @@ class RulesOptions:
     """the rule --adapter-out writes (default: the most accurate on validation at --adapter-level)"""
     adapter_level: float = 1.5
     """the compute level (mean decodes per problem on validation) whose tuned setting --adapter-out writes"""
+    verifier_dir: str | None = None
+    """a learned verifier's directory (train-verifier): also tune every rule's variant that reads it"""
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.rules if r not in RULES]
         if unknown:
             raise ValueError(f"unknown rules {unknown}; choose from {list(RULES)}")
+        if self.adapter_rule is not None and reads_verifier(self.adapter_rule):
+            raise ValueError("--adapter-out writes plain rules; a rule that reads the verifier is scored from tables")
 
 
 RESULTS = ("curves.json", "curves.png")
@@ -131,13 +142,16 @@ def run_cli(args) -> int:
     first = "greedy" if has_greedy and arm in sampled else None
     val_draws, test_draws = greedy_then(validation, arm, first), greedy_then(test, arm, first)
     curves = tune_rules(val_draws, test_draws, rules=options.rules, levels=options.levels)
+    verified = _verifier_curves(options, validation, test, arm, first) if options.verifier_dir else {}
     index = test.arm(arm)
     out = {
         "sequence": test_draws.label, "validation_problems": validation.shape[0], "test_problems": test.shape[0],
         "tables": {"validation": options.validation_table, "test": options.table},
         "stop_at_answer": test.header.get("stop_at_answer"), "rules": curves,
         "pass_at_k": {arm: pass_at_k_curve(test, index, range(1, int(test.distinct[index]) + 1))},
+        **({"verifier": verified["verifier"]} if verified else {}),
     }
+    curves.update(verified.get("rules", {}))
     path = Path(options.out)
     _plot(curves, path / "curves.png", f"answer accuracy per compute ({test_draws.label}, {test.shape[0]} problems)")
     write_json(path / "curves.json", out)  # last: it marks a finished run
@@ -151,6 +165,21 @@ def run_cli(args) -> int:
     return 0
 
 
+def _verifier_curves(options: RulesOptions, validation: SampleTable, test: SampleTable, arm: str,
+                     first: str | None) -> dict:
+    """Every verifier rule tuned on the validation table's draws with the verifier's column, scored on
+    the test table's; each curve marked ``reads_verifier``; the verifier's quality on both tables."""
+    verifier, _ = load_verifier(options.verifier_dir)
+    scores = {"validation": table_scores(verifier, validation), "test": table_scores(verifier, test)}
+    val_draws = greedy_then(validation, arm, first, verifier=scores["validation"])
+    test_draws = greedy_then(test, arm, first, verifier=scores["test"])
+    curves = tune_rules(val_draws, test_draws, rules=VERIFIER_RULES, levels=options.levels)
+    return {"rules": {rule: {**curve, "reads_verifier": True} for rule, curve in curves.items()},
+            "verifier": {"path": options.verifier_dir, "quality": {
+                "validation": ranking_quality(scores["validation"], validation),
+                "test": ranking_quality(scores["test"], test)}}}
+
+
 def _write_rule_adapter(args, options: RulesOptions, curves: dict, val_draws, validation: SampleTable, arm: str,
                         first: str | None) -> dict:
     """The tuned rule at ``--adapter-level`` as a ``rule`` adapter (module docstring)."""
@@ -162,7 +191,8 @@ def _write_rule_adapter(args, options: RulesOptions, curves: dict, val_draws, va
 
     if options.adapter_rule is not None and options.adapter_rule not in curves:
         raise ValueError(f"--adapter-rule {options.adapter_rule} was not tuned: add it to --rules")
-    rules = [options.adapter_rule] if options.adapter_rule else [r for r in curves if point(r) is not None]
+    plain = [r for r in curves if not reads_verifier(r) and point(r) is not None]
+    rules = [options.adapter_rule] if options.adapter_rule else plain
     if not rules or point(rules[0]) is None:
         raise ValueError(f"no tuned setting spends at most {level} mean decodes: raise --adapter-level")
     rule = max(rules, key=lambda r: point(r)["validation"]["accuracy"])  # ties: report order

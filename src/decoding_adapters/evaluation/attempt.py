@@ -79,15 +79,20 @@ class RuleCurve:
     settings: list[dict] = field(default_factory=list)
 
 
-def rule_baselines(validation: SampleTable, test: SampleTable, rules: Sequence[str] = RULES) -> list[RuleCurve]:
-    """Each rule's tuned curve on ``test`` for each sampled arm read after the stopped greedy."""
+def rule_baselines(validation: SampleTable, test: SampleTable, rules: Sequence[str] = RULES,
+                   verifier: tuple[np.ndarray, np.ndarray] | None = None) -> list[RuleCurve]:
+    """Each rule's tuned curve on ``test`` for each sampled arm read after the stopped greedy;
+    ``verifier`` (a verifier's scores ``[P, A, N]`` of both tables) gives the draws the column the
+    verifier rules (``policies.fixed_rules.VERIFIER_RULES``, among ``rules``) read."""
     out = []
     greedy = any(a.is_greedy for a in validation.actions)
+    scores = verifier or (None, None)
     for arm, action in zip(validation.arm_names, validation.actions):
         if action.is_greedy:
             continue
         first = "greedy" if greedy else None
-        val, tst = greedy_then(validation, arm, first), greedy_then(test, arm, first)
+        val = greedy_then(validation, arm, first, verifier=scores[0])
+        tst = greedy_then(test, arm, first, verifier=scores[1])
         calibrations = fit_calibrations(val)
         curves = tune_rules(val, tst, rules=rules)
         for rule, curve in curves.items():

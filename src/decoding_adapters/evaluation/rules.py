@@ -22,6 +22,8 @@ import numpy as np
 
 from ..policies.fixed_rules import (
     RULES,
+    VERIFIER,
+    VERIFIER_RULES,
     Calibration,
     Draws,
     RuleSetting,
@@ -36,25 +38,33 @@ COMPUTE_LEVELS = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)
 """Mean decodes per problem at which ``tune_rules`` picks each rule's setting."""
 
 
-def draws_from_table(table, sequence: Sequence[tuple[str | int, int]], label: str = "") -> Draws:
+def draws_from_table(table, sequence: Sequence[tuple[str | int, int]], label: str = "",
+                     verifier: np.ndarray | None = None) -> Draws:
     """The draws of ``sequence`` (``(arm, sample index)`` pairs in draw order) from ``table``.
-    ``greedy_then(table, arm)`` builds the usual one."""
+    ``greedy_then(table, arm)`` builds the usual one. ``verifier`` (``[P, A, N]``, the verifier's
+    score of each of the table's samples) adds the column ``VERIFIER`` the verifier rules read."""
     arms = [table.arm(a) for a, _ in sequence]
     samples = [int(j) for _, j in sequence]
     distinct = table.distinct
     for a, j in zip(arms, samples):
         if not 0 <= j < int(distinct[a]):
             raise ValueError(f"arm {table.arm_names[a]} has {distinct[a]} distinct samples, not a sample {j}")
-    return Draws(table.answers[:, arms, samples], table.tokens[:, arms, samples],
-                 table.confidence[:, arms, samples], tuple(table.confidence_names), table.answer_correct(), label)
+    features, names = table.confidence[:, arms, samples], tuple(table.confidence_names)
+    if verifier is not None:
+        scores = np.asarray(verifier, dtype=features.dtype)[:, arms, samples]
+        features, names = np.concatenate([features, scores[..., None]], axis=-1), names + (VERIFIER,)
+    return Draws(table.answers[:, arms, samples], table.tokens[:, arms, samples], features, names,
+                 table.answer_correct(), label)
 
 
-def greedy_then(table, arm: str | int, first: str | int | None = "greedy") -> Draws:
-    """The stopped greedy (``first``; None: none) then every distinct sample of ``arm`` in order."""
+def greedy_then(table, arm: str | int, first: str | int | None = "greedy", verifier: np.ndarray | None = None) -> Draws:
+    """The stopped greedy (``first``; None: none) then every distinct sample of ``arm`` in order
+    (``verifier``: as ``draws_from_table``)."""
     index = table.arm(arm)
     sequence = ([(first, 0)] if first is not None else []) + [(index, j) for j in range(int(table.distinct[index]))]
     name = table.arm_names[index]
-    return draws_from_table(table, sequence, label=(f"{first}, then {name}" if first is not None else name))
+    return draws_from_table(table, sequence, label=(f"{first}, then {name}" if first is not None else name),
+                            verifier=verifier)
 
 
 # ---- grids and tuning -------------------------------------------------------------------------------
@@ -72,7 +82,8 @@ def _settings(rule: str, **grid) -> list[RuleSetting]:
 
 def rule_grid(draws: Draws, rules: Sequence[str] = RULES) -> list[RuleSetting]:
     """Every setting each rule is tuned over, for sequences of ``draws.length`` draws. Confidence
-    thresholds are quantiles of the first draw's confidence on ``draws`` (the validation table)."""
+    thresholds are quantiles of the first draw's confidence on ``draws`` (the validation table). A
+    verifier rule (``VERIFIER_RULES``) needs draws with the ``VERIFIER`` column."""
     s = draws.length
     names = set(draws.feature_names)
     out: list[RuleSetting] = []
@@ -108,9 +119,42 @@ def rule_grid(draws: Draws, rules: Sequence[str] = RULES) -> list[RuleSetting]:
                 taus = sorted({float(np.quantile(first, q)) if q <= 1 else math.inf for q in quantiles})
                 out += _settings(rule, feature=(feature,), threshold=taus, redecodes=range(1, s),
                                  with_draft=(False, True))
+        elif rule in VERIFIER_RULES:
+            out += _verifier_grid(draws, rule, quantiles)
         else:
-            raise ValueError(f"no rule {rule!r}; choose from {RULES}")
+            raise ValueError(f"no rule {rule!r}; choose from {RULES + VERIFIER_RULES}")
     return out
+
+
+def _verifier_grid(draws: Draws, rule: str, quantiles: Sequence[float]) -> list[RuleSetting]:
+    """A verifier rule's settings: its plain rule's grid with the ``VERIFIER`` column as the one
+    feature (thresholds: quantiles of the first draw's verifier score on ``draws``); the vote
+    rules' variants over their plain knobs."""
+    if VERIFIER not in draws.feature_names:
+        raise ValueError(f"{rule} reads the verifier: the draws have no {VERIFIER!r} column (give a verifier)")
+    s = draws.length
+    first = draws.confidence(VERIFIER)[:, 0]
+    taus = sorted({float(np.quantile(first, q)) if q <= 1 else math.inf for q in quantiles})
+    feature = (VERIFIER,)
+    if rule in ("verifier_self_consistency", "verifier_best_of_k"):
+        return _settings(rule, feature=feature, n=range(1, s + 1))
+    if rule == "verifier_esc":
+        return [x for x in _settings(rule, feature=feature, window=(2, 3, 4, 5), max_draws=range(2, s + 1))
+                if dict(x.knobs)["max_draws"] % dict(x.knobs)["window"] == 0]
+    if rule == "verifier_adaptive_consistency":
+        return _settings(rule, feature=feature, threshold=(0.6, 0.7, 0.8, 0.9, 0.95, 0.99), max_draws=range(2, s + 1))
+    if rule == "verifier_deepconf_offline":
+        return _settings(rule, feature=feature, n=range(1, s + 1), eta=(10, 30, 50, 90, 100))
+    if rule == "verifier_deepconf_online":
+        grid = _settings(rule, feature=feature, warmup=(1, 2, 4), eta=(10, 50, 90), consensus=(0.8, 0.95, 1.0),
+                         max_draws=range(2, s + 1))
+        return [x for x in grid if dict(x.knobs)["warmup"] <= dict(x.knobs)["max_draws"]]
+    if rule == "verifier_reasc":
+        return _settings(rule, feature=feature, single_threshold=taus, threshold=(0.7, 0.9, 0.95),
+                         max_draws=range(2, s + 1))
+    if rule == "verifier_cges":
+        return _settings(rule, feature=feature, threshold=(0.6, 0.8, 0.9, 0.95, 0.99), max_draws=range(2, s + 1))
+    return _settings(rule, feature=feature, threshold=taus, redecodes=range(1, s), with_draft=(False, True))
 
 
 def fit_calibrations(validation: Draws) -> dict[str, Calibration]:

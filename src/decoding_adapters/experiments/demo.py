@@ -74,7 +74,7 @@ from ..tasks import get_task
 from ..training.sequence import SequenceTrainConfig
 from ..training.token import PROBE_ROUND_FACTOR, TokenTrainConfig
 from . import pipeline
-from .pipeline import AttemptStageConfig, BudgetConfig, RulesConfig, SelectionConfig, StudyConfig
+from .pipeline import AttemptStageConfig, BudgetConfig, RulesConfig, SelectionConfig, StudyConfig, VerifierStageConfig
 
 __all__ = ["SIZES", "REPRODUCE_SIZES", "run_demo", "estimate_minutes", "probe_tokens_per_second", "decode_probe",
            "fit_to_minutes", "scaled_sizes", "fit_note", "target_lines"]
@@ -124,6 +124,7 @@ TINY = StudyConfig(
     seeds=2,
     batch_rows=16,
     rules=RulesConfig(enabled=True, samples=2, problems=4),
+    verifier=VerifierStageConfig(enabled=True, train_problems=4),
     draft_stage=True,  # every stage runs, the draft-gated one too: tiny checks the pipeline
     draft_samples=1,
 )
@@ -175,6 +176,7 @@ FULL = StudyConfig(
     # rules tuned on 400 validation problems (stopped greedy, then 8 x T=0.5); the tables keep the hidden
     # states the attempt policy reads (docs/attempt.md); its prices trace ~1.1 to ~4.5 decodes per problem
     rules=RulesConfig(enabled=True, samples=8, problems=400, hidden=True),
+    verifier=VerifierStageConfig(enabled=True),  # on the attempt stage's training table: seconds
     attempt=AttemptStageConfig(enabled=True, features=("confidence", "hidden"),
                                prices=(0.3, 0.2, 0.15, 0.1, 0.05, 0.03, 0.01, 0.003)),
 )
@@ -186,7 +188,8 @@ COMPLETE = replace(
     # the plan: for a bigger machine.
     token_budget=128,
     budget=BudgetConfig(candidates=(48, 64, 96, 128, 192), problems=400, max_truncated=0.02),
-    selection=SelectionConfig(pool_subsample=None, problems=32, samples=4, k=6),
+    # Best and the adapters' start actions on 400 validation problems as every other choice (finalists of 32 x 4)
+    selection=SelectionConfig(pool_subsample=None, problems=32, samples=4, k=6, best_problems=400),
     sequence=replace(FULL.sequence, parallel_budgets=(1, 2, 4, 8), steps=60, prompts_per_step=16, val_every=20,
                      val_problems=400),
     token=replace(FULL.token, steps=60, prompts_per_step=8, group_size=8, filter_samples=4, val_every=10,
@@ -249,7 +252,7 @@ MEAN_SAMPLED_LENGTH = 0.75
 """Mean generated length of a sampled row as a fraction of the token budget (measured at budget 48
 on validation: T=0.5 0.57, T=1.0 0.74, T=1.25 0.89; greedy 0.56 at budget 64)."""
 STAGE_SCALE = {"budget": 0.28, "select": 0.37, "sequence": 0.43, "token": 0.26, "evaluate": 0.28, "draft": 0.37,
-               "rules": 0.37, "attempt": 0.37}
+               "rules": 0.37, "attempt": 0.37, "verifier": 0.37}
 """Measured over planned minutes of each decoding stage (the model above at the constants above),
 fitted on the reference machine (probe 440 tok/s), ``reproduce`` at budget 48 idle: budget 0.12 of
 0.40, selection 5.2 of 17.8, sequence 15.1 of 35.2, token 34.1 of 133.4, evaluation 30.7 of 111.2
@@ -257,8 +260,8 @@ minutes; for the selection, with the demo at budget 64 (1.9 of 6.3: the geometri
 ratios). Rows end earlier than MEAN_SAMPLED_LENGTH and methods share decoded rows (greedy and
 greedy-only adapters once), so every stage runs faster than the row model; near-greedy token
 rollouts end earliest (0.56 of the budget). On a slower machine the probe scales every stage alike
-(docs/reproduce/stage_minutes.json: a run at probe 0.59 of the reference). The rules and attempt
-stages decode tables as the draft stage does, so they take its scale until a run measures theirs."""
+(docs/reproduce/stage_minutes.json: a run at probe 0.59 of the reference). The rules, verifier and
+attempt stages decode tables as the draft stage does, so they take its scale until a run measures theirs."""
 SECONDS_PER_CALL = 1.0  # fixed cost of one small decode call (prefill, Python, scoring): tiny steps pay it
 
 
@@ -492,7 +495,8 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
         "budget": budget,
         # the pool's samples, then greedy stopped at its first answer once per problem (a Best candidate)
         "select": _decode_minutes(pool * cfg.selection.problems * cfg.selection.samples, cfg, POOL_ROW_OVERHEAD)
-        + _decode_minutes(cfg.selection.problems, cfg),
+        + _decode_minutes(cfg.selection.problems, cfg)  # and Best's finalists on more problems:
+        + _decode_minutes(cfg.selection.finalist_rows(pool, len(cfg.eval.k_values)), cfg, POOL_ROW_OVERHEAD),
         "sequence": sequence,
         "token": token,
         "evaluate": evaluation,
@@ -502,12 +506,11 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
         decoding["draft"] = _decode_minutes(table_rows, cfg) + cfg.seeds * DRAFT_TRAINING["steps"] * 0.05 / 60
         decoding["evaluate"] += _decode_minutes(cfg.eval_problems, cfg)  # the draft pass
     if cfg.rules.enabled:  # the two sample tables: the stopped greedy and N samples per sampled arm and problem
-        rules = cfg.rules
-        table_rows = (rules.problems + cfg.eval_problems) * (1 + len(rules.temperatures) * rules.samples)
-        decoding["rules"] = _decode_minutes(table_rows, cfg)  # the tuning itself takes seconds
-        if cfg.attempt.enabled:  # the training table (as the rules' are, not measured on its own); training is seconds
-            decoding["attempt"] = _decode_minutes(
-                cfg.attempt.train_problems * (1 + len(rules.temperatures) * rules.samples), cfg)
+        per_problem = 1 + len(cfg.rules.temperatures) * cfg.rules.samples  # the tuning itself takes seconds
+        decoding["rules"] = _decode_minutes((cfg.rules.problems + cfg.eval_problems) * per_problem, cfg)
+        if cfg.attempt.enabled or cfg.verifier.enabled:  # their training table, decoded by the first (as the rules')
+            first = "verifier" if cfg.verifier.enabled else "attempt"  # fitting is seconds
+            decoding[first] = _decode_minutes(getattr(cfg, first).train_problems * per_problem, cfg)
     scaled = {stage: minutes * STAGE_SCALE[stage] * slower for stage, minutes in decoding.items()}
     return {"load": 0.1, **scaled, "report": 0.1}
 
@@ -812,10 +815,10 @@ def _pool_size(cfg: StudyConfig) -> int:
 
 
 def _best_token_action(lm, task, cfg: StudyConfig, out: Path, progress: bool) -> DecodingAction:
-    """The token-level action set's best single action on the selection's validation problems
+    """The token-level action set's best single action on the validation problems Best is chosen on
     (cells already in the pool table are reused; missing ones are decoded into it)."""
     actions = list(PRESETS["math-token"])
-    problems = task.load("validation")[: cfg.selection.problems]
+    problems = task.load("validation")[: cfg.selection.choice_problems]
     label = "token actions (best single one)" if progress else False
     table = pipeline.decode_candidates(lm, task, problems, actions, cfg, out / "outcomes.jsonl", label)
     best = best_static_from_table(table, (1,), [a.name for a in actions])  # ties: the first (greedy, in math-token)
@@ -876,12 +879,14 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     write_json(out / "study_config.json", {"model": model, "command": command, "fit": note, **asdict(cfg)})
 
     sel = cfg.selection
-    clock.begin("select", "action selection", f"{_pool_size(cfg)} candidates x {sel.problems} problems x "
+    clock.begin("select", "action selection", f"{_pool_size(cfg)} candidates x {sel.choice_problems} problems x "
                                               f"{sel.samples} samples")
     pool, problems = pipeline.candidate_pool(cfg), task.load("validation")[: sel.problems]
-    table = pipeline.decode_candidates(lm, task, problems, pool, cfg, out / "actions" / "outcomes.jsonl", progress)
+    outcomes = out / "actions" / "outcomes.jsonl"
+    table = pipeline.decode_candidates(lm, task, problems, pool, cfg, outcomes, progress)
+    best_table = pipeline.decode_best_finalists(lm, task, cfg, table, pool, outcomes, progress)
     meta = pipeline.selection_meta(cfg, task.name, len(problems), pool)
-    print(pipeline.write_selection(out / "actions", pool, table, sel.k, meta, cfg.eval.k_values))
+    print(pipeline.write_selection(out / "actions", pool, table, sel.k, meta, cfg.eval.k_values, best_table))
     actions_path, table_path = out / "actions" / "actions.json", out / "actions" / "outcomes.jsonl"
     token_actions = list(PRESETS["math-token"])
     best_token = _best_token_action(lm, task, cfg, out / "actions", progress)
@@ -947,26 +952,20 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
                                            out / "eval", meta={"model": model, "task": task.name}, progress=progress)
     clock.end()
 
-    if cfg.rules.enabled:
-        rc = cfg.rules
-        clock.begin("rules", "fixed rules", f"sample tables of {rc.problems} validation and {len(test_problems)} test "
-                                            f"problems, greedy + {rc.samples} samples at T={rc.temperatures}")
-        ruled = pipeline.fixed_rules(lm, task, cfg, out / "rules", evaluation, test_problems, progress=progress)
-        if json.dumps(ruled.details) != json.dumps(evaluation.details):  # a resumed run's are already there
-            ruled.write(out / "eval")
-        evaluation = ruled
-        clock.end()
-
-    if cfg.rules.enabled and cfg.attempt.enabled:
-        ac = cfg.attempt
-        clock.begin("attempt", "attempt policy", f"a sample table of {ac.train_problems} training problems, one policy "
-                                                 f"per price {list(ac.prices)}")
-        learned = pipeline.attempt_stage(lm, task, cfg, out / "attempt", out / "rules", evaluation, test_problems,
-                                         progress=progress)
-        if json.dumps(learned.details) != json.dumps(evaluation.details):
-            learned.write(out / "eval")
-        evaluation = learned
-        clock.end()
+    rc, vc, ac, tests = cfg.rules, cfg.verifier, cfg.attempt, test_problems
+    stages = [  # (run it, key, label, detail, run): each stage over the rules' tables adds its points
+        (rc.enabled, "rules", "fixed rules", f"sample tables of {rc.problems} validation and {len(tests)} test "
+         f"problems, greedy + {rc.samples} samples at T={rc.temperatures}", lambda ev: pipeline.fixed_rules(
+             lm, task, cfg, out / "rules", ev, tests, progress=progress)),
+        (rc.enabled and vc.enabled, "verifier", "verifier and the rules that read it", f"{vc.train_problems} training "
+         f"problems", lambda ev: pipeline.verifier_stage(lm, task, cfg, out / "verifier", out / "rules", ev, tests,
+                                                         train_table=out / "attempt" / "train", progress=progress)),
+        (rc.enabled and ac.enabled, "attempt", "attempt policy", f"a sample table of {ac.train_problems} training "
+         f"problems, one policy per price {list(ac.prices)}", lambda ev: pipeline.attempt_stage(
+             lm, task, cfg, out / "attempt", out / "rules", ev, tests, progress=progress,
+             verifier_dir=out / "verifier" / "verifier" if vc.enabled else None))]
+    for stage in (s for s in stages if s[0]):
+        evaluation = pipeline.table_stage(clock, evaluation, out / "eval", *stage[1:])
 
     clock.begin("report", "report")
     logs = {name: out / f"{prefix}-s0" / "train_log.jsonl" for prefix, name in ADAPTER_NAMES.items()}

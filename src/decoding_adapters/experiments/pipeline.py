@@ -7,7 +7,9 @@ A study (``demo``, ``reproduce``, ``domains``) is a short script over these stag
   budget; the smallest whose truncated fraction is <= ``budget.max_truncated`` becomes the token
   budget of every later stage (chosen on validation, never test);
 - **select** (:func:`decode_candidates`, :func:`write_selection`): decode a candidate pool on
-  validation problems into an outcome table and pick K actions by greedy coverage;
+  validation problems into an outcome table and pick K actions by greedy coverage; with
+  ``selection.best_problems``, Best's finalists on more validation problems
+  (:func:`decode_best_finalists`), where Best and the adapters' start actions are chosen;
 - **train sequence** (:func:`train_sequence`): a sequence adapter, by offline replay of the
   outcome table or with live rollouts (``sequence_rewards``);
 - **train token** (:func:`train_token`): a token adapter with live rollouts (:func:`token_trainer`
@@ -17,6 +19,9 @@ A study (``demo``, ``reproduce``, ``domains``) is a short script over these stag
   the evaluated problems (built once under the study's folder, shared by every stage that scores
   stored samples), every fixed rule tuned on validation per compute level and its points added to
   the evaluation as methods of family ``fixed rule``;
+- **verifier** (:func:`verifier_stage`): a verifier trained on a table of training problems, its
+  quality per family, and every rule's variant that reads it added beside the plain rules
+  (``"reads_verifier": true``);
 - **report**: each study writes its own (``reporting``).
 
 ``StudyConfig`` nests the trainers' and the evaluation's own configs, so each setting is declared
@@ -57,14 +62,18 @@ from ..evaluation import draft as draft_eval
 from ..evaluation.attempt import rule_baselines, seed_agreement, train_and_score
 from ..evaluation.rules import fit_calibrations, greedy_then, tune_rules
 from ..evaluation.sample_table import SampleTable, build_sample_table
+from ..evaluation.verifier import crossfit_table_scores, fit_on_table, ranking_quality, table_scores
 from ..policies.draft import DraftContextConfig
-from ..policies.fixed_rules import RULE_LABELS, RULES, score_setting, setting_from_dict
+from ..policies.fixed_rules import RULE_LABELS, RULES, VERIFIER_RULES, reads_verifier, score_setting, setting_from_dict
 from ..policies.networks import load_adapter
+from ..policies.verifier import load_verifier
+from ..selection.best import best_static_from_table
 from ..selection.coverage import OutcomeTable, build_pool, evaluate_pool, select_from_table, write_outputs
 from ..training.attempt import AttemptTrainConfig
 from ..training.draft import DraftTable, DraftTrainConfig, DraftTrainer, ensure_tables
 from ..training.sequence import SequenceTrainConfig, SequenceTrainer, reward_source
 from ..training.token import TokenTrainConfig, TokenTrainer
+from ..training.verifier import VerifierTrainConfig
 
 __all__ = [
     "BudgetConfig",
@@ -79,6 +88,8 @@ __all__ = [
     "decode_candidates",
     "write_selection",
     "best_method",
+    "best_finalists",
+    "decode_best_finalists",
     "selection_meta",
     "best_action_index",
     "best_action_per_budget",
@@ -95,8 +106,12 @@ __all__ = [
     "study_table",
     "rule_entries",
     "add_rule_entries",
+    "table_stage",
     "fixed_rules",
     "AttemptStageConfig",
+    "VerifierStageConfig",
+    "verifier_stage",
+    "problem_families",
     "attempt_entries",
     "attempt_stage",
     "RULE_TABLE_KEY",
@@ -134,11 +149,34 @@ class SelectionConfig:
     """Samples per (problem, action); also the largest parallel budget replay can serve."""
     k: int = 4
     """Size of the selected sequence-level action set."""
+    best_problems: int | None = None
+    """Validation problems (the first ones, ``samples`` each) on which Best (the best static strategy
+    at each pass@k) and the sequence adapters' start actions are chosen, among the finalists the first
+    ``problems`` screen (``best_finalists``); the K actions are chosen by coverage on those first
+    ``problems``. None: everything on ``problems``."""
+    best_finalists: int = 2
+    """With ``best_problems``: the candidates with the highest pass@k on the first ``problems``, this
+    many per pass@k of the evaluation (greedy always among them), go on to be decoded on the rest."""
 
     def __post_init__(self) -> None:
         for name in ("problems", "samples", "k"):
             if getattr(self, name) < 1:
                 raise ValueError(f"selection {name} must be >= 1, got {getattr(self, name)}")
+        if self.best_problems is not None and self.best_problems < self.problems:
+            raise ValueError(f"best_problems must be >= problems ({self.problems}) or None, got {self.best_problems}")
+        if self.best_finalists < 1:
+            raise ValueError(f"best_finalists must be >= 1, got {self.best_finalists}")
+
+    def finalist_rows(self, pool: int, k_values: int) -> int:
+        """Rows Best's finalists decode past the first ``problems`` (at most ``best_finalists`` per each
+        of ``k_values`` pass@k, and greedy, of a pool of ``pool``): what the plan counts."""
+        finalists = min(pool, self.best_finalists * k_values + 1)
+        return finalists * (self.choice_problems - self.problems) * self.samples
+
+    @property
+    def choice_problems(self) -> int:
+        """Validation problems the selection stage decodes: Best's (``best_problems``) or ``problems``."""
+        return self.problems if self.best_problems is None else self.best_problems
         if self.pool_subsample is not None and self.pool_subsample < 1:
             raise ValueError(f"pool_subsample must be >= 1 or None, got {self.pool_subsample}")
 
@@ -203,6 +241,28 @@ class AttemptStageConfig:
             raise ValueError("attempt train_problems must be >= 1, steps >= 0 and prices non-negative (at least one)")
 
 
+@dataclass(frozen=True)
+class VerifierStageConfig:
+    """The verifier stage, after the fixed rules: a verifier (``policies.verifier``) trained on a table
+    of training problems under the rules' arms, its ranking quality per family, and every rule's
+    variant that reads it tuned on the rules' validation table and scored on their evaluation table,
+    beside the plain rules (the strongest rule at a compute is chosen among all of them)."""
+
+    enabled: bool = False
+    """Run the stage (needs the fixed-rules stage: it reads its tables)."""
+    train_problems: int = 400
+    """Training problems of its table (the first of the train split; the attempt stage's table when both run)."""
+    rules: tuple[str, ...] = VERIFIER_RULES
+    """Verifier-reading rules tuned and scored (``policies.fixed_rules.VERIFIER_RULES``); the verifier is
+    trained at ``training.verifier.VerifierTrainConfig``'s defaults (``train-verifier`` trains others)."""
+
+    def __post_init__(self) -> None:
+        unknown = [r for r in self.rules if r not in VERIFIER_RULES]
+        if self.train_problems < 1 or unknown or not self.rules:
+            raise ValueError(f"verifier train_problems must be >= 1 and rules among {list(VERIFIER_RULES)} (got "
+                             f"{unknown or 'none'})")
+
+
 # Nested-config fields a study sets for each run (which variant, seed, action set, replay table) or
 # copies from its own fields (token budget, seeds): they are not command-line options.
 SEQUENCE_SET_BY_STUDY = ("actions", "use_budget", "token_budget", "replay", "seed", "stop_at_answer")
@@ -263,12 +323,20 @@ class StudyConfig:
     """fixed rules over stored sample tables"""
     attempt: AttemptStageConfig = field(default_factory=AttemptStageConfig)
     """the learned attempt policy over the fixed rules' tables"""
+    verifier: VerifierStageConfig = field(default_factory=VerifierStageConfig)
+    """the learned verifier and the rules that read it, over the fixed rules' tables"""
 
     def __post_init__(self) -> None:
         if self.sequence_rewards not in ("replay", "live"):
             raise ValueError(f"sequence_rewards must be 'replay' or 'live', got {self.sequence_rewards!r}")
         if self.attempt.enabled and not self.rules.enabled:
             raise ValueError("the attempt-policy stage reads the fixed-rules stage's tables: enable --rules.enabled")
+        if self.verifier.enabled and not self.rules.enabled:
+            raise ValueError("the verifier stage reads the fixed-rules stage's tables: enable --rules.enabled")
+        both = self.verifier.enabled and self.attempt.enabled
+        if both and self.verifier.train_problems != self.attempt.train_problems:
+            raise ValueError("the verifier and attempt stages share one training table: give them the same "
+                             "train_problems")
         if "hidden" in self.attempt.features and not self.rules.hidden:
             raise ValueError("an attempt policy that reads hidden states needs tables that keep them (--rules.hidden)")
         if self.sequence_rewards == "replay" and max(self.sequence.parallel_budgets) > self.selection.samples:
@@ -394,11 +462,42 @@ def decode_candidates(lm, task, problems, actions, cfg: StudyConfig, table_path:
                          stop_at_answer=cfg.stop_at_answer)
 
 
-def write_selection(out: Path, pool, table: OutcomeTable, k: int, meta: dict, k_values=(1,)) -> str:
-    """K actions of ``pool`` by greedy coverage of ``table``, written into ``out`` (actions.json
-    with the Best static strategy at each pass@k in ``k_values``, chosen among the whole pool on
-    the same outcomes, and ``meta``; selection.md, selection.png); returns the markdown."""
-    return write_outputs(out, pool, select_from_table(table, k, k_values), meta)
+def best_finalists(table: OutcomeTable, pool, k_values, per_k: int) -> list[DecodingAction]:
+    """The candidates of ``pool`` with the ``per_k`` highest pass@k on ``table`` for each k of
+    ``k_values`` (ties: pool order), greedy among them, in pool order: the ones Best is then chosen
+    among on more problems."""
+    names = [a.name for a in pool]
+    screen = best_static_from_table(table, k_values, names)
+    keep = {a.name for a in pool if a.is_greedy}
+    for row in screen.scores:  # one row of pass@k scores per k
+        keep.update(names[j] for j in sorted(range(len(names)), key=lambda j: -row[j])[:per_k])
+    return [a for a in pool if a.name in keep]
+
+
+def decode_best_finalists(lm, task, cfg: StudyConfig, table: OutcomeTable, pool, table_path: Path,
+                          progress: bool | str) -> OutcomeTable | None:
+    """With ``selection.best_problems``: Best's finalists on ``table`` (:func:`best_finalists`)
+    decoded on the first ``best_problems`` validation problems into ``table_path`` (cells already there
+    are reused), the table Best is chosen on; None without."""
+    sel = cfg.selection
+    if sel.choice_problems <= sel.problems:
+        return None
+    finalists = best_finalists(table, pool, cfg.eval.k_values, sel.best_finalists)
+    return decode_candidates(lm, task, task.load("validation")[: sel.choice_problems], finalists, cfg, table_path,
+                             progress)
+
+
+def write_selection(out: Path, pool, table: OutcomeTable, k: int, meta: dict, k_values=(1,),
+                    best_table: OutcomeTable | None = None) -> str:
+    """K actions of ``pool`` by greedy coverage of ``table``, written into ``out`` (actions.json with
+    the Best static strategy at each pass@k in ``k_values`` and ``meta``; selection.md,
+    selection.png); returns the markdown. Best is chosen among the whole pool on the same outcomes,
+    or, given ``best_table`` (the finalists on more problems, :func:`best_finalists`), among the
+    candidates it holds on its problems."""
+    selection = select_from_table(table, k, k_values)
+    if best_table is not None:  # Best (and the adapters' start actions) on more problems
+        selection = replace(selection, best=best_static_from_table(best_table, k_values))
+    return write_outputs(out, pool, selection, meta)
 
 
 def best_method(actions: Path, k_values) -> Method:
@@ -409,9 +508,12 @@ def best_method(actions: Path, k_values) -> Method:
 
 
 def selection_meta(cfg: StudyConfig, task_name: str, problems: int, pool) -> dict:
-    """What a study's actions.json records about its selection."""
+    """What a study's actions.json records about its selection (``problems``: those coverage read;
+    ``best_problems``: those Best was chosen on, where more)."""
+    more = cfg.selection.choice_problems > problems
     return {"task": task_name, "split": "validation", "problems": problems, "samples": cfg.selection.samples,
-            "token_budget": cfg.token_budget, "seed": 0, "k": cfg.selection.k, "pool": [a.name for a in pool]}
+            "token_budget": cfg.token_budget, "seed": 0, "k": cfg.selection.k, "pool": [a.name for a in pool],
+            **({"best_problems": cfg.selection.choice_problems} if more else {})}
 
 
 # ---- train sequence ------------------------------------------------------------------------------
@@ -640,15 +742,33 @@ def study_table(lm, task, cfg: StudyConfig, path: Path, split: str, problems, *,
 
 
 def rule_entries(validation: SampleTable, test: SampleTable, rules: Sequence[str] = RULES,
-                 tables: dict | None = None) -> tuple[dict, dict]:
+                 tables: dict | None = None,
+                 verifier: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict, dict]:
     """Every rule tuned on ``validation`` per compute level (``evaluation.rules.tune_rules``; the
     stopped greedy, then the first sampled arm's samples) and scored on ``test``: ``(entries,
     curves)``. ``entries[name]`` is one method per tuned point in the shape of the evaluation's
     (``methods``, ``per_problem``, ``compute``: see ``evaluation.runner``), named ``"<rule> (<= L
-    decodes)"`` with ``curve`` the rule's label; ``curves`` is ``tune_rules``'s output."""
+    decodes)"`` with ``curve`` the rule's label; ``curves`` is ``tune_rules``'s output. The rules
+    that read the verifier (``VERIFIER_RULES``) need ``verifier``, its scores ``[P, A, N]`` of the
+    validation and the test table; their entries carry ``"reads_verifier": true``."""
     arm = next(name for name, a in zip(validation.arm_names, validation.actions) if not a.is_greedy)
-    val_draws, test_draws = greedy_then(validation, arm), greedy_then(test, arm)
-    curves = tune_rules(val_draws, test_draws, rules=rules)
+    plain, reading = [r for r in rules if not reads_verifier(r)], [r for r in rules if reads_verifier(r)]
+    groups = [(plain, greedy_then(validation, arm), greedy_then(test, arm))] if plain else []
+    if reading:
+        if verifier is None:
+            raise ValueError(f"the rules {reading} read the verifier: give its scores of both tables")
+        groups.append((reading, greedy_then(validation, arm, verifier=verifier[0]),
+                       greedy_then(test, arm, verifier=verifier[1])))
+    entries, curves = {}, {}
+    for group, val_draws, test_draws in groups:
+        tuned = tune_rules(val_draws, test_draws, rules=group)
+        curves.update(tuned)
+        entries.update(_rule_points(tuned, val_draws, test_draws, test, tables))
+    return entries, curves
+
+
+def _rule_points(curves: dict, val_draws, test_draws, test: SampleTable, tables: dict | None) -> dict:
+    """:func:`rule_entries`' entries of one group of rules tuned on the same draws."""
     calibrations = fit_calibrations(val_draws)  # what tune_rules scored test with
     entries = {}
     for rule, curve in curves.items():
@@ -667,12 +787,13 @@ def rule_entries(validation: SampleTable, test: SampleTable, rules: Sequence[str
                            "seeds": "one sample table (seed 0): one value per problem, the same for every seed",
                            RULE_TABLE_KEY: tables or {},
                            "decodes_per_problem": {"answer": float(decodes.mean())},
-                           "tokens_per_problem": {"answer": float(tokens.mean())}},
+                           "tokens_per_problem": {"answer": float(tokens.mean())},
+                           **({"reads_verifier": True} if reads_verifier(rule) else {})},
                 # [problem][seed]: the table is one draw of the samples (seed 0), so one column
                 "per_problem": {"answer_accuracy": [[float(c)] for c in correct]},
                 "compute": {"decodes": {"answer": decodes.tolist()}, "tokens": {"answer": tokens.tolist()}},
             }
-    return entries, curves
+    return entries
 
 
 def _json_setting(setting: dict) -> dict:
@@ -680,18 +801,36 @@ def _json_setting(setting: dict) -> dict:
     return {k: str(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in setting.items()}
 
 
-def add_rule_entries(evaluation: Evaluation, entries: dict, family: str = "fixed rule") -> Evaluation:
+def add_rule_entries(evaluation: Evaluation, entries: dict, family: str = "fixed rule",
+                     verifier: bool = False) -> Evaluation:
     """``evaluation`` with the points ``entries`` (:func:`rule_entries`, :func:`attempt_entries`) in
-    its eval_details, replacing those of the same ``family`` added from sample tables before
-    (results.json keeps the evaluation's own methods: a curve of many points is drawn and compared
-    from eval_details, not listed as rows)."""
+    its eval_details, replacing those of the same ``family`` added from sample tables before that
+    read the verifier as ``verifier`` says (the plain rules' and the verifier rules' stages replace
+    their own) (results.json keeps the evaluation's own methods: a curve of many points is drawn and
+    compared from eval_details, not listed as rows)."""
     details = json.loads(json.dumps(evaluation.details))  # a copy
     added_before = {n for n, m in details.get("methods", {}).items()
-                    if RULE_TABLE_KEY in m and m.get("family", "fixed rule") == family}
+                    if RULE_TABLE_KEY in m and m.get("family", "fixed rule") == family
+                    and bool(m.get("reads_verifier", False)) == verifier}
     for section, key in (("methods", "method"), ("per_problem", "per_problem"), ("compute", "compute")):
-        kept = {n: v for n, v in details.get(section, {}).items() if n not in added_before}
-        details[section] = {**kept, **{n: e[key] for n, e in entries.items()}}
+        # a point added again keeps its place: a resumed stage that adds the same points changes nothing
+        merged = {n: (entries[n][key] if n in entries else v) for n, v in details.get(section, {}).items()
+                  if n not in added_before or n in entries}
+        details[section] = {**merged, **{n: e[key] for n, e in entries.items() if n not in merged}}
     return Evaluation(evaluation.results, details)
+
+
+def table_stage(clock: StageClock, evaluation: Evaluation, eval_dir: Path, key: str, label: str, detail: str,
+                run) -> Evaluation:
+    """Run one stage that adds points from sample tables (``run(evaluation) -> Evaluation``: the rules',
+    the verifier's, the attempt policy's) on ``clock``; the evaluation is rewritten in ``eval_dir``
+    only when the stage changed it (a resumed run's points are already there)."""
+    clock.begin(key, label, detail)
+    added = run(evaluation)
+    if json.dumps(added.details) != json.dumps(evaluation.details):
+        added.write(eval_dir)
+    clock.end()
+    return added
 
 
 def fixed_rules(lm, task, cfg: StudyConfig, out: Path, evaluation: Evaluation, problems, *,
@@ -752,18 +891,24 @@ def attempt_entries(scored: Sequence, test: SampleTable, tables: dict, sources: 
 
 
 def attempt_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evaluation: Evaluation, problems, *,
-                  progress: bool = False, on_chunk=None) -> Evaluation:
+                  progress: bool = False, on_chunk=None, verifier_dir: Path | None = None) -> Evaluation:
     """The attempt-policy stage: the fixed rules' two tables (read back from ``rules_out``), a table
     of ``cfg.attempt.train_problems`` training problems in ``out/train`` (:func:`study_table`), one
     policy per price and training seed (the study's ``seeds`` from ``attempt.seed``) trained there
     (resumable, in ``out/price-<p>-seed-<s>``), kept-best on validation and
     scored on the evaluated problems; written to ``out/curve.json``; returns ``evaluation`` with one
-    ``learned`` entry per price added."""
+    ``learned`` entry per price added. With ``verifier_dir`` (the verifier stage's verifier) the
+    strongest rule each policy is set against there is chosen among the verifier rules too."""
     ac = cfg.attempt
     validation, test = rule_tables(lm, task, cfg, rules_out, problems, progress=progress, on_chunk=on_chunk)
     train = study_table(lm, task, cfg, Path(out) / "train", "train", task.load("train")[: ac.train_problems],
                         progress=progress, on_chunk=on_chunk)
-    baselines = rule_baselines(validation, test, cfg.rules.rules)
+    if verifier_dir is not None:
+        verifier = load_verifier(verifier_dir)[0]
+        scores = (table_scores(verifier, validation), table_scores(verifier, test))
+        baselines = rule_baselines(validation, test, cfg.rules.rules + cfg.verifier.rules, scores)
+    else:
+        baselines = rule_baselines(validation, test, cfg.rules.rules)
     config = AttemptTrainConfig(features=tuple(ac.features), steps=ac.steps, val_every=max(1, min(25, ac.steps)))
     scored, sources = [], []
     for price in ac.prices:
@@ -778,3 +923,41 @@ def attempt_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evalua
     write_json(Path(out) / "curve.json", {"train_problems": train.shape[0], "tables": tables,
                                           "policies": [s.record() for s in scored]})
     return add_rule_entries(evaluation, attempt_entries(scored, test, tables, sources), family="learned")
+
+
+# ---- the learned verifier and the rules that read it ----------------------------------------------------
+
+
+def problem_families(problems) -> list[str]:
+    """Each problem's family (``meta["family"]``; "" where the task has none)."""
+    return [str((getattr(p, "meta", None) or {}).get("family", "")) for p in problems]
+
+
+def verifier_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evaluation: Evaluation, problems, *,
+                   train_table: Path | None = None, progress: bool = False, on_chunk=None) -> Evaluation:
+    """The verifier stage: the fixed rules' two tables (read back from ``rules_out``), a table of
+    ``cfg.verifier.train_problems`` training problems in ``train_table`` (default ``out/train``;
+    :func:`study_table`), a verifier trained there into ``out/verifier`` (read back when there), its
+    ranking quality per family (cross-fitted on the training table; on validation and on the
+    evaluated problems) and every verifier rule tuned on validation and scored on the evaluated
+    problems, written to ``out/verifier_rules.json``; returns ``evaluation`` with their points added
+    (family ``fixed rule``, ``"reads_verifier": true``)."""
+    vc = cfg.verifier
+    validation, test = rule_tables(lm, task, cfg, rules_out, problems, progress=progress, on_chunk=on_chunk)
+    train_path = Path(train_table or Path(out) / "train")
+    train_problems = task.load("train")[: vc.train_problems]
+    train = study_table(lm, task, cfg, train_path, "train", train_problems, progress=progress, on_chunk=on_chunk)
+    where = Path(out) / "verifier"
+    config = VerifierTrainConfig()
+    verifier = load_verifier(where)[0] if (where / "verifier.json").is_file() else fit_on_table(train, config, where)
+    scores = (table_scores(verifier, validation), table_scores(verifier, test))
+    validation_problems = task.load("validation")[: cfg.rules.problems]
+    quality = {"train (cross-fitted)": ranking_quality(crossfit_table_scores(train, config), train,
+                                                       problem_families(train_problems)),
+               "validation": ranking_quality(scores[0], validation, problem_families(validation_problems)),
+               "evaluated": ranking_quality(scores[1], test, problem_families(problems))}
+    tables = {"train": str(train_path), "validation": str(Path(rules_out) / "validation"),
+              "test": str(Path(rules_out) / "test"), "verifier": str(where)}
+    entries, curves = rule_entries(validation, test, vc.rules, tables, verifier=scores)
+    write_json(Path(out) / "verifier_rules.json", {"tables": tables, "quality": quality, "rules": curves})
+    return add_rule_entries(evaluation, entries, verifier=True)

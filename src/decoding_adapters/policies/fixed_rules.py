@@ -40,6 +40,19 @@ The rules (their papers, settings and what they report: ``docs/rules.md``):
   ``threshold``; else read the next ``redecodes`` draws and answer their majority (with the draft's
   vote too when ``with_draft``).
 
+**Rules that read the verifier** (``VERIFIER_RULES``): each rule above has a variant that reads the
+learned verifier (``policies.verifier``: the probability that a draw's answer is right, a column
+named ``VERIFIER`` of the draws) in place of its confidence. The confidence-reading rules
+(DeepConf, ReASC, CGES, the threshold) read that column as their ``feature``; the vote rules weight
+each vote by it:
+
+- ``weighted_consistency`` (self-consistency's variant): the verifier-weighted vote over the first
+  ``n`` draws (CISC-style confidence-weighted self-consistency);
+- ``weighted_esc``: ESC's windows and stop, the answer the weighted majority over every draw read;
+- ``weighted_adaptive_consistency``: the Beta criterion on the two largest weighted votes;
+- ``best_of_k`` (verifier only): the answer of the draw the verifier scores highest among the first
+  ``n`` (ties: the draw made first).
+
 Tuning (``evaluation.rules.tune_rules``) and the draws of a stored table (``draws_from_table``,
 ``greedy_then``) live in ``evaluation.rules``.
 """
@@ -68,6 +81,10 @@ __all__ = [
     "reasc",
     "cges",
     "confidence_threshold",
+    "weighted_consistency",
+    "weighted_esc",
+    "weighted_adaptive_consistency",
+    "best_of_k",
     "Calibration",
     "RuleSetting",
     "score_setting",
@@ -75,6 +92,9 @@ __all__ = [
     "RULES",
     "RULE_LABELS",
     "RULE_KNOBS",
+    "VERIFIER",
+    "VERIFIER_RULES",
+    "reads_verifier",
     "draw_correct",
 ]
 
@@ -432,6 +452,44 @@ def confidence_threshold(answers: np.ndarray, tokens: np.ndarray, confidence: np
     return RuleResult(np.where(keep, answers[:, 0], redecoded), used, _spent(tokens, used))
 
 
+def weighted_consistency(answers: np.ndarray, tokens: np.ndarray, confidence: np.ndarray, n: int) -> RuleResult:
+    """The vote over the first ``n`` draws weighted by their confidence (shifted to be positive)."""
+    if not 1 <= n <= answers.shape[1]:
+        raise ValueError(f"n must be in [1, {answers.shape[1]}]")
+    decodes = np.full(answers.shape[0], n)
+    return RuleResult(vote(answers[:, :n], _positive(confidence[:, :n])), decodes, _spent(tokens, decodes))
+
+
+def weighted_esc(answers: np.ndarray, tokens: np.ndarray, confidence: np.ndarray, window: int,
+                 max_draws: int) -> RuleResult:
+    """ESC's stop (the first window whose answers all agree); the answer is the confidence-weighted
+    majority over every draw read."""
+    stopped = esc(answers, tokens, window, max_draws)
+    leaders, _ = prefix_leaders(answers, _positive(confidence))
+    return RuleResult(_at(leaders, stopped.decodes), stopped.decodes, stopped.tokens)
+
+
+def weighted_adaptive_consistency(answers: np.ndarray, tokens: np.ndarray, confidence: np.ndarray,
+                                  threshold: float, max_draws: int) -> RuleResult:
+    """Adaptive-Consistency's Beta criterion on the two largest confidence-weighted votes (a
+    probability weight in [0, 1] counts as that share of a vote)."""
+    leaders, cum = prefix_leaders(answers, _positive(confidence))
+    v1, v2 = _top_two(cum)
+    used = _first_stop(beta_exceeds_half(v1 + 1, v2 + 1) > threshold, max_draws)
+    return RuleResult(_at(leaders, used), used, _spent(tokens, used))
+
+
+def best_of_k(answers: np.ndarray, tokens: np.ndarray, confidence: np.ndarray, n: int) -> RuleResult:
+    """The answer of the most confident draw that states one among the first ``n`` (ties: the draw
+    made first; -1 when none of them states an answer)."""
+    if not 1 <= n <= answers.shape[1]:
+        raise ValueError(f"n must be in [1, {answers.shape[1]}]")
+    a, c = answers[:, :n], np.where(answers[:, :n] >= 0, confidence[:, :n], -np.inf)
+    pick = c.argmax(1)  # the first of the highest
+    decodes = np.full(answers.shape[0], n)
+    return RuleResult(a[np.arange(len(a)), pick], decodes, _spent(tokens, decodes))
+
+
 # ---- calibration ------------------------------------------------------------------------------------
 
 
@@ -491,9 +549,29 @@ RULES = ("self_consistency", "esc", "adaptive_consistency", "deepconf_offline", 
          "cges", "confidence_threshold")
 """The rules ``rule_grid`` and ``tune_rules`` cover, in report order."""
 
+VERIFIER = "verifier"
+"""The draws' column that holds the verifier's probability that each draw is right (the feature the
+verifier-reading rules read)."""
+
+VERIFIER_RULES = tuple(f"verifier_{rule}" for rule in RULES) + ("verifier_best_of_k",)
+"""Each rule's variant that reads the verifier in place of its confidence (module docstring), and
+best-of-k by the verifier; ``tune_rules`` tunes them like the others when the draws hold ``VERIFIER``."""
+
+_VERIFIER_BASE = {"verifier_self_consistency": "weighted_consistency", "verifier_esc": "weighted_esc",
+                  "verifier_adaptive_consistency": "weighted_adaptive_consistency",
+                  "verifier_best_of_k": "best_of_k"}
+"""What a verifier rule runs where it is not its plain rule reading another column."""
+
 RULE_LABELS = {"self_consistency": "Self-consistency", "esc": "ESC", "adaptive_consistency": "Adaptive-Consistency",
                "deepconf_offline": "DeepConf offline", "deepconf_online": "DeepConf online", "reasc": "ReASC",
-               "cges": "CGES", "confidence_threshold": "Confidence threshold (rule)"}
+               "cges": "CGES", "confidence_threshold": "Confidence threshold (rule)",
+               "verifier_self_consistency": "Self-consistency (verifier-weighted)",
+               "verifier_esc": "ESC (verifier-weighted)",
+               "verifier_adaptive_consistency": "Adaptive-Consistency (verifier-weighted)",
+               "verifier_deepconf_offline": "DeepConf offline (verifier)",
+               "verifier_deepconf_online": "DeepConf online (verifier)", "verifier_reasc": "ReASC (verifier)",
+               "verifier_cges": "CGES (verifier)", "verifier_confidence_threshold": "Confidence threshold (verifier)",
+               "verifier_best_of_k": "Best-of-k (verifier)"}
 """Each rule's name in a report (its curve's label)."""
 
 
@@ -502,8 +580,21 @@ RULE_KNOBS = {"self_consistency": ("n",), "esc": ("window", "max_draws"),
               "deepconf_online": ("feature", "warmup", "eta", "consensus", "max_draws"),
               "reasc": ("feature", "single_threshold", "threshold", "max_draws"),
               "cges": ("feature", "threshold", "max_draws"),
-              "confidence_threshold": ("feature", "threshold", "redecodes", "with_draft")}
-"""The knobs each rule reads (its ``RuleSetting``), in order."""
+              "confidence_threshold": ("feature", "threshold", "redecodes", "with_draft"),
+              "verifier_self_consistency": ("feature", "n"), "verifier_esc": ("feature", "window", "max_draws"),
+              "verifier_adaptive_consistency": ("feature", "threshold", "max_draws"),
+              "verifier_deepconf_offline": ("feature", "n", "eta"),
+              "verifier_deepconf_online": ("feature", "warmup", "eta", "consensus", "max_draws"),
+              "verifier_reasc": ("feature", "single_threshold", "threshold", "max_draws"),
+              "verifier_cges": ("feature", "threshold", "max_draws"),
+              "verifier_confidence_threshold": ("feature", "threshold", "redecodes", "with_draft"),
+              "verifier_best_of_k": ("feature", "n")}
+"""The knobs each rule reads (its ``RuleSetting``), in order (a verifier rule's ``feature`` is ``VERIFIER``)."""
+
+
+def reads_verifier(rule: str) -> bool:
+    """The rule reads the verifier (one of ``VERIFIER_RULES``)."""
+    return rule in VERIFIER_RULES
 
 
 def setting_from_dict(setting: dict) -> RuleSetting:
@@ -516,6 +607,17 @@ def score_setting(setting: RuleSetting, draws: Draws, calibrations: dict[str, Ca
     k = dict(setting.knobs)
     a, t = draws.answers, draws.tokens
     rule = setting.rule
+    if rule in VERIFIER_RULES:
+        if k.get("feature") != VERIFIER:
+            raise ValueError(f"{rule} reads the {VERIFIER!r} column, not {k.get('feature')!r}")
+        rule = _VERIFIER_BASE.get(rule, rule.removeprefix("verifier_"))
+        if rule in ("weighted_consistency", "best_of_k"):
+            fn = weighted_consistency if rule == "weighted_consistency" else best_of_k
+            return fn(a, t, draws.confidence(VERIFIER), k["n"])
+        if rule == "weighted_esc":
+            return weighted_esc(a, t, draws.confidence(VERIFIER), k["window"], k["max_draws"])
+        if rule == "weighted_adaptive_consistency":
+            return weighted_adaptive_consistency(a, t, draws.confidence(VERIFIER), k["threshold"], k["max_draws"])
     if rule == "self_consistency":
         return self_consistency(a, t, k["n"])
     if rule == "esc":
