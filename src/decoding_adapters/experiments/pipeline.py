@@ -60,7 +60,9 @@ from ..evaluation.sample_table import SampleTable, build_sample_table
 from ..policies.draft import DraftContextConfig
 from ..policies.fixed_rules import RULE_LABELS, RULES, score_setting, setting_from_dict
 from ..policies.networks import load_adapter
-from ..selection.coverage import OutcomeTable, build_pool, evaluate_pool, select_from_table, write_outputs
+from ..reporting.selection import write_outputs
+from ..selection.coverage import build_pool, select_from_table
+from ..selection.outcomes import OutcomeTable, evaluate_pool
 from ..training.attempt import AttemptTrainConfig
 from ..training.draft import DraftTable, DraftTrainConfig, DraftTrainer, ensure_tables
 from ..training.sequence import SequenceTrainConfig, SequenceTrainer, reward_source

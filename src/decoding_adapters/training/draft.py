@@ -48,7 +48,7 @@ from ..policies.draft import (
     summarise_draft,
 )
 from ..policies.networks import AdapterConfig, SequencePolicy, SequencePolicyConfig, prior_distribution, save_adapter
-from ..selection.coverage import OutcomeTable, check_replay_header
+from ..selection.outcomes import OutcomeTable, check_replay_header
 from ..tasks import problems_record, task_record
 from .common import Validation, step_generator
 from .sequence import SequenceTrainConfig, SequenceTrainer, selection_record
