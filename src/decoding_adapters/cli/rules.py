@@ -24,7 +24,7 @@ from ..core.files import write_json
 from ..decoding.actions import GREEDY, DecodingAction
 from ..decoding.rollouts import STOP_AT_ANSWER
 from ..evaluation.rules import COMPUTE_LEVELS, fit_calibrations, greedy_then, tune_rules
-from ..evaluation.sample_table import SampleTable, build_sample_table, pass_at_k_curve
+from ..evaluation.sample_table import SampleTable, build_sample_table, pass_at_k_curve, unfinished
 from ..policies.fixed_rules import RULES
 from ..policies.kind_rule import save_rule_adapter
 from ..reporting.plots import method_color
@@ -100,7 +100,10 @@ def _tables(args, options: RulesOptions) -> tuple[SampleTable, SampleTable]:
 
 
 def _unfinished(path: str, args) -> bool:
-    """A table directory whose header is written but which holds fewer problems than asked."""
+    """A table directory whose header is written but which holds fewer problems than asked: than
+    its own plan (a build killed part-way) or than --max-problems."""
+    if unfinished(path):
+        return True
     if args.max_problems is None:
         return False
     return len(SampleTable.load(path).problem_ids) < args.max_problems
