@@ -37,8 +37,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..core.files import atomic_write, write_json
-from .actions import DecodingAction
-from .loop import row_seed
+from .actions import ActionSet, DecodingAction
+from .loop import DecodeResult, decode, row_seed
+from .rollouts import answer_stops
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ __all__ = [
     "SAMPLE_SEED_TAG",
     "GridRow",
     "Grid",
+    "decode_rows",
     "fill_chunks",
     "refuse_other_settings",
     "header_differences",
@@ -114,6 +116,18 @@ class Grid:
         """One seed per row: ``row_seed(seed, problem id, action name, sample, *seed_tag)``."""
         return [row_seed(self.seed, problem_ids[r.problem], self.actions[r.action].name, r.sample, *self.seed_tag)
                 for r in rows]
+
+
+def decode_rows(lm, task, problems, prompts, grid: Grid, rows: Sequence[GridRow], *, token_budget: int,
+                stop_at_answer: bool, record_features: bool = False) -> tuple[DecodeResult, list[float]]:
+    """Decode ``rows`` of ``problems`` (``prompts[i]`` the encoded prompt of ``problems[i]``, shared
+    by its rows) in one batch with the grid's seeds, each row ended at its first complete answer
+    when ``stop_at_answer``: the decode result (one row per grid row) and each row's reward."""
+    result = decode(lm, prompts, ActionSet(list(grid.actions)), prompt_of_row=[r.problem for r in rows],
+                    row_actions=[r.action for r in rows], token_budget=token_budget,
+                    record_features=record_features, row_seeds=grid.seeds([p.id for p in problems], rows),
+                    stop_checks=answer_stops(task, problems, [r.problem for r in rows], stop_at_answer))
+    return result, task.reward_batch([problems[r.problem] for r in rows], result.texts)
 
 
 def fill_chunks(chunks: Sequence, decode: Callable, store: Callable, on_chunk=None,

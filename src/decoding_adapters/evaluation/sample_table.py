@@ -48,7 +48,7 @@ from tqdm.auto import tqdm
 
 from ..core.files import write_json
 from ..core.stats import pass_at_k
-from ..decoding.actions import GREEDY, ActionSet, DecodingAction
+from ..decoding.actions import GREEDY, DecodingAction
 from ..decoding.confidence import (  # re-exported: they were defined here first
     CONFIDENCE_FEATURES,
     ConfidenceConfig,
@@ -56,9 +56,8 @@ from ..decoding.confidence import (  # re-exported: they were defined here first
     confidence_summary,
     trace_readings,
 )
-from ..decoding.grid import SAMPLE_SEED_TAG, ChunkDirectory, Grid, fill_chunks
-from ..decoding.loop import decode
-from ..decoding.rollouts import STOP_AT_ANSWER, answer_stops, encode_problems
+from ..decoding.grid import SAMPLE_SEED_TAG, ChunkDirectory, Grid, decode_rows, fill_chunks
+from ..decoding.rollouts import STOP_AT_ANSWER, encode_problems
 
 __all__ = [
     "CONFIDENCE_FEATURES",
@@ -327,12 +326,9 @@ def _decode_chunk(lm, task, problems, grid: Grid, token_budget: int, stop_at_ans
                   with_hidden: bool) -> SampleTable:
     prompts, _ = encode_problems(lm, task, problems, seed=grid.seed)
     rows = grid.rows(len(problems))  # a greedy arm: one row filling every slot
-    result = decode(lm, prompts, ActionSet(list(grid.actions)), prompt_of_row=[r.problem for r in rows],
-                    row_actions=[r.action for r in rows], token_budget=token_budget, record_features=True,
-                    row_seeds=grid.seeds([p.id for p in problems], rows),
-                    stop_checks=answer_stops(task, problems, [r.problem for r in rows], stop_at_answer))
+    result, rewards = decode_rows(lm, task, problems, prompts, grid, rows, token_budget=token_budget,
+                                  stop_at_answer=stop_at_answer, record_features=True)
     row_problems = [problems[r.problem] for r in rows]
-    rewards = task.reward_batch(row_problems, result.texts)
     answers = [task.extract_answer(p, text) for p, text in zip(row_problems, result.texts)]
     summary, hidden = trace_readings(lm, result, answers, config, with_hidden)
     shape = (len(problems), len(grid.actions), grid.samples)

@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from ..core.stats import pass_at_k
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction, load_action_set
-from ..decoding.grid import SAMPLE_SEED_TAG, Grid, JsonlTable, fill_chunks, refuse_other_settings
+from ..decoding.grid import SAMPLE_SEED_TAG, Grid, JsonlTable, decode_rows, fill_chunks, refuse_other_settings
 from ..decoding.loop import decode
 from ..decoding.rollouts import answer_stops, encode_problems
 from ..policies.draft import (
@@ -207,11 +207,8 @@ def _table_chunk(lm, task, problems, grid: Grid, token_budget: int, stored: Outc
                         _stored_samples(stored, problem.id, action_set, grid.samples))
                 for i, problem in enumerate(problems)]
     rows = grid.rows(len(problems))  # every action decoded once per sample slot
-    result = decode(lm, prompts, action_set, prompt_of_row=[r.problem for r in rows],
-                    row_actions=[r.action for r in rows], token_budget=token_budget,
-                    row_seeds=grid.seeds([p.id for p in problems], rows),
-                    stop_checks=answer_stops(task, problems, [r.problem for r in rows], stop))
-    rewards = task.reward_batch([problems[r.problem] for r in rows], result.texts)
+    result, rewards = decode_rows(lm, task, problems, prompts, grid, rows, token_budget=token_budget,
+                                  stop_at_answer=stop)
     valid = result.valid_mask().float()
     conf = (result.max_prob * valid).sum(1) / result.lengths.clamp(min=1)
     out = []
