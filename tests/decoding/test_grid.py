@@ -15,6 +15,7 @@ from decoding_adapters.decoding.grid import (
     GridRow,
     JsonlTable,
     fill_chunks,
+    group_chunks,
     refuse_other_settings,
 )
 from decoding_adapters.decoding.loop import row_seed
@@ -55,6 +56,12 @@ def test_fill_chunks_stores_each_chunk_before_the_next_and_counts():
     fill_chunks([[1, 2], [3]], lambda chunk: [x * 10 for x in chunk], stored.append,
                 lambda done, total: calls.append((done, total)), size=len)
     assert stored == [[10, 20], [30]] and calls == [(2, 3), (3, 3)]
+
+
+def test_group_chunks_keeps_problems_whole_up_to_the_limit():
+    assert group_chunks([1, 2, 3, 4, 5], 2) == [[1, 2], [3, 4], [5]]
+    rows = [("a", 3), ("b", 2), ("c", 9), ("d", 1)]
+    assert group_chunks(rows, 5, weight=lambda item: item[1]) == [[("a", 3), ("b", 2)], [("c", 9)], [("d", 1)]]
 
 
 def test_a_jsonl_table_drops_a_torn_line_and_appends_after_it(tmp_path):

@@ -47,6 +47,7 @@ __all__ = [
     "SAMPLE_SEED_TAG",
     "GridRow",
     "Grid",
+    "group_chunks",
     "decode_rows",
     "fill_chunks",
     "refuse_other_settings",
@@ -116,6 +117,20 @@ class Grid:
         """One seed per row: ``row_seed(seed, problem id, action name, sample, *seed_tag)``."""
         return [row_seed(self.seed, problem_ids[r.problem], self.actions[r.action].name, r.sample, *self.seed_tag)
                 for r in rows]
+
+
+def group_chunks(items: Sequence, limit: int, weight: Callable[[object], int] = lambda item: 1) -> list[list]:
+    """Consecutive ``items`` (whole problems) grouped into chunks of total ``weight`` at most
+    ``limit`` (one item heavier than ``limit`` is a chunk of its own): the rows of a chunk share
+    one decode, and each chunk is on disk before the next starts."""
+    chunks, current, total = [], [], 0
+    for item in items:
+        if current and total + weight(item) > limit:
+            chunks.append(current)
+            current, total = [], 0
+        current.append(item)
+        total += weight(item)
+    return chunks + ([current] if current else [])
 
 
 def decode_rows(lm, task, problems, prompts, grid: Grid, rows: Sequence[GridRow], *, token_budget: int,

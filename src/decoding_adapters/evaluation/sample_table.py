@@ -56,7 +56,7 @@ from ..decoding.confidence import (  # re-exported: they were defined here first
     confidence_summary,
     trace_readings,
 )
-from ..decoding.grid import SAMPLE_SEED_TAG, ChunkDirectory, Grid, decode_rows, fill_chunks
+from ..decoding.grid import SAMPLE_SEED_TAG, ChunkDirectory, Grid, decode_rows, fill_chunks, group_chunks
 from ..decoding.rollouts import STOP_AT_ANSWER, encode_problems
 
 __all__ = [
@@ -306,7 +306,7 @@ def build_sample_table(lm, task, problems, actions: Sequence[DecodingAction], *,
     todo = [p for p in problems if p.id not in done]
     next_index = [(max(done_chunks) + 1) if done_chunks else 0]
     grid = Grid(tuple(actions), samples, seed, SAMPLE_SEED_TAG)
-    chunks = [todo[start:start + chunk_problems] for start in range(0, len(todo), chunk_problems)]
+    chunks = group_chunks(todo, chunk_problems)
     with tqdm(total=len(problems), initial=len(problems) - len(todo), desc="sample table", unit="problem",
               disable=not progress) as bar:
         def write(table: SampleTable) -> None:

@@ -41,7 +41,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..decoding.actions import ActionSet, DecodingAction
-from ..decoding.grid import Grid, GridRow, JsonlTable, fill_chunks, header_differences
+from ..decoding.grid import Grid, GridRow, JsonlTable, fill_chunks, group_chunks, header_differences
 from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, answer_stops, encode_problems
 from ..tasks.base import problems_digest
 
@@ -274,19 +274,6 @@ def _pending(table: OutcomeTable, problems, grid: Grid) -> list[Pending]:
     return list(by_problem.items())
 
 
-def _chunks(pending: list[Pending], batch_rows: int) -> list[list[Pending]]:
-    """Group whole problems into chunks of at most ``batch_rows`` rows (one problem may exceed it:
-    the rollouts then split its rows, still prefilling the prompt once per sub-chunk)."""
-    chunks, current, rows = [], [], 0
-    for item in pending:
-        if current and rows + len(item[1]) > batch_rows:
-            chunks.append(current)
-            current, rows = [], 0
-        current.append(item)
-        rows += len(item[1])
-    return chunks + ([current] if current else [])
-
-
 def _chunk_request(chunk: list[Pending], prompts, problems, grid: Grid, token_budget: int, share_prefill: bool,
                    task=None, stop_at_answer: bool = False) -> tuple[RolloutRequest, list[GridRow]]:
     """One ``RolloutRequest`` for a chunk and its rows; with ``stop_at_answer`` every row ends at its
@@ -360,7 +347,9 @@ def evaluate_pool(
     table = _open_table(path, header)
     grid = Grid(tuple(actions), samples, seed)
     pending = _pending(table, problems, grid)
-    chunks = _chunks(pending, batch_rows)
+    # whole problems up to ``batch_rows`` rows (one problem may exceed it: the rollouts then split its
+    # rows, still prefilling the prompt once per sub-chunk)
+    chunks = group_chunks(pending, batch_rows, weight=lambda item: len(item[1]))
     prompts, _ = encode_problems(lm, task, problems, cot_ratio, seed) if pending else ([], [])
     total = len(problems) * len(actions) * samples
     log.info("pool evaluation: %d problems x %d actions x %d samples, %d chunks to run (%d problems already done)",

@@ -36,7 +36,15 @@ from tqdm.auto import tqdm
 
 from ..core.stats import pass_at_k
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction, load_action_set
-from ..decoding.grid import SAMPLE_SEED_TAG, Grid, JsonlTable, decode_rows, fill_chunks, refuse_other_settings
+from ..decoding.grid import (
+    SAMPLE_SEED_TAG,
+    Grid,
+    JsonlTable,
+    decode_rows,
+    fill_chunks,
+    group_chunks,
+    refuse_other_settings,
+)
 from ..decoding.loop import decode
 from ..decoding.rollouts import answer_stops, encode_problems
 from ..policies.draft import (
@@ -92,6 +100,8 @@ class DraftTable:
     def load(cls, path: str | Path) -> "DraftTable":
         """Read a table file (``decoding.grid.JsonlTable``: a line cut by a kill is dropped, and its
         problem decoded again on resume)."""
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"no draft table at {path}")
         header, rows = JsonlTable(path).read()
         if header is None or header.get("format") != TABLE_FORMAT:
             raise ValueError(f"{path} is not a draft table")
@@ -175,7 +185,7 @@ def build_draft_table(lm, task, problems, actions: Sequence[DecodingAction], *, 
         table.records.update((record["problem"], record) for record in records)
 
     try:
-        fill_chunks([todo[start:start + chunk_problems] for start in range(0, len(todo), chunk_problems)],
+        fill_chunks(group_chunks(todo, chunk_problems),
                     lambda chunk: _table_chunk(lm, task, chunk, grid, token_budget, stored, stop), store, on_chunk,
                     size=len)
     finally:
