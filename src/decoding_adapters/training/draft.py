@@ -83,7 +83,8 @@ TABLE_FORMAT = "decoding-adapters/draft-table"
 class DraftTable:
     """Per problem: the greedy draft (reward, answer, length, summary, prompt embedding) and
     ``samples`` re-decodes under each action (reward, answer, length, mean max-probability).
-    Stored as JSON lines (a header, then one record per problem), appended as chunks finish."""
+    Stored as JSON lines (``decoding.grid.JsonlTable``: a header, then one record per problem),
+    appended as chunks finish; the re-decodes are the grid's rows and seeds (``decoding.grid``)."""
 
     def __init__(self, header: dict, records: dict[str, dict] | None = None):
         self.header, self.records = header, dict(records or {})
