@@ -43,7 +43,7 @@ def parse_action(text: str) -> DecodingAction:
 
 
 def tables(args, lm, task) -> None:
-    from decoding_adapters.selection.coverage import OutcomeTable
+    from decoding_adapters.selection.outcomes import OutcomeTable
     from decoding_adapters.training.draft import build_draft_table
 
     actions = [parse_action(a) for a in args.actions.split(";")]

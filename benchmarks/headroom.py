@@ -46,7 +46,8 @@ from decoding_adapters.evaluation.headroom import (
     oracle_table,
     repetition_period,
 )
-from decoding_adapters.selection.coverage import OutcomeTable, build_pool, evaluate_pool
+from decoding_adapters.selection.coverage import build_pool
+from decoding_adapters.selection.outcomes import OutcomeTable, evaluate_pool
 from decoding_adapters.tasks import get_task
 from decoding_adapters.tasks.base import problems_digest
 

@@ -45,7 +45,7 @@ from decoding_adapters.evaluation.predictability import (
 )
 from decoding_adapters.lm.cpu_features import cpu_features
 from decoding_adapters.lm.models import ModelSpec, load_frozen_lm
-from decoding_adapters.selection.coverage import evaluate_pool
+from decoding_adapters.selection.outcomes import evaluate_pool
 from decoding_adapters.tasks import get_task
 from decoding_adapters.tasks.base import problems_digest
 

@@ -28,7 +28,7 @@ import torch
 
 from decoding_adapters.decoding.actions import PRESETS
 from decoding_adapters.lm.models import DEFAULT_MODEL, ModelSpec, load_frozen_lm
-from decoding_adapters.selection.coverage import evaluate_pool
+from decoding_adapters.selection.outcomes import evaluate_pool
 from decoding_adapters.tasks import get_task
 
 

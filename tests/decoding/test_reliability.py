@@ -22,7 +22,7 @@ from decoding_adapters.policies.networks import (
     load_adapter,
     save_adapter,
 )
-from decoding_adapters.selection.coverage import evaluate_pool
+from decoding_adapters.selection.outcomes import evaluate_pool
 from decoding_adapters.tasks import get_task
 from decoding_adapters.tasks.base import read_jsonl
 from decoding_adapters.training.common import check_resume

@@ -15,7 +15,7 @@ from decoding_adapters.selection.best import (
     best_static_from_table,
     pass_at_k_cells,
 )
-from decoding_adapters.selection.coverage import OutcomeTable
+from decoding_adapters.selection.outcomes import OutcomeTable
 
 
 def test_greedy_can_be_best_at_pass1_and_a_sampler_at_pass8():

@@ -11,16 +11,15 @@ import torch
 from decoding_adapters.decoding.actions import GREEDY, ActionSet, DecodingAction, candidate_pool, load_action_set
 from decoding_adapters.decoding.rollouts import HFRollouts, Rollouts
 from decoding_adapters.selection.coverage import (
-    OutcomeTable,
-    ReplayEnvironment,
     build_pool,
     coverage,
     coverage_curve,
-    evaluate_pool,
     greedy_coverage,
     select_actions,
     top_k_by_mean,
 )
+from decoding_adapters.selection.outcomes import OutcomeTable, evaluate_pool
+from decoding_adapters.selection.replay import ReplayEnvironment
 from decoding_adapters.tasks import get_task
 
 # ---------------------------------------------------------------------------- selection

@@ -12,7 +12,7 @@ import pytest
 
 from decoding_adapters.core.stats import pass_at_k
 from decoding_adapters.decoding.actions import DecodingAction
-from decoding_adapters.selection.coverage import OutcomeTable, table_header
+from decoding_adapters.selection.outcomes import OutcomeTable, table_header
 from decoding_adapters.tasks import get_task
 from decoding_adapters.training.draft import (
     DraftRewards,

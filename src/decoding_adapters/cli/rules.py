@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..core.files import atomic_write, lock_output_dir, write_json
 from ..evaluation.rules import COMPUTE_LEVELS, fit_calibrations, greedy_then, tune_rules
-from ..evaluation.sample_table import SampleTable, build_sample_table, pass_at_k_curve
+from ..evaluation.sample_table import SampleTable, build_sample_table, pass_at_k_curve, unfinished
 from ..evaluation.verifier import ranking_quality, table_scores
 from ..policies.fixed_rules import RULES, VERIFIER_RULES, reads_verifier
 from ..policies.kind_rule import save_rule_adapter
@@ -119,7 +119,10 @@ def _tables(args, options: RulesOptions, tables: TableOptions) -> tuple[SampleTa
 
 
 def _unfinished(path: str, args) -> bool:
-    """A table directory whose header is written but which holds fewer problems than asked."""
+    """A table directory whose header is written but which holds fewer problems than asked: than
+    its own plan (a build killed part-way) or than --max-problems."""
+    if unfinished(path):
+        return True
     if args.max_problems is None:
         return False
     return len(SampleTable.load(path).problem_ids) < args.max_problems

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 from ..decoding.actions import ActionSet
 from ..decoding.rollouts import STOP_AT_ANSWER
-from ..selection.coverage import build_pool, check_table, evaluate_pool, select_from_table, table_header, write_outputs
+from ..reporting.selection import write_outputs
+from ..selection.coverage import build_pool, select_from_table
+from ..selection.outcomes import check_table, evaluate_pool, table_header
 from ..tasks import check_disjoint, problems_record
 from ..tasks.base import problems_digest
 from .common import (

@@ -29,10 +29,12 @@ hidden state the decode recorded), under the model's own distribution (temperatu
   final tokens whose text holds the extracted answer, at most 32), NaN without an answer;
 - ``answer_prob_min``: the least probability among those tokens, NaN without an answer.
 
-Storage: a directory with ``header.json`` (task, split, model fingerprint, actions, N, budget, seed,
-stop, confidence settings) and one ``chunk-XXXXX.npz`` (compressed arrays) plus ``chunk-XXXXX.json``
-(problem ids and answer strings) per chunk of problems, each written atomically, so a kill loses at
-most the chunk being decoded and a rerun resumes (a table made under other settings is refused).
+Storage: a ``decoding.grid.ChunkDirectory``: ``header.json`` (task, split, model fingerprint, actions,
+N, budget, seed, stop, confidence settings), ``plan.json`` (the problems asked for) and one
+``chunk-XXXXX.npz`` (compressed arrays) plus ``chunk-XXXXX.json`` (problem ids and answer strings) per
+chunk of problems, each written atomically, so a kill loses at most the chunk being decoded and a
+rerun resumes (a table made under other settings is refused). Rows and seeds are the grid's
+(``decoding.grid.Grid``); a damaged chunk is refused in one line naming its file.
 """
 
 from __future__ import annotations
@@ -45,9 +47,9 @@ from typing import Callable, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..core.files import atomic_write, write_json
+from ..core.files import write_json
 from ..core.stats import pass_at_k
-from ..decoding.actions import GREEDY, ActionSet, DecodingAction
+from ..decoding.actions import GREEDY, DecodingAction
 from ..decoding.confidence import (  # re-exported: they were defined here first
     CONFIDENCE_FEATURES,
     ConfidenceConfig,
@@ -55,16 +57,15 @@ from ..decoding.confidence import (  # re-exported: they were defined here first
     confidence_summary,
     trace_readings,
 )
-from ..decoding.loop import decode, row_seed
-from ..decoding.rollouts import STOP_AT_ANSWER, answer_stops, encode_problems
-
-_trace_readings = trace_readings
+from ..decoding.grid import SAMPLE_SEED_TAG, ChunkDirectory, Grid, decode_rows, fill_chunks, group_chunks
+from ..decoding.rollouts import STOP_AT_ANSWER, encode_problems
 
 __all__ = [
     "CONFIDENCE_FEATURES",
     "TABLE_FORMAT",
     "ConfidenceConfig",
     "SampleTable",
+    "unfinished",
     "build_sample_table",
     "confidence_summary",
     "answer_ids",
@@ -173,51 +174,86 @@ class SampleTable:
     # -- files --
     def save(self, path: str | Path) -> Path:
         """Write as a directory of one chunk (``load`` reads it; ``build_sample_table`` resumes it)."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        for old in path.glob("chunk-*"):
-            old.unlink()
-        _write_chunk(path, 0, self)
-        write_json(path / "header.json", self.header)
-        return path
+        store = ChunkDirectory(path)
+        store.path.mkdir(parents=True, exist_ok=True)
+        store.clear()
+        _write_chunk(store, 0, self)
+        write_json(store.path / "header.json", self.header)
+        write_json(store.path / "plan.json", {"problems": list(self.problem_ids)})
+        return store.path
 
     @classmethod
     def load(cls, path: str | Path) -> "SampleTable":
-        path = Path(path)
-        header = json.loads((path / "header.json").read_text())
+        """Read a table directory; a damaged chunk (unreadable, answer ids its strings lack, a
+        problem another chunk holds, infinite confidences, negative token counts, arrays that do not
+        match the header) is refused in one line naming its file."""
+        store = ChunkDirectory(path)
+        header = store.read_header()
         if header.get("format") != TABLE_FORMAT:
-            raise ValueError(f"{path} is not a sample table")
-        chunks = [_read_chunk(path, i) for i in _chunk_indices(path)]
+            raise ValueError(f"{store.path} is not a sample table")
+        chunks, seen = [], {}
+        for i in store.chunk_indices():
+            chunk = _read_chunk(store, i, header)
+            for pid in chunk.problem_ids:
+                if pid in seen:
+                    raise ValueError(f"{store.path / f'chunk-{i:05d}.json'}: problem {pid!r} is also in "
+                                     f"chunk-{seen[pid]:05d} (a chunk copied under a new index?); delete one")
+                seen[pid] = i
+            chunks.append(chunk)
         return _concat(header, chunks)
 
 
-def _chunk_indices(path: Path) -> list[int]:
-    # a chunk counts once both of its files are there (each is written atomically, the .json last)
-    return sorted(int(f.stem.split("-")[1]) for f in path.glob("chunk-*.json") if f.with_suffix(".npz").is_file())
+def unfinished(path: str | Path) -> bool:
+    """Whether the table directory at ``path`` lacks problems its last build asked for (a build
+    killed part-way); False for a table written before builds recorded what they asked for."""
+    return ChunkDirectory(path).unfinished()
 
 
-def _write_chunk(path: Path, index: int, table: SampleTable) -> None:
+def _write_chunk(store: ChunkDirectory, index: int, table: SampleTable) -> None:
     arrays = {"answers": table.answers.astype(np.int32), "rewards": table.rewards.astype(np.float32),
               "tokens": table.tokens.astype(np.int32), "confidence": table.confidence.astype(np.float32)}
     if table.hidden is not None:
         arrays["hidden"] = table.hidden.astype(np.float16)
-
-    def write(tmp: Path) -> None:
-        with tmp.open("wb") as f:
-            np.savez_compressed(f, **arrays)
-
-    atomic_write(path / f"chunk-{index:05d}.npz", write)
-    write_json(path / f"chunk-{index:05d}.json", {"problems": table.problem_ids, "answer_strings": table.answer_strings,
-                                                  "confidence_names": list(table.confidence_names)})
+    store.write_chunk(index, arrays, {"problems": table.problem_ids, "answer_strings": table.answer_strings,
+                                      "confidence_names": list(table.confidence_names)})
 
 
-def _read_chunk(path: Path, index: int) -> SampleTable:
-    meta = json.loads((path / f"chunk-{index:05d}.json").read_text())
-    with np.load(path / f"chunk-{index:05d}.npz") as data:
-        arrays = {k: data[k] for k in data.files}
-    return SampleTable({}, meta["problems"], arrays["answers"], meta["answer_strings"], arrays["rewards"],
-                       arrays["tokens"], arrays["confidence"], arrays.get("hidden"),
-                       tuple(meta["confidence_names"]))
+def _read_chunk(store: ChunkDirectory, index: int, header: dict) -> SampleTable:
+    meta = store.read_meta(index)
+    arrays = store.read_arrays(index)
+    file = store.path / f"chunk-{index:05d}.npz"
+    try:
+        table = SampleTable({}, meta["problems"], arrays["answers"], meta["answer_strings"], arrays["rewards"],
+                            arrays["tokens"], arrays["confidence"], arrays.get("hidden"),
+                            tuple(meta["confidence_names"]))
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+        raise ValueError(f"{file}: damaged ({err}); delete it and its .json to decode its problems again") from None
+    problem = _chunk_damage(table, header)
+    if problem:
+        raise ValueError(f"{file}: {problem}; delete it and its .json to decode its problems again")
+    return table
+
+
+def _chunk_damage(table: SampleTable, header: dict) -> str:
+    """What is wrong with a chunk's arrays (empty when nothing): checked before any of them sizes an
+    allocation or reaches a rule."""
+    _, arms, samples = table.shape
+    if (arms, samples) != (len(header.get("actions", [])), int(header.get("samples", samples))):
+        return f"its arrays hold {arms} arms x {samples} samples, the header {len(header.get('actions', []))} x " \
+               f"{header.get('samples')}"
+    if table.answers.dtype.kind != "i" or table.tokens.dtype.kind != "i":
+        return "answer ids and token counts must be integers"
+    counts = np.array([len(s) for s in table.answer_strings]).reshape(-1, 1, 1)
+    if ((table.answers < -1) | (table.answers >= counts)).any():
+        return f"answer ids out of range (from {int(table.answers.min())} to {int(table.answers.max())}; " \
+               "each must be -1 or index its problem's answer strings)"
+    if (table.tokens < 0).any():
+        return f"negative token counts ({int(table.tokens.min())})"
+    if np.isinf(table.confidence).any():
+        return "infinite confidences"
+    if not np.isfinite(table.rewards).all():
+        return "rewards that are not finite"
+    return ""
 
 
 def _concat(header: dict, chunks: list[SampleTable]) -> SampleTable:
@@ -233,9 +269,6 @@ def _concat(header: dict, chunks: list[SampleTable]) -> SampleTable:
                        [s for c in chunks for s in c.answer_strings], np.concatenate([c.rewards for c in chunks]),
                        np.concatenate([c.tokens for c in chunks]), np.concatenate([c.confidence for c in chunks]),
                        hidden, names)
-
-
-# ---- answers and confidences --------------------------------------------------------------------------
 
 
 # ---- building -----------------------------------------------------------------------------------------
@@ -257,38 +290,36 @@ def build_sample_table(lm, task, problems, actions: Sequence[DecodingAction], *,
                        on_chunk: Callable[[int, int], None] | None = None) -> SampleTable:
     """Decode ``problems`` under every arm of ``actions`` (greedy once, a sampled arm ``samples`` times)
     into the table directory ``path``, chunk by chunk (resumable: problems already there are kept; a
-    table made under other settings is refused). ``stop_at_answer``: each sample ends at its first
-    complete answer (the protocol; off: decoded to EOS or the budget)."""
+    table made under other settings is refused; the problems asked for are the table's plan, so a
+    killed build reads as unfinished). ``stop_at_answer``: each sample ends at its first complete
+    answer (the protocol; off: decoded to EOS or the budget)."""
     if samples < 1 or not actions:
         raise ValueError("a sample table needs samples >= 1 and at least one action")
     actions = list(actions)
     if len({a.name for a in actions}) != len(actions):
         raise ValueError("the arms' actions must be distinct")
-    path = Path(path)
+    store = ChunkDirectory(path)
     confidence = confidence or ConfidenceConfig()
     header = _header(task, lm, split, actions, samples, token_budget, seed, stop_at_answer, confidence, hidden)
-    if (path / "header.json").is_file():
-        stored = json.loads((path / "header.json").read_text())
-        if stored != json.loads(json.dumps(header)):
-            raise ValueError(f"{path} was decoded under other settings: {_differences(stored, header)}")
-    else:
-        write_json(path / "header.json", header)
-    done_chunks = _chunk_indices(path)
-    done = {pid for i in done_chunks for pid in json.loads((path / f"chunk-{i:05d}.json").read_text())["problems"]}
+    if store.has_header() and store.read_header() != json.loads(json.dumps(header)):
+        raise ValueError(f"{path} was decoded under other settings: {_differences(store.read_header(), header)}")
+    store.open(header, [p.id for p in problems])
+    done_chunks = store.chunk_indices()
+    done = set(store.stored_ids())
     todo = [p for p in problems if p.id not in done]
-    next_index = (max(done_chunks) + 1) if done_chunks else 0
-    action_set = ActionSet(actions)
+    next_index = [(max(done_chunks) + 1) if done_chunks else 0]
+    grid = Grid(tuple(actions), samples, seed, SAMPLE_SEED_TAG)
+    chunks = group_chunks(todo, chunk_problems)
     with tqdm(total=len(problems), initial=len(problems) - len(todo), desc="sample table", unit="problem",
               disable=not progress) as bar:
-        for start in range(0, len(todo), chunk_problems):
-            chunk = todo[start:start + chunk_problems]
-            table = _decode_chunk(lm, task, chunk, action_set, samples, token_budget, seed, stop_at_answer,
-                                  confidence, hidden)
-            _write_chunk(path, next_index, table)
-            next_index += 1
-            bar.update(len(chunk))
-            if on_chunk is not None:
-                on_chunk(start + len(chunk), len(todo))
+        def write(table: SampleTable) -> None:
+            _write_chunk(store, next_index[0], table)
+            next_index[0] += 1
+            bar.update(len(table.problem_ids))
+
+        fill_chunks(chunks, lambda chunk: _decode_chunk(lm, task, chunk, grid, token_budget, stop_at_answer,
+                                                        confidence, hidden),
+                    write, on_chunk, size=len)
     table = SampleTable.load(path)
     order = {pid: i for i, pid in enumerate(table.problem_ids)}
     return table.subset([order[p.id] for p in problems if p.id in order])
@@ -323,23 +354,16 @@ def _differences(stored: dict, wanted: dict) -> str:
     return "; ".join(out) + ". Give the table's settings to read or extend it, or choose another table directory"
 
 
-def _decode_chunk(lm, task, problems, action_set: ActionSet, samples: int, token_budget: int, seed: int,
-                  stop_at_answer: bool, config: ConfidenceConfig, with_hidden: bool) -> SampleTable:
-    prompts, _ = encode_problems(lm, task, problems, seed=seed)
-    # rows: (problem, arm, sample); greedy arms get one row, sampled arms ``samples``
-    rows = [(i, a, j) for i in range(len(problems)) for a, act in enumerate(action_set.actions)
-            for j in range(1 if act.is_greedy else samples)]
-    result = decode(lm, prompts, action_set, prompt_of_row=[i for i, _, _ in rows],
-                    row_actions=[a for _, a, _ in rows], token_budget=token_budget, record_features=True,
-                    row_seeds=[row_seed(seed, problems[i].id, action_set.names[a], j, "draft-table")
-                               for i, a, j in rows],
-                    stop_checks=answer_stops(task, problems, [i for i, _, _ in rows], stop_at_answer))
-    row_problems = [problems[i] for i, _, _ in rows]
-    rewards = task.reward_batch(row_problems, result.texts)
+def _decode_chunk(lm, task, problems, grid: Grid, token_budget: int, stop_at_answer: bool, config: ConfidenceConfig,
+                  with_hidden: bool) -> SampleTable:
+    prompts, _ = encode_problems(lm, task, problems, seed=grid.seed)
+    rows = grid.rows(len(problems))  # a greedy arm: one row filling every slot
+    result, rewards = decode_rows(lm, task, problems, prompts, grid, rows, token_budget=token_budget,
+                                  stop_at_answer=stop_at_answer, record_features=True)
+    row_problems = [problems[r.problem] for r in rows]
     answers = [task.extract_answer(p, text) for p, text in zip(row_problems, result.texts)]
-    summary, hidden = _trace_readings(lm, result, answers, config, with_hidden)
-    p, a = len(problems), len(action_set)
-    shape = (p, a, samples)
+    summary, hidden = trace_readings(lm, result, answers, config, with_hidden)
+    shape = (len(problems), len(grid.actions), grid.samples)
     out_answers = np.full(shape, -1, np.int32)
     out_rewards = np.zeros(shape, np.float32)
     out_tokens = np.zeros(shape, np.int32)
@@ -347,15 +371,14 @@ def _decode_chunk(lm, task, problems, action_set: ActionSet, samples: int, token
     out_hidden = np.zeros(shape + (hidden.shape[1],), np.float16) if hidden is not None else None
     strings: list[list[str]] = []
     by_problem: dict[int, list[int]] = {}
-    for r, (i, _, _) in enumerate(rows):
-        by_problem.setdefault(i, []).append(r)
-    for i in range(p):
+    for r, row in enumerate(rows):
+        by_problem.setdefault(row.problem, []).append(r)
+    for i in range(len(problems)):
         ids, names = answer_ids([answers[r] for r in by_problem[i]])
         strings.append(names)
         for r, answer_id in zip(by_problem[i], ids):
-            _, arm, j = rows[r]
-            # the greedy arm's one sample fills every slot (it is deterministic)
-            slots = slice(None) if action_set.actions[arm].is_greedy else j
+            slots = list(rows[r].slots)
+            arm = rows[r].action
             out_answers[i, arm, slots] = answer_id
             out_rewards[i, arm, slots] = rewards[r]
             out_tokens[i, arm, slots] = int(result.lengths[r])

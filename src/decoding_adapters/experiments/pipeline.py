@@ -67,8 +67,10 @@ from ..policies.draft import DraftContextConfig
 from ..policies.fixed_rules import RULE_LABELS, RULES, VERIFIER_RULES, reads_verifier, score_setting, setting_from_dict
 from ..policies.networks import load_adapter
 from ..policies.verifier import load_verifier
+from ..reporting.selection import write_outputs
 from ..selection.best import best_static_from_table
-from ..selection.coverage import OutcomeTable, build_pool, evaluate_pool, select_from_table, write_outputs
+from ..selection.coverage import build_pool, select_from_table
+from ..selection.outcomes import OutcomeTable, evaluate_pool
 from ..training.attempt import AttemptTrainConfig
 from ..training.draft import DraftTable, DraftTrainConfig, DraftTrainer, ensure_tables
 from ..training.sequence import SequenceTrainConfig, SequenceTrainer, reward_source

@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..evaluation.headroom import oracle_table
-from ..selection.coverage import OutcomeTable
+from ..selection.outcomes import OutcomeTable
 from . import plots
 from .cells import pass_ks, signed, table_row
 from .inputs import log_records

@@ -25,7 +25,6 @@ Departures from the sequence trainer:
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from dataclasses import asdict, dataclass
@@ -37,7 +36,16 @@ from tqdm.auto import tqdm
 
 from ..core.stats import pass_at_k
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction, load_action_set
-from ..decoding.loop import decode, row_seed
+from ..decoding.grid import (
+    SAMPLE_SEED_TAG,
+    Grid,
+    JsonlTable,
+    decode_rows,
+    fill_chunks,
+    group_chunks,
+    refuse_other_settings,
+)
+from ..decoding.loop import decode
 from ..decoding.rollouts import answer_stops, encode_problems
 from ..policies.draft import (
     KEEP_DRAFT,
@@ -48,7 +56,7 @@ from ..policies.draft import (
     summarise_draft,
 )
 from ..policies.networks import AdapterConfig, SequencePolicy, SequencePolicyConfig, prior_distribution, save_adapter
-from ..selection.coverage import OutcomeTable, check_replay_header
+from ..selection.outcomes import OutcomeTable, check_replay_header
 from ..tasks import problems_record, task_record
 from .common import Validation, step_generator
 from .sequence import SequenceTrainConfig, SequenceTrainer, selection_record
@@ -75,7 +83,8 @@ TABLE_FORMAT = "decoding-adapters/draft-table"
 class DraftTable:
     """Per problem: the greedy draft (reward, answer, length, summary, prompt embedding) and
     ``samples`` re-decodes under each action (reward, answer, length, mean max-probability).
-    Stored as JSON lines (a header, then one record per problem), appended as chunks finish."""
+    Stored as JSON lines (``decoding.grid.JsonlTable``: a header, then one record per problem),
+    appended as chunks finish; the re-decodes are the grid's rows and seeds (``decoding.grid``)."""
 
     def __init__(self, header: dict, records: dict[str, dict] | None = None):
         self.header, self.records = header, dict(records or {})
@@ -90,17 +99,17 @@ class DraftTable:
 
     @classmethod
     def load(cls, path: str | Path) -> "DraftTable":
-        lines = Path(path).read_text().splitlines()
-        header = json.loads(lines[0])["header"]
-        if header.get("format") != TABLE_FORMAT:
+        """Read a table file (``decoding.grid.JsonlTable``: a line cut by a kill is dropped, and its
+        problem decoded again on resume)."""
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"no draft table at {path}")
+        header, rows = JsonlTable(path).read()
+        if header is None or header.get("format") != TABLE_FORMAT:
             raise ValueError(f"{path} is not a draft table")
         records = {}
-        for line in lines[1:]:
-            try:
-                record = json.loads(line)
-            except ValueError:  # a line cut by a kill: the problem is decoded again
-                continue
-            records[record["problem"]] = record
+        for record in rows:
+            if "problem" in record:
+                records[record["problem"]] = record
         return cls(header, records)
 
     def summary(self, ids: Sequence[str]) -> DraftSummary:
@@ -164,23 +173,24 @@ def build_draft_table(lm, task, problems, actions: Sequence[DecodingAction], *, 
         header["samples_from"] = stored.header.get("data")
     if path.is_file():
         table = DraftTable.load(path)
-        if table.header != header:
-            raise ValueError(f"{path} was decoded under other settings: {table.header} vs {header}")
+        refuse_other_settings(path, table.header, header)
     else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"header": header}) + "\n")
         table = DraftTable(header)
     todo = [p for p in problems if p.id not in table.records]
-    action_set = ActionSet(list(actions))
-    for start in range(0, len(todo), chunk_problems):
-        chunk = todo[start:start + chunk_problems]
-        records = _table_chunk(lm, task, chunk, action_set, samples, token_budget, seed, stored, stop)
-        with path.open("a") as f:
-            for record in records:
-                f.write(json.dumps(record) + "\n")
-                table.records[record["problem"]] = record
-        if on_chunk is not None:
-            on_chunk(start + len(chunk), len(todo))
+    grid = Grid(tuple(actions), samples, seed, SAMPLE_SEED_TAG, greedy_once=False)
+    file = JsonlTable(path)
+    file.open(header)
+
+    def store(records: list[dict]) -> None:
+        file.append(records)
+        table.records.update((record["problem"], record) for record in records)
+
+    try:
+        fill_chunks(group_chunks(todo, chunk_problems),
+                    lambda chunk: _table_chunk(lm, task, chunk, grid, token_budget, stored, stop), store, on_chunk,
+                    size=len)
+    finally:
+        file.close()
     return table
 
 
@@ -194,32 +204,30 @@ def _stored_samples(stored: OutcomeTable, problem_id: str, actions: ActionSet, s
     return out
 
 
-def _table_chunk(lm, task, problems, action_set: ActionSet, samples: int, token_budget: int, seed: int,
-                 stored: OutcomeTable | None = None, stop: bool = False) -> list[dict]:
-    prompts, _ = encode_problems(lm, task, problems, seed=seed)
+def _table_chunk(lm, task, problems, grid: Grid, token_budget: int, stored: OutcomeTable | None = None,
+                 stop: bool = False) -> list[dict]:
+    prompts, _ = encode_problems(lm, task, problems, seed=grid.seed)
     draft = decode(lm, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=token_budget, record_features=True,
                    stop_checks=answer_stops(task, problems, range(len(problems)), stop))
     summary = summarise_draft(draft)
     embeddings = lm.prompt_embeddings(prompts, pooling="mean")
     draft_rewards = task.reward_batch(problems, draft.texts)
+    action_set = ActionSet(list(grid.actions))
     if stored is not None:
         return [_record(task, problem, i, draft, summary, embeddings, draft_rewards,
-                        _stored_samples(stored, problem.id, action_set, samples)) for i, problem in enumerate(problems)]
-    rows = [(i, a, j) for i in range(len(problems)) for a in range(len(action_set)) for j in range(samples)]
-    result = decode(lm, prompts, action_set, prompt_of_row=[i for i, _, _ in rows],
-                    row_actions=[a for _, a, _ in rows], token_budget=token_budget,
-                    row_seeds=[row_seed(seed, problems[i].id, action_set.names[a], j, "draft-table")
-                               for i, a, j in rows],
-                    stop_checks=answer_stops(task, problems, [i for i, _, _ in rows], stop))
-    rewards = task.reward_batch([problems[i] for i, _, _ in rows], result.texts)
+                        _stored_samples(stored, problem.id, action_set, grid.samples))
+                for i, problem in enumerate(problems)]
+    rows = grid.rows(len(problems))  # every action decoded once per sample slot
+    result, rewards = decode_rows(lm, task, problems, prompts, grid, rows, token_budget=token_budget,
+                                  stop_at_answer=stop)
     valid = result.valid_mask().float()
     conf = (result.max_prob * valid).sum(1) / result.lengths.clamp(min=1)
     out = []
     for i, problem in enumerate(problems):
         decoded: dict[str, list[dict]] = {}
-        for r, (pi, a, _) in enumerate(rows):
-            if pi == i:
-                decoded.setdefault(action_set.names[a], []).append({
+        for r, row in enumerate(rows):
+            if row.problem == i:
+                decoded.setdefault(action_set.names[row.action], []).append({
                     "reward": float(rewards[r]), "answer": task.extract_answer(problem, result.texts[r]),
                     "length": int(result.lengths[r]), "confidence": round(float(conf[r]), 4)})
         out.append(_record(task, problem, i, draft, summary, embeddings, draft_rewards, decoded))

@@ -45,7 +45,8 @@ from ..policies.networks import (
     prior_distribution,
     save_adapter,
 )
-from ..selection.coverage import OutcomeTable, ReplayEnvironment, check_replay_header
+from ..selection.outcomes import OutcomeTable, check_replay_header
+from ..selection.replay import ReplayEnvironment
 from ..tasks import check_disjoint, problems_record, task_record
 from .common import (
     TrainingLoop,
