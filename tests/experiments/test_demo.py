@@ -109,7 +109,7 @@ def test_the_plan_and_the_run_time_the_same_decode_probe(tiny_model_dir, tmp_pat
     """`demo --plan` and `demo` measure through one call on the study's own task, so on one machine
     they time the same request (prompts, rows, tokens) and read the same figure."""
     import decoding_adapters.cli.study  # noqa: F401  (imported before the patch, as in a long-lived process)
-    from decoding_adapters.experiments import demo
+    from decoding_adapters.experiments import probe as probing
 
     class Probed(Exception):
         pass
@@ -117,13 +117,13 @@ def test_the_plan_and_the_run_time_the_same_decode_probe(tiny_model_dir, tmp_pat
     seen = []
 
     def probe(lm, task):
-        seen.append([p.question for p in task.load("validation")[: demo.PROBE_ROWS // 2]])
+        seen.append([p.question for p in task.load("validation")[: probing.PROBE_ROWS // 2]])
         raise Probed  # the measurement itself is not under test: stop there
 
-    monkeypatch.setattr(demo, "probe_tokens_per_second", probe)
+    monkeypatch.setattr(probing, "probe_tokens_per_second", probe)
     common = ["--size", "tiny", "--model", str(tiny_model_dir), "--no-progress", "--validation-size", "40"]
     with pytest.raises(Probed):
         main(["demo", "--plan", *common])
     with pytest.raises(Probed):
         main(["demo", "--out", str(tmp_path / "demo"), *common])
-    assert len(seen) == 2 and seen[0] == seen[1] and len(seen[0]) == demo.PROBE_ROWS // 2
+    assert len(seen) == 2 and seen[0] == seen[1] and len(seen[0]) == probing.PROBE_ROWS // 2

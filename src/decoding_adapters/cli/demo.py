@@ -11,7 +11,8 @@ import argparse
 from dataclasses import dataclass
 from typing import Literal
 
-from ..experiments.demo import SIZES, run_demo
+from ..experiments.demo import run_demo
+from ..experiments.presets import SIZES
 from ..lm.models import DEFAULT_DEVICE
 from .common import check_output_dir
 from .study import add_study_arguments, format_plan, publish_if_asked, study_command, study_config

@@ -52,9 +52,9 @@ What runs (``full``):
    curves, cost (minutes per stage against the plan, tokens per training step, steps per minute),
    figures.
 
-Measurements behind the plan (``demo.estimate_minutes`` holds the constants): a model of decoded
+Measurements behind the plan (``experiments.planning`` holds the constants): a model of decoded
 rows x mean length / throughput, with one scale per stage fitted on a published run, and a few
-seconds' decode probe (``demo.probe_tokens_per_second``) that scales it to the machine it runs on.
+seconds' decode probe (``experiments.probe``) that scales it to the machine it runs on.
 Decoded to the budget, greedy on the 100 validation problems at budgets 16/24/32/48/64/96 has mean
 length 14.6 / 20.5 / 25.3 / 32.5 / 35.7 / 39.3 tokens, stopped by the budget 77 / 70 / 52 / 30 / 15 /
 7% of rows: the model keeps talking after the answer. Stopped at its first answer (the protocol), on
@@ -88,7 +88,8 @@ import argparse
 from dataclasses import dataclass
 from typing import Literal
 
-from ..experiments.demo import REPRODUCE_SIZES, run_demo
+from ..experiments.demo import run_demo
+from ..experiments.presets import REPRODUCE_SIZES
 from ..lm.models import DEFAULT_DEVICE
 from .study import add_study_arguments, format_plan, publish_if_asked, study_command, study_config
 
