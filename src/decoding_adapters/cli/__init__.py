@@ -26,8 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "reproduce": (
         "decoding_adapters.cli.reproduce",
-        "the headline study: the demo's stages at full size (whole pool, live rollouts, early stopping, 200 test "
-        "problems)",
+        "the headline study: the published evidence run on the sealed split (the demo's stages at full size; "
+        "--plan prints its plan)",
     ),
     "select-actions": (
         "decoding_adapters.cli.select_actions",

@@ -118,8 +118,8 @@ FULL = StudyConfig(
 COMPLETE = replace(
     FULL,
     # The study uncut: greedy (almost) never truncated, pass@8 (B up to 8), selection on 32 x 4,
-    # longer training validated in both policy modes on 400 x 2. About 10 hours on the 2-core CPU by
-    # the plan: for a bigger machine.
+    # longer training validated in both policy modes on 400 x 2: for a bigger machine
+    # (`reproduce --size complete --plan`).
     token_budget=128,
     budget=BudgetConfig(candidates=(48, 64, 96, 128, 192), problems=400, max_truncated=0.02),
     selection=SelectionConfig(pool_subsample=None, problems=32, samples=4, k=6),
