@@ -54,7 +54,7 @@ TINY: dict[str, list[str]] = {
     "serve": [],
     "domains": ["--size", "tiny", "--no-progress"],
     "reproduce": ["--size", "smoke", "--no-progress"],
-    "demo": ["--size", "tiny", "--no-progress"],
+    "demo": ["--size", "tiny", "--token-budget", "4", "--no-progress"],
     "model-path": [],
     "rules": ["--max-problems", "4", "--samples", "2", "--token-budget", "4"],
     "train-attempt": ["--steps", "2", "--prices", "0.1", "--train-problems", "4", "--val-problems", "4",

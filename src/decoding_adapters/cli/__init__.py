@@ -71,7 +71,7 @@ typical flow:
   decoding-adapters train-token --task arithmetic --token-budget 32 --out runs/tok
   decoding-adapters evaluate --task arithmetic --adapter runs/seq --adapter runs/tok --out runs/eval
   decoding-adapters demo --out runs/demo          # all of the above, fitted to 15 minutes on this machine (--minutes)
-  decoding-adapters demo --size tiny --out runs/demo-tiny   # the same pipeline in about a minute
+  decoding-adapters demo --size tiny --out runs/demo-tiny   # every stage, rules and attempt policy, in minutes
 
 `decoding-adapters COMMAND --help` lists a command's options (--help-all: every option, with its full help).
 """

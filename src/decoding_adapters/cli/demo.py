@@ -25,8 +25,8 @@ class DemoOptions:
     out: str = "runs/demo"
     """output directory (re-run the same command to resume)"""
     size: Literal["default", "tiny"] = "default"
-    """stage sizes: tiny (every stage at toy sizes, a 4-token budget: the pipeline, not evidence), default
-    (~13 min on the 2-core reference machine); the full study is `reproduce`"""
+    """stage sizes: tiny (a first run: every stage, the fixed rules and the attempt policy included, at
+    small sizes: not evidence), default (~13 min on the 2-core reference machine); the full study is `reproduce`"""
     minutes: float = 15.0
     """fit the run into this many minutes on this machine: when the plan (scaled by the decode probe) is
     longer, token-training steps, then seeds and selection samples, and only then evaluation and

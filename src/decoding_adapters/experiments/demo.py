@@ -354,7 +354,7 @@ def _print_summary(run: _Run, cfg: StudyConfig, evaluation: Evaluation, report_p
     """The evidence lines (or, at tiny sizes with nothing solved, why), the table and the time spent."""
     lines = evidence_lines(evaluation.results, evaluation.details)
     if nothing_solved(evaluation.results) and cfg.token_budget <= TINY.token_budget:
-        lines = [TINY_NOTE.format(budget=cfg.token_budget)]  # the verifier is not at fault: the budget is tiny
+        lines = [TINY_NOTE.format(problems=cfg.eval_problems, budget=cfg.token_budget)]
     for line in lines:
         print(line.replace("**", ""))
     print(format_table(evaluation.results))

@@ -689,9 +689,24 @@ def add_rule_entries(evaluation: Evaluation, entries: dict, family: str = "fixed
     added_before = {n for n, m in details.get("methods", {}).items()
                     if RULE_TABLE_KEY in m and m.get("family", "fixed rule") == family}
     for section, key in (("methods", "method"), ("per_problem", "per_problem"), ("compute", "compute")):
-        kept = {n: v for n, v in details.get(section, {}).items() if n not in added_before}
-        details[section] = {**kept, **{n: e[key] for n, e in entries.items()}}
+        details[section] = _replace_in_place(details.get(section, {}), added_before,
+                                             {n: e[key] for n, e in entries.items()})
     return Evaluation(evaluation.results, details)
+
+
+def _replace_in_place(old: dict, dropped: set, new: dict) -> dict:
+    """``old`` without the names in ``dropped``, each name in ``new`` given its new value where it
+    stood, the rest of ``new`` after: a resumed run that adds the same points again writes
+    eval_details in the order the first run wrote it (so it is not rewritten)."""
+    merged = {}
+    for name, value in old.items():
+        if name in new:
+            merged[name] = new[name]
+        elif name not in dropped:
+            merged[name] = value
+    for name, value in new.items():
+        merged.setdefault(name, value)
+    return merged
 
 
 def fixed_rules(lm, task, cfg: StudyConfig, out: Path, evaluation: Evaluation, problems, *,

@@ -1,5 +1,6 @@
-"""The study's sizes and the runs it is made of: the ``demo`` command's ``SIZES`` (``tiny`` checks the
-pipeline, ``default`` fits about 13 minutes on the 2-core reference machine), the ``reproduce``
+"""The study's sizes and the runs it is made of: the ``demo`` command's ``SIZES`` (``tiny``: a first run of every
+stage, the fixed rules and the attempt policy included, in a few minutes; ``default`` fits about 13
+minutes on the 2-core reference machine), the ``reproduce``
 command's ``REPRODUCE_SIZES`` (``full``: the study behind the README's headline table, ``complete``:
 uncut, ``smoke``: every stage on a tiny model), and the adapter runs every size trains."""
 
@@ -47,26 +48,33 @@ DEFAULT = StudyConfig(
 )
 
 TINY = StudyConfig(
-    token_budget=4,
+    # A newcomer's first run: every stage, the fixed rules and the attempt policy included, at sizes
+    # that plan about a minute of decoding on the 2-core reference machine, and at a token budget where
+    # the default model answers (32, the full study's: greedy stopped at its first answer solves about
+    # half of the problems there), so its table shows something solved. One seed and 16 test
+    # problems: it shows the pipeline and the headline method, not evidence.
+    token_budget=32,
     budget=BudgetConfig(candidates=()),
-    selection=SelectionConfig(pool_subsample=3, problems=4, samples=2, k=2),
+    selection=SelectionConfig(pool_subsample=3, problems=8, samples=2, k=2),
     sequence_rewards="replay",
-    sequence=SequenceTrainConfig(parallel_budgets=(1, 2), steps=3, prompts_per_step=2, max_train_prompts=256,
-                                 val_every=1, val_problems=64, checkpoint_every=1),
+    # 16 training and 16 validation problems: also the draft stage's both-arms tables
+    sequence=SequenceTrainConfig(parallel_budgets=(1, 2), steps=3, prompts_per_step=2, max_train_prompts=16,
+                                 val_every=1, val_problems=16, checkpoint_every=1),
     token=TokenTrainConfig(steps=2, prompts_per_step=2, group_size=2, max_train_prompts=4, filter_samples=0,
                            val_every=2, val_problems=4, checkpoint_every=1, patience=0),
     eval=EvalConfig(k_values=(1, 2)),
-    eval_problems=3,
-    seeds=2,
-    batch_rows=16,
-    rules=RulesConfig(enabled=True, samples=2, problems=4),
-    draft_stage=True,  # every stage runs, the draft-gated one too: tiny checks the pipeline
+    eval_problems=16,
+    seeds=1,
+    batch_rows=64,
+    draft_stage=True,
     draft_samples=1,
+    rules=RulesConfig(enabled=True, samples=2, problems=16),
+    attempt=AttemptStageConfig(enabled=True, train_problems=16, prices=(0.1,), steps=50),
 )
-TINY_NOTE = ("--size tiny checks that every stage runs end to end, at toy sizes and a {budget}-token budget that is "
-             "too short for the model to state an answer, so nothing is solved: that is expected here and is not a "
-             "result. The default size (`demo`) picks a budget at which the model answers.")
-"""What a tiny run prints where nothing was solved, instead of leaving the user to debug the task."""
+TINY_NOTE = ("Nothing was solved at this size ({problems} test problems, a {budget}-token budget): no method answered "
+             "a test problem right, so this table compares nothing. On the default model `--size tiny` solves some "
+             "problems; with this model, try a longer --token-budget or the default size (`demo`).")
+"""What a small run prints where nothing was solved, instead of leaving the user to debug the task."""
 
 FULL = StudyConfig(
     # The study cut to fit 120 minutes on the 2-core CPU (cli/reproduce.py: the plan, what was cut; COMPLETE: uncut).
@@ -130,17 +138,25 @@ COMPLETE = replace(
     eval=EvalConfig(k_values=(1, 2, 4, 8)),
 )
 
-SMOKE = replace(
+SMOKE = StudyConfig(
     # Every stage of the full study (budget choice, whole pool, live sequence rollouts, early
-    # stopping, every baseline) on a tiny model in well under a minute: the CLI test's size.
-    TINY,
+    # stopping, every baseline, the fixed rules) on a tiny model in well under a minute: the CLI
+    # test's size.
+    token_budget=4,
     budget=BudgetConfig(candidates=(2, 4), problems=4, max_truncated=1.0),
     selection=SelectionConfig(pool_subsample=None, problems=2, samples=1, k=2),
     sequence_rewards="live",
-    sequence=replace(TINY.sequence, parallel_budgets=(1, 2), steps=2, max_train_prompts=4, val_every=1,
-                     val_problems=2),
-    token=replace(TINY.token, steps=4, val_every=1, patience=1),
+    sequence=SequenceTrainConfig(parallel_budgets=(1, 2), steps=2, prompts_per_step=2, max_train_prompts=4,
+                                 val_every=1, val_problems=2, checkpoint_every=1),
+    token=TokenTrainConfig(steps=4, prompts_per_step=2, group_size=2, max_train_prompts=4, filter_samples=0,
+                           val_every=1, val_problems=4, checkpoint_every=1, patience=1),
+    eval=EvalConfig(k_values=(1, 2)),
+    eval_problems=3,
+    seeds=2,
+    batch_rows=16,
+    rules=RulesConfig(enabled=True, samples=2, problems=4),
     draft_stage=True,
+    draft_samples=1,
 )
 
 SIZES: dict[str, StudyConfig] = {"tiny": TINY, "default": DEFAULT}
