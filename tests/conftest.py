@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from decoding_adapters.lm.models import FrozenLM
+from decoding_adapters.sandbox.runner import probe_isolation
 
 # Tiny models: one thread is faster (no fork-join overhead per small matmul) and steadier on a
 # shared 2-core machine.
@@ -138,3 +139,15 @@ def tiny_model_dir(tiny_lm, tmp_path_factory) -> Path:
     tiny_lm.model.save_pretrained(directory)
     tiny_lm.tokenizer.save_pretrained(directory)
     return directory
+
+
+@pytest.fixture(scope="session")
+def isolation():
+    """What isolation sandboxed runs get on this machine (probed once per session)."""
+    return probe_isolation()
+
+
+@pytest.fixture(scope="session")
+def layers(isolation):
+    """The isolation layers sandboxed runs get on this machine (``sandbox_helpers.need`` skips on a missing one)."""
+    return isolation.layers

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = [ROOT / "docs" / "using-adapters.md"]
 """Pages whose blocks run after the README's, in the same session (they use what it trained)."""
-README_MAX_LINES = 250
+README_MAX_LINES = 220
 
 TINY: dict[str, list[str]] = {
     "select-actions": ["--max-problems", "2", "--samples", "1", "--token-budget", "4", "--no-progress"],
@@ -54,7 +54,7 @@ TINY: dict[str, list[str]] = {
     "serve": [],
     "domains": ["--size", "tiny", "--no-progress"],
     "reproduce": ["--size", "smoke", "--no-progress"],
-    "demo": ["--size", "tiny", "--no-progress"],
+    "demo": ["--size", "tiny", "--token-budget", "4", "--no-progress"],
     "model-path": [],
     "rules": ["--max-problems", "4", "--samples", "2", "--token-budget", "4"],
     "train-attempt": ["--steps", "2", "--prices", "0.1", "--train-problems", "4", "--val-problems", "4",
@@ -310,3 +310,34 @@ def test_parsing_follows_the_markdown():
     assert [(b.language, b.line) for b in blocks] == [("bash", 3), ("python", 10)]
     assert bash_commands(blocks[0].text) == ["a --b 1   # note", "c"]
     assert shlex.split(bash_commands(blocks[0].text)[0], comments=True) == ["a", "--b", "1"]
+
+
+MINUTES = re.compile(r"\d+(?:\.\d+)? ?(?:min\b|minutes|h\b|hours)")
+PROBLEM_COUNT = re.compile(r"\d[\d,]* (?:test |sealed |evaluated )?problems")
+SPLIT_COUNT = re.compile(r"\d[\d,]* (?:test|sealed) problems")
+
+
+def test_the_reproduce_plan_and_problems_are_stated_once_and_true(capsys):
+    """The ``reproduce`` study's plan (minutes on the reference machine) and its problem count are
+    stated in docs/results.md, as the code plans them, and nowhere else: the README, the other pages
+    and the command-line help point there instead of restating (or contradicting) them."""
+    from decoding_adapters.cli import COMMANDS, main
+    from decoding_adapters.experiments.planning import estimate_minutes
+    from decoding_adapters.experiments.presets import FULL
+    from decoding_adapters.experiments.probe import REFERENCE_PROBE_TOKENS_PER_SECOND
+
+    plan = f"{sum(estimate_minutes(FULL, REFERENCE_PROBE_TOKENS_PER_SECOND).values()):.1f}"
+    results = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    assert results.count(f"{plan} minutes") == 1
+    assert f"{FULL.eval_problems:,} problems of the sealed split" in results
+    assert main(["reproduce", "--help"]) == 0
+    help_text = capsys.readouterr().out + COMMANDS["reproduce"][1]
+    assert not MINUTES.findall(help_text) and not PROBLEM_COUNT.findall(help_text)
+    readme = README.read_text(encoding="utf-8")
+    assert not SPLIT_COUNT.findall(readme)
+    sentences = re.split(r"(?<=[.;])\s+", readme)
+    assert not [text for text in sentences if "reproduce" in text and MINUTES.search(text)]
+    rounded = re.compile(rf"(?<![\d.]){re.escape(plan)}(?![\d])|~{round(float(plan))} ?min")
+    elsewhere = [path.name for path in [README, *(ROOT / "docs").glob("*.md")]
+                 if path.name != "results.md" and rounded.search(path.read_text(encoding="utf-8"))]
+    assert elsewhere == [] and len(rounded.findall(results)) == 1

@@ -26,7 +26,7 @@ from decoding_adapters.evaluation import (
     token_mixed_method,
 )
 from decoding_adapters.policies.networks import TokenPolicy, TokenPolicyConfig
-from decoding_adapters.tasks import Problem, Task, chat_messages
+from helpers import ContainsOne
 
 SAMPLER = DecodingAction(True, 1.25)
 CFG = EvalConfig(k_values=(1, 2, 4), seeds=2, token_budget=8, keep_trajectories=4)
@@ -35,21 +35,8 @@ CFG = EvalConfig(k_values=(1, 2, 4), seeds=2, token_budget=8, keep_trajectories=
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
-class ContainsOne(Task):
-    """Four tiny problems; a completion is correct when it contains the character 1, and its
-    answer is complete as soon as it holds a digit."""
-
-    name = "contains-one"
-
-    def load(self, split):
-        questions = ["Say 1", "What is 2+3?", "x", "count: 1 2 3"]
-        return [Problem(id=f"q{i}", question=q, answer="1") for i, q in enumerate(questions)]
-
-    def prompt(self, problem, cot=False):
-        return chat_messages(None, problem.question)
-
-    def reward(self, problem, completion):
-        return float("1" in completion)
+class ContainsOneToADigit(ContainsOne):
+    """The contains-one task whose answer is complete as soon as it holds a digit."""
 
     def answer_complete(self, problem, text):
         return any(c.isdigit() for c in text)
@@ -80,7 +67,7 @@ TWO_PASS_LOG: list = []
 
 
 def run(lm, methods, cfg=CFG):
-    task = ContainsOne()
+    task = ContainsOneToADigit()
     factory = lambda action_set, per_token: HFRollouts(lm, action_set, 16)  # noqa: E731
     return evaluate(lm, task, task.load("test"), methods, cfg, rollouts_factory=factory)
 
@@ -227,7 +214,7 @@ def test_best_candidates_are_scored_under_the_stop(tiny_lm, tmp_path):
     from decoding_adapters.evaluation import best_static_method, select_best_action
     from decoding_adapters.experiments.pipeline import best_method
 
-    task = ContainsOne()
+    task = ContainsOneToADigit()
     stopped = EvalConfig(k_values=(1, 2), seeds=1, token_budget=12, keep_trajectories=0)
     unstopped = dataclasses.replace(stopped, stop_at_answer=False)
     chosen = {cfg.stop_at_answer: select_best_action(tiny_lm, task, task.load("validation"), [SAMPLER, GREEDY],

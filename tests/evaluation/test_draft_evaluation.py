@@ -7,7 +7,6 @@ follow their rules."""
 import dataclasses
 
 import pytest
-from test_evaluation import HasOneTask
 
 from decoding_adapters.core.stats import pass_at_k
 from decoding_adapters.decoding.actions import DecodingAction
@@ -25,6 +24,7 @@ from decoding_adapters.policies.draft import DraftContextConfig
 from decoding_adapters.policies.networks import AdapterConfig, SequencePolicy, SequencePolicyConfig, save_adapter
 from decoding_adapters.reporting import report
 from decoding_adapters.training.draft import DraftTable
+from helpers import HasOneTask
 
 SAMPLER = DecodingAction(temperature=1.25)
 

@@ -27,24 +27,9 @@ from decoding_adapters.policies.networks import (
     TokenPolicyConfig,
     save_adapter,
 )
-from decoding_adapters.tasks import Problem, Task, chat_messages
+from helpers import HasOneTask
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-
-
-class HasOneTask(Task):
-    """Three tiny problems; a completion is correct when it contains the digit 1."""
-
-    name = "has-one"
-
-    def load(self, split):
-        return [Problem(id=f"p{i}", question=q, answer="1") for i, q in enumerate(["Say 1", "What is 2+3?", "x"])]
-
-    def prompt(self, problem, cot=False):
-        return chat_messages(None, problem.question)
-
-    def reward(self, problem, completion):
-        return float("1" in completion)
 
 
 # ---- statistics -----------------------------------------------------------------------------------

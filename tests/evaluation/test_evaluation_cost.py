@@ -24,28 +24,12 @@ from decoding_adapters.evaluation import (
 )
 from decoding_adapters.policies.networks import TokenPolicy, TokenPolicyConfig
 from decoding_adapters.selection.best import best_static
-from decoding_adapters.tasks import Problem, Task, chat_messages
+from helpers import ContainsOne
 
 SAMPLER = DecodingAction(True, 1.25)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-
-
-class ContainsOne(Task):
-    """Four tiny problems; a completion is correct when it contains the character 1."""
-
-    name = "contains-one"
-
-    def load(self, split):
-        questions = ["Say 1", "What is 2+3?", "x", "count: 1 2 3"]
-        return [Problem(id=f"q{i}", question=q, answer="1") for i, q in enumerate(questions)]
-
-    def prompt(self, problem, cot=False):
-        return chat_messages(None, problem.question)
-
-    def reward(self, problem, completion):
-        return float("1" in completion)
 
 
 class Counting:

@@ -13,24 +13,15 @@ from decoding_adapters.decoding.actions import PRESETS, DecodingAction
 from decoding_adapters.evaluation import EvalConfig, Method, evaluate, greedy_method, static_method
 from decoding_adapters.lm.models import FrozenLM, ModelSpec
 from decoding_adapters.policies.networks import TokenPolicy, TokenPolicyConfig
-from decoding_adapters.tasks import Problem, Task, chat_messages
+from helpers import HasOneTask
 
 
-class HasOneTask(Task):
+class HasOneLengths(HasOneTask):
     """Problems of many prompt lengths; a completion is correct when it contains the digit 1."""
 
     name = "has-one-lengths"
-
-    def load(self, split):
-        rng = random.Random(0)
-        questions = ["".join(rng.choice("0123456789+*= ab") for _ in range(n)) for n in range(2, 90, 4)]
-        return [Problem(id=f"p{i}", question=q, answer="1") for i, q in enumerate(questions)]
-
-    def prompt(self, problem, cot=False):
-        return chat_messages(None, problem.question)
-
-    def reward(self, problem, completion):
-        return float("1" in completion)
+    questions = tuple("".join(random.Random(0).choice("0123456789+*= ab") for _ in range(n))
+                      for n in range(2, 90, 4))
 
 
 def always_greedy_method(lm) -> Method:
@@ -50,7 +41,7 @@ def test_an_always_greedy_token_policy_scores_exactly_greedys_rows(dtype):
     with torch.no_grad():  # smaller logits than the fixture's: near-ties, where rounding can pick another token
         model.lm_head.weight.div_(4)
     lm = FrozenLM(model.to(dtype), tiny.tokenizer, ModelSpec("tiny"))
-    task = HasOneTask()
+    task = HasOneLengths()
     problems = task.load("test")
     methods = [greedy_method(), static_method(DecodingAction(True, 1.25)), always_greedy_method(lm)]
     cfg = EvalConfig(k_values=(1, 2), seeds=1, token_budget=24, keep_trajectories=64)

@@ -1,6 +1,8 @@
-import importlib.util
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -94,25 +96,28 @@ def test_classify_failure_in_order():
     assert classify_failure([1, 2], True, "13", right) == "wrong_computation"
 
 
-def test_benchmark_tiny_run_and_resume(tmp_path):
-    from conftest import make_tiny_lm
-    from decoding_adapters.tasks import get_task
+def _headroom(argv: list[str]) -> subprocess.CompletedProcess:
+    """``benchmarks/headroom.py`` run as a user runs it, on this checkout's package."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, str(root / "benchmarks" / "headroom.py"), *argv], env=env,
+                          capture_output=True, text=True, timeout=600)
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "headroom.py"
-    spec = importlib.util.spec_from_file_location("headroom_benchmark", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+
+def test_benchmark_tiny_run_and_resume(tmp_path, tiny_model_dir):
     argv = ["--out", str(tmp_path), "--size", "tiny", "--problems", "3", "--fail-budgets", "6,10",
-            "--seq-budget", "6", "--dev-budget", "8", "--batch-rows", "16"]
-    lm, task = make_tiny_lm(), get_task("arithmetic")
-    first = bench.run(bench.parse_args(argv), lm=lm, task=task)
+            "--seq-budget", "6", "--dev-budget", "8", "--model", str(tiny_model_dir), "--batch-rows", "16"]
+    done = _headroom(argv)
+    assert done.returncode == 0, done.stderr[-2000:]
+    first = json.loads((tmp_path / "summary.json").read_text())
     assert set(first["failures"]) == {"plain", "cot"}
     assert set(first["failures"]["plain"]["budgets"]) == {"6", "10"}
     assert first["sequence"]["oracle"][0]["oracle"] >= first["sequence"]["oracle"][0]["best_static"]
     deviations = (tmp_path / "deviations.jsonl").read_text().splitlines()
     assert sum("done" in json.loads(line) for line in deviations) == 3
-    again = bench.run(bench.parse_args(argv), lm=lm, task=task)  # everything from the caches
+    assert _headroom(argv).returncode == 0  # everything from the caches
+    again = json.loads((tmp_path / "summary.json").read_text())
     assert again["sequence"] == first["sequence"] and again["deviation"] == first["deviation"]
     assert (tmp_path / "deviations.jsonl").read_text().splitlines() == deviations
-    with pytest.raises(SystemExit):
-        bench.run(bench.parse_args(argv[:-2] + ["--fail-budgets", "7"]), lm=lm, task=task)
+    refused = _headroom(argv[:-2] + ["--fail-budgets", "7"])  # the failures part's settings changed
+    assert refused.returncode != 0 and "other settings" in refused.stderr

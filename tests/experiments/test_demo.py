@@ -5,6 +5,11 @@ import json
 import pytest
 
 from decoding_adapters.cli import main
+from decoding_adapters.experiments.presets import SIZES
+
+TINY_RUN = ["--size", "tiny", "--token-budget", "4", "--no-progress"]
+"""The tiny size with a 4-token budget: on random weights nothing is solved at any budget, and the
+stages' mechanics are what these tests check (a short budget keeps them quick on a busy machine)."""
 
 
 def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys, monkeypatch):
@@ -20,7 +25,7 @@ def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys, monke
     # the probe, every stage and the evaluation share the one frozen LM: its weights are read once
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", classmethod(counted))
     out = tmp_path / "demo"
-    assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress"]) == 0
+    assert main(["demo", "--out", str(out), *TINY_RUN, "--model", str(tiny_model_dir)]) == 0
     assert len(loads) == 1, loads
     monkeypatch.undo()
     printed = capsys.readouterr().out
@@ -31,19 +36,21 @@ def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys, monke
     assert set(results["Greedy"]) >= {"pass@1", "pass@2", "mean_length"}
     assert (out / "report" / "report.md").is_file()
     assert "demo finished" in printed
-    # every stage runs, the draft-gated one too, and a run where nothing is solved says why (the tiny budget)
+    # every stage runs, the draft-gated one and the attempt policy too, and a run where nothing is
+    # solved (random weights) says so plainly
     assert "draft-gated adapters" in printed and "Draft-gated" in results
-    assert "--size tiny checks that every stage runs end to end" in printed
+    assert "attempt policy" in printed
+    assert "Nothing was solved at this size" in printed
     assert "Check the verifier" not in printed
     first = next(line for line in printed.splitlines() if line.startswith("[demo"))
     assert "loading the frozen LM" in first and "left" not in first  # no plan before the probe
-    for seed in (0, 1):
+    for seed in range(SIZES["tiny"].seeds):
         assert (out / f"tok-budget-s{seed}" / "adapter.json").is_file()
         assert (out / f"seq-nobudget-s{seed}" / "adapter.json").is_file()
     # both adapters start at the best static action chosen on validation (their prior)
     actions = json.loads((out / "actions" / "actions.json").read_text())
     selected = actions["names"]
-    for seed in (0, 1):
+    for seed in range(SIZES["tiny"].seeds):
         token = json.loads((out / f"tok-budget-s{seed}" / "adapter.json").read_text())
         assert token["training"]["prior_action"] in range(4)  # an index into the math-token set
         sequence = json.loads((out / f"seq-budget-s{seed}" / "adapter.json").read_text())
@@ -61,24 +68,25 @@ def test_demo_tiny_end_to_end_and_resume(tiny_model_dir, tmp_path, capsys, monke
     # the fixed rules: tables under the run, every rule's points in the evaluation, their section
     assert (out / "rules" / "validation" / "header.json").is_file() and (out / "rules" / "curves.json").is_file()
     assert any(m.get("family") == "fixed rule" and m.get("curve") for m in details["methods"].values())
+    assert any(m.get("role") == "attempt policy" for m in details["methods"].values())  # the headline method
     assert "## Fixed rules" in (out / "report" / "report.md").read_text()
     # a second run reuses every finished stage, the evaluation included
     watched = ("tok-budget-s0/adapter.safetensors", "eval/results.json")
     before = [(out / name).stat().st_mtime for name in watched]
-    assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress"]) == 0
+    assert main(["demo", "--out", str(out), *TINY_RUN, "--model", str(tiny_model_dir)]) == 0
     assert [(out / name).stat().st_mtime for name in watched] == before
     assert "over 2 runs into" in capsys.readouterr().out  # a resumed run says what the whole run took
     # a retrained adapter makes the stored evaluation stale: it is decoded again
     (out / "tok-budget-s0" / "adapter.safetensors").touch()
-    assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress"]) == 0
+    assert main(["demo", "--out", str(out), *TINY_RUN, "--model", str(tiny_model_dir)]) == 0
     assert (out / "eval" / "results.json").stat().st_mtime > before[1]
     # a run with other options into the same folder is refused: its report would mix two runs
     decoded = (out / "eval" / "results.json").stat().st_mtime
     capsys.readouterr()
-    assert main(["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress",
-                 "--seeds", "1"]) == 2
+    assert main(["demo", "--out", str(out), *TINY_RUN, "--model", str(tiny_model_dir),
+                 "--seeds", "2"]) == 2
     err = capsys.readouterr().err
-    assert "holds a run started with other options" in err and "study.seeds: 2 -> 1" in err
+    assert "holds a run started with other options" in err and "study.seeds: 1 -> 2" in err
     assert (out / "eval" / "results.json").stat().st_mtime == decoded
 
 
@@ -87,7 +95,7 @@ def test_demo_cuts_its_sizes_to_fit_the_minutes_and_keeps_the_probe_for_resumes(
     out.mkdir()
     # the probe a first start recorded (absurdly slow), read back instead of measuring again
     (out / "decode_probe.json").write_text(json.dumps({"tokens_per_second": 0.001}))
-    argv = ["demo", "--out", str(out), "--size", "tiny", "--model", str(tiny_model_dir), "--no-progress",
+    argv = ["demo", "--out", str(out), *TINY_RUN, "--model", str(tiny_model_dir),
             "--seeds", "1", "--token.steps", "4", "--minutes", "1"]
     assert main(argv) == 0
     assert "decode probe 0 tok/s" in capsys.readouterr().out
@@ -109,7 +117,7 @@ def test_the_plan_and_the_run_time_the_same_decode_probe(tiny_model_dir, tmp_pat
     """`demo --plan` and `demo` measure through one call on the study's own task, so on one machine
     they time the same request (prompts, rows, tokens) and read the same figure."""
     import decoding_adapters.cli.study  # noqa: F401  (imported before the patch, as in a long-lived process)
-    from decoding_adapters.experiments import demo
+    from decoding_adapters.experiments import probe as probing
 
     class Probed(Exception):
         pass
@@ -117,13 +125,13 @@ def test_the_plan_and_the_run_time_the_same_decode_probe(tiny_model_dir, tmp_pat
     seen = []
 
     def probe(lm, task):
-        seen.append([p.question for p in task.load("validation")[: demo.PROBE_ROWS // 2]])
+        seen.append([p.question for p in task.load("validation")[: probing.PROBE_ROWS // 2]])
         raise Probed  # the measurement itself is not under test: stop there
 
-    monkeypatch.setattr(demo, "probe_tokens_per_second", probe)
-    common = ["--size", "tiny", "--model", str(tiny_model_dir), "--no-progress", "--validation-size", "40"]
+    monkeypatch.setattr(probing, "probe_tokens_per_second", probe)
+    common = [*TINY_RUN, "--model", str(tiny_model_dir), "--validation-size", "40"]
     with pytest.raises(Probed):
         main(["demo", "--plan", *common])
     with pytest.raises(Probed):
         main(["demo", "--out", str(tmp_path / "demo"), *common])
-    assert len(seen) == 2 and seen[0] == seen[1] and len(seen[0]) == demo.PROBE_ROWS // 2
+    assert len(seen) == 2 and seen[0] == seen[1] and len(seen[0]) == probing.PROBE_ROWS // 2

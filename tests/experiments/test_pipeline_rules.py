@@ -96,7 +96,8 @@ def test_rules_stage_refuses_other_problems(tmp_path, tiny_lm):
 def test_a_run_started_before_the_rules_stage_resumes_with_it(tmp_path):
     from dataclasses import asdict
 
-    from decoding_adapters.experiments.demo import OPTIONS_FILE, REPRODUCE_SIZES, check_same_run
+    from decoding_adapters.experiments.demo import OPTIONS_FILE, check_same_run
+    from decoding_adapters.experiments.presets import REPRODUCE_SIZES
 
     cfg = REPRODUCE_SIZES["full"]
     requested = {"model": "smollm2", "minutes": None, "study": asdict(cfg)}

@@ -9,9 +9,12 @@ import pytest
 
 from decoding_adapters.cli import main
 from decoding_adapters.decoding.actions import GREEDY, ActionSet, DecodingAction
-from decoding_adapters.experiments import demo, pipeline
-from decoding_adapters.experiments.demo import FULL, REPRODUCE_SIZES, estimate_minutes, target_lines
+from decoding_adapters.experiments import pipeline, planning, presets
 from decoding_adapters.experiments.pipeline import SelectionConfig, StudyConfig
+from decoding_adapters.experiments.planning import estimate_minutes
+from decoding_adapters.experiments.presets import FULL, REPRODUCE_SIZES
+from decoding_adapters.experiments.probe import REFERENCE_PROBE_TOKENS_PER_SECOND
+from decoding_adapters.experiments.report_sections import target_lines
 from decoding_adapters.training.sequence import SequenceTrainConfig
 
 
@@ -57,8 +60,8 @@ def test_smoke_runs_every_stage_and_resumes_after_a_kill(tiny_model_dir, tmp_pat
     tok_log = [json.loads(x) for x in (out / "tok-budget-s0" / "train_log.jsonl").read_text().splitlines()]
     assert sum("val_reward" in r for r in tok_log) >= 2
     results = json.loads((out / "eval" / "results.json").read_text())
-    assert {"Greedy", "Best", "Mixed", *demo.ADAPTER_NAMES.values()} <= set(results)
-    assert demo.TOKEN_MIXED in results
+    assert {"Greedy", "Best", "Mixed", *presets.ADAPTER_NAMES.values()} <= set(results)
+    assert presets.TOKEN_MIXED in results
     assert any(name.startswith("Best token action") for name in results)
     report = (out / "report" / "report.md").read_text()
     for heading in ("Token budget and truncation", "Token training data", "Training curves", "Targets", "Cost",
@@ -83,8 +86,8 @@ def test_plan_prints_an_estimate_without_running(command, capsys, tmp_path, tiny
 
 def test_the_plan_scales_with_the_machines_speed():
     reference = estimate_minutes(FULL)
-    assert estimate_minutes(FULL, demo.REFERENCE_PROBE_TOKENS_PER_SECOND) == reference
-    slower = estimate_minutes(FULL, demo.REFERENCE_PROBE_TOKENS_PER_SECOND / 4)  # e.g. fp32 on an AVX2-only CPU
+    assert estimate_minutes(FULL, REFERENCE_PROBE_TOKENS_PER_SECOND) == reference
+    slower = estimate_minutes(FULL, REFERENCE_PROBE_TOKENS_PER_SECOND / 4)  # e.g. fp32 on an AVX2-only CPU
     assert slower["evaluate"] == pytest.approx(4 * reference["evaluate"]) and slower["load"] == reference["load"]
 
 
@@ -136,35 +139,38 @@ def test_the_budget_prior_is_the_best_static_action_at_pass_at_b(tmp_path):
 
 
 def test_the_demo_fits_its_sizes_to_the_minutes_on_a_slower_machine():
-    default, reference = demo.SIZES["default"], demo.REFERENCE_PROBE_TOKENS_PER_SECOND
-    same, rung = demo.fit_to_minutes(default, reference, 15)  # the reference machine: nothing cut
+    default, reference = presets.SIZES["default"], REFERENCE_PROBE_TOKENS_PER_SECOND
+    same, rung = planning.fit_to_minutes(default, reference, 15)  # the reference machine: nothing cut
     assert same is default and rung == (1.0, 1.0, 1.0, 1.0)
-    assert demo.fit_note(default, same, 15, reference) == ""
+    assert planning.fit_note(default, same, 15, reference) == ""
     slow = reference * 0.6  # this project's slower sessions measured 0.59-0.67 x the reference
     assert sum(estimate_minutes(default, slow).values()) > 15
-    fitted, rung = demo.fit_to_minutes(default, slow, 15)
+    fitted, rung = planning.fit_to_minutes(default, slow, 15)
     assert sum(estimate_minutes(fitted, slow).values()) <= 15
-    earlier = demo.FIT_LADDER[: demo.FIT_LADDER.index(rung)]
-    assert earlier and all(sum(estimate_minutes(demo.scaled_sizes(default, *r), slow).values()) > 15 for r in earlier)
+    earlier = planning.FIT_LADDER[: planning.FIT_LADDER.index(rung)]
+    for r in earlier:
+        assert sum(estimate_minutes(planning.scaled_sizes(default, *r), slow).values()) > 15
+    assert earlier
     assert fitted.token.steps % default.token.val_every == 0 and fitted.token.steps < default.token.steps
     # steps, seeds and samples are cut before any problem: the problems decide every interval's width
     assert fitted.eval_problems == default.eval_problems and fitted.selection.problems == default.selection.problems
     kept = ("token_budget", "batch_rows")
     assert [getattr(fitted, f) for f in kept] == [getattr(default, f) for f in kept]
     assert fitted.token.lr == default.token.lr
-    note = demo.fit_note(default, fitted, 15, slow)
+    note = planning.fit_note(default, fitted, 15, slow)
     assert "fit 15 minutes" in note and f"token-training steps 12 -> {fitted.token.steps}" in note
     # far too slow: the last rung, never below one validation interval or 8 problems
-    tiny, rung = demo.fit_to_minutes(default, reference / 100, 15)
-    assert rung == demo.FIT_LADDER[-1] and tiny.token.steps == default.token.val_every and tiny.eval_problems == 8
-    assert "still longer" in demo.fit_note(default, tiny, 15, reference / 100)
+    tiny, rung = planning.fit_to_minutes(default, reference / 100, 15)
+    assert rung == planning.FIT_LADDER[-1] and tiny.token.steps == default.token.val_every and tiny.eval_problems == 8
+    assert "still longer" in planning.fit_note(default, tiny, 15, reference / 100)
     assert "still longer" not in note and "planned" in note
     # sizes are never raised
-    assert demo.scaled_sizes(demo.SIZES["tiny"], 0.25, 0.25).selection.problems == demo.SIZES["tiny"].selection.problems
+    tiny = presets.SIZES["tiny"]
+    assert planning.scaled_sizes(tiny, 0.25, 0.25).selection.problems == tiny.selection.problems
 
 
 def test_the_token_plan_counts_the_steps_early_stopping_leaves():
-    default = demo.SIZES["default"]  # patience 2 x validation every 4 steps: runs stop at step 8 at the earliest
+    default = presets.SIZES["default"]  # patience 2 x validation every 4 steps: runs stop at step 8 at the earliest
     assert default.token.patience * default.token.val_every == 8
     at = {steps: estimate_minutes(replace(default, token=replace(default.token, steps=steps)))["token"]
           for steps in (8, 12, 4)}

@@ -2,7 +2,7 @@
 the methods apart; one legend for the two ways an interval is printed; headers that do not repeat."""
 
 from decoding_adapters.core.stats import INTERVAL_NOTE
-from decoding_adapters.experiments import demo
+from decoding_adapters.experiments import planning, presets, probe, report_sections
 from decoding_adapters.reporting.cells import header as _header
 from decoding_adapters.reporting.report import evidence_lines, write_report
 
@@ -23,7 +23,7 @@ def test_nothing_solved_comes_first_and_judges_no_target(tmp_path):
     report = write_report(tmp_path, results, None).read_text()
     first = report.split("## Setup")[0]
     assert "Nothing was solved" in first and "--verifier math" in first
-    assert demo.target_lines(results, None) == [
+    assert report_sections.target_lines(results, None) == [
         "- **not judged**: nothing was solved, so no target can be met or missed at this size"]
 
 
@@ -49,14 +49,14 @@ def test_headers_do_not_repeat_the_label_and_the_legend_explains_both_forms(tmp_
 
 def test_the_time_fit_cuts_steps_seeds_and_samples_before_problems():
     seen_problem_cut = False
-    for _steps, problems, _seeds, _samples in demo.FIT_LADDER:
+    for _steps, problems, _seeds, _samples in planning.FIT_LADDER:
         if problems < 1.0:
             seen_problem_cut = True
         else:
             assert not seen_problem_cut
-    first_problem_cut = next(r for r in demo.FIT_LADDER if r[1] < 1.0)
-    assert first_problem_cut[0] == min(r[0] for r in demo.FIT_LADDER) and first_problem_cut[2] < 1.0
+    first_problem_cut = next(r for r in planning.FIT_LADDER if r[1] < 1.0)
+    assert first_problem_cut[0] == min(r[0] for r in planning.FIT_LADDER) and first_problem_cut[2] < 1.0
     assert first_problem_cut[3] < 1.0
-    slow = demo.REFERENCE_PROBE_TOKENS_PER_SECOND * 0.24  # the busy machine that cut problems to 8
-    fitted, _ = demo.fit_to_minutes(demo.SIZES["default"], slow, 15)
-    assert fitted.seeds == 1 and "seeds 3 -> 1" in demo.fit_note(demo.SIZES["default"], fitted, 15, slow)
+    slow = probe.REFERENCE_PROBE_TOKENS_PER_SECOND * 0.24  # the busy machine that cut problems to 8
+    fitted, _ = planning.fit_to_minutes(presets.SIZES["default"], slow, 15)
+    assert fitted.seeds == 1 and "seeds 3 -> 1" in planning.fit_note(presets.SIZES["default"], fitted, 15, slow)

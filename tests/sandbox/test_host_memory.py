@@ -11,28 +11,11 @@ import os
 import pytest
 
 from decoding_adapters.sandbox.cgroups import SOCKET_MEMORY_BYTES
-from decoding_adapters.sandbox.runner import SandboxConfig, execute, probe_isolation
+from sandbox_helpers import need, run
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the sandbox needs POSIX")
 
-IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
-SLOW_OK_S = 20.0
 MiB = 2**20
-
-
-@pytest.fixture(scope="module")
-def layers():
-    return probe_isolation().layers
-
-
-def need(layers, *names):
-    missing = [name for name in names if name in layers.missing()]
-    if missing:
-        pytest.skip(f"layer(s) {missing} not available on this machine")
-
-
-def run(code: str, **options):
-    return execute(code, "", SandboxConfig(timeout_s=options.pop("timeout_s", SLOW_OK_S), **options))
 
 
 # A user and network namespace of its own, the loopback brought up, then TCP connections to

@@ -10,25 +10,19 @@ import sys
 import pytest
 
 from decoding_adapters.sandbox import runner as sandbox
-from decoding_adapters.sandbox.runner import SandboxConfig, execute, probe_isolation
+from sandbox_helpers import IS_ROOT, run
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the sandbox needs POSIX")
 
-SLOW_OK_S = 20.0
-IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 HOST_ENTRIES = ("cmdline", "loadavg", "meminfo", "stat", "uptime", "cgroups")
 
 
 @pytest.fixture(scope="module")
-def isolation():
-    isolation = probe_isolation()
+def isolation(isolation):
+    """The session's isolation, where it has a private filesystem view."""
     if not isolation.layers.private_filesystem:
         pytest.skip("no private filesystem view on this machine")
     return isolation
-
-
-def run(code: str, **options):
-    return execute(code, "", SandboxConfig(timeout_s=options.pop("timeout_s", SLOW_OK_S), **options))
 
 
 def test_host_proc_entries_read_as_empty(isolation):

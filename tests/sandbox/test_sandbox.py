@@ -25,20 +25,12 @@ from decoding_adapters.sandbox.runner import (
     SandboxError,
     classify,
     execute_batch,
-    probe_isolation,
     run_code,
 )
+from sandbox_helpers import IS_ROOT, SLOW_OK_S
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the sandbox needs POSIX resource limits")
 
-IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
-# Generous enough for a busy 2-core machine: an interpreter starts in ~50 ms when idle.
-SLOW_OK_S = 20.0
-
-
-@pytest.fixture(scope="module")
-def isolation():
-    return probe_isolation()
 
 
 def processes_in(directory: str, settle_s: float = 10.0) -> list[int]:

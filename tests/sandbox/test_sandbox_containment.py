@@ -20,27 +20,11 @@ from pathlib import Path
 import pytest
 
 import decoding_adapters
-from decoding_adapters.sandbox.runner import SandboxConfig, execute, probe_isolation
+from decoding_adapters.sandbox.runner import SandboxConfig
+from sandbox_helpers import IS_ROOT, SLOW_OK_S, need, run
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the sandbox needs POSIX")
 
-IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
-SLOW_OK_S = 20.0
-
-
-@pytest.fixture(scope="module")
-def layers():
-    return probe_isolation().layers
-
-
-def need(layers, *names):
-    missing = [name for name in names if name in layers.missing()]
-    if missing:
-        pytest.skip(f"layer(s) {missing} not available on this machine")
-
-
-def run(code: str, **options):
-    return execute(code, "", SandboxConfig(timeout_s=options.pop("timeout_s", SLOW_OK_S), **options))
 
 
 @pytest.fixture

@@ -12,12 +12,11 @@ import pytest
 from decoding_adapters.sandbox import runner as sandbox
 from decoding_adapters.sandbox import seccomp
 from decoding_adapters.sandbox.functions import FunctionSession
-from decoding_adapters.sandbox.runner import SandboxConfig, execute, probe_isolation
+from decoding_adapters.sandbox.runner import SandboxConfig
+from sandbox_helpers import IS_ROOT, SLOW_OK_S, run
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the sandbox needs POSIX")
 
-IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
-SLOW_OK_S = 20.0
 NR = seccomp.SYSCALLS_X86_64
 ALLOW = "allow"
 
@@ -129,15 +128,11 @@ def test_ordinary_calls_pass():
 
 
 @pytest.fixture(scope="module")
-def layers():
-    layers = probe_isolation().layers
+def layers(layers):
+    """The session's layers, where they include the seccomp filter."""
     if not layers.seccomp:
         pytest.skip("no seccomp filter on this machine")
     return layers
-
-
-def run(code: str, **options):
-    return execute(code, "", SandboxConfig(timeout_s=options.pop("timeout_s", SLOW_OK_S), **options))
 
 
 # Each probe prints "name=<errno name or 0>" for one call; -1 results are explained by errno.

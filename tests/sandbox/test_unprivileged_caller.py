@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import decoding_adapters
+from sandbox_helpers import IS_ROOT
 
-IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 pytestmark = pytest.mark.skipif(

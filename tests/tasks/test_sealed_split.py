@@ -8,8 +8,8 @@ from pathlib import Path
 
 from test_arithmetic import _DEFAULT_DIGESTS, _digest
 
-from decoding_adapters.experiments.demo import REPRODUCE_SIZES, SIZES
 from decoding_adapters.experiments.pipeline import study_task_options
+from decoding_adapters.experiments.presets import REPRODUCE_SIZES, SIZES
 from decoding_adapters.tasks import SPLITS, check_disjoint, content_hashes, get_task
 from decoding_adapters.tasks.arithmetic import ArithmeticTask, content_key, sealed_weights
 
@@ -51,7 +51,7 @@ def test_only_the_task_and_the_published_evidence_run_name_the_sealed_split():
     package = Path(__import__("decoding_adapters").__file__).parent
     naming = sorted(str(path.relative_to(package)) for path in package.rglob("*.py")
                     if '"sealed"' in path.read_text(encoding="utf-8"))
-    assert naming == ["experiments/demo.py", "tasks/arithmetic.py"]
+    assert naming == ["experiments/presets.py", "tasks/arithmetic.py"]
     # the evidence run is reproduce's full study (and its uncut version); no demo size, no other command
     assert {name for name, cfg in {**SIZES, **REPRODUCE_SIZES}.items() if cfg.eval_split == "sealed"} == {
         "full", "complete"}

@@ -1,12 +1,9 @@
 """The draft-gated trainer: the both-arms table (built on the tiny LM, resumable, refused under
 other settings), its arm values and replayed rewards, and the planted draft world
-(``benchmarks/planted.py``): the trainer fed the draft's confidence recovers >= 80% of the oracle's
+(``training.planted``): the trainer fed the draft's confidence recovers >= 80% of the oracle's
 margin on every seed, fed the prompt embedding it does not move (the control)."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,6 +11,7 @@ from decoding_adapters.core.stats import pass_at_k
 from decoding_adapters.decoding.actions import DecodingAction
 from decoding_adapters.selection.outcomes import OutcomeTable, table_header
 from decoding_adapters.tasks import get_task
+from decoding_adapters.training import planted
 from decoding_adapters.training.draft import (
     DraftRewards,
     DraftTable,
@@ -22,11 +20,6 @@ from decoding_adapters.training.draft import (
     build_draft_table,
     table_stop,
 )
-
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "planted.py"
-_SPEC = importlib.util.spec_from_file_location("planted_benchmark", _PATH)
-planted = sys.modules.setdefault(_SPEC.name, importlib.util.module_from_spec(_SPEC))
-_SPEC.loader.exec_module(planted)
 
 SAMPLER = DecodingAction(temperature=1.0)
 

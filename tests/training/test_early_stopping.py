@@ -9,6 +9,7 @@ from test_training_token import make_trainer
 from decoding_adapters.policies.networks import load_adapter
 from decoding_adapters.training.common import EarlyStopping, Validation
 from decoding_adapters.training.token import TokenTrainConfig, TokenTrainer
+from helpers import killed_at_step
 
 CURVE = [0.0, 0.2, 0.5, 0.4, 0.5, 0.3, 0.9, 0.9, 0.9]  # steps 0..8: best at step 2; steps 3 and 4 do not beat it
 
@@ -61,19 +62,8 @@ def test_a_run_killed_before_the_stop_stops_at_the_same_step(tmp_path, monkeypat
     options = dict(steps=8, val_every=1, patience=2, checkpoint_every=1)
     reference = make_trainer(tmp_path / "ref", **options)
     reference.train()
-    original = TokenTrainer.train_step
-    calls = {"n": 0}
-
-    def dying_step(self):
-        calls["n"] += 1
-        if calls["n"] == 4:
-            raise KeyboardInterrupt
-        return original(self)
-
-    monkeypatch.setattr(TokenTrainer, "train_step", dying_step)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_at_step(TokenTrainer, 4):
         make_trainer(tmp_path / "run", **options).train()
-    monkeypatch.setattr(TokenTrainer, "train_step", original)
     resumed = make_trainer(tmp_path / "run", **options)
     resumed.train(resume=True)
     assert resumed.step == reference.step == 4

@@ -12,6 +12,7 @@ from decoding_adapters.lm.protocols import LanguageModel, VerifiableTask
 from decoding_adapters.policies.networks import load_adapter
 from decoding_adapters.tasks import Problem
 from decoding_adapters.training.sequence import RewardSource, SequenceTrainConfig, SequenceTrainer, inference_reward
+from helpers import killed_at_step
 
 DIM = 8
 ACTIONS = ActionSet([DecodingAction(do_sample=False), DecodingAction(temperature=1.0)])
@@ -125,25 +126,14 @@ def test_budget_dependent_case_needs_the_budget(tmp_path):
     assert ratio_without <= 0.85 < ratio_with
 
 
-def test_resume_after_a_kill_gives_the_same_policy(tmp_path, monkeypatch):
+def test_resume_after_a_kill_gives_the_same_policy(tmp_path):
     reference, _ = train(tmp_path / "ref", budget_case=False, use_budget=True, steps=6)
     task = ClusterTask()
     config = SequenceTrainConfig(parallel_budgets=(1, 8), steps=6, prompts_per_step=32, lr=3e-3, entropy_coef=0.001,
                                  val_every=1000, checkpoint_every=2, policy_hidden=32, keep_best=False)
     killed = SyntheticTrainer(config, FakeLM(DIM), task, SyntheticRewards(), tmp_path / "run", progress=False)
-    original = SyntheticTrainer.train_step
-    calls = {"n": 0}
-
-    def dying_step(self):
-        calls["n"] += 1
-        if calls["n"] == 4:
-            raise KeyboardInterrupt
-        return original(self)
-
-    monkeypatch.setattr(SyntheticTrainer, "train_step", dying_step)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_at_step(SyntheticTrainer, 4):
         killed.train()
-    monkeypatch.setattr(SyntheticTrainer, "train_step", original)
     with pytest.raises(ValueError, match="--resume"):
         SyntheticTrainer(config, FakeLM(DIM), task, SyntheticRewards(), tmp_path / "run", progress=False).train()
     resumed = SyntheticTrainer(config, FakeLM(DIM), task, SyntheticRewards(), tmp_path / "run", progress=False)

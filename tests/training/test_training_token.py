@@ -22,6 +22,7 @@ from decoding_adapters.training.token import (
     rollout_batch_from_result,
     token_loss,
 )
+from helpers import killed_at_step
 
 H, T = 6, 5
 ACTIONS = ActionSet([DecodingAction(do_sample=False), DecodingAction(temperature=0.5), DecodingAction(temperature=1.0)])
@@ -186,23 +187,12 @@ def test_batch_flattening_uses_only_valid_steps():
     assert batch.remaining.tolist() == [5, 4, 5, 4, 3, 2, 1]
 
 
-def test_resume_after_a_kill_loses_at_most_one_checkpoint_interval(tmp_path, monkeypatch):
+def test_resume_after_a_kill_loses_at_most_one_checkpoint_interval(tmp_path):
     reference = make_trainer(tmp_path / "ref", steps=6, checkpoint_every=2)
     reference.train()
     killed = make_trainer(tmp_path / "run", steps=6, checkpoint_every=2)
-    original = TokenTrainer.train_step
-    calls = {"n": 0}
-
-    def dying_step(self):
-        calls["n"] += 1
-        if calls["n"] == 4:  # killed during step 4: steps 1-2 are checkpointed, step 3 is lost
-            raise KeyboardInterrupt
-        return original(self)
-
-    monkeypatch.setattr(TokenTrainer, "train_step", dying_step)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_at_step(TokenTrainer, 4):  # killed during step 4: steps 1-2 are checkpointed, step 3 is lost
         killed.train()
-    monkeypatch.setattr(TokenTrainer, "train_step", original)
     resumed = make_trainer(tmp_path / "run", steps=6, checkpoint_every=2)
     resumed.train(resume=True)
     for k, v in reference.policy.state_dict().items():

@@ -26,8 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "reproduce": (
         "decoding_adapters.cli.reproduce",
-        "the headline study: the demo's stages at full size (whole pool, live rollouts, early stopping, 200 test "
-        "problems)",
+        "the headline study: the published evidence run on the sealed split (the demo's stages at full size; "
+        "--plan prints its plan)",
     ),
     "select-actions": (
         "decoding_adapters.cli.select_actions",
@@ -76,7 +76,7 @@ typical flow:
   decoding-adapters train-attempt --val-table runs/tables/val --out runs/attempt   # the attempt policy
   decoding-adapters make-rule --rule esc --window 2 --out runs/esc                # a fixed rule as an adapter
   decoding-adapters demo --out runs/demo          # all of the above, fitted to 15 minutes on this machine (--minutes)
-  decoding-adapters demo --size tiny --out runs/demo-tiny   # the same pipeline in about a minute
+  decoding-adapters demo --size tiny --out runs/demo-tiny   # every stage, rules and attempt policy, in minutes
 
 `decoding-adapters COMMAND --help` lists a command's options (--help-all: every option, with its full help).
 """

@@ -11,7 +11,8 @@ import argparse
 from dataclasses import dataclass
 from typing import Literal
 
-from ..experiments.demo import SIZES, run_demo
+from ..experiments.demo import run_demo
+from ..experiments.presets import SIZES
 from ..lm.models import DEFAULT_DEVICE
 from .common import check_output_dir
 from .study import add_study_arguments, format_plan, publish_if_asked, study_command, study_config
@@ -24,8 +25,8 @@ class DemoOptions:
     out: str = "runs/demo"
     """output directory (re-run the same command to resume)"""
     size: Literal["default", "tiny"] = "default"
-    """stage sizes: tiny (every stage at toy sizes, a 4-token budget: the pipeline, not evidence), default
-    (~13 min on the 2-core reference machine); the full study is `reproduce`"""
+    """stage sizes: tiny (a first run: every stage, the fixed rules and the attempt policy included, at
+    small sizes: not evidence), default (~13 min on the 2-core reference machine); the full study is `reproduce`"""
     minutes: float = 15.0
     """fit the run into this many minutes on this machine: when the plan (scaled by the decode probe) is
     longer, token-training steps, then seeds and selection samples, and only then evaluation and

@@ -4,7 +4,7 @@ runs the demo's stages (``experiments.demo.run_demo``) at ``REPRODUCE_SIZES`` (`
 ``smoke``); ``full`` is the published evidence run, the only command that reads the arithmetic task's
 sealed split; the README's headline names this one command with its own output directory.
 
-    decoding-adapters reproduce --out runs/reproduce-sealed --publish docs/reproduce-sealed  # ~119 min; resumable
+    decoding-adapters reproduce --out runs/reproduce-sealed --publish docs/reproduce-sealed  # resumable
     decoding-adapters reproduce --plan                        # the stage-by-stage estimate for this machine
     decoding-adapters reproduce --size smoke --model DIR      # every stage on a tiny model (tests)
 
@@ -52,19 +52,18 @@ What runs (``full``):
    curves, cost (minutes per stage against the plan, tokens per training step, steps per minute),
    figures.
 
-Measurements behind the plan (``demo.estimate_minutes`` holds the constants): a model of decoded
+Measurements behind the plan (``experiments.planning`` holds the constants): a model of decoded
 rows x mean length / throughput, with one scale per stage fitted on a published run, and a few
-seconds' decode probe (``demo.probe_tokens_per_second``) that scales it to the machine it runs on.
+seconds' decode probe (``experiments.probe``) that scales it to the machine it runs on.
 Decoded to the budget, greedy on the 100 validation problems at budgets 16/24/32/48/64/96 has mean
 length 14.6 / 20.5 / 25.3 / 32.5 / 35.7 / 39.3 tokens, stopped by the budget 77 / 70 / 52 / 30 / 15 /
 7% of rows: the model keeps talking after the answer. Stopped at its first answer (the protocol), on
 the 400 validation problems at 32/48/64/96: 19.0 / 20.9 / 22.1 / 23.4 tokens, 14.5 / 10 / 5 / 2.5% cut.
 
-Plan on the reference machine (probe 440 tok/s) at the expected budget of 32 tokens: 119.2 minutes:
-budget 0.4, selection 4.4, sequence 29.6, draft 2.6, token 18.0, evaluation 53.1, fixed rules 8.5,
-attempt policy 2.4 (every choice on 400 validation problems; the rules' tables of 400 validation and
-the 1,000 evaluated problems, the attempt policy's of 400 training problems). What was cut to fit 120
-minutes, evaluation first (each is a field of ``StudyConfig``; ``--size complete`` restores them all):
+``reproduce --plan`` prints the plan per stage for the machine it runs on; the plan on the reference
+machine (probe 440 tok/s) and the minutes the published run spent are in docs/results.md. What was
+cut to fit 120 minutes on the reference machine, evaluation first (each is a field of
+``StudyConfig``; ``--size complete`` restores them all):
 
 - pass@8: the evaluation scores 4 samples per problem and seed (pass@8 doubled its rows), and the
   sequence adapters train at B up to 4, the largest B evaluated;
@@ -79,7 +78,7 @@ minutes, evaluation first (each is a field of ``StudyConfig``; ``--size complete
 
 ``--size complete`` (the uncut study: budget chosen at <= 2% truncation from 48..192, pass@8,
 selection on the whole pool, 60 steps of each adapter, token validation in both modes on 400 x 2)
-plans at about 17 hours on the reference CPU.
+is for a bigger machine (``reproduce --size complete --plan``).
 """
 
 from __future__ import annotations
@@ -88,7 +87,8 @@ import argparse
 from dataclasses import dataclass
 from typing import Literal
 
-from ..experiments.demo import REPRODUCE_SIZES, run_demo
+from ..experiments.demo import run_demo
+from ..experiments.presets import REPRODUCE_SIZES
 from ..lm.models import DEFAULT_DEVICE
 from .study import add_study_arguments, format_plan, publish_if_asked, study_command, study_config
 
@@ -100,8 +100,8 @@ class ReproduceOptions:
     out: str = "runs/reproduce"
     """output directory (re-run the same command to resume)"""
     size: Literal["full", "complete", "smoke"] = "full"
-    """stage sizes: full (the evidence run on the sealed split, cut to ~119 min on the 2-core reference
-    CPU), complete (uncut, ~17 h), smoke (tests)"""
+    """stage sizes: full (the evidence run on the sealed split, cut to fit the 2-core reference CPU;
+    --plan prints its plan here), complete (uncut, for a bigger machine), smoke (tests)"""
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""
     device: str = DEFAULT_DEVICE

@@ -11,9 +11,9 @@ import shlex
 import shutil
 from pathlib import Path
 
-from ..experiments import demo as demo_study
-from ..experiments.demo import estimate_minutes, fit_note, fit_to_minutes
 from ..experiments.pipeline import StudyConfig
+from ..experiments.planning import estimate_minutes, fit_note, fit_to_minutes, plan_advice, plan_range
+from ..experiments.probe import decode_probe
 from ..lm.models import DEFAULT_DEVICE, ModelSpec, load_frozen_lm
 from .config_args import add_config_arguments, build_config
 
@@ -60,12 +60,12 @@ def study_command(command: str, args, cfg: StudyConfig, sizes: dict[str, StudyCo
 def format_plan(cfg: StudyConfig, model: str | None = None, minutes: float | None = None,
                 device: str = DEFAULT_DEVICE) -> str:
     """The stage-by-stage estimate; with ``model``, scaled to this machine by a few seconds' decode
-    probe of it (``experiments.demo.decode_probe``, as the run measures it), and with ``minutes`` as well, of the
+    probe of it (``experiments.probe.decode_probe``, as the run measures it), and with ``minutes`` as well, of the
     sizes ``fit_to_minutes`` keeps on this machine."""
     probe = speed = None
     if model is not None:
         lm = load_frozen_lm(ModelSpec(name_or_path=model, device=device))
-        probe = demo_study.decode_probe(lm, cfg)
+        probe = decode_probe(lm, cfg)
         speed = probe.capacity  # the sizes fit the machine, not the minute it was probed in (as the run does)
     fitting = bool(minutes and speed)
     fitted = fit_to_minutes(cfg, speed, minutes)[0] if fitting else cfg
@@ -74,11 +74,11 @@ def format_plan(cfg: StudyConfig, model: str | None = None, minutes: float | Non
     note = " (before the budget stage picks one)" if cfg.budget.candidates else ""
     lines.append(f"{'total':>9}: {sum(plan.values()):6.1f} min at token budget {cfg.token_budget}{note}")
     if probe is not None:
-        low, high = demo_study.plan_range(fitted, probe)
+        low, high = plan_range(fitted, probe)
         lines.append(f"{'range':>9}: {low:.1f}-{max(high, low):.1f} min (unloaded - at the speed seen now); "
                      + probe.describe())
     cut = fit_note(cfg, fitted, minutes, speed) if fitting else ""
-    advice = demo_study.plan_advice(cfg, fitted, minutes, probe) if probe is not None else ""
+    advice = plan_advice(cfg, fitted, minutes, probe) if probe is not None else ""
     return "\n".join(lines + ([cut] if cut else []) + ([f"advice: {advice}"] if advice else []))
 
 

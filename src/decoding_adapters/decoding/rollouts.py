@@ -45,9 +45,10 @@ __all__ = [
 STOP_AT_ANSWER: bool = True
 """The protocol's default, for every method, trainer and adapter: each sample ends at its task's
 first complete answer (``Task.answer_complete``, checked after every token), so no method is scored
-on what it writes after its answer and none spends tokens there. Every config's ``stop_at_answer``
-defaults to this one value (``--no-stop-at-answer`` decodes to the budget); a task that does not
-say what a complete answer is (code) is decoded to its end either way."""
+on what it writes after its answer and none spends tokens there. The evaluation's methods, the
+sequence and token trainers and the sample tables take their ``stop_at_answer`` default from this
+value; other configs declare their own (``--no-stop-at-answer`` decodes to the budget). A task that
+does not say what a complete answer is (code) is decoded to its end either way."""
 
 
 def says_when_complete(task) -> bool:

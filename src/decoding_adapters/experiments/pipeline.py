@@ -108,7 +108,6 @@ __all__ = [
     "study_table",
     "rule_entries",
     "add_rule_entries",
-    "table_stage",
     "fixed_rules",
     "AttemptStageConfig",
     "VerifierStageConfig",
@@ -815,24 +814,24 @@ def add_rule_entries(evaluation: Evaluation, entries: dict, family: str = "fixed
                     if RULE_TABLE_KEY in m and m.get("family", "fixed rule") == family
                     and bool(m.get("reads_verifier", False)) == verifier}
     for section, key in (("methods", "method"), ("per_problem", "per_problem"), ("compute", "compute")):
-        # a point added again keeps its place: a resumed stage that adds the same points changes nothing
-        merged = {n: (entries[n][key] if n in entries else v) for n, v in details.get(section, {}).items()
-                  if n not in added_before or n in entries}
-        details[section] = {**merged, **{n: e[key] for n, e in entries.items() if n not in merged}}
+        details[section] = _replace_in_place(details.get(section, {}), added_before,
+                                             {n: e[key] for n, e in entries.items()})
     return Evaluation(evaluation.results, details)
 
 
-def table_stage(clock: StageClock, evaluation: Evaluation, eval_dir: Path, key: str, label: str, detail: str,
-                run) -> Evaluation:
-    """Run one stage that adds points from sample tables (``run(evaluation) -> Evaluation``: the rules',
-    the verifier's, the attempt policy's) on ``clock``; the evaluation is rewritten in ``eval_dir``
-    only when the stage changed it (a resumed run's points are already there)."""
-    clock.begin(key, label, detail)
-    added = run(evaluation)
-    if json.dumps(added.details) != json.dumps(evaluation.details):
-        added.write(eval_dir)
-    clock.end()
-    return added
+def _replace_in_place(old: dict, dropped: set, new: dict) -> dict:
+    """``old`` without the names in ``dropped``, each name in ``new`` given its new value where it
+    stood, the rest of ``new`` after: a resumed run that adds the same points again writes
+    eval_details in the order the first run wrote it (so it is not rewritten)."""
+    merged = {}
+    for name, value in old.items():
+        if name in new:
+            merged[name] = new[name]
+        elif name not in dropped:
+            merged[name] = value
+    for name, value in new.items():
+        merged.setdefault(name, value)
+    return merged
 
 
 def fixed_rules(lm, task, cfg: StudyConfig, out: Path, evaluation: Evaluation, problems, *,

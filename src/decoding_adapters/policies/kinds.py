@@ -2,8 +2,9 @@
 by the ``kind`` of its ``adapter.json``.
 
 A kind is one object (a subclass of :class:`AdapterKind`, one module each: ``kind_sequence``,
-``kind_token``, ``kind_draft``) registered with :func:`register_kind`. Everything that differs
-between kinds is asked of that object; no other module compares a kind's name with a string:
+``kind_token``, ``kind_draft``, ``kind_rule``, ``kind_attempt``) registered with
+:func:`register_kind`. Everything that differs between kinds is asked of that object; no other
+module compares a kind's name with a string:
 
 - what the policy reads as context (``context``, ``policy_config``, ``input_width``) and how many
   outputs it has (``outputs``: a draft-gated policy's output 0 keeps the draft);
