@@ -23,6 +23,6 @@ def test_demo_with_the_draft_stage(tiny_model_dir, tmp_path):
     assert adapter["stop_at_answer"] is True and adapter["training"]["stop_at_answer"] is True
     assert details["methods"]["Random gate (" + next(n for n in results if n.startswith("Random gate"))[13:]][
         "family"] == "fixed rule"
-    for seed in (0, 1):
+    for seed in range(study["seeds"]):
         assert json.loads((out / f"draft-s{seed}" / "adapter.json").read_text())["kind"] == "draft"
     assert (out / "draft-table-train.jsonl").is_file()
