@@ -7,7 +7,7 @@ import random
 import pytest
 
 from decoding_adapters.evaluation import EvalConfig
-from decoding_adapters.evaluation.runner import _summarise
+from decoding_adapters.evaluation.aggregate import summarise
 from decoding_adapters.reporting import plots
 from decoding_adapters.reporting.report import (
     all_methods_table,
@@ -70,7 +70,7 @@ def fake_evaluation(gains: dict[str, float] | None = None, problems: int = 20, s
                 per_problem[f"pass@{k}"].append([value] * seeds)
                 per_problem[f"answer_accuracy@{k}"].append([q if kind == "greedy" else min(q + 0.02 * k, 1.0)] * seeds)
             per_problem["mean_length"].append([rng.uniform(4, 16) for _ in range(seeds)])
-        results[name], details["summary"][name] = _summarise(per_problem, cfg)
+        results[name], details["summary"][name] = summarise(per_problem, cfg)
         details["per_problem"][name] = per_problem
         details["lengths"][name] = [rng.randint(1, 16) for _ in range(problems * (1 if kind == "greedy" else 12))]
         details["action_usage"][name] = [0.25] * len(actions)
