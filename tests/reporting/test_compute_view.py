@@ -145,7 +145,8 @@ def test_report_leads_with_the_answer_figure(tmp_path):
     assert report.count(lead) == 1
     assert (tmp_path / "answer_vs_compute.png").stat().st_size > 10_000
     assert "![Accuracy per compute](pass_vs_compute.png)" in report
-    assert method_info(results, None)["Greedy to the budget"]["role"] == "greedy to the budget"
+    assert method_info(results, details)["Greedy to the budget"]["role"] == "greedy to the budget"
+    assert method_info(results, None)["Greedy to the budget"]["role"] == ""  # nothing guessed from a name
 
 
 def test_a_draft_gated_verdict_compares_only_at_matched_compute():

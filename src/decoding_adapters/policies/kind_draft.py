@@ -31,6 +31,8 @@ class DraftKind(AdapterKind):
     def build_policy(self, policy: dict) -> SequencePolicy:
         return SequencePolicy(SequencePolicyConfig(**policy))
 
+    report_group = "draft"  # judged against Greedy, Best and the fixed rules at its own compute
+
     def outputs(self, num_actions: int) -> int:
         return 1 + num_actions  # keep the draft, then one per re-decode action
 

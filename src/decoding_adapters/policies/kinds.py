@@ -104,6 +104,11 @@ class AdapterKind:
         raise NotImplementedError
 
     @property
+    def report_group(self) -> str:
+        """Which verdicts the report gives it: its ``level`` (``sequence`` / ``token``), or ``draft``."""
+        return self.level
+
+    @property
     def per_token(self) -> bool:
         """Its decoding is :data:`PER_TOKEN` (what a policy's size bounds and the vLLM model ask)."""
         return self.decoding is PER_TOKEN

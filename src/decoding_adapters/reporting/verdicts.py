@@ -341,8 +341,7 @@ def _fixed_action(details: Mapping | None, name: str, problem: int, k: int) -> t
         per_k = method.get("k_actions")
         action = per_k.get(str(k)) if per_k else actions[0] if len(actions) == 1 else None
         return None if action is None else (action, stop)
-    prompt_chooser = kind.adapter is not None and not kind.adapter.per_token and not kind.adapter.keeps_draft
-    choices = details.get("sequence_choices", {}).get(name) if prompt_chooser else None
+    choices = details.get("sequence_choices", {}).get(name)  # recorded for a method that chose per prompt only
     if choices and method.get("policy_mode", "argmax") == "argmax" and k in choices["k_values"]:
         # every seed's adapter must pick the same action (details without per-seed choices: one seed only)
         seeds = details.get("config", {}).get("seeds", 1)
