@@ -90,6 +90,8 @@ class MethodKind:
     """How its rows are decoded with ``Method.per_token`` (None: it cannot draw per token)."""
     family: str = "static"
     """Its methods' family unless they say otherwise (:data:`FAMILIES`)."""
+    report_group: str | None = None
+    """Which verdicts the report gives its methods (an adapter kind's ``report_group``); None: none."""
 
 
 _BASELINE_KINDS = {k.name: k for k in (
@@ -106,7 +108,7 @@ def method_kind(name: str) -> MethodKind:
         return _BASELINE_KINDS[name]
     if name in kind_names():
         kind = adapter_kind(name)
-        return MethodKind(name, kind.decoding, adapter=kind, family="learned")
+        return MethodKind(name, kind.decoding, adapter=kind, family="learned", report_group=kind.report_group)
     raise ValueError(f"unknown method kind {name!r}")
 
 MethodRollout = Callable[[Rollouts, RolloutRequest, int], DecodeResult]

@@ -67,7 +67,7 @@ def family_of(entry: Mapping) -> str:
     if entry.get("family"):
         return str(entry["family"])
     kind = kind_of(entry)
-    return "learned" if kind is not None and kind.adapter is not None else "static"
+    return kind.family if kind is not None else "static"
 
 
 def adapter_group(entry: Mapping) -> str | None:
@@ -75,9 +75,9 @@ def adapter_group(entry: Mapping) -> str | None:
     ``draft``); None for a baseline or a fixed rule (a ``rule`` adapter kind's points are of family
     ``fixed rule``)."""
     kind = kind_of(entry)
-    if kind is None or kind.adapter is None or family_of(entry) != "learned":  # a fixed rule's points: no verdicts
+    if kind is None or family_of(entry) != "learned":  # a fixed rule's points: no verdicts
         return None
-    return kind.adapter.report_group
+    return kind.report_group
 
 
 def is_static(entry: Mapping) -> bool:
