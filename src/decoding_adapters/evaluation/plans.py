@@ -321,19 +321,25 @@ def draft_details(m: Method, cfg: EvalConfig, problems, choices, store: RowStore
     action's samples, whichever method decoded them; None where none did), so that a gate at another
     re-decode share can be re-scored from the file."""
     once, stop = cfg.decode_deterministic_once, m.stops(cfg)
+
+    def rows(a: DecodingAction, i: int, seeds) -> list[Key]:  # every sample of action a on problem i in seeds
+        return [static_key(a, s, i, j, once, stop) for s in seeds for j in range(cfg.n)]
+
     lengths = [store.length[static_key(GREEDY, 0, i, 0, once, stop)] for i in range(len(problems))]
-    redecode = [[_known_mean(store.length, [static_key(a, s, i, j, once, stop)
-                                            for s in range(cfg.seeds) for j in range(cfg.n)], 0.0)
-                 for a in m.actions]
-                for i in range(len(problems))]
-
-    def outcome(a, s, i):  # the mean correctness of the action's decoded samples; None where none was
-        return _known_mean(store.correct, [static_key(a, s, i, j, once, stop) for j in range(cfg.n)], None)
-
+    redecode = []  # [problem][action]: the mean length of the action's decoded samples (0 where none was)
+    for i in range(len(problems)):
+        redecode.append([_known_mean(store.length, rows(a, i, range(cfg.seeds)), 0.0) for a in m.actions])
+    outcomes = []  # [seed][problem][action]: the mean correctness of its decoded samples (None where none was)
+    for s in range(cfg.seeds):
+        per_problem = []
+        for i in range(len(problems)):
+            per_problem.append([_known_mean(store.correct, rows(a, i, [s]), None) for a in m.actions])
+        outcomes.append(per_problem)
     confidence = store.draft_confidence.get(m.name)
-    read = {} if confidence is None else {
-        p.id: dict(zip(CONFIDENCE_FEATURES, map(float, row))) for p, row in zip(problems, confidence.tolist())}
-    outcomes = [[[outcome(a, s, i) for a in m.actions] for i in range(len(problems))] for s in range(cfg.seeds)]
+    read = {}  # problem id -> the draft's confidence summary its gate read
+    if confidence is not None:
+        for p, row in zip(problems, confidence.tolist()):
+            read[p.id] = dict(zip(CONFIDENCE_FEATURES, map(float, row)))
     return {"k_values": list(cfg.k_values), "choices_by_seed": choices[m.name],
             **draft_compute(choices[m.name], cfg, lengths, redecode),
             "confidence": read, "redecode_outcomes": outcomes}
