@@ -118,7 +118,7 @@ request order (``request.row_seeds`` keep the evaluation's common random numbers
 ``texts`` are the answers scored. Its per-row ``decodes`` and ``generated_tokens`` must count every
 pass the answer cost: a greedy draft and a conditional re-decode reports ``decodes`` 1 where the
 draft was kept and 2 where it re-decoded, and the tokens of both passes. The evaluation aggregates
-them into ``decodes_per_problem`` / ``tokens_per_problem`` (``runner.subset_cost``). Helpers:
+them into ``decodes_per_problem`` / ``tokens_per_problem`` (``aggregate.subset_cost``). Helpers:
 ``decoding.rollouts.take_rows`` and ``concat_results`` build the merged result."""
 
 ANSWER_ACCURACY = "answer_accuracy"

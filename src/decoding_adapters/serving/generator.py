@@ -36,7 +36,8 @@ other prompts of the call nor on how ``serve`` merges requests into one batch (u
 of padded batch matmuls).
 
 ``prepare`` (validate + tokenize) and ``run`` (one batched decode for many prepared prompts) are
-public so that the server can merge several requests into one decode call.
+public so that the server can merge several requests into one decode call. How each kind decodes a
+chunk is its decoder's (``serving.decoders``, one per ``policies.kinds.Decoding``).
 """
 
 from __future__ import annotations
