@@ -187,19 +187,20 @@ class AttemptsDecoder(Decoder):
         for i, p in enumerate(chunk):
             shown = result.chosen[i] if result.chosen[i] >= 0 else len(result.texts[i]) - 1  # else the last attempt
             arm = result.paths[i][shown]
-            gen = Generation(
+            answer = Generation(
                 prompt=p.prompt, completions=[result.texts[i][shown]], kind=gen.kind, action_names=gen.action_names,
                 finish_reasons=["stop" if result.ended[i][shown] else "length"],
                 completion_tokens=[len(result.token_ids[i][shown])], prompt_tokens=len(p.prompt_ids), seed=p.seed,
                 action_index=gen.action_names.index(names[arm]), decodes=result.decodes[i],
                 stopped_by=result.stopped_by[i], attempt_actions=[names[a] for a in result.paths[i]],
                 answer=result.answers[i], attempt_tokens=result.tokens[i])
-            out.append(gen)
+            out.append(answer)
             if on_tokens is not None:  # the chosen attempt's tokens, now that the decision is made
                 ids = result.token_ids[i][shown] or [-1]
                 last = len(ids) - 1
-                on_tokens([TokenEvent(offset + i, 0, t, gen.action_index, gen.finish_reasons[0] if k == last else None,
-                                      gen.adapter_info() if k == last else None) for k, t in enumerate(ids)])
+                reason, info = answer.finish_reasons[0], answer.adapter_info()
+                on_tokens([TokenEvent(offset + i, 0, t, answer.action_index, reason if k == last else None,
+                                      info if k == last else None) for k, t in enumerate(ids)])
         return out
 
     def choice_info(self, g, j):  # how many attempts, with which arms, why it stopped
