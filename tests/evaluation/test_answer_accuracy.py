@@ -8,7 +8,8 @@ import pytest
 
 from decoding_adapters.decoding.actions import DecodingAction
 from decoding_adapters.evaluation import EvalConfig, evaluate, greedy_method, static_method, vote
-from decoding_adapters.evaluation.runner import _answer_accuracy, _Store
+from decoding_adapters.evaluation.aggregate import answer_accuracy, draft_answer_accuracy
+from decoding_adapters.evaluation.store import RowStore
 from decoding_adapters.tasks import get_task
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -21,8 +22,8 @@ def test_vote_takes_the_most_frequent_stated_answer_ties_to_the_first():
     assert vote(["", ""], [1, 0]) == 1.0  # nothing stated: the first sample
 
 
-def store_of(answers: dict, correct: dict) -> _Store:
-    store = _Store(tokenizer=None)
+def store_of(answers: dict, correct: dict) -> RowStore:
+    store = RowStore(tokenizer=None)
     store.answer.update(answers)
     store.correct.update(correct)
     return store
@@ -31,21 +32,21 @@ def store_of(answers: dict, correct: dict) -> _Store:
 def test_answer_accuracy_votes_in_disjoint_blocks_of_k_samples():
     store = store_of({"a": "3", "b": "5", "c": "5", "d": "5"}, {"a": 0.0, "b": 1.0, "c": 1.0, "d": 1.0})
     keys = ["a", "b", "c", "d"]
-    assert _answer_accuracy(keys, 1, store, draft=False) == 0.75  # each sample alone: pass@1
-    assert _answer_accuracy(keys, 2, store, draft=False) == 0.5  # {3, 5}: a tie, the first (wrong); {5, 5}: right
-    assert _answer_accuracy(keys, 4, store, draft=False) == 1.0  # 5 three times out of four
-    assert _answer_accuracy(["g"] * 4, 2, store_of({"g": "7"}, {"g": 1.0}), draft=False) == 1.0  # one greedy row
+    assert answer_accuracy(keys, 1, store) == 0.75  # each sample alone: pass@1
+    assert answer_accuracy(keys, 2, store) == 0.5  # {3, 5}: a tie, the first (wrong); {5, 5}: right
+    assert answer_accuracy(keys, 4, store) == 1.0  # 5 three times out of four
+    assert answer_accuracy(["g"] * 4, 2, store_of({"g": "7"}, {"g": 1.0})) == 1.0  # one greedy row
 
 
 def test_a_draft_gated_answer_is_the_draft_or_a_vote_that_includes_it():
     store = store_of({"d": "5", "r1": "3", "r2": "3", "r3": "5", "r4": "3"},
                      {"d": 1.0, "r1": 0.0, "r2": 0.0, "r3": 1.0, "r4": 0.0})
     redone = ["d", "r1", "r2", "r3", "r4"]
-    assert _answer_accuracy(["d"], 4, store, draft=True) == 1.0  # kept: the draft
-    assert _answer_accuracy(redone, 1, store, draft=True) == 0.25  # B = 1: the re-decode alone
-    assert _answer_accuracy(redone, 2, store, draft=True) == 1.0  # the draft and one re-decode: a tie, the draft
-    assert _answer_accuracy(redone, 3, store, draft=True) == 0.5  # {5, 3, 3} wrong, {5, 5, 3} right
-    assert _answer_accuracy(redone, 4, store, draft=True) == 1.0  # {5, 3, 3, 5}: a tie, the draft
+    assert draft_answer_accuracy(["d"], 4, store) == 1.0  # kept: the draft
+    assert draft_answer_accuracy(redone, 1, store) == 0.25  # B = 1: the re-decode alone
+    assert draft_answer_accuracy(redone, 2, store) == 1.0  # the draft and one re-decode: a tie, the draft
+    assert draft_answer_accuracy(redone, 3, store) == 0.5  # {5, 3, 3} wrong, {5, 5, 3} right
+    assert draft_answer_accuracy(redone, 4, store) == 1.0  # {5, 3, 3, 5}: a tie, the draft
 
 
 def test_evaluation_reports_answer_accuracy_family_and_its_compute(tiny_lm):

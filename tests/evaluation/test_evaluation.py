@@ -321,11 +321,11 @@ def test_policy_mode_both_reports_sample_and_argmax_rows(tmp_path, tiny_lm):
     problems = HasOneTask().load("test")
     ev = evaluate(tiny_lm, HasOneTask(), problems, methods, cfg)
     assert ev.details["methods"]["Seq w/ budget [sample]"]["policy_mode"] == "sample"
-    from decoding_adapters.evaluation.runner import _sequence_choices
+    from decoding_adapters.evaluation.plans import sequence_choices
 
     prompts = [tiny_lm.encode_chat([HasOneTask().prompt(p)])[0] for p in problems]
-    sampled = _sequence_choices(methods[0], tiny_lm, prompts, cfg, problems)
-    argmax = _sequence_choices(methods[1], tiny_lm, prompts, cfg, problems)
+    sampled = sequence_choices(methods[0], tiny_lm, prompts, cfg, problems)
+    argmax = sequence_choices(methods[1], tiny_lm, prompts, cfg, problems)
     assert all(per_seed == argmax[0] for per_seed in argmax)
     assert any(per_seed != sampled[0] for per_seed in sampled)  # a flat policy (T=5) draws differently
 

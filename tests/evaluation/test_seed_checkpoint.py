@@ -11,13 +11,15 @@ from collections import Counter
 import pytest
 
 from decoding_adapters.decoding.actions import GREEDY, DecodingAction
-from decoding_adapters.evaluation.runner import SeedCheckpoint, StaticKey, TokenKey, _Store
+from decoding_adapters.evaluation.checkpoint import SeedCheckpoint
+from decoding_adapters.evaluation.keys import StaticKey, TokenKey
+from decoding_adapters.evaluation.store import RowStore
 
 HOT = DecodingAction(do_sample=True, temperature=0.7, top_p=0.9)
 
 
-def _filled_store() -> _Store:
-    store = _Store(tokenizer=None)
+def _filled_store() -> RowStore:
+    store = RowStore(tokenizer=None)
     greedy, hot, token = StaticKey(GREEDY, 0, 0, 0, True), StaticKey(HOT, 1, 2, 3, False), TokenKey("adapter", 0, 1, 0)
     for i, key in enumerate((greedy, hot, token)):
         store.correct[key] = float(i % 2)
@@ -41,12 +43,12 @@ def test_the_checkpoint_reads_back_every_decoded_row(tmp_path):
     store = _filled_store()
     SeedCheckpoint(path, {"seeds": 2}).save(store, {0, 1})
     assert path.with_name(path.name + ".sha256").is_file()
-    back = _Store(tokenizer=None)
+    back = RowStore(tokenizer=None)
     assert SeedCheckpoint(path, {"seeds": 2}).restore(back) == {0, 1}
     for name in ("correct", "answer", "length", "decodes", "generated", "seconds", "source", "records",
                  "all_greedy", "row_actions", "token_counts"):
         assert getattr(back, name) == getattr(store, name), name
-    assert SeedCheckpoint(path, {"seeds": 3}).restore(_Store(tokenizer=None)) == set()  # other options: ignored
+    assert SeedCheckpoint(path, {"seeds": 3}).restore(RowStore(tokenizer=None)) == set()  # other options: ignored
 
 
 class _RunsCode:
@@ -70,7 +72,7 @@ def test_a_changed_checkpoint_is_refused_in_one_line_and_runs_no_code(tmp_path, 
         data = bytearray(path.read_bytes())
         data[len(data) // 2] ^= 1
         path.write_bytes(bytes(data))
-    store = _Store(tokenizer=None)
+    store = RowStore(tokenizer=None)
     with pytest.raises(ValueError) as err:
         SeedCheckpoint(path, {"seeds": 2}).restore(store)
     message = str(err.value)

@@ -10,7 +10,7 @@ import statistics
 import pytest
 
 from decoding_adapters.evaluation import EvalConfig
-from decoding_adapters.evaluation.runner import _summarise
+from decoding_adapters.evaluation.aggregate import summarise
 from decoding_adapters.reporting.report import (
     answer_points,
     compute_points,
@@ -57,7 +57,7 @@ def synthetic(problems: int = 40, seeds: int = 2, with_compute: bool = True):
             per_problem[f"pass@{k}"] = rows
             per_problem[f"answer_accuracy@{k}"] = answers
         per_problem["mean_length"] = [[float(tokens[1])] * seeds for _ in range(problems)]
-        results[name], details["summary"][name] = _summarise(per_problem, cfg)
+        results[name], details["summary"][name] = summarise(per_problem, cfg)
         details["per_problem"][name] = {**per_problem, "answer_accuracy": per_problem["answer_accuracy@1"]}
         details["methods"][name] = {"kind": kind, "role": role, "level": "static", "actions": ["greedy"]}
         if with_compute:
@@ -145,7 +145,8 @@ def test_report_leads_with_the_answer_figure(tmp_path):
     assert report.count(lead) == 1
     assert (tmp_path / "answer_vs_compute.png").stat().st_size > 10_000
     assert "![Accuracy per compute](pass_vs_compute.png)" in report
-    assert method_info(results, None)["Greedy to the budget"]["role"] == "greedy to the budget"
+    assert method_info(results, details)["Greedy to the budget"]["role"] == "greedy to the budget"
+    assert method_info(results, None)["Greedy to the budget"]["role"] == ""  # nothing guessed from a name
 
 
 def test_a_draft_gated_verdict_compares_only_at_matched_compute():

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from decoding_adapters.evaluation import EvalConfig
-from decoding_adapters.evaluation.runner import _summarise
+from decoding_adapters.evaluation.aggregate import summarise
 from decoding_adapters.reporting import plots
 from decoding_adapters.reporting.report import (
     all_methods_table,
@@ -70,7 +70,7 @@ def fake_evaluation(gains: dict[str, float] | None = None, problems: int = 20, s
                 per_problem[f"pass@{k}"].append([value] * seeds)
                 per_problem[f"answer_accuracy@{k}"].append([q if kind == "greedy" else min(q + 0.02 * k, 1.0)] * seeds)
             per_problem["mean_length"].append([rng.uniform(4, 16) for _ in range(seeds)])
-        results[name], details["summary"][name] = _summarise(per_problem, cfg)
+        results[name], details["summary"][name] = summarise(per_problem, cfg)
         details["per_problem"][name] = per_problem
         details["lengths"][name] = [rng.randint(1, 16) for _ in range(problems * (1 if kind == "greedy" else 12))]
         details["action_usage"][name] = [0.25] * len(actions)
@@ -145,10 +145,12 @@ def test_tables_follow_the_paper_layout():
     assert "| Greedy | Mixed |" in tok[0] and tok[0].count("| Δ") == 2
     assert "entropy-only" in tok[0]
     assert all_methods_table(results, details).count("\n") == len(METHODS) + 1
-    # Without details, roles are inferred from the names and the tables still come out.
+    # Without details nothing is guessed from the names (no kind, role or level): no level's table, but every
+    # method in the table of all methods.
     info = method_info(results, None)
-    assert info["Seq w/o budget"]["role"] == "w/o budget" and info["Token entropy-only"]["kind"] == "token"
-    assert sequence_table(results) and token_table(results)
+    assert info["Seq w/o budget"]["kind"] == info["Token entropy-only"]["level"] == info["Best"]["role"] == ""
+    assert not sequence_table(results) and not token_table(results)
+    assert all_methods_table(results).count("\n") == len(METHODS) + 1
 
 
 def test_verdicts_are_computed_not_fixed():
@@ -205,7 +207,7 @@ def test_report_cli(tmp_path, monkeypatch, capsys):
     from decoding_adapters import cli
 
     monkeypatch.setattr(cli, "COMMANDS", {k: v for k, v in cli.COMMANDS.items() if k in ("evaluate", "report")})
-    results, _ = fake_evaluation({"Seq w/ budget": 0.2})
+    results, details = fake_evaluation({"Seq w/ budget": 0.2})
     eval_dir = tmp_path / "eval"
     eval_dir.mkdir()
     (eval_dir / "results.json").write_text(json.dumps(results))  # no eval_details.json: tables and pass@k only
@@ -213,6 +215,9 @@ def test_report_cli(tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
     assert cli.main(["report", "--eval", str(eval_dir), "--train-log", f"seq={log}", "--out", str(out)]) == 0
     assert (out / "report.md").is_file() and is_png(out / "pass_at_k.png") and is_png(out / "training_seq.png")
+    assert "beats Best" not in capsys.readouterr().out  # no kinds without eval_details: no adapter verdicts
+    (eval_dir / "eval_details.json").write_text(json.dumps(details))
+    assert cli.main(["report", "--eval", str(eval_dir), "--train-log", f"seq={log}", "--out", str(out)]) == 0
     assert "beats Best" in capsys.readouterr().out
     assert cli.main(["report", "--eval", str(tmp_path / "nothing"), "--out", str(out)]) == 2
 
@@ -357,7 +362,9 @@ def test_verdicts_say_on_how_many_seeds_the_direction_holds_and_judge_the_draft_
     per_problem = {n: {"pass@1": [[base[n][s] + (0.1 if i % 2 else -0.1) for s in range(3)] for i in range(30)]}
                    for n in names}
     results = {n: {"pass@1": {"mean": sum(base[n]) / 3, "ci_low": 0.0, "ci_high": 1.0}} for n in names}
-    methods = {"Draft-gated": {"kind": "draft", "role": "draft-gated"},
+    methods = {"Greedy to the budget": {"kind": "greedy", "role": "greedy to the budget"},
+               "Greedy": {"kind": "greedy", "role": "greedy"}, "Best": {"kind": "static", "role": "best"},
+               "Draft-gated": {"kind": "draft", "role": "draft-gated"},
                "Random gate (30%)": {"kind": "draft", "role": "random gate", "family": "fixed rule"}}
     lines = verdicts(results, {"per_problem": per_problem, "methods": methods})
     draft = [v for v in lines if v.startswith("- **Draft-gated")]

@@ -108,13 +108,18 @@ Output (``Evaluation.write``):
 Out of distribution: ``ood`` labels each adapter ``train task -> eval task[:split]`` and says
 whether that is OOD (another task, or the ``ood`` split of held-out families).
 
-Modules: ``methods`` (``EvalConfig``, ``Method`` and its constructors), ``runner`` (typed keys,
-decoding, scoring, ``evaluate``), ``truncation`` (greedy lengths and the fraction of rows a token
-budget cuts off, to choose the budget on validation); the statistics are in
+Modules: ``methods`` (``EvalConfig``, ``Method`` and its constructors), ``keys`` (which row a
+sample is), ``plans`` (how each way of decoding is decoded and scored), ``store`` (the decoded
+rows), ``aggregate`` (votes, pass@k, intervals, cost), ``runner`` (decoding, ``evaluate``),
+``checkpoint`` (seed checkpoints), ``table`` (the printed table), ``truncation`` (greedy lengths
+and the fraction of rows a token budget cuts off, to choose the budget on validation); the
+statistics are in
 ``decoding_adapters.core.stats``.
 """
 
 from ..core.stats import binomial_halfwidth
+from .aggregate import subset_cost, vote
+from .keys import StaticKey, TokenKey
 from .methods import (
     ANSWER_ACCURACY,
     FAMILIES,
@@ -137,18 +142,8 @@ from .methods import (
     token_mixed_method,
 )
 from .ood import ood_label, ood_labels
-from .runner import (
-    COMPUTE_FIELDS,
-    Evaluation,
-    StaticKey,
-    TokenKey,
-    details_config,
-    evaluate,
-    format_table,
-    select_best_action,
-    subset_cost,
-    vote,
-)
+from .runner import COMPUTE_FIELDS, Evaluation, details_config, evaluate, select_best_action
+from .table import format_table
 from .truncation import TruncationStats, choose_token_budget, greedy_truncation, truncation_stats
 
 __all__ = [

@@ -14,7 +14,16 @@ from ..core.stats import check_int
 from ..decoding.actions import DEFAULT_TOKEN_BUDGET, GREEDY, DecodingAction
 from ..decoding.loop import DecodeResult
 from ..decoding.rollouts import STOP_AT_ANSWER, RolloutRequest, Rollouts
-from ..policies.kinds import AdapterKind, adapter_kind, kind_names
+from ..policies.kinds import (
+    DRAFT_THEN_REDECODE,
+    ONE_PER_PROMPT,
+    PER_TOKEN,
+    SEQUENTIAL_ATTEMPTS,
+    AdapterKind,
+    Decoding,
+    adapter_kind,
+    kind_names,
+)
 from ..policies.networks import AdapterConfig, load_adapter, resolve_policy_mode
 from ..selection.best import BestStatic
 
@@ -23,6 +32,11 @@ __all__ = [
     "Method",
     "MethodKind",
     "method_kind",
+    "GREEDY_ROWS",
+    "FIXED_ACTION",
+    "MIXTURE",
+    "UNIFORM_PER_TOKEN",
+    "OWN_ROLLOUT",
     "MethodRollout",
     "greedy_method",
     "greedy_to_budget_method",
@@ -43,13 +57,24 @@ __all__ = [
     "policy_choices",
 ]
 
+GREEDY_ROWS = Decoding("greedy rows", "its one action is greedy: one row stands for every sample and seed "
+                      "(``EvalConfig.decode_deterministic_once``)")
+FIXED_ACTION = Decoding("fixed action", "one fixed action per sample (or per k: the Best row), its rows shared "
+                        "with every method that uses the action")
+MIXTURE = Decoding("mixture", "a uniform mixture over its actions, drawn once per sample")
+UNIFORM_PER_TOKEN = Decoding("uniform per token", "a uniform mixture over its actions, drawn at every token")
+OWN_ROLLOUT = Decoding("own rollout", "it decodes its rows itself (``Method.rollout``)")
+
+
 @dataclass(frozen=True)
 class MethodKind:
     """What a kind of method is to an evaluation: the baselines' kinds below, and one per registered
-    adapter kind (``adapter``: the ``policies.kinds`` object). The runner asks these flags, never the
-    name."""
+    adapter kind (``adapter``: the ``policies.kinds`` object). ``decoding`` says how its rows are
+    decoded; the runner maps it to its plan once (``evaluation.plans``), never testing a flag."""
 
     name: str
+    decoding: Decoding
+    """How its rows are decoded: a baseline's (above) or its adapter kind's (``AdapterKind.decoding``)."""
     static: bool = False
     """One fixed action per sample (greedy, static): rows keyed by action and shared; it may take an
     action per k and stop at the first answer."""
@@ -61,13 +86,19 @@ class MethodKind:
     """It decodes its rows itself (``Method.rollout``)."""
     adapter: AdapterKind | None = None
     """The adapter kind of an adapter method (it needs a policy and has a policy mode)."""
+    per_token_decoding: Decoding | None = None
+    """How its rows are decoded with ``Method.per_token`` (None: it cannot draw per token)."""
+    family: str = "static"
+    """Its methods' family unless they say otherwise (:data:`FAMILIES`)."""
+    report_group: str | None = None
+    """Which verdicts the report gives its methods (an adapter kind's ``report_group``); None: none."""
 
 
 _BASELINE_KINDS = {k.name: k for k in (
-    MethodKind("greedy", static=True, greedy=True),
-    MethodKind("static", static=True),
-    MethodKind("mixed", mixed=True),
-    MethodKind("custom", custom=True),
+    MethodKind("greedy", GREEDY_ROWS, static=True, greedy=True),
+    MethodKind("static", FIXED_ACTION, static=True),
+    MethodKind("mixed", MIXTURE, mixed=True, per_token_decoding=UNIFORM_PER_TOKEN),
+    MethodKind("custom", OWN_ROLLOUT, custom=True),
 )}
 
 
@@ -76,7 +107,8 @@ def method_kind(name: str) -> MethodKind:
     if name in _BASELINE_KINDS:
         return _BASELINE_KINDS[name]
     if name in kind_names():
-        return MethodKind(name, adapter=adapter_kind(name))
+        kind = adapter_kind(name)
+        return MethodKind(name, kind.decoding, adapter=kind, family="learned", report_group=kind.report_group)
     raise ValueError(f"unknown method kind {name!r}")
 
 MethodRollout = Callable[[Rollouts, RolloutRequest, int], DecodeResult]
@@ -86,7 +118,7 @@ request order (``request.row_seeds`` keep the evaluation's common random numbers
 ``texts`` are the answers scored. Its per-row ``decodes`` and ``generated_tokens`` must count every
 pass the answer cost: a greedy draft and a conditional re-decode reports ``decodes`` 1 where the
 draft was kept and 2 where it re-decoded, and the tokens of both passes. The evaluation aggregates
-them into ``decodes_per_problem`` / ``tokens_per_problem`` (``runner.subset_cost``). Helpers:
+them into ``decodes_per_problem`` / ``tokens_per_problem`` (``aggregate.subset_cost``). Helpers:
 ``decoding.rollouts.take_rows`` and ``concat_results`` build the merged result."""
 
 ANSWER_ACCURACY = "answer_accuracy"
@@ -214,37 +246,15 @@ class Method:
         if not self.name:
             raise ValueError("a method needs a name")
         kind = self.method_kind  # an unknown kind raises here
-        if kind.custom != (self.rollout is not None):
-            raise ValueError(f"method {self.name!r}: a custom method needs a rollout, and only a custom one takes it")
+        if self.per_token and kind.per_token_decoding is None:
+            raise ValueError(f"method {self.name!r}: only a mixed method can draw its action per token")
         if self.family is None:
-            self.family = "learned" if kind.adapter is not None else "static"
+            self.family = kind.family
         if self.family not in FAMILIES:
             raise ValueError(f"method {self.name!r}: family must be one of {FAMILIES}, got {self.family!r}")
         if not self.actions:
             raise ValueError(f"method {self.name!r} has no actions")
-        if self.k_actions is not None:
-            if not kind.static or not self.k_actions:
-                raise ValueError(f"method {self.name!r}: only a static method takes an action per k")
-            self.k_actions = {int(k): self.k_actions[k] for k in sorted(self.k_actions)}
-            if list(dict.fromkeys(self.k_actions.values())) != list(self.actions):
-                raise ValueError(f"method {self.name!r}: actions must be the distinct k_actions in k order")
-        elif kind.static and len(self.actions) != 1:
-            raise ValueError(f"static method {self.name!r} needs exactly one action")
-        if kind.adapter is not None and self.policy is None:
-            raise ValueError(f"adapter method {self.name!r} needs a policy")
-        if kind.adapter is not None and kind.adapter.attempts:
-            raise ValueError(f"method {self.name!r}: a {kind.adapter.label} adapter decodes sequential attempts, which "
-                             "the pass@k runner does not score; score it on sample tables (train-attempt, rules, or "
-                             "the study's fixed-rules stage) or use it with generate / serve")
-        if kind.adapter is not None and kind.adapter.keeps_draft and self.draft_context is None:
-            if self.adapter is None or self.adapter.draft is None:
-                raise ValueError(f"draft-gated method {self.name!r} needs a draft_context")
-            self.draft_context = dict(self.adapter.draft)
-        if kind.adapter is not None:
-            stored = self.adapter.policy_mode if self.adapter is not None else None
-            self.policy_mode = resolve_policy_mode(self.policy_mode or stored, self.kind)
-        if self.per_token and not kind.mixed:
-            raise ValueError(f"method {self.name!r}: only a mixed method can draw its action per token")
+        _CHECKS[self.decoding](self)
 
     @property
     def method_kind(self) -> MethodKind:
@@ -257,32 +267,20 @@ class Method:
         return self.method_kind.adapter
 
     @property
-    def keeps_draft(self) -> bool:
-        """A draft-gated method: a greedy draft first, kept or followed by re-decodes."""
-        return self.adapter_kind is not None and self.adapter_kind.keeps_draft
+    def decoding(self) -> Decoding:
+        """How its rows are decoded: its kind's, or its kind's per-token form (``per_token``)."""
+        kind = self.method_kind
+        return kind.per_token_decoding if self.per_token else kind.decoding
 
     @property
     def chooses_per_prompt(self) -> bool:
         """An adapter that picks one action per prompt before decoding (rows shared by action)."""
-        kind = self.adapter_kind
-        return kind is not None and not kind.per_token and not kind.keeps_draft
+        return self.decoding is ONE_PER_PROMPT
 
     @property
     def decodes_per_token(self) -> bool:
         """Whether a chooser picks this method's action at every token (token adapters, per-token Mixed)."""
-        kind = self.adapter_kind
-        return (kind is not None and kind.per_token) or self.per_token
-
-    @property
-    def decodes_own_rows(self) -> bool:
-        """Whether the method's rows are its own (a chooser at every token, or its own rollout)
-        rather than static rows keyed by action and shared with other methods."""
-        return self.decodes_per_token or self.method_kind.custom
-
-    @property
-    def drafted_actions(self) -> list[DecodingAction]:
-        """The actions of its rows, in output order: a draft-gated method's draft (greedy) first."""
-        return [GREEDY, *self.actions] if self.keeps_draft else list(self.actions)
+        return self.decoding in (PER_TOKEN, UNIFORM_PER_TOKEN)
 
     @property
     def action_names(self) -> list[str]:
@@ -305,12 +303,7 @@ class Method:
     @property
     def answer_rule(self) -> str:
         """How the method turns its B samples into the one answer a user gets (no verifier)."""
-        if self.keeps_draft:
-            return ("the draft where kept; where re-decoded, at B = 1 the re-decode, at B > 1 a majority vote "
-                    "over the draft and B - 1 re-decodes (ties: the draft)")
-        if self.method_kind.greedy and self.k_actions is None:
-            return "its one (deterministic) sample"
-        return "B = 1: its sample; B > 1: a majority vote over its B samples' answers (ties: the earliest)"
+        return _ANSWER_RULES.get(self.decoding, _vote_rule)(self)
 
     def policy_for(self, seed: int) -> torch.nn.Module | None:
         return self.seed_policies[seed % len(self.seed_policies)] if self.seed_policies else self.policy
@@ -340,6 +333,102 @@ class Method:
         if self.stop_at_answer is not None:
             out["stop_at_answer"] = bool(self.stop_at_answer)
         return out
+
+
+# ---- what each way of decoding requires of a method, and how it answers ---------------------------
+
+
+def _no_rollout(m: Method) -> None:
+    if m.rollout is not None:
+        raise ValueError(f"method {m.name!r}: a custom method needs a rollout, and only a custom one takes it")
+
+
+def _check_fixed(m: Method) -> None:
+    """greedy/static: one action, or the distinct actions of ``k_actions`` in k order."""
+    _no_rollout(m)
+    if m.k_actions is None:
+        if len(m.actions) != 1:
+            raise ValueError(f"static method {m.name!r} needs exactly one action")
+        return
+    if not m.k_actions:
+        raise ValueError(f"method {m.name!r}: only a static method takes an action per k")
+    m.k_actions = {int(k): m.k_actions[k] for k in sorted(m.k_actions)}
+    if list(dict.fromkeys(m.k_actions.values())) != list(m.actions):
+        raise ValueError(f"method {m.name!r}: actions must be the distinct k_actions in k order")
+
+
+def _no_k_actions(m: Method) -> None:
+    """Neither an action per k (static methods only) nor a rollout (custom methods only)."""
+    _no_rollout(m)
+    if m.k_actions is not None:
+        raise ValueError(f"method {m.name!r}: only a static method takes an action per k")
+
+
+def _check_rollout(m: Method) -> None:
+    if m.k_actions is not None:
+        raise ValueError(f"method {m.name!r}: only a static method takes an action per k")
+    if m.rollout is None:
+        raise ValueError(f"method {m.name!r}: a custom method needs a rollout, and only a custom one takes it")
+
+
+def _check_adapter(m: Method) -> None:
+    """An adapter needs its policy; its mode is the call's, else the adapter's stored one."""
+    _no_k_actions(m)
+    if m.policy is None:
+        raise ValueError(f"adapter method {m.name!r} needs a policy")
+    stored = m.adapter.policy_mode if m.adapter is not None else None
+    m.policy_mode = resolve_policy_mode(m.policy_mode or stored, m.kind)
+
+
+def _check_draft(m: Method) -> None:
+    """A draft-gated adapter also needs what its gate reads (default: its adapter's draft context)."""
+    _no_k_actions(m)
+    if m.policy is None:
+        raise ValueError(f"adapter method {m.name!r} needs a policy")
+    if m.draft_context is None:
+        if m.adapter is None or m.adapter.draft is None:
+            raise ValueError(f"draft-gated method {m.name!r} needs a draft_context")
+        m.draft_context = dict(m.adapter.draft)
+    _check_adapter(m)
+
+
+def _refuse_attempts(m: Method) -> None:
+    _no_k_actions(m)
+    label = m.method_kind.adapter.label
+    raise ValueError(f"method {m.name!r}: a {label} adapter decodes sequential attempts, which "
+                     "the pass@k runner does not score; score it on sample tables (train-attempt, rules, or "
+                     "the study's fixed-rules stage) or use it with generate / serve")
+
+
+_CHECKS: dict[Decoding, Callable[[Method], None]] = {
+    GREEDY_ROWS: _check_fixed,
+    FIXED_ACTION: _check_fixed,
+    MIXTURE: _no_k_actions,
+    UNIFORM_PER_TOKEN: _no_k_actions,
+    OWN_ROLLOUT: _check_rollout,
+    ONE_PER_PROMPT: _check_adapter,
+    PER_TOKEN: _check_adapter,
+    DRAFT_THEN_REDECODE: _check_draft,
+    SEQUENTIAL_ATTEMPTS: _refuse_attempts,
+}
+"""What each way of decoding requires of a method's fields (``Method.__post_init__`` calls it)."""
+
+
+def _vote_rule(m: Method) -> str:
+    return "B = 1: its sample; B > 1: a majority vote over its B samples' answers (ties: the earliest)"
+
+
+def _greedy_rule(m: Method) -> str:
+    return "its one (deterministic) sample" if m.k_actions is None else _vote_rule(m)
+
+
+def _draft_rule(m: Method) -> str:
+    return ("the draft where kept; where re-decoded, at B = 1 the re-decode, at B > 1 a majority vote "
+            "over the draft and B - 1 re-decodes (ties: the draft)")
+
+
+_ANSWER_RULES = {GREEDY_ROWS: _greedy_rule, DRAFT_THEN_REDECODE: _draft_rule}
+"""``Method.answer_rule`` where it is not a vote over the B samples."""
 
 
 def greedy_method(name: str = "Greedy") -> Method:

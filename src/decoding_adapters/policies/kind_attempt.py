@@ -5,7 +5,7 @@ more attempt with the arm the policy picks (``attempt.PolicyDecider``, the live 
 from __future__ import annotations
 
 from .attempt import AttemptPolicy, AttemptPolicyConfig, PolicyDecider, attempt_card_lines
-from .kinds import AdapterKind, register_kind
+from .kinds import SEQUENTIAL_ATTEMPTS, AdapterKind, register_kind
 
 __all__ = ["AttemptKind", "ATTEMPT"]
 
@@ -17,7 +17,7 @@ class AttemptKind(AdapterKind):
     context = ("what the attempts so far show: each one's confidence summary (and hidden-state summary), its "
                "answer and the agreement between answers, the attempts made and left")
     trainer = "train-attempt"
-    attempts = True
+    decoding = SEQUENTIAL_ATTEMPTS
     default_policy_mode = "argmax"
 
     def policy_config(self, policy: dict) -> AttemptPolicyConfig:

@@ -5,7 +5,7 @@ Its policy is the sequence policy over another context."""
 from __future__ import annotations
 
 from .draft import DraftContextConfig
-from .kinds import AdapterKind, register_kind
+from .kinds import DRAFT_THEN_REDECODE, KEEP_DRAFT_NAME, AdapterKind, register_kind
 from .networks import SequencePolicy, SequencePolicyConfig
 
 __all__ = ["DraftKind", "DRAFT"]
@@ -22,7 +22,7 @@ class DraftKind(AdapterKind):
     level = "sequence"
     context = "a summary of its own greedy draft (``draft.DraftContextConfig``), and B"
     trainer = "train-draft"
-    keeps_draft = True
+    decoding = DRAFT_THEN_REDECODE
     default_policy_mode = "argmax"
 
     def policy_config(self, policy: dict) -> SequencePolicyConfig:
@@ -30,6 +30,14 @@ class DraftKind(AdapterKind):
 
     def build_policy(self, policy: dict) -> SequencePolicy:
         return SequencePolicy(SequencePolicyConfig(**policy))
+
+    report_group = "draft"  # judged against Greedy, Best and the fixed rules at its own compute
+
+    def outputs(self, num_actions: int) -> int:
+        return 1 + num_actions  # keep the draft, then one per re-decode action
+
+    def output_names(self, action_names: list[str]) -> list[str]:
+        return [KEEP_DRAFT_NAME] + list(action_names)
 
     def check(self, config) -> None:
         if config.draft is None:

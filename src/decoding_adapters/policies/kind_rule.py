@@ -26,7 +26,7 @@ from torch import nn
 from ..decoding.confidence import CONFIDENCE_FEATURES
 from .bounds import check_rule_fields
 from .fixed_rules import RULE_KNOBS, RULE_LABELS, RULES, Calibration, Draws, RuleSetting, score_setting
-from .kinds import AdapterKind, register_kind
+from .kinds import SEQUENTIAL_ATTEMPTS, AdapterKind, register_kind
 from .networks import AdapterConfig, save_adapter
 
 __all__ = ["RuleConfig", "RulePolicy", "RuleDecider", "RuleKind", "RULE", "rule_policy", "save_rule_adapter"]
@@ -161,7 +161,7 @@ class RuleKind(AdapterKind):
     level = "sequence"
     context = "the answers (and confidences) of the attempts so far, read by a fixed rule: no weights"
     trainer = "make-rule"
-    attempts = True
+    decoding = SEQUENTIAL_ATTEMPTS
     default_policy_mode = "argmax"
 
     def policy_config(self, policy: dict) -> RuleConfig:

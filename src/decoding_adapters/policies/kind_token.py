@@ -5,7 +5,7 @@ entropy-only ablation), drawn inside the decode loop (``networks.TokenPolicyChoo
 from __future__ import annotations
 
 from ..decoding.actions import DEFAULT_TOKEN_BUDGET
-from .kinds import AdapterKind, register_kind
+from .kinds import PER_TOKEN, AdapterKind, register_kind
 from .networks import TokenPolicy, TokenPolicyConfig
 
 __all__ = ["TokenKind", "TOKEN"]
@@ -17,7 +17,7 @@ class TokenKind(AdapterKind):
     level = "token"
     context = "the LM's hidden state h_t at every token (and the remaining token budget b_t)"
     trainer = "train-token"
-    per_token = True
+    decoding = PER_TOKEN
     default_policy_mode = "sample"
 
     def policy_config(self, policy: dict) -> TokenPolicyConfig:
@@ -30,6 +30,10 @@ class TokenKind(AdapterKind):
     def reads_hidden(config) -> bool:
         """Whether the policy reads hidden states (False: the entropy-only ablation)."""
         return config.policy.get("features", "hidden") == "hidden"
+
+    def runs_on_logits(self, policy: dict) -> bool:
+        """The entropy-only ablation reads the entropy of the base distribution, nothing else."""
+        return policy.get("features", "hidden") == "entropy"
 
     def input_width(self, config, hidden_size: int) -> int | None:
         return hidden_size if self.reads_hidden(config) else None

@@ -2,29 +2,67 @@
 by the ``kind`` of its ``adapter.json``.
 
 A kind is one object (a subclass of :class:`AdapterKind`, one module each: ``kind_sequence``,
-``kind_token``, ``kind_draft``, ``kind_rule``, ``kind_attempt``) registered with
-:func:`register_kind`. Everything that differs between kinds is asked of that object; no other
-module compares a kind's name with a string:
+``kind_token``, ``kind_draft``, ``kind_attempt``, ``kind_rule``) registered with :func:`register_kind`.
+Everything that differs between kinds is asked of that object; no other module compares a kind's
+name with a string:
 
 - what the policy reads as context (``context``, ``policy_config``, ``input_width``) and how many
   outputs it has (``outputs``: a draft-gated policy's output 0 keeps the draft);
-- how it decodes one batch (``per_token``: a chooser at every token inside the decode loop;
-  otherwise one choice per prompt, before decoding or, with ``keeps_draft``, after a greedy draft);
+- how it decodes one batch (``decoding``: one of the :class:`Decoding` objects below: one action
+  per prompt, a chooser at every token, a greedy draft then a re-decode, or sequential attempts);
 - its default policy mode (``default_policy_mode``);
 - how an evaluation names and places it (``level``, ``role``, ``method_name``);
 - what its model card says (``label``, ``card_inputs``, ``card_usage``) and which command trains it
   (``trainer``).
 
 Layers above ``policies`` that need a behaviour this layer cannot know (evaluation's keys and
-scores, the server's stream) read these flags and hooks; see ``docs/architecture.md``, "Adding an
-adapter kind".
+scores, the generator's decode, the server's responses) map each :class:`Decoding` to a handler of
+their own once (``evaluation.plans.adapter_plan``, ``serving.decoders.decoder_for``) and call it;
+see ``docs/architecture.md``, "Adding an adapter kind".
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
-__all__ = ["AdapterKind", "register_kind", "adapter_kind", "kind_names", "POLICY_MODES", "KEEP_DRAFT_NAME"]
+__all__ = [
+    "AdapterKind",
+    "register_kind",
+    "adapter_kind",
+    "kind_names",
+    "POLICY_MODES",
+    "KEEP_DRAFT_NAME",
+    "Decoding",
+    "ONE_PER_PROMPT",
+    "PER_TOKEN",
+    "DRAFT_THEN_REDECODE",
+    "SEQUENTIAL_ATTEMPTS",
+    "DECODINGS",
+]
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """One way an adapter kind decodes a batch. Kinds that decode the same way share the object; a
+    layer above keys its handlers by it (a dict built once), so a new way is one new object and one
+    handler in each such dict, never a flag that callers test."""
+
+    name: str
+    """Short name (for messages and the architecture page)."""
+    description: str
+    """What the adapter does, in words."""
+
+
+ONE_PER_PROMPT = Decoding("per prompt", "one action per prompt, chosen from the prompt embedding (and the parallel "
+                          "budget B) before decoding; all B completions of the prompt use it")
+PER_TOKEN = Decoding("per token", "a chooser picks an action at every generated token, inside the decode loop")
+DRAFT_THEN_REDECODE = Decoding("draft, then re-decode", "a greedy draft first; the policy's output 0 keeps it, "
+                               "output k + 1 re-decodes with action k")
+SEQUENTIAL_ATTEMPTS = Decoding("sequential attempts", "the stopped greedy first, then, round by round, one more "
+                               "attempt of the arm its decider picks for each problem still going, until it stops")
+DECODINGS = (ONE_PER_PROMPT, PER_TOKEN, DRAFT_THEN_REDECODE, SEQUENTIAL_ATTEMPTS)
+"""Every way a kind decodes (the handlers' dicts above this layer cover each)."""
 
 POLICY_MODES = ("sample", "argmax")
 """How a trained adapter picks its action when it is used: a draw from pi, or its most likely action."""
@@ -45,17 +83,10 @@ class AdapterKind:
     """The evaluation table it belongs to: 'sequence' or 'token'."""
     context: ClassVar[str]
     """What its policy reads, in words (the architecture page's table of kinds)."""
-    per_token: ClassVar[bool] = False
-    """True: the policy picks an action at every generated token (a chooser inside the decode loop);
-    False: one choice per prompt, all its completions decoded with it."""
-    keeps_draft: ClassVar[bool] = False
-    """True: a greedy draft is decoded first, and the policy's output 0 keeps it (outputs 1.. are
-    re-decode actions); its answers are scored as a draft plus conditional re-decodes."""
-    attempts: ClassVar[bool] = False
-    """True: sequential attempts (``decoding.attempts.sequential_attempts``): the stopped greedy
-    first, then, round by round, one more attempt of the arm its decider (``decider``) picks for each
-    problem still going, until the decider stops it (``attempt_plan`` gives the arms' limits); scored
-    as answer accuracy at its mean attempts. False for one choice per prompt, per token, or a draft."""
+    decoding: ClassVar[Decoding] = ONE_PER_PROMPT
+    """How it decodes one batch (:data:`DECODINGS`): one action per prompt before decoding, a chooser
+    at every token, a greedy draft then a re-decode (output 0 keeps the draft), or sequential attempts
+    (``decoding.attempts.sequential_attempts`` with ``decider``, limits from ``attempt_plan``)."""
     default_policy_mode: ClassVar[str] = "argmax"
     """The mode (:data:`POLICY_MODES`) it is evaluated and served with unless its ``adapter.json`` says
     otherwise (``networks.default_policy_mode`` gives the reasons)."""
@@ -72,13 +103,38 @@ class AdapterKind:
         """A fresh policy module of that shape (weights loaded afterwards)."""
         raise NotImplementedError
 
+    @property
+    def report_group(self) -> str:
+        """Which verdicts the report gives it: its ``level`` (``sequence`` / ``token``), or ``draft``."""
+        return self.level
+
+    @property
+    def per_token(self) -> bool:
+        """Its decoding is :data:`PER_TOKEN` (what a policy's size bounds and the vLLM model ask)."""
+        return self.decoding is PER_TOKEN
+
+    @property
+    def keeps_draft(self) -> bool:
+        """Its decoding is :data:`DRAFT_THEN_REDECODE`."""
+        return self.decoding is DRAFT_THEN_REDECODE
+
+    @property
+    def attempts(self) -> bool:
+        """Its decoding is :data:`SEQUENTIAL_ATTEMPTS`."""
+        return self.decoding is SEQUENTIAL_ATTEMPTS
+
     def outputs(self, num_actions: int) -> int:
-        """Policy outputs for ``num_actions`` listed actions (one more when output 0 keeps a draft)."""
-        return num_actions + int(self.keeps_draft)
+        """Policy outputs for ``num_actions`` listed actions (more where it has outputs of its own)."""
+        return num_actions
 
     def output_names(self, action_names: list[str]) -> list[str]:
         """Names of the policy's outputs, in order."""
-        return ([KEEP_DRAFT_NAME] if self.keeps_draft else []) + list(action_names)
+        return list(action_names)
+
+    def runs_on_logits(self, policy: dict) -> bool:
+        """Whether a policy of this shape (``adapter.json``'s ``policy``) decides from the next-token
+        logits alone, so a logits processor that sees no hidden state can run it."""
+        return False
 
     def check(self, config) -> None:
         """Validate the kind's own fields of an ``AdapterConfig`` (ValueError); by default the

@@ -41,32 +41,15 @@ ROLE_ORDER = {"w/o budget": 0, "w/ budget": 1, "entropy-only": 2}
 """The order of an adapter level's columns by role (other roles after these, in results order)."""
 
 
-def _infer(name: str) -> dict:
-    """Kind, role and level guessed from a method's name (results without eval_details)."""
-    low = name.lower()
-    if low.startswith("stop at first"):
-        return {"kind": "greedy", "role": "stop at first answer", "level": "static"}
-    if low.startswith("greedy to the budget"):
-        return {"kind": "greedy", "role": "greedy to the budget", "level": "static"}
-    if low.startswith("greedy"):
-        return {"kind": "greedy", "role": "greedy", "level": "static"}
-    if low.startswith("best token action"):
-        return {"kind": "static", "role": "best token action", "level": "token"}
-    if low.startswith("best"):
-        return {"kind": "static", "role": "best", "level": "static"}
-    if low.startswith("mixed per sequence"):
-        return {"kind": "mixed", "role": "mixed per sequence", "level": "token"}
-    if low.startswith("mixed"):
-        return {"kind": "mixed", "role": "mixed", "level": "token" if "token" in low else "static"}
-    level = "token" if "token" in low or "tok" in low else "sequence"
-    role = "entropy-only" if "entropy" in low else "w/o budget" if "w/o" in low or "without" in low else "w/ budget"
-    return {"kind": level, "role": role, "level": level}
+_UNKNOWN = {"kind": "", "role": "", "level": "", "actions": []}
+"""What the report knows of a method eval_details does not describe (never guessed from its name)."""
 
 
 def method_info(results: Mapping, details: Mapping | None) -> dict[str, dict]:
-    """``{method: {kind, role, level, actions}}`` from details, or guessed from the names."""
+    """``{method: {kind, role, level, actions}}`` as eval_details records them; a method it does not
+    describe (results without details) is of no known kind, role or level: a static column."""
     known = (details or {}).get("methods", {})
-    return {name: {**_infer(name), "actions": [], **known.get(name, {})} for name in results}
+    return {name: {**_UNKNOWN, **known.get(name, {})} for name in results}
 
 
 def kind_of(entry: Mapping) -> MethodKind | None:
@@ -84,17 +67,17 @@ def family_of(entry: Mapping) -> str:
     if entry.get("family"):
         return str(entry["family"])
     kind = kind_of(entry)
-    return "learned" if kind is not None and kind.adapter is not None else "static"
+    return kind.family if kind is not None else "static"
 
 
 def adapter_group(entry: Mapping) -> str | None:
-    """Which verdicts an adapter gets: ``draft`` for a kind that keeps a greedy draft, else its
-    table level (``sequence`` / ``token``); None for a baseline or a fixed rule (a ``rule`` adapter
-    kind's points are of family ``fixed rule``)."""
+    """Which verdicts an adapter gets (its kind's ``report_group``: ``sequence``, ``token`` or
+    ``draft``); None for a baseline or a fixed rule (a ``rule`` adapter kind's points are of family
+    ``fixed rule``)."""
     kind = kind_of(entry)
-    if kind is None or kind.adapter is None or family_of(entry) != "learned":  # a fixed rule's points: no verdicts
+    if kind is None or family_of(entry) != "learned":  # a fixed rule's points: no verdicts
         return None
-    return "draft" if kind.adapter.keeps_draft else kind.adapter.level
+    return kind.report_group
 
 
 def is_static(entry: Mapping) -> bool:

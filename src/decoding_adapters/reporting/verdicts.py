@@ -16,7 +16,8 @@ import statistics
 from typing import Mapping, Sequence
 
 from ..core.stats import paired_ci, problem_means, seed_interval
-from ..evaluation.methods import ANSWER_ACCURACY
+from ..evaluation.methods import ANSWER_ACCURACY, FIXED_ACTION, GREEDY_ROWS
+from ..policies.kinds import ONE_PER_PROMPT
 from .cells import (
     adapters_at,
     answer_ks,
@@ -331,26 +332,38 @@ def _fixed_action(details: Mapping | None, name: str, problem: int, k: int) -> t
     evaluation's shared fixed-action rows (greedy, a static action or Best, an argmax sequence
     adapter's choice for B = k); None when they are not (Mixed, token adapters, sampled choices)."""
     method = (details or {}).get("methods", {}).get(name, {})
-    actions = method.get("actions") or []
     kind = kind_of(method)
-    if kind is None:
+    read = _FIXED_ACTION_OF.get(kind.decoding) if kind is not None else None
+    if read is None:
         return None
+    action = read(details, name, method, problem, k)
     # rows that end at the first answer and rows to the budget are different generations
     stop = bool(method.get("stop_at_answer", (details or {}).get("config", {}).get("stop_at_answer", False)))
-    if kind.static:
-        per_k = method.get("k_actions")
-        action = per_k.get(str(k)) if per_k else actions[0] if len(actions) == 1 else None
-        return None if action is None else (action, stop)
-    prompt_chooser = kind.adapter is not None and not kind.adapter.per_token and not kind.adapter.keeps_draft
-    choices = details.get("sequence_choices", {}).get(name) if prompt_chooser else None
-    if choices and method.get("policy_mode", "argmax") == "argmax" and k in choices["k_values"]:
-        # every seed's adapter must pick the same action (details without per-seed choices: one seed only)
-        seeds = details.get("config", {}).get("seeds", 1)
-        by_seed = choices.get("actions_by_seed") or ([choices["actions"]] if seeds == 1 else [])
-        column = choices["k_values"].index(k)
-        picks = {actions[per_problem[problem][column]] for per_problem in by_seed if problem < len(per_problem)}
-        return (picks.pop(), stop) if len(picks) == 1 and by_seed else None
-    return None
+    return None if action is None else (action, stop)
+
+
+def _static_action(details: Mapping, name: str, method: Mapping, problem: int, k: int) -> str | None:
+    """A greedy or static method's action at pass@k (its one action, or its k's)."""
+    actions, per_k = method.get("actions") or [], method.get("k_actions")
+    return per_k.get(str(k)) if per_k else actions[0] if len(actions) == 1 else None
+
+
+def _chosen_action(details: Mapping, name: str, method: Mapping, problem: int, k: int) -> str | None:
+    """A sequence adapter's choice for ``problem`` at B = k, when it is argmax and every seed's
+    adapter picks the same action (details without per-seed choices: one seed only)."""
+    actions = method.get("actions") or []
+    choices = details.get("sequence_choices", {}).get(name)
+    if not (choices and method.get("policy_mode", "argmax") == "argmax" and k in choices["k_values"]):
+        return None
+    seeds = details.get("config", {}).get("seeds", 1)
+    by_seed = choices.get("actions_by_seed") or ([choices["actions"]] if seeds == 1 else [])
+    column = choices["k_values"].index(k)
+    picks = {actions[per_problem[problem][column]] for per_problem in by_seed if problem < len(per_problem)}
+    return picks.pop() if len(picks) == 1 and by_seed else None
+
+
+_FIXED_ACTION_OF = {GREEDY_ROWS: _static_action, FIXED_ACTION: _static_action, ONE_PER_PROMPT: _chosen_action}
+"""How the fixed action of a method's rows is read, per way of decoding (the others have none)."""
 
 
 def identical_by_construction(details: Mapping | None, a: str, b: str, metrics: Sequence[str]) -> list[str]:

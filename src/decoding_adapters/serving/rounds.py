@@ -3,7 +3,7 @@
 An attempt adapter (``AdapterKind.attempts``) answers a prompt after a number of attempts its
 decider chooses round by round. ``BatchingWorker`` would decode a batch of requests to the end of
 their last attempt while later requests wait in the queue; ``RoundsWorker`` instead keeps one
-``AttemptService`` (``serving.generator``) going: before every round the requests waiting join it
+``AttemptService`` (``serving.decoders``) going: before every round the requests waiting join it
 (as many prompts as fit in ``max_batch`` beside the ones going), the round decodes one attempt of
 every prompt going in one batched decode, and a request is answered as soon as its last prompt has
 stopped. A prompt's attempts draw from its own seeds, so its answer is the same as ``generate``
@@ -16,7 +16,7 @@ import asyncio
 import logging
 from typing import Any
 
-from .generator import attempt_events
+from .decoders import attempt_events
 from .schemas import ApiError
 from .worker import BatchingWorker, Job
 

@@ -80,6 +80,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..policies.kinds import adapter_kind
+from .decoders import decoder_for
 from .rounds import RoundsWorker, shares_rounds
 from .schemas import (
     ApiError,
@@ -224,16 +225,7 @@ def _choices(gens, req: CommonFields, echo_prompts: Sequence[str] | None = None)
             if echo_prompts is not None:
                 text = echo_prompts[i] + text
             info: dict = {"index": len(out), "action_counts": counts[j]}
-            kind = adapter_kind(g.kind)
-            if kind.per_token:
-                info["token_actions"] = g.token_actions[j]
-            elif kind.attempts:  # how many attempts, with which arms, why it stopped
-                info.update(action=g.action, **g.adapter_info())
-            else:
-                info.update(action=g.action,
-                            action_probs=dict(zip(g.action_names, [round(p, 6) for p in g.action_probs])))
-                if kind.keeps_draft:
-                    info.update(draft_kept=g.draft_kept, decodes=g.decodes, draft_tokens=g.draft_tokens)
+            info.update(decoder_for(adapter_kind(g.kind)).choice_info(g, j))
             out.append(Choice(len(out), text, "stop" if stopped else g.finish_reasons[j], info))
     return out
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..policies.kinds import AdapterKind
+from .decoders import decoder_for
 from .schemas import ApiError, ServerLimits
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,7 @@ class JobStream:
     def __init__(self, loop: asyncio.AbstractEventLoop, n: int, stop: str | list[str] | None,
                  echo: Sequence[str] | None, action_names: Sequence[str], kind: AdapterKind) -> None:
         self.loop, self.n, self.echo, self.action_names, self.kind = loop, n, echo, list(action_names), kind
+        self.decoder = decoder_for(kind)  # what the response says of each completion
         self.stops = [stop] if isinstance(stop, str) else list(stop or [])
         self.queue: asyncio.Queue[list[tuple]] = asyncio.Queue()
         self.rows: list[_RowStream] = []
@@ -224,16 +226,8 @@ class JobStream:
         for index, row in enumerate(self.rows):
             names = [self.action_names[a] for a in row.actions]
             info: dict = {"index": index, "action_counts": dict(Counter(names).most_common())}
-            if self.kind.per_token:
-                info["token_actions"] = row.actions
-            elif self.kind.attempts:  # the returned attempt's arm, how many attempts and why it stopped
-                info["action"] = names[0] if names else None
-                info.update(row.info or {})
-            else:  # one action per prompt; a draft's tokens carry output 0, re-decoded ones the chosen output
-                info["action"] = names[0] if names else None
-                if self.kind.keeps_draft:
-                    siblings = self.rows[index - index % self.n: index - index % self.n + self.n]
-                    info["draft_kept"] = all(not r.actions or r.actions[0] == 0 for r in siblings)
+            info.update(self.decoder.stream_info([r.actions for r in self.rows], index, self.n, self.action_names,
+                                                 row.info))
             out.append(info)
         return out
 
@@ -433,9 +427,8 @@ class BatchingWorker:
         return outcomes
 
     def _decode(self, prepared: list, on_tokens, gone) -> list:
-        # a client that asks for n completions gets n, a draft-gated adapter's kept draft among them
-        kind = getattr(self.generator, "adapter_kind", None)
-        extra = {"all_answers": True} if kind is not None and kind.keeps_draft else {}
+        # what this adapter's decoder asks of a server run (a draft-gated adapter: n answers, its kept draft among them)
+        extra = getattr(self.generator, "serve_options", {})
         if on_tokens is None:  # no stream in this batch: the plain call
             return self.generator.run(prepared, self.deterministic_policy, gone=gone, **extra)
         return self.generator.run(prepared, self.deterministic_policy, on_tokens=on_tokens, gone=gone, **extra)

@@ -150,8 +150,7 @@ def request_options(sampling_params, key: str = EXTRA_ARGS_KEY, deterministic: b
 
 def _check_entropy_adapter(kind: str | None, policy: dict, path: str) -> None:
     """Only a per-token adapter that reads no hidden state (the entropy-only one) runs on logits alone."""
-    per_token = kind in kind_names() and adapter_kind(kind).per_token
-    if not per_token or policy.get("features", "hidden") != "entropy":
+    if not (kind in kind_names() and adapter_kind(kind).runs_on_logits(policy)):
         raise ValueError(
             f"{path}: vLLM processors see logits only, so only an entropy-only token adapter runs there "
             f"(this one is a {kind} adapter with features={policy.get('features', 'n/a')!r}); use the "
