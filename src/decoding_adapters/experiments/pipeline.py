@@ -55,6 +55,7 @@ from ..evaluation import (
 )
 from ..evaluation import draft as draft_eval
 from ..evaluation.attempt import rule_baselines, seed_agreement, train_and_score
+from ..evaluation.decoder_choice import decoder_arms
 from ..evaluation.rules import fit_calibrations, greedy_then, tune_rules
 from ..evaluation.sample_table import SampleTable, build_sample_table
 from ..policies.draft import DraftContextConfig
@@ -151,8 +152,14 @@ class RulesConfig:
     enabled: bool = False
     """Run the stage (the study's evaluation then holds every rule's tuned points)."""
     temperatures: tuple[float, ...] = (0.5,)
-    """Sampled arms beside greedy, one per temperature; the rules read the stopped greedy, then the
-    first sampled arm's samples."""
+    """Sampled arms beside greedy, one per temperature (unless ``decoders``); the rules read the
+    stopped greedy, then the first sampled arm's samples."""
+    decoders: str | None = None
+    """Sampled arms beside greedy from an action set instead of the temperatures: a select-actions
+    actions.json (its coverage-selected actions, in the order chosen) or a preset; greedy dropped.
+    The attempt policy then chooses each attempt's arm among them."""
+    decoder_count: int | None = None
+    """How many of ``decoders``' sampled actions, in its order (None: all)."""
     samples: int = 8
     """Samples N per sampled arm and problem (the greedy arm is decoded once)."""
     problems: int = 400
@@ -168,14 +175,25 @@ class RulesConfig:
             raise ValueError(f"rules samples and problems must be >= 1, got {self.samples}, {self.problems}")
         if not self.temperatures or any(t <= 0 for t in self.temperatures):
             raise ValueError(f"rules temperatures must be positive and at least one, got {self.temperatures}")
+        if self.decoder_count is not None and self.decoders is None:
+            raise ValueError("rules decoder_count needs rules decoders")
+        if self.decoders is not None:
+            self.arms  # noqa: B018  (an unreadable action set or too few sampled actions: refused here)
         unknown = [r for r in self.rules if r not in RULES]
         if unknown or not self.rules:
             raise ValueError(f"unknown or no rules {unknown}; choose from {list(RULES)}")
 
     @property
     def arms(self) -> list[DecodingAction]:
-        """Greedy, then one sampled arm per temperature."""
+        """Greedy, then the sampled arms (``decoders``', else one per temperature)."""
+        if self.decoders is not None:
+            return [GREEDY] + decoder_arms(self.decoders, self.decoder_count)
         return [GREEDY] + [DecodingAction(temperature=t) for t in self.temperatures]
+
+    @property
+    def rows_per_problem(self) -> int:
+        """Decoded rows per problem of a table: greedy once, each sampled arm ``samples`` times."""
+        return 1 + (len(self.arms) - 1) * self.samples
 
 
 @dataclass(frozen=True)
@@ -632,10 +650,9 @@ def study_table(lm, task, cfg: StudyConfig, path: Path, split: str, problems, *,
     refused). A stage that needs another split's table (a learned policy's training problems) builds
     it with this, beside the rules' two."""
     rc = cfg.rules
-    rows_per_problem = 1 + len(rc.temperatures) * rc.samples
     return build_sample_table(lm, task, list(problems), rc.arms, samples=rc.samples, token_budget=cfg.token_budget,
                               path=path, split=split, seed=0, stop_at_answer=cfg.stop_at_answer, hidden=rc.hidden,
-                              chunk_problems=max(1, cfg.batch_rows // rows_per_problem), progress=progress,
+                              chunk_problems=max(1, cfg.batch_rows // rc.rows_per_problem), progress=progress,
                               on_chunk=on_chunk)
 
 
@@ -734,6 +751,7 @@ def attempt_entries(scored: Sequence, test: SampleTable, tables: dict, sources: 
         entries[name] = {
             "method": {"kind": "attempt", "role": "attempt policy", "level": "sequence", "family": "learned",
                        "curve": "Attempt policy", "price": price, "features": list(first.features),
+                       "parts": list(first.parts),
                        "per_seed": [{**s.record(), "source": source} for s, source in runs],
                        "seed_agreement": seed_agreement([s.outcome for s, _ in runs]),
                        "validation": {"accuracy": float(np.mean([s.val_accuracy for s, _ in runs])),
