@@ -30,7 +30,7 @@ from ..training.attempt import AttemptTrainConfig
 from .attempt import RuleCurve, Scored, rule_at, rule_compute, train_and_score
 from .sample_table import SampleTable
 
-__all__ = ["decoder_arms", "restrict_arms", "decoder_ablation", "DECODER_ABLATION"]
+__all__ = ["decoder_arms", "restrict_arms", "decoder_ablation", "format_decoder_ablation", "DECODER_ABLATION"]
 
 DECODER_ABLATION = "decoder choice"
 """The name of the decoder-choice ablation's record."""
@@ -78,30 +78,46 @@ def decoder_ablation(train: SampleTable, validation: SampleTable, test: SampleTa
     on ``test``) against the same policy restricted to its best single sampled arm (module
     docstring). Returns the ablation's record: one row per full policy (its seed and price, the
     best arm, each arm's validation score, both accuracies at the full policy's mean decodes, the
-    paired difference) and the restricted policies' own records."""
+    paired difference), in the order of ``full``, and the restricted policies' own records."""
     first = _first_arm(train)
     sampled = [name for i, name in enumerate(train.arm_names) if i != first]
     if len(sampled) < 2:
         raise ValueError(f"the decoder-choice ablation needs two or more sampled arms; the table has {sampled}")
     tables = {arm: [restrict_arms(t, [first, train.arm_names.index(arm)]) for t in (train, validation, test)]
               for arm in sampled}
-    rows, single = [], []
+    rows, single = {}, []
     for seed in sorted({s.seed for s in full}):
-        mine = [s for s in full if s.seed == seed]
+        mine = [(i, s) for i, s in enumerate(full) if s.seed == seed]
         by_arm = {arm: [train_and_score(*tables[arm], replace(config, price=s.price, seed=seed), baselines)
-                        for s in mine] for arm in sampled}
+                        for _, s in mine] for arm in sampled}
         scores = {arm: _validation_score(runs) for arm, runs in by_arm.items()}
         best = max(sampled, key=lambda arm: scores[arm])  # ties: the table's first arm
         curve = _curve(f"restricted to {best}", by_arm[best])
         single += [{**s.record(), "arm": arm} for arm, runs in by_arm.items() for s in runs]
-        for s in mine:
+        for i, s in mine:
             accuracy, row = rule_at(curve, s.decodes)
             diff = paired_ci(s.outcome.correct.astype(np.float64).tolist(), row.tolist())
             read_at = rule_compute(curve, s.decodes)
-            rows.append({"seed": seed, "price": s.price, "best_arm": best, "arm_validation_score": scores,
+            rows[i] = {"seed": seed, "price": s.price, "best_arm": best, "arm_validation_score": scores,
                          "policy": {"accuracy": s.accuracy, "decodes": s.decodes, "tokens": s.tokens,
                                     "parts": list(s.parts)},
                          "single_arm": {"accuracy": accuracy, "decodes": read_at, "parts": ["verifier", "stop"]},
-                         "matched_compute": abs(read_at - s.decodes) <= 1e-9, "difference": list(diff)})
+                         "matched_compute": abs(read_at - s.decodes) <= 1e-9, "difference": list(diff)}
     return {"name": DECODER_ABLATION, "parts": ["verifier", "stop", "decoder"], "against": ["verifier", "stop"],
-            "arms": sampled, "problems": int(test.shape[0]), "rows": rows, "single_arm_policies": single}
+            "arms": sampled, "problems": int(test.shape[0]), "rows": [rows[i] for i in range(len(full))],
+            "single_arm_policies": single}
+
+
+def format_decoder_ablation(record: dict) -> str:
+    """One line per full policy of :func:`decoder_ablation`'s record: its accuracy against the
+    single-arm policy's at its compute, and the paired difference in points."""
+    lines = []
+    for row in record["rows"]:
+        d, lo, hi = (100 * x for x in row["difference"])
+        mine, single = row["policy"], row["single_arm"]
+        where = "" if row["matched_compute"] else f" (its curve read at {single['decodes']:.2f} decodes)"
+        lines.append(f"price {row['price']:<6g} seed {row['seed']}: choosing the decoder "
+                     f"{100 * mine['accuracy']:5.1f}% at {mine['decodes']:.2f} decodes; "
+                     f"restricted to {row['best_arm']} (best on validation) "
+                     f"{100 * single['accuracy']:5.1f}%{where}; difference {d:+.1f} [{lo:+.1f}, {hi:+.1f}]")
+    return "\n".join(lines)
