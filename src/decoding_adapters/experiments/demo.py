@@ -506,8 +506,7 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
         table_rows = (rules.problems + cfg.eval_problems) * rules.rows_per_problem
         decoding["rules"] = _decode_minutes(table_rows, cfg)  # the tuning itself takes seconds
         if cfg.attempt.enabled:  # the training table (as the rules' are, not measured on its own); training is seconds
-            decoding["attempt"] = _decode_minutes(
-                cfg.attempt.train_problems * rules.rows_per_problem, cfg)
+            decoding["attempt"] = _decode_minutes(cfg.attempt.train_problems * rules.rows_per_problem, cfg)
     scaled = {stage: minutes * STAGE_SCALE[stage] * slower for stage, minutes in decoding.items()}
     return {"load": 0.1, **scaled, "report": 0.1}
 
@@ -949,8 +948,7 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
 
     if cfg.rules.enabled:
         rc = cfg.rules
-        sampled = (f"at T={rc.temperatures}" if rc.decoders is None
-                   else f"of each of {', '.join(a.name for a in rc.arms[1:])}")
+        sampled = f"at T={rc.temperatures}" if rc.decoders is None else f"of {', '.join(a.name for a in rc.arms[1:])}"
         clock.begin("rules", "fixed rules", f"sample tables of {rc.problems} validation and {len(test_problems)} test "
                                             f"problems, greedy + {rc.samples} samples {sampled}")
         ruled = pipeline.fixed_rules(lm, task, cfg, out / "rules", evaluation, test_problems, progress=progress)
