@@ -18,7 +18,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -30,7 +30,8 @@ from ..training.attempt import AttemptTrainConfig
 from .attempt import RuleCurve, Scored, rule_at, rule_compute, train_and_score
 from .sample_table import SampleTable
 
-__all__ = ["decoder_arms", "restrict_arms", "decoder_ablation", "format_decoder_ablation", "DECODER_ABLATION"]
+__all__ = ["decoder_arms", "restrict_arms", "SingleArmRuns", "single_arm_runs", "decoder_ablation",
+           "format_decoder_ablation", "DECODER_ABLATION"]
 
 DECODER_ABLATION = "decoder choice"
 """The name of the decoder-choice ablation's record."""
@@ -72,40 +73,65 @@ def _curve(name: str, runs: Sequence[Scored]) -> RuleCurve:
                      [{"price": s.price} for s in runs])
 
 
-def decoder_ablation(train: SampleTable, validation: SampleTable, test: SampleTable, config: AttemptTrainConfig,
-                     full: Sequence[Scored], baselines: Sequence[RuleCurve]) -> dict:
-    """The full policies ``full`` (trained on ``train`` with ``config`` at each price and seed, scored
-    on ``test``) against the same policy restricted to its best single sampled arm (module
-    docstring). Returns the ablation's record: one row per full policy (its seed and price, the
-    best arm, each arm's validation score, both accuracies at the full policy's mean decodes, the
-    paired difference), in the order of ``full``, and the restricted policies' own records."""
+@dataclass
+class SingleArmRuns:
+    """One training seed's policies restricted to one sampled arm each."""
+
+    best: str
+    """The arm whose restricted policies score highest on validation."""
+    scores: dict[str, float]
+    """Each arm's validation score: the mean over prices of ``correct - price * decodes``."""
+    by_arm: dict[str, list[Scored]]
+    """Each arm's restricted policies, one per full policy of the seed, in their order."""
+
+
+def single_arm_runs(train: SampleTable, validation: SampleTable, test: SampleTable, config: AttemptTrainConfig,
+                    full: Sequence[Scored], baselines: Sequence[RuleCurve]) -> dict[int, SingleArmRuns]:
+    """Per training seed of ``full``, the policy restricted to each sampled arm at each of the seed's
+    prices (trained on ``train`` restricted to greedy and that arm, keep-best on ``validation``,
+    scored on ``test``), and the best arm on validation (module docstring)."""
     first = _first_arm(train)
     sampled = [name for i, name in enumerate(train.arm_names) if i != first]
     if len(sampled) < 2:
         raise ValueError(f"the decoder-choice ablation needs two or more sampled arms; the table has {sampled}")
     tables = {arm: [restrict_arms(t, [first, train.arm_names.index(arm)]) for t in (train, validation, test)]
               for arm in sampled}
-    rows, single = {}, []
+    out = {}
     for seed in sorted({s.seed for s in full}):
-        mine = [(i, s) for i, s in enumerate(full) if s.seed == seed]
-        by_arm = {arm: [train_and_score(*tables[arm], replace(config, price=s.price, seed=seed), baselines)
-                        for _, s in mine] for arm in sampled}
+        prices = [s.price for s in full if s.seed == seed]
+        by_arm = {arm: [train_and_score(*tables[arm], replace(config, price=price, seed=seed), baselines)
+                        for price in prices] for arm in sampled}
         scores = {arm: _validation_score(runs) for arm, runs in by_arm.items()}
-        best = max(sampled, key=lambda arm: scores[arm])  # ties: the table's first arm
-        curve = _curve(f"restricted to {best}", by_arm[best])
-        single += [{**s.record(), "arm": arm} for arm, runs in by_arm.items() for s in runs]
-        for i, s in mine:
+        out[seed] = SingleArmRuns(max(sampled, key=lambda arm: scores[arm]), scores, by_arm)  # ties: the first arm
+    return out
+
+
+def decoder_ablation(train: SampleTable, validation: SampleTable, test: SampleTable, config: AttemptTrainConfig,
+                     full: Sequence[Scored], baselines: Sequence[RuleCurve],
+                     runs: dict[int, SingleArmRuns] | None = None) -> dict:
+    """The full policies ``full`` (trained on ``train`` with ``config`` at each price and seed, scored
+    on ``test``) against the same policy restricted to its best single sampled arm (module
+    docstring; ``runs``: :func:`single_arm_runs`' output when already trained). Returns the
+    ablation's record: one row per full policy (its seed and price, the best arm, each arm's
+    validation score, both accuracies at the full policy's mean decodes, the paired difference), in
+    the order of ``full``, and the restricted policies' own records."""
+    runs = runs if runs is not None else single_arm_runs(train, validation, test, config, full, baselines)
+    rows, single = {}, []
+    for seed, run in runs.items():
+        curve = _curve(f"restricted to {run.best}", run.by_arm[run.best])
+        single += [{**s.record(), "arm": arm} for arm, scored in run.by_arm.items() for s in scored]
+        for i, s in ((i, s) for i, s in enumerate(full) if s.seed == seed):
             accuracy, row = rule_at(curve, s.decodes)
             diff = paired_ci(s.outcome.correct.astype(np.float64).tolist(), row.tolist())
             read_at = rule_compute(curve, s.decodes)
-            rows[i] = {"seed": seed, "price": s.price, "best_arm": best, "arm_validation_score": scores,
-                         "policy": {"accuracy": s.accuracy, "decodes": s.decodes, "tokens": s.tokens,
-                                    "parts": list(s.parts)},
-                         "single_arm": {"accuracy": accuracy, "decodes": read_at, "parts": ["verifier", "stop"]},
-                         "matched_compute": abs(read_at - s.decodes) <= 1e-9, "difference": list(diff)}
+            rows[i] = {"seed": seed, "price": s.price, "best_arm": run.best, "arm_validation_score": run.scores,
+                       "policy": {"accuracy": s.accuracy, "decodes": s.decodes, "tokens": s.tokens,
+                                  "parts": list(s.parts)},
+                       "single_arm": {"accuracy": accuracy, "decodes": read_at, "parts": ["verifier", "stop"]},
+                       "matched_compute": abs(read_at - s.decodes) <= 1e-9, "difference": list(diff)}
     return {"name": DECODER_ABLATION, "parts": ["verifier", "stop", "decoder"], "against": ["verifier", "stop"],
-            "arms": sampled, "problems": int(test.shape[0]), "rows": [rows[i] for i in range(len(full))],
-            "single_arm_policies": single}
+            "arms": list(next(iter(runs.values())).by_arm), "problems": int(test.shape[0]),
+            "rows": [rows[i] for i in range(len(full))], "single_arm_policies": single}
 
 
 def format_decoder_ablation(record: dict) -> str:

@@ -55,7 +55,7 @@ from ..evaluation import (
 )
 from ..evaluation import draft as draft_eval
 from ..evaluation.attempt import rule_baselines, seed_agreement, train_and_score
-from ..evaluation.decoder_choice import decoder_arms
+from ..evaluation.decoder_choice import decoder_ablation, decoder_arms, single_arm_runs
 from ..evaluation.rules import fit_calibrations, greedy_then, tune_rules
 from ..evaluation.sample_table import SampleTable, build_sample_table
 from ..policies.draft import DraftContextConfig
@@ -731,9 +731,10 @@ def fixed_rules(lm, task, cfg: StudyConfig, out: Path, evaluation: Evaluation, p
 # ---- the learned attempt policy ---------------------------------------------------------------------
 
 
-def attempt_entries(scored: Sequence, test: SampleTable, tables: dict, sources: Sequence[str]) -> dict:
+def attempt_entries(scored: Sequence, test: SampleTable, tables: dict, sources: Sequence[str],
+                    label: str = "Attempt policy") -> dict:
     """One eval_details method per price (``evaluation.attempt.Scored`` of every training seed at that
-    price, in seed order), named ``"Attempt policy (price p)"``, of family ``learned``, in the rules'
+    price, in seed order), named ``"<label> (price p)"``, of family ``learned``, in the rules'
     entries' shape: ``per_problem[...]["answer_accuracy"]`` is ``[problem][training seed]`` and
     ``compute[...]["decodes"]["answer"]`` the mean over seeds per problem, with each seed's own
     decodes and tokens per problem under ``"by_seed"`` (``[problem][seed]``): a seed's policy spends
@@ -747,10 +748,10 @@ def attempt_entries(scored: Sequence, test: SampleTable, tables: dict, sources: 
         decodes = np.stack([s.outcome.attempts.astype(float) for s, _ in runs], axis=1)
         tokens = np.stack([s.outcome.tokens.astype(float) for s, _ in runs], axis=1)
         first = runs[0][0]
-        name = f"Attempt policy (price {price:g})"
+        name = f"{label} (price {price:g})"
         entries[name] = {
             "method": {"kind": "attempt", "role": "attempt policy", "level": "sequence", "family": "learned",
-                       "curve": "Attempt policy", "price": price, "features": list(first.features),
+                       "curve": label, "price": price, "features": list(first.features),
                        "parts": list(first.parts),
                        "per_seed": [{**s.record(), "source": source} for s, source in runs],
                        "seed_agreement": seed_agreement([s.outcome for s, _ in runs]),
@@ -776,7 +777,10 @@ def attempt_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evalua
     policy per price and training seed (the study's ``seeds`` from ``attempt.seed``) trained there
     (resumable, in ``out/price-<p>-seed-<s>``), kept-best on validation and
     scored on the evaluated problems; written to ``out/curve.json``; returns ``evaluation`` with one
-    ``learned`` entry per price added."""
+    ``learned`` entry per price added. With two or more sampled arms, also the same policy restricted
+    to its best single sampled arm (``evaluation.decoder_choice``): the ablation in ``curve.json``'s
+    ``ablations`` and one ``"Attempt policy, best single arm (price p)"`` entry per price (its
+    ``parts``: verifier, stop; the full policy's: verifier, stop, decoder)."""
     ac = cfg.attempt
     validation, test = rule_tables(lm, task, cfg, rules_out, problems, progress=progress, on_chunk=on_chunk)
     train = study_table(lm, task, cfg, Path(out) / "train", "train", task.load("train")[: ac.train_problems],
@@ -793,6 +797,13 @@ def attempt_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evalua
             sources.append(str(where))
     tables = {"train": str(Path(out) / "train"), "validation": str(Path(rules_out) / "validation"),
               "test": str(Path(rules_out) / "test")}
+    entries = attempt_entries(scored, test, tables, sources)
+    ablations = []
+    if sum(not a.is_greedy for a in train.actions) >= 2:  # the value of choosing the decoder: the best single arm
+        runs = single_arm_runs(train, validation, test, config, scored, baselines)
+        ablations.append(decoder_ablation(train, validation, test, config, scored, baselines, runs))
+        best = [s for run in runs.values() for s in run.by_arm[run.best]]  # seed by seed, as ``scored``
+        entries.update(attempt_entries(best, test, tables, ["" for _ in best], "Attempt policy, best single arm"))
     write_json(Path(out) / "curve.json", {"train_problems": train.shape[0], "tables": tables,
-                                          "policies": [s.record() for s in scored]})
-    return add_rule_entries(evaluation, attempt_entries(scored, test, tables, sources), family="learned")
+                                          "policies": [s.record() for s in scored], "ablations": ablations})
+    return add_rule_entries(evaluation, entries, family="learned")
