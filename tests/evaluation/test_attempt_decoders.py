@@ -181,3 +181,13 @@ def test_train_attempt_cli_runs_the_decoder_ablation_on_stored_tables(tmp_path, 
     (ablation,) = curve["ablations"]
     assert ablation["name"] == "decoder choice" and len(ablation["rows"]) == 1
     assert "choosing the decoder" in capsys.readouterr().out
+
+
+def test_rules_cli_builds_tables_of_the_selected_decoders(tiny_model_dir, tmp_path):
+    args = ["rules", "--model", str(tiny_model_dir), "--task", "arithmetic", "--token-budget", "4",
+            "--max-problems", "2", "--samples", "2", "--decoders", str(SELECTED),
+            "--decoder-count", "3", "--table", str(tmp_path / "test"), "--validation-table", str(tmp_path / "val"),
+            "--out", str(tmp_path / "out"), "--rules", "self_consistency"]
+    assert main(args) == 0
+    for table in ("test", "val"):
+        assert SampleTable.load(tmp_path / table).arm_names == ["greedy"] + [a.name for a in decoder_arms(SELECTED, 3)]
