@@ -3,7 +3,9 @@ problems, one policy per price trained on it and scored on the rules' evaluation
 evaluation as ``learned`` entries that the report's fixed-rules section sets against the strongest
 rule at their own compute; the rules' entries stay."""
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +61,25 @@ def test_attempt_stage_adds_one_learned_entry_per_price_with_a_policy_per_traini
     # a second run reads the tables and the trained policies back
     again = pipeline.attempt_stage(tiny_lm, task, cfg, tmp_path / "attempt", tmp_path / "rules", ruled, problems)
     assert again.details["per_problem"] == done.details["per_problem"]
+
+
+def test_with_several_sampled_arms_the_stage_adds_the_best_single_arm_policy(tmp_path, tiny_lm):
+    selected = Path(__file__).resolve().parents[2] / "docs" / "reproduce" / "actions.json"
+    cfg = replace(_cfg(prices=(0.05, 0.3)), seeds=1)
+    cfg = replace(cfg, rules=replace(cfg.rules, decoders=str(selected), decoder_count=3))
+    task = get_task("arithmetic")
+    problems = task.load("test")[: cfg.eval_problems]
+    evaluation = pipeline.evaluate_methods(tiny_lm, task, problems, [greedy_method()], cfg, tmp_path / "eval",
+                                           meta={}, progress=False)
+    ruled = pipeline.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", evaluation, problems)
+    done = pipeline.attempt_stage(tiny_lm, task, cfg, tmp_path / "attempt", tmp_path / "rules", ruled, problems)
+    assert pipeline.SampleTable.load(tmp_path / "attempt" / "train").arm_names == [a.name for a in cfg.rules.arms]
+    learned = {n: m for n, m in done.details["methods"].items() if m.get("family") == "learned"}
+    single = "Attempt policy, best single arm"
+    assert sorted(learned) == ["Attempt policy (price 0.05)", "Attempt policy (price 0.3)", f"{single} (price 0.05)",
+                               f"{single} (price 0.3)"]
+    assert learned["Attempt policy (price 0.05)"]["parts"] == ["verifier", "stop", "decoder"]
+    assert learned[f"{single} (price 0.05)"]["parts"] == ["verifier", "stop"]
+    (ablation,) = json.loads((tmp_path / "attempt" / "curve.json").read_text())["ablations"]
+    assert ablation["name"] == "decoder choice" and len(ablation["rows"]) == 2
+    assert ablation["rows"][0]["best_arm"] in [a.name for a in cfg.rules.arms[1:]]

@@ -16,6 +16,7 @@ from ..core.files import LOCK_FILE, check_output_dir
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction
 from ..decoding.backends import make_rollouts
 from ..decoding.rollouts import STOP_AT_ANSWER, Rollouts
+from ..evaluation.decoder_choice import decoder_arms
 from ..lm.models import ModelSpec, load_frozen_lm
 from ..tasks import available_tasks, get_task
 from .config_args import add_config_arguments, build_config
@@ -141,7 +142,12 @@ class TableOptions:
     # built is read and extended by the other
 
     temperatures: tuple[float, ...] = (0.5,)
-    """sampled arms beside greedy when a table is built: one per temperature"""
+    """sampled arms beside greedy when a table is built: one per temperature (unless --decoders)"""
+    decoders: str | None = None
+    """sampled arms beside greedy from an action set instead of --temperatures: a select-actions actions.json (its
+    coverage-selected actions, in the order chosen) or a preset; greedy is dropped"""
+    decoder_count: int | None = None
+    """how many of --decoders' sampled actions, in its order (default: all)"""
     samples: int = 8
     """samples per sampled arm when a table is built"""
     hidden: bool = True
@@ -152,15 +158,21 @@ class TableOptions:
     def __post_init__(self) -> None:
         if self.samples < 1 or not self.temperatures or any(not t > 0 for t in self.temperatures):
             raise ValueError("--samples must be >= 1 and --temperatures positive")
+        if self.decoder_count is not None and self.decoders is None:
+            raise ValueError("--decoder-count needs --decoders")
+        if self.decoders is not None:
+            self.arms  # noqa: B018  (an unreadable action set or too few sampled actions: refused here)
 
     @property
     def arms(self) -> list:
-        """The arms of a built table: greedy, then one sampled arm per temperature."""
+        """The arms of a built table: greedy, then the sampled ones (--decoders', else one per temperature)."""
+        if self.decoders is not None:
+            return [GREEDY] + decoder_arms(self.decoders, self.decoder_count)
         return [GREEDY] + [DecodingAction(temperature=t) for t in self.temperatures]
 
     @property
     def rows_per_problem(self) -> int:
-        return 1 + len(self.temperatures) * self.samples
+        return 1 + (len(self.arms) - 1) * self.samples
 
 
 def add_model_arguments(p: argparse.ArgumentParser, **kwargs) -> None:

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..core.files import lock_output_dir, write_json
 from ..evaluation.attempt import RuleCurve, format_curve, price_curve, rule_baselines, seed_agreement
+from ..evaluation.decoder_choice import decoder_ablation, format_decoder_ablation
 from ..evaluation.sample_table import SampleTable, build_sample_table
 from ..policies.fixed_rules import RULES
 from ..tasks import task_record
@@ -76,6 +77,9 @@ class TrainAttemptOptions:
     """fixed rules the curve is compared with"""
     resume: bool = False
     """continue the policies already under OUT/policies (finished ones are kept)"""
+    decoder_ablation: bool = False
+    """also train each policy restricted to each single sampled arm and set it against the one best on validation, at
+    matched compute (needs two or more sampled arms: --decoders)"""
 
     def __post_init__(self) -> None:
         if not 0 <= self.holdout < 1:
@@ -196,6 +200,9 @@ def run_cli(args) -> int:
     train, validation = _tables(args, options, tables)
     if train.header.get("actions") != validation.header.get("actions"):
         raise ValueError("the training and validation tables hold different arms")
+    if options.decoder_ablation and sum(not a.is_greedy for a in train.actions) < 2:
+        raise ValueError(f"--decoder-ablation needs two or more sampled arms; the tables hold {train.arm_names} "
+                         "(give --decoders)")
     task, task_options = _task(args, train)
     held = int(round(options.holdout * train.shape[0]))
     fit = train.subset(range(train.shape[0] - held)) if held else train
@@ -222,12 +229,16 @@ def run_cli(args) -> int:
     if options.seeds > 1:  # how often the seeds' policies make the same decisions, per price
         out["seed_agreement"] = {str(price): seed_agreement([s.outcome for s in scored if s.price == price])
                                  for price in options.prices}
+    if options.decoder_ablation:
+        out["ablations"] = [decoder_ablation(fit, validation, scoring, config, scored, baselines)]
     write_json(Path(options.out) / "curve.json", out)
     print(f"scored on {scoring.shape[0]} {where}")
     for c in baselines:
         cells = ", ".join(f"{d:.2f} dec {100 * a:.1f}%" for d, a in zip(c.decodes, c.accuracy))
         print(f"{c.name:34s} {cells}")
     print(format_curve(scored))
+    if options.decoder_ablation:
+        print(format_decoder_ablation(out["ablations"][0]))
     for price, share in out.get("seed_agreement", {}).items():
         print(f"price {price}: the seeds' policies make the same decisions on {100 * share:.0f}% of problems")
     print(json.dumps({"out": options.out, "policies": len(scored)}))

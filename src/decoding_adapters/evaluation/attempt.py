@@ -51,6 +51,8 @@ __all__ = [
     "strongest_rule",
     "rule_compute",
     "Scored",
+    "ATTEMPT_PARTS",
+    "attempt_parts",
     "train_and_score",
     "price_curve",
     "crossfit_score",
@@ -159,6 +161,8 @@ class Scored:
     val_decodes: float = float("nan")
     rule_decodes: float = float("nan")
     """The mean decodes the rule's accuracy was read at (:func:`rule_compute`): ``decodes`` where matched."""
+    parts: tuple[str, ...] = ("verifier", "stop")
+    """Which learned parts the policy uses (:func:`attempt_parts`)."""
 
     @property
     def matched(self) -> bool:
@@ -170,7 +174,21 @@ class Scored:
                 "decodes": self.decodes, "tokens": self.tokens, "strongest_rule": self.rule,
                 "rule_accuracy": self.rule_accuracy, "rule_decodes": self.rule_decodes,
                 "matched_compute": self.matched, "difference": list(self.difference),
-                "validation": {"accuracy": self.val_accuracy, "decodes": self.val_decodes}}
+                "validation": {"accuracy": self.val_accuracy, "decodes": self.val_decodes},
+                "parts": list(self.parts)}
+
+
+ATTEMPT_PARTS = ("verifier", "stop", "decoder", "abandon")
+"""The learned parts an attempt method may use: the per-attempt weight that picks the answer
+(``verifier``), when to stop (``stop``), which arm the next attempt uses (``decoder``), cutting an
+attempt short (``abandon``)."""
+
+
+def attempt_parts(config) -> tuple[str, ...]:
+    """The parts an attempt policy of ``config`` (``AttemptPolicyConfig``) uses: always its weight and
+    its stop; ``decoder`` when it has more than one arm to draw after the first attempt."""
+    drawn_after = [a for a in range(len(config.arms)) if a != config.first_arm or config.distinct[a] > 1]
+    return ("verifier", "stop") + (("decoder",) if len(drawn_after) > 1 else ())
 
 
 def _rule_decodes(baselines: Sequence[RuleCurve], name: str, decodes: float) -> float:
@@ -196,7 +214,8 @@ def train_and_score(train: SampleTable, validation: SampleTable, test: SampleTab
     return Scored(config.price, config.seed, policy_config.features, float(mine.mean()), decodes,
                   float(outcome.tokens.mean()), name, acc, diff, outcome,
                   trainer.last_validation.get("val_accuracy", math.nan),
-                  trainer.last_validation.get("val_attempts", math.nan), _rule_decodes(baselines, name, decodes))
+                  trainer.last_validation.get("val_attempts", math.nan), _rule_decodes(baselines, name, decodes),
+                  attempt_parts(policy_config))
 
 
 def crossfit_score(train: SampleTable, validation: SampleTable, config: AttemptTrainConfig, folds: int,
@@ -232,7 +251,7 @@ def crossfit_score(train: SampleTable, validation: SampleTable, config: AttemptT
                   float(outcome.tokens.mean()), name, acc, paired_ci(mine.tolist(), row.tolist()), outcome,
                   float(np.mean([v.get("val_accuracy", math.nan) for v in vals])),
                   float(np.mean([v.get("val_attempts", math.nan) for v in vals])),
-                  _rule_decodes(baselines, name, decodes))
+                  _rule_decodes(baselines, name, decodes), attempt_parts(policy_config))
 
 
 def price_curve(train: SampleTable, validation: SampleTable, test: SampleTable, config: AttemptTrainConfig,

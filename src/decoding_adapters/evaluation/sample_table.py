@@ -325,7 +325,7 @@ def build_sample_table(lm, task, problems, actions: Sequence[DecodingAction], *,
     return table.subset([order[p.id] for p in problems if p.id in order])
 
 
-_SETTING_OPTIONS = {"actions": "--temperatures", "samples": "--samples", "token_budget": "--token-budget",
+_SETTING_OPTIONS = {"actions": "--temperatures or --decoders", "samples": "--samples", "token_budget": "--token-budget",
                     "seed": "--seed", "stop_at_answer": "--stop-at-answer / --no-stop-at-answer",
                     "hidden": "--hidden / --no-hidden", "model": "--model (and --dtype)", "task": "--task"}
 

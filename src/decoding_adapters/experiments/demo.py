@@ -307,8 +307,9 @@ def _rules_and_attempt(run: _Run, cfg: StudyConfig, evaluation: Evaluation, test
     if not cfg.rules.enabled:
         return evaluation
     rc, vc, ac, out = cfg.rules, cfg.verifier, cfg.attempt, run.out
+    sampled = f"at T={rc.temperatures}" if rc.decoders is None else f"of {', '.join(a.name for a in rc.arms[1:])}"
     run.clock.begin("rules", "fixed rules", f"sample tables of {rc.problems} validation and {len(test_problems)} "
-                                            f"test problems, greedy + {rc.samples} samples at T={rc.temperatures}")
+                                            f"test problems, greedy + {rc.samples} samples {sampled}")
     ruled = pipeline.fixed_rules(run.lm, run.task, cfg, out / "rules", evaluation, test_problems,
                                  progress=run.progress)
     evaluation = _join(evaluation, ruled, out)

@@ -60,6 +60,7 @@ from ..evaluation import (
 )
 from ..evaluation import draft as draft_eval
 from ..evaluation.attempt import rule_baselines, seed_agreement, train_and_score
+from ..evaluation.decoder_choice import decoder_ablation, decoder_arms, single_arm_runs
 from ..evaluation.rules import fit_calibrations, greedy_then, tune_rules
 from ..evaluation.sample_table import SampleTable, build_sample_table
 from ..evaluation.verifier import crossfit_table_scores, fit_on_table, ranking_quality, table_scores
@@ -190,8 +191,14 @@ class RulesConfig:
     enabled: bool = False
     """Run the stage (the study's evaluation then holds every rule's tuned points)."""
     temperatures: tuple[float, ...] = (0.5,)
-    """Sampled arms beside greedy, one per temperature; the rules read the stopped greedy, then the
-    first sampled arm's samples."""
+    """Sampled arms beside greedy, one per temperature (unless ``decoders``); the rules read the
+    stopped greedy, then the first sampled arm's samples."""
+    decoders: str | None = None
+    """Sampled arms beside greedy from an action set instead of the temperatures: a select-actions
+    actions.json (its coverage-selected actions, in the order chosen) or a preset; greedy dropped.
+    The attempt policy then chooses each attempt's arm among them."""
+    decoder_count: int | None = None
+    """How many of ``decoders``' sampled actions, in its order (None: all)."""
     samples: int = 8
     """Samples N per sampled arm and problem (the greedy arm is decoded once)."""
     problems: int = 400
@@ -207,14 +214,25 @@ class RulesConfig:
             raise ValueError(f"rules samples and problems must be >= 1, got {self.samples}, {self.problems}")
         if not self.temperatures or any(t <= 0 for t in self.temperatures):
             raise ValueError(f"rules temperatures must be positive and at least one, got {self.temperatures}")
+        if self.decoder_count is not None and self.decoders is None:
+            raise ValueError("rules decoder_count needs rules decoders")
+        if self.decoders is not None:
+            self.arms  # noqa: B018  (an unreadable action set or too few sampled actions: refused here)
         unknown = [r for r in self.rules if r not in RULES]
         if unknown or not self.rules:
             raise ValueError(f"unknown or no rules {unknown}; choose from {list(RULES)}")
 
     @property
     def arms(self) -> list[DecodingAction]:
-        """Greedy, then one sampled arm per temperature."""
+        """Greedy, then the sampled arms (``decoders``', else one per temperature)."""
+        if self.decoders is not None:
+            return [GREEDY] + decoder_arms(self.decoders, self.decoder_count)
         return [GREEDY] + [DecodingAction(temperature=t) for t in self.temperatures]
+
+    @property
+    def rows_per_problem(self) -> int:
+        """Decoded rows per problem of a table: greedy once, each sampled arm ``samples`` times."""
+        return 1 + (len(self.arms) - 1) * self.samples
 
 
 @dataclass(frozen=True)
@@ -735,10 +753,9 @@ def study_table(lm, task, cfg: StudyConfig, path: Path, split: str, problems, *,
     refused). A stage that needs another split's table (a learned policy's training problems) builds
     it with this, beside the rules' two."""
     rc = cfg.rules
-    rows_per_problem = 1 + len(rc.temperatures) * rc.samples
     return build_sample_table(lm, task, list(problems), rc.arms, samples=rc.samples, token_budget=cfg.token_budget,
                               path=path, split=split, seed=0, stop_at_answer=cfg.stop_at_answer, hidden=rc.hidden,
-                              chunk_problems=max(1, cfg.batch_rows // rows_per_problem), progress=progress,
+                              chunk_problems=max(1, cfg.batch_rows // rc.rows_per_problem), progress=progress,
                               on_chunk=on_chunk)
 
 
@@ -854,9 +871,10 @@ def fixed_rules(lm, task, cfg: StudyConfig, out: Path, evaluation: Evaluation, p
 # ---- the learned attempt policy ---------------------------------------------------------------------
 
 
-def attempt_entries(scored: Sequence, test: SampleTable, tables: dict, sources: Sequence[str]) -> dict:
+def attempt_entries(scored: Sequence, test: SampleTable, tables: dict, sources: Sequence[str],
+                    label: str = "Attempt policy") -> dict:
     """One eval_details method per price (``evaluation.attempt.Scored`` of every training seed at that
-    price, in seed order), named ``"Attempt policy (price p)"``, of family ``learned``, in the rules'
+    price, in seed order), named ``"<label> (price p)"``, of family ``learned``, in the rules'
     entries' shape: ``per_problem[...]["answer_accuracy"]`` is ``[problem][training seed]`` and
     ``compute[...]["decodes"]["answer"]`` the mean over seeds per problem, with each seed's own
     decodes and tokens per problem under ``"by_seed"`` (``[problem][seed]``): a seed's policy spends
@@ -870,10 +888,11 @@ def attempt_entries(scored: Sequence, test: SampleTable, tables: dict, sources: 
         decodes = np.stack([s.outcome.attempts.astype(float) for s, _ in runs], axis=1)
         tokens = np.stack([s.outcome.tokens.astype(float) for s, _ in runs], axis=1)
         first = runs[0][0]
-        name = f"Attempt policy (price {price:g})"
+        name = f"{label} (price {price:g})"
         entries[name] = {
             "method": {"kind": "attempt", "role": "attempt policy", "level": "sequence", "family": "learned",
-                       "curve": "Attempt policy", "price": price, "features": list(first.features),
+                       "curve": label, "price": price, "features": list(first.features),
+                       "parts": list(first.parts),
                        "per_seed": [{**s.record(), "source": source} for s, source in runs],
                        "seed_agreement": seed_agreement([s.outcome for s, _ in runs]),
                        "validation": {"accuracy": float(np.mean([s.val_accuracy for s, _ in runs])),
@@ -899,7 +918,11 @@ def attempt_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evalua
     (resumable, in ``out/price-<p>-seed-<s>``), kept-best on validation and
     scored on the evaluated problems; written to ``out/curve.json``; returns ``evaluation`` with one
     ``learned`` entry per price added. With ``verifier_dir`` (the verifier stage's verifier) the
-    strongest rule each policy is set against there is chosen among the verifier rules too."""
+    strongest rule each policy is set against there is chosen among the verifier rules too.
+    With two or more sampled arms, also the same policy restricted to its best single sampled arm
+    (``evaluation.decoder_choice``): the ablation in ``curve.json``'s ``ablations`` and one ``"Attempt
+    policy, best single arm (price p)"`` entry per price (its ``parts``: verifier, stop; the full
+    policy's: verifier, stop, decoder)."""
     ac = cfg.attempt
     validation, test = rule_tables(lm, task, cfg, rules_out, problems, progress=progress, on_chunk=on_chunk)
     train = study_table(lm, task, cfg, Path(out) / "train", "train", task.load("train")[: ac.train_problems],
@@ -921,9 +944,16 @@ def attempt_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evalua
             sources.append(str(where))
     tables = {"train": str(Path(out) / "train"), "validation": str(Path(rules_out) / "validation"),
               "test": str(Path(rules_out) / "test")}
+    entries = attempt_entries(scored, test, tables, sources)
+    ablations = []
+    if sum(not a.is_greedy for a in train.actions) >= 2:  # the value of choosing the decoder: the best single arm
+        runs = single_arm_runs(train, validation, test, config, scored, baselines)
+        ablations.append(decoder_ablation(train, validation, test, config, scored, baselines, runs))
+        best = [s for run in runs.values() for s in run.by_arm[run.best]]  # seed by seed, as ``scored``
+        entries.update(attempt_entries(best, test, tables, ["" for _ in best], "Attempt policy, best single arm"))
     write_json(Path(out) / "curve.json", {"train_problems": train.shape[0], "tables": tables,
-                                          "policies": [s.record() for s in scored]})
-    return add_rule_entries(evaluation, attempt_entries(scored, test, tables, sources), family="learned")
+                                          "policies": [s.record() for s in scored], "ablations": ablations})
+    return add_rule_entries(evaluation, entries, family="learned")
 
 
 # ---- the learned verifier and the rules that read it ----------------------------------------------------

@@ -144,7 +144,7 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
         decoding["draft"] = _decode_minutes(table_rows, cfg) + cfg.seeds * DRAFT_TRAINING["steps"] * 0.05 / 60
         decoding["evaluate"] += _decode_minutes(cfg.eval_problems, cfg)  # the draft pass
     if cfg.rules.enabled:  # the two sample tables: the stopped greedy and N samples per sampled arm and problem
-        per_problem = 1 + len(cfg.rules.temperatures) * cfg.rules.samples  # the tuning itself takes seconds
+        per_problem = cfg.rules.rows_per_problem  # the tuning itself takes seconds
         decoding["rules"] = _decode_minutes((cfg.rules.problems + cfg.eval_problems) * per_problem, cfg)
         if cfg.attempt.enabled or cfg.verifier.enabled:  # their training table, decoded by the first (as the rules')
             first = "verifier" if cfg.verifier.enabled else "attempt"  # fitting is seconds
