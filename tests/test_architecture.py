@@ -7,9 +7,12 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import decoding_adapters
 
@@ -298,12 +301,87 @@ def test_the_benchmark_scripts_that_pages_and_code_name_exist():
     assert not missing, "pages name benchmark scripts that do not exist:\n" + "\n".join(missing)
 
 
-MAX_MODULE_LINES = 1_000
-LONG_MODULES_ALLOWED = {"sandbox/runner.py": "the sandbox's layers stay in one file a reviewer reads top to bottom"}
+MAX_MODULE_LINES = 700
+LONG_MODULES_ALLOWED = {
+    "sandbox/runner.py": (1_000, "the sandbox's layers stay in one file a reviewer reads top to bottom"),
+    # temporary: these two are being split by job on their own branches; remove each entry once it is
+    "experiments/pipeline.py": (1_000, "being split by job (the stage pipeline)"),
+    "lm/models.py": (1_000, "being split by job (the frozen LM)"),
+}
+"""Modules allowed past ``MAX_MODULE_LINES``: path -> (their own limit, why)."""
+
+MAX_FUNCTION_LINES = 80
+LONG_FUNCTIONS_ALLOWED = {"decoding/loop.py:decode"}
+"""Functions allowed past ``MAX_FUNCTION_LINES`` (``path:qualified name``), for now: the decode loop is
+being split; ``experiments/pipeline.py`` functions join it only if they are over."""
+
+MAX_COMPLEXITY = 15
+COMPLEX_FUNCTIONS_ALLOWED = {"decoding/loop.py:decode"}
+"""Functions allowed past ruff's C901 at ``MAX_COMPLEXITY`` (``path:name``), for now: the decode loop."""
 
 
-def test_no_module_is_over_a_thousand_lines():
-    """A module past 1,000 lines holds several jobs: split it by what each part does."""
-    long = {str(p.relative_to(PACKAGE_DIR)): n for p in PACKAGE_DIR.rglob("*.py")
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
-    assert set(long) <= set(LONG_MODULES_ALLOWED), f"split these by job: {long}"
+def module_lengths() -> dict[str, int]:
+    return {str(p.relative_to(PACKAGE_DIR)): len(p.read_text(encoding="utf-8").splitlines())
+            for p in PACKAGE_DIR.rglob("*.py")}
+
+
+def test_no_module_is_over_seven_hundred_lines():
+    """A module past 700 lines holds several jobs: split it by what each part does (the named
+    exceptions have their own limit)."""
+    lengths = module_lengths()
+    long = {path: n for path, n in lengths.items()
+            if n > LONG_MODULES_ALLOWED.get(path, (MAX_MODULE_LINES, ""))[0]}
+    assert not long, f"split these by job: {long}"
+    assert set(LONG_MODULES_ALLOWED) <= set(lengths), "an allowed long module no longer exists: drop its entry"
+
+
+def long_functions(source: str, path: str, limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
+    """``path:qualified name`` -> lines of every function (methods and nested functions included)
+    longer than ``limit``, counted from ``def`` to its last line."""
+    out: dict[str, int] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef) and child.end_lineno - child.lineno + 1 > limit:
+                    out[f"{path}:{name}"] = child.end_lineno - child.lineno + 1
+                visit(child, f"{name}.")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source), "")
+    return out
+
+
+def test_the_function_length_check_sees_methods_and_nested_functions():
+    body = "\n".join(f"    x{i} = {i}" for i in range(6))
+    source = f"class A:\n  def m(self):\n{body}\n\ndef f():\n  def g():\n{body}\n  return g\n"
+    assert long_functions(source, "p.py", limit=5) == {"p.py:A.m": 7, "p.py:f": 9, "p.py:f.g": 7}
+    assert long_functions(source, "p.py", limit=9) == {}
+
+
+def test_no_function_is_over_eighty_lines():
+    """A function past 80 lines does several things: give each its own function (not a packed line)."""
+    long = {}
+    for p in sorted(PACKAGE_DIR.rglob("*.py")):
+        long |= long_functions(p.read_text(encoding="utf-8"), str(p.relative_to(PACKAGE_DIR)))
+    over = {name: n for name, n in long.items() if name not in LONG_FUNCTIONS_ALLOWED}
+    assert not over, f"split these functions: {over}"
+
+
+def test_no_function_is_over_ruffs_complexity_limit():
+    """ruff's McCabe complexity rule (C901) at 15 passes on the package, but for the named exceptions."""
+    ruff = shutil.which("ruff") or (str(Path(sys.executable).with_name("ruff"))
+                                    if Path(sys.executable).with_name("ruff").is_file() else None)
+    if ruff is None:
+        pytest.skip("ruff is not installed")
+    done = subprocess.run([ruff, "check", str(PACKAGE_DIR), "--select", "C901", "--output-format", "json",
+                           "--config", f"lint.mccabe.max-complexity={MAX_COMPLEXITY}", "--no-cache"],
+                          capture_output=True, text=True, timeout=120)
+    found = json.loads(done.stdout or "[]")
+    names = {f"{Path(v['filename']).resolve().relative_to(PACKAGE_DIR.resolve())}:"
+             f"{re.search(r'`([^`]+)`', v['message']).group(1)}" for v in found}
+    assert done.returncode in (0, 1) and all(v["code"] == "C901" for v in found), done.stderr
+    over = sorted(names - COMPLEX_FUNCTIONS_ALLOWED)
+    assert not over, f"split these into helpers (C901 over {MAX_COMPLEXITY}): {over}"

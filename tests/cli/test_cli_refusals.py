@@ -86,14 +86,14 @@ def test_make_rule_on_a_full_disk_is_one_line_naming_the_file(tmp_path, capsys, 
 
     from safetensors import SafetensorError
 
-    import decoding_adapters.policies.networks as networks
+    import decoding_adapters.policies.adapter_files as adapter_files
 
     usage = namedtuple("usage", "total used free")
 
     def full(*args, **kwargs):
         raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull })")
 
-    monkeypatch.setattr(networks, "save_file", full)
+    monkeypatch.setattr(adapter_files, "save_file", full)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 30, 1 << 30, 0))
     assert main([*ESC, "--out", str(tmp_path / "a")]) == 2
     err = capsys.readouterr().err

@@ -14,17 +14,15 @@ from decoding_adapters.tasks.base import (
     SINGLE_FILE_FRACTIONS,
     VALIDATION_FRACTION,
     Problem,
-    check_disjoint,
     content_hash,
     content_hashes,
-    load_planned_split,
     normalise_question,
     parse_data_spec,
-    plan_splits,
     problems_digest,
     problems_in,
     problems_record,
 )
+from decoding_adapters.tasks.splits import check_disjoint, load_planned_split, plan_splits
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 needs_math = pytest.mark.skipif(

@@ -50,7 +50,7 @@ import torch
 from torch import nn
 
 from ..decoding.actions import DEFAULT_TOKEN_BUDGET
-from .networks import AdapterConfig, load_adapter, save_adapter
+from .adapter_files import AdapterConfig, load_adapter, save_adapter
 
 __all__ = [
     "ATTEMPT_FEATURE_SETS",
@@ -601,7 +601,7 @@ ATTEMPT_KIND = "attempt"
 def save_attempt_adapter(directory: str | Path, policy: AttemptPolicy, actions: Sequence[dict],
                          training: dict | None = None, base_model: str = "", task: str = "",
                          task_options: dict | None = None) -> Path:
-    """Write the adapter through ``networks.save_adapter``: ``adapter.safetensors`` (weights and
+    """Write the adapter through ``adapter_files.save_adapter``: ``adapter.safetensors`` (weights and
     standardisation), ``adapter.json`` (kind ``attempt``, the policy's config as ``policy``, the arms'
     actions) and the model card; ``Adapter.from_pretrained`` / ``load_adapter`` load it."""
     cfg = policy.config

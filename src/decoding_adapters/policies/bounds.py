@@ -109,41 +109,62 @@ def _distribution(value, name: str) -> None:
 def check_adapter_fields(data: dict) -> None:
     """Refuse, in one line naming the field, any number of an adapter file's fields that is of
     the wrong type or out of bounds (see the module docstring); the fields' meaning is checked
-    later by ``AdapterConfig`` itself."""
+    later by ``AdapterConfig`` itself. The policy is checked first, then the budgets and what the adapter
+    was trained on."""
     kind = data.get("kind")
     if not isinstance(kind, str):
         raise ValueError(f"adapter kind must be a string, got {type(kind).__name__}")
     policy = data.get("policy")
     if isinstance(policy, dict):
-        for name, (low, high) in _POLICY_INTS.items():
-            if name in policy:
-                _int(policy[name], f"policy.{name}", low, high)
-        for name, (low, high, low_ok) in _POLICY_FLOATS.items():
-            if name in policy:
-                _float(policy[name], f"policy.{name}", low, high, low_ok)
-        for name, (low, high) in _POLICY_INT_LISTS.items():
-            if name in policy:
-                values = policy[name]
-                if not isinstance(values, (list, tuple)) or len(values) > 1024:
-                    raise ValueError(f"policy.{name} must be a list of integers, got {values!r}"[:300])
-                for i, v in enumerate(values):
-                    _int(v, f"policy.{name}[{i}]", low, high)
-        check_rule_fields(policy)
-        if policy.get("prior") is not None:
-            _distribution(policy["prior"], "policy.prior")
-        pairs = policy.get("budget_priors")
-        if pairs is not None:
-            if not isinstance(pairs, (list, tuple)) or len(pairs) > 64:
-                raise ValueError(f"policy.budget_priors must be a list of (budget, prior) pairs, got {pairs!r}"[:300])
-            for i, pair in enumerate(pairs):
-                if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-                    raise ValueError(f"policy.budget_priors[{i}] must be a (budget, prior) pair, got {pair!r}"[:300])
-                _int(pair[0], f"policy.budget_priors[{i}] budget", 1, MAX_TOKENS)
-                _distribution(pair[1], f"policy.budget_priors[{i}] prior")
-        parameters = _parameters(policy, adapter_kind(kind).per_token)
-        if parameters > MAX_POLICY_PARAMETERS:
-            raise ValueError(f"the policy adapter.json describes would have {parameters:,} parameters, over the "
-                             f"{MAX_POLICY_PARAMETERS:,} any adapter may have")
+        _check_policy(policy, kind)
+    _check_budgets(data)
+    _check_origin(data)
+
+
+def _check_policy(policy: dict, kind: str) -> None:
+    """``policy``: its numbers, a fixed rule's settings, the priors, and the size it would have."""
+    _check_policy_numbers(policy)
+    check_rule_fields(policy)
+    if policy.get("prior") is not None:
+        _distribution(policy["prior"], "policy.prior")
+    if policy.get("budget_priors") is not None:
+        _budget_priors(policy["budget_priors"])
+    parameters = _parameters(policy, adapter_kind(kind).per_token)
+    if parameters > MAX_POLICY_PARAMETERS:
+        raise ValueError(f"the policy adapter.json describes would have {parameters:,} parameters, over the "
+                         f"{MAX_POLICY_PARAMETERS:,} any adapter may have")
+
+
+def _check_policy_numbers(policy: dict) -> None:
+    """The integers, numbers and integer lists of both policy configs (``_POLICY_INTS``, ...)."""
+    for name, (low, high) in _POLICY_INTS.items():
+        if name in policy:
+            _int(policy[name], f"policy.{name}", low, high)
+    for name, (low, high, low_ok) in _POLICY_FLOATS.items():
+        if name in policy:
+            _float(policy[name], f"policy.{name}", low, high, low_ok)
+    for name, (low, high) in _POLICY_INT_LISTS.items():
+        if name in policy:
+            values = policy[name]
+            if not isinstance(values, (list, tuple)) or len(values) > 1024:
+                raise ValueError(f"policy.{name} must be a list of integers, got {values!r}"[:300])
+            for i, v in enumerate(values):
+                _int(v, f"policy.{name}[{i}]", low, high)
+
+
+def _budget_priors(pairs) -> None:
+    """``policy.budget_priors``: at most 64 (budget, prior) pairs, each prior a distribution."""
+    if not isinstance(pairs, (list, tuple)) or len(pairs) > 64:
+        raise ValueError(f"policy.budget_priors must be a list of (budget, prior) pairs, got {pairs!r}"[:300])
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise ValueError(f"policy.budget_priors[{i}] must be a (budget, prior) pair, got {pair!r}"[:300])
+        _int(pair[0], f"policy.budget_priors[{i}] budget", 1, MAX_TOKENS)
+        _distribution(pair[1], f"policy.budget_priors[{i}] prior")
+
+
+def _check_budgets(data: dict) -> None:
+    """The token budget and the parallel budgets seen in training."""
     if data.get("token_budget") is not None:
         _int(data["token_budget"], "token_budget", 1, MAX_TOKENS)
     budgets = data.get("parallel_budgets")
@@ -152,6 +173,11 @@ def check_adapter_fields(data: dict) -> None:
             raise ValueError(f"parallel_budgets lists {len(budgets)} budgets, over 64")
         for i, b in enumerate(budgets):
             _int(b, f"parallel_budgets[{i}]", 1, 4096)
+
+
+def _check_origin(data: dict) -> None:
+    """What the adapter was trained on and with: the base LM's sizes, the task and its options, and
+    the draft's token budget."""
     fingerprint = data.get("base_fingerprint")
     if isinstance(fingerprint, dict):
         for name in ("hidden_size", "vocab_size"):

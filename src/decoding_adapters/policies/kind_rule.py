@@ -24,10 +24,10 @@ import numpy as np
 from torch import nn
 
 from ..decoding.confidence import CONFIDENCE_FEATURES
+from .adapter_files import AdapterConfig, save_adapter
 from .bounds import check_rule_fields
 from .fixed_rules import RULE_KNOBS, RULE_LABELS, RULES, Calibration, Draws, RuleSetting, score_setting
 from .kinds import SEQUENTIAL_ATTEMPTS, AdapterKind, register_kind
-from .networks import AdapterConfig, save_adapter
 
 __all__ = ["RuleConfig", "RulePolicy", "RuleDecider", "RuleKind", "RULE", "rule_policy", "save_rule_adapter"]
 

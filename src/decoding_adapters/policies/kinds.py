@@ -89,7 +89,7 @@ class AdapterKind:
     (``decoding.attempts.sequential_attempts`` with ``decider``, limits from ``attempt_plan``)."""
     default_policy_mode: ClassVar[str] = "argmax"
     """The mode (:data:`POLICY_MODES`) it is evaluated and served with unless its ``adapter.json`` says
-    otherwise (``networks.default_policy_mode`` gives the reasons)."""
+    otherwise (``adapter_files.default_policy_mode`` gives the reasons)."""
     trainer: ClassVar[str]
     """The sub-command that trains it (its trainer lives in ``training/``)."""
 

@@ -363,25 +363,54 @@ def _markdown(title, results, details, figs, sections=()) -> str:
     for heading, file, caption in lead:  # what a user gets for what it costs, first
         parts += [f"## {heading}", "", f"![{heading}]({file})", "", caption, ""]
     figs = [f for f in figs if f not in lead]
-    verdict = verdicts(results, details)
-    if verdict:
+    parts += _verdict_lines(results, details)
+    parts += _static_comparison_lines(results, details)
+    parts += ["## All methods", "", all_methods_table(results, details), "", INTERVAL_NOTE, ""]
+    parts += _paper_interval_lines(results)
+    optional = [("Across-seed spread", seed_table(results, details)),
+                ("Accuracy per compute", compute_section(results, details)),
+                ("Draft-gated methods", draft_section(details)), ("Evaluation cost", cost_table(details)),
+                *sections]
+    for heading, body in optional:  # each section only where the run has something to show
+        if body:
+            parts += [f"## {heading}", "", body, ""]
+    parts += ["## Figures", ""]
+    for heading, file, caption in figs:
+        parts += [f"### {heading}", ""]
         parts += [
-            "## Verdict",
-            "",
-            "Every adapter is compared with Best, the strongest static baseline; token-level adapters also with "
-            "Greedy, with the per-token Mixed (a uniform draw over the token actions at every token) and with the "
-            "best single token action (chosen on validation). Each compares like with like: the same metric at "
-            "matched compute (pass@k where both spend the same decodes per problem, within 5%; the answer's "
-            "accuracy against the baseline's answer at the same compute, its curve interpolated where needed); a "
-            "comparison across compute is listed as such, not judged. Differences are adapter minus baseline in "
-            "points, with the interval of the paired per-problem difference; ✔ / ✘ mark intervals that exclude "
-            "zero (significantly better / worse).",
-            "",
-            *([best_line(results, details), ""] if best_line(results, details) else []),
-            *verdict,
+            f"[{file}]({file}): {caption}" if file.endswith(".html") else f"![{heading}]({file})\n\n{caption}",
             "",
         ]
+    return "\n".join(parts)
+
+
+def _verdict_lines(results, details) -> list[str]:
+    """The verdict section: how comparisons are made, the Best line and each verdict (none without one)."""
+    verdict = verdicts(results, details)
+    if not verdict:
+        return []
+    return [
+        "## Verdict",
+        "",
+        "Every adapter is compared with Best, the strongest static baseline; token-level adapters also with "
+        "Greedy, with the per-token Mixed (a uniform draw over the token actions at every token) and with the "
+        "best single token action (chosen on validation). Each compares like with like: the same metric at "
+        "matched compute (pass@k where both spend the same decodes per problem, within 5%; the answer's "
+        "accuracy against the baseline's answer at the same compute, its curve interpolated where needed); a "
+        "comparison across compute is listed as such, not judged. Differences are adapter minus baseline in "
+        "points, with the interval of the paired per-problem difference; ✔ / ✘ mark intervals that exclude "
+        "zero (significantly better / worse).",
+        "",
+        *([best_line(results, details), ""] if best_line(results, details) else []),
+        *verdict,
+        "",
+    ]
+
+
+def _static_comparison_lines(results, details) -> list[str]:
+    """The sequence-level and token-level tables against static sampling, where the run has them."""
     seq, tok = sequence_table(results, details), token_table(results, details)
+    parts = []
     if seq:
         parts += [
             "## Static sampling vs sequence-level adapter",
@@ -402,40 +431,22 @@ def _markdown(title, results, details, figs, sections=()) -> str:
             "Δ is the adapter minus Greedy (the paper's primary static baseline for the token level).",
             "",
         ]
-    parts += ["## All methods", "", all_methods_table(results, details), "", INTERVAL_NOTE, ""]
+    return parts
+
+
+def _paper_interval_lines(results) -> list[str]:
+    """The paper-style interval table (for comparison with the paper's tables only), where there is one."""
     paper = paper_interval_table(results)
-    if paper:
-        parts += [
-            "## Paper-style intervals",
-            "",
-            paper,
-            "",
-            "± is the paper's interval: a normal-approximation binomial 95% interval, z·sqrt(p(1-p)/N), with N the "
-            "distinct problems (Outcomes): a problem's seeds and samples are averaged first, as for the Student-t "
-            "intervals above, so a problem scored once per seed is not counted as several. Use it only to compare "
-            "with the paper's tables (verdicts use paired per-problem differences).",
-            "",
-        ]
-    seeds = seed_table(results, details)
-    if seeds:
-        parts += ["## Across-seed spread", "", seeds, ""]
-    per_compute = compute_section(results, details)
-    if per_compute:
-        parts += ["## Accuracy per compute", "", per_compute, ""]
-    gated = draft_section(details)
-    if gated:
-        parts += ["## Draft-gated methods", "", gated, ""]
-    cost = cost_table(details)
-    if cost:
-        parts += ["## Evaluation cost", "", cost, ""]
-    for heading, body in sections:
-        if body:
-            parts += [f"## {heading}", "", body, ""]
-    parts += ["## Figures", ""]
-    for heading, file, caption in figs:
-        parts += [f"### {heading}", ""]
-        parts += [
-            f"[{file}]({file}): {caption}" if file.endswith(".html") else f"![{heading}]({file})\n\n{caption}",
-            "",
-        ]
-    return "\n".join(parts)
+    if not paper:
+        return []
+    return [
+        "## Paper-style intervals",
+        "",
+        paper,
+        "",
+        "± is the paper's interval: a normal-approximation binomial 95% interval, z·sqrt(p(1-p)/N), with N the "
+        "distinct problems (Outcomes): a problem's seeds and samples are averaged first, as for the Student-t "
+        "intervals above, so a problem scored once per seed is not counted as several. Use it only to compare "
+        "with the paper's tables (verdicts use paired per-problem differences).",
+        "",
+    ]

@@ -399,15 +399,7 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
     _install_error_handlers(app)
 
     api_key = check_api_key(api_key)
-
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        if api_key and _needs_key(request.url.path) and not _authorized(request, api_key):
-            return ApiError(401, "missing or wrong API key (Authorization: Bearer ...)", type="authentication_error",
-                            code="invalid_api_key").response()
-        return await call_next(request)
-
-    app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes)  # outermost: before the API key
+    _install_guards(app, api_key, limits)
 
     def response_meta(req: CommonFields, chat: bool) -> dict:
         return {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
@@ -454,6 +446,28 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
         check_model(req)
         return await answer(req, chat_job(req, limits), None, chat=True, request=request)
 
+    _add_info_routes(app, model_name, started, api_key)
+    return app
+
+
+def _install_guards(app: FastAPI, api_key: str | None, limits: ServerLimits) -> None:
+    """The API key check (where the server has one) and, outermost, the request body size limit."""
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        if api_key and _needs_key(request.url.path) and not _authorized(request, api_key):
+            return ApiError(401, "missing or wrong API key (Authorization: Bearer ...)", type="authentication_error",
+                            code="invalid_api_key").response()
+        return await call_next(request)
+
+    app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes)  # outermost: before the API key
+
+
+def _add_info_routes(app: FastAPI, model_name: str, started: int, api_key: str | None) -> None:
+    """``GET /v1/models`` (the one served model, its adapter kind and actions) and ``GET /health``
+    (up or not; with the key, or on a server without one: the worker's queue, stats and limits)."""
+    worker, limits, generator = app.state.worker, app.state.limits, app.state.generator
+
     @app.get("/v1/models")
     async def models():
         info = generator.describe()
@@ -469,8 +483,6 @@ def create_app(generator, limits: ServerLimits | None = None, *, deterministic_p
                 "queued": worker.queued, "stats": dict(worker.stats),
                 "limits": {**vars(limits), "default_max_tokens": limits.default_max_tokens}}
         return JSONResponse(body, status_code=200 if worker.alive else 503)
-
-    return app
 
 
 API_KEY_ENV = "DECODING_ADAPTERS_API_KEY"

@@ -18,7 +18,6 @@ from .base import (
     available_tasks,
     build_prompts,
     chat_messages,
-    check_disjoint,
     content_hash,
     content_hashes,
     get_task,
@@ -35,6 +34,7 @@ from .base import (
 from .math import GSM8KTask, MathTask, score_gsm8k, score_math
 from .mix import MixTask
 from .pyfunc import PyFuncConfig, PyFuncTask
+from .splits import check_disjoint
 
 __all__ = [
     "task_from_record",

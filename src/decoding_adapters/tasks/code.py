@@ -8,7 +8,7 @@
 - ``codecontests``: write a whole program that reads stdin and writes stdout (the
   ``deepmind/code_contests`` JSONL layout); the completion passes if it prints the expected output
   on every test, compared line by line with trailing whitespace ignored. The expected output
-  never enters the sandbox; the comparison happens here. Splits follow ``tasks.base.plan_splits``:
+  never enters the sandbox; the comparison happens here. Splits follow ``tasks.splits.plan_splits``:
   ``data=train=a.jsonl,test=b.jsonl`` names files per split (validation carved from train by
   content hash), one path is divided 80/10/10 by content hash; problem ids are
   ``codecontests/<content hash>``.
@@ -45,15 +45,14 @@ from .base import (
     SplitSource,
     Task,
     chat_messages,
-    load_planned_split,
     normalise_data_spec,
-    plan_splits,
     read_jsonl,
     register_task,
     resolve_system_prompt,
     validate_data_option,
 )
 from .extract import extract_code, guarded
+from .splits import load_planned_split, plan_splits
 
 logger = logging.getLogger(__name__)
 

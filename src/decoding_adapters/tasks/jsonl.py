@@ -88,9 +88,7 @@ from .base import (
     Task,
     chat_messages,
     content_hash,
-    load_planned_split,
     normalise_data_spec,
-    plan_splits,
     read_jsonl,
     register_task,
     resolve_system_prompt,
@@ -105,6 +103,7 @@ from .math import (
     numeric_answer_key,
     read_numeric,
 )
+from .splits import load_planned_split, plan_splits
 
 log = logging.getLogger(__name__)
 

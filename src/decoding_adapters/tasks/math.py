@@ -44,13 +44,12 @@ from .base import (
     SplitSource,
     Task,
     chat_messages,
-    load_planned_split,
     normalise_data_spec,
-    plan_splits,
     read_jsonl,
     register_task,
     resolve_system_prompt,
 )
+from .splits import load_planned_split, plan_splits
 
 MAX_VERIFY_CHARS = 300
 """Predictions longer than this (and than 4x the gold) skip math-verify: real MATH answers are
