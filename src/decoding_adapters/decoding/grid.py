@@ -54,6 +54,7 @@ __all__ = [
     "header_differences",
     "JsonlTable",
     "ChunkDirectory",
+    "write_npz",
 ]
 
 SAMPLE_SEED_TAG = ("draft-table",)
@@ -146,13 +147,16 @@ def decode_rows(lm, task, problems, prompts, grid: Grid, rows: Sequence[GridRow]
 
 
 def fill_chunks(chunks: Sequence, decode: Callable, store: Callable, on_chunk=None,
-                size: Callable[[object], int] = lambda chunk: 1) -> None:
+                size: Callable[[object], int] = lambda chunk: 1, engine=None) -> None:
     """The one resume loop: ``store(decode(chunk))`` for each chunk of what is missing, so a kill
     loses at most the chunk being decoded; after each chunk is on disk, ``on_chunk(done, total)``
-    counts chunks, or problems where ``size`` gives a chunk's problem count."""
+    counts chunks, or problems where ``size`` gives a chunk's problem count. With an ``engine``
+    (``decoding.table_engines``), ``decode(lm, task, chunk)`` runs where the engine holds the LM,
+    several chunks at once, and each is stored as it finishes (a kill loses the chunks in flight)."""
     total, done = sum(size(c) for c in chunks), 0
-    for chunk in chunks:
-        store(decode(chunk))
+    results = engine.map(decode, chunks) if engine is not None else ((c, decode(c)) for c in chunks)
+    for chunk, result in results:
+        store(result)
         done += size(chunk)
         if on_chunk is not None:
             on_chunk(done, total)
@@ -246,6 +250,20 @@ class JsonlTable:
 
 # ---- a directory of chunks ------------------------------------------------------------------------------
 
+_NPZ_TIME = (1980, 1, 1, 0, 0, 0)
+"""The time stamp of every array in a chunk's npz (``np.savez_compressed`` stamps the time of writing):
+the same arrays give the same bytes, whenever and wherever a chunk was decoded."""
+
+
+def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """``arrays`` as a compressed npz that ``np.load`` reads, byte for byte the same for the same arrays."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, array in arrays.items():
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=_NPZ_TIME)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            with archive.open(info, "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
+
 
 class ChunkDirectory:
     """``header.json``, ``plan.json`` (the problem ids the table was asked for, so a killed table
@@ -296,11 +314,7 @@ class ChunkDirectory:
         (self.path / "plan.json").unlink(missing_ok=True)
 
     def write_chunk(self, index: int, arrays: dict[str, np.ndarray], meta: dict) -> None:
-        def write(tmp: Path) -> None:
-            with tmp.open("wb") as f:
-                np.savez_compressed(f, **arrays)
-
-        atomic_write(self.path / f"chunk-{index:05d}.npz", write)
+        atomic_write(self.path / f"chunk-{index:05d}.npz", lambda tmp: write_npz(tmp, arrays))
         write_json(self.path / f"chunk-{index:05d}.json", meta)
 
     def read_meta(self, index: int) -> dict:

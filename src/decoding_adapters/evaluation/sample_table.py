@@ -39,6 +39,7 @@ rerun resumes (a table made under other settings is refused). Rows and seeds are
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,7 @@ from ..decoding.confidence import (  # re-exported: they were defined here first
 )
 from ..decoding.grid import SAMPLE_SEED_TAG, ChunkDirectory, Grid, decode_rows, fill_chunks, group_chunks
 from ..decoding.rollouts import STOP_AT_ANSWER, encode_problems
+from ..decoding.table_engines import LocalChunks
 
 __all__ = [
     "CONFIDENCE_FEATURES",
@@ -287,7 +289,7 @@ def build_sample_table(lm, task, problems, actions: Sequence[DecodingAction], *,
                        path: str | Path, split: str, seed: int = 0, stop_at_answer: bool = STOP_AT_ANSWER,
                        chunk_problems: int = 16, confidence: ConfidenceConfig | None = None,
                        hidden: bool = False, progress: bool = True,
-                       on_chunk: Callable[[int, int], None] | None = None) -> SampleTable:
+                       on_chunk: Callable[[int, int], None] | None = None, engine=None) -> SampleTable:
     """Decode ``problems`` under every arm of ``actions`` (greedy once, a sampled arm ``samples`` times)
     into the table directory ``path``, chunk by chunk (resumable: problems already there are kept; a
     table made under other settings is refused; the problems asked for are the table's plan, so a
@@ -307,19 +309,20 @@ def build_sample_table(lm, task, problems, actions: Sequence[DecodingAction], *,
     done_chunks = store.chunk_indices()
     done = set(store.stored_ids())
     todo = [p for p in problems if p.id not in done]
-    next_index = [(max(done_chunks) + 1) if done_chunks else 0]
+    first_index = (max(done_chunks) + 1) if done_chunks else 0
     grid = Grid(tuple(actions), samples, seed, SAMPLE_SEED_TAG)
     chunks = group_chunks(todo, chunk_problems)
+    # a chunk's file index is its place in the plan, not when it finished (workers finish out of order)
+    index_of = {chunk[0].id: first_index + i for i, chunk in enumerate(chunks)}
+    decode = functools.partial(_decode_chunk, grid=grid, token_budget=token_budget, stop_at_answer=stop_at_answer,
+                               config=confidence, with_hidden=hidden)
     with tqdm(total=len(problems), initial=len(problems) - len(todo), desc="sample table", unit="problem",
               disable=not progress) as bar:
         def write(table: SampleTable) -> None:
-            _write_chunk(store, next_index[0], table)
-            next_index[0] += 1
+            _write_chunk(store, index_of[table.problem_ids[0]], table)
             bar.update(len(table.problem_ids))
 
-        fill_chunks(chunks, lambda chunk: _decode_chunk(lm, task, chunk, grid, token_budget, stop_at_answer,
-                                                        confidence, hidden),
-                    write, on_chunk, size=len)
+        fill_chunks(chunks, decode, write, on_chunk, size=len, engine=engine or LocalChunks(lm, task))
     table = SampleTable.load(path)
     order = {pid: i for i, pid in enumerate(table.problem_ids)}
     return table.subset([order[p.id] for p in problems if p.id in order])

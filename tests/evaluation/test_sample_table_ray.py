@@ -1,0 +1,93 @@
+"""Sample tables on Ray: a table built on 2 local Ray workers is file for file, byte for byte the
+table built in this process (same chunks, same per-row seeds), and a build killed part-way on Ray
+resumes to the same table. One local Ray cluster (2 CPUs, no dashboard) serves the module."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason="the ray backend needs the [ray] extra")
+
+from decoding_adapters.decoding.actions import GREEDY, DecodingAction  # noqa: E402
+from decoding_adapters.decoding.grid import write_npz  # noqa: E402
+from decoding_adapters.decoding.ray_rollouts import TaskSpec  # noqa: E402
+from decoding_adapters.decoding.table_engines import LocalChunks, RayChunks  # noqa: E402
+from decoding_adapters.evaluation.sample_table import SampleTable, build_sample_table  # noqa: E402
+from decoding_adapters.lm.models import ModelSpec, load_frozen_lm  # noqa: E402
+from decoding_adapters.tasks import get_task  # noqa: E402
+
+ARMS = [GREEDY, DecodingAction(temperature=1.0)]
+SETTINGS = dict(samples=2, token_budget=5, split="validation", chunk_problems=1, hidden=True, progress=False)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def spec(tiny_model_dir):
+    return ModelSpec(name_or_path=str(tiny_model_dir), dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def engine(ray_cluster, spec):
+    with RayChunks(spec, TaskSpec("arithmetic"), workers=2) as chunks:
+        yield chunks
+
+
+def _files(path) -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in sorted(path.iterdir())}
+
+
+def test_two_workers_build_the_table_one_process_builds(engine, spec, tmp_path):
+    assert engine.workers == 2 and all(w["threads"] == 1 for w in engine.worker_info)
+    lm, task = load_frozen_lm(spec), get_task("arithmetic")
+    problems = task.load("validation")[:4]
+    here = build_sample_table(lm, task, problems, ARMS, path=tmp_path / "here", **SETTINGS)
+    there = build_sample_table(lm, task, problems, ARMS, path=tmp_path / "ray", engine=engine, **SETTINGS)
+    assert _files(tmp_path / "here") == _files(tmp_path / "ray")  # header, plan, every chunk's npz and json
+    assert len(list((tmp_path / "ray").glob("chunk-*.npz"))) == 4
+    assert there.problem_ids == here.problem_ids and there.hidden is not None
+    np.testing.assert_array_equal(there.confidence, here.confidence)
+
+
+class Killed(Exception):
+    pass
+
+
+def test_a_build_killed_on_ray_resumes_to_the_same_table(engine, spec, tmp_path):
+    lm, task = load_frozen_lm(spec), get_task("arithmetic")
+    problems = task.load("validation")[:4]
+    whole = build_sample_table(lm, task, problems, ARMS, path=tmp_path / "whole", engine=LocalChunks(lm, task),
+                               **SETTINGS)
+
+    def kill(done: int, total: int) -> None:
+        if done == 2:
+            raise Killed
+
+    with pytest.raises(Killed):
+        build_sample_table(lm, task, problems, ARMS, path=tmp_path / "killed", engine=engine, on_chunk=kill,
+                           **SETTINGS)
+    assert len(SampleTable.load(tmp_path / "killed").problem_ids) == 2
+    resumed = build_sample_table(lm, task, problems, ARMS, path=tmp_path / "killed", engine=engine, **SETTINGS)
+    assert resumed.problem_ids == whole.problem_ids
+    for name in ("answers", "rewards", "tokens", "confidence", "hidden"):
+        np.testing.assert_array_equal(getattr(resumed, name), getattr(whole, name))
+
+
+def test_a_chunk_file_is_the_same_bytes_whenever_it_is_written(tmp_path, monkeypatch):
+    arrays = {"a": np.arange(6, dtype=np.int32).reshape(2, 3), "b": np.ones((2, 2), np.float16)}
+    write_npz(tmp_path / "one.npz", arrays)
+    monkeypatch.setattr(time, "time", lambda: 2e9)  # written years later (np.savez_compressed stamps the clock)
+    write_npz(tmp_path / "two.npz", arrays)
+    assert (tmp_path / "one.npz").read_bytes() == (tmp_path / "two.npz").read_bytes()
+    with np.load(tmp_path / "two.npz") as data:
+        assert set(data.files) == {"a", "b"} and (data["a"] == arrays["a"]).all()
