@@ -5,7 +5,6 @@ resumes to the same table. One local Ray cluster (2 CPUs, no dashboard) serves t
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 import pytest
@@ -13,7 +12,6 @@ import pytest
 ray = pytest.importorskip("ray", reason="the ray backend needs the [ray] extra")
 
 from decoding_adapters.decoding.actions import GREEDY, DecodingAction  # noqa: E402
-from decoding_adapters.decoding.grid import write_npz  # noqa: E402
 from decoding_adapters.decoding.ray_rollouts import TaskSpec  # noqa: E402
 from decoding_adapters.decoding.table_engines import LocalChunks, RayChunks  # noqa: E402
 from decoding_adapters.evaluation.sample_table import SampleTable, build_sample_table  # noqa: E402
@@ -81,13 +79,3 @@ def test_a_build_killed_on_ray_resumes_to_the_same_table(engine, spec, tmp_path)
     assert resumed.problem_ids == whole.problem_ids
     for name in ("answers", "rewards", "tokens", "confidence", "hidden"):
         np.testing.assert_array_equal(getattr(resumed, name), getattr(whole, name))
-
-
-def test_a_chunk_file_is_the_same_bytes_whenever_it_is_written(tmp_path, monkeypatch):
-    arrays = {"a": np.arange(6, dtype=np.int32).reshape(2, 3), "b": np.ones((2, 2), np.float16)}
-    write_npz(tmp_path / "one.npz", arrays)
-    monkeypatch.setattr(time, "time", lambda: 2e9)  # written years later (np.savez_compressed stamps the clock)
-    write_npz(tmp_path / "two.npz", arrays)
-    assert (tmp_path / "one.npz").read_bytes() == (tmp_path / "two.npz").read_bytes()
-    with np.load(tmp_path / "two.npz") as data:
-        assert set(data.files) == {"a", "b"} and (data["a"] == arrays["a"]).all()

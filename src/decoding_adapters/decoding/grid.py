@@ -54,7 +54,6 @@ __all__ = [
     "header_differences",
     "JsonlTable",
     "ChunkDirectory",
-    "write_npz",
 ]
 
 SAMPLE_SEED_TAG = ("draft-table",)
@@ -250,21 +249,6 @@ class JsonlTable:
 
 # ---- a directory of chunks ------------------------------------------------------------------------------
 
-_NPZ_TIME = (1980, 1, 1, 0, 0, 0)
-"""The time stamp of every array in a chunk's npz (``np.savez_compressed`` stamps the time of writing):
-the same arrays give the same bytes, whenever and wherever a chunk was decoded."""
-
-
-def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """``arrays`` as a compressed npz that ``np.load`` reads, byte for byte the same for the same arrays."""
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for name, array in arrays.items():
-            info = zipfile.ZipInfo(f"{name}.npy", date_time=_NPZ_TIME)
-            info.compress_type = zipfile.ZIP_DEFLATED
-            with archive.open(info, "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
-
-
 class ChunkDirectory:
     """``header.json``, ``plan.json`` (the problem ids the table was asked for, so a killed table
     knows it is unfinished) and per chunk ``chunk-XXXXX.npz`` (arrays) then ``chunk-XXXXX.json``
@@ -314,7 +298,11 @@ class ChunkDirectory:
         (self.path / "plan.json").unlink(missing_ok=True)
 
     def write_chunk(self, index: int, arrays: dict[str, np.ndarray], meta: dict) -> None:
-        atomic_write(self.path / f"chunk-{index:05d}.npz", lambda tmp: write_npz(tmp, arrays))
+        def write(tmp: Path) -> None:
+            with tmp.open("wb") as f:
+                np.savez_compressed(f, **arrays)
+
+        atomic_write(self.path / f"chunk-{index:05d}.npz", write)
         write_json(self.path / f"chunk-{index:05d}.json", meta)
 
     def read_meta(self, index: int) -> dict:
