@@ -1,6 +1,7 @@
 """Sample tables on Ray: a table built on 2 local Ray workers is file for file, byte for byte the
-table built in this process (same chunks, same per-row seeds), and a build killed part-way on Ray
-resumes to the same table. One local Ray cluster (2 CPUs, no dashboard) serves the module."""
+table built in this process (same chunks, same per-row seeds), a build killed part-way on Ray
+resumes to the same table, and ``rules --backend ray --workers 2`` writes the tables ``--backend hf``
+writes. One local Ray cluster (2 CPUs, no dashboard) serves the module."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray backend needs the [ray] extra")
 
+from decoding_adapters.cli import main  # noqa: E402
 from decoding_adapters.decoding.actions import GREEDY, DecodingAction  # noqa: E402
 from decoding_adapters.decoding.ray_rollouts import TaskSpec  # noqa: E402
 from decoding_adapters.decoding.table_engines import LocalChunks, RayChunks  # noqa: E402
@@ -35,8 +37,9 @@ def spec(tiny_model_dir):
     return ModelSpec(name_or_path=str(tiny_model_dir), dtype="float32")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def engine(ray_cluster, spec):
+    """2 actors on the module's 2 CPUs (released at the end of each test, for the CLI's own)."""
     with RayChunks(spec, TaskSpec("arithmetic"), workers=2) as chunks:
         yield chunks
 
@@ -79,3 +82,27 @@ def test_a_build_killed_on_ray_resumes_to_the_same_table(engine, spec, tmp_path)
     assert resumed.problem_ids == whole.problem_ids
     for name in ("answers", "rewards", "tokens", "confidence", "hidden"):
         np.testing.assert_array_equal(getattr(resumed, name), getattr(whole, name))
+
+
+def test_rules_on_two_ray_workers_writes_the_tables_of_one_process(ray_cluster, tiny_model_dir, tmp_path):
+    def rules(backend: list[str], name: str) -> None:
+        argv = ["rules", "--model", str(tiny_model_dir), "--token-budget", "4", "--samples", "2", "--max-problems", "3",
+                "--batch-rows", "3", "--table", str(tmp_path / name / "test"), "--validation-table",
+                str(tmp_path / name / "val"), "--rules", "self_consistency", "--out", str(tmp_path / name / "out")]
+        assert main(argv + backend) == 0
+
+    rules([], "hf")
+    rules(["--backend", "ray", "--workers", "2"], "ray")
+    for table in ("val", "test"):
+        assert len(list((tmp_path / "ray" / table).glob("chunk-*.npz"))) == 3  # one problem per chunk
+        assert _files(tmp_path / "hf" / table) == _files(tmp_path / "ray" / table)
+    assert ray.is_initialized()  # the cluster the command joined is left running
+
+
+@pytest.mark.parametrize("command", ["rules", "train-attempt"])
+def test_table_commands_refuse_the_vllm_backend_before_loading(command, tmp_path, capsys):
+    tables = (["--table", str(tmp_path / "t"), "--validation-table", str(tmp_path / "v")] if command == "rules" else [])
+    argv = [command, "--model", str(tmp_path / "no-such-model"), "--backend", "vllm", *tables, "--out",
+            str(tmp_path / "out")]
+    assert main(argv) == 2
+    assert "the vllm backend records no hidden states" in capsys.readouterr().err

@@ -15,7 +15,9 @@ from typing import Literal
 from ..core.files import LOCK_FILE, check_output_dir
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction
 from ..decoding.backends import make_rollouts
+from ..decoding.ray_rollouts import TaskSpec
 from ..decoding.rollouts import STOP_AT_ANSWER, Rollouts
+from ..decoding.table_engines import ChunkEngine, LocalChunks, RayChunks
 from ..lm.models import ModelSpec, load_frozen_lm
 from ..tasks import available_tasks, get_task
 from .config_args import add_config_arguments, build_config
@@ -34,6 +36,8 @@ __all__ = [
     "build_lm",
     "build_task",
     "build_rollouts",
+    "check_table_backend",
+    "table_engine",
     "task_options",
     "check_output_dir",
     "check_adapter_out",
@@ -253,3 +257,22 @@ def build_rollouts(args, lm, action_set: ActionSet) -> Rollouts:
         model_spec=lm.spec,
         gpu_memory_utilization=getattr(args, "gpu_memory_utilization", None),
     )
+
+
+def check_table_backend(args) -> None:
+    """Pre-flight of a command that builds sample tables: ``--backend`` hf or ray (vLLM returns no
+    hidden states from generate, and a table keeps each sample's mean hidden state)."""
+    if args.backend == "vllm":
+        raise ValueError("sample tables are built with --backend hf (this process) or --backend ray --workers N: "
+                         "the vllm backend records no hidden states")
+
+
+def table_engine(args, lm, task) -> ChunkEngine:
+    """Where a command's sample tables are decoded: ``lm`` and ``task`` in this process (``--backend
+    hf``), or ``--workers`` Ray actors (``--backend ray``, ``--ray-address``), each loading the LM
+    from ``lm.spec`` and rebuilding the task from the command's task options. Close it when done."""
+    check_table_backend(args)
+    if args.backend == "ray":
+        return RayChunks(lm.spec, TaskSpec(args.task, task_options(args)), workers=args.workers,
+                         address=args.ray_address)
+    return LocalChunks(lm, task)

@@ -249,6 +249,7 @@ class JsonlTable:
 
 # ---- a directory of chunks ------------------------------------------------------------------------------
 
+
 class ChunkDirectory:
     """``header.json``, ``plan.json`` (the problem ids the table was asked for, so a killed table
     knows it is unfinished) and per chunk ``chunk-XXXXX.npz`` (arrays) then ``chunk-XXXXX.json``
