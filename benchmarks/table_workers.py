@@ -4,14 +4,16 @@ The workload: ``--problems`` arithmetic validation problems, the greedy arm and 
 (T=0.5) with ``--samples`` samples, token budget ``--token-budget``, each sample ended at its first
 complete answer, mean hidden states kept (the tables ``rules`` and ``train-attempt`` build), in
 chunks of ``--chunk-problems`` problems. Each engine builds the table into a fresh directory in
-interleaved rounds (here, ray-1, ray-2, here, ...), so a change in the machine's load hits them
+interleaved rounds (here, here-1t, ray-1, ray-2, here, ...), so a change in the machine's load hits them
 alike; per engine the best round (least disturbed) and the median are printed. Start-up (Ray, the
 actors loading the LM) is timed on its own and excluded. Every engine's table directory is checked
 to be byte for byte the in-process one (file for file).
 
-CPU split on a machine with C cores: ``here`` uses C torch threads; ``ray-1`` is one actor with C
-threads, ``ray-2`` two actors with C/2 each. The local Ray cluster advertises 2C logical CPUs so
-that both Ray engines can be alive at once (only one computes at a time).
+CPU split on a machine with C cores: ``here`` uses C torch threads, ``here-1t`` the same process
+with 1 (it separates the effect of the workers from that of the thread count: on an oversubscribed
+machine a multi-threaded decode loses much more to contention than single-threaded ones);
+``ray-1`` is one actor with C threads, ``ray-2`` two actors with C/2 each. The local Ray cluster
+advertises 2C logical CPUs so that both Ray engines can be alive at once (only one computes at a time).
 
     .venv/bin/python benchmarks/table_workers.py                    # a few minutes on 2 cores
     .venv/bin/python benchmarks/table_workers.py --problems 8 --rounds 1
@@ -41,6 +43,22 @@ from decoding_adapters.lm.models import ModelSpec, load_frozen_lm
 from decoding_adapters.tasks import get_task
 
 
+class Threads(LocalChunks):
+    """This process's LM with ``n`` torch threads while it decodes (restored afterwards)."""
+
+    def __init__(self, lm, task, n: int):
+        super().__init__(lm, task)
+        self.n = n
+
+    def map(self, decode, chunks):
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.n)
+        try:
+            yield from super().map(decode, chunks)
+        finally:
+            torch.set_num_threads(before)
+
+
 def files(path: Path) -> dict[str, bytes]:
     return {f.name: f.read_bytes() for f in sorted(path.iterdir())}
 
@@ -66,6 +84,7 @@ def main() -> None:
     begin = time.perf_counter()
     lm = load_frozen_lm(spec)
     engines["here"], startup["here"] = LocalChunks(lm, task), time.perf_counter() - begin
+    engines["here-1t"], startup["here-1t"] = Threads(lm, task, 1), 0.0
     for workers in (1, 2):
         begin = time.perf_counter()
         engines[f"ray-{workers}"] = RayChunks(spec, TaskSpec("arithmetic"), workers=workers,

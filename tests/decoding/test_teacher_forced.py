@@ -1,6 +1,7 @@
 """A teacher-forced pass over prompt + completion gives the hidden states the decode loop recorded,
 and the confidence summary and mean hidden state read from them, within ``TEACHER_FORCED_ATOL`` in
-float32: what a table built from another engine's tokens (vLLM's) holds."""
+float32: what a table built from another engine's tokens (vLLM's) holds; rows decoded to the end
+and cut afterwards equal the rows the loop's stop checks ended."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from decoding_adapters.decoding.confidence import ConfidenceConfig, trace_readin
 from decoding_adapters.decoding.loop import decode
 from decoding_adapters.decoding.teacher_forced import (
     TEACHER_FORCED_ATOL,
+    cut_at_checks,
     teacher_forced_features,
     with_teacher_forced_features,
 )
@@ -44,3 +46,16 @@ def test_the_readings_of_a_teacher_forced_pass_equal_the_loops(tiny_lm, tiny_pro
     # log-probabilities over the tiny LM's large logits: the same tolerance, relative where they are large
     torch.testing.assert_close(forced_summary, summary, atol=TEACHER_FORCED_ATOL, rtol=1e-4, equal_nan=True)
     torch.testing.assert_close(forced_hidden, hidden, atol=TEACHER_FORCED_ATOL, rtol=0)
+
+
+def test_rows_cut_after_the_decode_equal_rows_the_loop_stopped(tiny_lm, tiny_prompts):
+    actions = ActionSet([GREEDY, DecodingAction(temperature=1.0)])
+    rows = [(p, a) for p in range(len(tiny_prompts)) for a in (0, 1, 1)]
+    checks = [(lambda text, k=2 + i % 3: len(text) >= k) if i % 4 else None for i in range(len(rows))]
+    kwargs = dict(prompt_of_row=[p for p, _ in rows], row_actions=[a for _, a in rows], token_budget=8, seed=2)
+    stopped = decode(tiny_lm, tiny_prompts, actions, stop_checks=checks, **kwargs)
+    cut = cut_at_checks(decode(tiny_lm, tiny_prompts, actions, **kwargs), checks, tiny_lm.tokenizer)
+    assert stopped.stopped_by_check.any() and not stopped.stopped_by_check.all()  # some rows cut, some not
+    assert torch.equal(cut.lengths, stopped.lengths) and torch.equal(cut.tokens, stopped.tokens)
+    assert cut.texts == stopped.texts and torch.equal(cut.stopped_by_check, stopped.stopped_by_check)
+    assert torch.equal(cut.stopped_at_eos, stopped.stopped_at_eos) and torch.equal(cut.actions, stopped.actions)

@@ -9,7 +9,8 @@ way whatever the engine, and each row draws its randomness from its own seed, so
 any worker is the chunk decoded here: a table built on 2 workers equals one built on 1.
 
 ``LocalChunks``
-    This process's LM and task, one chunk after another (the default).
+    This process's LM and task, one chunk after another (the default); with ``rollouts``, the rows
+    decoded by vLLM and their hidden states read by a teacher-forced pass of this process's LM.
 ``RayChunks`` (``--backend ray --workers N [--ray-address ...]``)
     N actors (``TableWorker``), each loading its own copy of the LM from the ``ModelSpec`` and
     rebuilding the task from a ``TaskSpec``; a free actor takes the next chunk. A kill loses at most
@@ -41,14 +42,18 @@ class ChunkEngine(Protocol):
 
 
 class LocalChunks:
-    """This process's ``lm`` and ``task``, one chunk after another, in order."""
+    """This process's ``lm`` and ``task``, one chunk after another, in order. With ``rollouts`` (an
+    engine that returns tokens only, ``VLLMRollouts``), each chunk's rows are decoded there:
+    ``decode(lm, task, chunk, rollouts=rollouts)``, and ``lm`` gives their hidden states by a
+    teacher-forced pass (``decoding.teacher_forced.decode_rows_elsewhere``)."""
 
-    def __init__(self, lm, task):
-        self.lm, self.task = lm, task
+    def __init__(self, lm, task, rollouts=None):
+        self.lm, self.task, self.rollouts = lm, task, rollouts
 
     def map(self, decode: ChunkDecode, chunks: Sequence[list]) -> Iterator[tuple[list, object]]:
+        extra = {} if self.rollouts is None else {"rollouts": self.rollouts}
         for chunk in chunks:
-            yield chunk, decode(self.lm, self.task, chunk)
+            yield chunk, decode(self.lm, self.task, chunk, **extra)
 
     def close(self) -> None:
         pass

@@ -9,7 +9,11 @@ loop records (``DecodeResult.features``, ``[R, T, H]``), and :func:`with_teacher
 puts it into a ``DecodeResult`` so that ``decoding.confidence.trace_readings`` reads the confidence
 summary and the mean hidden state from it exactly as from a decode of its own.
 
-They agree with the loop's to the rounding of the two computations (a prefill of the whole sequence
+:func:`decode_rows_elsewhere` decodes a table's rows (``decoding.grid.decode_rows``) through such an
+engine: the rows to the end, cut at their first complete answer afterwards (:func:`cut_at_checks`;
+vLLM cannot stop on a text condition), then the teacher-forced features.
+
+The features agree with the loop's to the rounding of the two computations (a prefill of the whole sequence
 against a prefill plus one-token steps; ``TEACHER_FORCED_ATOL`` in float32, tested), not bit for bit.
 """
 
@@ -20,9 +24,12 @@ from typing import Sequence
 
 import torch
 
-from .loop import DecodeResult
+from .grid import Grid, GridRow
+from .loop import DecodeResult, StopCheck
+from .rollouts import RolloutRequest, answer_stops
 
-__all__ = ["TEACHER_FORCED_ATOL", "teacher_forced_features", "with_teacher_forced_features"]
+__all__ = ["TEACHER_FORCED_ATOL", "teacher_forced_features", "with_teacher_forced_features", "cut_at_checks",
+           "decode_rows_elsewhere"]
 
 TEACHER_FORCED_ATOL = 1e-4
 """The largest difference, in float32, between a teacher-forced hidden state and the decode loop's
@@ -64,3 +71,49 @@ def with_teacher_forced_features(lm, result: DecodeResult, rows_per_pass: int = 
     features = teacher_forced_features(lm, result.prompts, result.prompt_of_row.tolist(), result.tokens.clamp(min=0),
                                        result.lengths, rows_per_pass)
     return replace(result, features=features)
+
+
+def cut_at_checks(result: DecodeResult, checks: Sequence[StopCheck | None] | None, tokenizer) -> DecodeResult:
+    """``result`` with each row ended where the decode loop's stop check would have ended it: at
+    the first step whose text (decoded as the loop decodes it) the row's check accepts, unless the
+    row ended there anyway (EOS or its budget). For an engine that cannot stop on a text condition
+    (vLLM): decoded to the end, then cut. A greedy row is cut to the loop's own tokens."""
+    if checks is None or all(c is None for c in checks):
+        return result
+    tokens, lengths = result.tokens.clone(), result.lengths.clone()
+    by_check = torch.zeros(len(lengths), dtype=torch.bool)
+    for r, check in enumerate(checks):
+        n = int(lengths[r])
+        if check is None:
+            continue
+        prefixes = tokenizer.batch_decode([tokens[r, :k].tolist() for k in range(1, n)], skip_special_tokens=True)
+        cut = next((k for k, text in enumerate(prefixes, start=1) if check(text)), None)
+        if cut is not None:  # steps 1..n-1 only: at step n the row ended whatever its text
+            tokens[r, cut:] = -1
+            lengths[r], by_check[r] = cut, True
+    steps = torch.arange(tokens.shape[1]).unsqueeze(0)
+    kept = steps < lengths.unsqueeze(1)
+    texts = [text if not by_check[r] else tokenizer.decode(tokens[r, :int(lengths[r])].tolist(),
+                                                            skip_special_tokens=True)
+             for r, text in enumerate(result.texts)]
+    return replace(result, tokens=tokens, lengths=lengths, texts=texts, actions=result.actions.masked_fill(~kept, -1),
+                   stopped_at_eos=result.stopped_at_eos & ~by_check, stopped_by_check=by_check,
+                   features=None if result.features is None else result.features * kept.unsqueeze(-1))
+
+
+def decode_rows_elsewhere(rollouts, lm, task, problems, prompts, grid: Grid, rows: Sequence[GridRow], *,
+                          token_budget: int, stop_at_answer: bool,
+                          record_features: bool = False) -> tuple[DecodeResult, list[float]]:
+    """``decoding.grid.decode_rows`` through ``rollouts`` (an engine that returns tokens only, such
+    as ``VLLMRollouts``): the same rows and seeds, decoded to EOS or the budget, cut at the first
+    complete answer (:func:`cut_at_checks`) when ``stop_at_answer``, and with ``record_features`` the
+    hidden states from a teacher-forced pass of ``lm`` (:func:`with_teacher_forced_features`)."""
+    prompt_of_row = [r.problem for r in rows]
+    request = RolloutRequest(prompts=list(prompts), prompt_of_row=prompt_of_row,
+                             row_seeds=grid.seeds([p.id for p in problems], rows), token_budget=token_budget,
+                             row_actions=[r.action for r in rows])
+    result = rollouts.run(request)
+    result = cut_at_checks(result, answer_stops(task, problems, prompt_of_row, stop_at_answer), lm.tokenizer)
+    if record_features:
+        result = with_teacher_forced_features(lm, result)
+    return result, task.reward_batch([problems[r.problem] for r in rows], result.texts)

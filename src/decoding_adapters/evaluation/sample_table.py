@@ -61,6 +61,7 @@ from ..decoding.confidence import (  # re-exported: they were defined here first
 from ..decoding.grid import SAMPLE_SEED_TAG, ChunkDirectory, Grid, decode_rows, fill_chunks, group_chunks
 from ..decoding.rollouts import STOP_AT_ANSWER, encode_problems
 from ..decoding.table_engines import LocalChunks
+from ..decoding.teacher_forced import decode_rows_elsewhere
 
 __all__ = [
     "CONFIDENCE_FEATURES",
@@ -358,11 +359,12 @@ def _differences(stored: dict, wanted: dict) -> str:
 
 
 def _decode_chunk(lm, task, problems, grid: Grid, token_budget: int, stop_at_answer: bool, config: ConfidenceConfig,
-                  with_hidden: bool) -> SampleTable:
+                  with_hidden: bool, rollouts=None) -> SampleTable:
     prompts, _ = encode_problems(lm, task, problems, seed=grid.seed)
     rows = grid.rows(len(problems))  # a greedy arm: one row filling every slot
-    result, rewards = decode_rows(lm, task, problems, prompts, grid, rows, token_budget=token_budget,
-                                  stop_at_answer=stop_at_answer, record_features=True)
+    rows_of = decode_rows if rollouts is None else functools.partial(decode_rows_elsewhere, rollouts)
+    result, rewards = rows_of(lm, task, problems, prompts, grid, rows, token_budget=token_budget,
+                              stop_at_answer=stop_at_answer, record_features=True)
     row_problems = [problems[r.problem] for r in rows]
     answers = [task.extract_answer(p, text) for p, text in zip(row_problems, result.texts)]
     summary, hidden = trace_readings(lm, result, answers, config, with_hidden)
