@@ -100,9 +100,13 @@ def test_rules_on_two_ray_workers_writes_the_tables_of_one_process(ray_cluster, 
 
 
 @pytest.mark.parametrize("command", ["rules", "train-attempt"])
-def test_table_commands_refuse_the_vllm_backend_before_loading(command, tmp_path, capsys):
+def test_table_commands_without_vllm_refuse_its_backend_before_loading(command, tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
     tables = (["--table", str(tmp_path / "t"), "--validation-table", str(tmp_path / "v")] if command == "rules" else [])
     argv = [command, "--model", str(tmp_path / "no-such-model"), "--backend", "vllm", *tables, "--out",
             str(tmp_path / "out")]
     assert main(argv) == 2
-    assert "the vllm backend records no hidden states" in capsys.readouterr().err
+    assert "--backend vllm needs vLLM" in capsys.readouterr().err

@@ -5,6 +5,7 @@ and a training run's output directory. Each group is derived from one dataclass
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import sys
@@ -260,19 +261,23 @@ def build_rollouts(args, lm, action_set: ActionSet) -> Rollouts:
 
 
 def check_table_backend(args) -> None:
-    """Pre-flight of a command that builds sample tables: ``--backend`` hf or ray (vLLM returns no
-    hidden states from generate, and a table keeps each sample's mean hidden state)."""
-    if args.backend == "vllm":
-        raise ValueError("sample tables are built with --backend hf (this process) or --backend ray --workers N: "
-                         "the vllm backend records no hidden states")
+    """Pre-flight of a command that builds sample tables with ``--backend vllm``: vLLM installed,
+    before any model loads."""
+    if args.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ValueError("--backend vllm needs vLLM (pip install -e '.[vllm]' on a CUDA machine, or the CPU build "
+                         "`make test-vllm` sets up); or build the tables with --backend hf or ray")
 
 
-def table_engine(args, lm, task) -> ChunkEngine:
+def table_engine(args, lm, task, actions=()) -> ChunkEngine:
     """Where a command's sample tables are decoded: ``lm`` and ``task`` in this process (``--backend
-    hf``), or ``--workers`` Ray actors (``--backend ray``, ``--ray-address``), each loading the LM
-    from ``lm.spec`` and rebuilding the task from the command's task options. Close it when done."""
+    hf``); ``--workers`` Ray actors (``--backend ray``, ``--ray-address``), each loading the LM from
+    ``lm.spec`` and rebuilding the task from the command's task options; or vLLM for the rows
+    (``--backend vllm``, the table's arms ``actions``) with their hidden states and confidences from
+    a teacher-forced pass of ``lm``. Close it when done."""
     check_table_backend(args)
     if args.backend == "ray":
         return RayChunks(lm.spec, TaskSpec(args.task, task_options(args)), workers=args.workers,
                          address=args.ray_address)
+    if args.backend == "vllm":
+        return LocalChunks(lm, task, rollouts=build_rollouts(args, lm, ActionSet(list(actions))))
     return LocalChunks(lm, task)

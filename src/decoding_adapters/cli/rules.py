@@ -99,7 +99,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, TableOptions)
     add_model_arguments(p)
     add_task_arguments(p)
-    add_rollout_arguments(p, exclude=("gpu_memory_utilization",))
+    add_rollout_arguments(p)
 
 
 def _tables(args, options: RulesOptions, tables: TableOptions) -> tuple[SampleTable, SampleTable]:
@@ -113,7 +113,7 @@ def _tables(args, options: RulesOptions, tables: TableOptions) -> tuple[SampleTa
         task = build_task(args)
         problems = {split: load_problems(task, split, args.max_problems, args.seed) for _, split in missing}
         lm = build_lm(args)
-        engine = table_engine(args, lm, task)
+        engine = table_engine(args, lm, task, tables.arms)
         try:
             for path, split in missing:
                 build_sample_table(lm, task, problems[split], tables.arms, samples=tables.samples,

@@ -15,7 +15,7 @@ from ..experiments import demo as demo_study
 from ..experiments.demo import estimate_minutes, fit_note, fit_to_minutes
 from ..experiments.pipeline import StudyConfig
 from ..lm.models import DEFAULT_DEVICE, ModelSpec, load_frozen_lm
-from .common import add_rollout_arguments, check_table_backend
+from .common import add_rollout_arguments
 from .config_args import add_config_arguments, build_config
 
 __all__ = ["add_study_arguments", "table_workers", "study_config", "study_command", "format_plan", "publish",
@@ -35,7 +35,8 @@ def add_study_arguments(p: argparse.ArgumentParser, options: type, tables: bool 
 def table_workers(args) -> dict:
     """``run_demo``'s ``table_workers`` and ``ray_address`` from ``--backend``, ``--workers`` and
     ``--ray-address`` (backend hf: None, the tables are decoded in this process)."""
-    check_table_backend(args)
+    if args.backend == "vllm":
+        raise ValueError("the study's tables are decoded with --backend hf or ray (rules and train-attempt take vllm)")
     return {"table_workers": args.workers if args.backend == "ray" else None, "ray_address": args.ray_address}
 
 

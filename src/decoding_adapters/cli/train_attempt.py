@@ -102,7 +102,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, AttemptTrainConfig, title="attempt policy training", exclude=("price", "seed"))
     add_model_arguments(p)
     add_task_arguments(p, exclude=("max_problems", "cot_ratio"))  # the tables' sizes: --train-problems, --val-problems
-    add_rollout_arguments(p, exclude=("gpu_memory_utilization",))
+    add_rollout_arguments(p)
 
 
 def _held(path: str) -> int:
@@ -128,7 +128,7 @@ def _tables(args, options: TrainAttemptOptions, tables: TableOptions) -> tuple[S
         task = build_task(args)
         problems = {split: load_problems(task, split, n, args.seed) for _, split, n in missing}
         lm = build_lm(args)
-        engine = table_engine(args, lm, task)
+        engine = table_engine(args, lm, task, tables.arms)
         try:
             for path, split, _ in missing:
                 build_sample_table(lm, task, problems[split], tables.arms, samples=tables.samples,

@@ -56,7 +56,8 @@ class LocalChunks:
             yield chunk, decode(self.lm, self.task, chunk, **extra)
 
     def close(self) -> None:
-        pass
+        if self.rollouts is not None:
+            self.rollouts.close()
 
 
 class TableWorker:
