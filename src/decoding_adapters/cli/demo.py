@@ -14,7 +14,7 @@ from typing import Literal
 from ..experiments.demo import SIZES, run_demo
 from ..lm.models import DEFAULT_DEVICE
 from .common import check_output_dir
-from .study import add_study_arguments, format_plan, publish_if_asked, study_command, study_config, table_workers
+from .study import add_study_arguments, format_plan, publish_if_asked, study_command, study_config
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class DemoOptions:
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    add_study_arguments(p, DemoOptions, tables=True)
+    add_study_arguments(p, DemoOptions)
 
 
 def run_cli(args) -> int:
@@ -59,6 +59,6 @@ def run_cli(args) -> int:
     if args.minutes != DemoOptions.minutes:
         command += f" --minutes {args.minutes:g}"
     run_demo(args.out, cfg, model=args.model, progress=args.progress, command=command, minutes=args.minutes or None,
-             device=args.device, **table_workers(args))
+             device=args.device)
     publish_if_asked(args)
     return 0

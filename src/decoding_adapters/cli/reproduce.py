@@ -90,7 +90,7 @@ from typing import Literal
 
 from ..experiments.demo import REPRODUCE_SIZES, run_demo
 from ..lm.models import DEFAULT_DEVICE
-from .study import add_study_arguments, format_plan, publish_if_asked, study_command, study_config, table_workers
+from .study import add_study_arguments, format_plan, publish_if_asked, study_command, study_config
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class ReproduceOptions:
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    add_study_arguments(p, ReproduceOptions, tables=True)
+    add_study_arguments(p, ReproduceOptions)
 
 
 def run_cli(args) -> int:
@@ -126,6 +126,6 @@ def run_cli(args) -> int:
         return 0
     command = study_command("reproduce", args, cfg, REPRODUCE_SIZES)
     run_demo(args.out, cfg, model=args.model, progress=args.progress, label="reproduce", command=command,
-             device=args.device, **table_workers(args))
+             device=args.device)
     publish_if_asked(args)
     return 0

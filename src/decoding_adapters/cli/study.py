@@ -15,29 +15,15 @@ from ..experiments import demo as demo_study
 from ..experiments.demo import estimate_minutes, fit_note, fit_to_minutes
 from ..experiments.pipeline import StudyConfig
 from ..lm.models import DEFAULT_DEVICE, ModelSpec, load_frozen_lm
-from .common import add_rollout_arguments
 from .config_args import add_config_arguments, build_config
 
-__all__ = ["add_study_arguments", "table_workers", "study_config", "study_command", "format_plan", "publish",
-           "publish_if_asked"]
+__all__ = ["add_study_arguments", "study_config", "study_command", "format_plan", "publish", "publish_if_asked"]
 
 
-def add_study_arguments(p: argparse.ArgumentParser, options: type, tables: bool = False) -> None:
-    """The command's own ``options`` dataclass, then every ``StudyConfig`` field as an override; with
-    ``tables``, where the sample-table stages decode (``--backend``, ``--workers``, ``--ray-address``)."""
+def add_study_arguments(p: argparse.ArgumentParser, options: type) -> None:
+    """The command's own ``options`` dataclass, then every ``StudyConfig`` field as an override."""
     add_config_arguments(p, options)
-    if tables:
-        add_rollout_arguments(p, exclude=("token_budget", "batch_rows", "seed", "gpu_memory_utilization"),
-                              title="sample-table engine (the rules, verifier and attempt stages)")
     add_config_arguments(p, StudyConfig, title="stage sizes (override the --size preset)", overrides_only=True)
-
-
-def table_workers(args) -> dict:
-    """``run_demo``'s ``table_workers`` and ``ray_address`` from ``--backend``, ``--workers`` and
-    ``--ray-address`` (backend hf: None, the tables are decoded in this process)."""
-    if args.backend == "vllm":
-        raise ValueError("the study's tables are decoded with --backend hf or ray (rules and train-attempt take vllm)")
-    return {"table_workers": args.workers if args.backend == "ray" else None, "ray_address": args.ray_address}
 
 
 def study_config(args, sizes: dict[str, StudyConfig]) -> StudyConfig:

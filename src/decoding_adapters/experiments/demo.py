@@ -42,9 +42,7 @@ import torch
 
 from ..core.files import write_json
 from ..decoding.actions import PRESETS, ActionSet, DecodingAction, load_action_set
-from ..decoding.ray_rollouts import TaskSpec
 from ..decoding.rollouts import HFRollouts, RolloutRequest, encode_problems
-from ..decoding.table_engines import RayChunks
 from ..evaluation import (
     EvalConfig,
     Method,
@@ -840,12 +838,9 @@ def _token_baselines(actions: list[DecodingAction], best: DecodingAction) -> lis
 
 def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progress: bool = True,
              label: str = "demo", command: str = "", minutes: float | None = None,
-             device: str = DEFAULT_DEVICE, table_workers: int | None = None, ray_address: str | None = None) -> dict:
+             device: str = DEFAULT_DEVICE) -> dict:
     """Run every stage into ``out`` and return the evaluation results. With ``minutes``, the sizes
-    are cut by ``fit_to_minutes`` when this machine's plan is longer (the report says so). With
-    ``table_workers``, the sample tables of the rules, verifier and attempt stages are decoded on
-    that many Ray actors (``decoding.table_engines.RayChunks``; a cluster at ``ray_address``, else a
-    local one): the same tables as in this process."""
+    are cut by ``fit_to_minutes`` when this machine's plan is longer (the report says so)."""
     out = Path(out)
     check_same_run(out, {"model": model, "minutes": minutes, "study": asdict(cfg)})
     clock = pipeline.StageClock(label, out / "stage_minutes.json")  # the plan needs the probe: after loading
@@ -958,27 +953,19 @@ def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progr
     clock.end()
 
     rc, vc, ac, tests = cfg.rules, cfg.verifier, cfg.attempt, test_problems
-    # where the table stages decode (None: lm, here); every table stage needs the rules' tables
-    engine = (RayChunks(lm.spec, TaskSpec(task.name, pipeline.study_task_options(cfg)), workers=table_workers,
-                        address=ray_address) if rc.enabled and table_workers else None)
     stages = [  # (run it, key, label, detail, run): each stage over the rules' tables adds its points
         (rc.enabled, "rules", "fixed rules", f"sample tables of {rc.problems} validation and {len(tests)} test "
          f"problems, greedy + {rc.samples} samples at T={rc.temperatures}", lambda ev: pipeline.fixed_rules(
-             lm, task, cfg, out / "rules", ev, tests, progress=progress, engine=engine)),
+             lm, task, cfg, out / "rules", ev, tests, progress=progress)),
         (rc.enabled and vc.enabled, "verifier", "verifier and the rules that read it", f"{vc.train_problems} training "
          f"problems", lambda ev: pipeline.verifier_stage(lm, task, cfg, out / "verifier", out / "rules", ev, tests,
-                                                         train_table=out / "attempt" / "train", progress=progress,
-                                                         engine=engine)),
+                                                         train_table=out / "attempt" / "train", progress=progress)),
         (rc.enabled and ac.enabled, "attempt", "attempt policy", f"a sample table of {ac.train_problems} training "
          f"problems, one policy per price {list(ac.prices)}", lambda ev: pipeline.attempt_stage(
              lm, task, cfg, out / "attempt", out / "rules", ev, tests, progress=progress,
-             verifier_dir=out / "verifier" / "verifier" if vc.enabled else None, engine=engine))]
-    try:
-        for stage in (s for s in stages if s[0]):
-            evaluation = pipeline.table_stage(clock, evaluation, out / "eval", *stage[1:])
-    finally:
-        if engine is not None:
-            engine.close()
+             verifier_dir=out / "verifier" / "verifier" if vc.enabled else None))]
+    for stage in (s for s in stages if s[0]):
+        evaluation = pipeline.table_stage(clock, evaluation, out / "eval", *stage[1:])
 
     clock.begin("report", "report")
     logs = {name: out / f"{prefix}-s0" / "train_log.jsonl" for prefix, name in ADAPTER_NAMES.items()}
