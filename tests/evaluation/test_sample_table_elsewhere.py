@@ -7,6 +7,7 @@ states within ``TEACHER_FORCED_ATOL`` (float32)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from decoding_adapters.decoding.actions import GREEDY, ActionSet, DecodingAction
 from decoding_adapters.decoding.rollouts import HFRollouts
@@ -39,3 +40,15 @@ def test_a_table_from_tokens_only_equals_the_loops(tiny_lm, tmp_path):
     np.testing.assert_allclose(other.confidence, loop.confidence, atol=TEACHER_FORCED_ATOL, rtol=1e-4, equal_nan=True)
     np.testing.assert_allclose(other.hidden.astype(np.float32), loop.hidden.astype(np.float32),
                                atol=1e-3)  # stored in float16: its rounding, not the pass's
+
+
+def test_a_table_from_another_engine_is_not_extended_by_the_loop(tiny_lm, tmp_path):
+    task = get_task("arithmetic")
+    problems = task.load("validation")[:2]
+    settings = dict(samples=1, token_budget=4, split="validation", progress=False)
+    engine = LocalChunks(tiny_lm, task, rollouts=TokensOnly(tiny_lm, ActionSet(ARMS)))
+    build_sample_table(tiny_lm, task, problems[:1], ARMS, path=tmp_path / "t", engine=engine, **settings)
+    with pytest.raises(ValueError, match=r"rows_from: the table has TokensOnly, this run None \(set by --backend\)"):
+        build_sample_table(tiny_lm, task, problems, ARMS, path=tmp_path / "t", **settings)
+    assert build_sample_table(tiny_lm, task, problems, ARMS, path=tmp_path / "t", engine=engine,
+                              **settings).shape[0] == 2

@@ -50,6 +50,12 @@ class LocalChunks:
     def __init__(self, lm, task, rollouts=None):
         self.lm, self.task, self.rollouts = lm, task, rollouts
 
+    @property
+    def rows_from(self) -> str | None:
+        """Whose rows these are when not the decode loop's (another engine's random streams and
+        kernels): the rollouts' class name, recorded in the table's header."""
+        return None if self.rollouts is None else type(self.rollouts).__name__
+
     def map(self, decode: ChunkDecode, chunks: Sequence[list]) -> Iterator[tuple[list, object]]:
         extra = {} if self.rollouts is None else {"rollouts": self.rollouts}
         for chunk in chunks:

@@ -304,6 +304,8 @@ def build_sample_table(lm, task, problems, actions: Sequence[DecodingAction], *,
     store = ChunkDirectory(path)
     confidence = confidence or ConfidenceConfig()
     header = _header(task, lm, split, actions, samples, token_budget, seed, stop_at_answer, confidence, hidden)
+    if getattr(engine, "rows_from", None):  # rows from another engine's streams do not mix with the loop's
+        header["rows_from"] = engine.rows_from
     if store.has_header() and store.read_header() != json.loads(json.dumps(header)):
         raise ValueError(f"{path} was decoded under other settings: {_differences(store.read_header(), header)}")
     store.open(header, [p.id for p in problems])
@@ -331,7 +333,8 @@ def build_sample_table(lm, task, problems, actions: Sequence[DecodingAction], *,
 
 _SETTING_OPTIONS = {"actions": "--temperatures", "samples": "--samples", "token_budget": "--token-budget",
                     "seed": "--seed", "stop_at_answer": "--stop-at-answer / --no-stop-at-answer",
-                    "hidden": "--hidden / --no-hidden", "model": "--model (and --dtype)", "task": "--task"}
+                    "hidden": "--hidden / --no-hidden", "model": "--model (and --dtype)", "task": "--task",
+                    "rows_from": "--backend"}
 
 
 def _arm_names(actions):
