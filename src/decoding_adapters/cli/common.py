@@ -5,6 +5,7 @@ and a training run's output directory. Each group is derived from one dataclass
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import sys
@@ -15,7 +16,9 @@ from typing import Literal
 from ..core.files import LOCK_FILE, check_output_dir
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction
 from ..decoding.backends import make_rollouts
+from ..decoding.ray_rollouts import TaskSpec
 from ..decoding.rollouts import STOP_AT_ANSWER, Rollouts
+from ..decoding.table_engines import ChunkEngine, LocalChunks, RayChunks
 from ..evaluation.decoder_choice import decoder_arms
 from ..lm.models import ModelSpec, load_frozen_lm
 from ..tasks import available_tasks, get_task
@@ -35,6 +38,8 @@ __all__ = [
     "build_lm",
     "build_task",
     "build_rollouts",
+    "check_table_backend",
+    "table_engine",
     "task_options",
     "check_output_dir",
     "check_adapter_out",
@@ -265,3 +270,26 @@ def build_rollouts(args, lm, action_set: ActionSet) -> Rollouts:
         model_spec=lm.spec,
         gpu_memory_utilization=getattr(args, "gpu_memory_utilization", None),
     )
+
+
+def check_table_backend(args) -> None:
+    """Pre-flight of a command that builds sample tables with ``--backend vllm``: vLLM installed,
+    before any model loads."""
+    if args.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ValueError("--backend vllm needs vLLM (pip install -e '.[vllm]' on a CUDA machine, or the CPU build "
+                         "`make test-vllm` sets up); or build the tables with --backend hf or ray")
+
+
+def table_engine(args, lm, task, actions=()) -> ChunkEngine:
+    """Where a command's sample tables are decoded: ``lm`` and ``task`` in this process (``--backend
+    hf``); ``--workers`` Ray actors (``--backend ray``, ``--ray-address``), each loading the LM from
+    ``lm.spec`` and rebuilding the task from the command's task options; or vLLM for the rows
+    (``--backend vllm``, the table's arms ``actions``) with their hidden states and confidences from
+    a teacher-forced pass of ``lm``. Close it when done."""
+    check_table_backend(args)
+    if args.backend == "ray":
+        return RayChunks(lm.spec, TaskSpec(args.task, task_options(args)), workers=args.workers,
+                         address=args.ray_address)
+    if args.backend == "vllm":
+        return LocalChunks(lm, task, rollouts=build_rollouts(args, lm, ActionSet(list(actions))))
+    return LocalChunks(lm, task)

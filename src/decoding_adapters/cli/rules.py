@@ -46,7 +46,9 @@ from .common import (
     build_task,
     check_adapter_out,
     check_output_dir,
+    check_table_backend,
     load_problems,
+    table_engine,
 )
 from .config_args import add_config_arguments, build_config
 
@@ -97,7 +99,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, TableOptions)
     add_model_arguments(p)
     add_task_arguments(p)
-    add_rollout_arguments(p, exclude=("backend", "workers", "ray_address", "gpu_memory_utilization"))
+    add_rollout_arguments(p)
 
 
 def _tables(args, options: RulesOptions, tables: TableOptions) -> tuple[SampleTable, SampleTable]:
@@ -105,16 +107,21 @@ def _tables(args, options: RulesOptions, tables: TableOptions) -> tuple[SampleTa
     missing = [(path, split) for path, split in wanted if not (Path(path) / "header.json").is_file()
                or _unfinished(path, args)]
     if missing:
+        check_table_backend(args)
         for path, _ in missing:  # a table being built is this run's alone
             lock_output_dir(path, "--table" if path == options.table else "--validation-table")
         task = build_task(args)
         problems = {split: load_problems(task, split, args.max_problems, args.seed) for _, split in missing}
         lm = build_lm(args)
-        for path, split in missing:
-            build_sample_table(lm, task, problems[split], tables.arms, samples=tables.samples,
-                               token_budget=args.token_budget, path=path, split=split, seed=args.seed,
-                               stop_at_answer=tables.stop_at_answer,
-                               chunk_problems=max(1, args.batch_rows // tables.rows_per_problem), hidden=tables.hidden)
+        engine = table_engine(args, lm, task, tables.arms)
+        try:
+            for path, split in missing:
+                build_sample_table(lm, task, problems[split], tables.arms, samples=tables.samples,
+                                   token_budget=args.token_budget, path=path, split=split, seed=args.seed,
+                                   stop_at_answer=tables.stop_at_answer, hidden=tables.hidden, engine=engine,
+                                   chunk_problems=max(1, args.batch_rows // tables.rows_per_problem))
+        finally:
+            engine.close()
     return SampleTable.load(options.validation_table), SampleTable.load(options.table)
 
 

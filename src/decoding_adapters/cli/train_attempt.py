@@ -40,7 +40,9 @@ from .common import (
     build_lm,
     build_task,
     check_output_dir,
+    check_table_backend,
     load_problems,
+    table_engine,
 )
 from .config_args import add_config_arguments, build_config
 
@@ -104,7 +106,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, AttemptTrainConfig, title="attempt policy training", exclude=("price", "seed"))
     add_model_arguments(p)
     add_task_arguments(p, exclude=("max_problems", "cot_ratio"))  # the tables' sizes: --train-problems, --val-problems
-    add_rollout_arguments(p, exclude=("backend", "workers", "ray_address", "gpu_memory_utilization"))
+    add_rollout_arguments(p)
 
 
 def _held(path: str) -> int:
@@ -124,17 +126,22 @@ def _tables(args, options: TrainAttemptOptions, tables: TableOptions) -> tuple[S
             continue
         missing.append((path, split, n))
     if missing:
+        check_table_backend(args)
         for path, _, _ in missing:  # a table being built is this run's alone
             lock_output_dir(path, "--table" if path == options.table else "--val-table")
         task = build_task(args)
         problems = {split: load_problems(task, split, n, args.seed) for _, split, n in missing}
         lm = build_lm(args)
-        for path, split, _ in missing:
-            build_sample_table(lm, task, problems[split], tables.arms, samples=tables.samples,
-                               token_budget=args.token_budget, path=path, split=split, seed=args.seed,
-                               stop_at_answer=tables.stop_at_answer,
-                               chunk_problems=max(1, args.batch_rows // tables.rows_per_problem), hidden=tables.hidden,
-                               on_chunk=lambda done, total, s=split: print(f"{s} table: {done}/{total} problems"))
+        engine = table_engine(args, lm, task, tables.arms)
+        try:
+            for path, split, _ in missing:
+                build_sample_table(lm, task, problems[split], tables.arms, samples=tables.samples,
+                                   token_budget=args.token_budget, path=path, split=split, seed=args.seed,
+                                   stop_at_answer=tables.stop_at_answer, hidden=tables.hidden, engine=engine,
+                                   chunk_problems=max(1, args.batch_rows // tables.rows_per_problem),
+                                   on_chunk=lambda done, total, s=split: print(f"{s} table: {done}/{total} problems"))
+        finally:
+            engine.close()
     (train_path, *_), (val_path, *_) = options.wanted()
     return SampleTable.load(train_path), SampleTable.load(val_path)
 

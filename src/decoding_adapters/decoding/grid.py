@@ -146,13 +146,16 @@ def decode_rows(lm, task, problems, prompts, grid: Grid, rows: Sequence[GridRow]
 
 
 def fill_chunks(chunks: Sequence, decode: Callable, store: Callable, on_chunk=None,
-                size: Callable[[object], int] = lambda chunk: 1) -> None:
+                size: Callable[[object], int] = lambda chunk: 1, engine=None) -> None:
     """The one resume loop: ``store(decode(chunk))`` for each chunk of what is missing, so a kill
     loses at most the chunk being decoded; after each chunk is on disk, ``on_chunk(done, total)``
-    counts chunks, or problems where ``size`` gives a chunk's problem count."""
+    counts chunks, or problems where ``size`` gives a chunk's problem count. With an ``engine``
+    (``decoding.table_engines``), ``decode(lm, task, chunk)`` runs where the engine holds the LM,
+    several chunks at once, and each is stored as it finishes (a kill loses the chunks in flight)."""
     total, done = sum(size(c) for c in chunks), 0
-    for chunk in chunks:
-        store(decode(chunk))
+    results = engine.map(decode, chunks) if engine is not None else ((c, decode(c)) for c in chunks)
+    for chunk, result in results:
+        store(result)
         done += size(chunk)
         if on_chunk is not None:
             on_chunk(done, total)

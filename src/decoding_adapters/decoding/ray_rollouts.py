@@ -37,7 +37,7 @@ from .rollouts import RolloutRequest, Rollouts, concat_results, decode_request
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RayRollouts", "RolloutWorker", "TaskSpec", "ShardedRollouts", "connect"]
+__all__ = ["RayRollouts", "RolloutWorker", "TaskSpec", "ShardedRollouts", "connect", "start_actors"]
 
 
 def ray_module():
@@ -70,6 +70,35 @@ def cluster_resource(resource: str) -> float:
 
 def wants_gpu(spec: ModelSpec) -> bool:
     return spec.device.startswith("cuda") or (spec.device == "auto" and cluster_resource("GPU") > 0)
+
+
+def start_actors(actor_class, model_spec: ModelSpec, workers: int, args: tuple, *, address: str | None = None,
+                 num_cpus: int | None = None, cpus_per_worker: float | None = None,
+                 gpus_per_worker: float | None = None) -> tuple[list, bool, list[dict]]:
+    """``workers`` actors ``actor_class(model_spec, *args, threads)``, each reserving its share of the
+    cluster (CPUs / workers, used as torch threads; GPUs / workers when the spec asks for CUDA)
+    unless ``cpus_per_worker`` / ``gpus_per_worker`` say: ``(actors, whether this call started Ray,
+    each actor's ready())``. A worker that fails to start stops the others with one error."""
+    if address is None:
+        locate_model(model_spec.name_or_path)  # fail fast on a bad path; convert a GGUF once, not once per actor
+    owns_ray = connect(address, num_cpus)
+    cpus = cpus_per_worker if cpus_per_worker is not None else max(cluster_resource("CPU") / workers, 0.01)
+    gpus = (
+        gpus_per_worker
+        if gpus_per_worker is not None
+        else (cluster_resource("GPU") / workers if wants_gpu(model_spec) else 0)
+    )
+    ray = ray_module()
+    remote = ray.remote(num_cpus=cpus, num_gpus=gpus)(actor_class)
+    actors = [remote.remote(model_spec, *args, int(cpus)) for _ in range(workers)]
+    try:
+        return actors, owns_ray, ray.get([a.ready.remote() for a in actors])
+    except ray.exceptions.RayActorError as err:
+        for actor in actors:
+            ray.kill(actor)
+        if owns_ray:
+            ray.shutdown()
+        raise RuntimeError(f"a Ray worker failed to start (model {model_spec.name_or_path!r}): {err}") from err
 
 
 def _move_chooser(chooser: Chooser | None, device: torch.device) -> Chooser | None:
@@ -128,29 +157,10 @@ class RayRollouts(Rollouts):
     ):
         if workers < 1 or batch_rows < 1:
             raise ValueError("workers and batch_rows must be >= 1")
-        if address is None:
-            locate_model(model_spec.name_or_path)  # fail fast on a bad path; convert a GGUF once, not once per actor
         self.action_set, self.batch_rows, self.model_spec = action_set, batch_rows, model_spec
-        self._owns_ray = connect(address, num_cpus)
-        cpus = cpus_per_worker if cpus_per_worker is not None else max(cluster_resource("CPU") / workers, 0.01)
-        gpus = (
-            gpus_per_worker
-            if gpus_per_worker is not None
-            else (cluster_resource("GPU") / workers if wants_gpu(model_spec) else 0)
-        )
-        remote = ray_module().remote(num_cpus=cpus, num_gpus=gpus)(RolloutWorker)
-        self.actors = [remote.remote(model_spec, list(action_set.actions), int(cpus)) for _ in range(workers)]
-        self.worker_info = self._wait_ready()
-
-    def _wait_ready(self) -> list[dict]:
-        ray = ray_module()
-        try:
-            return ray.get([a.ready.remote() for a in self.actors])
-        except ray.exceptions.RayActorError as err:
-            self.close()
-            raise RuntimeError(
-                f"a Ray rollout worker failed to start (model {self.model_spec.name_or_path!r}): {err}"
-            ) from err
+        self.actors, self._owns_ray, self.worker_info = start_actors(
+            RolloutWorker, model_spec, workers, (list(action_set.actions),), address=address, num_cpus=num_cpus,
+            cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker)
 
     @property
     def workers(self) -> int:

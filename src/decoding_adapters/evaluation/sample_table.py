@@ -39,6 +39,7 @@ rerun resumes (a table made under other settings is refused). Rows and seeds are
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,8 @@ from ..decoding.confidence import (  # re-exported: they were defined here first
 )
 from ..decoding.grid import SAMPLE_SEED_TAG, ChunkDirectory, Grid, decode_rows, fill_chunks, group_chunks
 from ..decoding.rollouts import STOP_AT_ANSWER, encode_problems
+from ..decoding.table_engines import LocalChunks
+from ..decoding.teacher_forced import decode_rows_elsewhere
 
 __all__ = [
     "CONFIDENCE_FEATURES",
@@ -287,7 +290,7 @@ def build_sample_table(lm, task, problems, actions: Sequence[DecodingAction], *,
                        path: str | Path, split: str, seed: int = 0, stop_at_answer: bool = STOP_AT_ANSWER,
                        chunk_problems: int = 16, confidence: ConfidenceConfig | None = None,
                        hidden: bool = False, progress: bool = True,
-                       on_chunk: Callable[[int, int], None] | None = None) -> SampleTable:
+                       on_chunk: Callable[[int, int], None] | None = None, engine=None) -> SampleTable:
     """Decode ``problems`` under every arm of ``actions`` (greedy once, a sampled arm ``samples`` times)
     into the table directory ``path``, chunk by chunk (resumable: problems already there are kept; a
     table made under other settings is refused; the problems asked for are the table's plan, so a
@@ -301,25 +304,28 @@ def build_sample_table(lm, task, problems, actions: Sequence[DecodingAction], *,
     store = ChunkDirectory(path)
     confidence = confidence or ConfidenceConfig()
     header = _header(task, lm, split, actions, samples, token_budget, seed, stop_at_answer, confidence, hidden)
+    if getattr(engine, "rows_from", None):  # rows from another engine's streams do not mix with the loop's
+        header["rows_from"] = engine.rows_from
     if store.has_header() and store.read_header() != json.loads(json.dumps(header)):
         raise ValueError(f"{path} was decoded under other settings: {_differences(store.read_header(), header)}")
     store.open(header, [p.id for p in problems])
     done_chunks = store.chunk_indices()
     done = set(store.stored_ids())
     todo = [p for p in problems if p.id not in done]
-    next_index = [(max(done_chunks) + 1) if done_chunks else 0]
+    first_index = (max(done_chunks) + 1) if done_chunks else 0
     grid = Grid(tuple(actions), samples, seed, SAMPLE_SEED_TAG)
     chunks = group_chunks(todo, chunk_problems)
+    # a chunk's file index is its place in the plan, not when it finished (workers finish out of order)
+    index_of = {chunk[0].id: first_index + i for i, chunk in enumerate(chunks)}
+    decode = functools.partial(_decode_chunk, grid=grid, token_budget=token_budget, stop_at_answer=stop_at_answer,
+                               config=confidence, with_hidden=hidden)
     with tqdm(total=len(problems), initial=len(problems) - len(todo), desc="sample table", unit="problem",
               disable=not progress) as bar:
         def write(table: SampleTable) -> None:
-            _write_chunk(store, next_index[0], table)
-            next_index[0] += 1
+            _write_chunk(store, index_of[table.problem_ids[0]], table)
             bar.update(len(table.problem_ids))
 
-        fill_chunks(chunks, lambda chunk: _decode_chunk(lm, task, chunk, grid, token_budget, stop_at_answer,
-                                                        confidence, hidden),
-                    write, on_chunk, size=len)
+        fill_chunks(chunks, decode, write, on_chunk, size=len, engine=engine or LocalChunks(lm, task))
     table = SampleTable.load(path)
     order = {pid: i for i, pid in enumerate(table.problem_ids)}
     return table.subset([order[p.id] for p in problems if p.id in order])
@@ -327,7 +333,8 @@ def build_sample_table(lm, task, problems, actions: Sequence[DecodingAction], *,
 
 _SETTING_OPTIONS = {"actions": "--temperatures or --decoders", "samples": "--samples", "token_budget": "--token-budget",
                     "seed": "--seed", "stop_at_answer": "--stop-at-answer / --no-stop-at-answer",
-                    "hidden": "--hidden / --no-hidden", "model": "--model (and --dtype)", "task": "--task"}
+                    "hidden": "--hidden / --no-hidden", "model": "--model (and --dtype)", "task": "--task",
+                    "rows_from": "--backend"}
 
 
 def _arm_names(actions):
@@ -355,11 +362,12 @@ def _differences(stored: dict, wanted: dict) -> str:
 
 
 def _decode_chunk(lm, task, problems, grid: Grid, token_budget: int, stop_at_answer: bool, config: ConfidenceConfig,
-                  with_hidden: bool) -> SampleTable:
+                  with_hidden: bool, rollouts=None) -> SampleTable:
     prompts, _ = encode_problems(lm, task, problems, seed=grid.seed)
     rows = grid.rows(len(problems))  # a greedy arm: one row filling every slot
-    result, rewards = decode_rows(lm, task, problems, prompts, grid, rows, token_budget=token_budget,
-                                  stop_at_answer=stop_at_answer, record_features=True)
+    rows_of = decode_rows if rollouts is None else functools.partial(decode_rows_elsewhere, rollouts)
+    result, rewards = rows_of(lm, task, problems, prompts, grid, rows, token_budget=token_budget,
+                              stop_at_answer=stop_at_answer, record_features=True)
     row_problems = [problems[r.problem] for r in rows]
     answers = [task.extract_answer(p, text) for p, text in zip(row_problems, result.texts)]
     summary, hidden = trace_readings(lm, result, answers, config, with_hidden)

@@ -732,21 +732,23 @@ tuned point): the tables it was tuned and scored on. The evaluation's own method
 
 
 def rule_tables(lm, task, cfg: StudyConfig, out: Path, problems, *, progress: bool = False,
-                on_chunk=None) -> tuple[SampleTable, SampleTable]:
+                on_chunk=None, engine=None) -> tuple[SampleTable, SampleTable]:
     """The validation table (the first ``cfg.rules.problems`` validation problems) and the evaluation
     table (``problems``, the evaluated ones, in their order) under ``cfg.rules.arms``, each
     ``cfg.rules.samples`` per sampled arm, in ``out/validation`` and ``out/test``: built chunk by
     chunk where missing (a rerun after a kill keeps the chunks written), read back where there.
-    Any stage that scores stored samples reads these two tables; none decodes them again."""
+    Any stage that scores stored samples reads these two tables; none decodes them again. ``engine``:
+    where the chunks are decoded (``decoding.table_engines``; None: ``lm`` in this process)."""
     validation = study_table(lm, task, cfg, Path(out) / "validation", "validation",
-                             task.load("validation")[: cfg.rules.problems], progress=progress, on_chunk=on_chunk)
+                             task.load("validation")[: cfg.rules.problems], progress=progress, on_chunk=on_chunk,
+                             engine=engine)
     test = study_table(lm, task, cfg, Path(out) / "test", cfg.eval_split, problems, progress=progress,
-                       on_chunk=on_chunk)
+                       on_chunk=on_chunk, engine=engine)
     return validation, test
 
 
 def study_table(lm, task, cfg: StudyConfig, path: Path, split: str, problems, *, progress: bool = False,
-                on_chunk=None) -> SampleTable:
+                on_chunk=None, engine=None) -> SampleTable:
     """One sample table of ``problems`` (of ``split``) under the study's arms and settings
     (``cfg.rules``: arms, samples, hidden; the study's token budget and stop; seed 0) in ``path``:
     built chunk by chunk where missing, read back where there (a table made under other settings is
@@ -756,7 +758,7 @@ def study_table(lm, task, cfg: StudyConfig, path: Path, split: str, problems, *,
     return build_sample_table(lm, task, list(problems), rc.arms, samples=rc.samples, token_budget=cfg.token_budget,
                               path=path, split=split, seed=0, stop_at_answer=cfg.stop_at_answer, hidden=rc.hidden,
                               chunk_problems=max(1, cfg.batch_rows // rc.rows_per_problem), progress=progress,
-                              on_chunk=on_chunk)
+                              on_chunk=on_chunk, engine=engine)
 
 
 def rule_entries(validation: SampleTable, test: SampleTable, rules: Sequence[str] = RULES,
@@ -852,14 +854,14 @@ def _replace_in_place(old: dict, dropped: set, new: dict) -> dict:
 
 
 def fixed_rules(lm, task, cfg: StudyConfig, out: Path, evaluation: Evaluation, problems, *,
-                progress: bool = False, on_chunk=None) -> Evaluation:
+                progress: bool = False, on_chunk=None, engine=None) -> Evaluation:
     """The rules stage: the two sample tables in ``out`` (:func:`rule_tables`; ``problems`` must be
     the evaluation's), every rule tuned on validation and scored on the evaluated problems, written
     to ``out/curves.json``; returns ``evaluation`` with every rule's points added."""
     ids = [p.get("id") if isinstance(p, dict) else p for p in evaluation.details.get("problems", [])]
     if ids and ids != [p.id for p in problems]:
         raise ValueError("the rules' evaluation table must hold the evaluated problems, in their order")
-    validation, test = rule_tables(lm, task, cfg, out, problems, progress=progress, on_chunk=on_chunk)
+    validation, test = rule_tables(lm, task, cfg, out, problems, progress=progress, on_chunk=on_chunk, engine=engine)
     tables = {"validation": str(Path(out) / "validation"), "test": str(Path(out) / "test")}
     entries, curves = rule_entries(validation, test, cfg.rules.rules, tables)
     write_json(Path(out) / "curves.json", {"validation_problems": validation.shape[0], "test_problems": test.shape[0],
@@ -911,7 +913,8 @@ def attempt_entries(scored: Sequence, test: SampleTable, tables: dict, sources: 
 
 
 def attempt_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evaluation: Evaluation, problems, *,
-                  progress: bool = False, on_chunk=None, verifier_dir: Path | None = None) -> Evaluation:
+                  progress: bool = False, on_chunk=None, verifier_dir: Path | None = None,
+                  engine=None) -> Evaluation:
     """The attempt-policy stage: the fixed rules' two tables (read back from ``rules_out``), a table
     of ``cfg.attempt.train_problems`` training problems in ``out/train`` (:func:`study_table`), one
     policy per price and training seed (the study's ``seeds`` from ``attempt.seed``) trained there
@@ -924,9 +927,10 @@ def attempt_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evalua
     policy, best single arm (price p)"`` entry per price (its ``parts``: verifier, stop; the full
     policy's: verifier, stop, decoder)."""
     ac = cfg.attempt
-    validation, test = rule_tables(lm, task, cfg, rules_out, problems, progress=progress, on_chunk=on_chunk)
+    validation, test = rule_tables(lm, task, cfg, rules_out, problems, progress=progress, on_chunk=on_chunk,
+                                   engine=engine)
     train = study_table(lm, task, cfg, Path(out) / "train", "train", task.load("train")[: ac.train_problems],
-                        progress=progress, on_chunk=on_chunk)
+                        progress=progress, on_chunk=on_chunk, engine=engine)
     if verifier_dir is not None:
         verifier = load_verifier(verifier_dir)[0]
         scores = (table_scores(verifier, validation), table_scores(verifier, test))
@@ -965,7 +969,8 @@ def problem_families(problems) -> list[str]:
 
 
 def verifier_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evaluation: Evaluation, problems, *,
-                   train_table: Path | None = None, progress: bool = False, on_chunk=None) -> Evaluation:
+                   train_table: Path | None = None, progress: bool = False, on_chunk=None,
+                   engine=None) -> Evaluation:
     """The verifier stage: the fixed rules' two tables (read back from ``rules_out``), a table of
     ``cfg.verifier.train_problems`` training problems in ``train_table`` (default ``out/train``;
     :func:`study_table`), a verifier trained there into ``out/verifier`` (read back when there), its
@@ -974,10 +979,12 @@ def verifier_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evalu
     problems, written to ``out/verifier_rules.json``; returns ``evaluation`` with their points added
     (family ``fixed rule``, ``"reads_verifier": true``)."""
     vc = cfg.verifier
-    validation, test = rule_tables(lm, task, cfg, rules_out, problems, progress=progress, on_chunk=on_chunk)
+    validation, test = rule_tables(lm, task, cfg, rules_out, problems, progress=progress, on_chunk=on_chunk,
+                                   engine=engine)
     train_path = Path(train_table or Path(out) / "train")
     train_problems = task.load("train")[: vc.train_problems]
-    train = study_table(lm, task, cfg, train_path, "train", train_problems, progress=progress, on_chunk=on_chunk)
+    train = study_table(lm, task, cfg, train_path, "train", train_problems, progress=progress, on_chunk=on_chunk,
+                        engine=engine)
     where = Path(out) / "verifier"
     config = VerifierTrainConfig()
     verifier = load_verifier(where)[0] if (where / "verifier.json").is_file() else fit_on_table(train, config, where)
