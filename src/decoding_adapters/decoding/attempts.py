@@ -37,8 +37,8 @@ from .checkpoints import checkpoint_tokens, prefix_readings
 from .confidence import CONFIDENCE_FEATURES, ConfidenceConfig, answer_ids, trace_readings
 from .loop import StepTokens, StopCheck, decode
 
-__all__ = ["AttemptState", "AttemptDecider", "Abandoner", "AttemptsResult", "AttemptRounds", "ProblemAttempts", "STOP_REASONS",
-           "Gone", "sequential_attempts"]
+__all__ = ["AttemptState", "AttemptDecider", "Abandoner", "AttemptsResult", "AttemptRounds", "ProblemAttempts",
+           "STOP_REASONS", "Gone", "sequential_attempts"]
 
 STOP_REASONS = ("policy", "agreement", "confident", "budget", "rule", "cancelled")
 """Why a problem stopped: the learned policy chose to; its answers agreed; its confidence was high
@@ -267,7 +267,7 @@ class AttemptRounds:
         cut = {} if cuts is None else cuts.cut
         words = ["" if r in cut else rec.extract(text) for r, (rec, text) in enumerate(zip(records, result.texts))]
         summary, mean_hidden = trace_readings(self.lm, result, words, self.confidence, self.with_hidden)
-        for r, (tokens, conf, hid) in cut.items():  # a cut attempt's readings: those of its checkpoint
+        for r, (_, conf, hid) in cut.items():  # a cut attempt's readings: those of its checkpoint
             summary[r] = conf
             if self.with_hidden and hid is not None:
                 mean_hidden[r] = hid

@@ -56,6 +56,7 @@ from tqdm.auto import tqdm
 from ..core.files import write_json
 from ..core.stats import pass_at_k
 from ..decoding.actions import GREEDY, DecodingAction
+from ..decoding.checkpoints import checkpoint_tokens, prefix_readings
 from ..decoding.confidence import (  # re-exported: they were defined here first
     CONFIDENCE_FEATURES,
     ConfidenceConfig,
@@ -63,7 +64,6 @@ from ..decoding.confidence import (  # re-exported: they were defined here first
     confidence_summary,
     trace_readings,
 )
-from ..decoding.checkpoints import checkpoint_tokens, prefix_readings
 from ..decoding.grid import SAMPLE_SEED_TAG, ChunkDirectory, Grid, decode_rows, fill_chunks, group_chunks
 from ..decoding.rollouts import STOP_AT_ANSWER, encode_problems
 
@@ -263,7 +263,8 @@ def _read_chunk(store: ChunkDirectory, index: int, header: dict) -> SampleTable:
     try:
         table = SampleTable({}, meta["problems"], arrays["answers"], meta["answer_strings"], arrays["rewards"],
                             arrays["tokens"], arrays["confidence"], arrays.get("hidden"),
-                            tuple(meta["confidence_names"]), arrays.get("prefix_confidence"), arrays.get("prefix_hidden"))
+                            tuple(meta["confidence_names"]), arrays.get("prefix_confidence"),
+                            arrays.get("prefix_hidden"))
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
         raise ValueError(f"{file}: damaged ({err}); delete it and its .json to decode its problems again") from None
     problem = _chunk_damage(table, header)

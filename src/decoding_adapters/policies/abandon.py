@@ -34,8 +34,9 @@ def prefix_inputs(confidence: torch.Tensor, hidden: torch.Tensor | None, tokens:
     (``[M, 1, 1]``): confidence ``[M, C]``, hidden ``[M, H]`` or None, tokens so far ``[M]``; each
     "holds an answer" (id 0; a prefix is judged by whether its attempt ends right: ``correct [M]``)."""
     m = confidence.shape[0]
+    hidden = None if hidden is None else hidden.float().reshape(m, 1, 1, -1)
     return AttemptInputs(torch.zeros(m, 1, 1, dtype=torch.long), confidence.float().reshape(m, 1, 1, -1),
-                         tokens.float().reshape(m, 1, 1), None if hidden is None else hidden.float().reshape(m, 1, 1, -1),
+                         tokens.float().reshape(m, 1, 1), hidden,
                          None if correct is None else correct.bool().reshape(m, 1))
 
 
@@ -112,7 +113,10 @@ def cut_table(table, cut: np.ndarray):
     marks = np.asarray(table.checkpoint_tokens)
     where = cut >= 0
     c = np.where(where, cut, 0)
-    pick = (lambda x: np.take_along_axis(x, c[..., None, None], axis=3)[:, :, :, 0])
+
+    def pick(x: np.ndarray) -> np.ndarray:  # [P, A, N, K, D] -> [P, A, N, D] at each sample's checkpoint
+        return np.take_along_axis(x, c[..., None, None], axis=3)[:, :, :, 0]
+
     answers = np.where(where, -1, table.answers).astype(table.answers.dtype)
     rewards = np.where(where, 0.0, table.rewards).astype(table.rewards.dtype)
     tokens = np.where(where, marks[c] if len(marks) else 0, table.tokens).astype(table.tokens.dtype)
