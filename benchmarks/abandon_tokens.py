@@ -9,11 +9,13 @@ Two parts, side by side in one run:
    (``--system-prompt``), decoded to EOS or ``--token-budget`` (no stop at the first answer), greedy
    then ``--samples`` samples at ``--temperature``; sample tables with checkpoints every ``--every``
    tokens for ``--train`` training, ``--validation`` validation and ``--test`` test problems (built
-   under ``--tables``, resumable). On them: an attempt policy per ``--prices`` entry
-   (``training.attempt``, keep-best on validation), the prefix verifier fitted on the training table
-   and its thresholds tuned on validation for the fewest tokens at the policy's own validation
-   accuracy (within ``--tolerance``), then both scored on the test table: accuracy, decodes and
-   tokens per problem, the paired difference in accuracy and the share of tokens saved.
+   under ``--tables``, resumable). The prefix verifier is fitted on the training table; for each
+   decider (self-consistency over greedy and every sample; an attempt policy per ``--prices``
+   entry, trained on the training table, keep-best on validation) its thresholds are tuned on
+   validation for the fewest tokens at the decider's own validation accuracy (within
+   ``--tolerance``), then the decider with and without cutting is scored on the test table:
+   accuracy, decodes and tokens per problem, the paired difference in accuracy and the share of
+   tokens saved.
 
     PYTHONPATH=src .venv/bin/python benchmarks/abandon_tokens.py --tables runs/abandon-tables
 
@@ -37,6 +39,7 @@ from decoding_adapters.evaluation.abandon import replay
 from decoding_adapters.evaluation.sample_table import SampleTable, build_sample_table
 from decoding_adapters.lm.models import DEFAULT_MODEL, ModelSpec, load_frozen_lm
 from decoding_adapters.policies.attempt import AttemptInputs
+from decoding_adapters.policies.fixed_rules import vote
 from decoding_adapters.tasks import get_task
 from decoding_adapters.training.abandon import train_prefix_verifier, tune_thresholds
 from decoding_adapters.training.attempt import AttemptTrainConfig, AttemptTrainer, policy_config_from_table
@@ -77,41 +80,55 @@ def score(outcome) -> tuple[float, float]:
     return float(outcome.correct.mean()), float(outcome.tokens.mean())
 
 
-def one_price(tables: dict[str, SampleTable], price: float, args) -> dict:
-    train, validation, test = tables["train"], tables["validation"], tables["test"]
+def majority(table: SampleTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Self-consistency over the stopped greedy and every sample (a cut attempt casts no vote):
+    per problem whether the answer is right, the tokens spent and the decodes made."""
+    greedy = table.arm("greedy")
+    sampled = [a for a in range(table.shape[1]) if a != greedy]
+    answers = np.concatenate([table.answers[:, greedy, :1]] + [table.answers[:, a] for a in sampled], axis=1)
+    tokens = table.tokens[:, greedy, 0] + sum(table.tokens[:, a].sum(1) for a in sampled)
+    chosen = vote(answers)
+    right = np.concatenate([table.answer_correct(), np.zeros((len(chosen), 1), bool)], axis=1)
+    correct = right[np.arange(len(chosen)), np.where(chosen >= 0, chosen, right.shape[1] - 1)]
+    return correct, tokens.astype(float), np.full(len(chosen), answers.shape[1], float)
+
+
+def compare(name: str, run, rule, validation: SampleTable, test: SampleTable, tolerance: float) -> dict:
+    """``run(table) -> (correct [P], tokens [P], decodes [P])``: thresholds tuned on validation for
+    it, then it with and without cutting on the test table."""
+    def evaluate(table):
+        correct, tokens, _ = run(table)
+        return float(correct.mean()), float(tokens.mean())
+
+    tuned = tune_thresholds(rule, validation, evaluate, tolerance=tolerance)
+    c0, t0, d0 = run(test)
+    c1, t1, d1 = run(tuned.rule.apply(test))
+    diff = paired_ci(c1.astype(float).tolist(), c0.astype(float).tolist())
+    return {"decider": name, "thresholds": list(tuned.rule.thresholds),
+            "validation": {"accuracy": tuned.reference_accuracy, "tokens": tuned.reference_tokens,
+                           "accuracy_with_abandon": tuned.accuracy, "tokens_with_abandon": tuned.tokens},
+            "test": {"accuracy": float(c0.mean()), "decodes": float(d0.mean()), "tokens": float(t0.mean()),
+                     "accuracy_with_abandon": float(c1.mean()), "decodes_with_abandon": float(d1.mean()),
+                     "tokens_with_abandon": float(t1.mean()),
+                     "tokens_saved": 1 - float(t1.mean()) / max(float(t0.mean()), 1e-9),
+                     "accuracy_difference": list(diff),
+                     "samples_cut": float((tuned.rule.cuts(test) >= 0).mean())}}
+
+
+def policy_run(tables: dict[str, SampleTable], price: float, args):
+    """An attempt policy trained on the training table (keep-best on validation), as a ``run``."""
+    train, validation = tables["train"], tables["validation"]
     config = AttemptTrainConfig(price=price, steps=args.steps, seed=args.seed, val_every=25)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = AttemptTrainer(config, policy_config_from_table(train, config), AttemptInputs.from_table(train),
                                  AttemptInputs.from_table(validation), tmp, actions=train.header["actions"])
         trainer.train()
-    policy = trainer.policy
-    rule = train_prefix_verifier(train)
-    tuned = tune_thresholds(rule, validation, lambda t: score(replay(policy, t)[0]), tolerance=args.tolerance)
-    plain, _ = replay(policy, test, None)
-    cut, seen = replay(policy, test, tuned.rule)
-    acc0, tok0 = score(plain)
-    acc1, tok1 = score(cut)
-    cuts = tuned.rule.cuts(test)
-    made = [(i, arm, j) for i, path in enumerate(cut.paths)
-            for arm, j in _order(path)]
-    cut_made = float(np.mean([cuts[i, a, j] >= 0 for i, a, j in made])) if made else 0.0
-    diff = paired_ci(cut.correct.astype(float).tolist(), plain.correct.astype(float).tolist())
-    return {"price": price, "thresholds": list(tuned.rule.thresholds),
-            "validation": {"accuracy": tuned.reference_accuracy, "tokens": tuned.reference_tokens,
-                           "accuracy_with_abandon": tuned.accuracy, "tokens_with_abandon": tuned.tokens},
-            "test": {"accuracy": acc0, "decodes": float(plain.attempts.mean()), "tokens": tok0,
-                     "accuracy_with_abandon": acc1, "decodes_with_abandon": float(cut.attempts.mean()),
-                     "tokens_with_abandon": tok1, "tokens_saved": 1 - tok1 / max(tok0, 1e-9),
-                     "accuracy_difference": list(diff), "attempts_cut": cut_made}}
 
+    def run(table):
+        outcome, _ = replay(trainer.policy, table)
+        return outcome.correct, outcome.tokens.astype(float), outcome.attempts.astype(float)
 
-def _order(path: list[int]) -> list[tuple[int, int]]:
-    seen: dict[int, int] = {}
-    out = []
-    for arm in path:
-        out.append((arm, seen.get(arm, 0)))
-        seen[arm] = seen.get(arm, 0) + 1
-    return out
+    return run
 
 
 def main() -> None:
@@ -146,19 +163,24 @@ def main() -> None:
     long = room(tables["test"], args.every)
     print(f"long attempts (test table): {long['mean_tokens']:.1f} tokens on average (median "
           f"{long['median_tokens']:.0f}, budget {long['token_budget']})", flush=True)
+    rule = train_prefix_verifier(tables["train"])
+    runs = [("self-consistency over greedy and every sample", majority)]
+    runs += [(f"attempt policy (price {price:g})", policy_run(tables, price, args)) for price in args.prices]
     rows = []
-    for price in args.prices:
-        r = one_price(tables, price, args)
+    for name, run in runs:
+        r = compare(name, run, rule, tables["validation"], tables["test"], args.tolerance)
         t = r["test"]
         d, lo, hi = t["accuracy_difference"]
-        print(f"price {price:g}: without abandoning {100 * t['accuracy']:.1f}% at {t['decodes']:.2f} decodes, "
+        print(f"{name}: without abandoning {100 * t['accuracy']:.1f}% at {t['decodes']:.2f} decodes, "
               f"{t['tokens']:.1f} tokens; with {100 * t['accuracy_with_abandon']:.1f}% at "
               f"{t['decodes_with_abandon']:.2f} decodes, {t['tokens_with_abandon']:.1f} tokens "
-              f"({100 * t['tokens_saved']:+.1f}% tokens saved, {100 * t['attempts_cut']:.0f}% of attempts cut); "
-              f"accuracy difference {100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]", flush=True)
+              f"({100 * t['tokens_saved']:+.1f}% tokens saved); accuracy difference {100 * d:+.1f} "
+              f"[{100 * lo:+.1f}, {100 * hi:+.1f}]; validation {100 * r['validation']['accuracy']:.1f}% -> "
+              f"{100 * r['validation']['accuracy_with_abandon']:.1f}%, {r['validation']['tokens']:.1f} -> "
+              f"{r['validation']['tokens_with_abandon']:.1f} tokens", flush=True)
         rows.append(r)
     print(json.dumps({"short_table": short, "long_table": long, "settings": {
-        k: v for k, v in vars(args).items() if k not in ("short_table",)}, "prices": rows}))
+        k: v for k, v in vars(args).items() if k not in ("short_table",)}, "deciders": rows}))
 
 
 if __name__ == "__main__":
