@@ -64,7 +64,9 @@ def build_tables(args) -> dict[str, SampleTable]:
     lm = load_frozen_lm(ModelSpec(args.model))
     task = get_task("arithmetic", system_prompt=args.system_prompt, validation_size=max(100, args.validation))
     arms = [GREEDY, DecodingAction(temperature=args.temperature)]
-    sizes = {"train": ("train", args.train), "validation": ("validation", args.validation), "test": ("test", args.test)}
+    sizes = {"train": ("train", args.train), "validation": ("validation", args.validation)}
+    if not args.test_from_train:
+        sizes["test"] = ("test", args.test)
     tables = {}
     for name, (split, n) in sizes.items():
         started = time.perf_counter()
@@ -73,6 +75,13 @@ def build_tables(args) -> dict[str, SampleTable]:
                                           stop_at_answer=False, hidden=True, checkpoints=args.every,
                                           chunk_problems=args.chunk, progress=False)
         print(f"table {name}: {n} problems in {time.perf_counter() - started:.0f} s", flush=True)
+    if args.test_from_train:  # the training table's last problems held out: never fitted on
+        p = tables["train"].shape[0]
+        if not 0 < args.test_from_train < p:
+            raise ValueError(f"--test-from-train must be between 1 and {p - 1}")
+        tables["test"] = tables["train"].subset(range(p - args.test_from_train, p))
+        tables["train"] = tables["train"].subset(range(p - args.test_from_train))
+        print(f"test: the last {args.test_from_train} of the {p} training problems, held out", flush=True)
     return tables
 
 
@@ -144,6 +153,9 @@ def main() -> None:
     p.add_argument("--train", type=int, default=40)
     p.add_argument("--validation", type=int, default=30)
     p.add_argument("--test", type=int, default=30)
+    p.add_argument("--test-from-train", type=int, default=0,
+                   help="score on the training table's last this many problems, held out from every fit, instead of "
+                        "decoding a test table")
     p.add_argument("--chunk", type=int, default=10, help="problems per decoded chunk")
     p.add_argument("--prices", type=float, nargs="+", default=[0.01, 0.05])
     p.add_argument("--steps", type=int, default=150)
