@@ -13,6 +13,12 @@ An arm is not drawn past its ``distinct`` count (a greedy arm once) and no probl
 ``max_attempts`` attempts: where no arm is left the problem stops with reason ``"budget"`` without
 asking the decider.
 
+An attempt can be cut short (an ``Abandoner``, optional): at each checkpoint of ``every`` tokens
+(``decoding.checkpoints``) that a running attempt reaches, the abandoner reads its readings so far
+and may cut it there. A cut attempt spends its tokens so far and gives no answer (answer -1, its
+readings those of the checkpoint); the decider then decides as after any attempt. The result says
+where each attempt was cut (``AttemptsResult.cut_at``).
+
 Seeds: attempt j of arm a of problem i decodes with ``seeds(i, a, j)`` (the caller's key: the
 sample table's ``row_seed(seed, problem id, action name, j, "draft-table")`` makes the attempts a
 table built with the same settings holds, the generator's its own per-call key).
@@ -27,11 +33,12 @@ from typing import Callable, Collection, Protocol, Sequence
 import torch
 
 from .actions import ActionSet, DecodingAction
+from .checkpoints import checkpoint_tokens, prefix_readings
 from .confidence import CONFIDENCE_FEATURES, ConfidenceConfig, answer_ids, trace_readings
 from .loop import StepTokens, StopCheck, decode
 
-__all__ = ["AttemptState", "AttemptDecider", "AttemptsResult", "AttemptRounds", "ProblemAttempts", "STOP_REASONS",
-           "Gone", "sequential_attempts"]
+__all__ = ["AttemptState", "AttemptDecider", "Abandoner", "AttemptsResult", "AttemptRounds", "ProblemAttempts",
+           "STOP_REASONS", "Gone", "sequential_attempts"]
 
 STOP_REASONS = ("policy", "agreement", "confident", "budget", "rule", "cancelled")
 """Why a problem stopped: the learned policy chose to; its answers agreed; its confidence was high
@@ -94,6 +101,21 @@ class AttemptDecider(Protocol):
         ...
 
 
+class Abandoner(Protocol):
+    """What may cut a running attempt at a checkpoint (module docstring)."""
+
+    every: int
+    """Tokens between checkpoints."""
+    reads_hidden: bool
+    """Whether ``cut`` reads the mean hidden state so far."""
+
+    def cut(self, checkpoint: int, confidence: torch.Tensor, hidden: torch.Tensor | None) -> list[bool]:
+        """For ``R`` attempts at checkpoint ``checkpoint`` (0-based: ``(checkpoint + 1) * every``
+        tokens), their readings so far (``[R, C]`` confidence, ``[R, H]`` mean hidden state or None):
+        cut each one there?"""
+        ...
+
+
 Gone = Callable[[Sequence[int]], Collection[int]]
 """Given the problems still going, those nobody wants any more (e.g. a served request whose client
 left): they stop at once, mid-attempt included."""
@@ -120,6 +142,8 @@ class AttemptsResult:
     stopped_by: list[str]
     """Why each problem stopped (``STOP_REASONS``)."""
     state: AttemptState = field(repr=False)
+    cut_at: list[list[int | None]] = field(default_factory=list)
+    """Per attempt, the tokens at which the abandoner cut it (None: not cut)."""
 
     @property
     def decodes(self) -> list[int]:
@@ -143,6 +167,7 @@ class ProblemAttempts:
     chosen: int
     stopped_by: str
     record: "_Record" = field(repr=False)
+    cut_at: list[int | None] = field(default_factory=list)
 
 
 @dataclass
@@ -166,6 +191,7 @@ class _Record:
     ids: list[list[int]] = field(default_factory=list)
     ended: list[bool] = field(default_factory=list)
     said: list[str] = field(default_factory=list)
+    cut_at: list[int | None] = field(default_factory=list)
     stopped_by: str = ""
 
 
@@ -189,7 +215,7 @@ class AttemptRounds:
 
     def __init__(self, lm, actions: Sequence[DecodingAction], decider: AttemptDecider, *, first_arm: int,
                  distinct: Sequence[int], max_attempts: int, confidence: ConfidenceConfig | None = None,
-                 with_hidden: bool = False):
+                 with_hidden: bool = False, abandon: Abandoner | None = None):
         self.actions = list(actions)
         a = len(self.actions)
         if len(distinct) != a or not 0 <= first_arm < a or max_attempts < 1:
@@ -197,6 +223,7 @@ class AttemptRounds:
         self.lm, self.decider, self.action_set = lm, decider, ActionSet(self.actions)
         self.first_arm, self.distinct, self.max_attempts = first_arm, list(distinct), max_attempts
         self.confidence, self.with_hidden = confidence or ConfidenceConfig(), with_hidden
+        self.abandon = abandon
         self.live: dict[int, _Record] = {}
         """The problems going, by key, in the order they joined."""
         self._next_key = 0
@@ -229,13 +256,21 @@ class AttemptRounds:
         records = [self.live[k] for k in going]
         rows = [(rec, rec.next_arm, sum(arm == rec.next_arm for arm, _ in rec.order)) for rec in records]
         checks = [rec.stop_check for rec in records]
+        cuts = None if self.abandon is None else _Cuts(self.lm, self.abandon, self.confidence,
+                                                       [rec.budget for rec in records], self.with_hidden)
+        hooks = [h for h in (None if gone is None else _gone_rows(going, gone), cuts) if h is not None]
         result = decode(self.lm, [rec.prompt for rec in records], self.action_set,
                         row_actions=[arm for _, arm, _ in rows], token_budget=[rec.budget for rec in records],
                         record_features=True, row_seeds=[rec.seeds(arm, j) for rec, arm, j in rows],
                         stop_checks=checks if any(c is not None for c in checks) else None,
-                        on_step=None if gone is None else _gone_rows(going, gone))
-        words = [rec.extract(text) for rec, text in zip(records, result.texts)]
+                        on_step=_either(hooks))
+        cut = {} if cuts is None else cuts.cut
+        words = ["" if r in cut else rec.extract(text) for r, (rec, text) in enumerate(zip(records, result.texts))]
         summary, mean_hidden = trace_readings(self.lm, result, words, self.confidence, self.with_hidden)
+        for r, (_, conf, hid) in cut.items():  # a cut attempt's readings: those of its checkpoint
+            summary[r] = conf
+            if self.with_hidden and hid is not None:
+                mean_hidden[r] = hid
         for r, (rec, arm, j) in enumerate(rows):
             length = int(result.lengths[r])
             rec.confidence[arm, j] = summary[r]
@@ -244,6 +279,7 @@ class AttemptRounds:
                     rec.hidden = torch.zeros(*rec.answers.shape, mean_hidden.shape[-1])
                 rec.hidden[arm, j] = mean_hidden[r]
             rec.tokens[arm, j] = float(length)
+            rec.cut_at.append(cut[r][0] if r in cut else None)
             rec.order.append((arm, j))
             rec.texts.append(result.texts[r])
             rec.ids.append(result.tokens[r, :length].tolist())
@@ -289,7 +325,7 @@ class AttemptRounds:
         rec = self.live.pop(key)
         word = rec.strings[answer] if 0 <= answer < len(rec.strings) else ""
         return ProblemAttempts(rec.texts, rec.ids, rec.ended, [arm for arm, _ in rec.order], rec.said, word,
-                               rec.said.index(word) if word else -1, rec.stopped_by, rec)
+                               rec.said.index(word) if word else -1, rec.stopped_by, rec, rec.cut_at)
 
 
 def sequential_attempts(lm, prompts: Sequence[Sequence[int]], actions: Sequence[DecodingAction],
@@ -297,7 +333,7 @@ def sequential_attempts(lm, prompts: Sequence[Sequence[int]], actions: Sequence[
                         token_budgets: Sequence[int], seeds: Callable[[int, int, int], int],
                         extract: Callable[[int, str], str], stop_checks: Sequence[StopCheck | None] | None = None,
                         confidence: ConfidenceConfig | None = None, with_hidden: bool = False,
-                        gone: Gone | None = None) -> AttemptsResult:
+                        gone: Gone | None = None, abandon: Abandoner | None = None) -> AttemptsResult:
     """Decode rounds of attempts for every prompt until the decider stops each (module docstring;
     ``AttemptRounds`` with every problem joining the first round).
 
@@ -305,9 +341,10 @@ def sequential_attempts(lm, prompts: Sequence[Sequence[int]], actions: Sequence[
     prompt, the check that ends a row at its first complete answer (None: decode to EOS or budget).
     ``gone``: asked before each round and after every decode step; a problem it names stops there
     (reason ``"cancelled"``, its attempt cut where it was, or none made), the others go on as if it
-    had never been there (each row keeps its own seed)."""
+    had never been there (each row keeps its own seed). ``abandon``: cuts running attempts at its
+    checkpoints (module docstring)."""
     rounds = AttemptRounds(lm, actions, decider, first_arm=first_arm, distinct=distinct, max_attempts=max_attempts,
-                           confidence=confidence, with_hidden=with_hidden)
+                           confidence=confidence, with_hidden=with_hidden, abandon=abandon)
     for i, prompt in enumerate(prompts):  # keys 0 .. P - 1
         rounds.add(prompt, int(token_budgets[i]), functools.partial(seeds, i), functools.partial(extract, i),
                    None if stop_checks is None else stop_checks[i])
@@ -318,7 +355,7 @@ def sequential_attempts(lm, prompts: Sequence[Sequence[int]], actions: Sequence[
     state = _stack([row.record for row in rows]) if rows else None
     return AttemptsResult([r.texts for r in rows], [r.token_ids for r in rows], [r.ended for r in rows],
                           [r.path for r in rows], [r.said for r in rows], [r.answer for r in rows],
-                          [r.chosen for r in rows], [r.stopped_by for r in rows], state)
+                          [r.chosen for r in rows], [r.stopped_by for r in rows], state, [r.cut_at for r in rows])
 
 
 def _gone_rows(problem_of_row: list[int], gone: Gone) -> Callable[[StepTokens], list[int]]:
@@ -330,3 +367,50 @@ def _gone_rows(problem_of_row: list[int], gone: Gone) -> Callable[[StepTokens], 
         return [r for r in rows if problem_of_row[r] in left] if left else []
 
     return on_step
+
+
+def _either(hooks: list[Callable[[StepTokens], list[int]]]) -> Callable[[StepTokens], list[int]] | None:
+    """One ``on_step`` asking every hook (each sees every step): the rows any of them stops."""
+    if not hooks:
+        return None
+    if len(hooks) == 1:
+        return hooks[0]
+
+    def on_step(step: StepTokens) -> list[int]:
+        return sorted({r for hook in hooks for r in (hook(step) or [])})
+
+    return on_step
+
+
+class _Cuts:
+    """``decode``'s ``on_step`` that asks the abandoner at each checkpoint about the rows still
+    running there (a row that ends at this very step is done, not cut) and stops the rows it cuts;
+    ``cut[row] = (tokens, [C] confidence, [H] mean hidden or None)`` of each row cut."""
+
+    def __init__(self, lm, abandon: Abandoner, confidence: ConfidenceConfig, budgets: Sequence[int],
+                 with_hidden: bool):
+        self.lm, self.abandon, self.confidence = lm, abandon, confidence
+        self.with_hidden = with_hidden or abandon.reads_hidden  # the attempt's record keeps it too
+        self.marks = {t: c for c, t in enumerate(checkpoint_tokens(abandon.every, max(budgets)))}
+        self.budgets = list(budgets)
+        self.history: dict[int, list[int]] = {}  # row -> its tokens so far
+        self.cut: dict[int, tuple[int, torch.Tensor, torch.Tensor | None]] = {}
+
+    def __call__(self, step: StepTokens) -> list[int]:
+        for r, token in zip(step.rows.tolist(), step.tokens.tolist()):
+            self.history.setdefault(r, []).append(token)
+        t = step.step + 1  # tokens each of these rows has made
+        if t not in self.marks:
+            return []
+        rows = [r for r, done in zip(step.rows.tolist(), step.finished.tolist()) if not done and t < self.budgets[r]]
+        if not rows:
+            return []
+        tokens = torch.tensor([self.history[r][:t] for r in rows], dtype=torch.long)  # [R, t]
+        conf, hid = prefix_readings(self.lm, tokens, step.features[rows, :t], self.confidence, self.with_hidden)
+        asked = self.abandon.cut(self.marks[t], conf, hid if self.abandon.reads_hidden else None)
+        cut = []
+        for k, (r, yes) in enumerate(zip(rows, asked)):
+            if yes:
+                self.cut[r] = (t, conf[k], None if hid is None else hid[k])
+                cut.append(r)
+        return cut

@@ -104,6 +104,9 @@ class StepTokens:
     """``[B]`` bool, this token ends the row (EOS or token budget)."""
     at_eos: torch.Tensor
     """``[B]`` bool, this token is a stop token (a finished row that is not at EOS hit its budget)."""
+    features: torch.Tensor | None = None
+    """``[N, T, hidden]`` the hidden states recorded so far (global rows; steps <= ``step`` filled) when
+    the decode records them (``record_features``), else None: read, never written."""
 
 
 StepCallback = Callable[[StepTokens], "Sequence[int] | None"]
@@ -347,7 +350,8 @@ def decode(
             stopped_by_check[hit] = True
             done = done | torch.isin(active, hit).to(device)
         if on_step is not None:
-            cancel = on_step(StepTokens(t, active, tokens.cpu(), action_index.cpu(), done.cpu(), at_eos.cpu()))
+            cancel = on_step(StepTokens(t, active, tokens.cpu(), action_index.cpu(), done.cpu(), at_eos.cpu(),
+                                        rec.features))
             if cancel is not None and len(cancel) > 0:
                 done = done | torch.isin(active, torch.as_tensor(cancel, dtype=torch.long).reshape(-1)).to(device)
         done_host = done.cpu()  # the step's one wait for the device

@@ -29,6 +29,12 @@ hidden state the decode recorded), under the model's own distribution (temperatu
   final tokens whose text holds the extracted answer, at most 32), NaN without an answer;
 - ``answer_prob_min``: the least probability among those tokens, NaN without an answer.
 
+Optionally (``checkpoints=m``; off by default, and then the header and the chunks are what they
+were without it), each sample's readings at checkpoints every ``m`` tokens ("state m",
+``decoding.checkpoints``): ``prefix_confidence [P, A, N, K, C]`` (the confidence summary of its first
+``t_c = (c + 1) m`` tokens, NaN where the sample ended at or before ``t_c``) and, with hidden states,
+``prefix_hidden [P, A, N, K, H]`` (their mean hidden state); the header's ``checkpoints`` is ``m``.
+
 Storage: a ``decoding.grid.ChunkDirectory``: ``header.json`` (task, split, model fingerprint, actions,
 N, budget, seed, stop, confidence settings), ``plan.json`` (the problems asked for) and one
 ``chunk-XXXXX.npz`` (compressed arrays) plus ``chunk-XXXXX.json`` (problem ids and answer strings) per
@@ -51,6 +57,7 @@ from tqdm.auto import tqdm
 from ..core.files import write_json
 from ..core.stats import pass_at_k
 from ..decoding.actions import GREEDY, DecodingAction
+from ..decoding.checkpoints import checkpoint_tokens, prefix_readings
 from ..decoding.confidence import (  # re-exported: they were defined here first
     CONFIDENCE_FEATURES,
     ConfidenceConfig,
@@ -103,6 +110,10 @@ class SampleTable:
     hidden: np.ndarray | None = None
     """``[P, A, N, H]`` float16 mean hidden state over the generated tokens, or None."""
     confidence_names: tuple[str, ...] = CONFIDENCE_FEATURES
+    prefix_confidence: np.ndarray | None = None
+    """``[P, A, N, K, C]`` float32 the confidence summary at each checkpoint (NaN: not reached), or None."""
+    prefix_hidden: np.ndarray | None = None
+    """``[P, A, N, K, H]`` float16 the mean hidden state at each checkpoint (zeros: not reached), or None."""
 
     def __post_init__(self) -> None:
         shape = self.answers.shape
@@ -115,6 +126,14 @@ class SampleTable:
             raise ValueError("one problem id and one answer list per problem")
         if self.hidden is not None and self.hidden.shape[:3] != shape:
             raise ValueError(f"hidden must be [P, A, N, H], got {self.hidden.shape}")
+        if self.prefix_confidence is not None:
+            k = self.prefix_confidence.shape[3:4]
+            if self.prefix_confidence.shape != shape + tuple(k) + (len(self.confidence_names),):
+                raise ValueError(f"prefix_confidence must be [P, A, N, K, C], got {self.prefix_confidence.shape}")
+            if self.prefix_hidden is not None and self.prefix_hidden.shape[:4] != self.prefix_confidence.shape[:4]:
+                raise ValueError(f"prefix_hidden must be [P, A, N, K, H], got {self.prefix_hidden.shape}")
+        elif self.prefix_hidden is not None:
+            raise ValueError("prefix_hidden needs prefix_confidence")
 
     # -- views --
     @property
@@ -152,6 +171,17 @@ class SampleTable:
                 return greedy[0]
         raise ValueError(f"no arm {name_or_index!r} in the table (it has {names})")
 
+    @property
+    def checkpoint_every(self) -> int:
+        """Tokens between checkpoints (``m``; 0: the table stores none)."""
+        return int(self.header.get("checkpoints", 0) or 0)
+
+    @property
+    def checkpoint_tokens(self) -> list[int]:
+        """``[K]`` the token count of each checkpoint (empty without checkpoints)."""
+        every = self.checkpoint_every
+        return checkpoint_tokens(every, int(self.header["token_budget"])) if every else []
+
     def feature(self, name: str) -> np.ndarray:
         """``[P, A, N]`` one confidence column."""
         return self.confidence[..., self.confidence_names.index(name)]
@@ -172,7 +202,7 @@ class SampleTable:
         return SampleTable(dict(self.header), [self.problem_ids[i] for i in rows], self.answers[rows],
                            [self.answer_strings[i] for i in rows], self.rewards[rows], self.tokens[rows],
                            self.confidence[rows], None if self.hidden is None else self.hidden[rows],
-                           self.confidence_names)
+                           self.confidence_names, _pick(self.prefix_confidence, rows), _pick(self.prefix_hidden, rows))
 
     # -- files --
     def save(self, path: str | Path) -> Path:
@@ -206,6 +236,10 @@ class SampleTable:
         return _concat(header, chunks)
 
 
+def _pick(array: np.ndarray | None, rows: np.ndarray) -> np.ndarray | None:
+    return None if array is None else array[rows]
+
+
 def unfinished(path: str | Path) -> bool:
     """Whether the table directory at ``path`` lacks problems its last build asked for (a build
     killed part-way); False for a table written before builds recorded what they asked for."""
@@ -217,6 +251,10 @@ def _write_chunk(store: ChunkDirectory, index: int, table: SampleTable) -> None:
               "tokens": table.tokens.astype(np.int32), "confidence": table.confidence.astype(np.float32)}
     if table.hidden is not None:
         arrays["hidden"] = table.hidden.astype(np.float16)
+    if table.prefix_confidence is not None:  # only with checkpoints: a table without them writes what it did
+        arrays["prefix_confidence"] = table.prefix_confidence.astype(np.float32)
+    if table.prefix_hidden is not None:
+        arrays["prefix_hidden"] = table.prefix_hidden.astype(np.float16)
     store.write_chunk(index, arrays, {"problems": table.problem_ids, "answer_strings": table.answer_strings,
                                       "confidence_names": list(table.confidence_names)})
 
@@ -228,7 +266,8 @@ def _read_chunk(store: ChunkDirectory, index: int, header: dict) -> SampleTable:
     try:
         table = SampleTable({}, meta["problems"], arrays["answers"], meta["answer_strings"], arrays["rewards"],
                             arrays["tokens"], arrays["confidence"], arrays.get("hidden"),
-                            tuple(meta["confidence_names"]))
+                            tuple(meta["confidence_names"]), arrays.get("prefix_confidence"),
+                            arrays.get("prefix_hidden"))
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
         raise ValueError(f"{file}: damaged ({err}); delete it and its .json to decode its problems again") from None
     problem = _chunk_damage(table, header)
@@ -244,6 +283,12 @@ def _chunk_damage(table: SampleTable, header: dict) -> str:
     if (arms, samples) != (len(header.get("actions", [])), int(header.get("samples", samples))):
         return f"its arrays hold {arms} arms x {samples} samples, the header {len(header.get('actions', []))} x " \
                f"{header.get('samples')}"
+    checkpoints = len(checkpoint_tokens(int(header["checkpoints"]), int(header["token_budget"]))) \
+        if header.get("checkpoints") else 0
+    stored = 0 if table.prefix_confidence is None else table.prefix_confidence.shape[3]
+    if stored != checkpoints or (checkpoints and (table.prefix_hidden is None) != (table.hidden is None)):
+        return f"its arrays hold {stored} checkpoints, the header {checkpoints} (and prefix hidden states where the " \
+               "table has hidden states)"
     if table.answers.dtype.kind != "i" or table.tokens.dtype.kind != "i":
         return "answer ids and token counts must be integers"
     counts = np.array([len(s) for s in table.answer_strings]).reshape(-1, 1, 1)
@@ -265,37 +310,45 @@ def _concat(header: dict, chunks: list[SampleTable]) -> SampleTable:
     if not chunks:
         return SampleTable(header, [], np.zeros((0, a, n), np.int32), [], np.zeros((0, a, n), np.float32),
                            np.zeros((0, a, n), np.int32), np.zeros((0, a, n, len(names)), np.float32), None, names)
-    hidden = None
-    if all(c.hidden is not None for c in chunks):
-        hidden = np.concatenate([c.hidden for c in chunks])
+    def joined(name: str) -> np.ndarray | None:
+        parts = [getattr(c, name) for c in chunks]
+        return np.concatenate(parts) if all(x is not None for x in parts) else None
+
     return SampleTable(header, [i for c in chunks for i in c.problem_ids], np.concatenate([c.answers for c in chunks]),
                        [s for c in chunks for s in c.answer_strings], np.concatenate([c.rewards for c in chunks]),
                        np.concatenate([c.tokens for c in chunks]), np.concatenate([c.confidence for c in chunks]),
-                       hidden, names)
+                       joined("hidden"), names, joined("prefix_confidence"), joined("prefix_hidden"))
 
 
 # ---- building -----------------------------------------------------------------------------------------
 
 
 def _header(task, lm, split: str, actions: Sequence[DecodingAction], samples: int, token_budget: int, seed: int,
-            stop_at_answer: bool, config: ConfidenceConfig, hidden: bool) -> dict:
-    return {"format": TABLE_FORMAT, "version": 1, "task": getattr(task, "name", ""), "split": split,
+            stop_at_answer: bool, config: ConfidenceConfig, hidden: bool, checkpoints: int = 0) -> dict:
+    header = {"format": TABLE_FORMAT, "version": 1, "task": getattr(task, "name", ""), "split": split,
             "model": lm.fingerprint(), "actions": [a.to_dict() for a in actions], "samples": samples,
             "token_budget": token_budget, "seed": seed, "stop_at_answer": stop_at_answer,
             "confidence": {"conf_top_k": config.conf_top_k, "group_window": config.group_window,
                            "features": list(CONFIDENCE_FEATURES)}, "hidden": hidden}
+    if checkpoints:  # absent when off: a table without checkpoints keeps the header it always had
+        header["checkpoints"] = checkpoints
+    return header
 
 
 def build_sample_table(lm, task, problems, actions: Sequence[DecodingAction], *, samples: int, token_budget: int,
                        path: str | Path, split: str, seed: int = 0, stop_at_answer: bool = STOP_AT_ANSWER,
                        chunk_problems: int = 16, confidence: ConfidenceConfig | None = None,
                        hidden: bool = False, progress: bool = True,
-                       on_chunk: Callable[[int, int], None] | None = None, engine=None) -> SampleTable:
+                       on_chunk: Callable[[int, int], None] | None = None, engine=None,
+                       checkpoints: int = 0) -> SampleTable:
     """Decode ``problems`` under every arm of ``actions`` (greedy once, a sampled arm ``samples`` times)
     into the table directory ``path``, chunk by chunk (resumable: problems already there are kept; a
     table made under other settings is refused; the problems asked for are the table's plan, so a
     killed build reads as unfinished). ``stop_at_answer``: each sample ends at its first complete
-    answer (the protocol; off: decoded to EOS or the budget)."""
+    answer (the protocol; off: decoded to EOS or the budget). ``checkpoints``: store each sample's
+    readings every that many tokens (module docstring; 0: none)."""
+    if checkpoints < 0:
+        raise ValueError(f"checkpoints must be >= 0 tokens, got {checkpoints}")
     if samples < 1 or not actions:
         raise ValueError("a sample table needs samples >= 1 and at least one action")
     actions = list(actions)
@@ -303,7 +356,8 @@ def build_sample_table(lm, task, problems, actions: Sequence[DecodingAction], *,
         raise ValueError("the arms' actions must be distinct")
     store = ChunkDirectory(path)
     confidence = confidence or ConfidenceConfig()
-    header = _header(task, lm, split, actions, samples, token_budget, seed, stop_at_answer, confidence, hidden)
+    header = _header(task, lm, split, actions, samples, token_budget, seed, stop_at_answer, confidence, hidden,
+                     checkpoints)
     if getattr(engine, "rows_from", None):  # rows from another engine's streams do not mix with the loop's
         header["rows_from"] = engine.rows_from
     if store.has_header() and store.read_header() != json.loads(json.dumps(header)):
@@ -318,7 +372,7 @@ def build_sample_table(lm, task, problems, actions: Sequence[DecodingAction], *,
     # a chunk's file index is its place in the plan, not when it finished (workers finish out of order)
     index_of = {chunk[0].id: first_index + i for i, chunk in enumerate(chunks)}
     decode = functools.partial(_decode_chunk, grid=grid, token_budget=token_budget, stop_at_answer=stop_at_answer,
-                               config=confidence, with_hidden=hidden)
+                               config=confidence, with_hidden=hidden, checkpoints=checkpoints)
     with tqdm(total=len(problems), initial=len(problems) - len(todo), desc="sample table", unit="problem",
               disable=not progress) as bar:
         def write(table: SampleTable) -> None:
@@ -362,7 +416,7 @@ def _differences(stored: dict, wanted: dict) -> str:
 
 
 def _decode_chunk(lm, task, problems, grid: Grid, token_budget: int, stop_at_answer: bool, config: ConfidenceConfig,
-                  with_hidden: bool, rollouts=None) -> SampleTable:
+                  with_hidden: bool, checkpoints: int = 0, rollouts=None) -> SampleTable:
     prompts, _ = encode_problems(lm, task, problems, seed=grid.seed)
     rows = grid.rows(len(problems))  # a greedy arm: one row filling every slot
     rows_of = decode_rows if rollouts is None else functools.partial(decode_rows_elsewhere, rollouts)
@@ -393,8 +447,31 @@ def _decode_chunk(lm, task, problems, grid: Grid, token_budget: int, stop_at_ans
             out_conf[i, arm, slots] = summary[r].numpy()
             if out_hidden is not None:
                 out_hidden[i, arm, slots] = hidden[r].numpy()
+    prefix = _prefix_arrays(lm, result, rows, shape, checkpoints, token_budget, config, with_hidden)
     return SampleTable({}, [pr.id for pr in problems], out_answers, strings, out_rewards, out_tokens, out_conf,
-                       out_hidden)
+                       out_hidden, CONFIDENCE_FEATURES, *prefix)
+
+
+def _prefix_arrays(lm, result, rows, shape: tuple[int, int, int], every: int, token_budget: int,
+                   config: ConfidenceConfig, with_hidden: bool) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``[P, A, N, K, C]`` and ``[P, A, N, K, H]`` the rows' readings at each checkpoint (module
+    docstring; NaN / zeros where a row ended at or before it), or Nones without checkpoints."""
+    if not every:
+        return None, None
+    marks = checkpoint_tokens(every, token_budget)
+    conf = np.full(shape + (len(marks), len(CONFIDENCE_FEATURES)), np.nan, np.float32)
+    hid = np.zeros(shape + (len(marks), result.features.shape[-1]), np.float16) if with_hidden else None
+    for c, t in enumerate(marks):
+        going = [r for r in range(len(rows)) if int(result.lengths[r]) > t]  # the rows still running after t tokens
+        if not going:
+            continue
+        summary, mean = prefix_readings(lm, result.tokens[going, :t], result.features[going, :t], config, with_hidden)
+        for k, r in enumerate(going):
+            row = rows[r]
+            conf[row.problem, row.action, list(row.slots), c] = summary[k].numpy()
+            if hid is not None:
+                hid[row.problem, row.action, list(row.slots), c] = mean[k].numpy()
+    return conf, hid
 
 
 def pass_at_k_curve(table: SampleTable, arm: str | int, ks: Sequence[int]) -> dict[int, float]:

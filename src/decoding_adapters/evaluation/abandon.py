@@ -1,0 +1,52 @@
+"""The attempt policy with an abandon rule: replayed from a table with checkpoints, and live.
+
+- ``replay``: the rule cuts the table's samples (``AbandonRule.apply``), the policy walks the cut
+  table (``policies.attempt.walk``): its decisions, answers and tokens (a cut attempt counts the
+  tokens it made before its checkpoint).
+- ``abandon_decode``: the same on live problems (``decoding.attempts.sequential_attempts`` with the
+  policy as decider and the rule as abandoner), each attempt seeded as the table seeds the same
+  (problem, arm, sample), so on a table's problems it makes the replay's attempts, cuts included
+  (``tests/evaluation/test_abandon_decode.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..decoding.actions import DecodingAction
+from ..decoding.attempts import AttemptsResult, sequential_attempts
+from ..decoding.loop import row_seed
+from ..decoding.rollouts import answer_stops, encode_problems
+from ..policies.abandon import AbandonRule
+from ..policies.attempt import AttemptInputs, AttemptLattice, AttemptOutcome, PolicyDecider, walk
+from .sample_table import ConfidenceConfig, SampleTable
+
+__all__ = ["replay", "abandon_decode"]
+
+
+def replay(policy, table: SampleTable, rule: AbandonRule | None = None) -> tuple[AttemptOutcome, SampleTable]:
+    """The policy on ``table`` with ``rule`` cutting its samples (None: none cut): the outcome and the
+    table as it read it."""
+    seen = table if rule is None else rule.apply(table)
+    cfg = policy.config
+    return walk(policy, AttemptInputs.from_table(seen), AttemptLattice(cfg.distinct, cfg.first_arm,
+                                                                       cfg.max_attempts)), seen
+
+
+def abandon_decode(lm, task, problems, policy, actions: Sequence[DecodingAction], rule: AbandonRule | None, *,
+                   token_budget: int, seed: int = 0, stop_at_answer: bool = True,
+                   confidence: ConfidenceConfig | None = None) -> AttemptsResult:
+    """The attempt policy on live problems with ``rule`` cutting attempts at its checkpoints (module
+    docstring): every attempt, the decisions, and where any attempt was cut (``cut_at``)."""
+    cfg = policy.config
+    names = [a.name for a in actions]
+    if names != list(cfg.arms):
+        raise ValueError(f"the policy's arms are {list(cfg.arms)}, got {names}")
+    prompts, _ = encode_problems(lm, task, problems, seed=seed)
+    return sequential_attempts(
+        lm, prompts, list(actions), PolicyDecider(policy), first_arm=cfg.first_arm, distinct=cfg.distinct,
+        max_attempts=cfg.max_attempts, token_budgets=[token_budget] * len(problems),
+        seeds=lambda i, arm, j: row_seed(seed, problems[i].id, names[arm], j, "draft-table"),
+        extract=lambda i, text: task.extract_answer(problems[i], text),
+        stop_checks=answer_stops(task, problems, list(range(len(problems))), stop_at_answer),
+        confidence=confidence or ConfidenceConfig(), with_hidden=cfg.hidden_size > 0, abandon=rule)
