@@ -97,7 +97,8 @@ def test_mates_that_finish_early_or_share_the_prompt_change_nothing(lm, prompts)
 def test_the_linear_kernel_gives_a_row_the_same_result_at_every_batch_size(dtype):
     """What the invariance rests on, checked on the machine that runs the tests: the LM's linear
     kernel (``FrozenLM.linear``) computes a row to the same bits whatever the number of rows around
-    it (a lone row is computed as two)."""
+    it (every call is on tiles of the same number of rows; ``tests/lm/test_row_tiles.py`` checks every
+    row at every position)."""
     tiny = make_tiny_lm(hidden_size=64)
     lm = FrozenLM(copy.deepcopy(tiny.model).to(dtype), tiny.tokenizer, ModelSpec("tiny"))
     gen = torch.Generator().manual_seed(0)

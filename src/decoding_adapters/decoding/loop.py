@@ -10,10 +10,11 @@ active row:
 
 Without a chooser each row keeps one fixed action: the static-decoding baseline.
 
-Speed. For Llama-architecture LMs the loop owns a ``RowKVCache`` (filled by a prefill in length
-groups, written in place, reserved by chunks so that attention reads one contiguous block, shrunk
-by moving only the rows that finish) and runs a lean step without HF's per-call bookkeeping
-(``FrozenLM.step_with_row_cache``); other LMs use HF's forward and ``DynamicCache``.
+Speed. For Llama-architecture LMs the loop owns a ``RowKVCache`` (filled by one packed prefill of
+every prompt on a CPU, in length groups elsewhere; written in place, reserved by chunks so that
+attention reads one contiguous block, shrunk by moving only the rows that finish) and runs a lean
+step without HF's per-call bookkeeping (``FrozenLM.step_with_row_cache``); other LMs use HF's
+forward and ``DynamicCache``.
 A step does only the work its actions need: all-greedy steps draw nothing; steps without top-k /
 top-p / min-p rows skip those transforms and reuse the base softmax's exponentials when every
 sampling row has T = 1. The per-step Python work does not grow with the number of rows.

@@ -93,10 +93,10 @@ class ModelSpec:
     """matmul kernel of the LM's linear layers in this project's decode; auto: onednn for float32 on CPU
     (about 2x MKL's rate there), torch elsewhere. torch: float32 bit-identical to HF's (docs/cpu-kernels.md)."""
     batch_invariant: bool = True
-    """a row's tokens do not depend on its batch mates: prompts prefilled in groups of one length, a
-    lone row computed as two by the linear layers (row-cache path, linear kernel auto; why and the
-    cost: docs/cpu-kernels.md). False: groups trade padding for fewer calls; rows can then part at
-    near-ties with their batch mates."""
+    """a row's tokens do not depend on its batch mates: every linear layer runs on fixed row tiles and the
+    prompts are prefilled in one packed pass (CPU) or in groups of one length (row-cache path; why and the
+    cost: docs/cpu-kernels.md). False: plain calls and groups that trade padding for fewer calls; rows
+    can then part at near-ties with their batch mates."""
 
     cuda_graphs: bool = True
     """on a GPU, replay the decode step from CUDA graphs (one launch per step) instead of launching
