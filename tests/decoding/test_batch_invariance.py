@@ -128,3 +128,19 @@ def test_a_rows_cache_columns_do_not_depend_on_its_mates(lm, prompts):
     assert not b.valid[1, length:].any()
     assert torch.equal(a.keys[:, 0, :, :length], b.keys[:, 1, :, :length])
     assert torch.equal(a.values[:, 0, :, :length], b.values[:, 1, :, :length])
+
+
+def test_only_the_prompts_some_row_decodes_are_prefilled(lm, prompts):
+    """A later round of attempts names a few of many prompts: only those are prefilled, and their rows
+    get the same tokens as when only those prompts are given."""
+    seen = []
+    start_decode = lm.start_decode
+    lm.start_decode = lambda batch, *args, **kwargs: seen.append(len(batch)) or start_decode(batch, *args, **kwargs)
+    try:
+        result = decode(lm, prompts, ActionSet([GREEDY]), prompt_of_row=[9, 2, 9], row_actions=0, token_budget=TOKENS)
+    finally:
+        del lm.start_decode
+    assert seen == [2] and result.prompt_of_row.tolist() == [9, 2, 9] and len(result.prompts) == len(prompts)
+    alone = _greedy_rows(lm, prompts, [[2], [9]])
+    rows = [result.tokens[r, : result.lengths[r]].tolist() for r in range(3)]
+    assert rows == [alone[9], alone[2], alone[9]]
