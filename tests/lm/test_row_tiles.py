@@ -110,20 +110,20 @@ def test_tiles_hold_where_onednn_is_capped_below_avx512_bf16():
 
 
 def test_a_kernel_whose_summation_follows_the_row_count_no_longer_reaches_the_logits(monkeypatch):
-    """A stand-in for an AMX CPU's kernel: from 4 rows up it sums the reduction in two halves (as a
-    split over threads does), below 4 in one pass, so a row's bits depend on M. With row tiles every
+    """A stand-in for an AMX CPU's kernel: from 3 rows up it sums the reduction in two halves (as a
+    split over threads does), below 3 in one pass, so a row's bits depend on M. With row tiles every
     call has the same M, and a row's prefill and step logits are the same alone as in a batch of
     three; the lone-row rule this replaced (a single row computed as two) let them differ."""
 
-    def split_above_three_rows(x, weight, bias=None):
-        if x.shape[:-1].numel() < 4:
+    def split_from_three_rows(x, weight, bias=None):
+        if x.shape[:-1].numel() < 3:
             return F.linear(x, weight, bias)
         half = x.shape[-1] // 2
         return F.linear(x[..., :half], weight[:, :half], bias) + F.linear(x[..., half:], weight[:, half:])
 
     x, weight = torch.randn(6, 64), torch.randn(32, 64)
-    assert not torch.equal(split_above_three_rows(x, weight)[:1], split_above_three_rows(x[:1], weight))
-    monkeypatch.setattr(models, "resolve_linear_kernel", lambda *args: split_above_three_rows)
+    assert not torch.equal(split_from_three_rows(x, weight)[:1], split_from_three_rows(x[:1], weight))
+    monkeypatch.setattr(models, "resolve_linear_kernel", lambda *args: split_from_three_rows)
     tiny = make_tiny_lm(hidden_size=64)
     lm = FrozenLM(tiny.model, tiny.tokenizer, ModelSpec("tiny", linear_kernel="torch"))
     prompts = lm.encode_chat([[{"role": "user", "content": q}] for q in ("1+1=", "a much longer question", "?")])
