@@ -74,6 +74,9 @@ def test_packed_weights_are_packed_once_and_match_the_plain_kernel():
     packed = tiles.prepared(weight)
     assert tiles.prepared(weight) is packed and len(tiles._packed) == 1
     torch.testing.assert_close(first, F.linear(x, weight), rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        weight.mul_(2)  # frozen weights never change; if they do, they are packed again
+    torch.testing.assert_close(tiles(x, weight), 2 * first, rtol=1e-5, atol=1e-5)
     del weight
     assert not tiles._packed  # dropped with the weight
 

@@ -96,16 +96,20 @@ class PackedRowTiles(RowTiles):
 
     def __init__(self, tile: int):
         super().__init__(F.linear, tile)
-        self._packed: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
+        self._packed: dict[int, tuple[weakref.ref, tuple, torch.Tensor]] = {}
+        """``id(weight)`` -> (the weight, what its numbers were packed from, the packed copy)."""
 
     def prepared(self, weight: torch.Tensor) -> torch.Tensor:
         key = id(weight)
+        # a module's .to() swaps a parameter's storage and an in-place write bumps its version: repack then
+        version = 0 if weight.is_inference() else weight._version  # inference tensors keep no version
+        source = (weight.data_ptr(), version, weight.dtype, tuple(weight.shape))
         entry = self._packed.get(key)
-        if entry is not None and entry[0]() is weight:
-            return entry[1]
+        if entry is not None and entry[0]() is weight and entry[1] == source:
+            return entry[2]
         with torch.no_grad():
             packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), self.tile)
-        self._packed[key] = (weakref.ref(weight, lambda _, key=key: self._packed.pop(key, None)), packed)
+        self._packed[key] = (weakref.ref(weight, lambda _, key=key: self._packed.pop(key, None)), source, packed)
         return packed
 
     def call(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
