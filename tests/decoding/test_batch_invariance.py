@@ -97,7 +97,8 @@ def test_mates_that_finish_early_or_share_the_prompt_change_nothing(lm, prompts)
 def test_the_linear_kernel_gives_a_row_the_same_result_at_every_batch_size(dtype):
     """What the invariance rests on, checked on the machine that runs the tests: the LM's linear
     kernel (``FrozenLM.linear``) computes a row to the same bits whatever the number of rows around
-    it (a lone row is computed as two)."""
+    it (every call is on tiles of the same number of rows; ``tests/lm/test_row_tiles.py`` checks every
+    row at every position)."""
     tiny = make_tiny_lm(hidden_size=64)
     lm = FrozenLM(copy.deepcopy(tiny.model).to(dtype), tiny.tokenizer, ModelSpec("tiny"))
     gen = torch.Generator().manual_seed(0)
@@ -127,3 +128,19 @@ def test_a_rows_cache_columns_do_not_depend_on_its_mates(lm, prompts):
     assert not b.valid[1, length:].any()
     assert torch.equal(a.keys[:, 0, :, :length], b.keys[:, 1, :, :length])
     assert torch.equal(a.values[:, 0, :, :length], b.values[:, 1, :, :length])
+
+
+def test_only_the_prompts_some_row_decodes_are_prefilled(lm, prompts):
+    """A later round of attempts names a few of many prompts: only those are prefilled, and their rows
+    get the same tokens as when only those prompts are given."""
+    seen = []
+    start_decode = lm.start_decode
+    lm.start_decode = lambda batch, *args, **kwargs: seen.append(len(batch)) or start_decode(batch, *args, **kwargs)
+    try:
+        result = decode(lm, prompts, ActionSet([GREEDY]), prompt_of_row=[9, 2, 9], row_actions=0, token_budget=TOKENS)
+    finally:
+        del lm.start_decode
+    assert seen == [2] and result.prompt_of_row.tolist() == [9, 2, 9] and len(result.prompts) == len(prompts)
+    alone = _greedy_rows(lm, prompts, [[2], [9]])
+    rows = [result.tokens[r, : result.lengths[r]].tolist() for r in range(3)]
+    assert rows == [alone[9], alone[2], alone[9]]

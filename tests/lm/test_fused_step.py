@@ -16,7 +16,8 @@ from decoding_adapters.decoding.actions import GREEDY, ActionSet
 from decoding_adapters.decoding.loop import decode
 from decoding_adapters.lm.cuda_graphs import batch_bucket, graphed_decoder
 from decoding_adapters.lm.fused_step import WIDTH_ROUNDING, attended_width, fuse_projections
-from decoding_adapters.lm.models import CUDA_ROW_TILE, FrozenLM, GraphedRowCacheState, _RowTiles
+from decoding_adapters.lm.models import FrozenLM, GraphedRowCacheState
+from decoding_adapters.lm.row_tiles import CUDA_ROW_TILE, RowTiles
 
 
 def _prompts(lm):
@@ -151,7 +152,7 @@ def test_row_tiles_compute_every_row_on_whole_tiles():
         calls.append(x.shape[0])
         return torch.nn.functional.linear(x, weight, bias)
 
-    tiles = _RowTiles(spy, 4)
+    tiles = RowTiles(spy, 4)
     weight, bias = torch.randn(5, 3, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
     x = torch.randn(2, 5, 3, dtype=torch.float64)  # 10 rows: 3 tiles of 4
     out = tiles(x, weight, bias)
@@ -160,7 +161,7 @@ def test_row_tiles_compute_every_row_on_whole_tiles():
     calls.clear()
     assert tiles(torch.randn(4, 3, dtype=torch.float64), weight).shape == (4, 5) and calls == [4]
     with pytest.raises(ValueError):
-        _RowTiles(spy, 0)
+        RowTiles(spy, 0)
 
 
 def test_row_tiles_give_a_row_the_same_bits_at_any_batch_size():
@@ -169,7 +170,7 @@ def test_row_tiles_give_a_row_the_same_bits_at_any_batch_size():
     torch.manual_seed(0)
     weight = torch.randn(48, 40)
     rows = torch.randn(70, 40)
-    tiles = _RowTiles(torch.nn.functional.linear, 8)
+    tiles = RowTiles(torch.nn.functional.linear, 8)
     alone = torch.cat([tiles(rows[i:i + 1], weight) for i in range(len(rows))])
     for batch in (2, 5, 8, 13, 70):
         together = torch.cat([tiles(rows[i:i + batch], weight) for i in range(0, len(rows), batch)])

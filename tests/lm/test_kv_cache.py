@@ -167,11 +167,17 @@ def test_prefill_runs_every_linear_layer_through_the_chosen_kernel(tiny_lm, tiny
     calls, kernel = [], lm.linear
     lm.linear = lambda *args: calls.append(args[1].shape) or kernel(*args)
     lm.start_decode(tiny_prompts, None, max_new_tokens=2)
-    # batch-invariant by default: one group per prompt length (group cost 0)
-    config, groups = tiny_lm.model.config, len(prefill_groups([len(p) for p in tiny_prompts], 0))
-    # per prefill group: q, k, v, o, gate, up, down per layer; the LM head
-    assert len(calls) == (7 * config.num_hidden_layers + 1) * groups
+    # batch-invariant on a CPU by default: one packed pass over every prompt; per layer q, k, v, o, gate,
+    # up, down, then the LM head
+    config = tiny_lm.model.config
+    assert lm.prefill == "packed" and len(calls) == 7 * config.num_hidden_layers + 1
     assert calls[-1] == lm.lm_head.weight.shape
+    # the length groups' path: one forward per prompt length (group cost 0)
+    calls.clear()
+    lm.prefill = "lengths"
+    lm.start_decode(tiny_prompts, None, max_new_tokens=2)
+    groups = len(prefill_groups([len(p) for p in tiny_prompts], 0))
+    assert len(calls) == (7 * config.num_hidden_layers + 1) * groups and calls[-1] == lm.lm_head.weight.shape
 
 
 def test_auto_linear_kernel_is_onednn_for_float32_on_cpu_only():

@@ -10,10 +10,11 @@ active row:
 
 Without a chooser each row keeps one fixed action: the static-decoding baseline.
 
-Speed. For Llama-architecture LMs the loop owns a ``RowKVCache`` (filled by a prefill in length
-groups, written in place, reserved by chunks so that attention reads one contiguous block, shrunk
-by moving only the rows that finish) and runs a lean step without HF's per-call bookkeeping
-(``FrozenLM.step_with_row_cache``); other LMs use HF's forward and ``DynamicCache``.
+Speed. For Llama-architecture LMs the loop owns a ``RowKVCache`` (filled by one packed prefill of
+every prompt on a CPU, in length groups elsewhere; written in place, reserved by chunks so that
+attention reads one contiguous block, shrunk by moving only the rows that finish) and runs a lean
+step without HF's per-call bookkeeping (``FrozenLM.step_with_row_cache``); other LMs use HF's
+forward and ``DynamicCache``.
 A step does only the work its actions need: all-greedy steps draw nothing; steps without top-k /
 top-p / min-p rows skip those transforms and reuse the base softmax's exponentials when every
 sampling row has T = 1. The per-step Python work does not grow with the number of rows.
@@ -273,7 +274,7 @@ def decode(
     """Decode every row; see the module docstring.
 
     Args:
-        prompts: distinct prompts as token-id lists (prefilled once each).
+        prompts: distinct prompts as token-id lists (each prompt some row decodes is prefilled once).
         prompt_of_row: for each output row, the index of its prompt (default: one row per prompt).
         row_actions: fixed action index per row (or one for all); ignored when ``chooser`` is given.
         chooser: per-step policy, ``StepFeatures -> action index [B]``.
@@ -320,8 +321,11 @@ def decode(
     steps = int(budgets.max())
     rec = _Recorder(n, steps, lm.hidden_size, record_features, device)
 
-    fan_out = None if torch.equal(rows_prompt, torch.arange(len(prompts))) else rows_prompt
-    hidden, logits, state = lm.start_decode(prompts, fan_out, max_new_tokens=steps)
+    # only the prompts some row decodes are prefilled (a caller's later rounds name a few of many)
+    used, fan_out = rows_prompt.unique(return_inverse=True)  # sorted prompt indices; row -> its place in them
+    prefilled = prompts if len(used) == len(prompts) else [prompts[i] for i in used.tolist()]
+    fan_out = None if torch.equal(fan_out, torch.arange(len(prefilled))) else fan_out
+    hidden, logits, state = lm.start_decode(prefilled, fan_out, max_new_tokens=steps)
     sampling = step_sampling(state, action_set, seeds_dev, chooser is not None)
     active = torch.arange(n)  # global row index of each batch row (CPU)
     active_dev = active.to(device)

@@ -27,7 +27,7 @@ shape and replayed:
   (swap-remove into the slots below ``live``), so the live rows stay a prefix.
 - **Batch invariance** (``ModelSpec.batch_invariant``, on a GPU): a matmul's kernel, and so the order
   in which it sums, is chosen by cuBLAS from its shape, M (the rows) included. So every linear layer
-  runs on tiles of exactly ``models.CUDA_ROW_TILE`` rows (``models._RowTiles``; a row's result then
+  runs on tiles of exactly ``row_tiles.CUDA_ROW_TILE`` rows (``row_tiles.RowTiles``; a row's result then
   does not depend on how many rows share the call) and the step's buckets are whole tiles. A decode
   step is memory-bound at these sizes: the extra rows cost matmul time, not weight reads.
 - **What stays outside.** The prefill (HF's forward, unchanged) and everything after the logits: the

@@ -42,6 +42,7 @@ from .cpu_features import cpu_features
 from .cuda_graphs import graphed_decoder
 from .fused_step import eager_attention
 from .kv_cache import RowKVCache, chunks_for
+from .row_tiles import CPU_ROW_TILE, CUDA_ROW_TILE, PackedRowTiles, RowTiles, onednn_packing_available
 
 log = logging.getLogger(__name__)
 
@@ -54,21 +55,14 @@ PREFILL_GROUP_COST_TOKENS = 32
 per layer) and the lower matmul rate of a smaller M, against ~1 ms of matmul per prompt token of the
 default LM on 2 cores. A new group is worth it when it saves more padding than this."""
 
-CUDA_ROW_TILE = 128
-"""Rows of every matmul call on a GPU with ``ModelSpec.batch_invariant`` (``_RowTiles``): cuBLAS picks
-a matmul's kernel, and with it the order a row's dot products are summed in, from the call's shape,
-M included; at one M every row gets the same kernel whatever its batch mates. 128 rows hold the batches
-this project decodes in one tile; a decode step is memory-bound there, so the padding rows cost
-arithmetic, not weight reads."""
-
 PREFILL_GROUP_COST_TOKENS_GPU = 4096
 """The same on a GPU, where a prefill call is launch-bound: one eager HF forward of a 16-layer 1B Llama
 took ~13 ms on the H200 machine measured (docs/gpu.md), while a padded token costs ~2 GFLOP, a few
 microseconds: a second group almost never pays."""
 
-__all__ = ["ModelSpec", "FrozenLM", "PREFILL_GROUP_COST_TOKENS_GPU", "CUDA_ROW_TILE", "resolve_dtype",
-           "resolve_linear_kernel", "cpu_has_native_bf16", "DecodeState", "prefill_groups", "padded_fraction",
-           "PREFILL_GROUP_COST_TOKENS",
+__all__ = ["ModelSpec", "FrozenLM", "PREFILL_GROUP_COST_TOKENS_GPU", "resolve_dtype",
+           "resolve_linear_kernel", "batch_invariant_linear", "cpu_has_native_bf16", "DecodeState", "prefill_groups",
+           "padded_fraction", "PREFILL_GROUP_COST_TOKENS",
            "RowCacheState", "DynamicCacheState", "eager_attention", "load_frozen_lm", "describe_device",
            "resolve_gguf", "DEFAULT_MODEL", "DEFAULT_DEVICE", "DEFAULT_DTYPE"]
 
@@ -99,10 +93,10 @@ class ModelSpec:
     """matmul kernel of the LM's linear layers in this project's decode; auto: onednn for float32 on CPU
     (about 2x MKL's rate there), torch elsewhere. torch: float32 bit-identical to HF's (docs/cpu-kernels.md)."""
     batch_invariant: bool = True
-    """a row's tokens do not depend on its batch mates: prompts prefilled in groups of one length, a
-    lone row computed as two by the linear layers (row-cache path, linear kernel auto; why and the
-    cost: docs/cpu-kernels.md). False: groups trade padding for fewer calls; rows can then part at
-    near-ties with their batch mates."""
+    """a row's tokens do not depend on its batch mates: every linear layer runs on fixed row tiles and the
+    prompts are prefilled in one packed pass (CPU) or in groups of one length (row-cache path; why and the
+    cost: docs/cpu-kernels.md). False: plain calls and groups that trade padding for fewer calls; rows
+    can then part at near-ties with their batch mates."""
 
     cuda_graphs: bool = True
     """on a GPU, replay the decode step from CUDA graphs (one launch per step) instead of launching
@@ -155,51 +149,6 @@ def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
-class _NeverOneRow:
-    """``linear`` that computes a lone row as two (the row and a zero row), so that its result never
-    comes from another kernel than a batch's.
-
-    oneDNN (and MKL) send a one-row matmul (M = 1) to a matrix-vector kernel that sums in another order
-    than the blocked kernel of M >= 2; measured on the development CPU (AVX512-BF16) in float32 for every
-    weight shape of the default model (a row's result at M = 1 differs from its result at any larger M;
-    oneDNN's results for M = 2..512 agree to the bit), and not in bf16 (M = 1..512 agree). The
-    batch-invariance tests check this on the machine that runs them. A row alone is rare in a batched
-    decode (a single prompt, the last row still running), so the extra row costs little."""
-
-    def __init__(self, linear: Callable):
-        self.linear = linear
-
-    def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        rows = x.shape[:-1].numel()
-        if rows != 1:
-            return self.linear(x, weight, bias)
-        flat = x.reshape(1, x.shape[-1])
-        two = torch.cat([flat, torch.zeros_like(flat)])
-        return self.linear(two, weight, bias)[:1].reshape(*x.shape[:-1], weight.shape[0])
-
-
-class _RowTiles:
-    """``linear`` on tiles of exactly ``tile`` rows: the input's rows padded with zeros to a whole number
-    of tiles, one call per tile, so that a row's result comes from the same kernel at any batch size
-    (``CUDA_ROW_TILE``: batch invariance on a GPU)."""
-
-    def __init__(self, linear: Callable, tile: int):
-        if tile < 1:
-            raise ValueError(f"tile must be >= 1, got {tile}")
-        self.linear, self.tile = linear, tile
-
-    def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1])
-        rows = flat.shape[0]
-        if rows == self.tile:
-            return self.linear(x, weight, bias)
-        padded = -(-rows // self.tile) * self.tile
-        if padded != rows:
-            flat = torch.cat([flat, flat.new_zeros(padded - rows, flat.shape[1])])
-        out = torch.cat([self.linear(part, weight, bias) for part in flat.split(self.tile)])
-        return out[:rows].reshape(*x.shape[:-1], weight.shape[0])
-
-
 class _LinearKernelMode(TorchFunctionMode):
     """Sends every ``F.linear`` called inside it (HF's own forward: the prefill, the DynamicCache
     path) to ``linear``, so a prompt's keys and values come from the same kernel as the steps."""
@@ -224,6 +173,18 @@ def resolve_linear_kernel(name: str, dtype: torch.dtype, device: torch.device) -
     if name == "onednn" or (name == "auto" and available and dtype == torch.float32):
         return _onednn_linear
     return F.linear
+
+
+def batch_invariant_linear(name: str, linear: Callable, dtype: torch.dtype, device: torch.device) -> RowTiles:
+    """``linear`` (``resolve_linear_kernel(name, ...)``) on fixed row tiles (``lm.row_tiles``): on a GPU
+    ``CUDA_ROW_TILE`` rows; elsewhere ``CPU_ROW_TILE``, through oneDNN on packed weights where the kernel
+    is oneDNN's (float32 ``onednn``, bfloat16 ``auto``) and oneDNN runs the dtype here."""
+    if device.type == "cuda":
+        return RowTiles(linear, CUDA_ROW_TILE)
+    onednn = linear is _onednn_linear or (name == "auto" and dtype == torch.bfloat16)
+    if onednn and onednn_packing_available(dtype, device):
+        return PackedRowTiles(CPU_ROW_TILE)
+    return RowTiles(linear, CPU_ROW_TILE)
 
 
 def cache_root() -> Path:
@@ -371,8 +332,7 @@ class FrozenLM:
         self.lm_head = model.get_output_embeddings()
         self.linear = resolve_linear_kernel(self.spec.linear_kernel, self.dtype, self.device)
         if self.spec.batch_invariant:  # a row's result at any batch size from the same kernel
-            self.linear = (_RowTiles(self.linear, CUDA_ROW_TILE) if self.device.type == "cuda"
-                           else _NeverOneRow(self.linear))
+            self.linear = batch_invariant_linear(self.spec.linear_kernel, self.linear, self.dtype, self.device)
         # transformers 5.x names the decoder's KV cache argument and output ``cache``; 4.x (and 5.x up
         # to its removal, with a deprecation warning) ``past_key_values``
         parameters = inspect.signature(self.decoder.forward).parameters
@@ -382,6 +342,11 @@ class FrozenLM:
         stepping eagerly where a GPU would replay (``lm.cuda_graphs``)."""
         self.graphs_compile_without_capture = False
         """Tests only: with ``graphs_without_capture``, compile the fused step as on a GPU."""
+        self.prefill: Literal["packed", "lengths"] = (
+            "packed" if self.spec.batch_invariant and self.device.type == "cpu" else "lengths")
+        """How ``start_decode`` fills the row cache: ``packed``, every prompt in one pass (``_prefill_packed``;
+        the default on a CPU with batch invariance, where it is the faster way: docs/cpu-kernels.md), or
+        ``lengths``, one forward per ``prefill_groups`` group (the default elsewhere). Settable, to compare."""
 
     # ---- identity -------------------------------------------------------------------------
     @property
@@ -483,7 +448,10 @@ class FrozenLM:
         one padded batch (the reference path). ``group_cost`` defaults to 0 (groups of one length, no
         padding: a prompt's prefill then does not depend on the other prompts) when
         ``ModelSpec.batch_invariant``, else to ``PREFILL_GROUP_COST_TOKENS`` on a CPU and
-        ``PREFILL_GROUP_COST_TOKENS_GPU`` elsewhere."""
+        ``PREFILL_GROUP_COST_TOKENS_GPU`` elsewhere. With ``prefill == "packed"`` (the default on a CPU
+        with batch invariance) and no ``group_cost`` given, the row cache is filled by one packed pass
+        over every prompt instead (``_prefill_packed``)."""
+        packed = group_cost is None and self.prefill == "packed"
         if group_cost is None and self.spec.batch_invariant:
             group_cost = 0
         if group_cost is None:
@@ -495,7 +463,8 @@ class FrozenLM:
             )
         next_position = torch.tensor([len(p) for p in prompts], device=self.device)  # left padding: the length
         if use_row_cache:
-            hidden, logits, layer_kv, mask = self._prefill_in_groups(prompts, group_cost)
+            hidden, logits, layer_kv, mask = (self._prefill_packed(prompts) if packed
+                                              else self._prefill_in_groups(prompts, group_cost))
         else:
             ids, mask = self.pad(prompts)
             hidden, logits, cache = self.forward(ids, mask, positions_from_mask(mask))
@@ -548,6 +517,80 @@ class FrozenLM:
             hidden[rows], logits[rows], mask[rows, columns] = group_hidden, group_logits, group_mask
             for (keys, values), layer in zip(layer_kv, cache.layers):
                 keys[rows, :, columns], values[rows, :, columns] = layer.keys, layer.values
+        return hidden, logits, layer_kv, mask
+
+    def _prefill_packed(self, prompts: Sequence[Sequence[int]]):
+        """Prefill every prompt in one pass over the layers with no padding, and return what
+        ``_prefill_in_groups`` returns (last hidden ``[P, hidden]``, float32 logits ``[P, vocab]``, per
+        layer ``(keys, values)`` ``[P, kv_heads, W, head_dim]`` left-padded to the longest prompt, the mask
+        ``[P, W]``).
+
+        The prompts' tokens are packed into one ``[tokens, hidden]`` matrix, shortest prompts first: the
+        linear layers, norms and rotary run over all of them at once (with ``batch_invariant``, the
+        linear layers' row tiles give a token the same bits wherever it sits in the matrix), and
+        attention runs per run of equal lengths, ``[prompts, kv_heads, groups x L, L]`` with a causal
+        mask, so its shapes are the prompt's own whatever else is prefilled. A prompt's keys, values and
+        logits are therefore the same alone as beside any others; the length groups' path pays one
+        forward per length for that."""
+        device, decoder, linear = self.device, self.decoder, self.linear
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        if not prompts or not len(prompts[order[0]]):
+            raise ValueError("every prompt needs at least one token")
+        runs = [(length, [i for i in run]) for length, run in groupby(order, key=lambda i: len(prompts[i]))]
+        ids = torch.tensor([t for i in order for t in prompts[i]], dtype=torch.long, device=device)  # [N]
+        positions = torch.cat([torch.arange(len(prompts[i]), device=device) for i in order])  # [N]
+        width = runs[-1][0]
+        x = decoder.embed_tokens(ids)  # [N, hidden]
+        cos, sin = decoder.rotary_emb(x[None], positions[None])  # [1, N, head_dim]
+        cos, sin = cos[0, :, None], sin[0, :, None]  # broadcast over heads: [N, 1, head_dim]
+        eager = self.model.config._attn_implementation == "eager"
+        causal = {}  # L -> mask [groups x L, L] for the queries of every head group (eager: additive)
+        layer_kv = []
+        for layer in decoder.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            h = layer.input_layernorm(x)
+            q = linear(h, attn.q_proj.weight, attn.q_proj.bias).view(len(ids), -1, attn.head_dim)
+            k = linear(h, attn.k_proj.weight, attn.k_proj.bias).view(len(ids), -1, attn.head_dim)
+            v = linear(h, attn.v_proj.weight, attn.v_proj.bias).view(len(ids), -1, attn.head_dim)
+            q = q * cos + _rotate_half(q) * sin  # [N, heads, head_dim]
+            k = k * cos + _rotate_half(k) * sin  # [N, kv_heads, head_dim]
+            kv_heads, groups = k.shape[1], attn.num_key_value_groups
+            keys = k.new_zeros(len(prompts), kv_heads, width, attn.head_dim)
+            values = torch.zeros_like(keys)
+            out, start = torch.empty_like(q), 0
+            for length, members in runs:
+                span, count = slice(start, start + len(members) * length), len(members)
+                if length not in causal:
+                    causal[length] = _causal_mask(length, groups, q.dtype, eager, device)
+                # queries of one KV head as its groups' rows in turn: [count, kv_heads, groups x L, head_dim]
+                qg = q[span].view(count, length, kv_heads, groups, attn.head_dim).permute(0, 2, 3, 1, 4)
+                qg = qg.reshape(count, kv_heads, groups * length, attn.head_dim)
+                kg = k[span].view(count, length, kv_heads, attn.head_dim).transpose(1, 2)  # [count, kv_heads, L, hd]
+                vg = v[span].view(count, length, kv_heads, attn.head_dim).transpose(1, 2)
+                if eager:
+                    og = eager_attention(qg, kg, vg, causal[length], attn.scaling)
+                else:
+                    og = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=causal[length], scale=attn.scaling)
+                og = og.view(count, kv_heads, groups, length, attn.head_dim).permute(0, 3, 1, 2, 4)
+                out[span] = og.reshape(count * length, -1, attn.head_dim)
+                rows = torch.tensor(members, device=device)
+                keys[rows, :, width - length:], values[rows, :, width - length:] = kg, vg
+                start = span.stop
+            layer_kv.append((keys, values))
+            x = x + linear(out.reshape(len(ids), -1), attn.o_proj.weight, attn.o_proj.bias)
+            h = layer.post_attention_layernorm(x)
+            gate = linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias)
+            up = linear(h, mlp.up_proj.weight, mlp.up_proj.bias)
+            x = x + linear(mlp.act_fn(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
+        lasts = torch.tensor([len(prompts[i]) for i in order], device=device).cumsum(0) - 1
+        hidden_sorted = decoder.norm(x[lasts])  # [P, hidden], prompts in `order`
+        logits_sorted = linear(hidden_sorted, self.lm_head.weight, self.lm_head.bias).float()
+        rows = torch.tensor(order, device=device)
+        hidden = torch.empty_like(hidden_sorted)
+        logits = torch.empty_like(logits_sorted)
+        hidden[rows], logits[rows] = hidden_sorted, logits_sorted
+        lengths = torch.tensor([len(p) for p in prompts], device=device)
+        mask = (torch.arange(width, device=device) >= width - lengths[:, None]).long()  # [P, W], left-padded
         return hidden, logits, layer_kv, mask
 
     def step_with_row_cache(
@@ -623,6 +666,16 @@ class FrozenLM:
         if chunks:
             embeddings[[i for batch in batches for i in batch]] = torch.cat(chunks)  # back to the caller's order
         return embeddings
+
+
+def _causal_mask(length: int, groups: int, dtype: torch.dtype, eager: bool, device: torch.device) -> torch.Tensor:
+    """The causal mask of ``length`` queries over ``length`` keys, repeated for ``groups`` query heads:
+    ``[groups x length, length]``; additive (0 / -inf, as HF's eager attention adds it) for eager,
+    bool (True = attend) for SDPA."""
+    allowed = torch.ones(length, length, dtype=torch.bool, device=device).tril().repeat(groups, 1)
+    if not eager:
+        return allowed
+    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
