@@ -54,7 +54,7 @@ def tables(args, lm, task) -> None:
         stored = OutcomeTable.load(args.stored) if args.stored and split == "train" else None
         build_draft_table(lm, task, problems, actions, samples=args.samples, token_budget=args.budget,
                           path=args.out / f"table_{split}.jsonl", split=split, seed=args.seed, stored=stored,
-                          stop=args.stop_at_answer,
+                          stop_at_answer=args.stop_at_answer,
                           on_chunk=lambda done, total, s=split, t0=start: print(
                               f"{s}: {done}/{total} problems ({time.perf_counter() - t0:.0f} s)", flush=True))
 

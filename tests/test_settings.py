@@ -45,6 +45,9 @@ SETTINGS = {
                                   ("policies/networks.py", "DEFAULT_POLICY_TEMPERATURE"), ("POLICY_TEMPERATURE",)),
     "device": Setting(frozenset({"device"}), ("lm/models.py", "DEFAULT_DEVICE"), ("DEVICE",)),
     "dtype": Setting(frozenset({"dtype", "lm_dtype"}), ("lm/models.py", "DEFAULT_DTYPE"), ("DTYPE",)),
+    # the protocol's fields (``decoding.protocol.Protocol``): the budget above and the stop at the first answer
+    "stop at the first answer": Setting(frozenset({"stop_at_answer"}), ("decoding/protocol.py", "STOP_AT_ANSWER"),
+                                        ("STOP_AT_ANSWER",)),
 }
 
 COMMAND_VALUES = {
@@ -53,6 +56,13 @@ COMMAND_VALUES = {
         "library: a quick run on the 2-core setup, kept as the commands had it",
 }
 """Values that are not a component's default but a command's, passed down explicitly."""
+
+STORED_FILE_VALUES = {
+    ("stop at the first answer", "decoding/protocol.py", "STOP_OF_UNMARKED_FILES"):
+        "what a stored table or adapter.json without the key was decoded with (files from before the stop "
+        "decoded to the budget): how an old file is read, not a default for new work",
+}
+"""Values that say what a stored file without the key means, read by name where such files are loaded."""
 
 NOT_THE_SETTING = {
     ("decoding/actions.py", "ActionSet.__init__", "device"): "where the action table's [K] tensors are built",
@@ -119,7 +129,7 @@ def setting_defaults(root: Path = SRC) -> list[Default]:
     trees = {p.relative_to(root).as_posix(): ast.parse(p.read_text(), str(p)) for p in sorted(root.rglob("*.py"))}
     # the names a default may reference: the homes' constants and the listed command values
     named = {spec.home[1]: s for s, spec in SETTINGS.items() if "." not in spec.home[1]}
-    named.update({name: s for s, _, name in COMMAND_VALUES})
+    named.update({name: s for s, _, name in (*COMMAND_VALUES, *STORED_FILE_VALUES)})
     found: list[Default] = []
     for path, tree in trees.items():
         for node in tree.body:  # module constants

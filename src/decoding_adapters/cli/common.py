@@ -15,7 +15,8 @@ from typing import Literal
 from ..core.files import LOCK_FILE, check_output_dir
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction
 from ..decoding.backends import make_rollouts
-from ..decoding.rollouts import STOP_AT_ANSWER, Rollouts
+from ..decoding.protocol import STOP_AT_ANSWER
+from ..decoding.rollouts import Rollouts
 from ..evaluation.decoder_choice import decoder_arms
 from ..lm.models import ModelSpec, load_frozen_lm
 from ..tasks import available_tasks, get_task

@@ -211,7 +211,7 @@ def _write_rule_adapter(args, options: RulesOptions, curves: dict, val_draws, va
     save_rule_adapter(options.adapter_out, rule, settings, actions, first_arm=0, arm=len(actions) - 1,
                       calibration=calibration, task=task.name, task_options=task_record(task),
                       token_budget=validation.header.get("token_budget"),
-                      stop_at_answer=bool(validation.header.get("stop_at_answer", True)),
+                      stop_at_answer=bool(validation.header["stop_at_answer"]),
                       base_model=getattr(args, "name_or_path", None) or "",
                       training={"tuned_on": options.validation_table, "level": level,
                                 "validation": point(rule)["validation"]})

@@ -13,7 +13,8 @@ import torch
 from ..core.stats import check_int
 from ..decoding.actions import DEFAULT_TOKEN_BUDGET, GREEDY, DecodingAction
 from ..decoding.loop import DecodeResult
-from ..decoding.rollouts import STOP_AT_ANSWER, RolloutRequest, Rollouts
+from ..decoding.protocol import STOP_AT_ANSWER
+from ..decoding.rollouts import RolloutRequest, Rollouts
 from ..policies.kinds import (
     DRAFT_THEN_REDECODE,
     ONE_PER_PROMPT,

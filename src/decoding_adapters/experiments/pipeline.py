@@ -44,7 +44,8 @@ import torch
 
 from ..core.files import write_json
 from ..decoding.actions import DEFAULT_TOKEN_BUDGET, GREEDY, ActionSet, DecodingAction, load_action_set
-from ..decoding.rollouts import STOP_AT_ANSWER, HFRollouts
+from ..decoding.protocol import STOP_AT_ANSWER, stored_stop
+from ..decoding.rollouts import HFRollouts
 from ..evaluation import (
     COMPUTE_FIELDS,
     EvalConfig,
@@ -449,7 +450,7 @@ def choose_budget(lm, task, cfg: StudyConfig, out: Path) -> tuple[StudyConfig, d
         return cfg, None
     path = out / "truncation.json"
     record = json.loads(path.read_text()) if path.is_file() else None
-    if record is None or bool(record.get("stop_at_answer", False)) != cfg.stop_at_answer:
+    if record is None or stored_stop(record) != cfg.stop_at_answer:
         problems = task.load("validation")[: cfg.budget.problems]
         stats = greedy_truncation(lm, task, problems, cfg.budget.candidates, batch_rows=cfg.batch_rows,
                                   stop_at_answer=cfg.stop_at_answer)

@@ -36,7 +36,8 @@ import torch
 from ..core.files import load_tensors, save_tensors
 from ..decoding.actions import DEFAULT_TOKEN_BUDGET, ActionSet
 from ..decoding.loop import row_seed
-from ..decoding.rollouts import STOP_AT_ANSWER, RolloutRequest, Rollouts, answer_stops, encode_problems, score_rows
+from ..decoding.protocol import STOP_AT_ANSWER
+from ..decoding.rollouts import RolloutRequest, Rollouts, answer_stops, encode_problems, score_rows
 from ..policies.networks import (
     DEFAULT_POLICY_TEMPERATURE,
     AdapterConfig,
