@@ -206,12 +206,17 @@ def test_each_setting_has_exactly_one_default():
         "policy temperature": ("policies/networks.py", "DEFAULT_POLICY_TEMPERATURE", "1.0"),
         "device": ("lm/models.py", "DEFAULT_DEVICE", "'auto'"),
         "dtype": ("lm/models.py", "DEFAULT_DTYPE", "'auto'"),
+        "stop at the first answer": ("decoding/protocol.py", "STOP_AT_ANSWER", "True"),
     }
     # the scan sees the places that take the token budget from its home (it is not vacuous)
     takers = {(d.path, d.where) for d in defaults if d.setting == "token budget" and d.kind == "reference"}
     assert {("decoding/loop.py", "decode(token_budget)"), ("evaluation/methods.py", "EvalConfig.token_budget"),
             ("experiments/pipeline.py", "StudyConfig.token_budget"),
             ("policies/networks.py", "TokenPolicyConfig.token_budget")} <= takers
+    stops = {(d.path, d.where) for d in defaults if d.setting == "stop at the first answer" and d.kind == "reference"}
+    assert {("decoding/protocol.py", "Protocol.stop_at_answer"), ("evaluation/methods.py", "EvalConfig.stop_at_answer"),
+            ("experiments/pipeline.py", "StudyConfig.stop_at_answer"),
+            ("policies/networks.py", "AdapterConfig.stop_at_answer")} <= stops
 
 
 def test_components_take_the_homes_default():

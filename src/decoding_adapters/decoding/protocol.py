@@ -1,11 +1,11 @@
 """The protocol every method shares: how long a sample may run and where it ends.
 
-A ``Protocol`` is the set of decoding settings that are not a method's choice but the study's
+A ``DecodingProtocol`` is the set of decoding settings that are not a method's choice but the study's
 rules (like vLLM's ``SamplingParams``: settings that travel together as one frozen object): the
 token budget and the stop at the first complete answer. Each field's default is given here once
 (the token budget's home is ``decoding.actions.DEFAULT_TOKEN_BUDGET``; the stop's is
-``STOP_AT_ANSWER`` below); a component that takes these settings takes a ``Protocol`` whole, or
-takes the field with no default of its own.
+``STOP_AT_ANSWER`` below); a component that takes these settings takes a ``DecodingProtocol``
+whole, or takes the field with no default of its own. (Not ``typing.Protocol``: hence the longer name.)
 
 Seeds are not part of it: each stage draws its rows from its own seed and tag (a trainer's seed, an
 evaluation's seed count, a sample table's seed 0), so there is no one seed that travels with the
@@ -17,11 +17,14 @@ Files written by any version keep the flat keys ``token_budget`` and ``stop_at_a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from .actions import DEFAULT_TOKEN_BUDGET
 
-__all__ = ["STOP_AT_ANSWER", "STOP_OF_UNMARKED_FILES", "Protocol", "stored_stop"]
+__all__ = ["STOP_AT_ANSWER", "STOP_OF_UNMARKED_FILES", "DecodingProtocol", "stored_stop"]
+
+Config = TypeVar("Config")
 
 
 STOP_AT_ANSWER: bool = True
@@ -45,7 +48,7 @@ def stored_stop(record: dict) -> bool:
 
 
 @dataclass(frozen=True)
-class Protocol:
+class DecodingProtocol:
     """The decoding rules every method of a study shares."""
 
     token_budget: int = DEFAULT_TOKEN_BUDGET
@@ -64,8 +67,13 @@ class Protocol:
         """The flat keys every stored config, header and ``adapter.json`` writes."""
         return {"token_budget": self.token_budget, "stop_at_answer": self.stop_at_answer}
 
+    def onto(self, config: Config) -> Config:
+        """``config`` (a dataclass with the flat ``token_budget`` and ``stop_at_answer`` fields its
+        command line and its JSON keep) under this protocol: the whole protocol, in one place."""
+        return replace(config, **self.as_record())
+
     @classmethod
-    def from_record(cls, record: dict) -> Protocol:
+    def from_record(cls, record: dict) -> DecodingProtocol:
         """The protocol a stored config was written with (flat keys; a missing stop is read as
         ``STOP_OF_UNMARKED_FILES``, a missing budget as the default)."""
         budget = record.get("token_budget")

@@ -44,7 +44,7 @@ import torch
 
 from ..core.files import write_json
 from ..decoding.actions import DEFAULT_TOKEN_BUDGET, GREEDY, ActionSet, DecodingAction, load_action_set
-from ..decoding.protocol import STOP_AT_ANSWER, stored_stop
+from ..decoding.protocol import STOP_AT_ANSWER, DecodingProtocol, stored_stop
 from ..decoding.rollouts import HFRollouts
 from ..evaluation import (
     COMPUTE_FIELDS,
@@ -284,7 +284,7 @@ class VerifierStageConfig:
 
 
 # Nested-config fields a study sets for each run (which variant, seed, action set, replay table) or
-# copies from its own fields (token budget, seeds): they are not command-line options.
+# takes from its own (its protocol: token budget and stop; the evaluation's seeds): not command-line options.
 SEQUENCE_SET_BY_STUDY = ("actions", "use_budget", "token_budget", "replay", "seed", "stop_at_answer")
 TOKEN_SET_BY_STUDY = ("actions", "use_budget", "features", "token_budget", "seed", "stop_at_answer")
 EVAL_SET_BY_STUDY = ("token_budget", "seeds", "stop_at_answer")
@@ -296,11 +296,11 @@ class StudyConfig:
 
     token_budget: int = DEFAULT_TOKEN_BUDGET
     """Max new tokens per completion everywhere (replaced by the budget stage's choice when
-    budget.candidates is set); copied into the sequence, token and evaluation configs."""
+    budget.candidates is set); part of the study's ``protocol``."""
     stop_at_answer: bool = STOP_AT_ANSWER
     """Every sample of every stage (selection, training rollouts, validation, the draft stage's
-    tables, evaluation) ends at the task's first complete answer; copied into the nested configs and
-    recorded in every adapter. False (``--no-stop-at-answer``) decodes to the token budget."""
+    tables, evaluation) ends at the task's first complete answer; part of the study's ``protocol``
+    and recorded in every adapter. False (``--no-stop-at-answer``) decodes to the token budget."""
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     """token budget stage"""
     selection: SelectionConfig = field(default_factory=SelectionConfig)
@@ -371,12 +371,17 @@ class StudyConfig:
         for name in ("train_size", "validation_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 or None, got {getattr(self, name)}")
-        # one token budget, one stop and one seed count, copied into the nested configs
-        budget, stop = self.token_budget, self.stop_at_answer
-        object.__setattr__(self, "sequence", replace(self.sequence, token_budget=budget, stop_at_answer=stop))
-        object.__setattr__(self, "token", replace(self.token, token_budget=budget, stop_at_answer=stop))
-        object.__setattr__(self, "eval", replace(self.eval, token_budget=budget, seeds=self.seeds,
-                                                 stop_at_answer=stop))
+        # one protocol (validated once) for every stage: the nested configs keep its fields flat, as
+        # their own commands and study_config.json have them, and take it whole
+        protocol = self.protocol
+        object.__setattr__(self, "sequence", protocol.onto(self.sequence))
+        object.__setattr__(self, "token", protocol.onto(self.token))
+        object.__setattr__(self, "eval", replace(protocol.onto(self.eval), seeds=self.seeds))
+
+    @property
+    def protocol(self) -> DecodingProtocol:
+        """The token budget and the stop at the first answer every stage decodes under."""
+        return DecodingProtocol(self.token_budget, self.stop_at_answer)
 
 
 def study_task_options(cfg: StudyConfig) -> dict:
