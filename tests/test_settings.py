@@ -214,7 +214,7 @@ def test_each_setting_has_exactly_one_default():
             ("experiments/pipeline.py", "StudyConfig.token_budget"),
             ("policies/networks.py", "TokenPolicyConfig.token_budget")} <= takers
     stops = {(d.path, d.where) for d in defaults if d.setting == "stop at the first answer" and d.kind == "reference"}
-    assert {("decoding/protocol.py", "Protocol.stop_at_answer"), ("evaluation/methods.py", "EvalConfig.stop_at_answer"),
+    assert {("decoding/protocol.py", "DecodingProtocol.stop_at_answer"), ("evaluation/methods.py", "EvalConfig.stop_at_answer"),
             ("experiments/pipeline.py", "StudyConfig.stop_at_answer"),
             ("policies/networks.py", "AdapterConfig.stop_at_answer")} <= stops
 
