@@ -211,18 +211,19 @@ def test_each_setting_has_exactly_one_default():
     # the scan sees the places that take the token budget from its home (it is not vacuous)
     takers = {(d.path, d.where) for d in defaults if d.setting == "token budget" and d.kind == "reference"}
     assert {("decoding/loop.py", "decode(token_budget)"), ("evaluation/methods.py", "EvalConfig.token_budget"),
-            ("experiments/pipeline.py", "StudyConfig.token_budget"),
+            ("experiments/study_config.py", "StudyConfig.token_budget"),
             ("policies/networks.py", "TokenPolicyConfig.token_budget")} <= takers
     stops = {(d.path, d.where) for d in defaults if d.setting == "stop at the first answer" and d.kind == "reference"}
-    assert {("decoding/protocol.py", "DecodingProtocol.stop_at_answer"), ("evaluation/methods.py", "EvalConfig.stop_at_answer"),
-            ("experiments/pipeline.py", "StudyConfig.stop_at_answer"),
+    assert {("decoding/protocol.py", "DecodingProtocol.stop_at_answer"),
+            ("evaluation/methods.py", "EvalConfig.stop_at_answer"),
+            ("experiments/study_config.py", "StudyConfig.stop_at_answer"),
             ("policies/networks.py", "AdapterConfig.stop_at_answer")} <= stops
 
 
 def test_components_take_the_homes_default():
     from decoding_adapters.decoding.actions import DEFAULT_TOKEN_BUDGET
     from decoding_adapters.evaluation.methods import EvalConfig
-    from decoding_adapters.experiments.pipeline import StudyConfig
+    from decoding_adapters.experiments.study_config import StudyConfig
     from decoding_adapters.lm.models import DEFAULT_DEVICE, DEFAULT_DTYPE, ModelSpec
     from decoding_adapters.policies.draft import DraftContextConfig
     from decoding_adapters.policies.networks import TokenPolicyConfig

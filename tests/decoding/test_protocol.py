@@ -24,6 +24,12 @@ def test_bad_fields_are_refused(fields):
         DecodingProtocol(**fields)
 
 
+def test_a_numpy_integer_budget_is_kept_as_an_int():
+    np = pytest.importorskip("numpy")
+    budget = DecodingProtocol(np.int64(8)).token_budget
+    assert budget == 8 and type(budget) is int
+
+
 def test_it_is_frozen():
     with pytest.raises(AttributeError):
         DecodingProtocol().token_budget = 4
@@ -38,7 +44,7 @@ def test_records_keep_the_flat_keys_and_old_files_read_as_decoded_to_the_budget(
 
 
 def test_a_study_puts_its_protocol_whole_on_every_nested_config():
-    from decoding_adapters.experiments.pipeline import StudyConfig
+    from decoding_adapters.experiments.study_config import StudyConfig
 
     study = StudyConfig(token_budget=48, stop_at_answer=False, seeds=2)
     assert study.protocol == DecodingProtocol(48, False)

@@ -17,6 +17,7 @@ Files written by any version keep the flat keys ``token_budget`` and ``stop_at_a
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -58,8 +59,10 @@ class DecodingProtocol:
     decodes to EOS or the token budget."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.token_budget, bool) or not isinstance(self.token_budget, int) or self.token_budget < 1:
+        budget = self.token_budget
+        if isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1:
             raise ValueError(f"token_budget must be an int >= 1, got {self.token_budget!r}")
+        object.__setattr__(self, "token_budget", int(budget))  # a numpy integer is written to JSON as an int
         if not isinstance(self.stop_at_answer, bool):
             raise ValueError(f"stop_at_answer must be True or False, got {self.stop_at_answer!r}")
 
