@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from decoding_adapters.decoding.actions import DecodingAction
+from decoding_adapters.decoding.protocol import STOP_AT_ANSWER
 from decoding_adapters.lm.cpu_features import cpu_features
 from decoding_adapters.lm.models import ModelSpec, load_frozen_lm
 from decoding_adapters.tasks import get_task
@@ -300,7 +301,7 @@ def main() -> None:
                         help="join: a folder whose tables' re-decodes replace the parts' (the same problems)")
     parser.add_argument("--offset", type=int, default=0,
                         help="tables: start at this problem (a second process can decode the rest into another --out)")
-    parser.add_argument("--stop-at-answer", action=argparse.BooleanOptionalAction, default=True,
+    parser.add_argument("--stop-at-answer", action=argparse.BooleanOptionalAction, default=STOP_AT_ANSWER,
                         help="tables: the drafts and re-decodes end at their first complete answer "
                              "(Task.answer_complete; the protocol's default)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
