@@ -67,7 +67,7 @@ class DecodingProtocol:
             raise ValueError(f"stop_at_answer must be True or False, got {self.stop_at_answer!r}")
 
     def as_record(self) -> dict:
-        """The flat keys every stored config, header and ``adapter.json`` writes."""
+        """The two fields under the flat keys stored configs, headers and ``adapter.json`` name them by."""
         return {"token_budget": self.token_budget, "stop_at_answer": self.stop_at_answer}
 
     def onto(self, config: Config) -> Config:
