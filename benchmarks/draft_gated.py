@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from decoding_adapters.decoding.actions import DecodingAction
+from decoding_adapters.decoding.protocol import STOP_AT_ANSWER
 from decoding_adapters.lm.cpu_features import cpu_features
 from decoding_adapters.lm.models import ModelSpec, load_frozen_lm
 from decoding_adapters.tasks import get_task
@@ -54,7 +55,7 @@ def tables(args, lm, task) -> None:
         stored = OutcomeTable.load(args.stored) if args.stored and split == "train" else None
         build_draft_table(lm, task, problems, actions, samples=args.samples, token_budget=args.budget,
                           path=args.out / f"table_{split}.jsonl", split=split, seed=args.seed, stored=stored,
-                          stop=args.stop_at_answer,
+                          stop_at_answer=args.stop_at_answer,
                           on_chunk=lambda done, total, s=split, t0=start: print(
                               f"{s}: {done}/{total} problems ({time.perf_counter() - t0:.0f} s)", flush=True))
 
@@ -300,7 +301,7 @@ def main() -> None:
                         help="join: a folder whose tables' re-decodes replace the parts' (the same problems)")
     parser.add_argument("--offset", type=int, default=0,
                         help="tables: start at this problem (a second process can decode the rest into another --out)")
-    parser.add_argument("--stop-at-answer", action=argparse.BooleanOptionalAction, default=True,
+    parser.add_argument("--stop-at-answer", action=argparse.BooleanOptionalAction, default=STOP_AT_ANSWER,
                         help="tables: the drafts and re-decodes end at their first complete answer "
                              "(Task.answer_complete; the protocol's default)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")

@@ -381,7 +381,8 @@ def sequence_part(lm, task, problems, args, out: Path) -> dict:
     if todo:
         path = out / ("pool.jsonl" if args.seq_offset == 0 else f"pool_from{args.seq_offset}.jsonl")
         evaluate_pool(lm, task, todo, pool, samples=args.samples, token_budget=args.seq_budget, seed=args.seed,
-                      table_path=path, batch_rows=args.batch_rows, progress=False, on_chunk=on_chunk, data=data)
+                      table_path=path, batch_rows=args.batch_rows, progress=False, on_chunk=on_chunk, data=data,
+                      stop_at_answer=False)
     tables = [OutcomeTable.load(p) for p in sorted(out.glob("pool*.jsonl"))]
 
     def cell(pid: str, name: str) -> list[float] | None:

@@ -224,6 +224,7 @@ def prompt_main(argv=None) -> None:
         data={"split": args.split, "count": len(split), "digest": problems_digest(split)},
         on_chunk=lambda done, total: print(f"decoded chunk {done}/{total} ({time.perf_counter() - start:.0f} s)",
                                            flush=True),
+        stop_at_answer=False,
     )
     greedy = np.array([table.outcomes(p.id, GREEDY.name)[0].reward >= 0.5 for p in problems], dtype=float)
     samples = np.array([[o.reward for o in table.outcomes(p.id, sampler.name)] for p in problems])  # [P, n]

@@ -41,7 +41,8 @@ def main() -> None:
     validation = task.load("validation")
     figures: dict = {"threads": args.threads}
     wall, cpu = clock()
-    stats = greedy_truncation(lm, task, validation[: args.problems], [int(b) for b in args.budgets.split(",")])
+    stats = greedy_truncation(lm, task, validation[: args.problems], [int(b) for b in args.budgets.split(",")],
+                              stop_at_answer=False)
     wall2, cpu2 = clock()
     tokens = stats[-1].mean_length * stats[-1].rows
     figures["greedy"] = {"stats": [s.to_dict() for s in stats], "tokens_per_cpu_second": tokens / (cpu2 - cpu)}

@@ -47,6 +47,7 @@ def timed_run(lm, task, problems, actions, args, share: bool, folder: Path):
         batch_rows=args.batch_rows,
         progress=False,
         share_prefill=share,
+        stop_at_answer=False,
     )
     return time.perf_counter() - start, table
 
@@ -99,6 +100,7 @@ def main() -> None:
             seed=0,
             table_path=folder / "warmup.jsonl",
             progress=False,
+            stop_at_answer=False,
         )  # warm-up
         for _ in range(args.repeats):
             for share in (True, False):

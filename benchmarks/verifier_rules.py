@@ -5,7 +5,7 @@ A verifier (``evaluation.verifier.fit_on_table``, the trainer's defaults) is fit
 table; its quality (AUC, ECE, Brier) is measured cross-fitted on the training table and on the
 validation and evaluated tables, over all attempts and per family. Every plain rule and every
 verifier rule is tuned on the validation table and scored on the evaluated one
-(``experiments.pipeline.rule_entries``); at each compute level the strongest rule of each group is
+(``experiments.stages_rules.rule_entries``); at each compute level the strongest rule of each group is
 chosen on validation (``reporting.rules.strongest_rules_at``: its validation curve highest there)
 and the two are compared on the evaluated problems with a paired 95% interval, overall and per
 family. The plain rules' points are also checked against the run's ``eval_details.json`` when given.
@@ -25,7 +25,7 @@ from pathlib import Path
 from decoding_adapters.core.stats import paired_ci
 from decoding_adapters.evaluation.sample_table import SampleTable
 from decoding_adapters.evaluation.verifier import crossfit_table_scores, fit_on_table, ranking_quality, table_scores
-from decoding_adapters.experiments.pipeline import RULE_TABLE_KEY, problem_families, rule_entries
+from decoding_adapters.experiments.stages_rules import RULE_TABLE_KEY, problem_families, rule_entries
 from decoding_adapters.policies.fixed_rules import RULES, VERIFIER_RULES
 from decoding_adapters.reporting.rules import strongest_rules_at
 from decoding_adapters.tasks import get_task

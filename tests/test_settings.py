@@ -45,6 +45,9 @@ SETTINGS = {
                                   ("policies/networks.py", "DEFAULT_POLICY_TEMPERATURE"), ("POLICY_TEMPERATURE",)),
     "device": Setting(frozenset({"device"}), ("lm/models.py", "DEFAULT_DEVICE"), ("DEVICE",)),
     "dtype": Setting(frozenset({"dtype", "lm_dtype"}), ("lm/models.py", "DEFAULT_DTYPE"), ("DTYPE",)),
+    # the protocol's fields (``decoding.protocol.Protocol``): the budget above and the stop at the first answer
+    "stop at the first answer": Setting(frozenset({"stop_at_answer"}), ("decoding/protocol.py", "STOP_AT_ANSWER"),
+                                        ("STOP_AT_ANSWER",)),
 }
 
 COMMAND_VALUES = {
@@ -53,6 +56,13 @@ COMMAND_VALUES = {
         "library: a quick run on the 2-core setup, kept as the commands had it",
 }
 """Values that are not a component's default but a command's, passed down explicitly."""
+
+STORED_FILE_VALUES = {
+    ("stop at the first answer", "decoding/protocol.py", "STOP_OF_UNMARKED_FILES"):
+        "what a stored table or adapter.json without the key was decoded with (files from before the stop "
+        "decoded to the budget): how an old file is read, not a default for new work",
+}
+"""Values that say what a stored file without the key means, read by name where such files are loaded."""
 
 NOT_THE_SETTING = {
     ("decoding/actions.py", "ActionSet.__init__", "device"): "where the action table's [K] tensors are built",
@@ -119,7 +129,7 @@ def setting_defaults(root: Path = SRC) -> list[Default]:
     trees = {p.relative_to(root).as_posix(): ast.parse(p.read_text(), str(p)) for p in sorted(root.rglob("*.py"))}
     # the names a default may reference: the homes' constants and the listed command values
     named = {spec.home[1]: s for s, spec in SETTINGS.items() if "." not in spec.home[1]}
-    named.update({name: s for s, _, name in COMMAND_VALUES})
+    named.update({name: s for s, _, name in (*COMMAND_VALUES, *STORED_FILE_VALUES)})
     found: list[Default] = []
     for path, tree in trees.items():
         for node in tree.body:  # module constants
@@ -196,18 +206,24 @@ def test_each_setting_has_exactly_one_default():
         "policy temperature": ("policies/networks.py", "DEFAULT_POLICY_TEMPERATURE", "1.0"),
         "device": ("lm/models.py", "DEFAULT_DEVICE", "'auto'"),
         "dtype": ("lm/models.py", "DEFAULT_DTYPE", "'auto'"),
+        "stop at the first answer": ("decoding/protocol.py", "STOP_AT_ANSWER", "True"),
     }
     # the scan sees the places that take the token budget from its home (it is not vacuous)
     takers = {(d.path, d.where) for d in defaults if d.setting == "token budget" and d.kind == "reference"}
     assert {("decoding/loop.py", "decode(token_budget)"), ("evaluation/methods.py", "EvalConfig.token_budget"),
-            ("experiments/pipeline.py", "StudyConfig.token_budget"),
+            ("experiments/study_config.py", "StudyConfig.token_budget"),
             ("policies/networks.py", "TokenPolicyConfig.token_budget")} <= takers
+    stops = {(d.path, d.where) for d in defaults if d.setting == "stop at the first answer" and d.kind == "reference"}
+    assert {("decoding/protocol.py", "DecodingProtocol.stop_at_answer"),
+            ("evaluation/methods.py", "EvalConfig.stop_at_answer"),
+            ("experiments/study_config.py", "StudyConfig.stop_at_answer"),
+            ("policies/networks.py", "AdapterConfig.stop_at_answer")} <= stops
 
 
 def test_components_take_the_homes_default():
     from decoding_adapters.decoding.actions import DEFAULT_TOKEN_BUDGET
     from decoding_adapters.evaluation.methods import EvalConfig
-    from decoding_adapters.experiments.pipeline import StudyConfig
+    from decoding_adapters.experiments.study_config import StudyConfig
     from decoding_adapters.lm.models import DEFAULT_DEVICE, DEFAULT_DTYPE, ModelSpec
     from decoding_adapters.policies.draft import DraftContextConfig
     from decoding_adapters.policies.networks import TokenPolicyConfig

@@ -15,8 +15,8 @@ from decoding_adapters.cli import build_parser
 from decoding_adapters.cli.config_args import add_config_arguments, build_config, field_docs
 from decoding_adapters.cli.study import study_command
 from decoding_adapters.evaluation import EvalConfig
-from decoding_adapters.experiments.pipeline import StudyConfig
 from decoding_adapters.experiments.presets import SIZES
+from decoding_adapters.experiments.study_config import StudyConfig
 from decoding_adapters.training.sequence import SequenceTrainConfig
 from decoding_adapters.training.token import TokenTrainConfig
 

@@ -273,7 +273,7 @@ def test_outcome_table_refuses_other_data_under_the_same_ids(tiny_lm, tmp_path):
     problems = task.load("validation")[:2]
     others = [replace(p, question=p.question + " ") for p in task.load("validation")[2:4]]
     others = [replace(o, id=p.id) for o, p in zip(others, problems)]
-    settings = dict(samples=1, token_budget=2, seed=0, progress=False)
+    settings = dict(samples=1, token_budget=2, seed=0, progress=False, stop_at_answer=False)
     evaluate_pool(tiny_lm, task, problems, [GREEDY], table_path=tmp_path / "t.jsonl", **settings)
     with pytest.raises(ValueError, match="data: stored"):
         evaluate_pool(tiny_lm, task, others, [GREEDY], table_path=tmp_path / "t.jsonl", **settings)

@@ -20,7 +20,7 @@ from decoding_adapters.evaluation.attempt import (
 )
 from decoding_adapters.evaluation.decoder_choice import decoder_ablation, decoder_arms, restrict_arms
 from decoding_adapters.evaluation.sample_table import SampleTable, build_sample_table, synthetic_sample_table
-from decoding_adapters.experiments.pipeline import RulesConfig
+from decoding_adapters.experiments.study_config import RulesConfig
 from decoding_adapters.policies.attempt import (
     AttemptInputs,
     AttemptLattice,

@@ -340,7 +340,7 @@ def test_sample_table_confidence_matches_the_decode_and_the_draft_table_samples(
     np.testing.assert_array_equal(table.tokens[:, 0, 0], greedy.lengths.numpy())
     # the sampled arm's rows use the draft table's seeds: the same samples
     drafts = build_draft_table(tiny_lm, task, problems, [SAMPLER], samples=2, token_budget=6,
-                               path=tmp_path / "d.jsonl", split="validation")
+                               path=tmp_path / "d.jsonl", split="validation", stop_at_answer=False)
     for i, problem in enumerate(problems):
         stored = drafts.records[problem.id]["samples"][SAMPLER.name]
         lengths = [s["length"] for s in stored]
@@ -384,7 +384,7 @@ def test_a_draft_table_reads_as_a_sample_table(tiny_lm, tmp_path):
     task = get_task("arithmetic")
     problems = task.load("validation")[:2]
     drafts = build_draft_table(tiny_lm, task, problems, [SAMPLER], samples=2, token_budget=6,
-                               path=tmp_path / "d.jsonl", split="validation")
+                               path=tmp_path / "d.jsonl", split="validation", stop_at_answer=False)
     table = from_draft_table(drafts)
     assert table.shape == (2, 2, 2) and table.arm_names[1] == SAMPLER.name and table.actions[0].is_greedy
     for i, problem in enumerate(problems):

@@ -46,7 +46,7 @@ def test_the_smallest_budget_under_the_threshold_is_chosen():
 def test_greedy_truncation_on_the_tiny_model_is_consistent_across_budgets(tiny_lm):
     task = get_task("arithmetic")
     problems = task.load("validation")[:4]
-    small, large = greedy_truncation(tiny_lm, task, problems, [2, 6], batch_rows=8)
+    small, large = greedy_truncation(tiny_lm, task, problems, [2, 6], batch_rows=8, stop_at_answer=False)
     assert small.rows == large.rows == 4 and small.token_budget == 2
     assert small.truncated_fraction >= large.truncated_fraction and small.mean_length <= large.mean_length
 
@@ -63,7 +63,7 @@ def test_greedy_reward_at_a_budget_scores_what_a_decode_at_that_budget_says(tiny
             scored.append(text)
             return float(len(text))
 
-    stats = greedy_truncation(tiny_lm, TextLength(), problems, [2, 6], batch_rows=8)
+    stats = greedy_truncation(tiny_lm, TextLength(), problems, [2, 6], batch_rows=8, stop_at_answer=False)
     prompts = tiny_lm.encode_chat([arithmetic.prompt(p) for p in problems])
     for st in stats:
         direct = decode(tiny_lm, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=st.token_budget)
@@ -76,6 +76,6 @@ def test_a_row_ended_at_its_first_answer_is_not_cut_by_the_budget(tiny_lm, monke
     problems = task.load("validation")[:3]
     monkeypatch.setattr(type(task), "answer_complete", lambda self, problem, text: len(text) >= 1)
     stopped = greedy_truncation(tiny_lm, task, problems, [2, 6], batch_rows=8, stop_at_answer=True)
-    full = greedy_truncation(tiny_lm, task, problems, [2, 6], batch_rows=8)
+    full = greedy_truncation(tiny_lm, task, problems, [2, 6], batch_rows=8, stop_at_answer=False)
     assert [st.truncated_fraction for st in stopped] == [0.0, 0.0]  # every row answered within one token
     assert full[1].truncated_fraction > 0 and stopped[1].mean_length < full[1].mean_length  # else a weak test

@@ -10,7 +10,7 @@ from decoding_adapters.evaluation.attempt import rule_baselines
 from decoding_adapters.evaluation.rules import greedy_then, tune_rules
 from decoding_adapters.evaluation.sample_table import synthetic_sample_table
 from decoding_adapters.evaluation.verifier import expected_calibration_error, ranking_quality
-from decoding_adapters.experiments.pipeline import add_rule_entries, rule_entries
+from decoding_adapters.experiments.stages_rules import add_rule_entries, rule_entries
 from decoding_adapters.policies.fixed_rules import (
     RULES,
     VERIFIER_RULES,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from decoding_adapters.evaluation import EvalConfig, greedy_method
-from decoding_adapters.experiments import pipeline
-from decoding_adapters.experiments.pipeline import AttemptStageConfig, RulesConfig, StudyConfig
+from decoding_adapters.experiments import pipeline, stages_rules
+from decoding_adapters.experiments.study_config import AttemptStageConfig, RulesConfig, StudyConfig
 from decoding_adapters.policies.networks import load_adapter
 from decoding_adapters.reporting.rules import rules_section
 from decoding_adapters.tasks import get_task
@@ -35,14 +35,14 @@ def test_attempt_stage_adds_one_learned_entry_per_price_with_a_policy_per_traini
     problems = task.load("test")[: cfg.eval_problems]
     evaluation = pipeline.evaluate_methods(tiny_lm, task, problems, [greedy_method()], cfg, tmp_path / "eval",
                                            meta={}, progress=False)
-    ruled = pipeline.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", evaluation, problems)
-    done = pipeline.attempt_stage(tiny_lm, task, cfg, tmp_path / "attempt", tmp_path / "rules", ruled, problems)
+    ruled = stages_rules.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", evaluation, problems)
+    done = stages_rules.attempt_stage(tiny_lm, task, cfg, tmp_path / "attempt", tmp_path / "rules", ruled, problems)
     methods = done.details["methods"]
     learned = {n: m for n, m in methods.items() if m.get("family") == "learned"}
     assert sorted(learned) == ["Attempt policy (price 0.01)", "Attempt policy (price 0.5)"]
     rules = [n for n, m in methods.items() if m.get("family") == "fixed rule"]
     assert rules and rules == [n for n, m in ruled.details["methods"].items() if m.get("family") == "fixed rule"]
-    train = pipeline.SampleTable.load(tmp_path / "attempt" / "train")
+    train = stages_rules.SampleTable.load(tmp_path / "attempt" / "train")
     assert train.problem_ids == [p.id for p in task.load("train")[:5]]
     for name, m in learned.items():
         rows = done.details["per_problem"][name]["answer_accuracy"]
@@ -59,7 +59,7 @@ def test_attempt_stage_adds_one_learned_entry_per_price_with_a_policy_per_traini
     text = rules_section(done.results, done.details, tmp_path / "report")
     assert "Attempt policy (price 0.01)" in text and "strongest fixed rule at that compute" in text
     # a second run reads the tables and the trained policies back
-    again = pipeline.attempt_stage(tiny_lm, task, cfg, tmp_path / "attempt", tmp_path / "rules", ruled, problems)
+    again = stages_rules.attempt_stage(tiny_lm, task, cfg, tmp_path / "attempt", tmp_path / "rules", ruled, problems)
     assert again.details["per_problem"] == done.details["per_problem"]
 
 
@@ -71,9 +71,9 @@ def test_with_several_sampled_arms_the_stage_adds_the_best_single_arm_policy(tmp
     problems = task.load("test")[: cfg.eval_problems]
     evaluation = pipeline.evaluate_methods(tiny_lm, task, problems, [greedy_method()], cfg, tmp_path / "eval",
                                            meta={}, progress=False)
-    ruled = pipeline.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", evaluation, problems)
-    done = pipeline.attempt_stage(tiny_lm, task, cfg, tmp_path / "attempt", tmp_path / "rules", ruled, problems)
-    assert pipeline.SampleTable.load(tmp_path / "attempt" / "train").arm_names == [a.name for a in cfg.rules.arms]
+    ruled = stages_rules.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", evaluation, problems)
+    done = stages_rules.attempt_stage(tiny_lm, task, cfg, tmp_path / "attempt", tmp_path / "rules", ruled, problems)
+    assert stages_rules.SampleTable.load(tmp_path / "attempt" / "train").arm_names == [a.name for a in cfg.rules.arms]
     learned = {n: m for n, m in done.details["methods"].items() if m.get("family") == "learned"}
     single = "Attempt policy, best single arm"
     assert sorted(learned) == ["Attempt policy (price 0.05)", "Attempt policy (price 0.3)", f"{single} (price 0.05)",

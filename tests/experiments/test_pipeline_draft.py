@@ -3,7 +3,8 @@ adapter trained from the study's sequence settings, a finished run skipped."""
 
 from dataclasses import replace
 
-from decoding_adapters.experiments.pipeline import StudyConfig, train_draft
+from decoding_adapters.experiments.pipeline import train_draft
+from decoding_adapters.experiments.study_config import StudyConfig
 from decoding_adapters.policies.networks import load_adapter
 from decoding_adapters.tasks import get_task
 

@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from decoding_adapters.evaluation import EvalConfig, greedy_method
-from decoding_adapters.experiments import pipeline
-from decoding_adapters.experiments.pipeline import RulesConfig, StudyConfig
+from decoding_adapters.experiments import pipeline, stages_rules
+from decoding_adapters.experiments.study_config import RulesConfig, StudyConfig
 from decoding_adapters.policies.fixed_rules import RULE_LABELS, RULES
 from decoding_adapters.reporting.compute import answer_points
 from decoding_adapters.tasks import get_task
@@ -42,14 +42,14 @@ def test_rules_stage_adds_every_rule_and_resumes_after_a_kill(tmp_path, tiny_lm)
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        pipeline.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", evaluation, problems, on_chunk=dying)
+        stages_rules.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", evaluation, problems, on_chunk=dying)
     first = tmp_path / "rules" / "validation" / "chunk-00000.npz"
     assert first.is_file() and not (tmp_path / "rules" / "test").exists()
     stamp = first.stat().st_mtime_ns
-    done = pipeline.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", evaluation, problems)
+    done = stages_rules.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", evaluation, problems)
     assert first.stat().st_mtime_ns == stamp  # the chunk written before the kill was kept
-    validation = pipeline.SampleTable.load(tmp_path / "rules" / "validation")
-    test = pipeline.SampleTable.load(tmp_path / "rules" / "test")
+    validation = stages_rules.SampleTable.load(tmp_path / "rules" / "validation")
+    test = stages_rules.SampleTable.load(tmp_path / "rules" / "test")
     assert validation.shape == (4, 2, 2) and test.problem_ids == [p.id for p in problems]
     assert validation.problem_ids == [p.id for p in task.load("validation")[:4]]
 
@@ -80,7 +80,7 @@ def test_rules_stage_adds_every_rule_and_resumes_after_a_kill(tmp_path, tiny_lm)
     again = pipeline.evaluate_methods(tiny_lm, task, problems, [greedy_method()], cfg, tmp_path / "eval", meta={},
                                       progress=False)
     assert set(again.details["methods"]) == set(methods)
-    twice = pipeline.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", again, problems)
+    twice = stages_rules.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", again, problems)
     assert set(twice.details["methods"]) == set(methods)
 
 
@@ -90,7 +90,7 @@ def test_rules_stage_refuses_other_problems(tmp_path, tiny_lm):
     evaluation = pipeline.evaluate_methods(tiny_lm, task, problems, [greedy_method()], replace(cfg, eval_problems=2),
                                            tmp_path / "eval", meta={}, progress=False)
     with pytest.raises(ValueError, match="evaluated problems"):
-        pipeline.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", evaluation, task.load("test")[1:3])
+        stages_rules.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", evaluation, task.load("test")[1:3])
 
 
 def test_a_run_started_before_the_rules_stage_resumes_with_it(tmp_path):

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 from decoding_adapters.decoding.actions import GREEDY, DecodingAction
 from decoding_adapters.evaluation import EvalConfig, greedy_method
-from decoding_adapters.experiments import pipeline
-from decoding_adapters.experiments.pipeline import RulesConfig, SelectionConfig, StudyConfig, VerifierStageConfig
+from decoding_adapters.experiments import pipeline, stages_rules
+from decoding_adapters.experiments.study_config import RulesConfig, SelectionConfig, StudyConfig, VerifierStageConfig
 from decoding_adapters.policies.fixed_rules import VERIFIER_RULES
 from decoding_adapters.policies.verifier import load_verifier
 from decoding_adapters.selection.coverage import OutcomeTable
@@ -25,8 +25,9 @@ def test_verifier_stage_adds_its_rules_beside_the_plain_ones(tmp_path, tiny_lm):
     problems = task.load("test")[: cfg.eval_problems]
     evaluation = pipeline.evaluate_methods(tiny_lm, task, problems, [greedy_method()], cfg, tmp_path / "eval",
                                            meta={}, progress=False)
-    ruled = pipeline.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", evaluation, problems)
-    verified = pipeline.verifier_stage(tiny_lm, task, cfg, tmp_path / "verifier", tmp_path / "rules", ruled, problems)
+    ruled = stages_rules.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", evaluation, problems)
+    verified = stages_rules.verifier_stage(tiny_lm, task, cfg, tmp_path / "verifier", tmp_path / "rules", ruled,
+                                           problems)
     methods = verified.details["methods"]
     reading = {n: m for n, m in methods.items() if m.get("reads_verifier")}
     assert {m["rule"] for m in reading.values()} <= set(VERIFIER_RULES) and reading
@@ -36,7 +37,7 @@ def test_verifier_stage_adds_its_rules_beside_the_plain_ones(tmp_path, tiny_lm):
     quality = json.loads((tmp_path / "verifier" / "verifier_rules.json").read_text())["quality"]
     families = {p.meta["family"] for p in task.load("validation")[:4]}
     assert set(quality["validation"]) == {"all"} | families
-    again = pipeline.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", verified, problems)
+    again = stages_rules.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", verified, problems)
     assert set(again.details["methods"]) == set(methods)  # the rules' rerun keeps the verifier's points
 
 

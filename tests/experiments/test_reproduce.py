@@ -10,11 +10,11 @@ import pytest
 from decoding_adapters.cli import main
 from decoding_adapters.decoding.actions import GREEDY, ActionSet, DecodingAction
 from decoding_adapters.experiments import pipeline, planning, presets
-from decoding_adapters.experiments.pipeline import SelectionConfig, StudyConfig
 from decoding_adapters.experiments.planning import estimate_minutes
 from decoding_adapters.experiments.presets import FULL, REPRODUCE_SIZES
 from decoding_adapters.experiments.probe import REFERENCE_PROBE_TOKENS_PER_SECOND
 from decoding_adapters.experiments.report_sections import target_lines
+from decoding_adapters.experiments.study_config import SelectionConfig, StudyConfig
 from decoding_adapters.training.sequence import SequenceTrainConfig
 
 

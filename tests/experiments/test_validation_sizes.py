@@ -5,8 +5,8 @@ setting per compute level."""
 
 import pytest
 
-from decoding_adapters.experiments.pipeline import study_task_options
 from decoding_adapters.experiments.presets import REPRODUCE_SIZES
+from decoding_adapters.experiments.study_config import study_task_options
 from decoding_adapters.tasks import get_task
 
 

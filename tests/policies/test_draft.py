@@ -63,7 +63,7 @@ def test_kept_draft_costs_one_decode_and_a_redecode_costs_the_rest(tiny_lm, tiny
     context = DraftContextConfig(features="confidence", token_budget=5)
     choices = torch.tensor([KEEP_DRAFT, 1, KEEP_DRAFT, 1])
     result = draft_gated_decode(tiny_lm, tiny_prompts, None, context, [SAMPLER], budget,
-                                choose=lambda summary, budgets: choices)
+                                choose=lambda summary, budgets: choices, stop_at_answer=False)
     draft = decode(tiny_lm, tiny_prompts, ActionSet([GREEDY]), row_actions=0, token_budget=5)
     assert result.kept == [True, False, True, False]
     for p in range(4):
@@ -84,7 +84,7 @@ def test_policy_with_a_prior_on_keep_keeps_every_draft(tiny_lm, tiny_prompts):
     context = DraftContextConfig(features="mean", token_budget=4)
     policy = SequencePolicy(SequencePolicyConfig(embed_dim=context.dim(tiny_lm.hidden_size), num_actions=2,
                                                  prior=(0.9, 0.1), input_norm="standardise")).eval()
-    result = draft_gated_decode(tiny_lm, tiny_prompts, policy, context, [SAMPLER], 1)
+    result = draft_gated_decode(tiny_lm, tiny_prompts, policy, context, [SAMPLER], 1, stop_at_answer=False)
     assert result.kept == [True] * 4 and result.redecoded is None and result.decodes == [1] * 4
     assert result.probs.shape == (4, 2) and torch.allclose(result.probs[:, 0], torch.full((4,), 0.9))
 

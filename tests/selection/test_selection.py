@@ -134,7 +134,8 @@ class CountingRollouts(Rollouts):
 
 
 POOL = [GREEDY, DecodingAction(True, 1.0), DecodingAction(True, 0.75, 10, 0.9)]
-SETTINGS = dict(samples=2, token_budget=6, seed=3, batch_rows=5, progress=False)  # 5 rows = one problem per chunk
+SETTINGS = dict(samples=2, token_budget=6, seed=3, batch_rows=5, progress=False,  # 5 rows = one problem per chunk
+                stop_at_answer=False)
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from test_arithmetic import _DEFAULT_DIGESTS, _digest
 
-from decoding_adapters.experiments.pipeline import study_task_options
 from decoding_adapters.experiments.presets import REPRODUCE_SIZES, SIZES
+from decoding_adapters.experiments.study_config import study_task_options
 from decoding_adapters.tasks import SPLITS, check_disjoint, content_hashes, get_task
 from decoding_adapters.tasks.arithmetic import ArithmeticTask, content_key, sealed_weights
 

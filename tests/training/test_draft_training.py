@@ -32,17 +32,18 @@ def test_table_is_built_resumed_and_guarded(tmp_path, tiny_lm):
     problems = task.load("validation")[:3]
     path = tmp_path / "table.jsonl"
     table = build_draft_table(tiny_lm, task, problems[:2], [SAMPLER], samples=2, token_budget=4, path=path,
-                              split="validation", chunk_problems=1)
+                              split="validation", chunk_problems=1, stop_at_answer=False)
     assert table.problem_ids == [p.id for p in problems[:2]]
     record = table.records[problems[0].id]
     assert len(record["samples"][SAMPLER.name]) == 2 and len(record["draft"]["mean_hidden"]) == tiny_lm.hidden_size
     lines = path.read_text().splitlines()
     table = build_draft_table(tiny_lm, task, problems, [SAMPLER], samples=2, token_budget=4, path=path,
-                              split="validation")
+                              split="validation", stop_at_answer=False)
     assert path.read_text().splitlines()[: len(lines)] == lines and len(table.records) == 3  # kept, one added
     assert DraftTable.load(path).records == table.records
     with pytest.raises(ValueError, match="other settings"):
-        build_draft_table(tiny_lm, task, problems, [SAMPLER], samples=3, token_budget=4, path=path, split="validation")
+        build_draft_table(tiny_lm, task, problems, [SAMPLER], samples=3, token_budget=4, path=path, split="validation",
+                          stop_at_answer=False)
 
 
 def _table(draft: float, samples: list[float]) -> DraftTable:
@@ -104,19 +105,19 @@ def test_a_table_decoded_with_the_stop_says_so(tmp_path, tiny_lm, monkeypatch):
     problems = task.load("validation")[:2]
     path = tmp_path / "stopped.jsonl"
     table = build_draft_table(tiny_lm, task, problems, [SAMPLER], samples=2, token_budget=4, path=path,
-                              split="validation", stop=True)
+                              split="validation", stop_at_answer=True)
     assert table_stop(table.header) is True and table.header["stop_at_answer"] is True
     for record in table.records.values():
         assert record["draft"]["length"] == 1 and record["draft"]["confidence"][5] == 1.0
         assert [s["length"] for s in record["samples"][SAMPLER.name]] == [1, 1]
     with pytest.raises(ValueError, match="other settings"):
         build_draft_table(tiny_lm, task, problems, [SAMPLER], samples=2, token_budget=4, path=path,
-                          split="validation")
+                          split="validation", stop_at_answer=False)
     unstopped = OutcomeTable(table_header(task, tiny_lm, problems, token_budget=4, seed=0, cot_ratio=0.0,
-                                          samples=2))
+                                          samples=2, stop_at_answer=False))
     with pytest.raises(ValueError, match="stop_at_answer"):
         build_draft_table(tiny_lm, task, problems, [SAMPLER], samples=2, token_budget=4, path=tmp_path / "s.jsonl",
-                          split="train", stop=True, stored=unstopped)
+                          split="train", stop_at_answer=True, stored=unstopped)
     assert table_stop({}) is False
     assert table_stop({"draft_stop_at_answer": True, "redecode_stop_at_answer": True}) is True
     assert table_stop({"draft_stop_at_answer": True}) is False

@@ -297,7 +297,7 @@ class _CompleteAtOnce(OddSeedTask):
 
 
 def test_live_rewards_end_rows_at_the_first_answer_under_the_protocol():
-    from decoding_adapters.decoding.rollouts import STOP_AT_ANSWER
+    from decoding_adapters.decoding.protocol import STOP_AT_ANSWER
     from decoding_adapters.training.sequence import LiveRewards, SequenceTrainConfig
     from decoding_adapters.training.token import TokenTrainConfig
 

@@ -16,8 +16,9 @@ from typing import Literal
 from ..core.files import LOCK_FILE, check_output_dir
 from ..decoding.actions import GREEDY, ActionSet, DecodingAction
 from ..decoding.backends import make_rollouts
+from ..decoding.protocol import STOP_AT_ANSWER
 from ..decoding.ray_rollouts import TaskSpec
-from ..decoding.rollouts import STOP_AT_ANSWER, Rollouts
+from ..decoding.rollouts import Rollouts
 from ..decoding.table_engines import ChunkEngine, LocalChunks, RayChunks
 from ..evaluation.decoder_choice import decoder_arms
 from ..lm.models import ModelSpec, load_frozen_lm

@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 from typing import Literal
 
 from ..decoding.actions import GREEDY, DecodingAction
-from ..decoding.rollouts import STOP_AT_ANSWER
+from ..decoding.protocol import STOP_AT_ANSWER
 from ..lm.models import DEFAULT_MODEL
 from ..policies.bounds import check_rule_fields
 from ..policies.fixed_rules import RULE_KNOBS, RULES

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.files import atomic_write, lock_output_dir, write_json
+from ..decoding.protocol import STOP_AT_ANSWER
 from ..evaluation.rules import COMPUTE_LEVELS, fit_calibrations, greedy_then, tune_rules
 from ..evaluation.sample_table import SampleTable, build_sample_table, pass_at_k_curve, unfinished
 from ..evaluation.verifier import ranking_quality, table_scores
@@ -218,7 +219,7 @@ def _write_rule_adapter(args, options: RulesOptions, curves: dict, val_draws, va
     save_rule_adapter(options.adapter_out, rule, settings, actions, first_arm=0, arm=len(actions) - 1,
                       calibration=calibration, task=task.name, task_options=task_record(task),
                       token_budget=validation.header.get("token_budget"),
-                      stop_at_answer=bool(validation.header.get("stop_at_answer", True)),
+                      stop_at_answer=bool(validation.header.get("stop_at_answer", STOP_AT_ANSWER)),
                       base_model=getattr(args, "name_or_path", None) or "",
                       training={"tuned_on": options.validation_table, "level": level,
                                 "validation": point(rule)["validation"]})

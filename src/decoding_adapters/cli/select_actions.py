@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from ..decoding.actions import ActionSet
-from ..decoding.rollouts import STOP_AT_ANSWER
+from ..decoding.protocol import STOP_AT_ANSWER
 from ..reporting.selection import write_outputs
 from ..selection.coverage import build_pool, select_from_table
 from ..selection.outcomes import check_table, evaluate_pool, table_header

@@ -11,9 +11,9 @@ import shlex
 import shutil
 from pathlib import Path
 
-from ..experiments.pipeline import StudyConfig
 from ..experiments.planning import estimate_minutes, fit_note, fit_to_minutes, plan_advice, plan_range
 from ..experiments.probe import decode_probe
+from ..experiments.study_config import StudyConfig
 from ..lm.models import DEFAULT_DEVICE, ModelSpec, load_frozen_lm
 from .config_args import add_config_arguments, build_config
 

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from ..tasks import Task, build_prompts
 from .actions import ActionSet
 from .loop import Chooser, DecodeResult, StopCheck, decode
+from .protocol import STOP_AT_ANSWER
 
 __all__ = [
     "STOP_AT_ANSWER",
@@ -42,15 +43,6 @@ __all__ = [
 ]
 
 
-STOP_AT_ANSWER: bool = True
-"""The protocol's default, for every method, trainer and adapter: each sample ends at its task's
-first complete answer (``Task.answer_complete``, checked after every token), so no method is scored
-on what it writes after its answer and none spends tokens there. The evaluation's methods, the
-sequence and token trainers and the sample tables take their ``stop_at_answer`` default from this
-value; other configs declare their own (``--no-stop-at-answer`` decodes to the budget). A task that
-does not say what a complete answer is (code) is decoded to its end either way."""
-
-
 def says_when_complete(task) -> bool:
     """Whether ``task`` has a notion of a complete answer (it defines ``answer_complete`` beyond
     the base class's "never"): where it has none, the stop changes nothing and no check is run."""
@@ -64,11 +56,12 @@ def answer_check(task, problem) -> StopCheck | None:
     return functools.partial(task.answer_complete, problem) if says_when_complete(task) else None
 
 
-def answer_stops(task, problems: Sequence, prompt_of_row: Sequence[int], on: bool) -> list[StopCheck] | None:
+def answer_stops(task, problems: Sequence, prompt_of_row: Sequence[int],
+                 stop_at_answer: bool) -> list[StopCheck] | None:
     """Per row, the check that ends it at the first complete answer to ``problems[prompt_of_row[r]]``
-    (``task.answer_complete``), when ``on``; None when off or where the task has no such notion
-    (rows run to EOS or their budget)."""
-    if not on or not says_when_complete(task):
+    (``task.answer_complete``), when ``stop_at_answer``; None when off or where the task has no such
+    notion (rows run to EOS or their budget)."""
+    if not stop_at_answer or not says_when_complete(task):
         return None
     return [functools.partial(task.answer_complete, problems[i]) for i in prompt_of_row]
 

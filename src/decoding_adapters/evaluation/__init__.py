@@ -3,7 +3,7 @@
 The protocol: every sample of every method ends at its task's first complete answer
 (``Task.answer_complete``, checked inside the decode loop after every token, so the tokens after the
 answer are never generated): ``EvalConfig.stop_at_answer``, default
-``decoding.rollouts.STOP_AT_ANSWER`` (True); False decodes every sample to EOS or the budget. An
+``decoding.protocol.STOP_AT_ANSWER`` (True); False decodes every sample to EOS or the budget. An
 adapter's samples stop as it was trained (``AdapterConfig.stop_at_answer``). A task that does not
 say what a complete answer is (code) is decoded to its end either way.
 

@@ -32,6 +32,7 @@ from ..core.stats import paired_ci
 from ..decoding.actions import GREEDY, DecodingAction
 from ..decoding.attempts import sequential_attempts
 from ..decoding.loop import row_seed
+from ..decoding.protocol import STOP_AT_ANSWER
 from ..decoding.rollouts import answer_stops, encode_problems
 from ..policies.attempt import AttemptInputs, AttemptOutcome, PolicyDecider, walk
 from ..policies.fixed_rules import RULES, RuleSetting, score_setting, vote
@@ -432,7 +433,7 @@ class AttemptDecodeResult:
 
 
 def attempt_decode(lm, task, problems, policy, actions: Sequence[DecodingAction], *, token_budget: int,
-                   seed: int = 0, stop_at_answer: bool = True,
+                   seed: int = 0, stop_at_answer: bool = STOP_AT_ANSWER,
                    confidence=None) -> AttemptDecodeResult:
     """Use the attempt policy on live problems: the stopped greedy first, then, round by round, one
     more attempt of the arm the policy picks for each problem still going, until every problem has

@@ -22,8 +22,8 @@ class StaticKey(NamedTuple):
     problem: int
     """Index into the evaluated problems."""
     sample: int
-    stop_at_answer: bool = False
-    """The row ends at its first complete answer (the protocol's default; a row to the budget is a
+    stop_at_answer: bool
+    """The row ends at its first complete answer (the method's protocol; a row to the budget is a
     generation of its own)."""
 
 
@@ -40,12 +40,13 @@ class TokenKey(NamedTuple):
 Key = Union[StaticKey, TokenKey]
 
 
-def static_key(action: DecodingAction, s: int, i: int, j: int, once: bool = True, stop: bool = False) -> StaticKey:
+def static_key(action: DecodingAction, s: int, i: int, j: int, once: bool, stop_at_answer: bool) -> StaticKey:
     """The shared row of ``action`` for seed ``s``, problem ``i``, sample ``j``: with ``once``, every
-    greedy sample of a problem is the one row of seed 0, sample 0."""
+    greedy sample of a problem is the one row of seed 0, sample 0; ``stop_at_answer``: the row ends at its
+    first complete answer."""
     if action.is_greedy:
-        return StaticKey(GREEDY, 0, i, 0, stop) if once else StaticKey(GREEDY, s, i, j, stop)
-    return StaticKey(action, s, i, j, stop)
+        return StaticKey(GREEDY, 0, i, 0, stop_at_answer) if once else StaticKey(GREEDY, s, i, j, stop_at_answer)
+    return StaticKey(action, s, i, j, stop_at_answer)
 
 
 def mixed_action(actions, base_seed: int, s: int, pid: str, j: int) -> DecodingAction:

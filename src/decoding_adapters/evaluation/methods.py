@@ -13,7 +13,8 @@ import torch
 from ..core.stats import check_int
 from ..decoding.actions import DEFAULT_TOKEN_BUDGET, GREEDY, DecodingAction
 from ..decoding.loop import DecodeResult
-from ..decoding.rollouts import STOP_AT_ANSWER, RolloutRequest, Rollouts
+from ..decoding.protocol import STOP_AT_ANSWER, DecodingProtocol
+from ..decoding.rollouts import RolloutRequest, Rollouts
 from ..policies.kinds import (
     DRAFT_THEN_REDECODE,
     ONE_PER_PROMPT,
@@ -191,6 +192,11 @@ class EvalConfig:
         the method returns from B = k samples, no verifier: ``Method.answer_rule``), mean length."""
         return ([f"pass@{k}" for k in self.k_values] + [f"{ANSWER_ACCURACY}@{k}" for k in self.k_values]
                 + ["mean_length"])
+
+    @property
+    def protocol(self) -> DecodingProtocol:
+        """The token budget and the stop at the first answer as one object (validated there)."""
+        return DecodingProtocol(self.token_budget, self.stop_at_answer)
 
 
 @dataclass

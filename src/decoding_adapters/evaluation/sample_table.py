@@ -66,7 +66,8 @@ from ..decoding.confidence import (  # re-exported: they were defined here first
     trace_readings,
 )
 from ..decoding.grid import SAMPLE_SEED_TAG, ChunkDirectory, Grid, decode_rows, fill_chunks, group_chunks
-from ..decoding.rollouts import STOP_AT_ANSWER, encode_problems
+from ..decoding.protocol import STOP_AT_ANSWER
+from ..decoding.rollouts import encode_problems
 from ..decoding.table_engines import LocalChunks
 from ..decoding.teacher_forced import decode_rows_elsewhere
 

@@ -71,11 +71,11 @@ def truncation_table(result: DecodeResult, budgets: Sequence[int]) -> list[Trunc
 
 def greedy_truncation(
     lm, task, problems, budgets: Sequence[int], *, rollouts: Rollouts | None = None, batch_rows: int = 128,
-    stop_at_answer: bool = False,
+    stop_at_answer: bool,
 ) -> list[TruncationStats]:
     """Decode ``problems`` greedily once at ``max(budgets)`` and return the figures at every budget,
     each with the task reward of the rows cut at that budget. With ``stop_at_answer`` (the
-    protocol's: the studies pass theirs) a row ends at its first complete answer, which is not a
+    protocol's: the caller passes its own) a row ends at its first complete answer, which is not a
     cut by the budget."""
     if not problems:
         raise ValueError("no problems to measure truncation on")

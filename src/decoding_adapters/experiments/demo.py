@@ -61,12 +61,12 @@ from ..reporting.report import (
 from ..reporting.rules import rules_section
 from ..selection.best import best_static_from_table
 from ..tasks import get_task
-from . import pipeline
-from .pipeline import StudyConfig
+from . import pipeline, stages_rules
 from .planning import estimate_minutes, fit_note, fit_to_minutes, plan_advice, plan_range, replan
 from .presets import ADAPTER_NAMES, DRAFT_TRAINING, TINY, TINY_NOTE, TOKEN_MIXED, TOKEN_VARIANTS, pool_size
 from .probe import probe_once
 from .report_sections import cost_section, target_lines, token_data_section
+from .study_config import StudyConfig, study_task_options
 
 __all__ = ["run_demo", "check_same_run", "OPTIONS_FILE"]
 
@@ -149,7 +149,7 @@ def _start(out: Path, cfg: StudyConfig, *, model: str, progress: bool, label: st
     clock = pipeline.StageClock(label, out / "stage_minutes.json")  # the plan needs the probe: after loading
     clock.begin("load", "loading the frozen LM", model)
     lm = load_frozen_lm(ModelSpec(name_or_path=model, device=device))
-    task = get_task("arithmetic", **pipeline.study_task_options(cfg))
+    task = get_task("arithmetic", **study_task_options(cfg))
     probe = probe_once(lm, cfg, out / "decode_probe.json")  # the plan, scaled to this machine
     # the sizes are fitted to the machine's capacity; a busy spell is met by re-planning later
     run = _Run(out, lm, task, clock, model, command, progress, minutes, probe.capacity)
@@ -310,13 +310,13 @@ def _rules_and_attempt(run: _Run, cfg: StudyConfig, evaluation: Evaluation, test
     sampled = f"at T={rc.temperatures}" if rc.decoders is None else f"of {', '.join(a.name for a in rc.arms[1:])}"
     run.clock.begin("rules", "fixed rules", f"sample tables of {rc.problems} validation and {len(test_problems)} "
                                             f"test problems, greedy + {rc.samples} samples {sampled}")
-    ruled = pipeline.fixed_rules(run.lm, run.task, cfg, out / "rules", evaluation, test_problems,
+    ruled = stages_rules.fixed_rules(run.lm, run.task, cfg, out / "rules", evaluation, test_problems,
                                  progress=run.progress)
     evaluation = _join(evaluation, ruled, out)
     run.clock.end()
     if vc.enabled:  # trained on the attempt stage's training table (decoded here first)
         run.clock.begin("verifier", "verifier and the rules that read it", f"{vc.train_problems} training problems")
-        verified = pipeline.verifier_stage(run.lm, run.task, cfg, out / "verifier", out / "rules", evaluation,
+        verified = stages_rules.verifier_stage(run.lm, run.task, cfg, out / "verifier", out / "rules", evaluation,
                                            test_problems, train_table=out / "attempt" / "train",
                                            progress=run.progress)
         evaluation = _join(evaluation, verified, out)
@@ -325,7 +325,7 @@ def _rules_and_attempt(run: _Run, cfg: StudyConfig, evaluation: Evaluation, test
         return evaluation
     run.clock.begin("attempt", "attempt policy", f"a sample table of {ac.train_problems} training problems, one "
                                                  f"policy per price {list(ac.prices)}")
-    learned = pipeline.attempt_stage(run.lm, run.task, cfg, out / "attempt", out / "rules", evaluation,
+    learned = stages_rules.attempt_stage(run.lm, run.task, cfg, out / "attempt", out / "rules", evaluation,
                                      test_problems, progress=run.progress,
                                      verifier_dir=out / "verifier" / "verifier" if vc.enabled else None)
     evaluation = _join(evaluation, learned, out)

@@ -45,7 +45,7 @@ from ..tasks import get_task
 from ..training.sequence import SequenceTrainConfig
 from ..training.token import TokenTrainConfig
 from . import pipeline
-from .pipeline import BudgetConfig, SelectionConfig, StudyConfig
+from .study_config import BudgetConfig, SelectionConfig, StudyConfig
 
 __all__ = ["SIZES", "DOMAINS", "run_domains", "eval_key", "write_domains_report"]
 

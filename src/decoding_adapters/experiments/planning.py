@@ -12,9 +12,9 @@ from pathlib import Path
 from ..core.files import write_json
 from ..training.token import PROBE_ROUND_FACTOR
 from . import pipeline
-from .pipeline import StudyConfig
 from .presets import DRAFT_TRAINING, TOKEN_VARIANTS, pool_size
 from .probe import REFERENCE_PROBE_TOKENS_PER_SECOND, DecodeProbe
+from .study_config import StudyConfig
 
 __all__ = ["estimate_minutes", "plan_range", "plan_advice", "FIT_LADDER", "scaled_sizes", "fit_to_minutes", "fit_note",
            "replan"]

@@ -11,7 +11,14 @@ from dataclasses import replace
 from ..evaluation import EvalConfig
 from ..training.sequence import SequenceTrainConfig
 from ..training.token import TokenTrainConfig
-from .pipeline import AttemptStageConfig, BudgetConfig, RulesConfig, SelectionConfig, StudyConfig, VerifierStageConfig
+from .study_config import (
+    AttemptStageConfig,
+    BudgetConfig,
+    RulesConfig,
+    SelectionConfig,
+    StudyConfig,
+    VerifierStageConfig,
+)
 
 __all__ = ["DEFAULT", "TINY", "TINY_NOTE", "FULL", "COMPLETE", "SMOKE", "SIZES", "REPRODUCE_SIZES", "TOKEN_VARIANTS",
            "ADAPTER_NAMES", "TOKEN_MIXED", "DRAFT_TRAINING", "pool_size"]

@@ -16,8 +16,7 @@ from ..core.files import write_json
 from ..decoding.actions import ActionSet, DecodingAction
 from ..decoding.rollouts import HFRollouts, RolloutRequest, encode_problems
 from ..tasks import get_task
-from . import pipeline
-from .pipeline import StudyConfig
+from .study_config import StudyConfig, study_task_options
 
 __all__ = ["PROBE_ROWS", "PROBE_TOKENS", "REFERENCE_PROBE_TOKENS_PER_SECOND",
            "REFERENCE_SINGLE_THREAD_TOKENS_PER_SECOND", "DecodeProbe", "probe_tokens_per_second", "measure_probe",
@@ -157,7 +156,7 @@ def measure_probe(lm, task, repeats: int = PROBE_REPEATS, spread_s: float = PROB
 def decode_probe(lm, cfg: StudyConfig) -> DecodeProbe:
     """The decode probe of a study: :func:`measure_probe` on the study's own task. ``--plan`` and the
     run itself both measure through this one call, so they time the same request."""
-    return measure_probe(lm, get_task("arithmetic", **pipeline.study_task_options(cfg)))
+    return measure_probe(lm, get_task("arithmetic", **study_task_options(cfg)))
 
 
 def probe_once(lm, cfg: StudyConfig, path: Path) -> DecodeProbe:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from ..reporting.report import compare, nothing_solved, per_seed_differences, seed_clause, strongest_static
 from . import pipeline
-from .pipeline import StudyConfig
 from .presets import ADAPTER_NAMES, TOKEN_MIXED
+from .study_config import StudyConfig
 
 __all__ = ["TOKEN_TARGET_GAIN", "DRAFT_TARGET_GAIN", "DRAFT_TARGET_DECODES", "target_lines", "token_data_section",
            "cost_section"]

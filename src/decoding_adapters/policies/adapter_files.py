@@ -16,6 +16,7 @@ from torch import nn
 
 from ..core.files import atomic_write, write_json
 from ..decoding.actions import DecodingAction
+from ..decoding.protocol import STOP_AT_ANSWER, STOP_OF_UNMARKED_FILES
 from .bounds import check_adapter_fields, parse_json
 from .kinds import POLICY_MODES, adapter_kind
 from .model_card import EVALUATIONS_FILE, evaluation_label, read_evaluations, read_results, write_model_card
@@ -104,12 +105,12 @@ class AdapterConfig:
     draft: dict | None = None
     """Draft-gated adapters: the ``policies.draft.DraftContextConfig`` fields (which summary of the
     greedy draft the policy reads, and the draft's token budget)."""
-    stop_at_answer: bool = True
+    stop_at_answer: bool = STOP_AT_ANSWER
     """Each sample it decodes (a draft-gated adapter: its draft and re-decodes) ends at the task's
     first complete answer (``Task.answer_complete``), as it was trained and is served and evaluated
-    (the protocol's default, ``decoding.rollouts.STOP_AT_ANSWER``). An ``adapter.json`` without the
-    field (written before the stop was the protocol) reads False: it decodes to the budget, as it
-    was trained."""
+    (the protocol's default, ``decoding.protocol.STOP_AT_ANSWER``). An ``adapter.json`` without the
+    field (written before the stop was the protocol) reads ``STOP_OF_UNMARKED_FILES`` (False): it
+    decodes to the budget, as it was trained."""
 
     def __post_init__(self) -> None:
         kind = adapter_kind(self.kind)
@@ -185,7 +186,7 @@ def _legacy_stop(data: dict) -> dict:
         data["draft"] = {k: v for k, v in draft.items() if k not in legacy}
         data["stop_at_answer"] = flags.pop()
     else:
-        data["stop_at_answer"] = False
+        data["stop_at_answer"] = STOP_OF_UNMARKED_FILES
     return data
 
 

@@ -195,7 +195,7 @@ def draft_gated_decode(
     on_redecode_step: StepCallback | None = None,
     answer_complete: Sequence[StopCheck | None] | None = None,
     fill_kept: bool = False,
-    stop_at_answer: bool = False,
+    stop_at_answer: bool,
 ) -> DraftGatedResult:
     """Draft, summarise, choose and re-decode, for a batch of prompts (token-id lists).
 

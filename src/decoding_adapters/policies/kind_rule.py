@@ -24,6 +24,7 @@ import numpy as np
 from torch import nn
 
 from ..decoding.confidence import CONFIDENCE_FEATURES
+from ..decoding.protocol import STOP_AT_ANSWER
 from .adapter_files import AdapterConfig, save_adapter
 from .bounds import check_rule_fields
 from .fixed_rules import RULE_KNOBS, RULE_LABELS, RULES, Calibration, Draws, RuleSetting, score_setting
@@ -225,7 +226,8 @@ def rule_policy(rule: str, settings: dict, num_actions: int, first_arm: int = 0,
 def save_rule_adapter(directory: str | Path, rule: str, settings: dict, actions: Sequence[dict], *,
                       first_arm: int = 0, arm: int = 1, calibration: Calibration | dict | None = None,
                       task: str = "", task_options: dict | None = None, token_budget: int | None = None,
-                      stop_at_answer: bool = True, training: dict | None = None, base_model: str = "") -> Path:
+                      stop_at_answer: bool = STOP_AT_ANSWER, training: dict | None = None,
+                      base_model: str = "") -> Path:
     """Write a rule adapter (``adapter.json``, an empty ``adapter.safetensors``, the model card):
     ``rule`` at ``settings`` over ``actions[first_arm]`` then samples of ``actions[arm]``. ``task``:
     whose answers it reads and where an attempt ends (its ``task_options`` as ``tasks.task_record``

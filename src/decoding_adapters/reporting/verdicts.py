@@ -16,6 +16,7 @@ import statistics
 from typing import Mapping, Sequence
 
 from ..core.stats import paired_ci, problem_means, seed_interval
+from ..decoding.protocol import stored_stop
 from ..evaluation.methods import ANSWER_ACCURACY, FIXED_ACTION, GREEDY_ROWS
 from ..policies.kinds import ONE_PER_PROMPT
 from .cells import (
@@ -338,7 +339,7 @@ def _fixed_action(details: Mapping | None, name: str, problem: int, k: int) -> t
         return None
     action = read(details, name, method, problem, k)
     # rows that end at the first answer and rows to the budget are different generations
-    stop = bool(method.get("stop_at_answer", (details or {}).get("config", {}).get("stop_at_answer", False)))
+    stop = stored_stop(method if "stop_at_answer" in method else (details or {}).get("config", {}))
     return None if action is None else (action, stop)
 
 

@@ -42,6 +42,7 @@ from tqdm.auto import tqdm
 
 from ..decoding.actions import ActionSet, DecodingAction
 from ..decoding.grid import Grid, GridRow, JsonlTable, fill_chunks, group_chunks, header_differences
+from ..decoding.protocol import stored_stop
 from ..decoding.rollouts import HFRollouts, RolloutRequest, Rollouts, answer_stops, encode_problems
 from ..tasks.base import problems_digest
 
@@ -192,7 +193,7 @@ def _prompts_digest(task, problem) -> str:
 
 
 def table_header(task, lm, problems, *, token_budget: int, seed: int, cot_ratio: float, samples: int,
-                 data: dict | None = None, stop_at_answer: bool = False) -> dict:
+                 stop_at_answer: bool, data: dict | None = None) -> dict:
     """The header of an outcome table: everything that determines its outcomes (module docstring).
     ``data`` describes where ``problems`` come from (``{"split", "count", "digest"}`` of the whole
     split, so that a run over more of the split resumes); default: the problems themselves.
@@ -217,14 +218,14 @@ def table_header(task, lm, problems, *, token_budget: int, seed: int, cot_ratio:
 
 
 def check_replay_header(table: OutcomeTable, *, task, lm=None, token_budget: int, seed: int,
-                        cot_ratio: float, stop_at_answer: bool = False) -> None:
+                        cot_ratio: float, stop_at_answer: bool) -> None:
     """Refuse to replay a table whose outcomes were decoded under other settings than the
     trainer's (task, model, data, prompts, token budget, seed, CoT ratio, the stop at the first
     answer): its rewards would describe another experiment. One-line ValueError naming the fields
     that differ."""
     header, path = table.header, table.path
-    if bool(header.get("stop_at_answer", False)) != bool(stop_at_answer):
-        raise ValueError(f"{path} was decoded with stop_at_answer={bool(header.get('stop_at_answer', False))}, this "
+    if stored_stop(header) != bool(stop_at_answer):
+        raise ValueError(f"{path} was decoded with stop_at_answer={stored_stop(header)}, this "
                          f"run has {bool(stop_at_answer)}: offline replay refused (decode the table again)")
     # The seed: in replay the trainer's seed draws the policy's weights, batches and stored samples,
     # never a decode, so training several seeds on one table is the intended use. It must match
@@ -275,7 +276,7 @@ def _pending(table: OutcomeTable, problems, grid: Grid) -> list[Pending]:
 
 
 def _chunk_request(chunk: list[Pending], prompts, problems, grid: Grid, token_budget: int, share_prefill: bool,
-                   task=None, stop_at_answer: bool = False) -> tuple[RolloutRequest, list[GridRow]]:
+                   task, stop_at_answer: bool) -> tuple[RolloutRequest, list[GridRow]]:
     """One ``RolloutRequest`` for a chunk and its rows; with ``stop_at_answer`` every row ends at its
     first complete answer (``task.answer_complete``)."""
     rows = [row for _, rows in chunk for row in rows]
@@ -321,7 +322,7 @@ def evaluate_pool(
     share_prefill: bool = True,
     on_chunk: Callable[[int, int], None] | None = None,
     data: dict | None = None,
-    stop_at_answer: bool = False,
+    stop_at_answer: bool,
 ) -> OutcomeTable:
     """Decode ``samples`` samples of every action on every problem and store reward and length.
 
@@ -374,7 +375,7 @@ def evaluate_pool(
 
 
 def _run_chunk(rollouts, task, chunk: list[Pending], prompts, problems, grid: Grid, token_budget: int,
-               share_prefill: bool, stop_at_answer: bool = False) -> list[dict]:
+               share_prefill: bool, stop_at_answer: bool) -> list[dict]:
     """Decode one chunk and return its table records (a greedy decode yields one per stored sample)."""
     request, rows = _chunk_request(chunk, prompts, problems, grid, token_budget, share_prefill, task, stop_at_answer)
     result = rollouts.run(request)

@@ -134,11 +134,11 @@ class DraftTable:
 
 
 def _table_header(task, lm, split: str, actions, samples: int, token_budget: int, seed: int,
-                  stop: bool = False) -> dict:
+                  stop_at_answer: bool) -> dict:
     header = {"format": TABLE_FORMAT, "version": 1, "task": getattr(task, "name", ""), "split": split,
               "model": lm.fingerprint(), "actions": [a.to_dict() for a in actions], "samples": samples,
               "token_budget": token_budget, "seed": seed}
-    if stop:  # present only when on, so a table decoded without the stop keeps its header
+    if stop_at_answer:  # present only when on, so a table decoded without the stop keeps its header
         header["stop_at_answer"] = True
     return header
 
@@ -158,18 +158,18 @@ def _round(values: torch.Tensor, digits: int = 4) -> list[float]:
 
 def build_draft_table(lm, task, problems, actions: Sequence[DecodingAction], *, samples: int, token_budget: int,
                       path: str | Path, split: str, seed: int = 0, chunk_problems: int = 16,
-                      stored: OutcomeTable | None = None, on_chunk=None, stop: bool = False) -> DraftTable:
+                      stored: OutcomeTable | None = None, on_chunk=None, stop_at_answer: bool) -> DraftTable:
     """Decode the both-arms table of ``problems`` into ``path`` (resumable: problems already there
     are kept, and a table made under other settings is refused). ``stored``: a ``select-actions``
     outcome table decoded under the same settings whose samples of ``actions`` are taken instead of
     decoding them (rewards and lengths only: no answers, so no majority vote over them); only the
-    drafts are decoded then. ``stop``: the drafts and the re-decodes end at their first complete
+    drafts are decoded then. ``stop_at_answer``: the drafts and the re-decodes end at their first complete
     answer (``Task.answer_complete``), as the adapter will decode them."""
     path = Path(path)
-    header = _table_header(task, lm, split, actions, samples, token_budget, seed, stop)
+    header = _table_header(task, lm, split, actions, samples, token_budget, seed, stop_at_answer)
     if stored is not None:
         check_replay_header(stored, task=task, lm=lm, token_budget=token_budget, seed=seed, cot_ratio=0.0,
-                            stop_at_answer=stop)
+                            stop_at_answer=stop_at_answer)
         header["samples_from"] = stored.header.get("data")
     if path.is_file():
         table = DraftTable.load(path)
@@ -187,8 +187,8 @@ def build_draft_table(lm, task, problems, actions: Sequence[DecodingAction], *, 
 
     try:
         fill_chunks(group_chunks(todo, chunk_problems),
-                    lambda chunk: _table_chunk(lm, task, chunk, grid, token_budget, stored, stop), store, on_chunk,
-                    size=len)
+                    lambda chunk: _table_chunk(lm, task, chunk, grid, token_budget, stored, stop_at_answer), store,
+                    on_chunk, size=len)
     finally:
         file.close()
     return table
@@ -204,11 +204,11 @@ def _stored_samples(stored: OutcomeTable, problem_id: str, actions: ActionSet, s
     return out
 
 
-def _table_chunk(lm, task, problems, grid: Grid, token_budget: int, stored: OutcomeTable | None = None,
-                 stop: bool = False) -> list[dict]:
+def _table_chunk(lm, task, problems, grid: Grid, token_budget: int, stored: OutcomeTable | None,
+                 stop_at_answer: bool) -> list[dict]:
     prompts, _ = encode_problems(lm, task, problems, seed=grid.seed)
     draft = decode(lm, prompts, ActionSet([GREEDY]), row_actions=0, token_budget=token_budget, record_features=True,
-                   stop_checks=answer_stops(task, problems, range(len(problems)), stop))
+                   stop_checks=answer_stops(task, problems, range(len(problems)), stop_at_answer))
     summary = summarise_draft(draft)
     embeddings = lm.prompt_embeddings(prompts, pooling="mean")
     draft_rewards = task.reward_batch(problems, draft.texts)
@@ -219,7 +219,7 @@ def _table_chunk(lm, task, problems, grid: Grid, token_budget: int, stored: Outc
                 for i, problem in enumerate(problems)]
     rows = grid.rows(len(problems))  # every action decoded once per sample slot
     result, rewards = decode_rows(lm, task, problems, prompts, grid, rows, token_budget=token_budget,
-                                  stop_at_answer=stop)
+                                  stop_at_answer=stop_at_answer)
     valid = result.valid_mask().float()
     conf = (result.max_prob * valid).sum(1) / result.lengths.clamp(min=1)
     out = []
@@ -334,7 +334,7 @@ def ensure_tables(config: DraftTrainConfig, lm, task, on_chunk=None, progress: b
 
         build_draft_table(lm, task, problems, actions, samples=config.table_samples,
                           token_budget=config.token_budget, path=path, split=split, seed=config.seed,
-                          chunk_problems=chunk, on_chunk=advance, stop=config.stop_at_answer)
+                          chunk_problems=chunk, on_chunk=advance, stop_at_answer=config.stop_at_answer)
     bar.close()
 
 

@@ -36,7 +36,8 @@ import torch
 from ..core.files import load_tensors, save_tensors
 from ..decoding.actions import DEFAULT_TOKEN_BUDGET, ActionSet
 from ..decoding.loop import row_seed
-from ..decoding.rollouts import STOP_AT_ANSWER, RolloutRequest, Rollouts, answer_stops, encode_problems, score_rows
+from ..decoding.protocol import STOP_AT_ANSWER, DecodingProtocol
+from ..decoding.rollouts import RolloutRequest, Rollouts, answer_stops, encode_problems, score_rows
 from ..policies.networks import (
     DEFAULT_POLICY_TEMPERATURE,
     AdapterConfig,
@@ -179,6 +180,11 @@ class SequenceTrainConfig:
         if self.replay and self.metric in ("majority", "mix"):
             raise ValueError("offline replay stores rewards, not answers: majority vote (and mix) need live rollouts")
         check_shared_fields(self)
+
+    @property
+    def protocol(self) -> DecodingProtocol:
+        """The token budget and the stop at the first answer as one object (validated there)."""
+        return DecodingProtocol(self.token_budget, self.stop_at_answer)
 
 
 def inference_reward(rewards: Sequence[float], answers: Sequence[str] | None, metric: str) -> float:

@@ -38,7 +38,8 @@ import torch
 
 from ..decoding.actions import DEFAULT_TOKEN_BUDGET, ActionSet
 from ..decoding.loop import DecodeResult, row_seed
-from ..decoding.rollouts import STOP_AT_ANSWER, RolloutRequest, Rollouts, answer_stops, encode_problems, score_rows
+from ..decoding.protocol import STOP_AT_ANSWER, DecodingProtocol
+from ..decoding.rollouts import RolloutRequest, Rollouts, answer_stops, encode_problems, score_rows
 from ..policies.networks import (
     DEFAULT_POLICY_TEMPERATURE,
     POLICY_MODES,
@@ -207,6 +208,11 @@ class TokenTrainConfig:
             raise ValueError("kl_coef must be >= 0, and > 0 only with a prior_action")
         if not 0 < self.prior_mass < 1:
             raise ValueError(f"prior_mass must be in (0, 1), got {self.prior_mass}")
+
+    @property
+    def protocol(self) -> DecodingProtocol:
+        """The token budget and the stop at the first answer as one object (validated there)."""
+        return DecodingProtocol(self.token_budget, self.stop_at_answer)
 
 
 @dataclass
