@@ -217,7 +217,7 @@ def test_each_setting_has_exactly_one_default():
     assert {("decoding/protocol.py", "DecodingProtocol.stop_at_answer"),
             ("evaluation/methods.py", "EvalConfig.stop_at_answer"),
             ("experiments/study_config.py", "StudyConfig.stop_at_answer"),
-            ("policies/networks.py", "AdapterConfig.stop_at_answer")} <= stops
+            ("policies/adapter_files.py", "AdapterConfig.stop_at_answer")} <= stops
 
 
 def test_components_take_the_homes_default():

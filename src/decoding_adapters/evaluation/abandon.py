@@ -16,6 +16,7 @@ from typing import Sequence
 from ..decoding.actions import DecodingAction
 from ..decoding.attempts import AttemptsResult, sequential_attempts
 from ..decoding.loop import row_seed
+from ..decoding.protocol import STOP_AT_ANSWER
 from ..decoding.rollouts import answer_stops, encode_problems
 from ..policies.abandon import AbandonRule
 from ..policies.attempt import AttemptInputs, AttemptLattice, AttemptOutcome, PolicyDecider, walk
@@ -34,7 +35,7 @@ def replay(policy, table: SampleTable, rule: AbandonRule | None = None) -> tuple
 
 
 def abandon_decode(lm, task, problems, policy, actions: Sequence[DecodingAction], rule: AbandonRule | None, *,
-                   token_budget: int, seed: int = 0, stop_at_answer: bool = True,
+                   token_budget: int, seed: int = 0, stop_at_answer: bool = STOP_AT_ANSWER,
                    confidence: ConfidenceConfig | None = None) -> AttemptsResult:
     """The attempt policy on live problems with ``rule`` cutting attempts at its checkpoints (module
     docstring): every attempt, the decisions, and where any attempt was cut (``cut_at``)."""
