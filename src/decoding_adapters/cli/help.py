@@ -69,6 +69,8 @@ ADVANCED = frozenset({
     "budget_prior_actions", "replay",
     # the draft trainer's tables and update (docs/draft-gated.md)
     "full_information", "redecode_cost", "table_samples",
+    # the attempt trainer's network, its tables' growth and the decoder ablation (docs/attempt.md)
+    "width", "hidden_proj", "stop_bias", "problems_per_step", "extend_tables", "decoder_count", "decoder_ablation",
 })
 """Options ``--help`` names in one paragraph instead of describing (``--help-all`` describes them)."""
 
