@@ -13,6 +13,7 @@ import torch
 import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
 
+import decoding_adapters.lm.locate as locate
 import decoding_adapters.lm.models as models
 
 
@@ -43,19 +44,19 @@ def test_conversion_writes_the_architecture_under_a_versioned_key(tmp_path: Path
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: _TokenizerStub())
     monkeypatch.setenv("DECODING_ADAPTERS_CACHE", str(tmp_path / "cache"))
     # An old (v1) conversion of the same file must not be reused.
-    old = tmp_path / "cache" / f"gguf-{models.sha256_file(gguf)[:16]}"
+    old = tmp_path / "cache" / f"gguf-{locate.sha256_file(gguf)[:16]}"
     old.mkdir(parents=True)
     (old / "complete").write_text("old")
 
-    target = models._convert_gguf(gguf)
-    assert target.name == f"gguf-v{models.GGUF_CACHE_VERSION}-{models.sha256_file(gguf)[:16]}" and target != old
+    target = locate._convert_gguf(gguf)
+    assert target.name == f"gguf-v{locate.GGUF_CACHE_VERSION}-{locate.sha256_file(gguf)[:16]}" and target != old
     config = json.loads((target / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]
     assert "quantization_config" not in config
     # The directory loads back as the same class, and a second call reuses it.
     reloaded = transformers.LlamaForCausalLM.from_pretrained(target, dtype=torch.float32)
     assert type(reloaded).__name__ == config["architectures"][0]
-    assert models._convert_gguf(gguf) == target and loads == ["tiny.gguf"]
+    assert locate._convert_gguf(gguf) == target and loads == ["tiny.gguf"]
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -68,7 +69,7 @@ def test_conversion_stores_tied_embeddings_under_the_input_name(tmp_path: Path, 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: source)
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: _TokenizerStub())
     monkeypatch.setenv("DECODING_ADAPTERS_CACHE", str(tmp_path / "cache"))
-    target = models._convert_gguf(gguf)
+    target = locate._convert_gguf(gguf)
     with safe_open(str(target / "model.safetensors"), "pt") as f:
         stored = {name: f.get_tensor(name) for name in f.keys()}
     # The input embedding table is always stored; the head only when it is a tensor of its own.
@@ -85,5 +86,5 @@ def test_conversion_stores_tied_embeddings_under_the_input_name(tmp_path: Path, 
 @pytest.mark.slow
 def test_embedded_model_conversion_names_llama(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("DECODING_ADAPTERS_CACHE", str(tmp_path))
-    target = models._convert_gguf(models.resolve_gguf(models.DEFAULT_MODEL))
+    target = locate._convert_gguf(models.resolve_gguf(models.DEFAULT_MODEL))
     assert json.loads((target / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]

@@ -254,6 +254,71 @@ def _as_row_tensor(value, n: int, name: str) -> torch.Tensor:
     return t
 
 
+def _decode_rows(prompts, action_set: ActionSet, prompt_of_row, row_actions, chooser, token_budget, row_seeds,
+                 seed: int, stop_checks):
+    """``decode``'s per-row inputs, checked: each row's prompt ``[N]``, budget ``[N]``, fixed action
+    ``[N]`` (None with a chooser), seed and stop check (None when no row has one); a ValueError names
+    what is wrong."""
+    if prompt_of_row is None:
+        rows_prompt = torch.arange(len(prompts))
+    else:
+        rows_prompt = torch.as_tensor(prompt_of_row, dtype=torch.long)
+    n = len(rows_prompt)
+    if n == 0:
+        raise ValueError("nothing to decode: no rows")
+    if rows_prompt.min() < 0 or rows_prompt.max() >= len(prompts):
+        raise ValueError("prompt_of_row refers to a prompt that does not exist")
+    if chooser is None and row_actions is None:
+        raise ValueError("give either a fixed action per row (row_actions) or a chooser")
+    budgets = _as_row_tensor(token_budget, n, "token_budget")
+    if budgets.min() < 1:
+        raise ValueError("token_budget must be >= 1")
+    static_actions = None if chooser is not None else _as_row_tensor(row_actions, n, "row_actions")
+    if static_actions is not None and (static_actions.min() < 0 or static_actions.max() >= len(action_set)):
+        raise ValueError(f"row_actions must be in [0, {len(action_set)})")
+    seeds = [row_seed(seed, i) for i in range(n)] if row_seeds is None else list(row_seeds)
+    if len(seeds) != n:
+        raise ValueError(f"got {len(seeds)} row seeds for {n} rows")
+    checks = list(stop_checks) if stop_checks is not None and any(c is not None for c in stop_checks) else None
+    if checks is not None and len(checks) != n:
+        raise ValueError(f"got {len(checks)} stop checks for {n} rows")
+    return rows_prompt, budgets, static_actions, seeds, checks
+
+
+def _prefill(lm: FrozenLM, prompts: list, rows_prompt: torch.Tensor, steps: int):
+    """``lm.start_decode`` of only the prompts some row decodes (a caller's later rounds name a few of
+    many), each fanned out to its rows: the first step's hidden states, logits and decode state."""
+    used, fan_out = rows_prompt.unique(return_inverse=True)  # sorted prompt indices; row -> its place in them
+    prefilled = prompts if len(used) == len(prompts) else [prompts[i] for i in used.tolist()]
+    fan_out = None if torch.equal(fan_out, torch.arange(len(prefilled))) else fan_out
+    return lm.start_decode(prefilled, fan_out, max_new_tokens=steps)
+
+
+def _stop_checked(checks: list, active: torch.Tensor, done: torch.Tensor, rec: _Recorder, t: int, tokenizer,
+                  stopped_by_check: torch.Tensor) -> torch.Tensor:
+    """``done`` ``[B]`` with the rows whose stop check now holds added (marked in ``stopped_by_check``)."""
+    hit = _check_rows(checks, active, ~done.cpu(), rec, t, tokenizer)
+    stopped_by_check[hit] = True
+    return done | torch.isin(active, hit).to(done.device)
+
+
+def _shrink(state, sampling, done: torch.Tensor, tokens: torch.Tensor, active: torch.Tensor,
+            active_dev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Drop the ``done`` rows from the decode state and the sampler; the remaining rows' tokens and
+    global indices (CPU and device)."""
+    order = state.drop(done)
+    sampling.drop(order)
+    return tokens[order], active[order.cpu()], active_dev[order]
+
+
+def _ask_on_step(on_step: StepCallback, step: StepTokens, done: torch.Tensor) -> torch.Tensor:
+    """``done`` ``[B]`` with the rows ``on_step`` asks to stop after this step added."""
+    cancel = on_step(step)
+    if cancel is None or len(cancel) == 0:
+        return done
+    return done | torch.isin(step.rows, torch.as_tensor(cancel, dtype=torch.long).reshape(-1)).to(done.device)
+
+
 @torch.inference_mode()
 def decode(
     lm: FrozenLM,
@@ -285,47 +350,21 @@ def decode(
         on_step: called after each step with the tokens just produced (``StepTokens``), e.g. to
             stream them; it may return global row indices to stop now: those rows end after this
             step as if their budget ran out (``stopped_at_eos`` False), the others are unaffected.
-        stop_checks: one per row (None for a row without one): after each step a row whose check
-            is true of its text so far ends there (``stopped_by_check``), so a row can stop at its
-            first complete answer and spend no more tokens.
+        stop_checks: one per row (None: none): a row whose check holds of its text so far ends after
+            that step (``stopped_by_check``): it stops at its first complete answer.
     """
     prompts = [list(p) for p in prompts]
-    if prompt_of_row is None:
-        rows_prompt = torch.arange(len(prompts))
-    else:
-        rows_prompt = torch.as_tensor(prompt_of_row, dtype=torch.long)
+    rows_prompt, budgets, static_actions, seeds, checks = _decode_rows(
+        prompts, action_set, prompt_of_row, row_actions, chooser, token_budget, row_seeds, seed, stop_checks)
     n = len(rows_prompt)
-    if n == 0:
-        raise ValueError("nothing to decode: no rows")
-    if rows_prompt.min() < 0 or rows_prompt.max() >= len(prompts):
-        raise ValueError("prompt_of_row refers to a prompt that does not exist")
-    if chooser is None and row_actions is None:
-        raise ValueError("give either a fixed action per row (row_actions) or a chooser")
-    budgets = _as_row_tensor(token_budget, n, "token_budget")
-    if budgets.min() < 1:
-        raise ValueError("token_budget must be >= 1")
-    static_actions = None if chooser is not None else _as_row_tensor(row_actions, n, "row_actions")
-    if static_actions is not None and (static_actions.min() < 0 or static_actions.max() >= len(action_set)):
-        raise ValueError(f"row_actions must be in [0, {len(action_set)})")
-    seeds = [row_seed(seed, i) for i in range(n)] if row_seeds is None else list(row_seeds)
-    if len(seeds) != n:
-        raise ValueError(f"got {len(seeds)} row seeds for {n} rows")
-    checks = list(stop_checks) if stop_checks is not None and any(c is not None for c in stop_checks) else None
-    if checks is not None and len(checks) != n:
-        raise ValueError(f"got {len(checks)} stop checks for {n} rows")
     stopped_by_check = torch.zeros(n, dtype=torch.bool) if checks is not None else None
-
     device = lm.device
     seeds_dev = torch.tensor(seeds, dtype=torch.long, device=device)
     stop_ids = torch.tensor(list(stop_token_ids) if stop_token_ids is not None else lm.eos_token_ids, device=device)
     steps = int(budgets.max())
     rec = _Recorder(n, steps, lm.hidden_size, record_features, device)
 
-    # only the prompts some row decodes are prefilled (a caller's later rounds name a few of many)
-    used, fan_out = rows_prompt.unique(return_inverse=True)  # sorted prompt indices; row -> its place in them
-    prefilled = prompts if len(used) == len(prompts) else [prompts[i] for i in used.tolist()]
-    fan_out = None if torch.equal(fan_out, torch.arange(len(prefilled))) else fan_out
-    hidden, logits, state = lm.start_decode(prefilled, fan_out, max_new_tokens=steps)
+    hidden, logits, state = _prefill(lm, prompts, rows_prompt, steps)
     sampling = step_sampling(state, action_set, seeds_dev, chooser is not None)
     active = torch.arange(n)  # global row index of each batch row (CPU)
     active_dev = active.to(device)
@@ -334,42 +373,39 @@ def decode(
 
     for t in range(steps):
         stats = sampling.stats(t, logits)
-        entropy, max_prob = stats.entropy, stats.max_prob
         remaining = budgets_dev[active_dev] - t
         if chooser is not None:
-            features = StepFeatures(
-                hidden.float(), entropy, max_prob, t, remaining, active, stats.action_uniform, seeds_dev[active_dev]
-            )
-            action_index = chooser(features).to(device=device, dtype=torch.long)
+            action_index = chooser(StepFeatures(hidden.float(), stats.entropy, stats.max_prob, t, remaining, active,
+                                                stats.action_uniform, seeds_dev[active_dev])).to(device, torch.long)
         else:
             action_index = static_actions_dev[active_dev]
         tokens = sampling.sample(logits, stats, action_index)
-        rec.write(active_dev, t, tokens, action_index, entropy, max_prob, hidden if record_features else None)
+        rec.write(active_dev, t, tokens, action_index, stats.entropy, stats.max_prob,
+                  hidden if record_features else None)
 
         at_eos = torch.isin(tokens, stop_ids)
         done = at_eos | (remaining <= 1)
         rec.eos[active_dev] |= at_eos
         if checks is not None:  # per-row text conditions: the rows whose text now holds what ends them
-            hit = _check_rows(checks, active, ~done.cpu(), rec, t, lm.tokenizer)
-            stopped_by_check[hit] = True
-            done = done | torch.isin(active, hit).to(device)
+            done = _stop_checked(checks, active, done, rec, t, lm.tokenizer, stopped_by_check)
         if on_step is not None:
-            cancel = on_step(StepTokens(t, active, tokens.cpu(), action_index.cpu(), done.cpu(), at_eos.cpu(),
-                                        rec.features))
-            if cancel is not None and len(cancel) > 0:
-                done = done | torch.isin(active, torch.as_tensor(cancel, dtype=torch.long).reshape(-1)).to(device)
+            done = _ask_on_step(on_step, StepTokens(t, active, tokens.cpu(), action_index.cpu(), done.cpu(),
+                                                    at_eos.cpu(), rec.features), done)
         done_host = done.cpu()  # the step's one wait for the device
         if bool(done_host.all()):
             break
         if bool(done_host.any()):  # shrink the batch and the cache to the rows still running
-            order = state.drop(done)
-            tokens, active_dev = tokens[order], active_dev[order]
-            active = active[order.cpu()]
-            sampling.drop(order)
+            tokens, active, active_dev = _shrink(state, sampling, done, tokens, active, active_dev)
         sampling.before_step(t + 1)
         hidden, logits = state.step(tokens)
 
-    rec = rec.cpu()
+    return _result(lm, rec.cpu(), rows_prompt, budgets, prompts, stopped_by_check)
+
+
+def _result(lm: FrozenLM, rec: _Recorder, rows_prompt: torch.Tensor, budgets: torch.Tensor, prompts: list,
+            stopped_by_check: torch.Tensor | None) -> DecodeResult:
+    """The finished decode as a ``DecodeResult`` (``rec`` on the CPU; texts without special tokens)."""
+    n = len(rows_prompt)
     texts = lm.tokenizer.batch_decode(
         [rec.tokens[i, : rec.lengths[i]].tolist() for i in range(n)], skip_special_tokens=True
     )
