@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Literal
 
 from ..core.files import LOCK_FILE, check_output_dir
-from ..decoding.actions import GREEDY, ActionSet, DecodingAction
+from ..decoding.actions import ActionSet
 from ..decoding.backends import make_rollouts
 from ..decoding.protocol import STOP_AT_ANSWER
 from ..decoding.ray_rollouts import TaskSpec
 from ..decoding.rollouts import Rollouts
 from ..decoding.table_engines import ChunkEngine, LocalChunks, RayChunks
-from ..evaluation.decoder_choice import decoder_arms
+from ..evaluation.decoder_choice import table_arms
 from ..lm.models import ModelSpec, load_frozen_lm
 from ..tasks import available_tasks, get_task
 from .config_args import add_config_arguments, build_config
@@ -172,9 +172,7 @@ class TableOptions:
     @property
     def arms(self) -> list:
         """The arms of a built table: greedy, then the sampled ones (--decoders', else one per temperature)."""
-        if self.decoders is not None:
-            return [GREEDY] + decoder_arms(self.decoders, self.decoder_count)
-        return [GREEDY] + [DecodingAction(temperature=t) for t in self.temperatures]
+        return table_arms(self.temperatures, self.decoders, self.decoder_count)
 
     @property
     def rows_per_problem(self) -> int:

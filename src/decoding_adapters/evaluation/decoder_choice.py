@@ -25,12 +25,12 @@ from typing import Sequence
 import numpy as np
 
 from ..core.stats import paired_ci
-from ..decoding.actions import DecodingAction, load_action_set
+from ..decoding.actions import GREEDY, DecodingAction, load_action_set
 from ..training.attempt import AttemptTrainConfig
 from .attempt import RuleCurve, Scored, rule_at, rule_compute, train_and_score
 from .sample_table import SampleTable
 
-__all__ = ["decoder_arms", "restrict_arms", "SingleArmRuns", "single_arm_runs", "decoder_ablation",
+__all__ = ["decoder_arms", "table_arms", "restrict_arms", "SingleArmRuns", "single_arm_runs", "decoder_ablation",
            "format_decoder_ablation", "DECODER_ABLATION"]
 
 DECODER_ABLATION = "decoder choice"
@@ -45,6 +45,15 @@ def decoder_arms(spec: str | Path, count: int | None = None) -> list[DecodingAct
     if count is not None and not 1 <= count <= len(sampled):
         raise ValueError(f"{spec} holds {len(sampled)} sampled actions; asked for {count}")
     return sampled[:count] if count is not None else sampled
+
+
+def table_arms(temperatures: Sequence[float], decoders: str | Path | None = None,
+               count: int | None = None) -> list[DecodingAction]:
+    """A table's arms: greedy, then the sampled ones (``decoders``' first ``count``, else one per
+    temperature in ``temperatures``)."""
+    if decoders is not None:
+        return [GREEDY] + decoder_arms(decoders, count)
+    return [GREEDY] + [DecodingAction(temperature=t) for t in temperatures]
 
 
 def restrict_arms(table: SampleTable, arms: Sequence[str | int]) -> SampleTable:

@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from ..decoding.actions import DEFAULT_TOKEN_BUDGET, GREEDY, DecodingAction
+from ..decoding.actions import DEFAULT_TOKEN_BUDGET, DecodingAction
 from ..decoding.protocol import STOP_AT_ANSWER, DecodingProtocol
 from ..evaluation import (
     EvalConfig,
 )
-from ..evaluation.decoder_choice import decoder_arms
+from ..evaluation.decoder_choice import table_arms
 from ..policies.fixed_rules import RULES, VERIFIER_RULES
 from ..training.sequence import SequenceTrainConfig
 from ..training.token import TokenTrainConfig
@@ -142,9 +142,7 @@ class RulesConfig:
     @property
     def arms(self) -> list[DecodingAction]:
         """Greedy, then the sampled arms (``decoders``', else one per temperature)."""
-        if self.decoders is not None:
-            return [GREEDY] + decoder_arms(self.decoders, self.decoder_count)
-        return [GREEDY] + [DecodingAction(temperature=t) for t in self.temperatures]
+        return table_arms(self.temperatures, self.decoders, self.decoder_count)
 
     @property
     def rows_per_problem(self) -> int:
