@@ -8,7 +8,7 @@ invariance makes the question moot: every row of a call of 1..40 rows equals tha
 alone, at every position, for every weight shape of the default model, in float32 and bf16; that
 this holds under oneDNN's AVX512_CORE instruction set too (forced with ``ONEDNN_MAX_CPU_ISA``, where
 the plain bf16 kernel does follow M); and that a kernel whose summation order follows M, as an AMX
-CPU's does, no longer reaches the logits of a decode."""
+CPU's does, does not reach the logits of a decode."""
 
 import copy
 import json
