@@ -37,7 +37,7 @@ from .rollouts import RolloutRequest, Rollouts, concat_results, decode_request
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RayRollouts", "RolloutWorker", "TaskSpec", "ShardedRollouts", "connect", "start_actors"]
+__all__ = ["RayRollouts", "RolloutWorker", "TaskSpec", "ShardedRollouts", "connect", "start_actors", "stop_actors"]
 
 
 def ray_module():
@@ -94,11 +94,17 @@ def start_actors(actor_class, model_spec: ModelSpec, workers: int, args: tuple, 
     try:
         return actors, owns_ray, ray.get([a.ready.remote() for a in actors])
     except ray.exceptions.RayActorError as err:
-        for actor in actors:
-            ray.kill(actor)
-        if owns_ray:
-            ray.shutdown()
+        stop_actors(actors, owns_ray)
         raise RuntimeError(f"a Ray worker failed to start (model {model_spec.name_or_path!r}): {err}") from err
+
+
+def stop_actors(actors: list, owns_ray: bool) -> None:
+    """Kill ``actors`` (from :func:`start_actors`), and shut Ray down where that call started it."""
+    ray = ray_module()
+    for actor in actors:
+        ray.kill(actor)
+    if owns_ray and ray.is_initialized():
+        ray.shutdown()
 
 
 def _move_chooser(chooser: Chooser | None, device: torch.device) -> Chooser | None:
@@ -192,13 +198,8 @@ class RayRollouts(Rollouts):
 
     def close(self) -> None:
         """Kill the actors (and shut Ray down if this object started it)."""
-        ray = ray_module()
-        for actor in getattr(self, "actors", []):
-            ray.kill(actor)
-        self.actors = []
-        if getattr(self, "_owns_ray", False) and ray.is_initialized():
-            ray.shutdown()
-            self._owns_ray = False
+        stop_actors(getattr(self, "actors", []), getattr(self, "_owns_ray", False))
+        self.actors, self._owns_ray = [], False
 
 
 # ==== pieces of token-level training on Ray Train (the trainer: training.ddp) ===================

@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Protocol, Sequence
 import torch
 
 from ..lm.models import ModelSpec, load_frozen_lm
-from .ray_rollouts import TaskSpec, ray_module, start_actors
+from .ray_rollouts import TaskSpec, ray_module, start_actors, stop_actors
 
 __all__ = ["ChunkDecode", "ChunkEngine", "LocalChunks", "TableWorker", "RayChunks"]
 
@@ -118,13 +118,8 @@ class RayChunks:
 
     def close(self) -> None:
         """Kill the actors (and shut Ray down if this object started it)."""
-        ray = ray_module()
-        for actor in getattr(self, "actors", []):
-            ray.kill(actor)
-        self.actors = []
-        if getattr(self, "_owns_ray", False) and ray.is_initialized():
-            ray.shutdown()
-            self._owns_ray = False
+        stop_actors(getattr(self, "actors", []), getattr(self, "_owns_ray", False))
+        self.actors, self._owns_ray = [], False
 
     def __enter__(self) -> "RayChunks":
         return self
