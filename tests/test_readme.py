@@ -329,7 +329,7 @@ def test_the_reproduce_plan_and_problems_are_stated_once_and_true(capsys):
     plan = f"{sum(estimate_minutes(FULL, REFERENCE_PROBE_TOKENS_PER_SECOND).values()):.1f}"
     results = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
     assert results.count(f"{plan} minutes") == 1
-    assert f"{FULL.eval_problems:,} problems of the sealed split" in results
+    assert f"{FULL.eval_problems:,} problems of the sealed2 split" in results
     assert main(["reproduce", "--help"]) == 0
     help_text = capsys.readouterr().out + COMMANDS["reproduce"][1]
     assert not MINUTES.findall(help_text) and not PROBLEM_COUNT.findall(help_text)

@@ -83,3 +83,18 @@ def test_with_several_sampled_arms_the_stage_adds_the_best_single_arm_policy(tmp
     (ablation,) = json.loads((tmp_path / "attempt" / "curve.json").read_text())["ablations"]
     assert ablation["name"] == "decoder choice" and len(ablation["rows"]) == 2
     assert ablation["rows"][0]["best_arm"] in [a.name for a in cfg.rules.arms[1:]]
+
+
+def test_the_studys_own_selection_gives_the_arms_once_it_ran(tmp_path):
+    with pytest.raises(ValueError, match="decoder_count"):
+        RulesConfig(enabled=True, decoders="selection")
+    rules = RulesConfig(enabled=True, decoders="selection", decoder_count=3, samples=8)
+    assert rules.rows_per_problem == 1 + 3 * 8  # planned before the selection exists
+    with pytest.raises(ValueError, match="selection ran"):
+        rules.arms  # noqa: B018
+    cfg = replace(_cfg(), rules=rules)
+    selected = Path(__file__).resolve().parents[2] / "docs" / "reproduce" / "actions.json"
+    resolved = cfg.with_selected_decoders(selected)
+    assert [a.name for a in resolved.rules.arms] == json.loads(selected.read_text())["names"][:4]
+    assert resolved.with_selected_decoders(tmp_path / "other.json") == resolved
+    assert _cfg().with_selected_decoders(selected) == _cfg()

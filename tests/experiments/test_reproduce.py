@@ -94,9 +94,9 @@ def test_the_plan_scales_with_the_machines_speed():
 def test_estimate_grows_with_the_work():
     small, large = estimate_minutes(FULL), estimate_minutes(replace(FULL, eval_problems=2 * FULL.eval_problems))
     assert large["evaluate"] > small["evaluate"] and large["token"] == small["token"]
-    # the evidence run: 1,000 sealed problems, 3 seeds, within 120 minutes on the reference machine
+    # the evidence run: 1,000 problems of the sealed2 split, 3 seeds, within 120 minutes on the reference machine
     assert REPRODUCE_SIZES["full"].eval_problems >= 1000 and REPRODUCE_SIZES["full"].seeds == 3
-    assert REPRODUCE_SIZES["full"].eval_split == "sealed" and sum(small.values()) <= 120
+    assert REPRODUCE_SIZES["full"].eval_split == "sealed2" and sum(small.values()) <= 120
     selection = REPRODUCE_SIZES["full"].selection  # coverage must be able to tell candidates apart
     assert selection.problems >= 64 and selection.samples >= 4
     assert REPRODUCE_SIZES["full"].sequence_rewards == "live"

@@ -74,3 +74,19 @@ def test_crossfitting_scores_every_training_problem_once_in_order():
     expected = [bool(truth[i, a]) if a >= 0 else False for i, a in enumerate(outcome.answers)]
     assert outcome.correct.tolist() == expected  # pooled in the table's order
     assert scored.decodes == pytest.approx(outcome.attempts.mean())
+
+
+def test_training_runs_on_one_thread_whatever_the_callers_count(tmp_path, monkeypatch):
+    # a float reduction's order can follow the thread count, and the kept step with it: training
+    # must see one thread (as the verifier's does) and leave the caller's count as it was
+    seen = []
+    trainer = _trainer(tmp_path, "threads", 2)
+    step = trainer.train_step
+    monkeypatch.setattr(trainer, "train_step", lambda: (seen.append(torch.get_num_threads()), step())[1])
+    torch.set_num_threads(2)
+    try:
+        trainer.train()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(1)
+    assert seen == [1, 1]

@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "reproduce": (
         "decoding_adapters.cli.reproduce",
-        "the headline study: the published evidence run on the sealed split (the demo's stages at full size; "
+        "the headline study: the published evidence run on the sealed2 split (the demo's stages at full size; "
         "--plan prints its plan)",
     ),
     "select-actions": (

@@ -2,9 +2,10 @@
 answer rules on the default model, with intervals narrow enough to tell, and at what compute? It
 runs the demo's stages (``experiments.demo.run_demo``) at ``REPRODUCE_SIZES`` (``full``, ``complete``,
 ``smoke``); ``full`` is the published evidence run, the only command that reads the arithmetic task's
-sealed split; the README's headline names this one command with its own output directory.
+sealed2 split (disjoint by content from every other split); the README's headline names this one
+command with its own output directory.
 
-    decoding-adapters reproduce --out runs/reproduce-sealed --publish docs/reproduce-sealed  # resumable
+    decoding-adapters reproduce --out runs/reproduce-sealed2 --publish docs/reproduce-sealed2  # resumable
     decoding-adapters reproduce --plan                        # the stage-by-stage estimate for this machine
     decoding-adapters reproduce --size smoke --model DIR      # every stage on a tiny model (tests)
 
@@ -16,9 +17,10 @@ What runs (``full``):
    length and truncated fraction per budget).
 1. action selection on 16 actions spread over the 180-config pool plus greedy (17 candidates) on 64
    validation problems x 4 samples; K = 6 by greedy coverage, with the coverage curve and where it
-   saturates; the same table picks Best at each pass@k (greedy and greedy stopped at its first
-   answer included) and the best single token action.
-2. sequence adapters w/ and w/o budget, **live rollouts**, B in {1, 2, 4}, 3 seeds, 24 steps x
+   saturates; Best at each pass@k (greedy and greedy stopped at its first answer included) is
+   chosen among finalists decoded on the same 400 validation problems as every other choice; the
+   selection table picks the best single token action.
+2. sequence adapters w/ and w/o budget, **live rollouts**, B in {1, 2, 4}, 3 seeds, 16 steps x
    8 prompts, validated live (the argmax policy, as evaluated) on 400 problems at every B every 8
    steps and at step 0; a later step is kept only when its paired gain over step 0 is above 1.96
    standard errors (at every B where its choices change, for the w/ budget adapter), else step 0;
@@ -27,26 +29,29 @@ What runs (``full``):
    re-decodes with the selected set's Best sampled action, on 256 training and 400 validation
    problems), 400 full-information steps from a prior on keeping the draft; beside them a random
    gate at the adapter's validation re-decode share and a confidence threshold tuned on validation.
-4. token adapters w/ budget, w/o budget, entropy-only, 3 seeds, 32 steps x 8 prompts x G=8 each,
+4. token adapters w/ budget, w/o budget, entropy-only, 3 seeds, 16 steps x 8 prompts x G=8 each,
    prior at the best static token action; training prompts filtered by that prior (2 samples each,
    probed until 256 survive, from a train split of 1,500 generated problems), walked epoch by epoch
    so each run sees 256 distinct prompts; validation of the argmax policy on 400 problems x 1
    sample at step 0 and every 16 steps (the validation split generated at 400: its first 100 are
    the same problems as at the default size), a later step kept only when its paired gain's 95%
    interval is above 0; every seed's curve in the report.
-5. evaluation on the first 1,000 problems of the sealed split x 3 seeds x 4 samples, pass@1/2/4 and
+5. evaluation on the first 1,000 problems of the sealed2 split x 3 seeds x 2 samples, pass@1/2 and
    answer accuracy: Greedy (stopped at its first answer), Greedy to the budget, Best, Mixed, Mixed
    (per token), Mixed per sequence (token actions), Best token action, the five adapters, the
    draft-gated adapter and its two controls; decodes and generated tokens per problem for every method.
 5b. fixed rules: sample tables of the 400 validation and the 1,000 evaluated problems (the stopped
-   greedy and 8 samples at T=0.5 each, mean hidden states kept; resumable, under ``rules/``), every
-   rule of docs/rules.md tuned on validation per compute level and scored on the evaluated problems;
-   each tuned point joins the evaluation as a method of family ``fixed rule``.
+   greedy and 8 samples of each of the selection's first three sampled actions, mean hidden states
+   kept; resumable, under ``rules/``), every rule of docs/rules.md tuned on validation per compute
+   level and sampled arm and scored on the evaluated problems; each tuned point joins the evaluation
+   as a method of family ``fixed rule``. Then the verifier, trained on the attempt stage's training
+   table, and every rule that reads it (``verifier/``), tuned and scored the same way.
 5c. the learned attempt policy (confidence + hidden-state summary): a table of 400 training problems
    under the same arms, one policy per price (0.3 ... 0.003) and training seed, kept-best on the
-   validation table and scored on the evaluated one; the report reads each seed's curve at 1.5 and 4
-   decodes per problem against the strongest fixed rule there, and at the draft-gated adapter's
-   compute against it.
+   validation table and scored on the evaluated one; per seed, the same policy restricted to each
+   single sampled arm (the value of choosing the decoder); the report reads each seed's curve at
+   1.5, 2.5 and 4 decodes per problem against the strongest rule there (verifier-reading rules
+   included), and at the draft-gated adapter's compute against it.
 6. report: paired intervals with the direction on every seed, the targets, seed spread, accuracy
    per compute (which method wins at each number of decodes per problem), truncation, training
    curves, cost (minutes per stage against the plan, tokens per training step, steps per minute),
@@ -100,7 +105,7 @@ class ReproduceOptions:
     out: str = "runs/reproduce"
     """output directory (re-run the same command to resume)"""
     size: Literal["full", "complete", "smoke"] = "full"
-    """stage sizes: full (the evidence run on the sealed split, cut to fit the 2-core reference CPU;
+    """stage sizes: full (the evidence run on the sealed2 split, cut to fit the 2-core reference CPU;
     --plan prints its plan here), complete (uncut, for a bigger machine), smoke (tests)"""
     model: str = "smollm2"
     """frozen LM (see `train-token --help`)"""

@@ -425,10 +425,17 @@ def details_config(cfg: EvalConfig, meta: Mapping | None = None) -> dict:
     }
 
 
+def _family(problem) -> dict:
+    """``{"family": ...}`` where the task gives its problems a family (the report's per-family lines), else {}."""
+    family = (getattr(problem, "meta", None) or {}).get("family")
+    return {} if family is None else {"family": str(family)}
+
+
 def _details_header(methods, cfg: EvalConfig, problems, cot, meta) -> dict:
     return {
         "config": details_config(cfg, meta),
-        "problems": [{"id": p.id, "cot": bool(c), "question": p.question[:2000]} for p, c in zip(problems, cot)],
+        "problems": [{"id": p.id, "cot": bool(c), "question": p.question[:2000], **_family(p)}
+                     for p, c in zip(problems, cot)],
         "methods": {m.name: m.describe() for m in methods},
         "summary": {},
         "per_problem": {},

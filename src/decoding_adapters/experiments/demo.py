@@ -306,6 +306,7 @@ def _rules_and_attempt(run: _Run, cfg: StudyConfig, evaluation: Evaluation, test
     joined to the evaluation."""
     if not cfg.rules.enabled:
         return evaluation
+    cfg = cfg.with_selected_decoders(run.out / "actions" / "actions.json")
     rc, vc, ac, out = cfg.rules, cfg.verifier, cfg.attempt, run.out
     sampled = f"at T={rc.temperatures}" if rc.decoders is None else f"of {', '.join(a.name for a in rc.arms[1:])}"
     run.clock.begin("rules", "fixed rules", f"sample tables of {rc.problems} validation and {len(test_problems)} "

@@ -33,6 +33,7 @@ from ..evaluation.sample_table import SampleTable, build_sample_table
 from ..evaluation.verifier import crossfit_table_scores, fit_on_table, ranking_quality, table_scores
 from ..policies.fixed_rules import RULE_LABELS, RULES, reads_verifier, score_setting, setting_from_dict
 from ..policies.verifier import load_verifier
+from ..reporting.rules import SENTENCE_LEVELS
 from ..training.attempt import AttemptTrainConfig
 from ..training.verifier import VerifierTrainConfig
 from .study_config import StudyConfig
@@ -156,6 +157,7 @@ def add_rule_entries(evaluation: Evaluation, entries: dict, family: str = "fixed
     their own) (results.json keeps the evaluation's own methods: a curve of many points is drawn and
     compared from eval_details, not listed as rows)."""
     details = json.loads(json.dumps(evaluation.details))  # a copy
+    details["sentence_levels"] = list(SENTENCE_LEVELS)  # where the report sets the learned curves against the rules
     added_before = {n for n, m in details.get("methods", {}).items()
                     if RULE_TABLE_KEY in m and m.get("family", "fixed rule") == family
                     and bool(m.get("reads_verifier", False)) == verifier}

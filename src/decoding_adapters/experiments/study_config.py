@@ -11,6 +11,7 @@ budget, stop at the first answer) is put on them whole, and its seed count on th
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Literal
 
 from ..decoding.actions import DEFAULT_TOKEN_BUDGET, DecodingAction
@@ -34,7 +35,11 @@ __all__ = [
     "SEQUENCE_SET_BY_STUDY",
     "TOKEN_SET_BY_STUDY",
     "EVAL_SET_BY_STUDY",
+    "STUDY_SELECTION",
 ]
+
+STUDY_SELECTION = "selection"
+"""``RulesConfig.decoders``' name for the study's own coverage selection (its ``actions.json``)."""
 
 
 @dataclass(frozen=True)
@@ -112,8 +117,9 @@ class RulesConfig:
     stopped greedy, then the first sampled arm's samples."""
     decoders: str | None = None
     """Sampled arms beside greedy from an action set instead of the temperatures: a select-actions
-    actions.json (its coverage-selected actions, in the order chosen) or a preset; greedy dropped.
-    The attempt policy then chooses each attempt's arm among them."""
+    actions.json (its coverage-selected actions, in the order chosen), a preset, or ``selection``:
+    the study's own coverage selection (needs ``decoder_count``); greedy dropped. The attempt
+    policy then chooses each attempt's arm among them."""
     decoder_count: int | None = None
     """How many of ``decoders``' sampled actions, in its order (None: all)."""
     samples: int = 8
@@ -133,7 +139,9 @@ class RulesConfig:
             raise ValueError(f"rules temperatures must be positive and at least one, got {self.temperatures}")
         if self.decoder_count is not None and self.decoders is None:
             raise ValueError("rules decoder_count needs rules decoders")
-        if self.decoders is not None:
+        if self.decoders == STUDY_SELECTION and self.decoder_count is None:
+            raise ValueError(f"rules decoders {STUDY_SELECTION!r} needs rules decoder_count (how many of its actions)")
+        if self.decoders is not None and self.decoders != STUDY_SELECTION:
             self.arms  # noqa: B018  (an unreadable action set or too few sampled actions: refused here)
         unknown = [r for r in self.rules if r not in RULES]
         if unknown or not self.rules:
@@ -142,12 +150,22 @@ class RulesConfig:
     @property
     def arms(self) -> list[DecodingAction]:
         """Greedy, then the sampled arms (``decoders``', else one per temperature)."""
+        if self.decoders == STUDY_SELECTION:
+            raise ValueError(f"rules decoders {STUDY_SELECTION!r} are known once the study's selection ran "
+                             "(StudyConfig.with_selected_decoders)")
         return table_arms(self.temperatures, self.decoders, self.decoder_count)
+
+    @property
+    def sampled_arms(self) -> int:
+        """How many sampled arms the tables hold beside greedy."""
+        if self.decoders == STUDY_SELECTION:
+            return self.decoder_count
+        return len(self.arms) - 1
 
     @property
     def rows_per_problem(self) -> int:
         """Decoded rows per problem of a table: greedy once, each sampled arm ``samples`` times."""
-        return 1 + (len(self.arms) - 1) * self.samples
+        return 1 + self.sampled_arms * self.samples
 
 
 @dataclass(frozen=True)
@@ -304,6 +322,12 @@ class StudyConfig:
     def protocol(self) -> DecodingProtocol:
         """The token budget and the stop at the first answer every stage decodes under."""
         return DecodingProtocol(self.token_budget, self.stop_at_answer)
+
+    def with_selected_decoders(self, actions_json: Path) -> "StudyConfig":
+        """The study with ``rules.decoders`` ``selection`` read from its selection's ``actions_json``."""
+        if self.rules.decoders != STUDY_SELECTION:
+            return self
+        return replace(self, rules=replace(self.rules, decoders=str(actions_json)))
 
 
 def study_task_options(cfg: StudyConfig) -> dict:

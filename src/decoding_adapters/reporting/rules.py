@@ -24,14 +24,21 @@ from .cells import adapter_group, family_of, method_info, signed, table_row
 from .compute import answer_points
 from .verdicts import decodes_of, paired_difference, per_problem_means
 
-__all__ = ["RULE_COLUMNS", "SENTENCE_LEVELS", "TARGET_GAIN", "rule_curves", "curve_at", "strongest_rules_at",
+__all__ = ["RULE_COLUMNS", "SENTENCE_LEVELS", "EARLIER_LEVELS", "sentence_levels", "TARGET_GAIN", "rule_curves", "curve_at", "strongest_rules_at",
            "learned_seed_curves", "learned_verdicts", "learned_verdict_lines", "verdict_lines", "rules_section"]
 
 RULE_COLUMNS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
 """Mean decodes per problem at which the section's table reads every rule's curve."""
-SENTENCE_LEVELS = (1.5, 4.0)
+SENTENCE_LEVELS = (1.5, 2.5, 4.0)
 """Compute levels at which the section names the strongest rule and its lead over the runner-up, and
-sets each learned curve against it."""
+sets each learned curve against it; a study records them in ``eval_details`` (``sentence_levels``)."""
+EARLIER_LEVELS = (1.5, 4.0)
+"""The levels of an ``eval_details`` that records none (written before they were recorded)."""
+
+
+def sentence_levels(details: Mapping | None) -> tuple[float, ...]:
+    """The compute levels ``details`` records (:data:`EARLIER_LEVELS` where it records none)."""
+    return tuple((details or {}).get("sentence_levels") or EARLIER_LEVELS)
 TARGET_GAIN = 0.03
 """A learned curve's target at each of :data:`SENTENCE_LEVELS`: at least this much answer accuracy
 over the strongest fixed rule there, its paired interval above 0, on every training seed."""
@@ -207,7 +214,7 @@ def _reference(details: Mapping | None, at: float | None, versus: str | None) ->
             "values": [statistics.fmean(r) for r in rows]}
 
 
-def learned_verdicts(details: Mapping | None, levels: Sequence[float] = SENTENCE_LEVELS, versus: str | None = None,
+def learned_verdicts(details: Mapping | None, levels: Sequence[float] | None = None, versus: str | None = None,
                      confidence: float = 0.95) -> list[dict]:
     """Each learned curve (:func:`learned_seed_curves`) against the strongest fixed rule at each of
     ``levels`` decodes per problem (chosen on validation, :func:`strongest_rules_at`), or against the
@@ -218,7 +225,9 @@ def learned_verdicts(details: Mapping | None, levels: Sequence[float] = SENTENCE
     ``{curve, at, against, against_accuracy, against_decodes, per_seed: [{seed, decodes, accuracy,
     diff, low, high} or None], pooled (the seeds' mean per problem against it, paired interval),
     across_seeds (mean, low, high over the seeds' differences), holds}``; ``holds``: every seed
-    reaches the level, at least :data:`TARGET_GAIN` ahead with its paired interval above 0."""
+    reaches the level, at least :data:`TARGET_GAIN` ahead with its paired interval above 0. ``levels``
+    None: those ``details`` records (:func:`sentence_levels`)."""
+    levels = sentence_levels(details) if levels is None else levels
     records = []
     for label, seeds in learned_seed_curves(details).items():
         for at in ([None] if versus is not None else levels):
@@ -288,7 +297,7 @@ def verdict_lines(details: Mapping | None, confidence: float = 0.95) -> tuple[li
     """The section's verdict lines, each computed from ``eval_details`` alone (``benchmarks/rederive.py``
     recomputes them from the committed file): the strongest rule at each of :data:`SENTENCE_LEVELS`,
     each learned curve there, and each learned curve against every draft-gated method at its compute."""
-    strongest = [_strongest_sentence(details, at, confidence) for at in SENTENCE_LEVELS]
+    strongest = [_strongest_sentence(details, at, confidence) for at in sentence_levels(details)]
     levels = learned_verdict_lines(details, confidence)
     # the learned draft gates, not their controls (fixed rules decoded as draft-gated methods)
     draft = [n for n, m in ((details or {}).get("methods") or {}).items() if adapter_group(m) == "draft"]

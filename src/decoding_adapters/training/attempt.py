@@ -28,6 +28,9 @@ How it departs from textbook REINFORCE (sampled episodes, ``grad log pi(a) * (R 
   ``correct - price * decodes``.
 - An entropy bonus on the decisions along the reached states (``entropy_coef``) keeps the policy
   from committing early to one arm.
+- **The same policy whatever the thread count**: training runs with one torch thread
+  (``policies.verifier.single_thread``), as the verifier's does; a float reduction's order can follow
+  the number of threads, and a kept step chosen on a tie would follow it too. The network is small.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from ..policies.attempt import (
     save_attempt_adapter,
     walk,
 )
+from ..policies.verifier import single_thread
 from .common import TrainingLoop, Validation, sample_prompt_batch, step_generator
 
 __all__ = ["AttemptTrainConfig", "AttemptTrainer", "policy_config_from_table", "FEATURE_SETS"]
@@ -152,6 +156,10 @@ class AttemptTrainer(TrainingLoop):
         self.lattice = AttemptLattice(policy_config.distinct, policy_config.first_arm, policy_config.max_attempts)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr)
         self.last_validation: dict = {}
+
+    def train(self, resume: bool = False) -> Path:
+        with single_thread():
+            return super().train(resume)
 
     def train_step(self) -> dict:
         cfg = self.config
