@@ -35,6 +35,7 @@ The first line names the CPU and its relevant flags (``lm.cpu_features``); the l
 JSON object.
 
     PYTHONPATH=src .venv/bin/python benchmarks/batch_invariance.py [--problems 96] [--tokens 128] [--threads 1]
+        [--model DIR]   # e.g. random weights of the default's shape (benchmarks/random_weights.py)
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import argparse
 import json
 import statistics
 import time
+from dataclasses import replace
 from typing import Callable
 
 import torch
@@ -50,7 +52,7 @@ import torch
 from decoding_adapters.decoding.actions import GREEDY, ActionSet
 from decoding_adapters.decoding.loop import decode
 from decoding_adapters.lm.cpu_features import cpu_features
-from decoding_adapters.lm.models import FrozenLM, ModelSpec, load_frozen_lm, positions_from_mask, resolve_linear_kernel
+from decoding_adapters.lm.models import DEFAULT_MODEL, FrozenLM, ModelSpec, load_frozen_lm, positions_from_mask, resolve_linear_kernel
 from decoding_adapters.tasks import get_task
 
 
@@ -87,8 +89,9 @@ class PrefillClock:
 
 def build_paths(tiles: FrozenLM) -> dict[str, FrozenLM]:
     """The three paths on ``tiles``' weights (see the module docstring)."""
-    variant = FrozenLM(tiles.model, tiles.tokenizer, ModelSpec(dtype=tiles.spec.dtype, batch_invariant=False))
-    lone_row = FrozenLM(tiles.model, tiles.tokenizer, ModelSpec(dtype=tiles.spec.dtype))
+    spec = ModelSpec(tiles.spec.name_or_path, device=tiles.spec.device, dtype=tiles.spec.dtype)
+    variant = FrozenLM(tiles.model, tiles.tokenizer, replace(spec, batch_invariant=False))
+    lone_row = FrozenLM(tiles.model, tiles.tokenizer, spec)
     lone_row.linear = LoneRowAsTwo(resolve_linear_kernel(lone_row.spec.linear_kernel, lone_row.dtype, lone_row.device))
     lone_row.prefill = "lengths"
     return {"variant": variant, "lone-row": lone_row, "tiles": tiles}
@@ -154,6 +157,10 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128, help="new tokens at most per row (EOS ends a row)")
     parser.add_argument("--repeats", type=int, default=2, help="rounds of the interleaved timing")
     parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--model", default=DEFAULT_MODEL,
+                        help="the frozen LM (default: the embedded default; a directory, e.g. random weights of "
+                             "its shape from benchmarks/random_weights.py, where the default model is not installed)")
+    parser.add_argument("--device", default="cpu", help="torch device (the question is the CPU's kernels)")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     parser.add_argument("--no-diagnose", dest="diagnose", action="store_false")
     args = parser.parse_args()
@@ -161,7 +168,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     print(f"cpu: {cpu_features().describe()}; torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
-    paths = build_paths(load_frozen_lm(ModelSpec(dtype=args.dtype)))
+    paths = build_paths(load_frozen_lm(ModelSpec(args.model, device=args.device, dtype=args.dtype)))
     new = paths["tiles"]
     task = get_task("arithmetic")
     problems = task.load("test")[: args.problems]
