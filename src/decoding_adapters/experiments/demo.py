@@ -184,13 +184,21 @@ def _choose_budget(run: _Run, cfg: StudyConfig) -> tuple[StudyConfig, dict | Non
     return fitted, budget_record
 
 
+def _choice_table(cfg: StudyConfig, actions_dir: Path) -> Path:
+    """The outcome table Best and the best token action are chosen on: the selection's own, or, where
+    they are chosen on more problems (``selection.best_problems``), a table of its own (a table holds
+    one problem set)."""
+    more = cfg.selection.choice_problems > cfg.selection.problems
+    return actions_dir / ("best_outcomes.jsonl" if more else "outcomes.jsonl")
+
+
 def _best_token_action(lm, task, cfg: StudyConfig, out: Path, progress: bool) -> DecodingAction:
     """The token-level action set's best single action on the validation problems Best is chosen on
-    (cells already in the pool table are reused; missing ones are decoded into it)."""
+    (cells already in that table are reused; missing ones are decoded into it)."""
     actions = list(PRESETS["math-token"])
     problems = task.load("validation")[: cfg.selection.choice_problems]
     label = "token actions (best single one)" if progress else False
-    table = pipeline.decode_candidates(lm, task, problems, actions, cfg, out / "outcomes.jsonl", label)
+    table = pipeline.decode_candidates(lm, task, problems, actions, cfg, _choice_table(cfg, out), label)
     best = best_static_from_table(table, (1,), [a.name for a in actions])  # ties: the first (greedy, in math-token)
     return actions[best.choice[0]]
 
@@ -217,7 +225,8 @@ def _select(run: _Run, cfg: StudyConfig) -> tuple[StudyConfig, list[Method]]:
     outcomes = actions_dir / "outcomes.jsonl"
     table = pipeline.decode_candidates(run.lm, run.task, problems, pool, cfg, outcomes, run.progress)
     # Best's finalists on the larger set of validation problems where the study asks for one
-    best_table = pipeline.decode_best_finalists(run.lm, run.task, cfg, table, pool, outcomes, run.progress)
+    best_table = pipeline.decode_best_finalists(run.lm, run.task, cfg, table, pool, _choice_table(cfg, actions_dir),
+                                                run.progress)
     meta = pipeline.selection_meta(cfg, run.task.name, len(problems), pool)
     print(pipeline.write_selection(actions_dir, pool, table, sel.k, meta, cfg.eval.k_values, best_table))
     token_actions = list(PRESETS["math-token"])

@@ -161,7 +161,7 @@ SMOKE = StudyConfig(
     # test's size.
     token_budget=4,
     budget=BudgetConfig(candidates=(2, 4), problems=4, max_truncated=1.0),
-    selection=SelectionConfig(pool_subsample=None, problems=2, samples=1, k=2),
+    selection=SelectionConfig(pool_subsample=None, problems=2, samples=1, k=2, best_problems=4),
     sequence_rewards="live",
     sequence=SequenceTrainConfig(parallel_budgets=(1, 2), steps=2, prompts_per_step=2, max_train_prompts=4,
                                  val_every=1, val_problems=2, checkpoint_every=1),
