@@ -83,6 +83,11 @@ def test_with_several_sampled_arms_the_stage_adds_the_best_single_arm_policy(tmp
     (ablation,) = json.loads((tmp_path / "attempt" / "curve.json").read_text())["ablations"]
     assert ablation["name"] == "decoder choice" and len(ablation["rows"]) == 2
     assert ablation["rows"][0]["best_arm"] in [a.name for a in cfg.rules.arms[1:]]
+    for run in learned[f"{single} (price 0.05)"]["per_seed"]:  # every policy it scored is kept, loadable
+        _, config = load_adapter(run["source"])
+        assert config.kind == "attempt" and len(config.training["features"]) and "single-arm" in run["source"]
+    kept = sorted(p.name for p in (tmp_path / "attempt" / "single-arm").iterdir())
+    assert len(kept) == 3 * 2 and all(name.startswith("arm-") for name in kept)  # 3 arms x 2 prices x 1 seed
 
 
 def test_the_studys_own_selection_gives_the_arms_once_it_ran(tmp_path):

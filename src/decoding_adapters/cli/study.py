@@ -89,10 +89,13 @@ def publish(out: Path, target: Path) -> list[Path]:
     run's configuration and stage minutes, the truncation figures, the action selection, the fixed
     rules' tuned curves (validation and test, every setting), the attempt policies' curve, and the
     sample tables the rules and the attempt policies read (``tables/validation``, ``tables/evaluated``,
-    ``tables/train``: every arm, sample, answer, confidence reading and mean hidden state)."""
+    ``tables/train``: every arm, sample, answer, confidence reading and mean hidden state), and the
+    weights of every trained verifier and attempt policy (``verifier/``, ``policies/``: re-scored on
+    those tables without retraining, ``evaluation.rescore``)."""
     sources = [p for p in sorted((out / "report").iterdir()) if p.is_file()]
     sources += [out / "eval" / "eval_details.json", out / "study_config.json", out / "stage_minutes.json",
-                out / "budget" / "truncation.json", out / "rules" / "curves.json", out / "attempt" / "curve.json"]
+                out / "budget" / "truncation.json", out / "rules" / "curves.json", out / "attempt" / "curve.json",
+                out / "verifier" / "verifier_rules.json"]
     sources += [out / "actions" / name for name in ("selection.md", "selection.png", "actions.json")]
     target.mkdir(parents=True, exist_ok=True)
     copied = []
@@ -105,6 +108,26 @@ def publish(out: Path, target: Path) -> list[Path]:
         if source.is_dir():
             shutil.copytree(source, target / "tables" / name, dirs_exist_ok=True)
             copied += sorted(p for p in (target / "tables" / name).iterdir() if p.is_file())
+    return copied + _publish_weights(out, target)
+
+
+TRAINED_FILES = ("adapter.json", "adapter.safetensors", "README.md", "train_log.jsonl", "verifier.json",
+                 "verifier.safetensors")
+"""What of a trained policy's or verifier's directory is published (not its optimiser checkpoint)."""
+
+
+def _publish_weights(out: Path, target: Path) -> list[Path]:
+    """The verifier (``verifier/``) and every attempt policy, the single-arm ones included
+    (``policies/``, ``policies/single-arm/``), each directory's :data:`TRAINED_FILES`."""
+    folders = {target / "verifier": out / "verifier" / "verifier"}
+    for pattern, where in (("price-*-seed-*", "policies"), ("single-arm/arm-*", "policies/single-arm")):
+        folders.update({target / where / d.name: d for d in sorted((out / "attempt").glob(pattern)) if d.is_dir()})
+    copied = []
+    for dest, source in folders.items():
+        for name in TRAINED_FILES:
+            if (source / name).is_file():
+                dest.mkdir(parents=True, exist_ok=True)
+                copied.append(Path(shutil.copy2(source / name, dest / name)))
     return copied
 
 

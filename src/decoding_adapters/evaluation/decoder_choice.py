@@ -30,7 +30,8 @@ from ..training.attempt import AttemptTrainConfig
 from .attempt import RuleCurve, Scored, rule_at, rule_compute, train_and_score
 from .sample_table import SampleTable
 
-__all__ = ["decoder_arms", "table_arms", "restrict_arms", "SingleArmRuns", "single_arm_runs", "decoder_ablation",
+__all__ = ["decoder_arms", "table_arms", "restrict_arms", "SingleArmRuns", "single_arm_dir", "single_arm_runs",
+           "decoder_ablation",
            "format_decoder_ablation", "DECODER_ABLATION"]
 
 DECODER_ABLATION = "decoder choice"
@@ -94,11 +95,18 @@ class SingleArmRuns:
     """Each arm's restricted policies, one per full policy of the seed, in their order."""
 
 
+def single_arm_dir(out_dir: str | Path, arm_index: int, price: float, seed: int) -> Path:
+    """Where :func:`single_arm_runs` keeps the policy restricted to the table's arm ``arm_index``."""
+    return Path(out_dir) / f"arm-{arm_index}-price-{price:g}-seed-{seed}"
+
+
 def single_arm_runs(train: SampleTable, validation: SampleTable, test: SampleTable, config: AttemptTrainConfig,
-                    full: Sequence[Scored], baselines: Sequence[RuleCurve]) -> dict[int, SingleArmRuns]:
+                    full: Sequence[Scored], baselines: Sequence[RuleCurve],
+                    out_dir: str | Path | None = None) -> dict[int, SingleArmRuns]:
     """Per training seed of ``full``, the policy restricted to each sampled arm at each of the seed's
     prices (trained on ``train`` restricted to greedy and that arm, keep-best on ``validation``,
-    scored on ``test``), and the best arm on validation (module docstring)."""
+    scored on ``test``), and the best arm on validation (module docstring). With ``out_dir`` each
+    policy is kept there (:func:`single_arm_dir`; a killed run continues from its checkpoint)."""
     first = _first_arm(train)
     sampled = [name for i, name in enumerate(train.arm_names) if i != first]
     if len(sampled) < 2:
@@ -108,11 +116,19 @@ def single_arm_runs(train: SampleTable, validation: SampleTable, test: SampleTab
     out = {}
     for seed in sorted({s.seed for s in full}):
         prices = [s.price for s in full if s.seed == seed]
-        by_arm = {arm: [train_and_score(*tables[arm], replace(config, price=price, seed=seed), baselines)
+        by_arm = {arm: [_restricted(tables[arm], replace(config, price=price, seed=seed), baselines,
+                                    None if out_dir is None else
+                                    single_arm_dir(out_dir, train.arm_names.index(arm), price, seed))
                         for price in prices] for arm in sampled}
         scores = {arm: _validation_score(runs) for arm, runs in by_arm.items()}
         out[seed] = SingleArmRuns(max(sampled, key=lambda arm: scores[arm]), scores, by_arm)  # ties: the first arm
     return out
+
+
+def _restricted(tables: Sequence[SampleTable], config: AttemptTrainConfig, baselines: Sequence[RuleCurve],
+                where: Path | None) -> Scored:
+    resume = where is not None and (where / "train_log.jsonl").is_file()
+    return train_and_score(*tables, config, baselines, where, resume=resume)
 
 
 def decoder_ablation(train: SampleTable, validation: SampleTable, test: SampleTable, config: AttemptTrainConfig,

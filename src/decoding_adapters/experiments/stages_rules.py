@@ -27,7 +27,7 @@ from ..evaluation import (
     Evaluation,
 )
 from ..evaluation.attempt import rule_baselines, seed_agreement, train_and_score
-from ..evaluation.decoder_choice import decoder_ablation, single_arm_runs
+from ..evaluation.decoder_choice import decoder_ablation, single_arm_dir, single_arm_runs
 from ..evaluation.rules import fit_calibrations, greedy_then, tune_rules
 from ..evaluation.sample_table import SampleTable, build_sample_table
 from ..evaluation.verifier import crossfit_table_scores, fit_on_table, ranking_quality, table_scores
@@ -280,10 +280,12 @@ def attempt_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evalua
     entries = attempt_entries(scored, test, tables, sources)
     ablations = []
     if sum(not a.is_greedy for a in train.actions) >= 2:  # the value of choosing the decoder: the best single arm
-        runs = single_arm_runs(train, validation, test, config, scored, baselines)
+        runs = single_arm_runs(train, validation, test, config, scored, baselines, Path(out) / "single-arm")
         ablations.append(decoder_ablation(train, validation, test, config, scored, baselines, runs))
         best = [s for run in runs.values() for s in run.by_arm[run.best]]  # seed by seed, as ``scored``
-        entries.update(attempt_entries(best, test, tables, ["" for _ in best], "Attempt policy, best single arm"))
+        where = [str(single_arm_dir(Path(out) / "single-arm", train.arm_names.index(run.best), s.price, s.seed))
+                 for run in runs.values() for s in run.by_arm[run.best]]
+        entries.update(attempt_entries(best, test, tables, where, "Attempt policy, best single arm"))
     write_json(Path(out) / "curve.json", {"train_problems": train.shape[0], "tables": tables,
                                           "policies": [s.record() for s in scored], "ablations": ablations})
     return add_rule_entries(evaluation, entries, family="learned")
