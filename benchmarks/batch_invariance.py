@@ -52,7 +52,14 @@ import torch
 from decoding_adapters.decoding.actions import GREEDY, ActionSet
 from decoding_adapters.decoding.loop import decode
 from decoding_adapters.lm.cpu_features import cpu_features
-from decoding_adapters.lm.models import DEFAULT_MODEL, FrozenLM, ModelSpec, load_frozen_lm, positions_from_mask, resolve_linear_kernel
+from decoding_adapters.lm.models import (
+    DEFAULT_MODEL,
+    FrozenLM,
+    ModelSpec,
+    load_frozen_lm,
+    positions_from_mask,
+    resolve_linear_kernel,
+)
 from decoding_adapters.tasks import get_task
 
 

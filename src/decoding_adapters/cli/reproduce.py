@@ -93,7 +93,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..experiments.demo import run_demo
-from ..experiments.presets import REPRODUCE_SIZES
+from ..experiments.presets import REPRODUCE_SIZES, SIZE_NOTES
 from ..lm.models import DEFAULT_DEVICE
 from .study import add_study_arguments, format_plan, publish_if_asked, study_command, study_config
 
@@ -130,7 +130,8 @@ def run_cli(args) -> int:
         print(format_plan(cfg, args.model, device=args.device))
         return 0
     command = study_command("reproduce", args, cfg, REPRODUCE_SIZES)
+    preset = REPRODUCE_SIZES[args.size]
     run_demo(args.out, cfg, model=args.model, progress=args.progress, label="reproduce", command=command,
-             device=args.device)
+             device=args.device, size_note=SIZE_NOTES.get(args.size, "") if cfg == preset else "")
     publish_if_asked(args)
     return 0

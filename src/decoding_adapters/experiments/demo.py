@@ -49,6 +49,7 @@ from ..evaluation import (
     token_mixed_method,
 )
 from ..lm.models import DEFAULT_DEVICE, ModelSpec, load_frozen_lm
+from ..reporting.families import family_section
 from ..reporting.report import (
     evidence_lines,
     headroom_section,
@@ -124,6 +125,8 @@ class _Run:
     speed: float
     note: str = ""
     """What the time fit and the re-plans cut, for the report ('' when nothing)."""
+    size_note: str = ""
+    """What the chosen size cut from the uncut study, for the report's Cost section ('' when nothing)."""
 
     def fit(self, cfg: StudyConfig) -> StudyConfig:
         return fit_to_minutes(cfg, self.speed, self.minutes)[0] if self.minutes else cfg
@@ -361,10 +364,11 @@ def _report(run: _Run, cfg: StudyConfig, evaluation: Evaluation, budget_record: 
         ("Token training data", token_data_section(out / "token-prompts.json", cfg)),
         ("Training curves (every seed)", training_curve_section(out / "report", curves)),
         ("Fixed rules", rules_section(evaluation.results, evaluation.details, out / "report")),
+        ("By family", family_section(evaluation.details)),
         ("Head-room captured", headroom_section(actions_path, evaluation.results,
                                                 evaluation.details, list(ADAPTER_NAMES.values()))),
         ("Targets", "\n".join(target_lines(evaluation.results, evaluation.details))),
-        ("Cost", cost_section(run.clock, out, cfg, run.note)),
+        ("Cost", cost_section(run.clock, out, cfg, " ".join(x for x in (run.size_note, run.note) if x))),
     ]
     report_path = write_report(out / "report", evaluation.results, evaluation.details, logs, sections=sections)
     run.clock.end()
@@ -389,13 +393,15 @@ def _print_summary(run: _Run, cfg: StudyConfig, evaluation: Evaluation, report_p
 
 def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progress: bool = True,
              label: str = "demo", command: str = "", minutes: float | None = None,
-             device: str = DEFAULT_DEVICE) -> dict:
+             device: str = DEFAULT_DEVICE, size_note: str = "") -> dict:
     """Run every stage into ``out`` and return the evaluation results. With ``minutes``, the sizes
-    are cut by ``fit_to_minutes`` when this machine's plan is longer (the report says so)."""
+    are cut by ``fit_to_minutes`` when this machine's plan is longer (the report says so, as it
+    says ``size_note``: what the size itself cut)."""
     out = Path(out)
     check_same_run(out, {"model": model, "minutes": minutes, "study": asdict(cfg)})
     run = _start(out, cfg, model=model, progress=progress, label=label, command=command, minutes=minutes,
                  device=device)
+    run.size_note = size_note
     cfg, budget_record = _choose_budget(run, cfg)
     cfg, token_baselines = _select(run, cfg)
     _train_sequence(run, cfg)

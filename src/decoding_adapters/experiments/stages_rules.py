@@ -329,4 +329,6 @@ def verifier_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evalu
               "test": str(Path(rules_out) / "test"), "verifier": str(where)}
     entries, curves = rule_entries(validation, test, vc.rules, tables, verifier=scores)
     write_json(Path(out) / "verifier_rules.json", {"tables": tables, "quality": quality, "rules": curves})
-    return add_rule_entries(evaluation, entries, verifier=True)
+    verified = add_rule_entries(evaluation, entries, verifier=True)
+    verified.details["verifier_quality"] = quality  # the report's per-family lines
+    return verified

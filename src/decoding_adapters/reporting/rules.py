@@ -24,7 +24,8 @@ from .cells import adapter_group, family_of, method_info, signed, table_row
 from .compute import answer_points
 from .verdicts import decodes_of, paired_difference, per_problem_means
 
-__all__ = ["RULE_COLUMNS", "SENTENCE_LEVELS", "EARLIER_LEVELS", "sentence_levels", "TARGET_GAIN", "rule_curves", "curve_at", "strongest_rules_at",
+__all__ = ["RULE_COLUMNS", "SENTENCE_LEVELS", "EARLIER_LEVELS", "sentence_levels", "TARGET_GAIN", "rule_curves",
+           "curve_at", "strongest_rules_at",
            "learned_seed_curves", "learned_verdicts", "learned_verdict_lines", "verdict_lines", "rules_section"]
 
 RULE_COLUMNS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
