@@ -28,10 +28,10 @@ from ..core.stats import paired_ci
 from ..decoding.actions import GREEDY, DecodingAction, load_action_set
 from ..training.attempt import AttemptTrainConfig
 from .attempt import RuleCurve, Scored, rule_at, rule_compute, train_and_score
-from .sample_table import SampleTable
+from .sample_table import CONFIDENCE_FEATURES, TABLE_FORMAT, SampleTable
 
 __all__ = ["decoder_arms", "table_arms", "restrict_arms", "SingleArmRuns", "single_arm_dir", "single_arm_runs",
-           "decoder_ablation",
+           "decoder_ablation", "PLANTED_ARMS", "planted_decoder_table", "vote_with_arm", "choice_headroom",
            "format_decoder_ablation", "DECODER_ABLATION"]
 
 DECODER_ABLATION = "decoder choice"
@@ -172,3 +172,94 @@ def format_decoder_ablation(record: dict) -> str:
                      f"restricted to {row['best_arm']} (best on validation) "
                      f"{100 * single['accuracy']:5.1f}%{where}; difference {d:+.1f} [{lo:+.1f}, {hi:+.1f}]")
     return "\n".join(lines)
+
+
+# ---- a planted world where the choice of decoder pays, and the head-room of a table -------------------
+
+PLANTED_ARMS = (DecodingAction(temperature=0.3), DecodingAction(temperature=0.7), DecodingAction(temperature=1.0))
+"""The planted world's sampled arms (names only: the table is drawn, not decoded)."""
+
+
+def planted_decoder_table(problems: int, seed: int = 0, samples: int = 4, hidden_size: int = 8,
+                          right_own: float = 0.6, right_other: float = 0.15, greedy_right: float = 0.3,
+                          hidden_shift: float = 1.5, wrong_answers: int = 4) -> tuple[SampleTable, np.ndarray]:
+    """A sample table (greedy, then ``samples`` of each of :data:`PLANTED_ARMS`) of problems of three
+    planted types, and the types ``[P]``: on a problem of type t a sample of arm t is right with
+    ``right_own``, of another arm with ``right_other``; greedy is right with ``greedy_right`` (else
+    a uniform wrong answer, as every wrong sample). Every attempt's hidden state is standard normal
+    plus ``hidden_shift`` along its problem type's own fixed random direction (the problem's type is
+    readable from greedy's hidden state); the confidence columns are noise. Every arm is as good as
+    another on average: only a policy that reads the type and draws its arm gains."""
+    gen = np.random.default_rng(seed)
+    directions = np.random.default_rng(54321).normal(size=(len(PLANTED_ARMS), hidden_size))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    types = gen.integers(0, len(PLANTED_ARMS), size=problems)
+    arms = 1 + len(PLANTED_ARMS)
+    shape = (problems, arms, samples)
+    right = np.zeros(shape, bool)
+    right[:, 0, :] = (gen.random(problems) < greedy_right)[:, None]
+    own = (np.arange(1, arms)[None, :] == types[:, None] + 1)  # [P, arms - 1]
+    chance = np.where(own, right_own, right_other)[:, :, None]
+    right[:, 1:, :] = gen.random((problems, arms - 1, samples)) < chance
+    answers = np.where(right, 0, gen.integers(1, wrong_answers + 1, size=shape))
+    answers[:, 0, :] = answers[:, 0, :1]
+    c = len(CONFIDENCE_FEATURES)
+    confidence = gen.normal(size=shape + (c,))
+    confidence[:, 0, :] = confidence[:, 0, :1]
+    hidden = gen.normal(size=shape + (hidden_size,)) + hidden_shift * directions[types][:, None, None, :]
+    hidden[:, 0, :] = hidden[:, 0, :1]
+    tokens = gen.integers(8, 40, size=shape)
+    tokens[:, 0, :] = tokens[:, 0, :1]
+    header = {"format": TABLE_FORMAT, "version": 1, "task": "planted-decoders", "split": f"planted-{seed}",
+              "model": {}, "actions": [a.to_dict() for a in (GREEDY, *PLANTED_ARMS)], "samples": samples,
+              "token_budget": 48, "seed": seed, "stop_at_answer": True,
+              "confidence": {"features": list(CONFIDENCE_FEATURES)}, "hidden": True}
+    strings = [[str(i) for i in range(wrong_answers + 1)] for _ in range(problems)]
+    table = SampleTable(header, [f"planted-decoders/{seed}/{i}" for i in range(problems)], answers.astype(np.int32),
+                        strings, right.astype(np.float32), tokens.astype(np.int32), confidence.astype(np.float32),
+                        hidden.astype(np.float16))
+    return table, types
+
+
+def vote_with_arm(table: SampleTable, arm_of_problem: np.ndarray, samples: Sequence[int]) -> np.ndarray:
+    """``[P]`` bool: the majority answer of the stopped greedy and the samples ``samples`` (their
+    indices) of each problem's arm ``arm_of_problem[p]`` is right (ties: the answer drawn first)."""
+    right = table.answer_correct()  # [P, K]: answer id k of problem p is right
+    out = np.zeros(table.shape[0], bool)
+    for p in range(table.shape[0]):
+        drawn = [int(table.answers[p, 0, 0])] + [int(table.answers[p, arm_of_problem[p], s]) for s in samples]
+        drawn = [a for a in drawn if a >= 0]  # an attempt with no answer casts no vote
+        if drawn:
+            counts = {a: drawn.count(a) for a in drawn}
+            out[p] = right[p, next(a for a in drawn if counts[a] == max(counts.values()))]
+    return out
+
+
+def choice_headroom(validation: SampleTable, test: SampleTable, extra: Sequence[int],
+                    types: np.ndarray | None = None) -> list[dict]:
+    """What choosing each problem's arm could add over the best single arm, at 1 + ``k`` decodes for
+    each ``k`` of ``extra`` (the stopped greedy and the first ``k`` samples of one arm, majority
+    vote): the best single arm is the one whose vote is right most often on ``validation``; the
+    oracle draws each test problem's own arm, ``types`` (a planted world's) or, without them, the
+    arm whose *other* samples (indices ``k`` on) are right most often on that problem (cross-fitted:
+    the arm is chosen on samples the vote does not read). Returns per ``k``: decodes, the best
+    single arm's and the oracle's accuracy, and the paired difference."""
+    first = _first_arm(test)
+    sampled = [i for i in range(len(test.arm_names)) if i != first]
+    right = test.correct  # [P, A, N]: each sample is right
+    rows = []
+    for k in extra:
+        reads = list(range(k))
+        val_acc = {a: vote_with_arm(validation, np.full(validation.shape[0], a), reads).mean() for a in sampled}
+        best = max(sampled, key=lambda a: val_acc[a])  # ties: the first arm
+        single = vote_with_arm(test, np.full(test.shape[0], best), reads)
+        if types is not None:
+            oracle_arm = np.asarray([sampled[int(t)] for t in types])
+        else:
+            held = right[:, sampled, k:].mean(-1)  # [P, sampled]: share right among the samples not read
+            oracle_arm = np.asarray(sampled)[held.argmax(1)]
+        oracle = vote_with_arm(test, oracle_arm, reads)
+        rows.append({"decodes": 1 + k, "best_single_arm": test.arm_names[best], "single": float(single.mean()),
+                     "oracle": float(oracle.mean()),
+                     "difference": list(paired_ci(oracle.astype(float).tolist(), single.astype(float).tolist()))})
+    return rows
