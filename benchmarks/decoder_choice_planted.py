@@ -98,7 +98,8 @@ def main(argv=None) -> dict:
     result["minutes"] = (time.time() - start) / 60
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
-    print(json.dumps({"minutes": round(result["minutes"], 1), "shares": [r["share"] for r in result["planted"]["rows"]]}))
+    shares = [r["share"] for r in result["planted"]["rows"]]
+    print(json.dumps({"minutes": round(result["minutes"], 1), "shares": shares}))
     return result
 
 
