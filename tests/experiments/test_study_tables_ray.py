@@ -12,8 +12,8 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray backend needs the [ray] extra")
 
-from decoding_adapters.cli import main  # noqa: E402
 from decoding_adapters.cli import demo as demo_cli  # noqa: E402
+from decoding_adapters.cli import main  # noqa: E402
 from decoding_adapters.cli import reproduce as reproduce_cli  # noqa: E402
 from decoding_adapters.decoding import table_engines  # noqa: E402
 from decoding_adapters.decoding.ray_rollouts import TaskSpec  # noqa: E402
