@@ -49,3 +49,31 @@ def test_train_attempt_cli_on_stored_tables_resumes(tmp_path, capsys):
     assert main(args + ["--resume"]) == 0  # finished runs are kept: the same policies, the same curve
     again = json.loads((out / "curve.json").read_text())
     assert [p["accuracy"] for p in again["policies"]] == [p["accuracy"] for p in first["policies"]]
+
+
+def _train_attempt_on_planted(tmp_path, train_problems: int) -> dict:
+    """train-attempt on stored planted tables (``train_problems`` training problems, 60 validation)."""
+    train, _ = planted_attempt_table(train_problems, seed=1)
+    validation, _ = planted_attempt_table(60, seed=2)
+    train.save(tmp_path / "train")
+    validation.save(tmp_path / "val")
+    out = tmp_path / "out"
+    assert main(["train-attempt", "--out", str(out), "--table", str(tmp_path / "train"), "--val-table",
+                 str(tmp_path / "val"), "--train-problems", str(train_problems), "--val-problems", "60",
+                 "--prices", "0.05", "--steps", "1", "--rules", "self_consistency,esc"]) == 0
+    return json.loads((out / "curve.json").read_text())
+
+
+def test_train_attempt_warns_once_on_a_thin_training_table(tmp_path, caplog):
+    caplog.set_level("WARNING")
+    curve = _train_attempt_on_planted(tmp_path, 60)  # 45 fitted problems: under 100 with a right and a wrong attempt
+    warned = [r.getMessage() for r in caplog.records if "too few" in r.getMessage()]
+    assert len(warned) == 1 and "\n" not in warned[0]
+    assert "the strongest on validation: " in warned[0] and "--train-problems" in warned[0]
+    assert curve["warning"] == warned[0]
+
+
+def test_train_attempt_is_silent_on_a_table_with_enough_right_attempts(tmp_path, caplog):
+    caplog.set_level("WARNING")
+    curve = _train_attempt_on_planted(tmp_path, 400)  # 300 fitted problems, most with a right and a wrong attempt
+    assert "too few" not in caplog.text and "warning" not in curve

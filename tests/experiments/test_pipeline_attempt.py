@@ -103,3 +103,25 @@ def test_the_studys_own_selection_gives_the_arms_once_it_ran(tmp_path):
     assert [a.name for a in resolved.rules.arms] == json.loads(selected.read_text())["names"][:4]
     assert resolved.with_selected_decoders(tmp_path / "other.json") == resolved
     assert _cfg().with_selected_decoders(selected) == _cfg()
+
+
+def test_the_stage_warns_once_when_its_training_table_is_too_thin(tmp_path, tiny_lm, caplog, monkeypatch):
+    cfg, task = replace(_cfg(prices=(0.05, 0.3)), seeds=1), get_task("arithmetic")
+    problems = task.load("test")[: cfg.eval_problems]
+    evaluation = pipeline.evaluate_methods(tiny_lm, task, problems, [greedy_method()], cfg, tmp_path / "eval",
+                                           meta={}, progress=False)
+    ruled = stages_rules.fixed_rules(tiny_lm, task, cfg, tmp_path / "rules", evaluation, problems)
+    caplog.set_level("WARNING")
+    stages_rules.attempt_stage(tiny_lm, task, cfg, tmp_path / "attempt", tmp_path / "rules", ruled, problems)
+    warned = [r.getMessage() for r in caplog.records if "too few" in r.getMessage()]
+    assert len(warned) == 1  # once, not once per price
+    assert "the strongest on validation: " in warned[0] and "--attempt.train-problems" in warned[0]
+    assert json.loads((tmp_path / "attempt" / "curve.json").read_text())["warning"] == warned[0]
+
+    from decoding_adapters.evaluation import attempt
+
+    monkeypatch.setattr(attempt, "THIN_TABLE_PROBLEMS", 0)  # the same 5 problems counted as enough
+    caplog.clear()
+    stages_rules.attempt_stage(tiny_lm, task, cfg, tmp_path / "attempt", tmp_path / "rules", ruled, problems)
+    assert "too few" not in caplog.text
+    assert "warning" not in json.loads((tmp_path / "attempt" / "curve.json").read_text())

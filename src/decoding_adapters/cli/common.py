@@ -19,7 +19,7 @@ from ..decoding.backends import make_rollouts
 from ..decoding.protocol import STOP_AT_ANSWER
 from ..decoding.ray_rollouts import TaskSpec
 from ..decoding.rollouts import Rollouts
-from ..decoding.table_engines import ChunkEngine, LocalChunks, RayChunks
+from ..decoding.table_engines import ChunkEngine, LocalChunks, TableBackend
 from ..evaluation.decoder_choice import table_arms
 from ..lm.models import ModelSpec, load_frozen_lm
 from ..tasks import available_tasks, get_task
@@ -286,9 +286,7 @@ def table_engine(args, lm, task, actions=()) -> ChunkEngine:
     (``--backend vllm``, the table's arms ``actions``) with their hidden states and confidences from
     a teacher-forced pass of ``lm``. Close it when done."""
     check_table_backend(args)
-    if args.backend == "ray":
-        return RayChunks(lm.spec, TaskSpec(args.task, task_options(args)), workers=args.workers,
-                         address=args.ray_address)
     if args.backend == "vllm":
         return LocalChunks(lm, task, rollouts=build_rollouts(args, lm, ActionSet(list(actions))))
-    return LocalChunks(lm, task)
+    backend = TableBackend(args.backend, args.workers, args.ray_address)
+    return backend.open(lm, task, TaskSpec(args.task, task_options(args)))

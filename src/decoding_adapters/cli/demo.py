@@ -15,7 +15,15 @@ from ..experiments.demo import run_demo
 from ..experiments.presets import SIZES
 from ..lm.models import DEFAULT_DEVICE
 from .common import check_output_dir
-from .study import add_study_arguments, format_plan, publish_if_asked, study_command, study_config
+from .study import (
+    add_study_arguments,
+    add_table_backend_arguments,
+    format_plan,
+    publish_if_asked,
+    study_command,
+    study_config,
+    table_backend,
+)
 
 
 @dataclass(frozen=True)
@@ -46,12 +54,14 @@ class DemoOptions:
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
     add_study_arguments(p, DemoOptions)
+    add_table_backend_arguments(p)
 
 
 def run_cli(args) -> int:
     if args.minutes < 0:
         raise ValueError(f"--minutes must be >= 0 (0 keeps the sizes as given), got {args.minutes:g}")
     cfg = study_config(args, SIZES)
+    tables = table_backend(args)
     if args.plan:
         print(format_plan(cfg, args.model, minutes=args.minutes, device=args.device))
         return 0
@@ -60,6 +70,6 @@ def run_cli(args) -> int:
     if args.minutes != DemoOptions.minutes:
         command += f" --minutes {args.minutes:g}"
     run_demo(args.out, cfg, model=args.model, progress=args.progress, command=command, minutes=args.minutes or None,
-             device=args.device)
+             device=args.device, tables=tables)
     publish_if_asked(args)
     return 0

@@ -58,7 +58,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 ADVANCED = frozenset({
     # the frozen LM's kernels and the rollout engine
     "attention", "linear_kernel", "cuda_graphs", "compile_step", "batch_invariant", "batch_rows", "backend", "workers",
-    "ray_address", "gpu_memory_utilization",
+    "ray_address", "gpu_memory_utilization", "table_backend", "table_workers",
     # task details
     "system_prompt", "cot_ratio", "verifier_timeout_s", "drop_overlap", "train_size", "validation_size",
     # trainer internals (docs/token-defaults.md says why their defaults are what they are)

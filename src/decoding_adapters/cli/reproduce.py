@@ -95,7 +95,15 @@ from typing import Literal
 from ..experiments.demo import run_demo
 from ..experiments.presets import REPRODUCE_SIZES, SIZE_NOTES
 from ..lm.models import DEFAULT_DEVICE
-from .study import add_study_arguments, format_plan, publish_if_asked, study_command, study_config
+from .study import (
+    add_study_arguments,
+    add_table_backend_arguments,
+    format_plan,
+    publish_if_asked,
+    study_command,
+    study_config,
+    table_backend,
+)
 
 
 @dataclass(frozen=True)
@@ -122,16 +130,19 @@ class ReproduceOptions:
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
     add_study_arguments(p, ReproduceOptions)
+    add_table_backend_arguments(p)
 
 
 def run_cli(args) -> int:
     cfg = study_config(args, REPRODUCE_SIZES)
+    tables = table_backend(args)
     if args.plan:
         print(format_plan(cfg, args.model, device=args.device))
         return 0
     command = study_command("reproduce", args, cfg, REPRODUCE_SIZES)
     preset = REPRODUCE_SIZES[args.size]
     run_demo(args.out, cfg, model=args.model, progress=args.progress, label="reproduce", command=command,
-             device=args.device, size_note=SIZE_NOTES.get(args.size, "") if cfg == preset else "")
+             device=args.device, tables=tables,
+             size_note=SIZE_NOTES.get(args.size, "") if cfg == preset else "")
     publish_if_asked(args)
     return 0

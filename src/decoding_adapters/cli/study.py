@@ -1,29 +1,64 @@
 """What the study commands (``demo``, ``reproduce``, ``domains``) share: a ``--size`` preset
 ``StudyConfig`` whose every field, nested ones included (``--token.lr``, ``--sequence.steps``,
 ``--selection.k``, ``--eval.k-values``), can be overridden on the command line, and the command
-line that reproduces a run."""
+line that reproduces a run; ``demo`` and ``reproduce`` also take where their sample tables are
+decoded (``--table-backend``, ``--table-workers``)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import shlex
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
+from ..decoding.table_engines import TableBackend
 from ..experiments.planning import estimate_minutes, fit_note, fit_to_minutes, plan_advice, plan_range
 from ..experiments.probe import decode_probe
 from ..experiments.study_config import StudyConfig
 from ..lm.models import DEFAULT_DEVICE, ModelSpec, load_frozen_lm
 from .config_args import add_config_arguments, build_config
 
-__all__ = ["add_study_arguments", "study_config", "study_command", "format_plan", "publish", "publish_if_asked"]
+__all__ = ["StudyTableOptions", "add_study_arguments", "add_table_backend_arguments", "table_backend", "study_config",
+           "study_command", "format_plan", "publish", "publish_if_asked"]
 
 
 def add_study_arguments(p: argparse.ArgumentParser, options: type) -> None:
     """The command's own ``options`` dataclass, then every ``StudyConfig`` field as an override."""
     add_config_arguments(p, options)
     add_config_arguments(p, StudyConfig, title="stage sizes (override the --size preset)", overrides_only=True)
+
+
+@dataclass(frozen=True)
+class StudyTableOptions:
+    """sample tables"""
+
+    table_backend: Literal["hf", "ray"] = TableBackend.kind
+    """where the sample tables of the rules, verifier and attempt stages are decoded: hf (this process) or
+    ray (--table-workers actors, each with its own copy of the LM). The tables are the same bytes either
+    way (the same chunks, a seed per row), so a resumed run may switch"""
+    table_workers: int = TableBackend.workers
+    """Ray actors that decode the sample tables (--table-backend ray)"""
+
+    def __post_init__(self) -> None:
+        TableBackend(self.table_backend, self.table_workers)  # checks them
+
+
+def add_table_backend_arguments(p: argparse.ArgumentParser) -> None:
+    """``--table-backend`` / ``--table-workers`` (``demo`` and ``reproduce``)."""
+    add_config_arguments(p, StudyTableOptions)
+
+
+def table_backend(args) -> TableBackend:
+    """Where the study's sample tables are decoded, from ``--table-backend`` / ``--table-workers``."""
+    options = build_config(StudyTableOptions, args)
+    if options.table_backend == "ray" and importlib.util.find_spec("ray") is None:  # before the LM loads
+        raise ValueError("--table-backend ray needs Ray (pip install -e '.[ray]'); or build the tables with "
+                         "--table-backend hf")
+    return TableBackend(options.table_backend, options.table_workers)
 
 
 def study_config(args, sizes: dict[str, StudyConfig]) -> StudyConfig:

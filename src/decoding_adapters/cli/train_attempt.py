@@ -23,10 +23,8 @@ import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-
 from ..core.files import lock_output_dir, write_json
-from ..evaluation.attempt import RuleCurve, format_curve, price_curve, rule_baselines, seed_agreement
+from ..evaluation.attempt import format_curve, price_curve, rule_baselines, seed_agreement, thin_table_warning
 from ..evaluation.decoder_choice import decoder_ablation, format_decoder_ablation
 from ..evaluation.sample_table import SampleTable, build_sample_table
 from ..policies.fixed_rules import RULES
@@ -47,11 +45,6 @@ from .common import (
 from .config_args import add_config_arguments, build_config
 
 log = logging.getLogger(__name__)
-
-MIN_INFORMATIVE_PROBLEMS = 100
-"""Fewer fitting problems than this with both a right and a wrong attempt (the ones where weighing
-the answers decides anything) and the policy's verifier has too little to learn from: warned."""
-
 
 @dataclass(frozen=True)
 class TrainAttemptOptions:
@@ -181,24 +174,6 @@ def _task(args, train: SampleTable) -> tuple[str, dict | None]:
     return recorded, None
 
 
-def _attempts_warning(fit: SampleTable, baselines: list[RuleCurve]) -> str | None:
-    """A warning when too few fitting problems hold both a right and a wrong attempt for the
-    policy's verifier to learn from, with what the strongest rule reaches on the scoring problems."""
-    # [P, distinct attempts]: the greedy arm's one sample once, every sample of the sampled arms
-    right = np.concatenate([fit.correct[:, a, :int(d)] for a, d in enumerate(fit.distinct)], axis=1)
-    solved, mixed = int(right.any(1).sum()), int((right.any(1) & ~right.all(1)).sum())
-    if mixed >= MIN_INFORMATIVE_PROBLEMS:
-        return None
-    best = max(((c.name, float(a), float(d)) for c in baselines for a, d in zip(c.accuracy, c.decodes)),
-               key=lambda t: t[1], default=None)
-    reach = (f"; the fixed rules reach {100 * best[1]:.1f}% on the scoring problems ({best[0]} at {best[2]:.2f} "
-             "decodes)" if best else "")
-    return (f"the training table has a right attempt on {solved} of {fit.shape[0]} fitting problems, and both a right "
-            f"and a wrong one on {mixed}: too few (under {MIN_INFORMATIVE_PROBLEMS}) for the policy's verifier to "
-            f"learn which answer to trust, so expect it no better than the rules{reach}. More --train-problems or "
-            "--samples give it more")
-
-
 def run_cli(args) -> int:
     options = build_config(TrainAttemptOptions, args)
     tables = build_config(TableOptions, args)
@@ -217,7 +192,7 @@ def run_cli(args) -> int:
     where = ("held-out training problems" if held
              else "validation problems (in sample: the rules and keep-best chose there)")
     baselines = rule_baselines(validation, scoring, options.rules)
-    warning = _attempts_warning(fit, baselines)
+    warning = thin_table_warning(fit, baselines, "more --train-problems or --samples give it more")
     if warning:
         log.warning(warning)
     model = train.header.get("model", {}).get("name_or_path", "")

@@ -15,18 +15,23 @@ any worker is the chunk decoded here: a table built on 2 workers equals one buil
     N actors (``TableWorker``), each loading its own copy of the LM from the ``ModelSpec`` and
     rebuilding the task from a ``TaskSpec``; a free actor takes the next chunk. A kill loses at most
     the chunks in flight (one per worker): a rerun decodes only what no chunk on disk holds.
+
+``TableBackend`` is the choice between the two (``hf`` or ``ray``, its workers and cluster), made
+once: its ``open`` gives the engine, and a Ray engine starts its actors only when a table has
+chunks to decode (a resumed run whose tables are whole loads no LM copy).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Protocol, Sequence
+from dataclasses import dataclass
+from typing import Callable, Iterator, Literal, Protocol, Sequence
 
 import torch
 
 from ..lm.models import ModelSpec, load_frozen_lm
 from .ray_rollouts import TaskSpec, ray_module, start_actors, stop_actors
 
-__all__ = ["ChunkDecode", "ChunkEngine", "LocalChunks", "TableWorker", "RayChunks"]
+__all__ = ["ChunkDecode", "ChunkEngine", "LocalChunks", "TableWorker", "RayChunks", "StartedOnUse", "TableBackend"]
 
 ChunkDecode = Callable[[object, object, list], object]
 """``decode(lm, task, chunk)``: one chunk's result; a module-level function or a ``functools.partial``
@@ -126,3 +131,49 @@ class RayChunks:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class StartedOnUse:
+    """An engine started by ``start()`` the first time it is given chunks to decode, and closed only
+    if it was: a run whose tables are already whole starts nothing."""
+
+    def __init__(self, start: Callable[[], ChunkEngine]):
+        self._start, self.engine = start, None
+
+    def map(self, decode: ChunkDecode, chunks: Sequence[list]) -> Iterator[tuple[list, object]]:
+        if not chunks:
+            return
+        if self.engine is None:
+            self.engine = self._start()
+        yield from self.engine.map(decode, chunks)
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+        self.engine = None
+
+
+@dataclass(frozen=True)
+class TableBackend:
+    """Where a run decodes its sample tables (module docstring): ``hf``, this process's LM; ``ray``,
+    ``workers`` actors on a local Ray cluster or the one at ``ray_address``. The tables are the
+    same bytes either way."""
+
+    kind: Literal["hf", "ray"] = "hf"
+    workers: int = 1
+    """Ray actors (kind ray), each with its own copy of the LM"""
+    ray_address: str | None = None
+    """an existing Ray cluster to join (kind ray; None starts a local one)"""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("hf", "ray"):
+            raise ValueError(f"a table backend is hf or ray, got {self.kind!r}")
+        if self.workers < 1:
+            raise ValueError(f"table workers must be >= 1, got {self.workers}")
+
+    def open(self, lm, task, task_spec) -> ChunkEngine:
+        """The engine: ``lm`` and ``task`` here, or Ray actors that load the LM from ``lm.spec`` and
+        rebuild the task from ``task_spec`` (a ``TaskSpec``), started on first use. Close it when done."""
+        if self.kind == "ray":
+            return StartedOnUse(lambda: RayChunks(lm.spec, task_spec, workers=self.workers, address=self.ray_address))
+        return LocalChunks(lm, task)

@@ -12,6 +12,9 @@
 - ``train_and_score`` / ``price_curve``: train one policy per (price, seed) on a training table,
   keep-best on validation, score on the test table against the strongest rule at its own mean
   decodes, with a paired 95% interval over problems.
+- ``thin_table_warning``: the one line that says a training table holds too few problems with both
+  a right and a wrong attempt for the policy to learn from, and what the strongest rule reaches on
+  validation (``strongest_on_validation``).
 - ``ablation``: the same for each feature set (``training.attempt.FEATURE_SETS``), and how often
   the seeds' policies make the same decisions (``seed_agreement``).
 - ``planted_attempt_table``: a world whose signal needs agreement and a hidden direction together
@@ -51,6 +54,10 @@ __all__ = [
     "rule_at",
     "strongest_rule",
     "rule_compute",
+    "strongest_on_validation",
+    "THIN_TABLE_PROBLEMS",
+    "informative_problems",
+    "thin_table_warning",
     "Scored",
     "ATTEMPT_PARTS",
     "attempt_parts",
@@ -80,6 +87,10 @@ class RuleCurve:
     correct: np.ndarray
     """``[L, P]`` per-problem correctness of each point's setting."""
     settings: list[dict] = field(default_factory=list)
+    val_accuracy: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """``[L]`` each point's accuracy on the validation table its setting was chosen on (empty: not known)."""
+    val_decodes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """``[L]`` each point's mean decodes there."""
 
 
 def rule_baselines(validation: SampleTable, test: SampleTable, rules: Sequence[str] = RULES,
@@ -110,7 +121,9 @@ def rule_baselines(validation: SampleTable, test: SampleTable, rules: Sequence[s
                 correct.append(scored.correct)
             out.append(RuleCurve(f"{rule} ({arm})", np.array([p["test"]["decodes"] for p in points]),
                                  np.array([p["test"]["accuracy"] for p in points]),
-                                 np.array(correct, dtype=np.float64), [p["setting"] for p in points]))
+                                 np.array(correct, dtype=np.float64), [p["setting"] for p in points],
+                                 np.array([p["validation"]["accuracy"] for p in points]),
+                                 np.array([p["validation"]["decodes"] for p in points])))
     return out
 
 
@@ -141,6 +154,44 @@ def strongest_rule(curves: Sequence[RuleCurve], decodes: float) -> tuple[str, fl
     best = max(curves, key=lambda c: rule_at(c, decodes)[0])
     acc, row = rule_at(best, decodes)
     return best.name, acc, row
+
+
+def strongest_on_validation(curves: Sequence[RuleCurve]) -> tuple[str, float, float] | None:
+    """The rule that reaches the highest validation accuracy at its curve's end (a rule's setting at
+    a higher compute level is chosen among more settings, so its end is its best on validation): its
+    name, that accuracy and its mean decodes there (ties: fewer decodes); None without validation points."""
+    points = [(c.name, float(a), float(d)) for c in curves for a, d in zip(c.val_accuracy, c.val_decodes)]
+    return max(points, key=lambda t: (t[1], -t[2]), default=None)
+
+
+THIN_TABLE_PROBLEMS = 100
+"""Fewer training problems than this with both a right and a wrong attempt, and the attempt policy's
+table is too thin to learn from: warned. Only those problems say which attempt to trust (where every
+attempt is right or every one wrong, any answer scores the same). The smallest tables the policy
+was measured to beat the fixed rules from held about 120 such problems (docs/attempt.md's smoke run:
+150 fitted problems, +5 to +8 points with the hidden summary); none below 100 was."""
+
+
+def informative_problems(table: SampleTable) -> tuple[int, int]:
+    """``(solved, mixed)``: the problems of ``table`` with a right attempt, and those with both a right
+    and a wrong one, over its distinct attempts (the greedy arm's one, every sampled arm's samples)."""
+    right = np.concatenate([table.correct[:, a, :int(d)] for a, d in enumerate(table.distinct)], axis=1)
+    return int(right.any(1).sum()), int((right.any(1) & ~right.all(1)).sum())
+
+
+def thin_table_warning(train: SampleTable, baselines: Sequence[RuleCurve], more: str) -> str | None:
+    """One line when ``train`` holds fewer than :data:`THIN_TABLE_PROBLEMS` problems with both a
+    right and a wrong attempt, with what the strongest rule of ``baselines`` reaches on validation
+    and ``more`` (how to give the policy more: the caller's options); None otherwise."""
+    solved, mixed = informative_problems(train)
+    if mixed >= THIN_TABLE_PROBLEMS:
+        return None
+    best = strongest_on_validation(baselines)
+    reach = (f" (the strongest on validation: {best[0]}, {100 * best[1]:.1f}% at {best[2]:.2f} decodes per problem)"
+             if best else "")
+    return (f"the attempt policy's training table has a right attempt on {solved} of {train.shape[0]} problems and "
+            f"both a right and a wrong one on {mixed}: too few (under {THIN_TABLE_PROBLEMS}) to learn which attempt "
+            f"to trust, so expect it no better than the fixed rules{reach}; {more}")
 
 
 @dataclass

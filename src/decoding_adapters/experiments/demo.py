@@ -37,6 +37,8 @@ from pathlib import Path
 
 from ..core.files import write_json
 from ..decoding.actions import PRESETS, DecodingAction, load_action_set
+from ..decoding.ray_rollouts import TaskSpec
+from ..decoding.table_engines import TableBackend
 from ..evaluation import (
     Evaluation,
     Method,
@@ -61,7 +63,6 @@ from ..reporting.report import (
 )
 from ..reporting.rules import rules_section
 from ..selection.best import best_static_from_table
-from ..tasks import get_task
 from . import pipeline, stages_rules
 from .planning import estimate_minutes, fit_note, fit_to_minutes, plan_advice, plan_range, replan
 from .presets import ADAPTER_NAMES, DRAFT_TRAINING, TINY, TINY_NOTE, TOKEN_MIXED, TOKEN_VARIANTS, pool_size
@@ -112,11 +113,14 @@ def _flat(data: dict, prefix: str = "") -> dict:
 @dataclass
 class _Run:
     """What the stages of one study run share: where it writes, the frozen LM and task, its clock,
-    and the machine's decode speed its sizes are fitted to."""
+    the machine's decode speed its sizes are fitted to, and where its sample tables are decoded."""
 
     out: Path
     lm: object
     task: object
+    task_spec: TaskSpec
+    """How a table worker rebuilds ``task``."""
+    tables: TableBackend
     clock: pipeline.StageClock
     model: str
     command: str
@@ -147,15 +151,16 @@ class _Run:
 
 
 def _start(out: Path, cfg: StudyConfig, *, model: str, progress: bool, label: str, command: str,
-           minutes: float | None, device: str) -> _Run:
+           minutes: float | None, device: str, tables: TableBackend) -> _Run:
     """Load the LM, probe this machine and print the plan (the ``load`` stage)."""
     clock = pipeline.StageClock(label, out / "stage_minutes.json")  # the plan needs the probe: after loading
     clock.begin("load", "loading the frozen LM", model)
     lm = load_frozen_lm(ModelSpec(name_or_path=model, device=device))
-    task = get_task("arithmetic", **study_task_options(cfg))
+    task_spec = TaskSpec("arithmetic", study_task_options(cfg))
+    task = task_spec.build()
     probe = probe_once(lm, cfg, out / "decode_probe.json")  # the plan, scaled to this machine
     # the sizes are fitted to the machine's capacity; a busy spell is met by re-planning later
-    run = _Run(out, lm, task, clock, model, command, progress, minutes, probe.capacity)
+    run = _Run(out, lm, task, task_spec, tables, clock, model, command, progress, minutes, probe.capacity)
     fitted = run.fit(cfg)
     clock.plan = estimate_minutes(fitted, run.speed)
     low, high = plan_range(fitted, probe)
@@ -315,23 +320,32 @@ def _join(evaluation: Evaluation, joined: Evaluation, out: Path) -> Evaluation:
 def _rules_and_attempt(run: _Run, cfg: StudyConfig, evaluation: Evaluation, test_problems: list) -> Evaluation:
     """The fixed rules (``rules/``), the verifier and the rules that read it (``verifier/``) and the
     attempt policy (``attempt/``), where the study has them, scored on the evaluated problems and
-    joined to the evaluation."""
+    joined to the evaluation; their sample tables decoded where ``run.tables`` says."""
     if not cfg.rules.enabled:
         return evaluation
     cfg = cfg.with_selected_decoders(run.out / "actions" / "actions.json")
+    engine = run.tables.open(run.lm, run.task, run.task_spec)
+    try:
+        return _table_stages(run, cfg, evaluation, test_problems, engine)
+    finally:
+        engine.close()
+
+
+def _table_stages(run: _Run, cfg: StudyConfig, evaluation: Evaluation, test_problems: list, engine) -> Evaluation:
+    """:func:`_rules_and_attempt`'s stages, every sample table decoded by ``engine``."""
     rc, vc, ac, out = cfg.rules, cfg.verifier, cfg.attempt, run.out
     sampled = f"at T={rc.temperatures}" if rc.decoders is None else f"of {', '.join(a.name for a in rc.arms[1:])}"
     run.clock.begin("rules", "fixed rules", f"sample tables of {rc.problems} validation and {len(test_problems)} "
                                             f"test problems, greedy + {rc.samples} samples {sampled}")
     ruled = stages_rules.fixed_rules(run.lm, run.task, cfg, out / "rules", evaluation, test_problems,
-                                 progress=run.progress)
+                                     progress=run.progress, engine=engine)
     evaluation = _join(evaluation, ruled, out)
     run.clock.end()
     if vc.enabled:  # trained on the attempt stage's training table (decoded here first)
         run.clock.begin("verifier", "verifier and the rules that read it", f"{vc.train_problems} training problems")
         verified = stages_rules.verifier_stage(run.lm, run.task, cfg, out / "verifier", out / "rules", evaluation,
-                                           test_problems, train_table=out / "attempt" / "train",
-                                           progress=run.progress)
+                                               test_problems, train_table=out / "attempt" / "train",
+                                               progress=run.progress, engine=engine)
         evaluation = _join(evaluation, verified, out)
         run.clock.end()
     if not ac.enabled:
@@ -339,8 +353,8 @@ def _rules_and_attempt(run: _Run, cfg: StudyConfig, evaluation: Evaluation, test
     run.clock.begin("attempt", "attempt policy", f"a sample table of {ac.train_problems} training problems, one "
                                                  f"policy per price {list(ac.prices)}")
     learned = stages_rules.attempt_stage(run.lm, run.task, cfg, out / "attempt", out / "rules", evaluation,
-                                     test_problems, progress=run.progress,
-                                     verifier_dir=out / "verifier" / "verifier" if vc.enabled else None)
+                                         test_problems, progress=run.progress, engine=engine,
+                                         verifier_dir=out / "verifier" / "verifier" if vc.enabled else None)
     evaluation = _join(evaluation, learned, out)
     run.clock.end()
     return evaluation
@@ -393,14 +407,15 @@ def _print_summary(run: _Run, cfg: StudyConfig, evaluation: Evaluation, report_p
 
 def run_demo(out: str | Path, cfg: StudyConfig, *, model: str = "smollm2", progress: bool = True,
              label: str = "demo", command: str = "", minutes: float | None = None,
-             device: str = DEFAULT_DEVICE, size_note: str = "") -> dict:
+             device: str = DEFAULT_DEVICE, tables: TableBackend | None = None, size_note: str = "") -> dict:
     """Run every stage into ``out`` and return the evaluation results. With ``minutes``, the sizes
     are cut by ``fit_to_minutes`` when this machine's plan is longer (the report says so, as it
-    says ``size_note``: what the size itself cut)."""
+    says ``size_note``: what the size itself cut). ``tables``: where the sample tables are decoded
+    (None: in this process; the tables are the same wherever)."""
     out = Path(out)
     check_same_run(out, {"model": model, "minutes": minutes, "study": asdict(cfg)})
     run = _start(out, cfg, model=model, progress=progress, label=label, command=command, minutes=minutes,
-                 device=device)
+                 device=device, tables=tables or TableBackend())
     run.size_note = size_note
     cfg, budget_record = _choose_budget(run, cfg)
     cfg, token_baselines = _select(run, cfg)

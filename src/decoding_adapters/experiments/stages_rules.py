@@ -15,6 +15,7 @@ verifier, over the sample tables built once under a study's folder.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -26,7 +27,7 @@ from ..core.files import write_json
 from ..evaluation import (
     Evaluation,
 )
-from ..evaluation.attempt import rule_baselines, seed_agreement, train_and_score
+from ..evaluation.attempt import rule_baselines, seed_agreement, thin_table_warning, train_and_score
 from ..evaluation.decoder_choice import decoder_ablation, single_arm_dir, single_arm_runs
 from ..evaluation.rules import fit_calibrations, greedy_then, tune_rules
 from ..evaluation.sample_table import SampleTable, build_sample_table
@@ -50,6 +51,8 @@ __all__ = [
     "problem_families",
     "verifier_stage",
 ]
+
+log = logging.getLogger(__name__)
 
 
 # ---- fixed rules ---------------------------------------------------------------------------------
@@ -249,8 +252,10 @@ def attempt_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evalua
     policy per price and training seed (the study's ``seeds`` from ``attempt.seed``) trained there
     (resumable, in ``out/price-<p>-seed-<s>``), kept-best on validation and
     scored on the evaluated problems; written to ``out/curve.json``; returns ``evaluation`` with one
-    ``learned`` entry per price added. With ``verifier_dir`` (the verifier stage's verifier) the
-    strongest rule each policy is set against there is chosen among the verifier rules too.
+    ``learned`` entry per price added. A training table too thin to learn from is warned about once
+    (``evaluation.attempt.thin_table_warning``), the warning kept in ``curve.json``. With
+    ``verifier_dir`` (the verifier stage's verifier) the strongest rule each policy is set against
+    there is chosen among the verifier rules too.
     With two or more sampled arms, also the same policy restricted to its best single sampled arm
     (``evaluation.decoder_choice``): the ablation in ``curve.json``'s ``ablations`` and one ``"Attempt
     policy, best single arm (price p)"`` entry per price (its ``parts``: verifier, stop; the full
@@ -266,6 +271,9 @@ def attempt_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evalua
         baselines = rule_baselines(validation, test, cfg.rules.rules + cfg.verifier.rules, scores)
     else:
         baselines = rule_baselines(validation, test, cfg.rules.rules)
+    warning = thin_table_warning(train, baselines, "more --attempt.train-problems or --rules.samples give it more")
+    if warning:
+        log.warning(warning)
     config = AttemptTrainConfig(features=tuple(ac.features), steps=ac.steps, val_every=max(1, min(25, ac.steps)))
     scored, sources = [], []
     for price in ac.prices:
@@ -287,7 +295,8 @@ def attempt_stage(lm, task, cfg: StudyConfig, out: Path, rules_out: Path, evalua
                  for run in runs.values() for s in run.by_arm[run.best]]
         entries.update(attempt_entries(best, test, tables, where, "Attempt policy, best single arm"))
     write_json(Path(out) / "curve.json", {"train_problems": train.shape[0], "tables": tables,
-                                          "policies": [s.record() for s in scored], "ablations": ablations})
+                                          "policies": [s.record() for s in scored], "ablations": ablations,
+                                          **({"warning": warning} if warning else {})})
     return add_rule_entries(evaluation, entries, family="learned")
 
 
