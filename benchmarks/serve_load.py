@@ -57,7 +57,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-batch", type=int, default=16, help="server --max-batch (rows per decode call)")
     p.add_argument("--soak-s", type=float, default=0.0, help="run the mixed soak for this many seconds per kind")
     p.add_argument("--clients", type=int, default=32, help="soak: concurrent clients")
-    p.add_argument("--kinds", default="token,draft", help="soak: adapter kinds to serve in turn (token, draft)")
+    p.add_argument("--kinds", default="token,draft",
+                   help="soak: adapter kinds to serve in turn (token, draft, attempt)")
     return p.parse_args()
 
 
@@ -96,9 +97,39 @@ def untrained_draft_adapter(lm, directory: Path, token_budget: int) -> Path:
     return save_adapter(directory, policy, config)
 
 
+def untrained_attempt_adapter(lm, directory: Path, token_budget: int) -> Path:
+    """An attempt adapter whose untrained policy reads greedy's confidence and hidden state and stops
+    or draws up to three more attempts at T=0.7: the serving cost of the attempt rounds is the real one."""
+    from decoding_adapters.decoding.actions import GREEDY, DecodingAction
+    from decoding_adapters.evaluation.sample_table import CONFIDENCE_FEATURES
+    from decoding_adapters.policies.attempt import AttemptPolicy, AttemptPolicyConfig, save_attempt_adapter
+
+    torch.manual_seed(0)
+    arms = (GREEDY, DecodingAction(temperature=0.7))
+    policy = AttemptPolicy(AttemptPolicyConfig(tuple(a.name for a in arms), 0, (1, 8), tuple(CONFIDENCE_FEATURES),
+                                               ("confidence", "hidden"), max_attempts=4, hidden_size=lm.hidden_size,
+                                               token_budget=token_budget))
+    return save_attempt_adapter(directory, policy, [a.to_dict() for a in arms], base_model=lm.spec.name_or_path,
+                                task="arithmetic")
+
+
 def rss_mb() -> float:
     with open("/proc/self/status") as handle:
         return next(int(line.split()[1]) for line in handle if line.startswith("VmRSS:")) / 1024
+
+
+REFUSED = "refused"
+"""A request the server turns away by a stated rule before queueing (400 naming the parameter ``n``:
+an adapter kind that gives one completion per request): counted apart from the errors."""
+
+
+def _stated_refusal(status: int, content: bytes) -> bool:
+    if status != 400:
+        return False
+    try:
+        return json.loads(content)["error"].get("param") == "n"
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
 
 
 def soak(url: str, clients: int, seconds: float, max_tokens: int) -> dict:
@@ -109,7 +140,7 @@ def soak(url: str, clients: int, seconds: float, max_tokens: int) -> dict:
     warm_at = time.monotonic() + seconds / 5
     rss = {"warm": None}
     lock = threading.Lock()
-    counts = {"requests": 0, "errors": 0, "streamed": 0, "chat": 0}
+    counts = {"requests": 0, "errors": 0, "refused": 0, "streamed": 0, "chat": 0}
     examples: list[str] = []
     latencies: list[float] = []
 
@@ -124,10 +155,13 @@ def soak(url: str, clients: int, seconds: float, max_tokens: int) -> dict:
             counts["streamed"] += stream
         if not stream:
             r = client.post(path, json=body)
+            if _stated_refusal(r.status_code, r.content):
+                return REFUSED
             return None if r.status_code == 200 and len(r.json()["choices"]) == n else f"{r.status_code} {r.text[:200]}"
         with client.stream("POST", path, json=body) as r:
             if r.status_code != 200:
-                return f"{r.status_code} {r.read()[:200]!r}"
+                content = r.read()
+                return REFUSED if _stated_refusal(r.status_code, content) else f"{r.status_code} {content[:200]!r}"
             lines = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
         if not lines or lines[-1] != "[DONE]":
             return "stream ended without [DONE]"
@@ -147,7 +181,9 @@ def soak(url: str, clients: int, seconds: float, max_tokens: int) -> dict:
                 with lock:
                     counts["requests"] += 1
                     latencies.append(time.perf_counter() - started)
-                    if error is not None:
+                    if error == REFUSED:
+                        counts["refused"] += 1
+                    elif error is not None:
                         counts["errors"] += 1
                         if len(examples) < 5:
                             examples.append(error)
@@ -170,14 +206,16 @@ def soak(url: str, clients: int, seconds: float, max_tokens: int) -> dict:
 def run_soak(args, lm, tmp: str) -> None:
     rows = []
     for kind in args.kinds.split(","):
-        make = {"token": untrained_token_adapter, "draft": untrained_draft_adapter}[kind]
+        make = {"token": untrained_token_adapter, "draft": untrained_draft_adapter,
+                "attempt": untrained_attempt_adapter}[kind]
         generator = Adapter.from_pretrained(make(lm, Path(tmp) / kind, args.max_tokens), lm=lm).generator()
         limits = ServerLimits(max_batch=args.max_batch, max_tokens_limit=max(args.max_tokens, 512))
         with BackgroundServer(create_app(generator, limits)) as url:
             rows.append({"kind": kind, **soak(url, args.clients, args.soak_s, args.max_tokens)})
         r = rows[-1]
         print(f"{kind}: {r['requests']} requests ({r['chat']} chat, {r['streamed']} streamed) from {r['clients']} "
-              f"clients in {r['seconds']:g} s: {r['errors']} errors, p50 {r['p50_s']} s, p95 {r['p95_s']} s, "
+              f"clients in {r['seconds']:g} s: {r['errors']} errors, {r['refused']} stated refusals, "
+              f"p50 {r['p50_s']} s, p95 {r['p95_s']} s, "
               f"RSS {r['rss_warm_mb']} -> {r['rss_end_mb']} MB ({100 * r['rss_growth']:+.1f}%)")
         for example in r["error_examples"]:
             print(f"  error: {example}")
