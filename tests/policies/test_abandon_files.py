@@ -7,8 +7,13 @@ import pytest
 import torch
 
 from decoding_adapters.decoding.confidence import CONFIDENCE_FEATURES
-from decoding_adapters.policies.abandon import (ABANDON_JSON, ABANDON_WEIGHTS, AbandonRule, load_abandon_rule,
-                                                save_abandon_rule)
+from decoding_adapters.policies.abandon import (
+    ABANDON_JSON,
+    ABANDON_WEIGHTS,
+    AbandonRule,
+    load_abandon_rule,
+    save_abandon_rule,
+)
 from decoding_adapters.policies.verifier import Verifier, VerifierConfig
 
 BUDGET, EVERY = 10, 3  # checkpoints at 3, 6 and 9 tokens
