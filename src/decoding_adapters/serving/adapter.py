@@ -323,7 +323,8 @@ class Adapter:
         was trained on, rebuilt from the options ``adapter.json`` records);
         ``data``: that task with other data files (``--data``), where the recorded ones are gone;
         ``verifier``: the task's verifier of your own (``module:function``), named again to run it (a
-        recorded one is code the adapter's files cannot vouch for, so it is not run unasked)."""
+        recorded one is code the adapter's files cannot vouch for, so it is not run unasked). An
+        attempt adapter's abandon rule (:attr:`abandon`) cuts its attempts there."""
         if task is None and (data is not None or verifier is not None) and self.config.task:
             task = task_from_record(self.config.task, self.config.task_options, data=data, verifier=verifier)
         if self.lm is None:
