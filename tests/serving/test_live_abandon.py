@@ -100,8 +100,10 @@ def test_the_python_api_makes_the_replay_s_attempts_and_cuts(tiny_lm, setting):
 def test_without_the_rule_no_attempt_is_cut(tiny_lm, setting, tmp_path):
     task, problems, table, policy, _, directory = setting
     adapter = Adapter.from_pretrained(directory, lm=tiny_lm)
-    adapter.abandon = None
     adapter.save_pretrained(tmp_path)
+    assert (tmp_path / ABANDON_JSON).is_file()  # the rule travels with the adapter
+    adapter.abandon = None
+    adapter.save_pretrained(tmp_path)  # and is gone from a directory saved again without it
     assert not (tmp_path / ABANDON_JSON).exists()
     outs = Adapter.from_pretrained(tmp_path, lm=tiny_lm).generator().generate(
         [task.prompt(p) for p in problems], token_budget=BUDGET, problem_ids=[p.id for p in problems])

@@ -38,7 +38,7 @@ from .bounds import check_abandon_fields, parse_json
 from .verifier import Verifier, VerifierConfig, single_thread
 
 __all__ = ["AbandonRule", "prefix_inputs", "ABANDON_FORMAT", "ABANDON_JSON", "ABANDON_WEIGHTS", "save_abandon_rule",
-           "load_abandon_rule"]
+           "load_abandon_rule", "remove_abandon_rule"]
 
 ABANDON_FORMAT = "decoding-adapters/abandon"
 """The ``format`` in ``abandon.json``."""
@@ -168,6 +168,12 @@ def save_abandon_rule(directory: str | Path, rule: AbandonRule, training: dict |
         "confidence_names": list(rule.confidence_names), "verifier": asdict(rule.verifier.config),
         "training": json.loads(json.dumps(training or {}))})
     return directory
+
+
+def remove_abandon_rule(directory: str | Path) -> None:
+    """Remove the abandon rule's files from ``directory`` (an adapter saved without one)."""
+    for name in (ABANDON_JSON, ABANDON_WEIGHTS):  # the JSON first: a half-removed rule reads as incomplete, not valid
+        (Path(directory) / name).unlink(missing_ok=True)
 
 
 def load_abandon_rule(directory: str | Path) -> AbandonRule | None:

@@ -37,7 +37,7 @@ from ..decoding.actions import DEFAULT_TOKEN_BUDGET, DecodingAction
 from ..decoding.loop import row_seed
 from ..decoding.vllm_rollouts import sampling_params_dict
 from ..lm.models import DEFAULT_DEVICE, DEFAULT_DTYPE, FrozenLM, ModelSpec, load_frozen_lm, locate_model
-from ..policies.abandon import AbandonRule, load_abandon_rule, save_abandon_rule
+from ..policies.abandon import AbandonRule, load_abandon_rule, remove_abandon_rule, save_abandon_rule
 from ..policies.kind_sequence import SEQUENCE
 from ..policies.kind_token import TOKEN
 from ..policies.kinds import AdapterKind
@@ -144,6 +144,8 @@ class Adapter:
         out = save_adapter(directory, self.policy, self.config)
         if self.abandon is not None:
             save_abandon_rule(directory, self.abandon)
+        else:  # a rule left from an earlier save would cut attempts this adapter does not
+            remove_abandon_rule(directory)
         return out
 
     def bind(self, lm: FrozenLM) -> "Adapter":
