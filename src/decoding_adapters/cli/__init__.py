@@ -44,6 +44,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rules": ("decoding_adapters.cli.rules",
               "tune the fixed answer rules (self-consistency, ESC, DeepConf, ...) on a validation sample table, "
               "score them on another"),
+    "attach-abandon": ("decoding_adapters.cli.attach_abandon",
+                       "fit an abandon rule (cut an attempt short at checkpoints) for an attempt adapter and write it "
+                       "into the adapter"),
     "make-rule": ("decoding_adapters.cli.make_rule",
                   "write a fixed answer rule (ESC, self-consistency, DeepConf, ...) as an adapter with no weights"),
     "train-token": ("decoding_adapters.cli.train_token", "train a token-level (POMDP) adapter"),

@@ -160,10 +160,15 @@ class TableOptions:
     """a built table keeps each sample's mean hidden state (the attempt policy's hidden features read it)"""
     stop_at_answer: bool = STOP_AT_ANSWER
     """a built table's samples end at their first complete answer (the protocol); off: decoded to the budget"""
+    checkpoints: int = 0
+    """a built table stores each sample's readings every this many tokens (0: none); attach-abandon fits an abandon
+    rule on them"""
 
     def __post_init__(self) -> None:
         if self.samples < 1 or not self.temperatures or any(not t > 0 for t in self.temperatures):
             raise ValueError("--samples must be >= 1 and --temperatures positive")
+        if self.checkpoints < 0:
+            raise ValueError(f"--checkpoints must be >= 0 tokens, got {self.checkpoints}")
         if self.decoder_count is not None and self.decoders is None:
             raise ValueError("--decoder-count needs --decoders")
         if self.decoders is not None:

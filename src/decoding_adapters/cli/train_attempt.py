@@ -131,6 +131,7 @@ def _tables(args, options: TrainAttemptOptions, tables: TableOptions) -> tuple[S
                 build_sample_table(lm, task, problems[split], tables.arms, samples=tables.samples,
                                    token_budget=args.token_budget, path=path, split=split, seed=args.seed,
                                    stop_at_answer=tables.stop_at_answer, hidden=tables.hidden, engine=engine,
+                                   checkpoints=tables.checkpoints,
                                    chunk_problems=max(1, args.batch_rows // tables.rows_per_problem),
                                    on_chunk=lambda done, total, s=split: print(f"{s} table: {done}/{total} problems"))
         finally:

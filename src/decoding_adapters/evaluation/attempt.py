@@ -35,7 +35,7 @@ from ..core.stats import paired_ci
 from ..decoding.actions import GREEDY, DecodingAction
 from ..decoding.attempts import sequential_attempts
 from ..decoding.loop import row_seed
-from ..decoding.protocol import STOP_AT_ANSWER
+from ..decoding.protocol import STOP_AT_ANSWER, stored_stop
 from ..decoding.rollouts import answer_stops, encode_problems
 from ..policies.attempt import AttemptInputs, AttemptOutcome, PolicyDecider, walk
 from ..policies.fixed_rules import RULES, RuleSetting, score_setting, vote
@@ -256,7 +256,7 @@ def train_and_score(train: SampleTable, validation: SampleTable, test: SampleTab
     with tempfile.TemporaryDirectory() as tmp:
         trainer = AttemptTrainer(config, policy_config, AttemptInputs.from_table(train),
                                  AttemptInputs.from_table(validation), out_dir or tmp,
-                                 actions=train.header["actions"], **meta)
+                                 actions=train.header["actions"], stop_at_answer=stored_stop(train.header), **meta)
         trainer.train(resume=resume)
     outcome = walk(trainer.policy, AttemptInputs.from_table(test), trainer.lattice)
     decodes = float(outcome.attempts.mean())

@@ -50,6 +50,7 @@ import torch
 from torch import nn
 
 from ..decoding.actions import DEFAULT_TOKEN_BUDGET
+from ..decoding.protocol import STOP_AT_ANSWER
 from .adapter_files import AdapterConfig, load_adapter, save_adapter
 
 __all__ = [
@@ -600,15 +601,17 @@ ATTEMPT_KIND = "attempt"
 
 def save_attempt_adapter(directory: str | Path, policy: AttemptPolicy, actions: Sequence[dict],
                          training: dict | None = None, base_model: str = "", task: str = "",
-                         task_options: dict | None = None) -> Path:
+                         task_options: dict | None = None, stop_at_answer: bool = STOP_AT_ANSWER) -> Path:
     """Write the adapter through ``adapter_files.save_adapter``: ``adapter.safetensors`` (weights and
     standardisation), ``adapter.json`` (kind ``attempt``, the policy's config as ``policy``, the arms'
-    actions) and the model card; ``Adapter.from_pretrained`` / ``load_adapter`` load it."""
+    actions, ``stop_at_answer``: whether its attempts end at their first answer, as the tables it was
+    trained on were decoded) and the model card; ``Adapter.from_pretrained`` / ``load_adapter`` load it."""
     cfg = policy.config
     fingerprint = {"hidden_size": cfg.hidden_size} if cfg.hidden_size else {}
     config = AdapterConfig(kind=ATTEMPT_KIND, policy=json.loads(json.dumps(asdict(cfg))), actions=list(actions),
                            base_model=base_model, base_fingerprint=fingerprint, token_budget=cfg.token_budget,
-                           task=task, task_options=task_options, training=dict(training or {}))
+                           task=task, task_options=task_options, training=dict(training or {}),
+                           stop_at_answer=stop_at_answer)
     return save_adapter(directory, policy, config)
 
 

@@ -15,7 +15,8 @@ from typing import Any, Callable
 
 from .kinds import adapter_kind
 
-__all__ = ["check_adapter_fields", "check_rule_fields", "parse_json", "MAX_POLICY_PARAMETERS", "MAX_JSON_DEPTH"]
+__all__ = ["check_adapter_fields", "check_rule_fields", "check_abandon_fields", "parse_json", "MAX_POLICY_PARAMETERS",
+           "MAX_JSON_DEPTH"]
 
 MAX_POLICY_PARAMETERS = 200_000_000
 """Most parameters a policy described by an adapter file may have (800 MB in float32; the trained
@@ -281,3 +282,34 @@ def _attempt_parameters(policy: dict) -> int:
     state = 3 * attempt + 2 + arms + 6  # mean, latest and first attempt; attempts made and left; draws; agreement
     stop_net = state * width + width * width + width * (1 + arms) + 2 * width + 1 + arms
     return max(1, hidden) * proj + stop_net + attempt * width + 2 * width + 2  # and the vote sharpness
+
+
+_VERIFIER_INTS = {"hidden_size": (0, 65_536), "hidden_proj": (1, 4096), "width": (1, 16_384),
+                  "token_budget": (1, MAX_TOKENS)}
+"""The verifier shape's integers in an ``abandon.json`` (``policies.verifier.VerifierConfig``)."""
+
+
+def check_abandon_fields(data) -> None:
+    """An ``abandon.json``'s numbers (``policies.abandon``): ``every``, the thresholds (each in
+    [0, 1]), the verifier's shape and the confidence column names, each refused in one line naming
+    the field; how they fit together is checked where the rule is built."""
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object of abandon rule fields, got {type(data).__name__}")
+    _int(data.get("every"), "every", 1, MAX_TOKENS)
+    thresholds = data.get("thresholds")
+    if not isinstance(thresholds, list) or len(thresholds) > 4096:
+        raise ValueError(f"thresholds must be a list of at most 4096 numbers, got {thresholds!r}"[:300])
+    for i, t in enumerate(thresholds):
+        _float(t, f"thresholds[{i}]", 0.0, 1.0, True)
+    verifier = data.get("verifier")
+    if not isinstance(verifier, dict):
+        raise ValueError(f"verifier must be an object of the prefix verifier's settings, got {verifier!r}"[:300])
+    for name, (low, high) in _VERIFIER_INTS.items():
+        if name in verifier:
+            _int(verifier[name], f"verifier.{name}", low, high)
+    for field in ("confidence_names", "verifier.confidence_names", "verifier.features"):
+        holder = verifier if field.startswith("verifier.") else data
+        names = holder.get(field.split(".")[-1])
+        if not isinstance(names, list) or len(names) > 64 or not all(isinstance(n, str) and len(n) <= 64
+                                                                     for n in names):
+            raise ValueError(f"{field} must be a list of at most 64 names, got {names!r}"[:300])

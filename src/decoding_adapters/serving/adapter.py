@@ -37,6 +37,7 @@ from ..decoding.actions import DEFAULT_TOKEN_BUDGET, DecodingAction
 from ..decoding.loop import row_seed
 from ..decoding.vllm_rollouts import sampling_params_dict
 from ..lm.models import DEFAULT_DEVICE, DEFAULT_DTYPE, FrozenLM, ModelSpec, load_frozen_lm, locate_model
+from ..policies.abandon import AbandonRule, load_abandon_rule, remove_abandon_rule, save_abandon_rule
 from ..policies.kind_sequence import SEQUENCE
 from ..policies.kind_token import TOKEN
 from ..policies.kinds import AdapterKind
@@ -93,9 +94,12 @@ class Adapter:
     """A trained decoding adapter (policy + action set + config), optionally bound to its LM."""
 
     def __init__(
-        self, policy: torch.nn.Module, config: AdapterConfig, lm: FrozenLM | None = None, name: str = "adapter"
+        self, policy: torch.nn.Module, config: AdapterConfig, lm: FrozenLM | None = None, name: str = "adapter",
+        abandon: AbandonRule | None = None,
     ):
         self.policy, self.config, self.name = policy.eval(), config, name
+        self.abandon = abandon
+        """An attempt adapter's abandon rule (``policies.abandon``: attempts cut at its checkpoints), or None."""
         self.actions: list[DecodingAction] = config.action_list
         expected = config.policy.get("num_actions")
         if expected is not None and expected != config.adapter_kind.outputs(len(self.actions)):  # + keep the draft
@@ -116,7 +120,8 @@ class Adapter:
         device: str = DEFAULT_DEVICE,
         dtype: str | None = None,
     ) -> "Adapter":
-        """Load the adapter saved in ``directory`` (``adapter.json`` + ``adapter.safetensors``).
+        """Load the adapter saved in ``directory`` (``adapter.json`` + ``adapter.safetensors``, and an
+        attempt adapter's abandon rule where the directory holds ``abandon.json`` + ``abandon.safetensors``).
 
         ``lm``: a ``FrozenLM``, a ``ModelSpec``, a model name/path (loaded on ``device`` in ``dtype``;
         ``"base"`` loads the adapter's own base model, ``config.base_model``, also looked for next to
@@ -125,17 +130,23 @@ class Adapter:
         adapter was trained with (``lm_dtype``), else ``auto``."""
         directory = Path(directory)
         policy, config = load_adapter(directory)
+        abandon = load_abandon_rule(directory)
         dtype = dtype or config.lm_dtype or DEFAULT_DTYPE
         if isinstance(lm, str) and lm == "base":
             lm = _own_base_model(config.base_model, directory)
         if isinstance(lm, (str, ModelSpec)):
             spec = lm if isinstance(lm, ModelSpec) else ModelSpec(name_or_path=lm, device=device, dtype=dtype)
             lm = load_frozen_lm(spec)
-        return cls(policy, config, lm, name=directory.resolve().name)
+        return cls(policy, config, lm, name=directory.resolve().name, abandon=abandon)
 
     def save_pretrained(self, directory: str | Path) -> Path:
-        """Write the adapter (``adapter.safetensors`` + ``adapter.json``) to ``directory``."""
-        return save_adapter(directory, self.policy, self.config)
+        """Write the adapter (``adapter.safetensors`` + ``adapter.json``, and its abandon rule) to ``directory``."""
+        out = save_adapter(directory, self.policy, self.config)
+        if self.abandon is not None:
+            save_abandon_rule(directory, self.abandon)
+        else:  # a rule left from an earlier save would cut attempts this adapter does not
+            remove_abandon_rule(directory)
+        return out
 
     def bind(self, lm: FrozenLM) -> "Adapter":
         """Use ``lm`` from now on, after checking that it matches the adapter's base model."""
@@ -314,7 +325,8 @@ class Adapter:
         was trained on, rebuilt from the options ``adapter.json`` records);
         ``data``: that task with other data files (``--data``), where the recorded ones are gone;
         ``verifier``: the task's verifier of your own (``module:function``), named again to run it (a
-        recorded one is code the adapter's files cannot vouch for, so it is not run unasked)."""
+        recorded one is code the adapter's files cannot vouch for, so it is not run unasked). An
+        attempt adapter's abandon rule (:attr:`abandon`) cuts its attempts there."""
         if task is None and (data is not None or verifier is not None) and self.config.task:
             task = task_from_record(self.config.task, self.config.task_options, data=data, verifier=verifier)
         if self.lm is None:
@@ -323,7 +335,7 @@ class Adapter:
                 "(its own base model) or lm=<model>, or bind one"
             )
         return AdaptiveGenerator(self.policy, self.config, self.lm, name=self.name, max_batch_rows=max_batch_rows,
-                                 task=task)
+                                 task=task, abandon=self.abandon)
 
     # ---- token adapter: one action per token ---------------------------------------------------
     def logits_processor(

@@ -9,8 +9,9 @@ decoder; none of them tests a kind.
 - draft, then re-decode: ``policies.draft.draft_gated_decode``, streamed as the draft's tokens once
   the choice is made, then the re-decodes' as they are generated;
 - sequential attempts: ``decoding.attempts.AttemptRounds`` with the kind's decider (``AttemptService``:
-  rounds that prompts of concurrent requests join between), one completion per prompt, the chosen
-  attempt's tokens streamed once the decision is made."""
+  rounds that prompts of concurrent requests join between) and the adapter's abandon rule, if it
+  carries one (``policies.abandon``: attempts cut at its checkpoints), one completion per prompt, the
+  chosen attempt's tokens streamed once the decision is made."""
 
 from __future__ import annotations
 
@@ -22,7 +23,10 @@ import torch
 
 from ..decoding.actions import DEFAULT_TOKEN_BUDGET
 from ..decoding.attempts import AttemptRounds, Gone, ProblemAttempts
+from ..decoding.confidence import CONFIDENCE_FEATURES
+from ..decoding.grid import SAMPLE_SEED_TAG
 from ..decoding.loop import DecodeResult, StepTokens, decode, row_seed
+from ..policies.abandon import AbandonRule
 from ..policies.draft import KEEP_DRAFT, DraftContextConfig, DraftGatedResult, draft_gated_decode
 from ..policies.kinds import DRAFT_THEN_REDECODE, ONE_PER_PROMPT, PER_TOKEN, SEQUENTIAL_ATTEMPTS, AdapterKind, Decoding
 from ..policies.networks import AdapterConfig, TokenPolicyChooser
@@ -61,6 +65,19 @@ class Decoder:
 
     def check_parallel_budget(self, gen, parallel_budget: int) -> None:
         """Refuse a parallel budget this way of decoding cannot answer with (ValueError)."""
+
+    def abandoner(self, gen, rule: AbandonRule | None) -> AbandonRule | None:
+        """The abandon rule as this way of decoding uses it; refused (ValueError) where it decodes no
+        attempts to cut."""
+        if rule is not None:
+            raise ValueError(f"an abandon rule cuts sequential attempts: a {gen.kind} adapter makes none "
+                             "(remove abandon.json and abandon.safetensors from its directory)")
+        return None
+
+    def check_problem_ids(self, gen) -> None:
+        """Refuse problem ids as seed keys (ValueError) where this way of decoding keys rows by position."""
+        raise ValueError(f"problem_ids key an attempt adapter's attempts as a sample table's; a {gen.kind} adapter's "
+                         "rows are keyed by their position")
 
     def decode(self, gen, chunk: list[PreparedPrompt], deterministic: bool, on_tokens: TokenCallback | None,
                offset: int, all_answers: bool = False, gone: Gone | None = None) -> list[Generation]:
@@ -171,6 +188,18 @@ class AttemptsDecoder(Decoder):
             raise ValueError(f"this {gen.adapter_kind.label} adapter answers once per prompt (its attempts decide how "
                              f"many decodes): parallel_budget (n) must be 1, got {parallel_budget}")
 
+    def abandoner(self, gen, rule):  # the live readings' columns; the verifier's hidden width is the LM's
+        if rule is None:
+            return None
+        width = rule.verifier.config.hidden_size
+        if rule.reads_hidden and width != gen.lm.hidden_size:
+            raise ValueError(f"the abandon rule's verifier reads hidden states of width {width}, the LM's are "
+                             f"{gen.lm.hidden_size}: it was fitted on another model")
+        return rule.reading(CONFIDENCE_FEATURES)
+
+    def check_problem_ids(self, gen):
+        return None
+
     def service(self, gen) -> AttemptService:
         return AttemptService(gen)
 
@@ -201,15 +230,19 @@ class AttemptsDecoder(Decoder):
 
 class AttemptService:
     """Prepared prompts of an attempt adapter joining shared rounds (``decoding.attempts.
-    AttemptRounds``): attempt j of arm a of a prompt draws from ``row_seed(seed, index, "attempt", a,
-    j)``, so its Generation is the same whichever prompts shared its rounds and whenever it joined."""
+    AttemptRounds``), its abandon rule (``gen.abandon``) cutting attempts at its checkpoints: attempt
+    j of arm a of a prompt draws from ``row_seed(seed, index, "attempt", a, j)`` (with a
+    ``problem_id``: ``row_seed(seed, problem_id, arm name, j, "draft-table")``, the seed of the same
+    sample in a sample table), so its Generation is the same whichever prompts shared its rounds and
+    whenever it joined."""
 
     def __init__(self, gen):
         plan = gen.adapter_kind.attempt_plan(gen.config)
         self.generator = gen
         self.rounds = AttemptRounds(gen.lm, gen.action_set.actions, gen.attempt_decider,
                                     first_arm=plan["first_arm"], distinct=plan["distinct"],
-                                    max_attempts=plan["max_attempts"], with_hidden=plan["with_hidden"])
+                                    max_attempts=plan["max_attempts"], with_hidden=plan["with_hidden"],
+                                    abandon=gen.abandon)
         self._prompts: dict[int, PreparedPrompt] = {}
 
     @property
@@ -220,8 +253,10 @@ class AttemptService:
     def add(self, p: PreparedPrompt) -> int:
         """Prompt ``p`` joins the next round; its key."""
         gen = self.generator
-        problem = Problem(f"prompt/{p.index}", question_text(p.prompt), "")
-        key = self.rounds.add(p.prompt_ids, p.token_budget, functools.partial(row_seed, p.seed, p.index, "attempt"),
+        problem = Problem(p.problem_id or f"prompt/{p.index}", question_text(p.prompt), "")
+        seeds = (functools.partial(row_seed, p.seed, p.index, "attempt") if p.problem_id is None
+                 else functools.partial(_table_seed, p.seed, p.problem_id, gen.action_set.names))
+        key = self.rounds.add(p.prompt_ids, p.token_budget, seeds,
                               functools.partial(gen.reading_task.extract_answer, problem),
                               None if gen.answer_task is None else gen._answer_check(p))
         self._prompts[key] = p
@@ -233,6 +268,12 @@ class AttemptService:
         done = self.rounds.round(gone)
         return {key: _attempt_generation(self.generator, self._prompts.pop(key), problem)
                 for key, problem in done.items()}
+
+
+def _table_seed(seed: int, problem_id: str, names: list[str], arm: int, j: int) -> int:
+    """Attempt j of arm ``arm``: the seed of sample j of that arm of problem ``problem_id`` in a sample
+    table built with ``seed`` (``decoding.grid``)."""
+    return row_seed(seed, problem_id, names[arm], j, *SAMPLE_SEED_TAG)
 
 
 def _attempt_generation(gen, p: PreparedPrompt, problem: ProblemAttempts) -> tuple[Generation, list[int]]:
@@ -247,7 +288,8 @@ def _attempt_generation(gen, p: PreparedPrompt, problem: ProblemAttempts) -> tup
         finish_reasons=["stop" if ended_[shown] else "length"], completion_tokens=[len(ids[shown])],
         prompt_tokens=len(p.prompt_ids), seed=p.seed, action_index=gen.action_names.index(names[arm]),
         decodes=len(problem.path), stopped_by=problem.stopped_by, attempt_actions=[names[a] for a in problem.path],
-        answer=problem.answer, attempt_tokens=sum(len(t) for t in problem.token_ids))
+        answer=problem.answer, attempt_tokens=sum(len(t) for t in problem.token_ids),
+        attempt_token_counts=[len(t) for t in problem.token_ids], attempt_cut_at=list(problem.cut_at))
     return answer, ids[shown]
 
 

@@ -58,6 +58,11 @@ class Generation:
     """Attempt adapter: the answer it gives ("" when no attempt stated one)."""
     attempt_tokens: int | None = None
     """Attempt adapter: tokens generated over every attempt (the completion is one of them)."""
+    attempt_token_counts: list[int] | None = None
+    """Attempt adapter: the tokens of each attempt, in order."""
+    attempt_cut_at: list[int | None] | None = None
+    """Attempt adapter: per attempt, the tokens at which its abandon rule cut it (None: not cut;
+    every entry None without a rule)."""
 
     @property
     def action(self) -> str | None:
@@ -65,10 +70,20 @@ class Generation:
         adapter: the arm of the attempt returned."""
         return None if self.action_index is None else self.action_names[self.action_index]
 
+    @property
+    def attempt_records(self) -> list[dict] | None:
+        """Attempt adapter: per attempt, in order, its arm, its tokens and where it was cut
+        (``{"arm", "tokens", "cut_at"}``; ``cut_at`` None: not cut)."""
+        if self.attempt_actions is None:
+            return None
+        counts = self.attempt_token_counts or [None] * len(self.attempt_actions)
+        cuts = self.attempt_cut_at or [None] * len(self.attempt_actions)
+        return [{"arm": arm, "tokens": n, "cut_at": cut} for arm, n, cut in zip(self.attempt_actions, counts, cuts)]
+
     def adapter_info(self) -> dict:
         """Attempt adapter: what the response's adapter field says of its decision."""
         return {"decodes": self.decodes, "attempts": self.attempt_actions, "stopped_by": self.stopped_by,
-                "answer": self.answer, "attempt_tokens": self.attempt_tokens}
+                "answer": self.answer, "attempt_tokens": self.attempt_tokens, "attempt_records": self.attempt_records}
 
     @property
     def token_action_names(self) -> list[list[str]] | None:
@@ -89,7 +104,8 @@ class Generation:
         return [dict(Counter(self.action_names[a] for a in row).most_common()) for row in self.token_actions]
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "action": self.action, "action_counts": self.action_counts()}
+        attempts = {} if self.attempt_actions is None else {"attempt_records": self.attempt_records}
+        return {**asdict(self), "action": self.action, "action_counts": self.action_counts(), **attempts}
 
 
 @dataclass(frozen=True)
@@ -103,6 +119,9 @@ class PreparedPrompt:
     seed: int
     index: int
     """Position of the prompt in its own call: with ``seed`` it keys the row seeds."""
+    problem_id: str | None = None
+    """Attempt adapters: the problem id that keys its attempts' seeds in place of ``index``, as a
+    sample table keys the same problem's samples (None: ``index`` keys them)."""
 
 
 @dataclass(frozen=True)

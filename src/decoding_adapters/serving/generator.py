@@ -23,8 +23,13 @@ reports by default: a draw from pi for token adapters, the argmax for sequence a
   then one more attempt at a time with the arm the policy or rule picks, until it stops; the answer
   is its pick among the attempts' answers and the completion the first attempt that says it.
   ``Generation.decodes``, ``attempt_actions``, ``stopped_by`` and ``answer`` say how many attempts,
-  with which arms, why it stopped and what it answered. One completion per prompt
+  with which arms, why it stopped and what it answered; ``attempt_records`` each attempt's arm,
+  tokens and ``cut_at``. An adapter directory holding an abandon rule (``policies.abandon``) cuts
+  attempts at its checkpoints; ``cut_at`` says where (None: not cut). One completion per prompt
   (``parallel_budget`` 1); streaming sends the chosen attempt's tokens once the decision is made.
+  ``problem_ids`` key a prompt's attempts as a sample table keys the same problem's samples, so on
+  a table's problems, with its seed, they are the table's attempts and the decisions those of
+  ``evaluation.abandon.replay``.
 
 A prompt is a string (sent as one user message through the chat template, as in training) or a
 chat: a list of ``{"role", "content"}`` messages.
@@ -52,6 +57,7 @@ import torch
 from ..decoding.actions import ActionSet
 from ..decoding.attempts import Gone
 from ..lm.models import FrozenLM
+from ..policies.abandon import AbandonRule
 from ..policies.kinds import AdapterKind
 from ..policies.networks import AdapterConfig, check_compatible
 from ..tasks import task_from_record
@@ -114,11 +120,13 @@ class AdaptiveGenerator:
         name: str = "adapter",
         max_batch_rows: int = 64,
         task=None,
+        abandon: AbandonRule | None = None,
     ):
         """Prefer ``Adapter.generator()``. ``max_batch_rows`` bounds the rows (prompts x B) of one decode.
         ``task``: where the adapter stops at the first complete answer (``config.stop_at_answer``,
         what it was trained with), the task whose ``answer_complete`` says where (default: the
-        adapter's own task, ``config.task``)."""
+        adapter's own task, ``config.task``). ``abandon``: an attempt adapter's abandon rule (its
+        attempts cut at the rule's checkpoints; refused for the other kinds)."""
         check_compatible(config, lm)
         _check_input_size(config, lm)
         self.lm, self.config, self.name = lm, config, name
@@ -131,6 +139,8 @@ class AdaptiveGenerator:
         self.reading_task = self.decoder.reading_task(config, task)
         self.answer_task = self.reading_task if config.stop_at_answer else None
         self.prompt_task = _prompt_task(config, self.reading_task)
+        self.abandon = self.decoder.abandoner(self, abandon)
+        """The abandon rule cutting attempts (``policies.abandon``), or None."""
         expected = config.policy.get("num_actions")
         if expected is not None and expected != self.adapter_kind.outputs(len(self.action_set)):
             raise ValueError(
@@ -191,13 +201,17 @@ class AdaptiveGenerator:
         parallel_budget: int = 1,
         seed: int = 0,
         deterministic_policy: bool | None = None,
+        problem_ids: Sequence[str] | None = None,
     ) -> list[Generation]:
         """Decode ``parallel_budget`` completions of at most ``token_budget`` new tokens per prompt.
 
         ``deterministic_policy``: take the adapter's most likely action (True) or sample it (False);
         None (default): the adapter's stored ``policy_mode`` (:attr:`policy_mode`).
+        ``problem_ids`` (attempt adapters): one id per prompt, keying its attempts' seeds as a sample
+        table built with ``seed`` keys that problem's samples (module docstring).
         Returns one ``Generation`` per prompt, in order."""
-        return self.run(self.prepare(prompts, token_budget, parallel_budget, seed), deterministic_policy)
+        prepared = self.prepare(prompts, token_budget, parallel_budget, seed, problem_ids=problem_ids)
+        return self.run(prepared, deterministic_policy)
 
     def prepare(
         self,
@@ -206,10 +220,13 @@ class AdaptiveGenerator:
         parallel_budget: int = 1,
         seed: int = 0,
         raw_text: bool = False,
+        problem_ids: Sequence[str] | None = None,
     ) -> list[PreparedPrompt]:
         """Validate and tokenize; raises ``ValueError`` on a malformed prompt or one too long for the LM.
-        ``raw_text``: string prompts are text to continue (tokenized as they are), not user messages."""
+        ``raw_text``: string prompts are text to continue (tokenized as they are), not user messages.
+        ``problem_ids``: see :meth:`generate`."""
         prompts = _normalize_prompts(prompts)
+        ids_of = self._problem_ids(problem_ids, len(prompts))
         budget = _check_positive("token_budget", self.default_token_budget if token_budget is None else token_budget)
         self.check_parallel_budget(parallel_budget)
         if isinstance(seed, bool) or not isinstance(seed, int):
@@ -228,9 +245,21 @@ class AdaptiveGenerator:
                     f"context of {self.max_context} tokens; shorten it or lower the token budget"
                 )
         return [
-            PreparedPrompt(prompt, tuple(p), parallel_budget, budget, seed, i)
+            PreparedPrompt(prompt, tuple(p), parallel_budget, budget, seed, i, ids_of[i])
             for i, (prompt, p) in enumerate(zip(prompts, ids))
         ]
+
+    def _problem_ids(self, problem_ids: Sequence[str] | None, count: int) -> list[str | None]:
+        """``problem_ids`` checked (one distinct non-empty string per prompt, an adapter that keys
+        attempts by them), or None per prompt."""
+        if problem_ids is None:
+            return [None] * count
+        self.decoder.check_problem_ids(self)
+        ids = list(problem_ids) if isinstance(problem_ids, (list, tuple)) else None
+        if ids is None or len(ids) != count or not all(isinstance(k, str) and k for k in ids) or len(set(ids)) < count:
+            raise ValueError(f"problem_ids must be {count} distinct non-empty strings, one per prompt, got "
+                             f"{problem_ids!r}"[:300])
+        return ids
 
     def check_parallel_budget(self, parallel_budget: int) -> None:
         """Refuse (ValueError) a parallel budget this adapter cannot serve; the server asks before
@@ -349,7 +378,9 @@ def format_generations(gen: AdaptiveGenerator, outs: Sequence[Generation]) -> st
     for i, g in enumerate(outs):
         lines.append(f"\n=== prompt {i + 1}: {g.prompt if isinstance(g.prompt, str) else json.dumps(g.prompt)}")
         if g.stopped_by is not None:  # sequential attempts
-            lines.append(f"{g.decodes} attempt(s) ({', '.join(g.attempt_actions or [])}), stopped: {g.stopped_by}; "
+            attempts = ", ".join(r["arm"] + ("" if r["cut_at"] is None else f" cut at {r['cut_at']} tokens")
+                                 for r in g.attempt_records or [])
+            lines.append(f"{g.decodes} attempt(s) ({attempts}), stopped: {g.stopped_by}; "
                          f"answer: {g.answer!r} (completion: the {g.action} attempt that says it)")
         elif g.draft_kept is None and g.action_index is not None:  # one action per prompt
             lines.append(f"action: {g.action} (p={g.action_probs[g.action_index]:.2f}, budget B={len(g.completions)})")

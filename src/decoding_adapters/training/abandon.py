@@ -26,7 +26,10 @@ from ..policies.abandon import AbandonRule, prefix_inputs
 from ..policies.verifier import Verifier
 from .verifier import VerifierTrainConfig, train_verifier, verifier_config_from_table
 
-__all__ = ["prefix_training_inputs", "train_prefix_verifier", "tune_thresholds", "Tuned"]
+__all__ = ["prefix_training_inputs", "train_prefix_verifier", "tune_thresholds", "Tuned", "TOLERANCE"]
+
+TOLERANCE = 0.005
+"""Accuracy (a share) the tuned cuts may lose against the decider without cutting (``tune_thresholds``)."""
 
 
 def prefix_training_inputs(table):
@@ -70,7 +73,7 @@ class Tuned:
 
 
 def tune_thresholds(rule: AbandonRule, validation, evaluate: Callable[[object], tuple[float, float]],
-                    tolerance: float = 0.005, quantiles: Sequence[float] = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5),
+                    tolerance: float = TOLERANCE, quantiles: Sequence[float] = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5),
                     rounds: int = 2) -> Tuned:
     """Thresholds per checkpoint for the fewest tokens at accuracy >= the decider's own without
     cutting minus ``tolerance`` (module docstring), chosen on ``validation``."""

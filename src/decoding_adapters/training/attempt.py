@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from ..decoding.loop import row_seed
+from ..decoding.protocol import STOP_AT_ANSWER
 from ..policies.attempt import (
     ATTEMPT_FEATURE_SETS,
     AttemptInputs,
@@ -139,15 +140,18 @@ class AttemptTrainer(TrainingLoop):
 
     def __init__(self, config: AttemptTrainConfig, policy_config: AttemptPolicyConfig, train: AttemptInputs,
                  validation: AttemptInputs, out_dir: str | Path, actions: Sequence[dict] = (),
-                 base_model: str = "", task: str = "", progress: bool = False, task_options: dict | None = None):
+                 base_model: str = "", task: str = "", progress: bool = False, task_options: dict | None = None,
+                 stop_at_answer: bool = STOP_AT_ANSWER):
         """``task`` and ``task_options`` (``tasks.task_record``'s) are recorded in the adapter: they
-        rebuild the task's prompt, verifier and stop where the adapter is used."""
+        rebuild the task's prompt, verifier and stop where the adapter is used; ``stop_at_answer``:
+        whether the tables' attempts ended at their first answer (the adapter's attempts then do)."""
         if train.answer_correct is None or validation.answer_correct is None:
             raise ValueError("training needs each answer's correctness on both tables")
         self.config = config
         self.policy_config = policy_config
         self.train_inputs, self.val_inputs = train, validation
         self.actions, self.base_model, self.task, self.task_options = list(actions), base_model, task, task_options
+        self.stop_at_answer = stop_at_answer
         self._init_loop(out_dir, progress)
         with torch.random.fork_rng():
             torch.manual_seed(row_seed(config.seed, "attempt-init"))
@@ -195,4 +199,4 @@ class AttemptTrainer(TrainingLoop):
         training = {**asdict(self.config), "kept_step": self.early.best_step, **self.last_validation}
         training["features"] = list(self.policy_config.features)
         return save_attempt_adapter(self.out_dir, self.policy, self.actions, training, self.base_model, self.task,
-                                    self.task_options)
+                                    self.task_options, stop_at_answer=self.stop_at_answer)
