@@ -36,6 +36,7 @@ from typing import Callable, Literal, Sequence
 import torch
 
 from ..lm.models import FrozenLM, GraphedRowCacheState
+from ..lm.prompt_cache import PromptCache
 from .actions import (
     ACTION_STREAM,
     DEFAULT_TOKEN_BUDGET,
@@ -285,13 +286,13 @@ def _decode_rows(prompts, action_set: ActionSet, prompt_of_row, row_actions, cho
     return rows_prompt, budgets, static_actions, seeds, checks
 
 
-def _prefill(lm: FrozenLM, prompts: list, rows_prompt: torch.Tensor, steps: int):
+def _prefill(lm: FrozenLM, prompts: list, rows_prompt: torch.Tensor, steps: int, prompt_cache: PromptCache | None):
     """``lm.start_decode`` of only the prompts some row decodes (a caller's later rounds name a few of
     many), each fanned out to its rows: the first step's hidden states, logits and decode state."""
     used, fan_out = rows_prompt.unique(return_inverse=True)  # sorted prompt indices; row -> its place in them
     prefilled = prompts if len(used) == len(prompts) else [prompts[i] for i in used.tolist()]
     fan_out = None if torch.equal(fan_out, torch.arange(len(prefilled))) else fan_out
-    return lm.start_decode(prefilled, fan_out, max_new_tokens=steps)
+    return lm.start_decode(prefilled, fan_out, max_new_tokens=steps, prompt_cache=prompt_cache)
 
 
 def _stop_checked(checks: list, active: torch.Tensor, done: torch.Tensor, rec: _Recorder, t: int, tokenizer,
@@ -335,6 +336,7 @@ def decode(
     stop_token_ids: Sequence[int] | None = None,
     on_step: StepCallback | None = None,
     stop_checks: Sequence[StopCheck | None] | None = None,
+    prompt_cache: PromptCache | None = None,
 ) -> DecodeResult:
     """Decode every row; see the module docstring.
 
@@ -352,6 +354,9 @@ def decode(
             step as if their budget ran out (``stopped_at_eos`` False), the others are unaffected.
         stop_checks: one per row (None: none): a row whose check holds of its text so far ends after
             that step (``stopped_by_check``): it stops at its first complete answer.
+        prompt_cache: prompts prefilled by earlier calls, given back instead of prefilled again, and
+            the prompts prefilled now kept in it (``lm.prompt_cache``): the same tokens as without it.
+            Used on the row-cache path (Llama) only; other LMs prefill every call.
     """
     prompts = [list(p) for p in prompts]
     rows_prompt, budgets, static_actions, seeds, checks = _decode_rows(
@@ -364,7 +369,7 @@ def decode(
     steps = int(budgets.max())
     rec = _Recorder(n, steps, lm.hidden_size, record_features, device)
 
-    hidden, logits, state = _prefill(lm, prompts, rows_prompt, steps)
+    hidden, logits, state = _prefill(lm, prompts, rows_prompt, steps, prompt_cache)
     sampling = step_sampling(state, action_set, seeds_dev, chooser is not None)
     active = torch.arange(n)  # global row index of each batch row (CPU)
     active_dev = active.to(device)
