@@ -195,3 +195,15 @@ def test_attempt_rounds_drop_a_prompt_when_its_problem_stops(lm, prompts):
     assert len(cache) == 0 and cache.nbytes == 0
     assert AttemptRounds(lm, ARMS, Always(), first_arm=0, distinct=[1, 1], max_attempts=1,
                          prompt_cache_bytes=0).prompt_cache is None
+
+
+def test_the_graphed_decode_reuses_prompts_too():
+    """The CUDA-graph path's static buffers are filled from the cache the same way (on the CPU its
+    replays run eagerly: ``FrozenLM.graphs_without_capture``; ``--device cuda`` captures them)."""
+    graphed = make_tiny_lm()
+    graphed.graphs_without_capture = graphed.device.type == "cpu"
+    prompts = graphed.encode_chat([[{"role": "user", "content": q}] for q in ("What is 2+3?", "Hi", "Compute 17*23")])
+    fresh = _rows(graphed, prompts, [0, 1, 2], arm=1)
+    cache = PromptCache()
+    assert _rows(graphed, prompts, [2, 0], cache, arm=1) == {i: fresh[i] for i in (2, 0)}
+    assert _rows(graphed, prompts, [1, 0, 2], cache, arm=1) == fresh and (cache.hits, cache.misses) == (2, 3)

@@ -312,6 +312,20 @@ def _shrink(state, sampling, done: torch.Tensor, tokens: torch.Tensor, active: t
     return tokens[order], active[order.cpu()], active_dev[order]
 
 
+def _asked(checks: list | None, on_step: StepCallback | None, step: StepTokens, rec: _Recorder, tokenizer,
+           stopped_by_check: torch.Tensor | None) -> torch.Tensor:
+    """``step.finished`` (``done`` ``[B]``, on the LM's device, as are the step's other tensors) with the
+    rows whose stop check now holds of their text (marked in ``stopped_by_check``) and those ``on_step``
+    asks to stop added."""
+    done = step.finished
+    if checks is not None:  # per-row text conditions: the rows whose text now holds what ends them
+        done = _stop_checked(checks, step.rows, done, rec, step.step, tokenizer, stopped_by_check)
+    if on_step is not None:
+        done = _ask_on_step(on_step, StepTokens(step.step, step.rows, step.tokens.cpu(), step.actions.cpu(),
+                                                done.cpu(), step.at_eos.cpu(), step.features), done)
+    return done
+
+
 def _ask_on_step(on_step: StepCallback, step: StepTokens, done: torch.Tensor) -> torch.Tensor:
     """``done`` ``[B]`` with the rows ``on_step`` asks to stop after this step added."""
     cancel = on_step(step)
@@ -354,9 +368,8 @@ def decode(
             step as if their budget ran out (``stopped_at_eos`` False), the others are unaffected.
         stop_checks: one per row (None: none): a row whose check holds of its text so far ends after
             that step (``stopped_by_check``): it stops at its first complete answer.
-        prompt_cache: prompts prefilled by earlier calls, given back instead of prefilled again, and
-            the prompts prefilled now kept in it (``lm.prompt_cache``): the same tokens as without it.
-            Used on the row-cache path (Llama) only; other LMs prefill every call.
+        prompt_cache: prompts prefilled by earlier calls, reused (the same tokens), and those prefilled
+            now kept (``lm.prompt_cache``); on the row-cache path (Llama) only.
     """
     prompts = [list(p) for p in prompts]
     rows_prompt, budgets, static_actions, seeds, checks = _decode_rows(
@@ -391,11 +404,8 @@ def decode(
         at_eos = torch.isin(tokens, stop_ids)
         done = at_eos | (remaining <= 1)
         rec.eos[active_dev] |= at_eos
-        if checks is not None:  # per-row text conditions: the rows whose text now holds what ends them
-            done = _stop_checked(checks, active, done, rec, t, lm.tokenizer, stopped_by_check)
-        if on_step is not None:
-            done = _ask_on_step(on_step, StepTokens(t, active, tokens.cpu(), action_index.cpu(), done.cpu(),
-                                                    at_eos.cpu(), rec.features), done)
+        done = _asked(checks, on_step, StepTokens(t, active, tokens, action_index, done, at_eos, rec.features), rec,
+                      lm.tokenizer, stopped_by_check)  # the rows a stop check or ``on_step`` ends too
         done_host = done.cpu()  # the step's one wait for the device
         if bool(done_host.all()):
             break
