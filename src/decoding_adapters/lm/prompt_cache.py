@@ -108,13 +108,12 @@ class PromptCache:
         missing = [i for i in range(len(prompts)) if i not in found]
         self.hits, self.misses = self.hits + len(found), self.misses + len(missing)
         made = prefill([prompts[i] for i in missing]) if missing else None
-        if made is not None:
-            for slot, i in enumerate(missing):
-                self._keep(tuple(prompts[i]), _entry_of(made, slot, len(prompts[i]), maker))
-        if not found:
+        for slot, i in enumerate(missing):
+            entry = _entry_of(made, slot, len(prompts[i]), maker)
+            self._keep(tuple(prompts[i]), entry)
+            found[i] = entry
+        if len(found) == len(missing):  # nothing was found: the prefill's own output
             return made
-        if missing:
-            found.update((i, _entry_of(made, slot, len(prompts[i]), maker)) for slot, i in enumerate(missing))
         return _assemble([found[i] for i in range(len(prompts))], lm.device)
 
     def _keep(self, key: tuple[int, ...], entry: _Entry) -> None:
