@@ -1,18 +1,22 @@
-"""Sequential attempts in rounds vs one batched decode of the same attempts: what the rounds cost.
+"""Sequential attempts in rounds, with and without the prompt cache, vs one batched decode of the
+same attempts: what the rounds cost, and what keeping each prompt's prefill across them saves.
 
 ``--prompts`` arithmetic test problems (the default task) each get ``--attempts`` attempts: the
-first greedy, the rest sampled at T = 0.7, each ``--tokens`` new tokens at most. Two ways, on the
+first greedy, the rest sampled at T = 0.7, each ``--tokens`` new tokens at most. Three ways, on the
 same LM, interleaved for ``--repeats`` rounds:
 
 - ``rounds``: ``decoding.attempts.sequential_attempts`` with a decider that asks for one more
   attempt until a problem has ``--attempts`` (each round one batched ``decode`` of the problems
-  still going, prefilling only their prompts);
+  still going), without the prompt cache: every round prefills its problems' prompts again;
+- ``cached rounds``: the same with the prompt cache (the default of ``sequential_attempts``): each
+  prompt prefilled in the first round and reused by the later ones;
 - ``one batch``: one ``decode`` of every (problem, attempt) row with the same arms and seeds.
 
-With batch invariance (the default) both produce the same tokens, so they decode the same total
-tokens; printed: the wall seconds of each, their ratio (median over rounds of the paired ratio),
-and the prefill's share of each. The first line names the device (and on a CPU its relevant flags);
-the last line is one JSON object.
+With batch invariance (the default) all three produce the same tokens, so they decode the same total
+tokens; printed: the wall seconds of each, the ratios of cached rounds over rounds, cached rounds
+over one batch and rounds over one batch (medians over repeats of the paired ratios), and the
+prefill's share of each (with the cache, the prefill's time includes copying cached prompts in). The
+first line names the device (and on a CPU its relevant flags); the last line is one JSON object.
 
     PYTHONPATH=src .venv/bin/python benchmarks/attempt_rounds_vs_decode.py [--prompts 128] [--attempts 3] [--tokens 64]
 """
@@ -68,15 +72,19 @@ def timed_prefill(lm: FrozenLM) -> list[float]:
     return spent
 
 
-def run_rounds(lm: FrozenLM, prompts, attempts: int, tokens: int) -> tuple[float, int, float]:
+def run_rounds(lm: FrozenLM, prompts, attempts: int, tokens: int, cached: bool = False) -> tuple[float, int, float]:
     spent = timed_prefill(lm)
     begin = time.perf_counter()
     result = sequential_attempts(lm, prompts, ARMS, UpTo(attempts), first_arm=0, distinct=[1, attempts],
                                  max_attempts=attempts, token_budgets=[tokens] * len(prompts), seeds=seeds,
-                                 extract=lambda i, text: "")
+                                 extract=lambda i, text: "", **({} if cached else {"prompt_cache_bytes": 0}))
     seconds = time.perf_counter() - begin
     del lm.start_decode
     return seconds, sum(result.tokens), spent[0]
+
+
+def run_cached_rounds(lm: FrozenLM, prompts, attempts: int, tokens: int) -> tuple[float, int, float]:
+    return run_rounds(lm, prompts, attempts, tokens, cached=True)
 
 
 def run_one_batch(lm: FrozenLM, prompts, attempts: int, tokens: int) -> tuple[float, int, float]:
@@ -110,7 +118,7 @@ def main() -> None:
     task = get_task("arithmetic")
     prompts = lm.encode_chat([task.prompt(p) for p in task.load("test")[: args.prompts]])
     run_one_batch(lm, prompts[:2], 2, 2)  # first use: weights packed, kernels initialised; not timed
-    ways = {"rounds": run_rounds, "one batch": run_one_batch}
+    ways = {"rounds": run_rounds, "cached rounds": run_cached_rounds, "one batch": run_one_batch}
     seconds, prefill, generated = {w: [] for w in ways}, {w: [] for w in ways}, {}
     for round_index in range(args.repeats):
         for way in (list(ways) if round_index % 2 == 0 else list(ways)[::-1]):
@@ -118,13 +126,16 @@ def main() -> None:
             seconds[way].append(wall)
             prefill[way].append(spent / wall)
             generated[way] = count
-            print(f"  round {round_index + 1} {way:<9} {wall:6.1f} s, {count} tokens, prefill {spent:.1f} s "
+            print(f"  round {round_index + 1} {way:<13} {wall:6.1f} s, {count} tokens, prefill {spent:.1f} s "
                   f"({spent / wall:.1%})", flush=True)
-    ratio = statistics.median(a / b for a, b in zip(seconds["rounds"], seconds["one batch"]))
-    print(f"rounds over one batch: {ratio:.3f} of the wall time ({len(prompts)} prompts x {args.attempts} attempts, "
-          f"{generated['rounds']} vs {generated['one batch']} tokens)", flush=True)
+    ratios = {f"{a}_over_{b}".replace(" ", "_"): statistics.median(x / y for x, y in zip(seconds[a], seconds[b]))
+              for a, b in (("cached rounds", "rounds"), ("cached rounds", "one batch"), ("rounds", "one batch"))}
+    for name, ratio in ratios.items():
+        print(f"{name.replace('_', ' ')}: {ratio:.3f} of the wall time", flush=True)
+    print(f"({len(prompts)} prompts x {args.attempts} attempts; tokens: " +
+          ", ".join(f"{w} {n}" for w, n in generated.items()) + ")", flush=True)
     print(json.dumps({"device": where, "prompts": len(prompts), "attempts": args.attempts, "tokens": args.tokens,
-                      "rounds_over_one_batch": round(ratio, 3),
+                      **{name: round(ratio, 3) for name, ratio in ratios.items()},
                       "seconds": {w: round(statistics.median(v), 2) for w, v in seconds.items()},
                       "prefill_share": {w: round(statistics.median(v), 3) for w, v in prefill.items()},
                       "generated": generated}))

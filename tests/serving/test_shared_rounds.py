@@ -1,6 +1,7 @@
 """An attempt adapter's server shares attempt rounds among concurrent requests: a request that
 arrives while others are decoding joins the next round instead of waiting for them to finish, and
-each answer is the one ``generate`` gives the same prompt and seed alone."""
+each answer is the one ``generate`` gives the same prompt and seed alone; a request's prompt is
+prefilled once and reused by its later rounds, and dropped when the request ends."""
 
 from __future__ import annotations
 
@@ -49,3 +50,19 @@ def test_a_later_request_joins_the_next_round(generators):  # noqa: F811
         info = bodies[i]["decoding_adapter"]["choices"][0]
         assert info["decodes"] == g.decodes == 6 and info["attempts"] == g.attempt_actions
         assert info["stopped_by"] == g.stopped_by and info["answer"] == g.answer
+    cache = app.state.worker._service.rounds.prompt_cache  # the worker's rounds' prefilled prompts
+    assert (cache.misses, cache.hits, len(cache)) == (2, 10, 0)  # each prompt prefilled once, then dropped
+
+
+def test_a_prompt_stays_prefilled_while_its_request_lives(generators):  # noqa: F811
+    gen = generators["attempt"]  # 6 attempts per request
+    service = gen.attempt_service()
+    cache = service.rounds.prompt_cache
+    prepared = gen.prepare(["What is 2+3?", "What is 7*6?"], token_budget=BUDGET, seed=5)
+    keys = [service.add(p) for p in prepared]
+    assert service.round() == {} and len(cache) == 2
+    done = service.round(gone=lambda going: [keys[1]] if keys[1] in going else [])  # its client left
+    assert set(done) == {keys[1]} and len(cache) == 1 and prepared[0].prompt_ids in cache
+    while service.live:
+        done = service.round()
+    assert set(done) == {keys[0]} and len(cache) == 0 and (cache.misses, cache.hits) == (2, 5)

@@ -19,6 +19,10 @@ and may cut it there. A cut attempt spends its tokens so far and gives no answer
 readings those of the checkpoint); the decider then decides as after any attempt. The result says
 where each attempt was cut (``AttemptsResult.cut_at``).
 
+Prompts are prefilled once: each round's ``decode`` takes the prompts it prefilled in earlier
+rounds from the rounds' ``PromptCache`` (``lm.prompt_cache``; the same tokens as prefilling them
+again), and a problem's prompt is dropped from it when the problem stops.
+
 Seeds: attempt j of arm a of problem i decodes with ``seeds(i, a, j)`` (the caller's key: the
 sample table's ``row_seed(seed, problem id, action name, j, "draft-table")`` makes the attempts a
 table built with the same settings holds, the generator's its own per-call key).
@@ -32,6 +36,7 @@ from typing import Callable, Collection, Protocol, Sequence
 
 import torch
 
+from ..lm.prompt_cache import PROMPT_CACHE_BYTES, PromptCache
 from .actions import ActionSet, DecodingAction
 from .checkpoints import checkpoint_tokens, prefix_readings
 from .confidence import CONFIDENCE_FEATURES, ConfidenceConfig, answer_ids, trace_readings
@@ -215,7 +220,8 @@ class AttemptRounds:
 
     def __init__(self, lm, actions: Sequence[DecodingAction], decider: AttemptDecider, *, first_arm: int,
                  distinct: Sequence[int], max_attempts: int, confidence: ConfidenceConfig | None = None,
-                 with_hidden: bool = False, abandon: Abandoner | None = None):
+                 with_hidden: bool = False, abandon: Abandoner | None = None,
+                 prompt_cache_bytes: int = PROMPT_CACHE_BYTES):
         self.actions = list(actions)
         a = len(self.actions)
         if len(distinct) != a or not 0 <= first_arm < a or max_attempts < 1:
@@ -224,6 +230,9 @@ class AttemptRounds:
         self.first_arm, self.distinct, self.max_attempts = first_arm, list(distinct), max_attempts
         self.confidence, self.with_hidden = confidence or ConfidenceConfig(), with_hidden
         self.abandon = abandon
+        self.prompt_cache = PromptCache(prompt_cache_bytes) if prompt_cache_bytes else None
+        """The going problems' prefilled prompts, reused by every round (None: ``prompt_cache_bytes`` 0,
+        every round prefills its prompts)."""
         self.live: dict[int, _Record] = {}
         """The problems going, by key, in the order they joined."""
         self._next_key = 0
@@ -263,7 +272,7 @@ class AttemptRounds:
                         row_actions=[arm for _, arm, _ in rows], token_budget=[rec.budget for rec in records],
                         record_features=True, row_seeds=[rec.seeds(arm, j) for rec, arm, j in rows],
                         stop_checks=checks if any(c is not None for c in checks) else None,
-                        on_step=_either(hooks))
+                        on_step=_either(hooks), prompt_cache=self.prompt_cache)
         cut = {} if cuts is None else cuts.cut
         words = ["" if r in cut else rec.extract(text) for r, (rec, text) in enumerate(zip(records, result.texts))]
         summary, mean_hidden = trace_readings(self.lm, result, words, self.confidence, self.with_hidden)
@@ -323,6 +332,8 @@ class AttemptRounds:
 
     def _finish(self, key: int, answer: int) -> ProblemAttempts:
         rec = self.live.pop(key)
+        if self.prompt_cache is not None and all(other.prompt != rec.prompt for other in self.live.values()):
+            self.prompt_cache.discard(rec.prompt)
         word = rec.strings[answer] if 0 <= answer < len(rec.strings) else ""
         return ProblemAttempts(rec.texts, rec.ids, rec.ended, [arm for arm, _ in rec.order], rec.said, word,
                                rec.said.index(word) if word else -1, rec.stopped_by, rec, rec.cut_at)
@@ -333,7 +344,8 @@ def sequential_attempts(lm, prompts: Sequence[Sequence[int]], actions: Sequence[
                         token_budgets: Sequence[int], seeds: Callable[[int, int, int], int],
                         extract: Callable[[int, str], str], stop_checks: Sequence[StopCheck | None] | None = None,
                         confidence: ConfidenceConfig | None = None, with_hidden: bool = False,
-                        gone: Gone | None = None, abandon: Abandoner | None = None) -> AttemptsResult:
+                        gone: Gone | None = None, abandon: Abandoner | None = None,
+                        prompt_cache_bytes: int = PROMPT_CACHE_BYTES) -> AttemptsResult:
     """Decode rounds of attempts for every prompt until the decider stops each (module docstring;
     ``AttemptRounds`` with every problem joining the first round).
 
@@ -342,9 +354,11 @@ def sequential_attempts(lm, prompts: Sequence[Sequence[int]], actions: Sequence[
     ``gone``: asked before each round and after every decode step; a problem it names stops there
     (reason ``"cancelled"``, its attempt cut where it was, or none made), the others go on as if it
     had never been there (each row keeps its own seed). ``abandon``: cuts running attempts at its
-    checkpoints (module docstring)."""
+    checkpoints (module docstring). ``prompt_cache_bytes``: the cap of the prompts kept prefilled
+    across rounds (``AttemptRounds``; 0: every round prefills its prompts)."""
     rounds = AttemptRounds(lm, actions, decider, first_arm=first_arm, distinct=distinct, max_attempts=max_attempts,
-                           confidence=confidence, with_hidden=with_hidden, abandon=abandon)
+                           confidence=confidence, with_hidden=with_hidden, abandon=abandon,
+                           prompt_cache_bytes=prompt_cache_bytes)
     for i, prompt in enumerate(prompts):  # keys 0 .. P - 1
         rounds.add(prompt, int(token_budgets[i]), functools.partial(seeds, i), functools.partial(extract, i),
                    None if stop_checks is None else stop_checks[i])

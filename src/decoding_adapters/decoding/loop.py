@@ -36,6 +36,7 @@ from typing import Callable, Literal, Sequence
 import torch
 
 from ..lm.models import FrozenLM, GraphedRowCacheState
+from ..lm.prompt_cache import PromptCache
 from .actions import (
     ACTION_STREAM,
     DEFAULT_TOKEN_BUDGET,
@@ -285,13 +286,13 @@ def _decode_rows(prompts, action_set: ActionSet, prompt_of_row, row_actions, cho
     return rows_prompt, budgets, static_actions, seeds, checks
 
 
-def _prefill(lm: FrozenLM, prompts: list, rows_prompt: torch.Tensor, steps: int):
+def _prefill(lm: FrozenLM, prompts: list, rows_prompt: torch.Tensor, steps: int, prompt_cache: PromptCache | None):
     """``lm.start_decode`` of only the prompts some row decodes (a caller's later rounds name a few of
     many), each fanned out to its rows: the first step's hidden states, logits and decode state."""
     used, fan_out = rows_prompt.unique(return_inverse=True)  # sorted prompt indices; row -> its place in them
     prefilled = prompts if len(used) == len(prompts) else [prompts[i] for i in used.tolist()]
     fan_out = None if torch.equal(fan_out, torch.arange(len(prefilled))) else fan_out
-    return lm.start_decode(prefilled, fan_out, max_new_tokens=steps)
+    return lm.start_decode(prefilled, fan_out, max_new_tokens=steps, prompt_cache=prompt_cache)
 
 
 def _stop_checked(checks: list, active: torch.Tensor, done: torch.Tensor, rec: _Recorder, t: int, tokenizer,
@@ -309,6 +310,20 @@ def _shrink(state, sampling, done: torch.Tensor, tokens: torch.Tensor, active: t
     order = state.drop(done)
     sampling.drop(order)
     return tokens[order], active[order.cpu()], active_dev[order]
+
+
+def _asked(checks: list | None, on_step: StepCallback | None, step: StepTokens, rec: _Recorder, tokenizer,
+           stopped_by_check: torch.Tensor | None) -> torch.Tensor:
+    """``step.finished`` (``done`` ``[B]``, on the LM's device, as are the step's other tensors) with the
+    rows whose stop check now holds of their text (marked in ``stopped_by_check``) and those ``on_step``
+    asks to stop added."""
+    done = step.finished
+    if checks is not None:  # per-row text conditions: the rows whose text now holds what ends them
+        done = _stop_checked(checks, step.rows, done, rec, step.step, tokenizer, stopped_by_check)
+    if on_step is not None:
+        done = _ask_on_step(on_step, StepTokens(step.step, step.rows, step.tokens.cpu(), step.actions.cpu(),
+                                                done.cpu(), step.at_eos.cpu(), step.features), done)
+    return done
 
 
 def _ask_on_step(on_step: StepCallback, step: StepTokens, done: torch.Tensor) -> torch.Tensor:
@@ -335,6 +350,7 @@ def decode(
     stop_token_ids: Sequence[int] | None = None,
     on_step: StepCallback | None = None,
     stop_checks: Sequence[StopCheck | None] | None = None,
+    prompt_cache: PromptCache | None = None,
 ) -> DecodeResult:
     """Decode every row; see the module docstring.
 
@@ -352,6 +368,8 @@ def decode(
             step as if their budget ran out (``stopped_at_eos`` False), the others are unaffected.
         stop_checks: one per row (None: none): a row whose check holds of its text so far ends after
             that step (``stopped_by_check``): it stops at its first complete answer.
+        prompt_cache: prompts prefilled by earlier calls, reused (the same tokens), and those prefilled
+            now kept (``lm.prompt_cache``); on the row-cache path (Llama) only.
     """
     prompts = [list(p) for p in prompts]
     rows_prompt, budgets, static_actions, seeds, checks = _decode_rows(
@@ -364,7 +382,7 @@ def decode(
     steps = int(budgets.max())
     rec = _Recorder(n, steps, lm.hidden_size, record_features, device)
 
-    hidden, logits, state = _prefill(lm, prompts, rows_prompt, steps)
+    hidden, logits, state = _prefill(lm, prompts, rows_prompt, steps, prompt_cache)
     sampling = step_sampling(state, action_set, seeds_dev, chooser is not None)
     active = torch.arange(n)  # global row index of each batch row (CPU)
     active_dev = active.to(device)
@@ -386,11 +404,8 @@ def decode(
         at_eos = torch.isin(tokens, stop_ids)
         done = at_eos | (remaining <= 1)
         rec.eos[active_dev] |= at_eos
-        if checks is not None:  # per-row text conditions: the rows whose text now holds what ends them
-            done = _stop_checked(checks, active, done, rec, t, lm.tokenizer, stopped_by_check)
-        if on_step is not None:
-            done = _ask_on_step(on_step, StepTokens(t, active, tokens.cpu(), action_index.cpu(), done.cpu(),
-                                                    at_eos.cpu(), rec.features), done)
+        done = _asked(checks, on_step, StepTokens(t, active, tokens, action_index, done, at_eos, rec.features), rec,
+                      lm.tokenizer, stopped_by_check)  # the rows a stop check or ``on_step`` ends too
         done_host = done.cpu()  # the step's one wait for the device
         if bool(done_host.all()):
             break

@@ -20,6 +20,7 @@ chat-formatted prompt whose final tokens are always the same template (``<|im_st
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 from contextlib import nullcontext
@@ -36,6 +37,7 @@ from .cuda_graphs import graphed_decoder
 from .fused_step import eager_attention
 from .kv_cache import RowKVCache, chunks_for
 from .locate import DEFAULT_MODEL, locate_model, resolve_gguf  # re-exported
+from .prompt_cache import PromptCache
 from .row_tiles import CPU_ROW_TILE, CUDA_ROW_TILE, PackedRowTiles, RowTiles, onednn_packing_available
 
 log = logging.getLogger(__name__)
@@ -299,7 +301,7 @@ class FrozenLM:
 
     def start_decode(self, prompts: Sequence[Sequence[int]], fan_out: torch.Tensor | None, max_new_tokens: int,
                      row_cache: bool | None = None, group_cost: int | None = None,
-                     ) -> tuple[torch.Tensor, torch.Tensor, "DecodeState"]:
+                     prompt_cache: PromptCache | None = None) -> tuple[torch.Tensor, torch.Tensor, "DecodeState"]:
         """Prefill each prompt once and fan it out to rows (``fan_out[r]`` = prompt of row ``r``; None:
         one row per prompt). Returns the rows' last hidden states ``[rows, hidden]``, float32 logits
         ``[rows, vocab]`` and the ``DecodeState`` that feeds the next tokens.
@@ -313,7 +315,9 @@ class FrozenLM:
         ``ModelSpec.batch_invariant``, else to ``PREFILL_GROUP_COST_TOKENS`` on a CPU and
         ``PREFILL_GROUP_COST_TOKENS_GPU`` elsewhere. With ``prefill == "packed"`` (the default on a CPU
         with batch invariance) and no ``group_cost`` given, the row cache is filled by one packed pass
-        over every prompt instead (``_prefill_packed``)."""
+        over every prompt instead (``_prefill_packed``). ``prompt_cache`` gives back the prompts it holds
+        and keeps the others, where a prompt's prefill does not depend on its mates (packed, or groups
+        of one length with batch invariance); elsewhere (no row cache, padded groups) it is not used."""
         packed = group_cost is None and self.prefill == "packed"
         if group_cost is None and self.spec.batch_invariant:
             group_cost = 0
@@ -326,8 +330,13 @@ class FrozenLM:
             )
         next_position = torch.tensor([len(p) for p in prompts], device=self.device)  # left padding: the length
         if use_row_cache:
-            hidden, logits, layer_kv, mask = (self._prefill_packed(prompts) if packed
-                                              else self._prefill_in_groups(prompts, group_cost))
+            prefill = (self._prefill_packed if packed
+                       else functools.partial(self._prefill_in_groups, group_cost=group_cost))
+            if prompt_cache is not None and (packed or (group_cost == 0 and self.spec.batch_invariant)):
+                how = "packed" if packed else "lengths"
+                hidden, logits, layer_kv, mask = prompt_cache.prefill(self, prompts, prefill, how)
+            else:
+                hidden, logits, layer_kv, mask = prefill(prompts)
         else:
             ids, mask = self.pad(prompts)
             hidden, logits, cache = self.forward(ids, mask, positions_from_mask(mask))
