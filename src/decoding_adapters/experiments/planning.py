@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..core.files import write_json
+from ..policies.attempt import lattice_states
 from ..training.token import PROBE_ROUND_FACTOR
 from . import pipeline
 from .presets import DRAFT_TRAINING, TOKEN_VARIANTS, pool_size
@@ -46,6 +47,11 @@ rollouts end earliest (0.56 of the budget). On a slower machine the probe scales
 (docs/reproduce/stage_minutes.json: a run at probe 0.59 of the reference). The rules, verifier and
 attempt stages decode tables as the draft stage does, so they take its scale until a run measures theirs."""
 SECONDS_PER_CALL = 1.0  # fixed cost of one small decode call (prefill, Python, scoring): tiny steps pay it
+ATTEMPT_STEP_SECONDS, ATTEMPT_STATE_SECONDS = 0.0145, 0.0005
+"""One attempt-policy training step (its share of the validations included) on a 400-problem table
+costs about ``ATTEMPT_STEP_SECONDS + ATTEMPT_STATE_SECONDS x lattice states`` on one thread: 0.019 s
+at 9 states (greedy + 8 of one arm), 0.197 s at 361 (greedy + 8 of each of three), measured on the
+2-core reference-class machine beside other work (no decoding: the probe does not scale it)."""
 
 
 def _decode_minutes(rows: float, cfg: StudyConfig, overhead: float = 1.0, calls: float = 0.0) -> float:
@@ -150,7 +156,24 @@ def estimate_minutes(cfg: StudyConfig, tokens_per_second: float | None = None) -
             first = "verifier" if cfg.verifier.enabled else "attempt"  # fitting is seconds
             decoding[first] = _decode_minutes(getattr(cfg, first).train_problems * per_problem, cfg)
     scaled = {stage: minutes * STAGE_SCALE[stage] * slower for stage, minutes in decoding.items()}
+    if cfg.attempt.enabled:
+        scaled["attempt"] = _attempt_minutes(cfg)
     return {"load": 0.1, **scaled, "report": 0.1}
+
+
+def _attempt_minutes(cfg: StudyConfig) -> float:
+    """The attempt stage's training: one policy per price and seed over every arm, and with two or more
+    sampled arms the same per single arm (the decoder-choice ablation), each ``attempt.steps`` steps
+    at the cost of its lattice (``ATTEMPT_STEP_SECONDS``); its table is the verifier's (decoded there)."""
+    samples, arms = cfg.rules.samples, cfg.rules.sampled_arms
+    policies = len(cfg.attempt.prices) * cfg.seeds
+
+    def step(sampled_arms: int) -> float:
+        states = lattice_states((1,) + (samples,) * sampled_arms, 0, 1 + samples)
+        return ATTEMPT_STEP_SECONDS + ATTEMPT_STATE_SECONDS * states
+
+    seconds = policies * cfg.attempt.steps * (step(arms) + (arms * step(1) if arms >= 2 else 0.0))
+    return seconds / 60
 
 
 FIT_LADDER = (
