@@ -48,3 +48,27 @@ def test_no_split_without_two_families(families):
     details = _details(families)
     assert family_lines(details) == []
     assert "AUC" in family_section(details) and "strongest rule" not in family_section(details)
+
+
+def test_each_part_is_the_step_between_two_curves_at_the_same_compute():
+    from decoding_adapters.reporting.parts import part_levels, parts_section
+
+    details = _details(["word", "word", "sums", "sums"])
+    verifier = _rule(1.0, [1, 1, 0, 0], 0.9)  # a rule reading the verifier: validation-best
+    verifier_high = _rule(2.0, [1, 1, 1, 0], 0.95)
+    for name, (m, p) in {"CGES with the verifier (1)": verifier, "CGES with the verifier (2)": verifier_high}.items():
+        details["methods"][name] = {**m, "curve": "CGES with the verifier", "reads_verifier": True}
+        details["per_problem"][name] = p
+    for name in list(details["methods"]):
+        if name.startswith("Attempt policy ("):
+            single = name.replace("Attempt policy", "Attempt policy, best single arm")
+            details["methods"][single] = {**details["methods"][name], "curve": "Attempt policy, best single arm"}
+            details["per_problem"][single] = {"answer_accuracy": [[0.0]] * 4}
+            details["compute"][single] = details["compute"][name]
+    (row,) = part_levels(details)
+    assert row["curves"]["plain rule"]["name"] == "CGES" and row["curves"]["verifier rule"]["name"].endswith("verifier")
+    assert row["steps"]["verifier"]["diff"] == pytest.approx(0.625 - 0.375)  # [1, 1, .5, 0] vs [1, .5, 0, 0]
+    assert row["steps"]["decoder"]["diff"] == pytest.approx(0.75)  # the full policy against the single arm's zeros
+    assert row["steps"]["all"]["diff"] == pytest.approx(0.75 - 0.375)
+    assert "| 1.5 |" in parts_section(details)
+    assert parts_section({"problems": []}) == ""

@@ -52,6 +52,7 @@ from ..evaluation import (
 )
 from ..lm.models import DEFAULT_DEVICE, ModelSpec, load_frozen_lm
 from ..reporting.families import family_section
+from ..reporting.parts import parts_section
 from ..reporting.report import (
     evidence_lines,
     headroom_section,
@@ -378,6 +379,7 @@ def _report(run: _Run, cfg: StudyConfig, evaluation: Evaluation, budget_record: 
         ("Token training data", token_data_section(out / "token-prompts.json", cfg)),
         ("Training curves (every seed)", training_curve_section(out / "report", curves)),
         ("Fixed rules", rules_section(evaluation.results, evaluation.details, out / "report")),
+        ("What each part adds", parts_section(evaluation.details)),
         ("By family", family_section(evaluation.details)),
         ("Head-room captured", headroom_section(actions_path, evaluation.results,
                                                 evaluation.details, list(ADAPTER_NAMES.values()))),
