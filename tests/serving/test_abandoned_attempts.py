@@ -128,10 +128,13 @@ def test_abandoned_attempt_requests_do_not_delay_the_next_one(generators, name, 
 
 
 @pytest.mark.parametrize("name", ["attempt", "rule"])
-def test_n_above_one_is_refused_before_the_request_queues(generators, name):
+def test_n_chains_are_served_and_too_many_refused_before_the_request_queues(generators, name):
     gen = generators[name]
     with BackgroundServer(create_app(gen, ServerLimits(max_tokens_limit=64, max_batch=8))) as url:
-        r = httpx.post(f"{url}/v1/completions", json=_body(gen, n=2), timeout=60)
+        served = httpx.post(f"{url}/v1/completions", json=_body(gen, n=2, max_tokens=4), timeout=60)
+        r = httpx.post(f"{url}/v1/completions", json=_body(gen, n=9), timeout=60)
         stats = httpx.get(f"{url}/health", timeout=10).json()["stats"]
+    assert served.status_code == 200 and len(served.json()["decoding_adapter"]["choices"]) == 2
+    assert stats["rows"] == 2  # one row per chain of attempts
     assert r.status_code == 400 and r.json()["error"]["param"] == "n", r.text
-    assert "n" in r.json()["error"]["message"] and stats["requests"] == 0  # never queued
+    assert "n" in r.json()["error"]["message"] and stats["requests"] == 1  # the refused one never queued

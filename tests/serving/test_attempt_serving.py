@@ -71,7 +71,25 @@ def test_the_generator_makes_the_attempts_its_decider_asks_for(generators):
     alone = generators["sc3"].generate(prompts[:1])[0]
     assert alone.completions == sc[0].completions and alone.answer == sc[0].answer
     with pytest.raises(ValueError, match="parallel_budget"):
-        generators["sc3"].generate(prompts, parallel_budget=2)
+        generators["sc3"].generate(prompts, parallel_budget=0)
+
+
+def test_n_completions_are_n_independent_chains_of_attempts(generators):
+    gen, prompts = generators["goes on"], ["What is 2+3?", "What is 7*6?"]
+    one = gen.generate(prompts, token_budget=BUDGET, seed=4)
+    three = gen.generate(prompts, token_budget=BUDGET, seed=4, parallel_budget=3)
+    for single, many in zip(one, three):
+        assert len(many.completions) == len(many.finish_reasons) == len(many.attempt_choices) == 3
+        assert many.completions[0] == single.completions[0]  # chain 0 is the one completion's chain
+        assert many.attempt_choices[0] == {"action": single.action, **single.adapter_info()}
+        assert all(c["decodes"] == 3 and c["stopped_by"] == "budget" for c in many.attempt_choices)
+    # the other chains draw their own samples: their attempts are not chain 0's
+    assert any(c["attempt_tokens"] != three[0].attempt_choices[0]["attempt_tokens"] or
+               three[0].completions[k] != three[0].completions[0]
+               for k, c in enumerate(three[0].attempt_choices) if k)
+    # and a prompt's chains do not depend on the other prompts of the call (its position and the seed key them)
+    alone = gen.generate(prompts[:1], token_budget=BUDGET, seed=4, parallel_budget=3)[0]
+    assert alone.completions == three[0].completions
 
 
 @pytest.mark.parametrize("name, decodes, reason", [("goes on", 3, "budget"), ("confident", 1, "confident")])
@@ -94,5 +112,14 @@ def test_served_responses_say_how_many_attempts_and_why_they_stopped(generators,
             assert "".join(deltas) == content(full["choices"][0])  # the streamed tokens are the chosen attempt's
             streamed = chunks[-1]["decoding_adapter"]["choices"][0]
             assert streamed["decodes"] == decodes and streamed["stopped_by"] == reason
-        too_many = httpx.post(f"{url}/v1/chat/completions", json={**chat, "n": 2}, timeout=60)
-        assert too_many.status_code == 400 and "parallel_budget" in too_many.text
+        two = httpx.post(f"{url}/v1/chat/completions", json={**chat, "n": 2}, timeout=60).json()
+        infos = two["decoding_adapter"]["choices"]
+        assert len(two["choices"]) == 2 and [i["decodes"] for i in infos] == [decodes, decodes]
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json={**chat, "n": 2, "stream": True},
+                          timeout=60) as r:
+            chunks = [json.loads(line[6:]) for line in r.iter_lines()
+                      if line.startswith("data: ") and line != "data: [DONE]"]
+        for index in (0, 1):
+            text = "".join((c.get("delta") or {}).get("content") or "" for chunk in chunks
+                           for c in chunk["choices"] if c["index"] == index)
+            assert text == two["choices"][index]["message"]["content"]

@@ -10,13 +10,14 @@ decoder; none of them tests a kind.
   the choice is made, then the re-decodes' as they are generated;
 - sequential attempts: ``decoding.attempts.AttemptRounds`` with the kind's decider (``AttemptService``:
   rounds that prompts of concurrent requests join between) and the adapter's abandon rule, if it
-  carries one (``policies.abandon``: attempts cut at its checkpoints), one completion per prompt, the
-  chosen attempt's tokens streamed once the decision is made."""
+  carries one (``policies.abandon``: attempts cut at its checkpoints), n completions as n
+  independent chains of attempts, each chain's chosen attempt's tokens streamed once its decision is made."""
 
 from __future__ import annotations
 
 import functools
 import warnings
+from dataclasses import replace
 from typing import Callable, ClassVar
 
 import torch
@@ -172,7 +173,7 @@ class DraftDecoder(Decoder):
 
 
 class AttemptsDecoder(Decoder):
-    """Sequential attempts until the kind's decider stops; one completion per prompt."""
+    """Sequential attempts until the kind's decider stops; each completion its own chain of attempts."""
 
     def policy_device(self, lm):
         return "cpu"  # its decider reads the attempts' summaries on the CPU
@@ -183,10 +184,9 @@ class AttemptsDecoder(Decoder):
     def default_token_budget(self, gen):
         return gen.config.token_budget or DEFAULT_TOKEN_BUDGET  # the budget its attempts were read at
 
-    def check_parallel_budget(self, gen, parallel_budget):
-        if parallel_budget != 1:
-            raise ValueError(f"this {gen.adapter_kind.label} adapter answers once per prompt (its attempts decide how "
-                             f"many decodes): parallel_budget (n) must be 1, got {parallel_budget}")
+    def check_parallel_budget(self, gen, parallel_budget):  # n completions: n independent chains of attempts
+        if parallel_budget < 1:
+            raise ValueError(f"parallel_budget (n) must be >= 1, got {parallel_budget}")
 
     def abandoner(self, gen, rule):  # the live readings' columns; the verifier's hidden width is the LM's
         if rule is None:
@@ -217,12 +217,12 @@ class AttemptsDecoder(Decoder):
         for i, key in enumerate(keys):
             answer, ids = done[key]
             out.append(answer)
-            if on_tokens is not None:  # the chosen attempt's tokens, now that the decision is made
+            if on_tokens is not None:  # each chain's shown attempt's tokens, now that its decision is made
                 on_tokens(attempt_events(offset + i, answer, ids))
         return out
 
-    def choice_info(self, g, j):  # how many attempts, with which arms, why it stopped
-        return {"action": g.action, **g.adapter_info()}
+    def choice_info(self, g, j):  # how many attempts completion j's chain made, with which arms, why it stopped
+        return g.choice_info(j)
 
     def stream_info(self, actions, index, n, names, info):  # the returned attempt's arm, its attempts, the stop
         return {**super().stream_info(actions, index, n, names, info), **(info or {})}
@@ -234,7 +234,9 @@ class AttemptService:
     j of arm a of a prompt draws from ``row_seed(seed, index, "attempt", a, j)`` (with a
     ``problem_id``: ``row_seed(seed, problem_id, arm name, j, "draft-table")``, the seed of the same
     sample in a sample table), so its Generation is the same whichever prompts shared its rounds and
-    whenever it joined."""
+    whenever it joined. A prompt asking for n > 1 completions runs n independent chains of attempts
+    (chain c > 0 draws from the same seeds with ``"choice", c`` inserted after the prompt's key), one
+    row each, and is answered when its last chain stops."""
 
     def __init__(self, gen):
         plan = gen.adapter_kind.attempt_plan(gen.config)
@@ -244,36 +246,70 @@ class AttemptService:
                                     max_attempts=plan["max_attempts"], with_hidden=plan["with_hidden"],
                                     abandon=gen.abandon)
         self._prompts: dict[int, PreparedPrompt] = {}
+        self._chains: dict[int, tuple[int, int]] = {}  # the rounds' key -> (prompt key, its chain c)
+        self._done: dict[int, list] = {}  # prompt key -> per chain, (Generation, shown ids) once it stopped
+        self._next_key = 0
 
     @property
     def live(self) -> int:
-        """Prompts going (each one row of a round)."""
+        """Chains of attempts going (each one row of a round)."""
         return len(self.rounds.live)
 
     def add(self, p: PreparedPrompt) -> int:
-        """Prompt ``p`` joins the next round; its key."""
+        """Prompt ``p`` joins the next round (``p.parallel_budget`` chains); its key."""
         gen = self.generator
         problem = Problem(p.problem_id or f"prompt/{p.index}", question_text(p.prompt), "")
-        seeds = (functools.partial(row_seed, p.seed, p.index, "attempt") if p.problem_id is None
-                 else functools.partial(_table_seed, p.seed, p.problem_id, gen.action_set.names))
-        key = self.rounds.add(p.prompt_ids, p.token_budget, seeds,
-                              functools.partial(gen.reading_task.extract_answer, problem),
-                              None if gen.answer_task is None else gen._answer_check(p))
-        self._prompts[key] = p
+        key, self._next_key = self._next_key, self._next_key + 1
+        for c in range(p.parallel_budget):
+            choice = () if c == 0 else ("choice", c)  # chain 0 draws exactly what one completion draws
+            seeds = (functools.partial(row_seed, p.seed, p.index, *choice, "attempt") if p.problem_id is None
+                     else functools.partial(_table_seed, p.seed, p.problem_id, gen.action_set.names, choice))
+            chain = self.rounds.add(p.prompt_ids, p.token_budget, seeds,
+                                    functools.partial(gen.reading_task.extract_answer, problem),
+                                    None if gen.answer_task is None else gen._answer_check(p))
+            self._chains[chain] = (key, c)
+        self._prompts[key], self._done[key] = p, [None] * p.parallel_budget
         return key
 
-    def round(self, gone: Gone | None = None) -> dict[int, tuple[Generation, list[int]]]:
-        """One round (``AttemptRounds.round``; ``gone`` over keys); the prompts that stopped, by key:
-        their Generation and its shown attempt's token ids."""
-        done = self.rounds.round(gone)
-        return {key: _attempt_generation(self.generator, self._prompts.pop(key), problem)
-                for key, problem in done.items()}
+    def round(self, gone: Gone | None = None) -> dict[int, tuple[Generation, list[list[int]]]]:
+        """One round (``AttemptRounds.round``; ``gone`` over prompt keys); the prompts whose every
+        chain has stopped, by key: their Generation and each chain's shown attempt's token ids."""
+        done = self.rounds.round(None if gone is None else self._chain_gone(gone))
+        answered = {}
+        for chain, problem in done.items():
+            key, c = self._chains.pop(chain)
+            self._done[key][c] = _attempt_generation(self.generator, self._prompts[key], problem)
+            if all(part is not None for part in self._done[key]):
+                parts = self._done.pop(key)
+                self._prompts.pop(key)
+                answered[key] = (_merge_chains([g for g, _ in parts]), [ids for _, ids in parts])
+        return answered
+
+    def _chain_gone(self, gone: Gone) -> Gone:
+        """``gone`` over the rounds' keys: the chains of the prompts ``gone`` names."""
+
+        def chain_gone(chains):
+            left = set(gone(sorted({self._chains[c][0] for c in chains})))
+            return [c for c in chains if self._chains[c][0] in left]
+
+        return chain_gone
 
 
-def _table_seed(seed: int, problem_id: str, names: list[str], arm: int, j: int) -> int:
+def _table_seed(seed: int, problem_id: str, names: list[str], choice: tuple, arm: int, j: int) -> int:
     """Attempt j of arm ``arm``: the seed of sample j of that arm of problem ``problem_id`` in a sample
-    table built with ``seed`` (``decoding.grid``)."""
-    return row_seed(seed, problem_id, names[arm], j, *SAMPLE_SEED_TAG)
+    table built with ``seed`` (``decoding.grid``; ``choice``: another chain's tag, () for the first)."""
+    return row_seed(seed, problem_id, *choice, names[arm], j, *SAMPLE_SEED_TAG)
+
+
+def _merge_chains(chains: list[Generation]) -> Generation:
+    """One prompt's Generation from its chains' (one completion each): completion c is chain c's
+    shown attempt; the attempt fields are chain 0's, every chain's in ``attempt_choices``."""
+    if len(chains) == 1:
+        return chains[0]
+    return replace(chains[0], completions=[g.completions[0] for g in chains],
+                   finish_reasons=[g.finish_reasons[0] for g in chains],
+                   completion_tokens=[g.completion_tokens[0] for g in chains],
+                   attempt_choices=[g.choice_info(0) for g in chains])
 
 
 def _attempt_generation(gen, p: PreparedPrompt, problem: ProblemAttempts) -> tuple[Generation, list[int]]:
@@ -293,14 +329,20 @@ def _attempt_generation(gen, p: PreparedPrompt, problem: ProblemAttempts) -> tup
     return answer, ids[shown]
 
 
-def attempt_events(position: int, answer: Generation, ids: list[int]) -> list[TokenEvent]:
-    """An attempt adapter's answer to prompt ``position`` as ``TokenEvent``s: the shown attempt's
-    tokens, the last carrying the finish reason and ``adapter_info`` (token -1: an empty answer)."""
-    ids = ids or [-1]
-    last = len(ids) - 1
-    reason, info = answer.finish_reasons[0], answer.adapter_info()
-    return [TokenEvent(position, 0, t, answer.action_index, reason if k == last else None, info if k == last else None)
-            for k, t in enumerate(ids)]
+def attempt_events(position: int, answer: Generation, ids: list[list[int]]) -> list[TokenEvent]:
+    """An attempt adapter's answer to prompt ``position`` as ``TokenEvent``s: per completion c, its
+    chain's shown attempt's tokens ``ids[c]``, the last carrying the finish reason and the chain's
+    ``choice_info`` (token -1: an empty answer)."""
+    events = []
+    for c, tokens in enumerate(ids):
+        tokens = tokens or [-1]
+        last, info = len(tokens) - 1, answer.choice_info(c)
+        action = answer.action_names.index(info["action"]) if info.get("action") in answer.action_names else (
+            answer.action_index)
+        info = {k: v for k, v in info.items() if k != "action"}
+        events += [TokenEvent(position, c, t, action, answer.finish_reasons[c] if k == last else None,
+                              info if k == last else None) for k, t in enumerate(tokens)]
+    return events
 
 
 def _chunk_gone(gone: Gone, offset: int) -> Gone:

@@ -63,6 +63,9 @@ class Generation:
     attempt_cut_at: list[int | None] | None = None
     """Attempt adapter: per attempt, the tokens at which its abandon rule cut it (None: not cut;
     every entry None without a rule)."""
+    attempt_choices: list[dict] | None = None
+    """Attempt adapter asked for n > 1 completions: each completion's own chain of attempts, as
+    ``{"action", **adapter_info()}`` of that chain (the fields above are completion 0's)."""
 
     @property
     def action(self) -> str | None:
@@ -79,6 +82,12 @@ class Generation:
         counts = self.attempt_token_counts or [None] * len(self.attempt_actions)
         cuts = self.attempt_cut_at or [None] * len(self.attempt_actions)
         return [{"arm": arm, "tokens": n, "cut_at": cut} for arm, n, cut in zip(self.attempt_actions, counts, cuts)]
+
+    def choice_info(self, j: int) -> dict:
+        """Attempt adapter: completion ``j``'s arm and what its own chain of attempts decided."""
+        if self.attempt_choices is not None:
+            return self.attempt_choices[j]
+        return {"action": self.action, **self.adapter_info()}
 
     def adapter_info(self) -> dict:
         """Attempt adapter: what the response's adapter field says of its decision."""

@@ -25,8 +25,9 @@ reports by default: a draw from pi for token adapters, the argmax for sequence a
   ``Generation.decodes``, ``attempt_actions``, ``stopped_by`` and ``answer`` say how many attempts,
   with which arms, why it stopped and what it answered; ``attempt_records`` each attempt's arm,
   tokens and ``cut_at``. An adapter directory holding an abandon rule (``policies.abandon``) cuts
-  attempts at its checkpoints; ``cut_at`` says where (None: not cut). One completion per prompt
-  (``parallel_budget`` 1); streaming sends the chosen attempt's tokens once the decision is made.
+  attempts at its checkpoints; ``cut_at`` says where (None: not cut). ``parallel_budget`` n: n
+  independent chains of attempts (``attempt_choices``); streaming sends each chain's chosen
+  attempt's tokens once its decision is made.
   ``problem_ids`` key a prompt's attempts as a sample table keys the same problem's samples, so on
   a table's problems, with its seed, they are the table's attempts and the decisions those of
   ``evaluation.abandon.replay``.

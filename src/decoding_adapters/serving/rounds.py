@@ -45,7 +45,7 @@ class RoundsWorker(BatchingWorker):
         while True:
             if not self._pending and not self._live:
                 await self._wait_for_work()
-            batch = self._take_batch(busy=len(self._live))
+            batch = self._take_batch(busy=self._service.live)  # rows going: one per chain of attempts
             jobs = {id(job): job for job, _ in self._live.values()}
             self._running = [*jobs.values(), *batch]
             try:
@@ -70,7 +70,7 @@ class RoundsWorker(BatchingWorker):
     def _round(self, batch: list[Job]) -> list[tuple[Job, Any]]:
         """On the decode thread: the waiting ``batch`` joins, one round runs; the requests answered."""
         finished = self._join(batch)
-        rows = len(self._live)
+        rows = self._service.live
         self.stats["batches"] += 1 if rows else 0
         self.stats["max_rows_in_batch"] = max(self.stats["max_rows_in_batch"], rows)
         if rows:
@@ -102,7 +102,7 @@ class RoundsWorker(BatchingWorker):
                 continue
             if job.stream is not None:
                 job.stream.start(self.generator.lm.tokenizer, [len(p.prompt_ids) for p in prepared])
-            self.stats["rows"] += len(prepared)
+            self.stats["rows"] += sum(p.parallel_budget for p in prepared)
             self._answers[id(job)] = [None] * len(prepared)
             for k, p in enumerate(prepared):
                 self._live[self._service.add(p)] = (job, k)

@@ -171,8 +171,7 @@ def _check_limits(req: CommonFields, num_prompts: int, prompt_chars: int, limits
 
 
 def _check_n(generator, n: int) -> None:
-    """400 (``param: "n"``) for a parallel budget the adapter cannot serve (an attempt adapter answers
-    once per prompt), decided from the request alone."""
+    """400 (``param: "n"``) for a parallel budget the adapter cannot serve, decided from the request alone."""
     check = getattr(generator, "check_parallel_budget", None)  # a stand-in generator may have none
     if check is None:
         return
