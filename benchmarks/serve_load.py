@@ -120,7 +120,7 @@ def rss_mb() -> float:
 
 REFUSED = "refused"
 """A request the server turns away by a stated rule before queueing (400 naming the parameter ``n``:
-an adapter kind that gives one completion per request): counted apart from the errors."""
+more completions than the server takes per request): counted apart from the errors."""
 
 
 def _stated_refusal(status: int, content: bytes) -> bool:
