@@ -41,7 +41,7 @@ What runs (``full``):
    (per token), Mixed per sequence (token actions), Best token action, the five adapters, the
    draft-gated adapter and its two controls; decodes and generated tokens per problem for every method.
 5b. fixed rules: sample tables of the 400 validation and the 1,000 evaluated problems (the stopped
-   greedy and 8 samples of each of the selection's first three sampled actions, mean hidden states
+   greedy and 6 samples of each of the selection's first three sampled actions, mean hidden states
    kept; resumable, under ``rules/``), every rule of docs/rules.md tuned on validation per compute
    level and sampled arm and scored on the evaluated problems; each tuned point joins the evaluation
    as a method of family ``fixed rule``. Then the verifier, trained on the attempt stage's training
