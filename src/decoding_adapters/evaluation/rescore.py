@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..policies.attempt import AttemptInputs, AttemptLattice, load_attempt_adapter, walk
+from ..policies.kinds import SEQUENTIAL_ATTEMPTS
 from ..policies.verifier import load_verifier, single_thread
 from .decoder_choice import restrict_arms
+from .methods import method_kind
 from .sample_table import SampleTable
 from .verifier import ranking_quality, table_scores
 
@@ -76,10 +78,18 @@ def _rescore_policy(folder: Path, test: SampleTable, name: str, seed: int, run: 
             Rescored(f"{where}: decodes per problem", _summary(published_decodes), _summary(decodes))]
 
 
+def _sequential_attempts(kind: str) -> bool:
+    """The method kind ``kind`` decodes sequential attempts (its weights re-score on a table)."""
+    try:
+        return method_kind(kind).decoding == SEQUENTIAL_ATTEMPTS
+    except ValueError:
+        return False
+
+
 def _rescore_policies(folder: Path, test: SampleTable, details: dict) -> list[Rescored]:
     out = []
     for name, method in details.get("methods", {}).items():
-        if method.get("kind") != "attempt" or "per_seed" not in method:
+        if "per_seed" not in method or not _sequential_attempts(method.get("kind", "")):
             continue
         for seed, run in enumerate(method["per_seed"]):
             out += _rescore_policy(folder, test, name, seed, run, details)
