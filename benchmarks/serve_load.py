@@ -25,7 +25,9 @@ Prints a table and, last, one JSON line with every figure.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import functools
 import json
 import math
 import tempfile
@@ -58,7 +60,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--soak-s", type=float, default=0.0, help="run the mixed soak for this many seconds per kind")
     p.add_argument("--clients", type=int, default=32, help="soak: concurrent clients")
     p.add_argument("--kinds", default="token,draft",
-                   help="soak: adapter kinds to serve in turn (token, draft, attempt)")
+                   help="soak: adapter kinds to serve in turn (token, draft, attempt; attempt-earlier: the attempt "
+                        "adapter through the path before shared rounds and the prompt cache, for a side-by-side)")
     return p.parse_args()
 
 
@@ -98,8 +101,9 @@ def untrained_draft_adapter(lm, directory: Path, token_budget: int) -> Path:
 
 
 def untrained_attempt_adapter(lm, directory: Path, token_budget: int) -> Path:
-    """An attempt adapter whose untrained policy reads greedy's confidence and hidden state and stops
-    or draws up to three more attempts at T=0.7: the serving cost of the attempt rounds is the real one."""
+    """An attempt adapter whose untrained policy reads greedy's confidence and hidden state and never
+    stops early (its stop logit at -50): every request makes all four attempts (greedy, then three at
+    T=0.7), the attempt rounds' full cost."""
     from decoding_adapters.decoding.actions import GREEDY, DecodingAction
     from decoding_adapters.evaluation.sample_table import CONFIDENCE_FEATURES
     from decoding_adapters.policies.attempt import AttemptPolicy, AttemptPolicyConfig, save_attempt_adapter
@@ -108,7 +112,7 @@ def untrained_attempt_adapter(lm, directory: Path, token_budget: int) -> Path:
     arms = (GREEDY, DecodingAction(temperature=0.7))
     policy = AttemptPolicy(AttemptPolicyConfig(tuple(a.name for a in arms), 0, (1, 8), tuple(CONFIDENCE_FEATURES),
                                                ("confidence", "hidden"), max_attempts=4, hidden_size=lm.hidden_size,
-                                               token_budget=token_budget))
+                                               token_budget=token_budget, stop_bias=-50.0))
     return save_attempt_adapter(directory, policy, [a.to_dict() for a in arms], base_model=lm.spec.name_or_path,
                                 task="arithmetic")
 
@@ -203,14 +207,30 @@ def soak(url: str, clients: int, seconds: float, max_tokens: int) -> dict:
             "rss_warm_mb": round(warm), "rss_end_mb": round(end), "rss_growth": round(end / warm - 1, 4)}
 
 
+@contextlib.contextmanager
+def earlier_attempt_path():
+    """The server's attempt path before shared rounds and the prompt cache: each batch of requests
+    decoded to the end of its last attempt (``BatchingWorker``), every round prefilling its prompts."""
+    from decoding_adapters.serving import decoders, server
+
+    saved = server.shares_rounds, decoders.AttemptRounds
+    server.shares_rounds = lambda generator: False
+    decoders.AttemptRounds = functools.partial(saved[1], prompt_cache_bytes=0)
+    try:
+        yield
+    finally:
+        server.shares_rounds, decoders.AttemptRounds = saved
+
+
 def run_soak(args, lm, tmp: str) -> None:
     rows = []
     for kind in args.kinds.split(","):
         make = {"token": untrained_token_adapter, "draft": untrained_draft_adapter,
-                "attempt": untrained_attempt_adapter}[kind]
+                "attempt": untrained_attempt_adapter, "attempt-earlier": untrained_attempt_adapter}[kind]
         generator = Adapter.from_pretrained(make(lm, Path(tmp) / kind, args.max_tokens), lm=lm).generator()
         limits = ServerLimits(max_batch=args.max_batch, max_tokens_limit=max(args.max_tokens, 512))
-        with BackgroundServer(create_app(generator, limits)) as url:
+        path = earlier_attempt_path() if kind == "attempt-earlier" else contextlib.nullcontext()
+        with path, BackgroundServer(create_app(generator, limits)) as url:
             rows.append({"kind": kind, **soak(url, args.clients, args.soak_s, args.max_tokens)})
         r = rows[-1]
         print(f"{kind}: {r['requests']} requests ({r['chat']} chat, {r['streamed']} streamed) from {r['clients']} "
