@@ -39,6 +39,7 @@ from ..decoding.protocol import STOP_AT_ANSWER, stored_stop
 from ..decoding.rollouts import answer_stops, encode_problems
 from ..policies.attempt import AttemptInputs, AttemptOutcome, PolicyDecider, walk
 from ..policies.fixed_rules import RULES, RuleSetting, score_setting, vote
+from ..policies.verifier import single_thread
 from ..training.attempt import FEATURE_SETS, AttemptTrainConfig, AttemptTrainer, policy_config_from_table
 from .rules import fit_calibrations, greedy_then, tune_rules
 from .sample_table import (
@@ -258,7 +259,8 @@ def train_and_score(train: SampleTable, validation: SampleTable, test: SampleTab
                                  AttemptInputs.from_table(validation), out_dir or tmp,
                                  actions=train.header["actions"], stop_at_answer=stored_stop(train.header), **meta)
         trainer.train(resume=resume)
-    outcome = walk(trainer.policy, AttemptInputs.from_table(test), trainer.lattice)
+    with single_thread():  # scored as it was trained: the same decisions whatever the thread count
+        outcome = walk(trainer.policy, AttemptInputs.from_table(test), trainer.lattice)
     decodes = float(outcome.attempts.mean())
     name, acc, row = strongest_rule(baselines, decodes)
     mine = outcome.correct.astype(np.float64)
