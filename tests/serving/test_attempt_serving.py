@@ -123,3 +123,22 @@ def test_served_responses_say_how_many_attempts_and_why_they_stopped(generators,
             text = "".join((c.get("delta") or {}).get("content") or "" for chunk in chunks
                            for c in chunk["choices"] if c["index"] == index)
             assert text == two["choices"][index]["message"]["content"]
+
+
+def test_a_request_s_problem_id_keys_its_attempts_as_generate_s_problem_ids_do(generators):
+    gen = generators["goes on"]
+    question = "What is 2+3?"
+    expected = gen.generate([question], token_budget=BUDGET, seed=3, problem_ids=["arithmetic/sealed2/7"])[0]
+    other = gen.generate([question], token_budget=BUDGET, seed=3)[0]
+    chat = dict(model=gen.name, messages=[{"role": "user", "content": question}], max_tokens=BUDGET, seed=3,
+                problem_id="arithmetic/sealed2/7")
+    with BackgroundServer(create_app(gen, LIMITS)) as url:
+        served = httpx.post(f"{url}/v1/chat/completions", json=chat, timeout=60).json()
+        wrong = httpx.post(f"{url}/v1/completions", json=dict(model=gen.name, prompt=["a", "b"], max_tokens=2,
+                                                              problem_id="only-one"), timeout=60)
+    assert served["choices"][0]["message"]["content"] == expected.completions[0]
+    info = served["decoding_adapter"]["choices"][0]
+    assert info["attempt_records"] == expected.attempt_records and "problem_id" not in served["decoding_adapter"][
+        "ignored_parameters"]
+    assert expected.attempt_records != other.attempt_records or expected.completions != other.completions
+    assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "problem_id"

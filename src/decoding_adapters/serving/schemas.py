@@ -99,6 +99,12 @@ class CommonFields(BaseModel):
     temperature: Annotated[Number, Field(ge=0, le=2)] | None = None
     top_p: Annotated[Number, Field(ge=0, le=1)] | None = None
     user: StrictStr | None = None
+    problem_id: StrictStr | Annotated[list[StrictStr], Field(min_length=1)] | None = None
+    """Attempt adapters (an extension): one id per prompt that keys its attempts' seeds as a sample
+    table keys that problem's samples, so the server makes the table replay's decisions there."""
+
+    def problem_ids(self) -> list[str] | None:
+        return [self.problem_id] if isinstance(self.problem_id, str) else self.problem_id
 
     def ignored_parameters(self) -> list[str]:
         return sorted([k for k in SAMPLING_PARAMETERS if getattr(self, k) is not None] + list(self.model_extra or {}))

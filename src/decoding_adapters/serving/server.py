@@ -185,7 +185,7 @@ def completion_job(req: CompletionRequest, limits: ServerLimits) -> Job:
     check_text(req)
     prompts = [req.prompt] if isinstance(req.prompt, str) else list(req.prompt)
     max_tokens = _check_limits(req, len(prompts), sum(map(len, prompts)), limits, req.max_tokens)
-    return Job(prompts, req.n, max_tokens, _seed(req), raw_text=True)
+    return Job(prompts, req.n, max_tokens, _seed(req), raw_text=True, problem_ids=req.problem_ids())
 
 
 def chat_job(req: ChatCompletionRequest, limits: ServerLimits) -> Job:
@@ -193,7 +193,7 @@ def chat_job(req: ChatCompletionRequest, limits: ServerLimits) -> Job:
     messages = [m.as_dict() for m in req.messages]
     requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     max_tokens = _check_limits(req, 1, sum(len(m["content"]) for m in messages), limits, requested)
-    return Job([messages], req.n, max_tokens, _seed(req))
+    return Job([messages], req.n, max_tokens, _seed(req), problem_ids=req.problem_ids())
 
 
 def _seed(req: CommonFields) -> int:

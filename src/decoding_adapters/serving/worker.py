@@ -45,6 +45,8 @@ class Job:
     """Set for a streaming request: its rows' tokens go out as they are produced."""
     raw_text: bool = False
     """The prompts are text to continue (``/v1/completions``), not user messages for the chat template."""
+    problem_ids: list[str] | None = None
+    """Attempt adapters: the request's ``problem_id`` per prompt (``AdaptiveGenerator.generate``'s ``problem_ids``)."""
     queued_at: float = field(default_factory=time.monotonic, repr=False)
     started: bool = field(default=False, repr=False)
     """Taken by the worker into a batch (event loop)."""
@@ -403,11 +405,13 @@ class BatchingWorker:
         """On the decode thread: the job's prepared prompts; any failure is its own 400 (``ApiError``)."""
         try:
             raw = {"raw_text": True} if job.raw_text else {}
+            ids = {"problem_ids": job.problem_ids} if job.problem_ids is not None else {}
             return self.generator.prepare(job.prompts, token_budget=job.max_tokens, parallel_budget=job.n,
-                                          seed=job.seed, **raw)
+                                          seed=job.seed, **raw, **ids)
         except ValueError as err:  # this request's own input: a 400 for it alone
             code = "context_length_exceeded" if "context" in str(err) else "invalid_value"
-            raise ApiError(400, str(err), param="prompt", code=code) from None
+            param = "problem_id" if "problem_id" in str(err) else "prompt"
+            raise ApiError(400, str(err), param=param, code=code) from None
         except Exception as err:  # anything else raised on this request's behalf: still its own 400
             log.warning("a request failed in preparation: %s: %s", type(err).__name__, err)
             raise ApiError(400, f"the request could not be prepared: {type(err).__name__}: {err}",
