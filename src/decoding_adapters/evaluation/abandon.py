@@ -35,9 +35,7 @@ def replay(policy, table: SampleTable, rule: AbandonRule | None = None) -> tuple
     """The policy on ``table`` with ``rule`` cutting its samples (None: none cut): the outcome and the
     table as it read it."""
     seen = table if rule is None else rule.apply(table)
-    cfg = policy.config
-    return walk(policy, AttemptInputs.from_table(seen), AttemptLattice(cfg.distinct, cfg.first_arm,
-                                                                       cfg.max_attempts)), seen
+    return walk(policy, AttemptInputs.from_table(seen), AttemptLattice.of(policy.config)), seen
 
 
 def abandon_decode(lm, task, problems, policy, actions: Sequence[DecodingAction], rule: AbandonRule | None, *,

@@ -4,8 +4,8 @@ A published study (``reproduce --publish``) commits the sample tables its rules 
 (``tables/``), the weights of its verifier (``verifier/``) and of every attempt policy
 (``policies/``, the single-arm ones under ``policies/single-arm/``), and ``eval_details.json``.
 :func:`rescore` loads each policy, uses it on the evaluated table exactly as the study scored it
-(``policies.attempt.walk``, on the table restricted to the policy's arms) and checks, per problem,
-its answer's correctness and its decodes against the published per-problem columns of its
+(``evaluation.abandon.replay`` without a rule, on the table restricted to the policy's arms) and
+checks, per problem, its answer's correctness and its decodes against the published per-problem columns of its
 method; and the verifier's ranking quality (AUC, ECE, Brier, attempts, share right; overall and per
 family) on the evaluated table against ``verifier_rules.json``. One torch thread, as training and
 scoring ran. A policy whose weights are not published is named as a gap, never skipped.
@@ -19,9 +19,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..policies.attempt import AttemptInputs, AttemptLattice, load_attempt_adapter, walk
+from ..policies.attempt import load_attempt_adapter
 from ..policies.kinds import SEQUENTIAL_ATTEMPTS
 from ..policies.verifier import load_verifier, single_thread
+from .abandon import replay
 from .decoder_choice import restrict_arms
 from .methods import method_kind
 from .sample_table import SampleTable
@@ -66,10 +67,8 @@ def _rescore_policy(folder: Path, test: SampleTable, name: str, seed: int, run: 
     if not run.get("source") or not (directory / "adapter.json").is_file():
         return [Rescored(where, "weights published", "(no weights in the folder: a gap)")]
     policy, _ = load_attempt_adapter(directory)
-    cfg = policy.config
-    table = restrict_arms(test, list(cfg.arms)) if list(cfg.arms) != test.arm_names else test
-    outcome = walk(policy, AttemptInputs.from_table(table), AttemptLattice(cfg.distinct, cfg.first_arm,
-                                                                           cfg.max_attempts))
+    arms = list(policy.config.arms)
+    outcome, _ = replay(policy, restrict_arms(test, arms) if arms != test.arm_names else test)
     correct = outcome.correct.astype(float).tolist()
     decodes = outcome.attempts.astype(float).tolist()
     published_correct = _column(details["per_problem"][name]["answer_accuracy"], seed)

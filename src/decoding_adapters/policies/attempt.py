@@ -254,6 +254,11 @@ class AttemptLattice:
     attempts made: ``counts [S, A]``, ``last [S]``, ``level [S]`` (attempts made - 1), ``succ [S, A]``
     (the state after one more draw of arm a; -1 where the arm is used up or no attempt is left)."""
 
+    @classmethod
+    def of(cls, config: "AttemptPolicyConfig") -> "AttemptLattice":
+        """The lattice a policy of ``config`` walks (its arms' distinct attempts, first arm, most attempts)."""
+        return cls(config.distinct, config.first_arm, config.max_attempts)
+
     def __init__(self, distinct: Sequence[int], first_arm: int, max_attempts: int,
                  max_states: int = MAX_LATTICE_STATES):
         _check_lattice(distinct, first_arm, max_attempts, max_states)  # before enumerating any
@@ -556,9 +561,8 @@ class PolicyDecider:
     stop the answer with the largest summed weight (ties: the answer drawn first), as ``walk``."""
 
     def __init__(self, policy: AttemptPolicy):
-        cfg = policy.config
         self.policy = policy
-        self.lattice = AttemptLattice(cfg.distinct, cfg.first_arm, cfg.max_attempts)
+        self.lattice = AttemptLattice.of(policy.config)
         self.index = {(tuple(c.tolist()), int(last)): s
                       for s, (c, last) in enumerate(zip(self.lattice.counts, self.lattice.last))}
 

@@ -157,7 +157,7 @@ class AttemptTrainer(TrainingLoop):
             torch.manual_seed(row_seed(config.seed, "attempt-init"))
             self.policy = AttemptPolicy(policy_config)
         self.policy.set_standardisation(train)
-        self.lattice = AttemptLattice(policy_config.distinct, policy_config.first_arm, policy_config.max_attempts)
+        self.lattice = AttemptLattice.of(policy_config)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr)
         self.last_validation: dict = {}
 
