@@ -15,7 +15,7 @@ import statistics
 from typing import Mapping
 
 from ..evaluation.methods import ANSWER_ACCURACY
-from .rules import _interval, _reference, curve_at, learned_seed_curves, sentence_levels
+from .rules import _interval, _reference, learned_seed_curves, seed_readings, sentence_levels
 from .verdicts import paired_difference
 
 __all__ = ["family_indices", "family_lines", "verifier_quality_lines", "family_section"]
@@ -33,13 +33,10 @@ def family_indices(details: Mapping | None) -> dict[str, list[int]]:
 
 
 def _seed_columns(seeds: list[list[dict]], at: float, problems: int) -> list[list[float]] | None:
-    columns = []
-    for points in seeds:
-        found = curve_at([p["decodes"] for p in points], [p["values"] for p in points], at)
-        if found is None or len(found[0]) != problems:
-            return None
-        columns.append(found[0])
-    return columns
+    readings = seed_readings(seeds, at)
+    if any(found is None or len(found[0]) != problems for found in readings):
+        return None
+    return [values for values, _ in readings]
 
 
 def family_lines(details: Mapping | None, confidence: float = 0.95) -> list[str]:

@@ -23,7 +23,7 @@ from typing import Mapping
 
 from ..evaluation.methods import ANSWER_ACCURACY
 from .cells import family_of
-from .rules import curve_at, learned_seed_curves, sentence_levels, strongest_rules_at
+from .rules import learned_seed_curves, seed_readings, sentence_levels, strongest_rules_at
 from .verdicts import paired_difference
 
 __all__ = ["FULL_POLICY", "SINGLE_ARM_POLICY", "part_levels", "parts_section"]
@@ -48,13 +48,10 @@ def _learned_at(details: Mapping, label: str, at: float) -> dict | None:
     seeds = learned_seed_curves(details).get(label)
     if not seeds:
         return None
-    columns = []
-    for points in seeds:
-        found = curve_at([p["decodes"] for p in points], [p["values"] for p in points], at)
-        if found is None or abs(found[1] - at) > 1e-9:  # a seed's curve that does not reach the level
-            return None
-        columns.append(found[0])
-    return {"name": label, "values": [statistics.fmean(v) for v in zip(*columns)]}
+    readings = seed_readings(seeds, at)
+    if any(found is None or abs(found[1] - at) > 1e-9 for found in readings):  # a seed's curve not reaching it
+        return None
+    return {"name": label, "values": [statistics.fmean(v) for v in zip(*(values for values, _ in readings))]}
 
 
 def part_levels(details: Mapping | None, confidence: float = 0.95) -> list[dict]:

@@ -25,7 +25,7 @@ from .compute import answer_points
 from .verdicts import decodes_of, paired_difference, per_problem_means
 
 __all__ = ["RULE_COLUMNS", "SENTENCE_LEVELS", "EARLIER_LEVELS", "sentence_levels", "TARGET_GAIN", "rule_curves",
-           "curve_at", "strongest_rules_at",
+           "curve_at", "seed_readings", "strongest_rules_at",
            "learned_seed_curves", "learned_verdicts", "learned_verdict_lines", "verdict_lines", "rules_section"]
 
 RULE_COLUMNS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
@@ -198,6 +198,12 @@ def learned_seed_curves(details: Mapping | None) -> dict[str, list[list[dict]]]:
     return {label: [sorted(points, key=lambda p: p["decodes"]) for points in seeds] for label, seeds in out.items()}
 
 
+def seed_readings(seeds: Sequence[list[dict]], at: float) -> list[tuple[list[float], float] | None]:
+    """Each training seed's curve (:func:`learned_seed_curves`' points) read at ``at`` decodes per
+    problem (:func:`curve_at`: its per-problem values and the decodes used), None where it starts above."""
+    return [curve_at([p["decodes"] for p in points], [p["values"] for p in points], at) for points in seeds]
+
+
 def _reference(details: Mapping | None, at: float | None, versus: str | None) -> dict | None:
     """What a learned curve is set against: the strongest fixed rule at ``at`` decodes, or the method
     ``versus`` (its per-problem answer, one column per seed, at its own mean decodes)."""
@@ -236,8 +242,7 @@ def learned_verdicts(details: Mapping | None, levels: Sequence[float] | None = N
             if ref is None:
                 continue
             per_seed, columns = [], []
-            for j, points in enumerate(seeds):
-                found = curve_at([p["decodes"] for p in points], [p["values"] for p in points], ref["at"])
+            for j, found in enumerate(seed_readings(seeds, ref["at"])):
                 theirs = ref["values"] if ref["columns"] is None else [r[j] for r in ref["columns"]]
                 if found is None or len(found[0]) != len(theirs):
                     per_seed.append(None)
