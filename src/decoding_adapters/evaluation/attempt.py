@@ -403,21 +403,27 @@ def planted_attempt_table(problems: int, seed: int = 0, samples: int = 8, hidden
     right = answers == 0
     c = len(CONFIDENCE_FEATURES)
     confidence = gen.normal(size=shape + (c,)) + confidence_signal * right[..., None]
-    confidence[:, 0, :] = confidence[:, 0, :1]
     sign = (2.0 * types - 1.0)[:, None, None, None]
     hidden = gen.normal(size=shape + (hidden_size,)) + hidden_shift * sign * direction
-    hidden[:, 0, :] = hidden[:, 0, :1]
     tokens = gen.integers(8, 40, size=shape)
-    tokens[:, 0, :] = tokens[:, 0, :1]
-    header = {"format": TABLE_FORMAT, "version": 1, "task": "planted-attempt", "split": f"planted-{seed}",
-              "model": {}, "actions": [a.to_dict() for a in arms], "samples": samples, "token_budget": 48,
-              "seed": seed, "stop_at_answer": True, "confidence": {"features": list(CONFIDENCE_FEATURES)},
-              "hidden": True}
-    strings = [[str(i) for i in range(w + 1)] for _ in range(problems)]
-    table = SampleTable(header, [f"planted-attempt/{seed}/{i}" for i in range(problems)], answers.astype(np.int32),
-                        strings, right.astype(np.float32), tokens.astype(np.int32), confidence.astype(np.float32),
-                        hidden.astype(np.float16))
-    return table, types
+    return drawn_table("planted-attempt", seed, arms, answers, right, confidence, hidden, tokens, w + 1), types
+
+
+def drawn_table(task: str, seed: int, arms: Sequence[DecodingAction], answers: np.ndarray, right: np.ndarray,
+                confidence: np.ndarray, hidden: np.ndarray, tokens: np.ndarray, answer_ids: int) -> SampleTable:
+    """A sample table drawn, not decoded (a planted world's), from its ``[P, A, N]`` arrays
+    (``confidence`` and ``hidden`` with a last axis): arm 0 is greedy, its first slot's reading
+    repeated in every slot as a decoded table holds it; answers are ids ``0 .. answer_ids - 1``."""
+    for values in (answers, confidence, hidden, tokens):
+        values[:, 0, :] = values[:, 0, :1]
+    problems, _, samples = answers.shape
+    header = {"format": TABLE_FORMAT, "version": 1, "task": task, "split": f"planted-{seed}", "model": {},
+              "actions": [a.to_dict() for a in arms], "samples": samples, "token_budget": 48, "seed": seed,
+              "stop_at_answer": True, "confidence": {"features": list(CONFIDENCE_FEATURES)}, "hidden": True}
+    strings = [[str(i) for i in range(answer_ids)] for _ in range(problems)]
+    return SampleTable(header, [f"{task}/{seed}/{i}" for i in range(problems)], answers.astype(np.int32), strings,
+                       right.astype(np.float32), tokens.astype(np.int32), confidence.astype(np.float32),
+                       hidden.astype(np.float16))
 
 
 def planted_oracle(table: SampleTable, types: np.ndarray) -> RuleCurve:

@@ -27,8 +27,8 @@ import numpy as np
 from ..core.stats import paired_ci
 from ..decoding.actions import GREEDY, DecodingAction, load_action_set
 from ..training.attempt import AttemptTrainConfig
-from .attempt import RuleCurve, Scored, rule_at, rule_compute, train_and_score
-from .sample_table import CONFIDENCE_FEATURES, TABLE_FORMAT, SampleTable
+from .attempt import RuleCurve, Scored, drawn_table, rule_at, rule_compute, train_and_score
+from .sample_table import CONFIDENCE_FEATURES, SampleTable
 
 __all__ = ["decoder_arms", "table_arms", "restrict_arms", "SingleArmRuns", "single_arm_dir", "single_arm_runs",
            "decoder_ablation", "PLANTED_ARMS", "planted_decoder_table", "vote_with_arm", "choice_headroom",
@@ -202,22 +202,11 @@ def planted_decoder_table(problems: int, seed: int = 0, samples: int = 4, hidden
     chance = np.where(own, right_own, right_other)[:, :, None]
     right[:, 1:, :] = gen.random((problems, arms - 1, samples)) < chance
     answers = np.where(right, 0, gen.integers(1, wrong_answers + 1, size=shape))
-    answers[:, 0, :] = answers[:, 0, :1]
-    c = len(CONFIDENCE_FEATURES)
-    confidence = gen.normal(size=shape + (c,))
-    confidence[:, 0, :] = confidence[:, 0, :1]
+    confidence = gen.normal(size=shape + (len(CONFIDENCE_FEATURES),))
     hidden = gen.normal(size=shape + (hidden_size,)) + hidden_shift * directions[types][:, None, None, :]
-    hidden[:, 0, :] = hidden[:, 0, :1]
     tokens = gen.integers(8, 40, size=shape)
-    tokens[:, 0, :] = tokens[:, 0, :1]
-    header = {"format": TABLE_FORMAT, "version": 1, "task": "planted-decoders", "split": f"planted-{seed}",
-              "model": {}, "actions": [a.to_dict() for a in (GREEDY, *PLANTED_ARMS)], "samples": samples,
-              "token_budget": 48, "seed": seed, "stop_at_answer": True,
-              "confidence": {"features": list(CONFIDENCE_FEATURES)}, "hidden": True}
-    strings = [[str(i) for i in range(wrong_answers + 1)] for _ in range(problems)]
-    table = SampleTable(header, [f"planted-decoders/{seed}/{i}" for i in range(problems)], answers.astype(np.int32),
-                        strings, right.astype(np.float32), tokens.astype(np.int32), confidence.astype(np.float32),
-                        hidden.astype(np.float16))
+    table = drawn_table("planted-decoders", seed, (GREEDY, *PLANTED_ARMS), answers, right, confidence, hidden,
+                        tokens, wrong_answers + 1)
     return table, types
 
 
