@@ -26,6 +26,7 @@ import numpy as np
 
 from ..core.stats import paired_ci
 from ..decoding.actions import GREEDY, DecodingAction, load_action_set
+from ..policies.fixed_rules import vote
 from ..training.attempt import AttemptTrainConfig
 from .attempt import RuleCurve, Scored, drawn_table, rule_at, rule_compute, train_and_score
 from .sample_table import CONFIDENCE_FEATURES, SampleTable
@@ -213,15 +214,12 @@ def planted_decoder_table(problems: int, seed: int = 0, samples: int = 4, hidden
 def vote_with_arm(table: SampleTable, arm_of_problem: np.ndarray, samples: Sequence[int]) -> np.ndarray:
     """``[P]`` bool: the majority answer of the stopped greedy and the samples ``samples`` (their
     indices) of each problem's arm ``arm_of_problem[p]`` is right (ties: the answer drawn first)."""
+    rows = np.arange(table.shape[0])
+    drawn = np.concatenate([table.answers[:, 0, :1],  # [P, 1 + len(samples)]: greedy, then the arm's samples
+                            table.answers[rows[:, None], np.asarray(arm_of_problem)[:, None], list(samples)]], axis=1)
+    leader = vote(drawn)  # -1: no attempt stated an answer
     right = table.answer_correct()  # [P, K]: answer id k of problem p is right
-    out = np.zeros(table.shape[0], bool)
-    for p in range(table.shape[0]):
-        drawn = [int(table.answers[p, 0, 0])] + [int(table.answers[p, arm_of_problem[p], s]) for s in samples]
-        drawn = [a for a in drawn if a >= 0]  # an attempt with no answer casts no vote
-        if drawn:
-            counts = {a: drawn.count(a) for a in drawn}
-            out[p] = right[p, next(a for a in drawn if counts[a] == max(counts.values()))]
-    return out
+    return (leader >= 0) & right[rows, leader.clip(min=0)]
 
 
 def choice_headroom(validation: SampleTable, test: SampleTable, extra: Sequence[int],
