@@ -33,6 +33,8 @@ def test_attach_abandon_writes_a_rule_generate_uses(trained, tiny_model_dir, cap
     rule = load_abandon_rule(adapter)
     assert rule.every == printed["every"] == 2 and list(rule.thresholds) == printed["thresholds"]
     assert printed["tokens"] <= printed["tokens_without"]
+    card = (adapter / "README.md").read_text()
+    assert "## Abandon rule" in card and "at every 2 tokens" in card and "tokens per problem" in card
     assert main(args) == 2  # a rule already there is kept unless --force
     assert "already carries an abandon rule" in capsys.readouterr().err
     assert main([*args, "--force"]) == 0
@@ -44,6 +46,18 @@ def test_attach_abandon_writes_a_rule_generate_uses(trained, tiny_model_dir, cap
     assert [r["arm"] for r in records] == generation["attempt_actions"]
     assert all(set(r) == {"arm", "tokens", "cut_at"} for r in records)
     assert generation["attempt_cut_at"] == [r["cut_at"] for r in records]
+    assert (adapter / "README.md").read_text().count("## Abandon rule") == 1  # --force rewrote the card, once
+
+
+def test_a_card_names_no_damaged_abandon_rule(trained, tmp_path):
+    from decoding_adapters.policies.adapter_files import read_adapter_config
+    from decoding_adapters.policies.model_card import render_model_card
+
+    adapter = trained / "policies" / "price-0.05-seed-0"
+    copy = tmp_path / "adapter"
+    copy.mkdir()
+    (copy / "abandon.json").write_text('{"format": "decoding-adapters/abandon", "every": -1, "thresholds": []}')
+    assert "## Abandon rule" not in render_model_card(read_adapter_config(adapter), copy)
 
 
 def test_tables_without_checkpoints_or_of_another_stop_are_refused(trained, tmp_path, capsys):

@@ -25,7 +25,9 @@ from ..core.files import lock_output_dir
 from ..evaluation.abandon import fit_for_policy
 from ..evaluation.sample_table import SampleTable
 from ..policies.abandon import ABANDON_JSON, save_abandon_rule
+from ..policies.adapter_files import read_adapter_config
 from ..policies.attempt import load_attempt_adapter
+from ..policies.model_card import write_model_card
 from ..training.abandon import TOLERANCE
 from ..training.verifier import VerifierTrainConfig
 from .config_args import add_config_arguments, build_config
@@ -72,6 +74,7 @@ def run_cli(args) -> int:
     save_abandon_rule(adapter, tuned.rule, training={
         "tables": {"train": options.table, "validation": options.val_table}, "tolerance": options.tolerance,
         "verifier": asdict(config), "validation": on_validation})
+    write_model_card(adapter, read_adapter_config(adapter))  # the card names the rule it now carries
     rule = tuned.rule
     print(f"abandon rule: checkpoints every {rule.every} tokens, thresholds "
           f"{', '.join(f'{t:.3f}' for t in rule.thresholds)} (0: never cut)")

@@ -34,7 +34,7 @@ from safetensors.torch import load_file, save_file
 from ..core.files import atomic_write, write_json
 from ..decoding.checkpoints import checkpoint_tokens
 from .attempt import AttemptInputs
-from .bounds import check_abandon_fields, parse_json
+from .bounds import ABANDON_JSON, ABANDON_WEIGHTS, check_abandon_fields, parse_json
 from .verifier import Verifier, VerifierConfig, single_thread
 
 __all__ = ["AbandonRule", "prefix_inputs", "ABANDON_FORMAT", "ABANDON_JSON", "ABANDON_WEIGHTS", "save_abandon_rule",
@@ -42,8 +42,6 @@ __all__ = ["AbandonRule", "prefix_inputs", "ABANDON_FORMAT", "ABANDON_JSON", "AB
 
 ABANDON_FORMAT = "decoding-adapters/abandon"
 """The ``format`` in ``abandon.json``."""
-ABANDON_JSON, ABANDON_WEIGHTS = "abandon.json", "abandon.safetensors"
-"""An abandon rule's two files in an adapter directory."""
 
 
 def prefix_inputs(confidence: torch.Tensor, hidden: torch.Tensor | None, tokens: torch.Tensor,

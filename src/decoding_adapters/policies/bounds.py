@@ -289,6 +289,10 @@ _VERIFIER_INTS = {"hidden_size": (0, 65_536), "hidden_proj": (1, 4096), "width":
 """The verifier shape's integers in an ``abandon.json`` (``policies.verifier.VerifierConfig``)."""
 
 
+ABANDON_JSON, ABANDON_WEIGHTS = "abandon.json", "abandon.safetensors"
+"""An abandon rule's two files in an adapter directory (``policies.abandon``; the model card names them)."""
+
+
 def check_abandon_fields(data) -> None:
     """An ``abandon.json``'s numbers (``policies.abandon``): ``every``, the thresholds (each in
     [0, 1]), the verifier's shape and the confidence column names, each refused in one line naming

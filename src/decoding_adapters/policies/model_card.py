@@ -22,6 +22,7 @@ from typing import Any, Mapping
 from ..core.files import write_text
 from ..core.stats import format_interval
 from ..decoding.actions import DecodingAction
+from .bounds import ABANDON_JSON, ABANDON_WEIGHTS, check_abandon_fields, parse_json
 from .kinds import adapter_kind
 
 __all__ = ["render_model_card", "write_model_card", "read_results", "read_evaluations", "evaluation_label",
@@ -173,6 +174,7 @@ def render_model_card(config, directory: str | Path = "adapter", evaluation: Map
             *_table(["setting", "value"], [[k, v] for k, v in config.training.items()]),
             "",
         ]
+    lines += _abandon_section(Path(directory))
     if evaluations:
         lines += ["## Evaluation", ""]
         for entry in evaluations.values():
@@ -194,6 +196,31 @@ def render_model_card(config, directory: str | Path = "adapter", evaluation: Map
         "",
     ]
     return "\n".join(lines)
+
+
+def _abandon_section(directory: Path) -> list[str]:
+    """The card's section on the abandon rule the adapter carries (``abandon.json``; none: no section)."""
+    path = directory / ABANDON_JSON
+    if not path.is_file():
+        return []
+    try:
+        meta = parse_json(path.read_text(encoding="utf-8"), ABANDON_JSON)
+        check_abandon_fields(meta)
+        every, thresholds = int(meta["every"]), [float(x) for x in meta["thresholds"]]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):  # a damaged rule is refused where it is loaded
+        return []
+    lines = ["## Abandon rule", "",
+             f"Every attempt is scored at every {every} tokens and cut where the score falls below that "
+             f"checkpoint's threshold ({', '.join(f'{x:.3f}' for x in thresholds)}; 0: never cut); the next "
+             "attempt then starts. Live decoding (`generate`, `serve`, the Python API) cuts exactly where the "
+             "table replay does, and each response lists every attempt's arm, tokens and `cut_at`. Files: "
+             f"`{ABANDON_JSON}`, `{ABANDON_WEIGHTS}` (written by `attach-abandon`).", ""]
+    on_validation = (meta.get("training") or {}).get("validation") or {}
+    if {"accuracy", "accuracy_without", "tokens", "tokens_without"} <= set(on_validation):
+        lines += [f"On its validation table: answer accuracy {100 * on_validation['accuracy_without']:.1f}% -> "
+                  f"{100 * on_validation['accuracy']:.1f}%, tokens per problem {on_validation['tokens_without']:.1f} "
+                  f"-> {on_validation['tokens']:.1f}.", ""]
+    return lines
 
 
 def _usage_path(directory: str | Path) -> str:
