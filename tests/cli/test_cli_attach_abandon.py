@@ -58,6 +58,12 @@ def test_a_card_names_no_damaged_abandon_rule(trained, tmp_path):
     copy.mkdir()
     (copy / "abandon.json").write_text('{"format": "decoding-adapters/abandon", "every": -1, "thresholds": []}')
     assert "## Abandon rule" not in render_model_card(read_adapter_config(adapter), copy)
+    # a valid rule whose free-form training record is not an object: the section, without its figures
+    rule = json.loads((adapter / "abandon.json").read_text())
+    for training in ("fitted by hand", {"validation": {"accuracy": "high"}}):
+        (copy / "abandon.json").write_text(json.dumps({**rule, "training": training}))
+        card = render_model_card(read_adapter_config(adapter), copy)
+        assert "## Abandon rule" in card and "On its validation table" not in card
 
 
 def test_tables_without_checkpoints_or_of_another_stop_are_refused(trained, tmp_path, capsys):

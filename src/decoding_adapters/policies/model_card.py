@@ -215,8 +215,10 @@ def _abandon_section(directory: Path) -> list[str]:
              "attempt then starts. Live decoding (`generate`, `serve`, the Python API) cuts exactly where the "
              "table replay does, and each response lists every attempt's arm, tokens and `cut_at`. Files: "
              f"`{ABANDON_JSON}`, `{ABANDON_WEIGHTS}` (written by `attach-abandon`).", ""]
-    on_validation = (meta.get("training") or {}).get("validation") or {}
-    if {"accuracy", "accuracy_without", "tokens", "tokens_without"} <= set(on_validation):
+    training = meta.get("training")  # free-form: a hand-made file may hold anything here
+    on_validation = training.get("validation") if isinstance(training, dict) else None
+    figures = ("accuracy", "accuracy_without", "tokens", "tokens_without")
+    if isinstance(on_validation, dict) and all(isinstance(on_validation.get(k), (int, float)) for k in figures):
         lines += [f"On its validation table: answer accuracy {100 * on_validation['accuracy_without']:.1f}% -> "
                   f"{100 * on_validation['accuracy']:.1f}%, tokens per problem {on_validation['tokens_without']:.1f} "
                   f"-> {on_validation['tokens']:.1f}.", ""]
